@@ -1,0 +1,1 @@
+"""The qdc compiler: front end, IR, passes, codegen. Imported lazily by `qdc`."""

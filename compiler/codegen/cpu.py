@@ -1,0 +1,149 @@
+"""CPU backend: LLVM IR → optimised object → shared library the runtime dlopens.
+
+Range-for tasks are split over worker threads with libgomp's `GOMP_parallel` (a persistent
+thread pool), in equal contiguous chunks. Ranges too small to repay waking the pool run on
+the calling thread.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import subprocess
+import tempfile
+
+import llvmlite.binding as llvm
+from llvmlite import ir as ll
+
+from qdc.runtime.artifact import KernelMeta
+
+from .. import ir
+from .llvm_ir import I32, I64, PTR, VOID, KernelCodegen, ModuleBuilder, lltype
+
+# Iterations x per-iteration cost below which a range runs on one thread (~10 µs of work).
+PARALLEL_WORK_THRESHOLD = 20000
+
+
+@functools.lru_cache(maxsize=None)
+def _target_machine(opt_level: int):
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    triple = llvm.get_process_triple()
+    target = llvm.Target.from_triple(triple)
+    return target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
+                                        opt=opt_level, reloc="pic", codemodel="default")
+
+
+def target_description() -> str:
+    """Goes into the cache key: code built for one CPU is not reused on another."""
+    llvm.initialize_native_target()
+    return f"{llvm.get_process_triple()}/{llvm.get_host_cpu_name()}/{llvm.get_host_cpu_features().flatten()}"
+
+
+def _dispatch(builder: ll.IRBuilder, ctx, task: ir.Task, chunk, begin, end, cost, meta: KernelMeta):
+    mb_module = builder.module
+    it = begin.type
+    n = builder.sub(end, begin)
+    fn = builder.function
+    run = fn.append_basic_block(f"{task.task_name}.run")
+    done = fn.append_basic_block(f"{task.task_name}.done")
+    builder.cbranch(builder.icmp_signed(">", n, ll.Constant(it, 0)), run, done)
+    builder.position_at_end(run)
+    if task.serial:
+        builder.call(chunk, [ctx, begin, end])
+        builder.branch(done)
+        builder.position_at_end(done)
+        return
+    n64 = builder.sext(n, I64) if it.width < 64 else n
+    threads = builder.load(builder.gep(ctx, [ll.Constant(I64, meta.threads_slot)], source_etype=I64), typ=I64)
+    big = builder.icmp_signed(">=", builder.mul(n64, ll.Constant(I64, max(cost, 1))),
+                              ll.Constant(I64, PARALLEL_WORK_THRESHOLD))
+    multi = builder.icmp_signed(">", threads, ll.Constant(I64, 1))
+    par = fn.append_basic_block(f"{task.task_name}.par")
+    ser = fn.append_basic_block(f"{task.task_name}.ser")
+    builder.cbranch(builder.and_(big, multi), par, ser)
+    builder.position_at_end(ser)
+    builder.call(chunk, [ctx, begin, end])
+    builder.branch(done)
+
+    builder.position_at_end(par)
+    closure = builder.alloca(I64, size=3)  # in the entry function's body: fine, it runs once
+    slots = [builder.gep(closure, [ll.Constant(I64, i)], source_etype=I64) for i in range(3)]
+    builder.store(builder.ptrtoint(ctx, I64), slots[0])
+    builder.store(builder.sext(begin, I64) if it.width < 64 else begin, slots[1])
+    builder.store(n64, slots[2])
+    nt = builder.select(builder.icmp_signed("<", n64, threads), n64, threads)
+    gomp = mb_module.globals.get("GOMP_parallel") or ll.Function(
+        mb_module, ll.FunctionType(VOID, [PTR, PTR, I32, I32]), name="GOMP_parallel")
+    builder.call(gomp, [_omp_body(mb_module, task, chunk, it), closure, builder.trunc(nt, I32), ll.Constant(I32, 0)])
+    builder.branch(done)
+    builder.position_at_end(done)
+
+
+def _omp_body(module, task: ir.Task, chunk, it):
+    """`void body(i64 closure[3])`: thread t of T runs indices [begin + n*t/T, begin + n*(t+1)/T)."""
+    fn = ll.Function(module, ll.FunctionType(VOID, [PTR]), name=task.task_name + "_omp")
+    fn.linkage = "internal"
+    b = ll.IRBuilder(fn.append_basic_block("entry"))
+    get = {name: module.globals.get(name) or ll.Function(module, ll.FunctionType(I32, []), name=name)
+           for name in ("omp_get_thread_num", "omp_get_num_threads")}
+    tid = b.sext(b.call(get["omp_get_thread_num"], []), I64)
+    nt = b.sext(b.call(get["omp_get_num_threads"], []), I64)
+    words = [b.load(b.gep(fn.args[0], [ll.Constant(I64, i)], source_etype=I64), typ=I64) for i in range(3)]
+    ctx, begin, n = b.inttoptr(words[0], PTR), words[1], words[2]
+    lo = b.add(begin, b.sdiv(b.mul(n, tid), nt))
+    hi = b.add(begin, b.sdiv(b.mul(n, b.add(tid, ll.Constant(I64, 1))), nt))
+    if it.width < 64:
+        lo, hi = b.trunc(lo, it), b.trunc(hi, it)
+    b.call(chunk, [ctx, lo, hi])
+    b.ret_void()
+    return fn
+
+
+def generate_llvm(kernel: ir.KernelIR, meta: KernelMeta, fast_math: bool = False) -> ll.Module:
+    tm = _target_machine(3)
+    mb = ModuleBuilder(kernel.name, llvm.get_process_triple(), str(tm.target_data))
+    cg = KernelCodegen(mb, kernel, meta, fast_math)
+    cg.emit_kernel(lambda b, ctx, task, chunk, begin, end, cost: _dispatch(b, ctx, task, chunk, begin, end, cost, meta))
+    return mb.module
+
+
+def optimise(module: ll.Module, opt_level: int):
+    tm = _target_machine(opt_level)
+    mod = llvm.parse_assembly(str(module))
+    mod.verify()
+    if opt_level > 0:
+        pto = llvm.create_pipeline_tuning_options(speed_level=opt_level)
+        pto.loop_vectorization = opt_level >= 2
+        pto.slp_vectorization = opt_level >= 2
+        pb = llvm.create_pass_builder(tm, pto)
+        pb.getModulePassManager().run(mod, pb)
+    return mod, tm
+
+
+def link_shared_library(obj: bytes) -> bytes:
+    """Link an object into a shared library with the system C compiler driver."""
+    cc = os.environ.get("CC", "cc")
+    with tempfile.TemporaryDirectory(prefix="qdc-link-") as d:
+        o, so = os.path.join(d, "k.o"), os.path.join(d, "k.so")
+        with open(o, "wb") as f:
+            f.write(obj)
+        try:
+            subprocess.run([cc, "-shared", "-o", so, o, "-lgomp", "-lm"], check=True,
+                           capture_output=True, text=True)
+        except FileNotFoundError:
+            raise RuntimeError(f"the CPU backend needs a C compiler driver to link ('{cc}' not found; set CC)") from None
+        except subprocess.CalledProcessError as e:
+            raise RuntimeError(f"linking the kernel library failed:\n{e.stderr}") from None
+        with open(so, "rb") as f:
+            return f.read()
+
+
+def compile_kernel(kernel: ir.KernelIR, meta: KernelMeta, opt_level: int = 3, fast_math: bool = False) -> dict:
+    """Artifacts of one kernel for the CPU: textual LLVM IR, bitcode and the shared library."""
+    module = generate_llvm(kernel, meta, fast_math)
+    mod, tm = optimise(module, opt_level)
+    obj = tm.emit_object(mod)
+    so = link_shared_library(obj)
+    return {"ll": str(mod).encode(), "bc": mod.as_bitcode(), "so": so,
+            "so_sha256": hashlib.sha256(so).hexdigest()}

@@ -1,0 +1,509 @@
+"""IR → LLVM IR (llvmlite). Shared by the LLVM-based backends; `cpu.py` adds the CPU driver.
+
+Every task becomes `void @<task>_chunk(ptr ctx, iN begin, iN end)` running the task body for
+indices [begin, end) (a serial task has no index and runs once). The kernel entry
+`void @<entry>(ptr ctx)` runs the tasks in order; how a range is split over threads is the
+backend's business (`emit_range_dispatch`).
+"""
+from __future__ import annotations
+
+from llvmlite import ir as ll
+
+from qdc.runtime import types as T
+from qdc.runtime.artifact import KernelMeta
+
+from .. import ir
+
+PTR = ll.PointerType()
+I1, I8, I16, I32, I64 = ll.IntType(1), ll.IntType(8), ll.IntType(16), ll.IntType(32), ll.IntType(64)
+VOID = ll.VoidType()
+
+
+def lltype(t: T.DataType):
+    if t is T.u1:
+        return I1
+    if t.is_float:
+        return {16: ll.HalfType(), 32: ll.FloatType(), 64: ll.DoubleType()}[t.bits]
+    return ll.IntType(t.bits)
+
+
+def memtype(t: T.DataType):
+    """In memory a u1 is a byte."""
+    return I8 if t is T.u1 else lltype(t)
+
+
+_LIBM_UNARY = {"tan": "tan", "asin": "asin", "acos": "acos", "atan": "atan", "tanh": "tanh"}
+_INTRINSIC_UNARY = {"sin": "llvm.sin", "cos": "llvm.cos", "exp": "llvm.exp", "log": "llvm.log",
+                    "sqrt": "llvm.sqrt", "floor": "llvm.floor", "ceil": "llvm.ceil", "round": "llvm.rint",
+                    "abs": "llvm.fabs"}
+_FCMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+
+
+class ModuleBuilder:
+    """One LLVM module holding one kernel (its tasks and entry point)."""
+
+    def __init__(self, name: str, triple: str = "", data_layout: str = ""):
+        self.module = ll.Module(name=name)
+        if triple:
+            self.module.triple = triple
+        if data_layout:
+            self.module.data_layout = data_layout
+        self._decls: dict = {}
+
+    def declare(self, name: str, ret, args) -> ll.Function:
+        fn = self._decls.get(name) or self.module.globals.get(name)
+        if fn is None:
+            fn = ll.Function(self.module, ll.FunctionType(ret, args), name=name)
+            self._decls[name] = fn
+        return fn
+
+    def intrinsic(self, name: str, t) -> ll.Function:
+        suffix = {"half": "f16", "float": "f32", "double": "f64"}.get(str(t), str(t))
+        return self.declare(f"{name}.{suffix}", t, [t])
+
+    def libm(self, name: str, t, nargs: int = 1) -> ll.Function:
+        cname = name + ("f" if str(t) == "float" else "")
+        return self.declare(cname, t, [t] * nargs)
+
+
+class KernelCodegen:
+    """Lowers one offloaded KernelIR into `mb.module` following `meta`'s ctx layout."""
+
+    def __init__(self, mb: ModuleBuilder, kernel: ir.KernelIR, meta: KernelMeta, fast_math: bool = False):
+        self.mb, self.k, self.meta = mb, kernel, meta
+        self.fast_math = fast_math
+        self.param_slot = {i: p.slot for i, p in enumerate(meta.params)}
+
+    # ---- kernel and tasks -----------------------------------------------------------------
+    def emit_kernel(self, dispatch) -> ll.Function:
+        """`dispatch(builder, ctx, task, chunk_fn, begin, end)` emits the range launch of a task."""
+        entry = ll.Function(self.mb.module, ll.FunctionType(VOID, [PTR]), name=self.meta.entry)
+        b = start_function(entry)
+        ctx = entry.args[0]
+        ctx.add_attribute("noalias")
+        for task in self.k.tasks:
+            chunk = self.emit_chunk(task)
+            if task.kind == "serial":
+                b.call(chunk, [ctx])
+                continue
+            env = _Env(self, b, ctx)
+            env.block(task.prologue)
+            begin, end = env.v(task.begin), env.v(task.end)
+            dispatch(b, ctx, task, chunk, begin, end, self.task_cost(task))
+        b.ret_void()
+        return entry
+
+    def task_cost(self, task: ir.Task) -> int:
+        """A rough per-iteration cost (statements, inner loops weighted) used to decide threading."""
+        def cost(block, weight):
+            total = 0
+            for s in block.stmts:
+                total += weight
+                for blk in s.blocks():
+                    total += cost(blk, weight * (32 if isinstance(s, (ir.RangeFor, ir.While)) else 1))
+            return total
+        return cost(task.body, 1)
+
+    def emit_chunk(self, task: ir.Task) -> ll.Function:
+        if task.kind == "serial":
+            fnty = ll.FunctionType(VOID, [PTR])
+        else:
+            it = lltype(task.index.type)
+            fnty = ll.FunctionType(VOID, [PTR, it, it])
+        fn = ll.Function(self.mb.module, fnty, name=task.task_name + "_chunk")
+        fn.linkage = "internal"
+        fn.args[0].add_attribute("noalias")
+        b = start_function(fn)
+        env = _Env(self, b, fn.args[0])
+        if task.kind == "serial":
+            env.block(task.body)
+            if not b.block.is_terminated:
+                b.ret_void()
+            return fn
+        begin, end = fn.args[1], fn.args[2]
+        env.loop(begin, end, task.index, task.body)
+        b.ret_void()
+        return fn
+
+
+def start_function(fn: ll.Function) -> ll.IRBuilder:
+    """An entry block reserved for allocas, branching to the block the returned builder fills."""
+    entry = fn.append_basic_block("allocas")
+    body = fn.append_basic_block("body")
+    ll.IRBuilder(entry).branch(body)
+    return ll.IRBuilder(body)
+
+
+class _Env:
+    """Emission state inside one LLVM function."""
+
+    def __init__(self, cg: KernelCodegen, builder: ll.IRBuilder, ctx):
+        self.cg, self.b, self.ctx = cg, builder, ctx
+        self.vals: dict = {}
+        self.loops: list = []  # (continue_target, break_target)
+        self.mb = cg.mb
+        self.alloca_builder = None
+        self.flags = ("fast",) if cg.fast_math else ()
+
+    def v(self, s):
+        return self.vals[s]
+
+    def ctx_word(self, slot: int, typ):
+        p = self.b.gep(self.ctx, [ll.Constant(I64, slot)], source_etype=I64)
+        return self.b.load(p, typ=typ)
+
+    def entry_alloca(self, typ, name=""):
+        """Allocas go in the function's entry block (so mem2reg promotes them), which holds
+        nothing else: every function body starts in a second block, see `start_function`."""
+        blk = self.b.function.entry_basic_block
+        if self.alloca_builder is None:
+            self.alloca_builder = ll.IRBuilder(blk)
+        self.alloca_builder.position_before(blk.terminator)
+        return self.alloca_builder.alloca(typ, name=name)
+
+    # ---- structure ------------------------------------------------------------------------
+    def block(self, block: ir.Block):
+        for s in block.stmts:
+            if self.b.block.is_terminated:
+                return  # code after break/continue is unreachable
+            self.stmt(s)
+
+    def loop(self, begin, end, index: ir.LoopIndex, body: ir.Block):
+        b = self.b
+        it = begin.type
+        var = self.entry_alloca(it, "i")
+        b.store(begin, var)
+        head = b.append_basic_block("loop.head")
+        body_bb = b.append_basic_block("loop.body")
+        latch = b.append_basic_block("loop.latch")
+        exit_bb = b.append_basic_block("loop.exit")
+        b.branch(head)
+        b.position_at_end(head)
+        i = b.load(var, typ=it)
+        b.cbranch(b.icmp_signed("<", i, end), body_bb, exit_bb)
+        b.position_at_end(body_bb)
+        self.vals[index] = i
+        self.loops.append((latch, exit_bb))
+        self.block(body)
+        self.loops.pop()
+        if not b.block.is_terminated:
+            b.branch(latch)
+        b.position_at_end(latch)
+        b.store(b.add(b.load(var, typ=it), ll.Constant(it, 1), flags=("nsw",)), var)
+        b.branch(head)
+        b.position_at_end(exit_bb)
+
+    def stmt(self, s: ir.Stmt):
+        method = getattr(self, "s_" + type(s).__name__)
+        r = method(s)
+        if r is not None:
+            self.vals[s] = r
+
+    # ---- values ---------------------------------------------------------------------------
+    def s_Const(self, s):
+        t = lltype(s.type)
+        if s.type is T.u1:
+            return ll.Constant(I1, int(bool(s.value)))
+        return ll.Constant(t, s.value)
+
+    def s_ArgLoad(self, s):
+        v = self.ctx_word(self.cg.param_slot[s.arg_index], memtype(s.type) if s.type is not T.f16 else I16)
+        if s.type is T.f16:
+            return self.b.bitcast(v, ll.HalfType())
+        return self.b.trunc(v, I1) if s.type is T.u1 else v
+
+    def s_NdarrayShape(self, s):
+        v = self.ctx_word(self.cg.param_slot[s.arg_index] + 1 + s.dim, I64)
+        return self.b.trunc(v, lltype(s.type)) if s.type.bits < 64 else v
+
+    def s_Cast(self, s):
+        return convert(self.b, self.mb, self.v(s.x), s.x.type, s.type)
+
+    def s_Select(self, s):
+        return self.b.select(self.v(s.cond), self.v(s.a), self.v(s.b))
+
+    def s_Unary(self, s):
+        b, x, t = self.b, self.v(s.x), s.type
+        op = s.op
+        if op == "neg":
+            return b.fneg(x, flags=self.flags) if t.is_float else b.neg(x)
+        if op == "not":
+            return b.xor(x, ll.Constant(I1, 1))
+        if op == "bit_not":
+            return b.not_(x)
+        if op == "abs" and not t.is_float:
+            if t.kind == "uint" or t is T.u1:
+                return x
+            return b.select(b.icmp_signed("<", x, ll.Constant(x.type, 0)), b.neg(x), x)
+        if t is T.f16:  # compute half-precision math in f32
+            wide = b.fpext(x, ll.FloatType())
+            r = self.float_unary(op, wide)
+            return b.fptrunc(r, ll.HalfType())
+        return self.float_unary(op, x)
+
+    def float_unary(self, op, x):
+        b, t = self.b, x.type
+        if op == "rsqrt":
+            return b.fdiv(ll.Constant(t, 1.0), b.call(self.mb.intrinsic("llvm.sqrt", t), [x]), flags=self.flags)
+        if op in _INTRINSIC_UNARY:
+            return b.call(self.mb.intrinsic(_INTRINSIC_UNARY[op], t), [x])
+        return b.call(self.mb.libm(_LIBM_UNARY[op], t), [x])
+
+    def s_Binary(self, s):
+        b, x, y, t = self.b, self.v(s.a), self.v(s.b), s.a.type
+        op = s.op
+        if op in ir.COMPARISONS:
+            if t.is_float:
+                return b.fcmp_unordered("!=", x, y) if op == "ne" else b.fcmp_ordered(_FCMP[op], x, y)
+            cmp = b.icmp_signed if t.kind == "int" else b.icmp_unsigned
+            return cmp(_FCMP[op], x, y)
+        if t.is_float:
+            return self.float_binary(op, x, y, t)
+        return self.int_binary(op, x, y, t)
+
+    def float_binary(self, op, x, y, t):
+        b, f = self.b, self.flags
+        if t is T.f16 and op in ("pow", "atan2", "mod", "floordiv"):
+            fx, fy = b.fpext(x, ll.FloatType()), b.fpext(y, ll.FloatType())
+            return b.fptrunc(self.float_binary(op, fx, fy, T.f32), ll.HalfType())
+        if op == "add":
+            return b.fadd(x, y, flags=f)
+        if op == "sub":
+            return b.fsub(x, y, flags=f)
+        if op == "mul":
+            return b.fmul(x, y, flags=f)
+        if op == "truediv":
+            return b.fdiv(x, y, flags=f)
+        if op == "floordiv":
+            return b.call(self.mb.intrinsic("llvm.floor", x.type), [b.fdiv(x, y, flags=f)])
+        if op == "mod":  # Python semantics: the result takes the divisor's sign
+            r = b.frem(x, y)
+            zero = ll.Constant(x.type, 0.0)
+            fix = b.and_(b.fcmp_ordered("!=", r, zero),
+                         b.xor(b.fcmp_ordered("<", r, zero), b.fcmp_ordered("<", y, zero)))
+            return b.select(fix, b.fadd(r, y), r)
+        if op in ("min", "max"):
+            fn = self.mb.declare(f"llvm.{op}num.{_fsuffix(x.type)}", x.type, [x.type, x.type])
+            return b.call(fn, [x, y])
+        if op == "pow":
+            fn = self.mb.declare(f"llvm.pow.{_fsuffix(x.type)}", x.type, [x.type, x.type])
+            return b.call(fn, [x, y])
+        if op == "atan2":
+            return b.call(self.mb.libm("atan2", x.type, 2), [x, y])
+        raise NotImplementedError(op)
+
+    def int_binary(self, op, x, y, t):
+        b = self.b
+        signed = t.kind == "int"
+        ty = x.type
+        zero, one = ll.Constant(ty, 0), ll.Constant(ty, 1)
+        if op == "add":
+            return b.add(x, y)
+        if op == "sub":
+            return b.sub(x, y)
+        if op == "mul":
+            return b.mul(x, y)
+        if op in ("bit_and", "bit_or", "bit_xor"):
+            return {"bit_and": b.and_, "bit_or": b.or_, "bit_xor": b.xor}[op](x, y)
+        if op in ("shl", "shr"):
+            amount = b.and_(y, ll.Constant(ty, ty.width - 1))  # never poison: x86 masks the same way
+            if op == "shl":
+                return b.shl(x, amount)
+            return b.ashr(x, amount) if signed else b.lshr(x, amount)
+        if op in ("min", "max"):
+            cmp = b.icmp_signed if signed else b.icmp_unsigned
+            return b.select(cmp("<" if op == "min" else ">", x, y), x, y)
+        if op in ("floordiv", "mod"):
+            # Division by zero gives 0 and INT_MIN // -1 wraps, instead of trapping the process.
+            y_zero = b.icmp_unsigned("==", y, zero)
+            safe_y = b.select(y_zero, one, y)
+            if signed:
+                overflow = b.and_(b.icmp_signed("==", y, ll.Constant(ty, -1)),
+                                  b.icmp_signed("==", x, ll.Constant(ty, -(1 << (ty.width - 1)))))
+                safe_y = b.select(overflow, one, safe_y)
+                q, r = b.sdiv(x, safe_y), b.srem(x, safe_y)
+                adjust = b.and_(b.icmp_signed("!=", r, zero),
+                                b.xor(b.icmp_signed("<", r, zero), b.icmp_signed("<", safe_y, zero)))
+                if op == "floordiv":
+                    out = b.select(adjust, b.sub(q, one), q)
+                    out = b.select(overflow, x, out)
+                else:
+                    out = b.select(adjust, b.add(r, safe_y), r)
+                    out = b.select(overflow, zero, out)
+            else:
+                out = b.udiv(x, safe_y) if op == "floordiv" else b.urem(x, safe_y)
+            return b.select(y_zero, zero, out)
+        if op == "pow":
+            return b.call(self.ipow_fn(ty, signed), [x, y])
+        raise NotImplementedError(op)
+
+    def ipow_fn(self, ty, signed):
+        name = f"qdc_ipow_{'i' if signed else 'u'}{ty.width}"
+        fn = self.mb.module.globals.get(name)
+        if fn is not None:
+            return fn
+        fn = ll.Function(self.mb.module, ll.FunctionType(ty, [ty, ty]), name=name)
+        fn.linkage = "internal"
+        base, exp = fn.args
+        b = ll.IRBuilder(fn.append_basic_block("entry"))
+        loop = fn.append_basic_block("loop")
+        done = fn.append_basic_block("done")
+        entry = b.block
+        b.branch(loop)
+        b.position_at_end(loop)
+        r = b.phi(ty)
+        bb = b.phi(ty)
+        e = b.phi(ty)
+        r.add_incoming(ll.Constant(ty, 1), entry)
+        bb.add_incoming(base, entry)
+        e.add_incoming(exp, entry)
+        odd = b.trunc(e, I1)
+        r2 = b.select(odd, b.mul(r, bb), r)
+        e2 = b.lshr(e, ll.Constant(ty, 1))
+        bb2 = b.mul(bb, bb)
+        r.add_incoming(r2, loop)
+        bb.add_incoming(bb2, loop)
+        e.add_incoming(e2, loop)
+        cond = b.icmp_signed(">", e2, ll.Constant(ty, 0)) if signed else b.icmp_unsigned(">", e2, ll.Constant(ty, 0))
+        b.cbranch(cond, loop, done)
+        b.position_at_end(done)
+        result = b.select(b.icmp_signed("<", exp, ll.Constant(ty, 0)), ll.Constant(ty, 0), r2) if signed else r2
+        b.ret(result)
+        return fn
+
+    # ---- locals and temporaries ---------------------------------------------------------------
+    def s_Alloca(self, s):
+        slot = self.entry_alloca(lltype(s.type), s.var_name)
+        self.b.store(ll.Constant(lltype(s.type), 0 if not s.type.is_float else 0.0), slot)
+        return slot
+
+    def s_LocalLoad(self, s):
+        return self.b.load(self.v(s.var), typ=lltype(s.type))
+
+    def s_LocalStore(self, s):
+        self.b.store(self.v(s.value), self.v(s.var))
+
+    def temp_ptr(self, slot):
+        base = self.ctx_word(self.cg.meta.temps_slot, PTR)
+        return self.b.gep(base, [ll.Constant(I64, slot)], source_etype=I64)
+
+    def s_TempLoad(self, s):
+        v = self.b.load(self.temp_ptr(s.slot), typ=memtype(s.type))
+        return self.b.trunc(v, I1) if s.type is T.u1 else v
+
+    def s_TempStore(self, s):
+        v = self.v(s.value)
+        if s.value.type is T.u1:
+            v = self.b.zext(v, I8)
+        self.b.store(v, self.temp_ptr(s.slot))
+
+    # ---- globals --------------------------------------------------------------------------------
+    def s_GlobalPtr(self, s):
+        b = self.b
+        target = s.target
+        if isinstance(target, ir.FieldRef):
+            base = self.ctx_word(self.cg.meta.field_slot0 + target.slot, PTR)
+            dims = [ll.Constant(I64, d) for d in target.shape]
+        else:
+            slot = self.cg.param_slot[target.arg_index]
+            base = self.ctx_word(slot + 1 + target.ndim if target.is_grad else slot, PTR)
+            dims = [self.ctx_word(slot + 1 + d, I64) for d in range(target.ndim)]
+        linear = None
+        for idx, dim in zip(s.indices, dims):
+            i = self.v(idx)
+            i = b.sext(i, I64) if idx.type.bits < 64 and idx.type.kind == "int" else \
+                (b.zext(i, I64) if i.type.width < 64 else i)
+            linear = i if linear is None else b.add(b.mul(linear, dim, flags=("nsw",)), i, flags=("nsw",))
+        if linear is None:
+            return base
+        return b.gep(base, [linear], inbounds=True, source_etype=memtype(s.type))
+
+    def s_GlobalLoad(self, s):
+        v = self.b.load(self.v(s.ptr), typ=memtype(s.type), align=s.type.nbytes)
+        return self.b.icmp_unsigned("!=", v, ll.Constant(I8, 0)) if s.type is T.u1 else v
+
+    def s_GlobalStore(self, s):
+        v = self.v(s.value)
+        if s.value.type is T.u1:
+            v = self.b.zext(v, I8)
+        self.b.store(v, self.v(s.ptr), align=s.value.type.nbytes)
+
+    def s_AtomicRMW(self, s):
+        b, t = self.b, s.type
+        v = self.v(s.value)
+        if t is T.u1:
+            v = b.zext(v, I8)
+        if t.is_float:
+            op = {"add": "fadd", "sub": "fsub", "min": "fmin", "max": "fmax"}[s.op]
+        else:
+            op = {"add": "add", "sub": "sub", "and": "and", "or": "or", "xor": "xor",
+                  "min": "min" if t.kind == "int" else "umin", "max": "max" if t.kind == "int" else "umax"}[s.op]
+        old = b.atomic_rmw(op, self.v(s.ptr), v, "monotonic")
+        return b.icmp_unsigned("!=", old, ll.Constant(I8, 0)) if t is T.u1 else old
+
+    # ---- control flow ---------------------------------------------------------------------------
+    def s_If(self, s):
+        b = self.b
+        then_bb = b.append_basic_block("if.then")
+        else_bb = b.append_basic_block("if.else")
+        merge = b.append_basic_block("if.end")
+        b.cbranch(self.v(s.cond), then_bb, else_bb)
+        for bb, blk in ((then_bb, s.then_block), (else_bb, s.else_block)):
+            b.position_at_end(bb)
+            self.block(blk)
+            if not b.block.is_terminated:
+                b.branch(merge)
+        b.position_at_end(merge)
+
+    def s_RangeFor(self, s):
+        self.loop(self.v(s.begin), self.v(s.end), s.index, s.body)
+
+    def s_While(self, s):
+        b = self.b
+        head = b.append_basic_block("while.body")
+        exit_bb = b.append_basic_block("while.exit")
+        b.branch(head)
+        b.position_at_end(head)
+        self.loops.append((head, exit_bb))
+        self.block(s.body)
+        self.loops.pop()
+        if not b.block.is_terminated:
+            b.branch(head)
+        b.position_at_end(exit_bb)
+
+    def s_Break(self, s):
+        self.b.branch(self.loops[-1][1])
+
+    def s_Continue(self, s):
+        self.b.branch(self.loops[-1][0])
+
+    def s_LoopIndex(self, s):  # defined by its loop
+        return None
+
+
+def _fsuffix(t) -> str:
+    return {"half": "f16", "float": "f32", "double": "f64"}[str(t)]
+
+
+def convert(b: ll.IRBuilder, mb: ModuleBuilder, v, src: T.DataType, dst: T.DataType):
+    """Value conversion with C semantics, except float→int saturates (never poison)."""
+    if src is dst:
+        return v
+    dt = lltype(dst)
+    if dst is T.u1:
+        if src.is_float:
+            return b.fcmp_unordered("!=", v, ll.Constant(v.type, 0.0))
+        return b.icmp_unsigned("!=", v, ll.Constant(v.type, 0))
+    if src.is_float and dst.is_float:
+        return b.fpext(v, dt) if dst.bits > src.bits else b.fptrunc(v, dt)
+    if src.is_float:
+        kind = "fptosi" if dst.kind == "int" else "fptoui"
+        fn = mb.declare(f"llvm.{kind}.sat.i{dst.bits}.{_fsuffix(v.type)}", dt, [v.type])
+        return b.call(fn, [v])
+    if dst.is_float:
+        return b.uitofp(v, dt) if src.kind in ("uint", "bool") else b.sitofp(v, dt)
+    if dst.bits > src.bits:
+        return b.sext(v, dt) if src.kind == "int" else b.zext(v, dt)
+    if dst.bits < src.bits:
+        return b.trunc(v, dt)
+    return v

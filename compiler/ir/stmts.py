@@ -1,0 +1,459 @@
+"""The typed, structured IR.
+
+A kernel is a `Block` of statements. Every statement that produces a value is that value
+(SSA style): operands are references to earlier statements. Control flow is structured:
+`If`, `RangeFor` and `While` own their blocks, which is what SPIR-V requires and what the
+autodiff pass walks in reverse. Mutable locals live in `Alloca`s.
+
+Each class declares which of its attributes are operands (`OPERANDS`), which are owned
+blocks (`BLOCKS`) and which are plain attributes (`ATTRS`); passes, the printer, the verifier
+and `clone` are written once against those three lists.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from qdc.runtime.types import DataType
+
+
+@dataclass(frozen=True)
+class SourceLoc:
+    filename: str
+    line: int
+    col: int  # 1-based, as compilers print it
+
+    def __str__(self) -> str:
+        return f"{self.filename}:{self.line}:{self.col}"
+
+
+class Block:
+    __slots__ = ("stmts", "parent")
+
+    def __init__(self, stmts=None, parent: Stmt | None = None):
+        self.stmts: list[Stmt] = []
+        self.parent = parent
+        for s in stmts or ():
+            self.append(s)
+
+    def append(self, stmt: Stmt) -> Stmt:
+        stmt.block = self
+        self.stmts.append(stmt)
+        return stmt
+
+    def __iter__(self):
+        return iter(self.stmts)
+
+    def __len__(self):
+        return len(self.stmts)
+
+
+class Stmt:
+    OPERANDS: tuple[str, ...] = ()
+    BLOCKS: tuple[str, ...] = ()
+    ATTRS: tuple[str, ...] = ()
+    PURE = False  # no side effects, result depends only on operands and attrs: CSE/DCE may act
+
+    def __init__(self, type: DataType | None = None, loc: SourceLoc | None = None):
+        self.type = type
+        self.loc = loc
+        self.block: Block | None = None
+
+    # -- generic structure -------------------------------------------------------------
+    def operands(self) -> list[Stmt]:
+        out = []
+        for name in self.OPERANDS:
+            v = getattr(self, name)
+            if isinstance(v, list):
+                out.extend(v)
+            elif v is not None:
+                out.append(v)
+        return out
+
+    def replace_operands(self, mapping: dict) -> None:
+        for name in self.OPERANDS:
+            v = getattr(self, name)
+            if isinstance(v, list):
+                setattr(self, name, [mapping.get(x, x) for x in v])
+            elif v is not None:
+                setattr(self, name, mapping.get(v, v))
+
+    def blocks(self) -> list[Block]:
+        return [getattr(self, b) for b in self.BLOCKS]
+
+    def attrs(self) -> tuple:
+        return tuple(getattr(self, a) for a in self.ATTRS)
+
+    @property
+    def name(self) -> str:
+        return type(self).__name__
+
+
+# ---- values ---------------------------------------------------------------------------
+
+class Const(Stmt):
+    ATTRS = ("value",)
+    PURE = True
+
+    def __init__(self, value, type: DataType, loc=None):
+        super().__init__(type, loc)
+        self.value = value
+
+
+class ArgLoad(Stmt):
+    """A scalar kernel argument."""
+    ATTRS = ("arg_index",)
+    PURE = True
+
+    def __init__(self, arg_index: int, type: DataType, loc=None):
+        super().__init__(type, loc)
+        self.arg_index = arg_index
+
+
+class NdarrayShape(Stmt):
+    """`a.shape[dim]` of ndarray argument `arg_index` (i32, as in Quadrants)."""
+    ATTRS = ("arg_index", "dim")
+    PURE = True
+
+    def __init__(self, arg_index: int, dim: int, type: DataType, loc=None):
+        super().__init__(type, loc)
+        self.arg_index, self.dim = arg_index, dim
+
+
+UNARY_OPS = ("neg", "not", "bit_not", "abs", "sin", "cos", "tan", "asin", "acos", "atan",
+             "tanh", "exp", "log", "sqrt", "rsqrt", "floor", "ceil", "round")
+BINARY_OPS = ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "min", "max",
+              "bit_and", "bit_or", "bit_xor", "shl", "shr", "atan2",
+              "lt", "le", "gt", "ge", "eq", "ne")
+COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne")
+
+
+class Unary(Stmt):
+    OPERANDS = ("x",)
+    ATTRS = ("op",)
+    PURE = True
+
+    def __init__(self, op: str, x: Stmt, type: DataType, loc=None):
+        assert op in UNARY_OPS, op
+        super().__init__(type, loc)
+        self.op, self.x = op, x
+
+
+class Binary(Stmt):
+    """Both operands have the same type; comparisons produce u1, the rest that type."""
+    OPERANDS = ("a", "b")
+    ATTRS = ("op",)
+    PURE = True
+
+    def __init__(self, op: str, a: Stmt, b: Stmt, type: DataType, loc=None):
+        assert op in BINARY_OPS, op
+        super().__init__(type, loc)
+        self.op, self.a, self.b = op, a, b
+
+
+class Cast(Stmt):
+    OPERANDS = ("x",)
+    PURE = True
+
+    def __init__(self, x: Stmt, type: DataType, loc=None):
+        super().__init__(type, loc)
+        self.x = x
+
+
+class Select(Stmt):
+    OPERANDS = ("cond", "a", "b")
+    PURE = True
+
+    def __init__(self, cond: Stmt, a: Stmt, b: Stmt, loc=None):
+        super().__init__(a.type, loc)
+        self.cond, self.a, self.b = cond, a, b
+
+
+# ---- locals -----------------------------------------------------------------------------
+
+class Alloca(Stmt):
+    """A mutable local variable of scalar type `type`, zero-initialised."""
+    ATTRS = ("var_name",)
+
+    def __init__(self, type: DataType, var_name: str = "", loc=None):
+        super().__init__(type, loc)
+        self.var_name = var_name
+
+
+class LocalLoad(Stmt):
+    OPERANDS = ("var",)
+
+    def __init__(self, var: Alloca, loc=None):
+        super().__init__(var.type, loc)
+        self.var = var
+
+
+class LocalStore(Stmt):
+    OPERANDS = ("var", "value")
+
+    def __init__(self, var: Alloca, value: Stmt, loc=None):
+        super().__init__(None, loc)
+        self.var, self.value = var, value
+
+
+# ---- globals ----------------------------------------------------------------------------
+
+class FieldRef:
+    """A field the kernel touches; `slot` indexes the kernel's field table."""
+    __slots__ = ("slot", "name", "dtype", "shape", "is_grad")
+
+    def __init__(self, slot: int, name: str, dtype: DataType, shape: tuple, is_grad: bool):
+        self.slot, self.name, self.dtype, self.shape, self.is_grad = slot, name, dtype, shape, is_grad
+
+    def __repr__(self):
+        return f"@{self.name}" + (".grad" if self.is_grad else "")
+
+
+class NdarrayRef:
+    """Ndarray argument `arg_index` (or its gradient buffer)."""
+    __slots__ = ("arg_index", "name", "dtype", "ndim", "is_grad")
+
+    def __init__(self, arg_index: int, name: str, dtype: DataType, ndim: int, is_grad: bool):
+        self.arg_index, self.name, self.dtype, self.ndim, self.is_grad = arg_index, name, dtype, ndim, is_grad
+
+    def __repr__(self):
+        return f"%arg{self.arg_index}:{self.name}" + (".grad" if self.is_grad else "")
+
+
+class GlobalPtr(Stmt):
+    """Address of element `indices` of a field or ndarray; `type` is the element type."""
+    OPERANDS = ("indices",)
+    ATTRS = ("target",)
+    PURE = True
+
+    def __init__(self, target: FieldRef | NdarrayRef, indices: list[Stmt], loc=None):
+        super().__init__(target.dtype, loc)
+        self.target, self.indices = target, list(indices)
+
+
+class GlobalLoad(Stmt):
+    OPERANDS = ("ptr",)
+
+    def __init__(self, ptr: GlobalPtr, loc=None):
+        super().__init__(ptr.type, loc)
+        self.ptr = ptr
+
+
+class GlobalStore(Stmt):
+    OPERANDS = ("ptr", "value")
+
+    def __init__(self, ptr: GlobalPtr, value: Stmt, loc=None):
+        super().__init__(None, loc)
+        self.ptr, self.value = ptr, value
+
+
+ATOMIC_OPS = ("add", "sub", "min", "max", "and", "or", "xor")
+
+
+class AtomicRMW(Stmt):
+    """Atomically `*ptr = op(*ptr, value)`; the result is the old value."""
+    OPERANDS = ("ptr", "value")
+    ATTRS = ("op",)
+
+    def __init__(self, op: str, ptr: GlobalPtr, value: Stmt, loc=None):
+        assert op in ATOMIC_OPS, op
+        super().__init__(ptr.type, loc)
+        self.op, self.ptr, self.value = op, ptr, value
+
+
+class TempLoad(Stmt):
+    """Read a kernel-scoped temporary: how values cross from one offloaded task to the next."""
+    ATTRS = ("slot",)
+
+    def __init__(self, slot: int, type: DataType, loc=None):
+        super().__init__(type, loc)
+        self.slot = slot
+
+
+class TempStore(Stmt):
+    OPERANDS = ("value",)
+    ATTRS = ("slot",)
+
+    def __init__(self, slot: int, value: Stmt, loc=None):
+        super().__init__(None, loc)
+        self.slot, self.value = slot, value
+
+
+# ---- control flow -----------------------------------------------------------------------
+
+class If(Stmt):
+    OPERANDS = ("cond",)
+    BLOCKS = ("then_block", "else_block")
+
+    def __init__(self, cond: Stmt, loc=None):
+        super().__init__(None, loc)
+        self.cond = cond
+        self.then_block = Block(parent=self)
+        self.else_block = Block(parent=self)
+
+
+class LoopIndex(Stmt):
+    """The induction variable of `loop`; defined by the loop, usable inside its body."""
+    PURE = True
+
+    def __init__(self, loop: RangeFor, type: DataType):
+        super().__init__(type, loop.loc)
+        self.loop = loop
+
+
+class RangeFor(Stmt):
+    """`for index in [begin, end)`, step 1. At the top level of a kernel it is a parallel task
+    unless `serial`; nested inside a task it runs serially. `kind` records the source form
+    ("range", "ndrange" or "struct") for task metadata."""
+    OPERANDS = ("begin", "end")
+    BLOCKS = ("body",)
+    ATTRS = ("serial", "kind")
+
+    def __init__(self, begin: Stmt, end: Stmt, index_type: DataType, serial=False, kind="range", loc=None):
+        super().__init__(None, loc)
+        self.begin, self.end = begin, end
+        self.serial, self.kind = serial, kind
+        self.body = Block(parent=self)
+        self.index = LoopIndex(self, index_type)
+
+
+class While(Stmt):
+    """Loops until a `Break`; `while cond:` is a `While` whose body starts with `if not cond: break`."""
+    BLOCKS = ("body",)
+
+    def __init__(self, loc=None):
+        super().__init__(None, loc)
+        self.body = Block(parent=self)
+
+
+class Break(Stmt):
+    pass
+
+
+class Continue(Stmt):
+    pass
+
+
+# ---- offloaded form ---------------------------------------------------------------------
+
+class Task(Stmt):
+    """One unit of launch after offloading. `kind` is "serial" (body runs once) or
+    "range_for" (body runs for every index in [begin, end), in parallel unless `serial`).
+    `prologue` computes `begin`/`end` once per launch, before any iteration."""
+    BLOCKS = ("prologue", "body")
+    ATTRS = ("kind", "serial", "source_kind", "task_name")
+
+    def __init__(self, kind: str, loc=None):
+        super().__init__(None, loc)
+        self.kind = kind
+        self.serial = kind == "serial"
+        self.source_kind = kind
+        self.task_name = ""
+        self.prologue = Block(parent=self)
+        self.body = Block(parent=self)
+        self.begin: Stmt | None = None
+        self.end: Stmt | None = None
+        self.index: LoopIndex | None = None
+
+    def operands(self):  # begin/end live in the prologue; the verifier checks they do
+        return []
+
+
+# ---- kernel -----------------------------------------------------------------------------
+
+class Param:
+    """A kernel parameter: kind "scalar" or "ndarray"."""
+    __slots__ = ("name", "kind", "dtype", "ndim", "needs_grad")
+
+    def __init__(self, name, kind, dtype, ndim=0, needs_grad=False):
+        self.name, self.kind, self.dtype, self.ndim, self.needs_grad = name, kind, dtype, ndim, needs_grad
+
+    def __repr__(self):
+        if self.kind == "scalar":
+            return f"{self.name}: {self.dtype}"
+        return f"{self.name}: ndarray({self.dtype}, ndim={self.ndim}{', needs_grad' if self.needs_grad else ''})"
+
+
+class KernelIR:
+    """A kernel being compiled: parameters, the fields it touches, its body, and after
+    offloading its tasks (the body then holds only `Task`s)."""
+
+    def __init__(self, name: str, params: list[Param], loc: SourceLoc | None = None):
+        self.name = name
+        self.params = params
+        self.fields: list[FieldRef] = []
+        self.body = Block()
+        self.loc = loc
+        self.num_temps = 0
+        self.temp_types: list[DataType] = []
+
+    def field_ref(self, field, is_grad: bool) -> FieldRef:
+        """The kernel's reference to `field` (a runtime Field object), allocated on first use."""
+        for ref in self.fields:
+            if ref.name == field.name and ref.is_grad == is_grad:
+                return ref
+        ref = FieldRef(len(self.fields), field.name, field.dtype, tuple(field.shape), is_grad)
+        self.fields.append(ref)
+        return ref
+
+    @property
+    def tasks(self) -> list[Task]:
+        return [s for s in self.body if isinstance(s, Task)]
+
+
+# ---- traversal helpers ------------------------------------------------------------------
+
+def walk(block: Block):
+    """Every statement in `block`, nested blocks included, in program order (pre-order)."""
+    for s in block.stmts:
+        yield s
+        for b in s.blocks():
+            yield from walk(b)
+
+
+def walk_nested(stmt: Stmt):
+    """Every statement inside `stmt`'s blocks (not `stmt` itself)."""
+    for b in stmt.blocks():
+        yield from walk(b)
+
+
+def users_count(block: Block) -> dict:
+    counts: dict = {}
+    for s in walk(block):
+        for o in s.operands():
+            counts[o] = counts.get(o, 0) + 1
+        if isinstance(s, Task):
+            for o in (s.begin, s.end):
+                if o is not None:
+                    counts[o] = counts.get(o, 0) + 1
+    return counts
+
+
+def clone_block(src: Block, dst: Block, mapping: dict) -> None:
+    """Append deep copies of `src`'s statements to `dst`; `mapping` maps old→new statements
+    (pre-seed it to substitute operands) and is extended as statements are copied."""
+    for s in src.stmts:
+        dst.append(clone_stmt(s, mapping))
+
+
+def clone_stmt(s: Stmt, mapping: dict) -> Stmt:
+    new = object.__new__(type(s))
+    new.__dict__.update(s.__dict__)
+    new.block = None
+    mapping[s] = new
+    for bname in s.BLOCKS:
+        nb = Block(parent=new)
+        setattr(new, bname, nb)
+    if isinstance(s, RangeFor):
+        new.index = LoopIndex(new, s.index.type)
+        mapping[s.index] = new.index
+    if isinstance(s, Task):
+        if s.index is not None:
+            new.index = LoopIndex(new, s.index.type)
+            mapping[s.index] = new.index
+    for bname in s.BLOCKS:
+        clone_block(getattr(s, bname), getattr(new, bname), mapping)
+    new.replace_operands(mapping)
+    if isinstance(s, Task):
+        new.begin = mapping.get(s.begin, s.begin)
+        new.end = mapping.get(s.end, s.end)
+    return new

@@ -1,0 +1,152 @@
+"""The kernel language's Python surface: decorators, annotations and intrinsics.
+
+Intrinsics (`qd.sin`, `qd.atomic_add`, `qd.static`, ...) are ordinary Python functions so
+that they also work in Python scope; inside kernels the front end recognises them by
+identity through the INTRINSICS table and emits IR instead of calling them.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+
+from qdc.runtime import types as T
+
+
+# ---- annotations ---------------------------------------------------------------------
+
+class NdarrayType:
+    """`qd.types.ndarray(dtype=qd.f32, ndim=1, needs_grad=False)` parameter annotation."""
+
+    def __init__(self, dtype=None, ndim=None, needs_grad=False):
+        if dtype is not None and not isinstance(dtype, T.DataType):
+            dtype = T.from_numpy(dtype)
+        self.dtype, self.ndim, self.needs_grad = dtype, ndim, needs_grad
+
+    def __repr__(self):
+        return f"ndarray(dtype={self.dtype}, ndim={self.ndim})"
+
+
+class _TypesNamespace:
+    ndarray = NdarrayType
+
+    def __init__(self):
+        for t in T.ALL_TYPES:
+            setattr(self, t.name, t)
+
+
+types = _TypesNamespace()
+
+
+# ---- compile-time helpers ----------------------------------------------------------
+
+def static(value, *more):
+    """Evaluate at compile time: `for i in qd.static(range(4))` unrolls, `if qd.static(c)` picks a branch."""
+    return (value, *more) if more else value
+
+
+class ndrange:
+    """`qd.ndrange(n, (b, e), ...)`: the product of ranges; each argument an int or a (begin, end) pair."""
+
+    def __init__(self, *dims):
+        self.dims = dims
+
+    def __iter__(self):  # Python scope
+        ranges = [range(d) if isinstance(d, int) else range(*d) for d in self.dims]
+        for idx in itertools.product(*ranges):
+            yield idx if len(idx) > 1 else idx[0]
+
+
+def loop_config(serialize: bool = False, **_ignored):
+    """Placed right before a top-level `for`: `serialize=True` runs that loop on one thread."""
+    return None
+
+
+# ---- math and atomics (Python-scope fallbacks) -------------------------------------
+
+def _np1(f):
+    def g(x):
+        return f(x)
+    return g
+
+
+sin, cos, tan = _np1(np.sin), _np1(np.cos), _np1(np.tan)
+asin, acos, atan = _np1(np.arcsin), _np1(np.arccos), _np1(np.arctan)
+tanh, exp, log, sqrt = _np1(np.tanh), _np1(np.exp), _np1(np.log), _np1(np.sqrt)
+floor, ceil, round = _np1(np.floor), _np1(np.ceil), _np1(np.round)
+
+
+def rsqrt(x):
+    return 1.0 / np.sqrt(x)
+
+
+def atan2(y, x):
+    return math.atan2(y, x)
+
+
+def pow(x, y):  # noqa: A001  (mirrors qd.pow)
+    return x ** y
+
+
+def select(cond, a, b):
+    return a if cond else b
+
+
+def cast(value, dtype):
+    return dtype(value)
+
+
+def _atomic(name):
+    def fn(target, value):
+        raise RuntimeError(f"qd.{name} can only be used inside a kernel or qd.func")
+    fn.__name__ = name
+    return fn
+
+
+atomic_add, atomic_sub, atomic_min, atomic_max = (_atomic(n) for n in
+                                                  ("atomic_add", "atomic_sub", "atomic_min", "atomic_max"))
+atomic_and, atomic_or, atomic_xor = (_atomic(n) for n in ("atomic_and", "atomic_or", "atomic_xor"))
+
+# What the front end emits for each intrinsic: ("unary", op) | ("binary", op) | ("atomic", op) | kind
+INTRINSICS = {
+    sin: ("unary", "sin"), cos: ("unary", "cos"), tan: ("unary", "tan"), asin: ("unary", "asin"),
+    acos: ("unary", "acos"), atan: ("unary", "atan"), tanh: ("unary", "tanh"), exp: ("unary", "exp"),
+    log: ("unary", "log"), sqrt: ("unary", "sqrt"), rsqrt: ("unary", "rsqrt"), floor: ("unary", "floor"),
+    ceil: ("unary", "ceil"), round: ("unary", "round"),
+    atan2: ("binary", "atan2"), pow: ("binary", "pow"),
+    atomic_add: ("atomic", "add"), atomic_sub: ("atomic", "sub"), atomic_min: ("atomic", "min"),
+    atomic_max: ("atomic", "max"), atomic_and: ("atomic", "and"), atomic_or: ("atomic", "or"),
+    atomic_xor: ("atomic", "xor"),
+    select: ("select", None), cast: ("cast", None), static: ("static", None),
+    ndrange: ("ndrange", None), loop_config: ("loop_config", None),
+    math.sin: ("unary", "sin"), math.cos: ("unary", "cos"), math.tan: ("unary", "tan"),
+    math.exp: ("unary", "exp"), math.log: ("unary", "log"), math.sqrt: ("unary", "sqrt"),
+    math.tanh: ("unary", "tanh"), math.floor: ("unary", "floor"), math.ceil: ("unary", "ceil"),
+    math.atan2: ("binary", "atan2"), math.asin: ("unary", "asin"), math.acos: ("unary", "acos"),
+    math.atan: ("unary", "atan"),
+}
+
+
+# ---- decorators --------------------------------------------------------------------
+
+class Func:
+    """A `@qd.func`: inlined into every kernel (or func) that calls it."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.__name__ = fn.__name__
+        self.__doc__ = fn.__doc__
+        self.__wrapped__ = fn
+
+    def __call__(self, *args, **kwargs):
+        raise RuntimeError(f"qd.func {self.__name__} can only be called from a kernel or another qd.func")
+
+
+def func(fn):
+    return Func(fn)
+
+
+def kernel(fn):
+    from .kernel import Kernel
+    return Kernel(fn)

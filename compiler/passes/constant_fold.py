@@ -1,0 +1,94 @@
+"""Constant folding: an operation whose operands are all constants becomes a constant,
+computed with the exact semantics the backends implement (wrap-around, Python // and %)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from qdc.runtime import types as T
+
+from .. import ir
+
+
+def constant_fold(k: ir.KernelIR) -> bool:
+    mapping: dict = {}
+    changed = _fold_block(k.body, mapping)
+    if mapping:
+        for s in ir.walk(k.body):
+            s.replace_operands(mapping)
+    return changed
+
+
+def _fold_block(block: ir.Block, mapping: dict) -> bool:
+    changed = False
+    for i, s in enumerate(block.stmts):
+        s.replace_operands(mapping)
+        for b in s.blocks():
+            changed |= _fold_block(b, mapping)
+        value = _evaluate(s)
+        if value is not None:
+            new = ir.Const(value, s.type, s.loc)
+            new.block = block
+            block.stmts[i] = new
+            mapping[s] = new
+            changed = True
+    return changed
+
+
+def wrap(value, t: T.DataType):
+    """Represent `value` as type `t` does (integers wrap, floats round to t's precision)."""
+    if t is T.u1:
+        return bool(value)
+    if t.is_float:
+        return float(np.array(value, dtype=t.np_dtype))
+    value = int(value) & ((1 << t.bits) - 1)
+    if t.kind == "int" and value >= 1 << (t.bits - 1):
+        value -= 1 << t.bits
+    return value
+
+
+def _evaluate(s):
+    if isinstance(s, ir.Cast) and isinstance(s.x, ir.Const):
+        v = s.x.value
+        if s.type.is_integral and isinstance(v, float):
+            if not math.isfinite(v):
+                return None
+            v = math.trunc(v)
+            info = np.iinfo(s.type.np_dtype) if s.type is not T.u1 else None
+            if info is not None:
+                v = min(max(v, info.min), info.max)  # saturating, as the backends convert
+        return wrap(v, s.type)
+    if isinstance(s, ir.Binary) and isinstance(s.a, ir.Const) and isinstance(s.b, ir.Const):
+        return _binary(s.op, s.a.value, s.b.value, s.a.type, s.type)
+    if isinstance(s, ir.Unary) and isinstance(s.x, ir.Const) and s.op in ("neg", "not", "bit_not", "abs"):
+        x = s.x.value
+        v = {"neg": lambda: -x, "not": lambda: not x, "bit_not": lambda: ~x, "abs": lambda: abs(x)}[s.op]()
+        return wrap(v, s.type)
+    if isinstance(s, ir.Select) and isinstance(s.cond, ir.Const) and isinstance(s.a, ir.Const) and isinstance(s.b, ir.Const):
+        return s.a.value if s.cond.value else s.b.value
+    return None
+
+
+def _binary(op, a, b, t: T.DataType, rt: T.DataType):
+    if op in ir.COMPARISONS:
+        return {"lt": a < b, "le": a <= b, "gt": a > b, "ge": a >= b, "eq": a == b, "ne": a != b}[op]
+    if t.is_float:
+        if op in ("add", "sub", "mul", "min", "max"):
+            v = {"add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b,
+                 "min": lambda: min(a, b), "max": lambda: max(a, b)}[op]()
+            return wrap(v, t)
+        return None  # division, pow and libm functions are left to the target's arithmetic
+    if op in ("floordiv", "mod"):
+        if b == 0:
+            return 0
+        return wrap(a // b if op == "floordiv" else a % b, t)
+    if op in ("shl", "shr"):
+        b &= t.bits - 1
+        if op == "shr" and t.kind == "uint":
+            return wrap((a & ((1 << t.bits) - 1)) >> b, t)
+        return wrap(a << b if op == "shl" else a >> b, t)
+    f = {"add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b, "min": lambda: min(a, b),
+         "max": lambda: max(a, b), "bit_and": lambda: a & b, "bit_or": lambda: a | b,
+         "bit_xor": lambda: a ^ b}.get(op)
+    return None if f is None else wrap(f(), t)

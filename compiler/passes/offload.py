@@ -1,0 +1,158 @@
+"""Offloading: split a kernel's top level into tasks, the unit every backend launches.
+
+Each top-level `RangeFor` becomes a range-for task (parallel unless serialized); each maximal
+run of other top-level statements becomes a serial task. Values that cross from one task to a
+later one travel through kernel temporaries (`TempStore`/`TempLoad`), except cheap expressions
+of launch-time data (constants, arguments, shapes, and loads right before the loop), which are
+recomputed in the consuming task so range bounds stay expressible in launch metadata.
+"""
+from __future__ import annotations
+
+from .. import ir
+from .dce import eliminate_dead_code
+
+_RECOMPUTABLE = (ir.Const, ir.ArgLoad, ir.NdarrayShape, ir.Unary, ir.Binary, ir.Cast, ir.Select, ir.GlobalPtr)
+
+
+def offload(k: ir.KernelIR) -> None:
+    _promote_shared_allocas(k)
+    groups = _group_top_level(k.body.stmts)
+    owner = _owners(groups)
+    tasks = []
+    for gi, g in enumerate(groups):
+        importer = _Importer(k, groups, owner, gi)
+        if isinstance(g[0], ir.RangeFor):
+            loop = g[0]
+            t = ir.Task("range_for", loop.loc)
+            t.serial, t.source_kind = loop.serial, loop.kind
+            t.begin = importer.value(loop.begin, t.prologue)
+            t.end = importer.value(loop.end, t.prologue)
+            t.index = ir.LoopIndex(t, loop.index.type)
+            importer.mapping[loop.index] = t.index
+            body = list(loop.body.stmts)
+        else:
+            t = ir.Task("serial", g[0].loc)
+            body = list(g)
+        for s in body:
+            importer.operands_of(s, t.body)
+        for s in body:
+            t.body.append(s)
+        for s in ir.walk(t.body):
+            s.replace_operands(importer.mapping)
+        tasks.append(t)
+    k.body = ir.Block()
+    for t in tasks:
+        k.body.append(t)
+    eliminate_dead_code(k)
+    k.body.stmts = [t for t in k.body.stmts if t.body.stmts]
+    for i, t in enumerate(k.body.stmts):
+        t.task_name = f"{k.name}_t{i}_{t.source_kind}"
+
+
+def _group_top_level(stmts) -> list[list[ir.Stmt]]:
+    groups: list[list[ir.Stmt]] = []
+    for s in stmts:
+        if isinstance(s, ir.RangeFor) or not groups or isinstance(groups[-1][0], ir.RangeFor):
+            groups.append([s])
+        else:
+            groups[-1].append(s)
+    return groups
+
+
+def _owners(groups) -> dict:
+    owner = {}
+    for gi, g in enumerate(groups):
+        for s in g:
+            owner[s] = gi
+            for d in ir.walk_nested(s):
+                owner[d] = gi
+            if isinstance(s, ir.RangeFor):
+                owner[s.index] = gi
+    return owner
+
+
+def _promote_shared_allocas(k: ir.KernelIR) -> None:
+    """A top-level local touched by several tasks becomes a kernel temporary."""
+    owner = _owners(_group_top_level(k.body.stmts))
+    users: dict = {}
+    for s in ir.walk(k.body):
+        if isinstance(s, (ir.LocalLoad, ir.LocalStore)) and s.var.block is k.body:
+            users.setdefault(s.var, set()).add(owner[s])
+    slots = {}
+    for var, gs in users.items():
+        if gs - {owner[var]}:
+            slots[var] = k.num_temps
+            k.num_temps += 1
+            k.temp_types.append(var.type)
+    if not slots:
+        return
+    mapping = {}
+    for block in [k.body] + [b for s in ir.walk(k.body) for b in s.blocks()]:
+        for i, s in enumerate(block.stmts):
+            if isinstance(s, ir.LocalLoad) and s.var in slots:
+                new = ir.TempLoad(slots[s.var], s.type, s.loc)
+            elif isinstance(s, ir.LocalStore) and s.var in slots:
+                new = ir.TempStore(slots[s.var], s.value, s.loc)
+            else:
+                continue
+            new.block = block
+            block.stmts[i] = new
+            mapping[s] = new
+    for s in ir.walk(k.body):
+        s.replace_operands(mapping)
+    k.body.stmts = [s for s in k.body.stmts if s not in slots]
+
+
+class _Importer:
+    """Makes values defined by earlier groups available to group `gi`."""
+
+    def __init__(self, k, groups, owner, gi):
+        self.k, self.groups, self.owner, self.gi = k, groups, owner, gi
+        self.mapping: dict = {}
+
+    def operands_of(self, s, dest: ir.Block):
+        for d in [s, *ir.walk_nested(s)]:
+            for o in d.operands():
+                if self.owner.get(o, self.gi) != self.gi:
+                    self.value(o, dest)
+
+    def value(self, v, dest: ir.Block):
+        if v in self.mapping:
+            return self.mapping[v]
+        src = self.owner.get(v)
+        if src is None or src == self.gi:
+            return v
+        if self.recomputable(v, src):
+            for o in v.operands():
+                self.value(o, dest)
+            new = ir.clone_stmt(v, self.mapping)
+            dest.append(new)
+            return new
+        slot = self.k.num_temps
+        self.k.num_temps += 1
+        self.k.temp_types.append(v.type)
+        store = ir.TempStore(slot, v, v.loc)
+        blk = v.block
+        blk.stmts.insert(blk.stmts.index(v) + 1, store)
+        store.block = blk
+        if blk.parent is None:  # top level: keep the group list in step
+            g = self.groups[src]
+            g.insert(g.index(v) + 1, store)
+        self.owner[store] = src
+        load = dest.append(ir.TempLoad(slot, v.type, v.loc))
+        self.mapping[v] = load
+        return load
+
+    def recomputable(self, v, src) -> bool:
+        if isinstance(v, ir.GlobalLoad):
+            # Repeat a load only if nothing after it, before the consumer, can change memory.
+            g = self.groups[src]
+            if src != self.gi - 1 or v not in g:
+                return False
+            after = g[g.index(v) + 1:]
+            if any(not (s.PURE or isinstance(s, (ir.GlobalLoad, ir.LocalLoad, ir.Alloca, ir.LocalStore)))
+                   for s in after):
+                return False
+        elif not isinstance(v, _RECOMPUTABLE):
+            return False
+        return all(self.recomputable(o, src) for o in v.operands())

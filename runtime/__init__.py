@@ -1,0 +1,1 @@
+"""The qdc runtime: loads artifacts and launches them. It never imports the compiler."""

@@ -1,0 +1,44 @@
+"""The one protocol through which the runtime talks to every device.
+
+A backend implements `Device`: allocate/free memory, copy between host and device, load a
+compiled kernel artifact, launch it with a packed argument context, and synchronise. Nothing
+else about a backend is visible to the rest of the runtime.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+class Allocation:
+    """Device memory: `ptr` is the device address; `host` is a host-visible numpy byte view when
+    the device shares memory with the host (CPU), else None."""
+    __slots__ = ("ptr", "nbytes", "host", "handle")
+
+    def __init__(self, ptr: int, nbytes: int, host: np.ndarray | None = None, handle=None):
+        self.ptr, self.nbytes, self.host, self.handle = ptr, nbytes, host, handle
+
+
+class Device:
+    arch: str = "?"
+
+    def allocate(self, nbytes: int) -> Allocation:
+        raise NotImplementedError
+
+    def free(self, alloc: Allocation) -> None:
+        raise NotImplementedError
+
+    def copy_to_device(self, alloc: Allocation, src: np.ndarray, offset: int = 0) -> None:
+        raise NotImplementedError
+
+    def copy_to_host(self, alloc: Allocation, dst: np.ndarray, offset: int = 0) -> None:
+        raise NotImplementedError
+
+    def load_kernel(self, artifacts: dict, meta) -> object:
+        """Turn a kernel's artifacts into something `launch` accepts."""
+        raise NotImplementedError
+
+    def launch(self, loaded, ctx_address: int) -> None:
+        raise NotImplementedError
+
+    def sync(self) -> None:
+        pass

@@ -1,0 +1,27 @@
+"""Exceptions users catch. Shared by compiler and runtime (the runtime never imports the compiler)."""
+
+
+class QdcError(Exception):
+    """Base class of every qdc error."""
+
+
+class QdcCompileError(QdcError):
+    """A kernel uses something outside the language; the message is `file:line:col: error: ...`."""
+
+    def __init__(self, message: str, filename: str = "<unknown>", line: int = 0, col: int = 0,
+                 source_line: str | None = None):
+        self.raw_message = message
+        self.filename, self.line, self.col = filename, line, col
+        self.source_line = source_line
+        text = f"{filename}:{line}:{col}: error: {message}"
+        if source_line is not None:
+            text += "\n" + source_line.rstrip("\n") + "\n" + " " * max(col - 1, 0) + "^"
+        super().__init__(text)
+
+
+class CacheError(QdcError):
+    """An artifact failed its integrity check or was built by an incompatible format version."""
+
+
+class AdStackOverflowError(QdcError):
+    """A push went past an adstack's capacity; nothing was corrupted and the next launch works."""
