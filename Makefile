@@ -1,0 +1,22 @@
+# The README's two commands are `make demo` and `make test`; both set up a fresh machine.
+PY ?= python3
+PIP = $(PY) -m pip install -q --disable-pip-version-check
+
+.PHONY: setup demo test bench clean
+
+setup:
+	$(PIP) -e '.[test]'
+
+demo: setup
+	$(PY) -m qdc.cli.main build kernels/ --cache cache
+	$(PY) kernels/run_example.py cache
+
+test: setup
+	$(PY) -m pytest -q tests
+
+bench: setup
+	$(PIP) quadrants || echo "quadrants not installable here: its columns will be skipped"
+	$(PY) bench/run.py
+
+clean:
+	rm -rf cache/* build *.egg-info .pytest_cache
