@@ -1,26 +1,40 @@
-"""`@qd.kernel` objects: compile on first call (per runtime and argument specialisation), then launch."""
+"""`@qd.kernel` objects: compiled on first call (per runtime and argument specialisation)
+through the offline cache, then launched.
+
+A first call computes the kernel's cache key (cache_key.py, no front end), and on a hit
+loads the verified artifacts; on a miss it compiles and stores them. Either way the result
+is memoised per runtime generation, so later calls go straight to the launcher.
+"""
 from __future__ import annotations
 
 import inspect
+import time
+import warnings
 
 import numpy as np
 
 from qdc.runtime import context
 from qdc.runtime import types as T
 from qdc.runtime.artifact import FieldMeta, KernelMeta, ParamMeta, TaskMeta
-from qdc.runtime.errors import QdcCompileError
+from qdc.runtime.cache import Cache
+from qdc.runtime.errors import CacheError, QdcCompileError
 from qdc.runtime.fields import Ndarray
 from qdc.runtime.launcher import make_launcher
 
-from . import ir, lang, options as options_mod
+from . import cache_key, ir, lang, options as options_mod
+
+# Artifacts kept in memory but not written to the cache (textual LLVM IR: `qdc inspect --llvm`
+# disassembles the stored bitcode instead).
+_NOT_STORED = frozenset({"ll"})
 
 
 class CompiledKernel:
-    """The result of compiling one kernel: IR, metadata, artifacts and the objects it binds."""
+    """One kernel variant ready to load: metadata, artifacts and the Field objects it binds.
+    `ir` is the optimised IR when it was compiled here, None when it came from the cache."""
 
-    def __init__(self, kir, meta, artifacts, field_objects, deps):
+    def __init__(self, kir, meta, artifacts, field_objects, deps, from_cache=False):
         self.ir, self.meta, self.artifacts = kir, meta, artifacts
-        self.field_objects, self.deps = field_objects, deps
+        self.field_objects, self.deps, self.from_cache = field_objects, deps, from_cache
 
 
 def parse_params(fn) -> list[ir.Param]:
@@ -59,23 +73,133 @@ def build_meta(kir: ir.KernelIR, entry: str, is_grad: bool = False) -> KernelMet
         kir.name, entry,
         [ParamMeta(p.name, p.kind, p.dtype.name, p.ndim or 0, bool(p.needs_grad)) for p in kir.params],
         [FieldMeta(f.name, f.dtype.name, f.shape, f.is_grad) for f in kir.fields],
-        [TaskMeta(t.task_name, t.kind, t.serial, t.source_kind) for t in kir.tasks],
+        [TaskMeta(t.task_name, t.kind, t.serial, t.source_kind, _task_range(t)) for t in kir.tasks],
         kir.num_temps, is_grad)
 
 
-def compile_kernel(fn, params, opts, arch="cpu", dump=None) -> CompiledKernel:
-    """Front end → passes → codegen for one (specialised) kernel."""
+def _task_range(t: ir.Task):
+    """How a range-for task's bounds are obtained at launch (artifact.TaskMeta.range)."""
+    if t.kind != "range_for" or t.begin is None:
+        return None
+    return {"begin": _range_expr(t.begin), "end": _range_expr(t.end)}
+
+
+def _range_expr(s, depth=0) -> list:
+    if depth > 16:
+        return ["opaque"]
+    if isinstance(s, ir.Const):
+        return ["const", s.value.item() if hasattr(s.value, "item") else s.value]
+    if isinstance(s, ir.ArgLoad):
+        return ["arg", s.arg_index]
+    if isinstance(s, ir.NdarrayShape):
+        return ["shape", s.arg_index, s.dim]
+    if isinstance(s, ir.TempLoad):
+        return ["temp", s.slot]
+    if isinstance(s, ir.GlobalLoad) and isinstance(s.ptr.target, ir.FieldRef):
+        target = s.ptr.target
+        return ["field", target.name, target.is_grad, [_range_expr(i, depth + 1) for i in s.ptr.indices]]
+    if isinstance(s, ir.Cast):
+        return ["cast", s.type.name, _range_expr(s.x, depth + 1)]
+    if isinstance(s, (ir.Unary, ir.Binary)):
+        return [s.op] + [_range_expr(o, depth + 1) for o in s.operands()]
+    return ["opaque"]
+
+
+def compile_kernel(fn, params, opts, arch="cpu", dump=None, variant="forward") -> CompiledKernel:
+    """Front end → passes → codegen for one (specialised) kernel variant. No cache involved."""
     from .frontend.ast_to_ir import FrontEnd
     from .passes.pipeline import run_pipeline
+    if variant == "grad":
+        raise NotImplementedError("reverse-mode autodiff is not available yet")
     fe = FrontEnd(fn, params, opts)
     kir = fe.build()
     run_pipeline(kir, dump=dump)
-    meta = build_meta(kir, f"qdc_{kir.name}")
-    if arch != "cpu":
-        raise NotImplementedError(f"arch {arch} has no code generator yet")
+    meta = build_meta(kir, f"qdc_{kir.name}", is_grad=variant == "grad")
+    artifacts = _generate_code(arch, kir, meta, opts)
+    artifacts["ir"] = ir.print_kernel(kir).encode()
+    return CompiledKernel(kir, meta, artifacts, fe.field_objects, None)
+
+
+# Arches with a code generator; `qdc build --arch all` builds for these.
+CODEGEN_ARCHES = ("cpu",)
+
+
+def _generate_code(arch: str, kir, meta, opts) -> dict:
+    if arch not in CODEGEN_ARCHES:
+        raise NotImplementedError(f"arch '{arch}' has no code generator in this build of qdc "
+                                  f"(available: {', '.join(CODEGEN_ARCHES)})")
     from .codegen import cpu
-    artifacts = cpu.compile_kernel(kir, meta, int(opts.opt_level), bool(opts.fast_math))
-    return CompiledKernel(kir, meta, artifacts, fe.field_objects, (fe.constants_used, fe.funcs_used))
+    return cpu.compile_kernel(kir, meta, int(opts.opt_level), bool(opts.fast_math))
+
+
+# ---- through the offline cache --------------------------------------------------------------
+
+_CACHES: dict = {}      # cache folder -> Cache
+_UNWRITABLE: set = set()  # cache folders we failed to write (warned once)
+
+
+def cache_for(opts) -> Cache:
+    root = opts.resolved_cache_dir
+    cache = _CACHES.get(root)
+    if cache is None:
+        cache = _CACHES[root] = Cache(root)
+    return cache
+
+
+def obtain(fn, params, opts, arch: str, variant: str = "forward") -> CompiledKernel:
+    """The kernel variant from the cache when its key hits, else compiled and stored."""
+    cache = cache_for(opts)
+    try:
+        deps = cache_key.kernel_key(fn, params, opts, arch, variant)
+    except cache_key.UncacheableKernel:
+        return compile_kernel(fn, params, opts, arch, variant=variant)  # the front end explains why
+    hit = load_cached(cache, deps)
+    if hit is not None:
+        return hit
+    compiled = compile_kernel(fn, params, opts, arch, variant=variant)
+    compiled.deps = deps
+    store(cache, deps, compiled, fn, arch, variant, opts)
+    return compiled
+
+
+def load_cached(cache: Cache, deps) -> CompiledKernel | None:
+    try:
+        entry = cache.lookup(deps.key)
+    except CacheError as e:
+        warnings.warn(f"qdc: discarding a corrupt cache entry and recompiling: {e}", stacklevel=4)
+        cache.evict(deps.key)
+        return None
+    if entry is None:
+        return None
+    try:
+        fields = deps.bind(entry.field_refs)
+    except IndexError:
+        return None
+    for f, fm in zip(fields, entry.meta.fields):
+        if f.dtype.name != fm.dtype or tuple(f.shape) != tuple(fm.shape):
+            return None
+    return CompiledKernel(None, entry.meta, entry.artifacts, fields, deps, from_cache=True)
+
+
+def store(cache: Cache, deps, compiled: CompiledKernel, fn, arch: str, variant: str, opts,
+          replace: bool = False) -> bool:
+    """Write the entry (False if the kernel cannot be cached or the cache is not writable)."""
+    refs = deps.refs_for(compiled.field_objects)
+    if refs is None or cache.root in _UNWRITABLE:
+        return False
+    code = fn.__code__
+    body = {"kernel": fn.__name__, "variant": variant, "arch": arch, "compiler": cache_key.compiler_version(),
+            "created": time.time(), "source": f"{code.co_filename}:{code.co_firstlineno}",
+            "options": opts.key(), "meta": compiled.meta.to_dict(), "field_refs": refs}
+    artifacts = {k: v for k, v in compiled.artifacts.items() if isinstance(v, bytes) and k not in _NOT_STORED}
+    try:
+        cache.write_entry(deps.key, body, artifacts, replace=replace)
+    except OSError as e:
+        _UNWRITABLE.add(cache.root)
+        warnings.warn(f"qdc: cannot write the offline cache at {cache.root} ({e}); kernels will be compiled "
+                      f"on every run. Set qd.init(cache_dir=...) to a writable folder.", stacklevel=4)
+        return False
+    return True
 
 
 class Kernel:
@@ -86,8 +210,11 @@ class Kernel:
         self.__wrapped__ = fn
         self._params = None
         self._templated = None
-        self._launchers: dict = {}  # specialisation key -> (generation, launch, compiled)
+        self._launchers: dict = {}  # (variant, specialisation key) -> (generation, launch, compiled)
         self._fast = (None, None)   # (generation, launch) when nothing is templated
+        # A class of its own, so that the compiled launcher can become its __call__: a launch is
+        # then one generated function (see qdc.runtime.launcher), not a call through __call__.
+        self.__class__ = type(type(self).__name__, (type(self),), {})
 
     @property
     def params(self) -> list[ir.Param]:
@@ -121,21 +248,23 @@ class Kernel:
             key.append((dt.name, ndim))
         return tuple(key), out
 
-    def compile(self, args=()) -> CompiledKernel:
-        return self._launcher(args)[1]
+    def compile(self, args=(), variant: str = "forward") -> CompiledKernel:
+        return self._launcher(args, variant)[1]
 
-    def _launcher(self, args):
+    def _launcher(self, args, variant: str = "forward"):
         rt = context.current()
         key, params = self.specialise(args)
-        entry = self._launchers.get(key)
+        memo = (variant, key)
+        entry = self._launchers.get(memo)
         if entry is None or entry[0] != rt.generation:
-            compiled = compile_kernel(self.fn, params, options_mod.current, rt.arch)
+            compiled = obtain(self.fn, params, options_mod.current, rt.arch, variant)
             loaded = rt.device.load_kernel(compiled.artifacts, compiled.meta)
             launch = make_launcher(compiled.meta, rt.device, loaded, compiled.field_objects)
             entry = (rt.generation, launch, compiled)
-            self._launchers[key] = entry
-        if not self._templated:
+            self._launchers[memo] = entry
+        if not self._templated and variant == "forward":
             self._fast = (rt.generation, entry[1])
+            type(self).__call__ = entry[1].__qdc_launcher__.owner_call(Kernel.__call__)
         return entry[1], entry[2]
 
     def __call__(self, *args, **kwargs):

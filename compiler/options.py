@@ -61,3 +61,83 @@ class Options:
 
 
 current = Options()
+
+
+# ---- configuration files (API.md §5: flags win, then the file, then the defaults) ---------
+
+class ConfigError(ValueError):
+    """A configuration file is unreadable or sets an unknown or invalid option."""
+
+
+OPTION_NAMES = tuple(f.name for f in dataclasses.fields(Options))
+
+
+def find_config(start: str = ".") -> tuple[str | None, dict]:
+    """The options in the nearest `qdc.yaml`, or `[tool.qdc]` of the nearest `pyproject.toml`,
+    searching from `start` upwards and stopping at the first folder that has either file."""
+    folder = os.path.abspath(start)
+    while True:
+        yaml_path = os.path.join(folder, "qdc.yaml")
+        toml_path = os.path.join(folder, "pyproject.toml")
+        if os.path.isfile(yaml_path):
+            return yaml_path, _read_yaml(yaml_path)
+        if os.path.isfile(toml_path):
+            return toml_path, _read_pyproject(toml_path)
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return None, {}
+        folder = parent
+
+
+def _read_yaml(path: str) -> dict:
+    import yaml
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except (OSError, yaml.YAMLError) as e:
+        raise ConfigError(f"{path}: cannot read it: {e}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of option names to values")
+    return _normalise(data, path)
+
+
+def _read_pyproject(path: str) -> dict:
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        try:
+            import tomli as tomllib
+        except ImportError:
+            raise ConfigError(f"{path}: reading [tool.qdc] needs Python 3.11+ or the 'tomli' package") from None
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise ConfigError(f"{path}: cannot read it: {e}") from None
+    table = data.get("tool", {}).get("qdc", {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: [tool.qdc] must be a table")
+    return _normalise(table, f"{path} [tool.qdc]")
+
+
+def _normalise(data: dict, source: str) -> dict:
+    out = {}
+    for name, value in data.items():
+        key = str(name).replace("-", "_")
+        if key not in OPTION_NAMES:
+            raise ConfigError(f"{source}: unknown option '{name}' (known: {', '.join(OPTION_NAMES)})")
+        out[key] = value
+    return out
+
+
+def resolve(flags: dict, file_values: dict, source: str = "configuration file") -> Options:
+    """Options from defaults, overridden by the file, overridden by flags that were given (not None)."""
+    opts = Options()
+    try:
+        opts.update(**file_values)
+    except (TypeError, ValueError, KeyError) as e:
+        raise ConfigError(f"{source}: {e}") from None
+    opts.update(**{k: v for k, v in flags.items() if v is not None})
+    return opts

@@ -10,11 +10,32 @@ launch context ("ctx") is an array of 64-bit words whose layout the metadata des
     word  temps_slot                 pointer to the kernel's temporaries (values crossing tasks)
     word  threads_slot               number of worker threads to use
 
+On disk (see runtime/cache.py for the layout) every metadata file is a *record*: a msgpack
+array `["qdc", kind, FORMAT_VERSION, sha256(payload), payload]` whose payload is the msgpack
+of a plain dict. The header can be read whatever the version; the checksum catches a
+corrupt byte anywhere in the payload. Records hold only str/int/float/bool/bytes/list/dict:
+decoding one never runs code. Each binary artifact's sha256 is recorded in its kernel's
+entry record and checked before the artifact is used.
+
 Bump FORMAT_VERSION whenever this layout or the metadata schema changes.
 """
 from __future__ import annotations
 
-FORMAT_VERSION = 1
+import hashlib
+import re
+
+import msgpack
+
+FORMAT_VERSION = 2
+
+RECORD_MAGIC = "qdc"
+ENTRY_RECORD = "kernel-entry"
+MODULE_RECORD = "module"
+
+DTYPE_NAMES = frozenset(("i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "f16", "f32", "f64", "u1"))
+# A kernel is compiled in variants; the reverse-mode one is stored as "<kernel>.grad".
+VARIANTS = ("forward", "grad")
+GRAD_SUFFIX = ".grad"
 
 
 class ParamMeta:
@@ -37,10 +58,16 @@ class FieldMeta:
 
 
 class TaskMeta:
-    __slots__ = ("name", "kind", "serial", "source_kind")
+    """One task of a kernel. `range` says how its iteration range is obtained at launch, as
+    two expression trees `{"begin": e, "end": e}` of nested lists: ["const", v],
+    ["arg", i], ["shape", arg, dim], ["field", name, is_grad, [index exprs]], ["temp", slot],
+    [op, a, b] / [op, a] for arithmetic, ["cast", dtype, e], or ["opaque"]; None for serial
+    tasks. The native entry computes the range itself; this is for tools and sizing."""
+    __slots__ = ("name", "kind", "serial", "source_kind", "range")
 
-    def __init__(self, name, kind, serial, source_kind):
+    def __init__(self, name, kind, serial, source_kind, range=None):  # noqa: A002
         self.name, self.kind, self.serial, self.source_kind = name, kind, serial, source_kind
+        self.range = range
 
 
 class KernelMeta:
@@ -67,13 +94,148 @@ class KernelMeta:
             "is_grad": self.is_grad, "adstack": self.adstack,
             "params": [[p.name, p.kind, p.dtype, p.ndim, p.needs_grad] for p in self.params],
             "fields": [[f.name, f.dtype, list(f.shape), f.is_grad] for f in self.fields],
-            "tasks": [[t.name, t.kind, t.serial, t.source_kind] for t in self.tasks],
+            "tasks": [[t.name, t.kind, t.serial, t.source_kind, t.range] for t in self.tasks],
         }
 
     @classmethod
     def from_dict(cls, d: dict) -> "KernelMeta":
+        """Rebuild from a dict that may come from a cache file: every value is checked
+        (ValueError on anything malformed) so bad metadata fails here, not at launch."""
+        check_kernel_meta(d)
         return cls(d["name"], d["entry"],
                    [ParamMeta(*p) for p in d["params"]],
                    [FieldMeta(*f) for f in d["fields"]],
                    [TaskMeta(*t) for t in d["tasks"]],
                    d["num_temps"], d["is_grad"], d.get("adstack") or {})
+
+
+# ---- records ------------------------------------------------------------------------------
+
+class RecordError(ValueError):
+    """A metadata record is unreadable; `version_mismatch` tells stale from corrupt."""
+
+    def __init__(self, message: str, version_mismatch: bool = False):
+        super().__init__(message)
+        self.version_mismatch = version_mismatch
+
+
+def encode_record(kind: str, body: dict) -> bytes:
+    payload = msgpack.packb(body, use_bin_type=True)
+    return msgpack.packb([RECORD_MAGIC, kind, FORMAT_VERSION, sha256(payload), payload], use_bin_type=True)
+
+
+def decode_record(data: bytes, kind: str) -> dict:
+    """The dict inside a record of `kind`; RecordError if it is corrupt or another version."""
+    try:
+        head = msgpack.unpackb(data, raw=False)
+    except Exception as e:  # msgpack raises several types on garbage; all mean "corrupt"
+        raise RecordError(f"not a readable qdc metadata record ({type(e).__name__})") from None
+    if not (isinstance(head, list) and len(head) == 5 and head[0] == RECORD_MAGIC):
+        raise RecordError("not a qdc metadata record (bad header)")
+    _, got_kind, version, digest, payload = head
+    if got_kind != kind:
+        raise RecordError(f"expected a '{kind}' record, found '{got_kind}'")
+    if version != FORMAT_VERSION:
+        raise RecordError(f"written by artifact format version {version}, this qdc reads version "
+                          f"{FORMAT_VERSION}; rebuild it with `qdc build`", version_mismatch=True)
+    if not isinstance(payload, bytes) or sha256(payload) != digest:
+        raise RecordError("metadata checksum mismatch: the file is corrupt")
+    try:
+        body = msgpack.unpackb(payload, raw=False)
+    except Exception as e:
+        raise RecordError(f"metadata payload unreadable ({type(e).__name__})") from None
+    if not isinstance(body, dict):
+        raise RecordError("metadata payload is not a map")
+    return body
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+# ---- schema checks (the runtime trusts nothing it reads from disk) ------------------------
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+KEY_RE = re.compile(r"^[0-9a-f]{64}$")
+ARTIFACT_FILE_RE = re.compile(r"^kernel\.[a-z0-9_]{1,16}$")
+
+
+def _need(cond, what):
+    if not cond:
+        raise ValueError(f"malformed metadata: {what}")
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def check_kernel_meta(d) -> None:
+    _need(isinstance(d, dict), "kernel meta is not a map")
+    _need(isinstance(d.get("name"), str) and _IDENT.match(d["name"]), "kernel name")
+    _need(isinstance(d.get("entry"), str) and _IDENT.match(d["entry"]), "entry symbol")
+    _need(_is_int(d.get("num_temps")) and 0 <= d["num_temps"] < 1 << 20, "num_temps")
+    _need(isinstance(d.get("is_grad"), bool), "is_grad")
+    _need(isinstance(d.get("adstack", {}), dict), "adstack")
+    for p in _list(d, "params", 5):
+        _need(isinstance(p[0], str) and _IDENT.match(p[0]) and p[1] in ("scalar", "ndarray")
+              and p[2] in DTYPE_NAMES and _is_int(p[3]) and 0 <= p[3] <= 16 and isinstance(p[4], bool),
+              f"parameter {p[0]!r}")
+    for f in _list(d, "fields", 4):
+        check_field(f[0], f[1], f[2], module_attribute=False)
+        _need(isinstance(f[3], bool), f"field {f[0]!r}")
+    for t in _list(d, "tasks", 5):
+        _need(isinstance(t[0], str) and _IDENT.match(t[0]) and isinstance(t[1], str)
+              and isinstance(t[2], bool) and isinstance(t[3], str), f"task {t[0]!r}")
+
+
+def check_field(name, dtype, shape, module_attribute=True) -> None:
+    """A field declaration; a module's own fields become attributes, so need identifier names."""
+    if module_attribute:
+        _need(isinstance(name, str) and _IDENT.match(name), f"field name {name!r}")
+    else:
+        _need(isinstance(name, str) and 0 < len(name) <= 256, f"field name {name!r}")
+    _need(dtype in DTYPE_NAMES, f"dtype of field {name!r}")
+    _need(isinstance(shape, list) and len(shape) <= 16 and all(_is_int(s) and s >= 0 for s in shape),
+          f"shape of field {name!r}")
+
+
+def _list(d, key, width):
+    items = d.get(key)
+    _need(isinstance(items, list), key)
+    for item in items:
+        _need(isinstance(item, list) and len(item) == width, f"an entry of {key}")
+    return items
+
+
+def check_entry_record(body: dict) -> None:
+    """An entry record: kernel meta, field bindings and the artifacts with their hashes."""
+    _need(isinstance(body.get("key"), str) and KEY_RE.match(body["key"]), "key")
+    _need(body.get("variant") in VARIANTS, "variant")
+    _need(isinstance(body.get("arch"), str), "arch")
+    check_kernel_meta(body.get("meta"))
+    refs = body.get("field_refs")
+    _need(isinstance(refs, list) and len(refs) == len(body["meta"]["fields"]), "field_refs")
+    for r in refs:
+        _need(isinstance(r, list) and len(r) == 2 and _is_int(r[0]) and r[0] >= 0 and isinstance(r[1], bool),
+              "a field_refs item")
+    arts = body.get("artifacts")
+    _need(isinstance(arts, dict) and arts, "artifacts")
+    for kind, a in arts.items():
+        _need(isinstance(a, dict) and isinstance(a.get("file"), str) and ARTIFACT_FILE_RE.match(a["file"])
+              and isinstance(a.get("sha256"), str) and len(a["sha256"]) == 64 and _is_int(a.get("size")),
+              f"artifact {kind!r}")
+
+
+def check_module_record(body: dict) -> None:
+    """A module record: the module's fields and, per kernel variant, its entry key."""
+    _need(isinstance(body.get("module"), str), "module name")
+    _need(isinstance(body.get("arch"), str), "arch")
+    for f in _list(body, "fields", 4):
+        check_field(f[0], f[1], f[2])
+        _need(isinstance(f[3], bool), f"field {f[0]!r}")
+    kernels = body.get("kernels")
+    _need(isinstance(kernels, dict), "kernels")
+    for name, key in kernels.items():
+        base = name[:-len(GRAD_SUFFIX)] if name.endswith(GRAD_SUFFIX) else name
+        _need(isinstance(name, str) and _IDENT.match(base), f"kernel name {name!r}")
+        _need(isinstance(key, str) and KEY_RE.match(key), f"entry key of kernel {name!r}")

@@ -3,10 +3,14 @@ re-materialise, zeroed, on the new device)."""
 from __future__ import annotations
 
 import itertools
+import weakref
 
 from .device import Device
 
 _generation = itertools.count(1)
+# Objects (live kernel launchers) whose `invalidate()` must run when the runtime is replaced,
+# so that their hot path needs no per-launch check of which runtime is active.
+_dependents: "weakref.WeakSet" = weakref.WeakSet()
 
 
 class Runtime:
@@ -34,11 +38,20 @@ def current() -> Runtime:
 
 
 def reset(arch: str = "cpu", cpu_max_num_threads: int | None = None) -> Runtime:
+    """Replace the active runtime: fields and ndarrays re-materialise, zeroed, on first use."""
     global _current
+    new = Runtime(arch, cpu_max_num_threads)  # may raise (unknown arch): keep the old one then
     if _current is not None:
         _current.device.sync()
-    _current = Runtime(arch, cpu_max_num_threads)
+    _current = new
+    for dependent in list(_dependents):
+        dependent.invalidate()
     return _current
+
+
+def on_reset(dependent) -> None:
+    """Call `dependent.invalidate()` at every future `reset` (held weakly)."""
+    _dependents.add(dependent)
 
 
 def for_arch(arch: str) -> Runtime:

@@ -6,6 +6,9 @@ else about a backend is visible to the rest of the runtime.
 """
 from __future__ import annotations
 
+import ctypes
+import functools
+
 import numpy as np
 
 
@@ -39,6 +42,13 @@ class Device:
 
     def launch(self, loaded, ctx_address: int) -> None:
         raise NotImplementedError
+
+    def launch_call(self, loaded, ctx: ctypes.Array) -> tuple:
+        """`(call, arg)` such that `call(arg)` launches `loaded` on the ctx buffer `ctx`.
+
+        Launchers make exactly this call once per launch, so a backend whose launch is a single
+        foreign call should return that foreign function itself (see CpuDevice)."""
+        return functools.partial(self.launch, loaded), ctypes.addressof(ctx)
 
     def sync(self) -> None:
         pass

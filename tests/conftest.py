@@ -1,7 +1,11 @@
+import os
+
 import numpy as np
 import pytest
 
 import qdc as qd
+
+os.environ["QDC_VERIFY_IR"] = "1"  # verify the IR between passes for every kernel the suite compiles
 
 
 @pytest.fixture(autouse=True)

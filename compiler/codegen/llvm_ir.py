@@ -105,6 +105,9 @@ class KernelCodegen:
         return cost(task.body, 1)
 
     def emit_chunk(self, task: ir.Task) -> ll.Function:
+        """`<task>_chunk(ctx)` for a serial task; `<task>_chunk(ctx, begin, end)` for a range-for
+        task: its chunk_init, the body for every index in [begin, end), then (if the chunk was
+        not empty) its chunk_final."""
         if task.kind == "serial":
             fnty = ll.FunctionType(VOID, [PTR])
         else:
@@ -114,14 +117,18 @@ class KernelCodegen:
         fn.linkage = "internal"
         fn.args[0].add_attribute("noalias")
         b = start_function(fn)
-        env = _Env(self, b, fn.args[0])
+        env = _ChunkEnv(self, b, fn.args[0])
         if task.kind == "serial":
             env.block(task.body)
             if not b.block.is_terminated:
                 b.ret_void()
             return fn
         begin, end = fn.args[1], fn.args[2]
+        env.block(task.chunk_init)
         env.loop(begin, end, task.index, task.body)
+        if task.chunk_final.stmts:
+            with b.if_then(b.icmp_signed("<", begin, end)):
+                env.block(task.chunk_final)
         b.ret_void()
         return fn
 
@@ -274,14 +281,8 @@ class _Env:
             return b.fmul(x, y, flags=f)
         if op == "truediv":
             return b.fdiv(x, y, flags=f)
-        if op == "floordiv":
-            return b.call(self.mb.intrinsic("llvm.floor", x.type), [b.fdiv(x, y, flags=f)])
-        if op == "mod":  # Python semantics: the result takes the divisor's sign
-            r = b.frem(x, y)
-            zero = ll.Constant(x.type, 0.0)
-            fix = b.and_(b.fcmp_ordered("!=", r, zero),
-                         b.xor(b.fcmp_ordered("<", r, zero), b.fcmp_ordered("<", y, zero)))
-            return b.select(fix, b.fadd(r, y), r)
+        if op in ("floordiv", "mod"):
+            return self.float_divmod(x, y)[op == "mod"]
         if op in ("min", "max"):
             fn = self.mb.declare(f"llvm.{op}num.{_fsuffix(x.type)}", x.type, [x.type, x.type])
             return b.call(fn, [x, y])
@@ -291,6 +292,26 @@ class _Env:
         if op == "atan2":
             return b.call(self.mb.libm("atan2", x.type, 2), [x, y])
         raise NotImplementedError(op)
+
+    def float_divmod(self, x, y):
+        """(x // y, x % y) exactly as Python (and numpy) compute them for floats: the remainder
+        takes the divisor's sign and the quotient is the exact floor, e.g. 1.0 // 0.1 == 9.0
+        (floor(1.0 / 0.1) would give 10). Division by zero gives numpy's inf/nan."""
+        b, t = self.b, x.type
+        zero, one = ll.Constant(t, 0.0), ll.Constant(t, 1.0)
+        copysign = self.mb.declare(f"llvm.copysign.{_fsuffix(t)}", t, [t, t])
+        mod = b.frem(x, y)
+        div = b.fdiv(b.fsub(x, mod), y)
+        adjust = b.and_(b.fcmp_ordered("!=", mod, zero),
+                        b.xor(b.fcmp_ordered("<", y, zero), b.fcmp_ordered("<", mod, zero)))
+        mod_adj = b.select(adjust, b.fadd(mod, y), mod)
+        div = b.select(adjust, b.fsub(div, one), div)
+        mod = b.select(b.fcmp_ordered("==", mod, zero), b.call(copysign, [zero, y]), mod_adj)
+        floor = b.call(self.mb.intrinsic("llvm.floor", t), [div])
+        quot = b.select(b.fcmp_ordered(">", b.fsub(div, floor), ll.Constant(t, 0.5)), b.fadd(floor, one), floor)
+        quot = b.select(b.fcmp_ordered("==", div, zero), b.call(copysign, [zero, b.fdiv(x, y)]), quot)
+        quot = b.select(b.fcmp_ordered("==", y, zero), b.fdiv(x, y), quot)
+        return quot, mod
 
     def int_binary(self, op, x, y, t):
         b = self.b
@@ -479,6 +500,29 @@ class _Env:
 
     def s_LoopIndex(self, s):  # defined by its loop
         return None
+
+
+class _ChunkEnv(_Env):
+    """`_Env` plus the statements only task chunks contain."""
+
+    def s_LocalAccumulate(self, s):
+        """`var = op(var, value)` with reassociation allowed: lets LLVM vectorise the loop."""
+        b, t = self.b, s.var.type
+        var, x = self.v(s.var), self.v(s.value)
+        old = b.load(var, typ=lltype(t))
+        if t.is_float:
+            if s.op == "add":
+                new = b.fadd(old, x, flags=("reassoc",) + self.flags)
+            else:
+                fn = self.mb.declare(f"llvm.{s.op}num.{_fsuffix(old.type)}", old.type, [old.type, old.type])
+                new = b.call(fn, [old, x], fastmath=("reassoc",))
+        elif s.op in ("min", "max"):
+            kind = ("s" if t.kind == "int" else "u") + s.op
+            fn = self.mb.declare(f"llvm.{kind}.i{t.bits}", old.type, [old.type, old.type])
+            new = b.call(fn, [old, x])
+        else:
+            new = {"add": b.add, "and": b.and_, "or": b.or_, "xor": b.xor}[s.op](old, x)
+        b.store(new, var)
 
 
 def _fsuffix(t) -> str:

@@ -1,22 +1,56 @@
 """Typed value construction for the front end: weak literals, promotion, casts, operators.
 
-Front-end values are either IR statements (run-time values, typed) or plain Python objects
-(compile-time values: ints, floats and bools stay weakly typed until they meet a typed value).
+Front-end values are either IR statements (run-time values, typed) or plain Python numbers
+(compile-time values: ints, floats and bools stay weakly typed until they meet a typed value,
+as in Quadrants/Taichi). Operations on two compile-time numbers are folded in Python.
 """
 from __future__ import annotations
 
+import functools
 import math
+
+import numpy as np
 
 from qdc.runtime import types as T
 
 from .. import ir
 
 _PY_NUMBER = (bool, int, float)
+_MATH_FOLD = {
+    "sin": math.sin, "cos": math.cos, "tan": math.tan, "asin": math.asin, "acos": math.acos,
+    "atan": math.atan, "tanh": math.tanh, "exp": math.exp, "log": math.log, "sqrt": math.sqrt,
+    "rsqrt": lambda x: 1.0 / math.sqrt(x), "floor": lambda x: float(math.floor(x)),
+    "ceil": lambda x: float(math.ceil(x)), "round": lambda x: float(round(x)),  # round: half to even
+}
+_PY_BINARY = {
+    "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+    "truediv": lambda a, b: a / b, "floordiv": lambda a, b: a // b, "mod": lambda a, b: a % b,
+    "pow": lambda a, b: a ** b, "min": min, "max": max,
+    "bit_and": lambda a, b: a & b, "bit_or": lambda a, b: a | b, "bit_xor": lambda a, b: a ^ b,
+    "shl": lambda a, b: a << b, "shr": lambda a, b: a >> b, "atan2": math.atan2,
+    "lt": lambda a, b: a < b, "le": lambda a, b: a <= b, "gt": lambda a, b: a > b,
+    "ge": lambda a, b: a >= b, "eq": lambda a, b: a == b, "ne": lambda a, b: a != b,
+}
+_BITWISE = ("bit_and", "bit_or", "bit_xor", "shl", "shr")
+_ARITHMETIC = ("add", "sub", "mul", "floordiv", "mod", "pow", "min", "max")
+_LARGEST_CONST_POWER = 8  # `x ** k` for |k| <= this is exact repeated multiplication
 
 
 def is_number(v) -> bool:
-    return isinstance(v, _PY_NUMBER) or (hasattr(v, "dtype") and getattr(v, "shape", None) == ()
-                                         and not isinstance(v, ir.Stmt))
+    """A compile-time scalar: a Python number or a numpy scalar."""
+    return isinstance(v, (*_PY_NUMBER, np.generic)) and not isinstance(v, (np.str_, np.bytes_))
+
+
+def is_runtime(v) -> bool:
+    return isinstance(v, ir.Stmt)
+
+
+def fits(value: int, t: T.DataType) -> bool:
+    if t is T.u1:
+        return value in (0, 1)
+    if t.kind == "uint":
+        return 0 <= value < 1 << t.bits
+    return -(1 << (t.bits - 1)) <= value < 1 << (t.bits - 1)
 
 
 class ValueBuilder:
@@ -29,21 +63,27 @@ class ValueBuilder:
 
     # -- literals ----------------------------------------------------------------------
     def literal_type(self, v) -> T.DataType:
-        if isinstance(v, bool):
+        """The type a weak literal takes on its own: default_ip / default_fp / u1."""
+        if isinstance(v, (bool, np.bool_)):
             return T.u1
+        if isinstance(v, np.generic):
+            return T.from_numpy(v.dtype) or self.error(f"numpy scalar of dtype {v.dtype} is not supported")
         if isinstance(v, int):
-            if -2**31 <= v < 2**31 or self.default_ip.bits == 64:
+            if fits(v, self.default_ip):
                 return self.default_ip
-            if -2**63 <= v < 2**64:
-                return T.i64 if v < 2**63 else T.u64
+            if fits(v, T.i64):
+                return T.i64
+            if fits(v, T.u64):
+                return T.u64
             self.error(f"integer literal {v} does not fit in 64 bits")
         if isinstance(v, float):
             return self.default_fp
         self.error(f"{type(v).__name__} value cannot be used in a kernel expression")
 
     def const(self, v, dtype: T.DataType) -> ir.Stmt:
+        """A Const of `dtype` holding `v` converted the way the target converts it."""
         if dtype.is_float:
-            v = float(v)
+            v = float(dtype.np_dtype.type(v))  # rounded to the type's precision, as at run time
         elif dtype is T.u1:
             v = bool(v)
         else:
@@ -51,134 +91,128 @@ class ValueBuilder:
                 if not math.isfinite(v):
                     self.error(f"cannot convert {v} to {dtype}")
                 v = int(v)
-            v = int(v)
-            bits = dtype.bits
-            v &= (1 << bits) - 1
-            if dtype.kind == "int" and v >= 1 << (bits - 1):
-                v -= 1 << bits
+            v = int(v) & ((1 << dtype.bits) - 1)
+            if dtype.kind == "int" and v >= 1 << (dtype.bits - 1):
+                v -= 1 << dtype.bits
         return self.emit(ir.Const(v, dtype))
 
     def materialize(self, v, dtype: T.DataType | None = None) -> ir.Stmt:
-        """A Python number becomes a Const (of `dtype` or its default type); a Stmt is cast to `dtype`."""
-        if isinstance(v, ir.Stmt):
+        """A compile-time number becomes a Const (of `dtype` or its own type); a Stmt is cast to `dtype`."""
+        if is_runtime(v):
             return v if dtype is None else self.cast(v, dtype)
-        if hasattr(v, "item") and not isinstance(v, _PY_NUMBER):
-            v = v.item()
-        if not isinstance(v, _PY_NUMBER):
+        if not is_number(v):
             self.error(f"{type(v).__name__} value cannot be used as a kernel value")
-        return self.const(v, dtype or self.literal_type(v))
+        dtype = dtype or self.literal_type(v)
+        return self.const(v.item() if isinstance(v, np.generic) else v, dtype)
 
     def cast(self, v, dtype: T.DataType) -> ir.Stmt:
-        if not isinstance(v, ir.Stmt):
+        if not is_runtime(v):
             return self.materialize(v, dtype)
         if v.type is dtype:
             return v
         if isinstance(v, ir.Const):
             return self.const(v.value, dtype)
-        if dtype is T.u1:  # truthiness, as C and Python do
-            return self.emit(ir.Binary("ne", v, self.const(0, v.type), T.u1))
         return self.emit(ir.Cast(v, dtype))
 
     def to_bool(self, v) -> ir.Stmt:
         return self.cast(v, T.u1)
 
     # -- typing of operands --------------------------------------------------------------
+    def common_type(self, a, b) -> T.DataType:
+        return self.common_type_of([a, b])
+
+    def common_type_of(self, values) -> T.DataType:
+        """The type operands meet at. A weak literal takes the typed operands' type, except that
+        a float literal next to integers gives default_fp, an int literal next to bools gives
+        default_ip, and an int literal too large for the typed integer type widens it."""
+        typed = [v.type for v in values if is_runtime(v)]
+        weak = [v for v in values if not is_runtime(v)]
+        if not typed:
+            return functools.reduce(T.promote, [self.literal_type(v) for v in weak])
+        t = functools.reduce(T.promote, typed)
+        for w in weak:
+            t = self.meet_literal(t, w)
+        return t
+
+    def meet_literal(self, t: T.DataType, weak) -> T.DataType:
+        if isinstance(weak, np.generic):  # a numpy scalar carries its type
+            return T.promote(t, self.literal_type(weak))
+        if isinstance(weak, float) and not t.is_float:
+            return self.default_fp
+        if isinstance(weak, bool):
+            return t
+        if t is T.u1:
+            t = self.default_ip
+        if not t.is_float and not fits(weak, t):
+            t = T.promote(t, self.literal_type(weak))
+        return t
+
     def unify(self, a, b) -> tuple[ir.Stmt, ir.Stmt]:
-        """Bring two operands to their common type; weak literals take the other side's type
-        (a float literal next to an integer value promotes to default_fp)."""
-        a_weak, b_weak = not isinstance(a, ir.Stmt), not isinstance(b, ir.Stmt)
-        if a_weak and b_weak:
-            ta, tb = self.literal_type(a), self.literal_type(b)
-            t = T.promote(ta, tb)
-            return self.materialize(a, t), self.materialize(b, t)
-        if a_weak or b_weak:
-            typed, weak = (b, a) if a_weak else (a, b)
-            t = typed.type
-            if isinstance(weak, float) and not t.is_float:
-                t = self.default_fp
-            if t is T.u1 and not isinstance(weak, bool):
-                t = self.default_ip
-            typed, weak = self.cast(typed, t), self.materialize(weak, t)
-            return (weak, typed) if a_weak else (typed, weak)
-        t = T.promote(a.type, b.type)
+        t = self.common_type(a, b)
         return self.cast(a, t), self.cast(b, t)
 
     def float_type_of(self, v) -> T.DataType:
-        t = v.type if isinstance(v, ir.Stmt) else self.literal_type(v)
+        t = v.type if is_runtime(v) else self.literal_type(v)
         return t if t.is_float else self.default_fp
 
     # -- operators -------------------------------------------------------------------------
     def binary(self, op: str, a, b):
-        if not isinstance(a, ir.Stmt) and not isinstance(b, ir.Stmt):
+        if not is_runtime(a) and not is_runtime(b):
             return self.fold_python(op, a, b)
-        if op == "truediv":
+        if op == "pow" and isinstance(b, int) and not isinstance(b, bool) and abs(b) <= _LARGEST_CONST_POWER:
+            return self.const_power(a, b)
+        if op in ("truediv", "atan2"):  # always floating point, default_fp for integers
             t = T.promote(self.float_type_of(a), self.float_type_of(b))
-            a, b = self.cast(a, t) if isinstance(a, ir.Stmt) else a, self.cast(b, t) if isinstance(b, ir.Stmt) else b
-        if op == "pow" and not isinstance(b, ir.Stmt) and isinstance(b, int) and not isinstance(b, bool) and abs(b) <= 8:
-            return self.int_power(a, b)
-        if op == "atan2":
-            t = T.promote(self.float_type_of(a), self.float_type_of(b))
-            a, b = self.cast(a, t) if isinstance(a, ir.Stmt) else a, self.cast(b, t) if isinstance(b, ir.Stmt) else b
+            a, b = self.cast(a, t), self.cast(b, t)
+        if op in ("shl", "shr") and is_runtime(a):
+            return self.shift(op, a, b)
         a, b = self.unify(a, b)
         t = a.type
-        if op in ("bit_and", "bit_or", "bit_xor", "shl", "shr") and t.is_float:
+        if op in _BITWISE and t.is_float:
             self.error(f"bitwise operator needs integer operands, got {t}")
-        if op in ("shl", "shr") and t is T.u1:
-            a, b = self.cast(a, self.default_ip), self.cast(b, self.default_ip)
-            t = self.default_ip
-        if t is T.u1 and op in ("add", "sub", "mul", "floordiv", "mod", "pow", "neg"):
+        if t is T.u1 and op in _ARITHMETIC:  # bools do arithmetic as integers, as in Python
             a, b = self.cast(a, self.default_ip), self.cast(b, self.default_ip)
             t = self.default_ip
         rtype = T.u1 if op in ir.COMPARISONS else t
         return self.emit(ir.Binary(op, a, b, rtype))
 
-    def int_power(self, a, n: int):
-        """`x ** k` for a small constant integer k: exact repeated multiplication."""
-        if isinstance(a, ir.Stmt) and a.type is T.u1:
+    def shift(self, op: str, a: ir.Stmt, b):
+        """`a << b` / `a >> b` keep the type of `a` (the amount is converted to it), as in Quadrants."""
+        t = a.type if a.type is not T.u1 else self.default_ip
+        if t.is_float or (is_runtime(b) and b.type.is_float) or isinstance(b, float):
+            self.error("shift operators need integer operands")
+        a, b = self.cast(a, t), self.cast(b, t)
+        return self.emit(ir.Binary(op, a, b, t))
+
+    def const_power(self, a: ir.Stmt, n: int):
+        """`x ** k` for a small constant integer k: exact repeated multiplication (x ** -k = 1 / x ** k)."""
+        if n < 0:
+            a = self.cast(a, self.float_type_of(a))
+            return self.binary("truediv", 1.0, self.const_power(a, -n))
+        if a.type is T.u1:
             a = self.cast(a, self.default_ip)
         if n == 0:
-            return self.materialize(1, a.type)
-        if n < 0:
-            if not a.type.is_float:
-                a = self.cast(a, self.default_fp)
-            return self.binary("truediv", 1.0, self.int_power(a, -n))
-        result, base, k = None, a, n
-        while k:
-            if k & 1:
+            return self.const(1, a.type)
+        result, base = None, a
+        while n:
+            if n & 1:
                 result = base if result is None else self.emit(ir.Binary("mul", result, base, a.type))
-            k >>= 1
-            if k:
+            n >>= 1
+            if n:
                 base = self.emit(ir.Binary("mul", base, base, a.type))
         return result
 
     def fold_python(self, op, a, b):
+        a = a.item() if isinstance(a, np.generic) else a
+        b = b.item() if isinstance(b, np.generic) else b
         try:
-            if op == "truediv":
-                return a / b
-            if op == "floordiv":
-                return a // b
-            if op == "mod":
-                return a % b
-            return {
-                "add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b,
-                "pow": lambda: a ** b, "min": lambda: min(a, b), "max": lambda: max(a, b),
-                "bit_and": lambda: a & b, "bit_or": lambda: a | b, "bit_xor": lambda: a ^ b,
-                "shl": lambda: a << b, "shr": lambda: a >> b, "atan2": lambda: math.atan2(a, b),
-                "lt": lambda: a < b, "le": lambda: a <= b, "gt": lambda: a > b,
-                "ge": lambda: a >= b, "eq": lambda: a == b, "ne": lambda: a != b,
-            }[op]()
+            return _PY_BINARY[op](a, b)
         except (ZeroDivisionError, TypeError, ValueError, OverflowError) as e:
             self.error(f"constant expression failed: {e}")
 
     def unary(self, op: str, x):
-        if not isinstance(x, ir.Stmt):
-            try:
-                return {"neg": lambda: -x, "not": lambda: not x, "bit_not": lambda: ~x,
-                        "abs": lambda: abs(x)}[op]()
-            except KeyError:
-                x = self.materialize(x, self.float_type_of(x))
-            except TypeError as e:
-                self.error(str(e))
+        if not is_runtime(x):
+            return self.fold_unary(op, x)
         if op == "not":
             return self.emit(ir.Unary("not", self.to_bool(x), T.u1))
         if op == "bit_not":
@@ -189,11 +223,25 @@ class ValueBuilder:
             if x.type is T.u1:
                 x = self.cast(x, self.default_ip)
             return self.emit(ir.Unary(op, x, x.type))
-        if op in ("floor", "ceil", "round") and not x.type.is_float:
-            x = self.cast(x, self.default_fp)
-        if not x.type.is_float:
-            x = self.cast(x, self.default_fp)
+        x = self.cast(x, self.float_type_of(x))  # math functions compute in floating point
         return self.emit(ir.Unary(op, x, x.type))
+
+    def fold_unary(self, op: str, x):
+        x = x.item() if isinstance(x, np.generic) else x
+        try:
+            if op == "neg":
+                return -x
+            if op == "not":
+                return not x
+            if op == "bit_not":
+                if isinstance(x, float):
+                    self.error("~ needs an integer operand")
+                return ~x
+            if op == "abs":
+                return abs(x)
+            return _MATH_FOLD[op](x)
+        except (TypeError, ValueError, OverflowError, ZeroDivisionError) as e:
+            self.error(f"constant expression failed: {op}({x!r}): {e}")
 
     def select(self, cond, a, b):
         cond = self.to_bool(cond)

@@ -1,9 +1,20 @@
-"""Readable text form of the IR (what `--ir` dumps and tests show)."""
+"""Readable, MLIR-like text form of the IR (what `--ir` dumps and tests show).
+
+    %3 = add %1 %2 : f32
+    global_store %7 %3
+    for %4 : i32 in [%0, %2) {
+      ...
+    }
+
+Values are numbered in program order; nested blocks are indented; a task shows its kind,
+its prologue (which computes the range), its per-chunk blocks if any, and its range.
+"""
 from __future__ import annotations
 
 from . import stmts as ir
 
-_SNAKE = {}
+_SNAKE: dict = {}
+_NO_RESULT = (ir.LocalStore, ir.GlobalStore, ir.TempStore, ir.LocalAccumulate)
 
 
 def _op_name(s: ir.Stmt) -> str:
@@ -15,7 +26,8 @@ def _op_name(s: ir.Stmt) -> str:
 
 
 class Printer:
-    def __init__(self):
+    def __init__(self, kernel: ir.KernelIR | None = None):
+        self.k = kernel
         self.names: dict = {}
         self.lines: list[str] = []
 
@@ -30,8 +42,7 @@ class Printer:
         params = ", ".join(repr(p) for p in k.params)
         self.lines.append(f"kernel {k.name}({params})")
         if k.fields:
-            self.lines.append("  fields " + ", ".join(
-                f"{f!r}: {f.dtype}{list(f.shape)}" for f in k.fields))
+            self.lines.append("  fields " + ", ".join(f"{f!r}: {f.dtype}{list(f.shape)}" for f in k.fields))
         if k.num_temps:
             self.lines.append("  temps " + ", ".join(f"t{i}: {t}" for i, t in enumerate(k.temp_types)))
         self.block(k.body, 1)
@@ -41,68 +52,97 @@ class Printer:
         for s in b.stmts:
             self.stmt(s, depth)
 
-    def describe(self, s: ir.Stmt) -> str:
-        op = _op_name(s)
-        if isinstance(s, ir.Unary | ir.Binary):
-            op = s.op
-        elif isinstance(s, ir.AtomicRMW):
-            op = f"atomic_{s.op}"
-        parts = [op]
-        if isinstance(s, ir.Const):
-            parts.append(repr(s.value))
-        elif isinstance(s, ir.GlobalPtr):
-            parts.append(f"{s.target!r}[{', '.join(self.name(i) for i in s.indices)}]")
-        else:
-            parts += [self.name(o) for o in s.operands()]
-            parts += [f"{a}={getattr(s, a)!r}" for a in s.ATTRS if a not in ("op", "value")
-                      and getattr(s, a) not in ("", None)]
-        text = " ".join(parts)
-        if s.type is not None and not isinstance(s, ir.Alloca | ir.LocalStore | ir.GlobalStore):
-            text += f" : {s.type}"
-        if isinstance(s, ir.Alloca):
-            text += f" : {s.type}"
-        return text
+    def nested(self, head: str, b: ir.Block, depth: int, tail: str = "}") -> None:
+        pad = "  " * depth
+        self.lines.append(f"{pad}{head} {{")
+        self.block(b, depth + 1)
+        self.lines.append(pad + tail)
 
+    # -- one statement --------------------------------------------------------------------
     def stmt(self, s: ir.Stmt, depth: int) -> None:
         pad = "  " * depth
         if isinstance(s, ir.If):
-            self.lines.append(f"{pad}if {self.name(s.cond)} {{")
-            self.block(s.then_block, depth + 1)
+            tail = "} else {" if s.else_block.stmts else "}"
+            self.nested(f"if {self.name(s.cond)}", s.then_block, depth, tail)
             if s.else_block.stmts:
-                self.lines.append(f"{pad}}} else {{")
                 self.block(s.else_block, depth + 1)
-            self.lines.append(f"{pad}}}")
+                self.lines.append(f"{pad}}}")
         elif isinstance(s, ir.RangeFor):
             flags = ("serial " if s.serial else "") + (f"{s.kind} " if s.kind != "range" else "")
-            self.lines.append(f"{pad}for {flags}{self.name(s.index)} : {s.index.type} in "
-                              f"[{self.name(s.begin)}, {self.name(s.end)}) {{")
-            self.block(s.body, depth + 1)
-            self.lines.append(f"{pad}}}")
+            self.nested(f"for {flags}{self.name(s.index)} : {s.index.type} in "
+                        f"[{self.name(s.begin)}, {self.name(s.end)})", s.body, depth)
         elif isinstance(s, ir.While):
-            self.lines.append(f"{pad}while {{")
-            self.block(s.body, depth + 1)
-            self.lines.append(f"{pad}}}")
+            self.nested("while", s.body, depth)
         elif isinstance(s, ir.Task):
-            head = f"{pad}task {s.task_name or '?'} {s.kind}"
-            if s.kind == "range_for":
-                head += f" ({s.source_kind}{', serial' if s.serial else ''})"
-            if s.prologue.stmts:
-                self.lines.append(head + " prologue {")
-                self.block(s.prologue, depth + 1)
-                head = f"{pad}}}"
-            if s.kind == "range_for":
-                head += f" for {self.name(s.index)} : {s.index.type} in [{self.name(s.begin)}, {self.name(s.end)})"
-            self.lines.append(head + " {")
-            self.block(s.body, depth + 1)
-            self.lines.append(f"{pad}}}")
-        elif s.type is not None and not isinstance(s, ir.LocalStore | ir.GlobalStore):
+            self.task(s, depth)
+        elif s.type is not None and not isinstance(s, _NO_RESULT):
             self.lines.append(f"{pad}{self.name(s)} = {self.describe(s)}")
         else:
             self.lines.append(f"{pad}{self.describe(s)}")
 
+    def task(self, t: ir.Task, depth: int) -> None:
+        pad = "  " * depth
+        if t.kind == "serial":
+            self.nested(f"task {t.task_name or '?'} serial", t.body, depth)
+            return
+        kind = t.source_kind + (", serial" if t.serial else "")
+        self.lines.append(f"{pad}task {t.task_name or '?'} range_for({kind}) {{")
+        inner = depth + 1
+        if t.prologue.stmts:
+            self.nested("prologue", t.prologue, inner)
+        if t.chunk_init.stmts:
+            self.nested("chunk_init", t.chunk_init, inner)
+        self.nested(f"for {self.name(t.index)} : {t.index.type} in [{self.name(t.begin)}, {self.name(t.end)})",
+                    t.body, inner)
+        if t.chunk_final.stmts:
+            self.nested("chunk_final", t.chunk_final, inner)
+        self.lines.append(f"{pad}}}")
+
+    def describe(self, s: ir.Stmt) -> str:
+        op = _op_name(s)
+        args: list[str] = []
+        if isinstance(s, ir.Unary | ir.Binary):
+            op = s.op
+        elif isinstance(s, ir.AtomicRMW):
+            op = f"atomic_{s.op}"
+        elif isinstance(s, ir.LocalAccumulate):
+            op = f"accumulate_{s.op}"
+        if isinstance(s, ir.Const):
+            args.append(repr(s.value))
+        elif isinstance(s, ir.ArgLoad):
+            args.append(self.param_name(s.arg_index))
+        elif isinstance(s, ir.NdarrayShape):
+            args.append(f"{self.param_name(s.arg_index)}.shape[{s.dim}]")
+        elif isinstance(s, ir.Alloca):
+            args.append(repr(s.var_name) if s.var_name else "")
+        elif isinstance(s, ir.GlobalPtr):
+            args.append(f"{self.target_name(s.target)}[{', '.join(self.name(i) for i in s.indices)}]")
+        elif isinstance(s, (ir.TempLoad, ir.TempStore)):
+            args.append(f"t{s.slot}")
+            args += [self.name(o) for o in s.operands()]
+        else:
+            args += [self.name(o) for o in s.operands()]
+            args += [f"{a}={getattr(s, a)!r}" for a in s.ATTRS if a != "op" and getattr(s, a) not in ("", None)]
+        text = " ".join([op] + [a for a in args if a])
+        if isinstance(s, ir.LocalAccumulate):
+            text += " reassoc"
+        elif s.type is not None and not isinstance(s, _NO_RESULT):
+            text += f" : {s.type}"
+        return text
+
+    def param_name(self, i: int) -> str:
+        if self.k is not None and 0 <= i < len(self.k.params):
+            return self.k.params[i].name
+        return f"arg{i}"
+
+    def target_name(self, target) -> str:
+        if isinstance(target, ir.FieldRef):
+            return repr(target)
+        return self.param_name(target.arg_index) + (".grad" if target.is_grad else "")
+
 
 def print_kernel(k: ir.KernelIR) -> str:
-    return Printer().kernel(k)
+    return Printer(k).kernel(k)
 
 
 def print_block(b: ir.Block) -> str:

@@ -195,6 +195,20 @@ class LocalStore(Stmt):
         self.var, self.value = var, value
 
 
+class LocalAccumulate(Stmt):
+    """`var = op(var, value)` where the order of the updates does not matter: the
+    thread-local half of a reduction (see passes/reductions.py). Backends may reassociate
+    these updates (e.g. vectorise a float sum), which plain Binary arithmetic never allows."""
+    OPERANDS = ("var", "value")
+    ATTRS = ("op",)
+    OPS = ("add", "min", "max", "and", "or", "xor")
+
+    def __init__(self, op: str, var: Alloca, value: Stmt, loc=None):
+        assert op in self.OPS, op
+        super().__init__(None, loc)
+        self.op, self.var, self.value = op, var, value
+
+
 # ---- globals ----------------------------------------------------------------------------
 
 class FieldRef:
@@ -338,8 +352,13 @@ class Continue(Stmt):
 class Task(Stmt):
     """One unit of launch after offloading. `kind` is "serial" (body runs once) or
     "range_for" (body runs for every index in [begin, end), in parallel unless `serial`).
-    `prologue` computes `begin`/`end` once per launch, before any iteration."""
-    BLOCKS = ("prologue", "body")
+    `prologue` computes `begin`/`end` once per launch, before any iteration.
+
+    A range-for task is run as chunks of its range (one per worker thread on the CPU).
+    `chunk_init` runs once at the start of every chunk and `chunk_final` once at its end
+    (only when the chunk is not empty); values of `chunk_init` are visible in `body` and
+    `chunk_final`. Thread-local reductions live there: the accumulator and its one atomic."""
+    BLOCKS = ("prologue", "chunk_init", "body", "chunk_final")
     ATTRS = ("kind", "serial", "source_kind", "task_name")
 
     def __init__(self, kind: str, loc=None):
@@ -349,7 +368,9 @@ class Task(Stmt):
         self.source_kind = kind
         self.task_name = ""
         self.prologue = Block(parent=self)
+        self.chunk_init = Block(parent=self)
         self.body = Block(parent=self)
+        self.chunk_final = Block(parent=self)
         self.begin: Stmt | None = None
         self.end: Stmt | None = None
         self.index: LoopIndex | None = None
@@ -426,6 +447,17 @@ def users_count(block: Block) -> dict:
                 if o is not None:
                     counts[o] = counts.get(o, 0) + 1
     return counts
+
+
+def replace_uses(block: Block, mapping: dict) -> None:
+    """Make every use of a key of `mapping` inside `block` (task bounds included) use its value."""
+    if not mapping:
+        return
+    for s in walk(block):
+        s.replace_operands(mapping)
+        if isinstance(s, Task):
+            s.begin = mapping.get(s.begin, s.begin)
+            s.end = mapping.get(s.end, s.end)
 
 
 def clone_block(src: Block, dst: Block, mapping: dict) -> None:

@@ -1,4 +1,12 @@
-"""Structural and type checks of the IR; tests run it between every pass."""
+"""Structural and type checks of the IR.
+
+`verify` checks everything: block/parent links, that every statement sits in exactly one
+place, scoping (an operand is defined earlier in the same block or in an enclosing one, a
+loop index is used only inside its loop, a task body sees none of another task's values),
+the type rules of every statement class, the shape of offloaded tasks, temporaries, and
+that `break`/`continue` sit inside a loop. `check_types` applies only the type rules (the
+pipeline's type-check pass). Tests run `verify` after every pass (QDC_VERIFY_IR=1).
+"""
 from __future__ import annotations
 
 from qdc.runtime import types as T
@@ -7,94 +15,307 @@ from . import stmts as ir
 
 
 class IRVerifyError(AssertionError):
-    pass
+    """Malformed IR: always a compiler bug. `stmt` is the offending statement (its `loc` the
+    user's line it came from)."""
+
+    def __init__(self, message: str, stmt: ir.Stmt | None = None):
+        where = f" (at {type(stmt).__name__} {stmt.loc})" if stmt is not None else ""
+        super().__init__(message + where)
+        self.stmt = stmt
+        self.message = message
 
 
 def verify(k: ir.KernelIR, offloaded: bool = False) -> None:
-    """Raise IRVerifyError if the IR is malformed: an operand used before (or outside the
-    scope of) its definition, a block whose parent link is wrong, a type mismatch, a
-    break/continue outside a loop, or (`offloaded`) a non-task at the top level."""
+    """Raise IRVerifyError if `k` is malformed. `offloaded`: the top level must hold only
+    tasks (it must anyway as soon as it holds one)."""
     _Verifier(k).run(offloaded)
 
+
+def check_types(k: ir.KernelIR) -> None:
+    """Raise IRVerifyError on the first statement that breaks its class's type rules."""
+    rules = _TypeRules(k)
+    for s in ir.walk(k.body):
+        rules.check(s)
+
+
+# ---- structure and scoping ------------------------------------------------------------
 
 class _Verifier:
     def __init__(self, k: ir.KernelIR):
         self.k = k
-
-    def fail(self, s, msg):
-        raise IRVerifyError(f"{msg} (at {type(s).__name__} {s.loc})")
+        self.types = _TypeRules(k)
+        self.seen: set = set()
 
     def run(self, offloaded: bool):
-        if offloaded:
-            for s in self.k.body:
+        body = self.k.body
+        if body.parent is not None:
+            raise IRVerifyError("the kernel body must not have a parent statement")
+        has_tasks = any(isinstance(s, ir.Task) for s in body.stmts)
+        if offloaded or has_tasks:
+            for s in body.stmts:
                 if not isinstance(s, ir.Task):
-                    self.fail(s, "top level of an offloaded kernel must hold only tasks")
-        self.block(self.k.body, set(), loop_depth=0)
+                    raise IRVerifyError("the top level of an offloaded kernel must hold only tasks", s)
+        if len(self.k.temp_types) != self.k.num_temps:
+            raise IRVerifyError(f"kernel declares {self.k.num_temps} temporaries but types {len(self.k.temp_types)}")
+        self.block(body, set(), loop_depth=0)
 
     def block(self, b: ir.Block, visible: set, loop_depth: int):
         visible = set(visible)
         for s in b.stmts:
-            if s.block is not b:
-                self.fail(s, "statement's block link is wrong")
+            self.structure(s, b)
             for o in s.operands():
                 if o not in visible:
-                    self.fail(s, f"operand {type(o).__name__} is not defined before its use")
-            self.check_types(s)
+                    what = "a loop index outside its loop" if isinstance(o, ir.LoopIndex) else \
+                        f"{type(o).__name__} that is not defined before this use (or not in scope)"
+                    raise IRVerifyError(f"operand is {what}", s)
+            self.types.check(s)
             if isinstance(s, (ir.Break, ir.Continue)) and loop_depth == 0:
-                self.fail(s, "break/continue outside a loop")
-            for bname in s.BLOCKS:
-                child = getattr(s, bname)
-                if child.parent is not s:
-                    self.fail(s, f"block {bname} has the wrong parent")
-            if isinstance(s, ir.If):
+                raise IRVerifyError(f"{type(s).__name__.lower()} outside a loop", s)
+            if isinstance(s, ir.Task):
+                if b is not self.k.body:
+                    raise IRVerifyError("a task must sit at the top level of the kernel", s)
+                self.task(s)
+            elif isinstance(s, ir.If):
                 self.block(s.then_block, visible, loop_depth)
                 self.block(s.else_block, visible, loop_depth)
             elif isinstance(s, ir.RangeFor):
+                if s.index.loop is not s:
+                    raise IRVerifyError("the loop's index refers to another loop", s)
                 self.block(s.body, visible | {s.index}, loop_depth + 1)
             elif isinstance(s, ir.While):
                 self.block(s.body, visible, loop_depth + 1)
-            elif isinstance(s, ir.Task):
-                self.task(s, visible)
+            else:
+                for child in s.blocks():  # statement classes added later: scoped like an If
+                    self.block(child, visible, loop_depth)
             visible.add(s)
 
-    def task(self, t: ir.Task, visible: set):
-        pro = set(visible)
-        self.block(t.prologue, set(), 0)
-        pro = set(t.prologue.stmts)
-        if t.kind == "range_for":
-            for b in (t.begin, t.end):
-                if b not in pro:
-                    self.fail(t, "task bounds must be computed in its prologue")
-            self.block(t.body, {t.index}, 0)
-        else:
-            self.block(t.body, set(), 0)
+    def structure(self, s: ir.Stmt, b: ir.Block):
+        if s in self.seen:
+            raise IRVerifyError("statement appears twice in the IR", s)
+        self.seen.add(s)
+        if s.block is not b:
+            raise IRVerifyError("statement's block link is wrong", s)
+        if isinstance(s, ir.LoopIndex):
+            raise IRVerifyError("a loop index is defined by its loop and cannot be a statement of a block", s)
+        for name in s.BLOCKS:
+            if getattr(s, name).parent is not s:
+                raise IRVerifyError(f"block '{name}' has the wrong parent", s)
 
-    def check_types(self, s):
-        if isinstance(s, ir.Binary):
-            if s.a.type is not s.b.type:
-                self.fail(s, f"{s.op} operands differ in type: {s.a.type} vs {s.b.type}")
-            want = T.u1 if s.op in ir.COMPARISONS else s.a.type
-            if s.type is not want:
-                self.fail(s, f"{s.op} result type {s.type}, expected {want}")
-        elif isinstance(s, ir.Unary):
-            if s.op != "not" and s.type is not s.x.type:
-                self.fail(s, f"{s.op} result type {s.type} differs from operand {s.x.type}")
-        elif isinstance(s, ir.Select):
-            if s.cond.type is not T.u1 or s.a.type is not s.b.type:
-                self.fail(s, "select needs a u1 condition and equal branch types")
-        elif isinstance(s, ir.If):
-            if s.cond.type is not T.u1:
-                self.fail(s, f"if condition has type {s.cond.type}, expected u1")
-        elif isinstance(s, ir.LocalStore):
-            if not isinstance(s.var, ir.Alloca) or s.value.type is not s.var.type:
-                self.fail(s, "local store type mismatch")
-        elif isinstance(s, (ir.GlobalStore, ir.AtomicRMW)):
-            if s.value.type is not s.ptr.type:
-                self.fail(s, "global store/atomic type mismatch")
-        elif isinstance(s, ir.GlobalPtr):
-            for i in s.indices:
-                if not i.type.is_integral:
-                    self.fail(s, "global index is not an integer")
-        elif isinstance(s, ir.RangeFor):
-            if s.begin.type is not s.index.type or s.end.type is not s.index.type:
-                self.fail(s, "range bounds must have the loop index's type")
+    def task(self, t: ir.Task):
+        if t.kind not in ("serial", "range_for"):
+            raise IRVerifyError(f"unknown task kind '{t.kind}'", t)
+        self.block(t.prologue, set(), 0)
+        if t.kind == "serial":
+            if t.index is not None or t.begin is not None or t.end is not None:
+                raise IRVerifyError("a serial task has no index or range", t)
+            if t.prologue.stmts or t.chunk_init.stmts or t.chunk_final.stmts:
+                raise IRVerifyError("a serial task has only a body", t)
+            self.block(t.body, set(), 0)
+            return
+        if t.index is None or t.index.loop is not t:
+            raise IRVerifyError("a range-for task needs its own loop index", t)
+        for bound in (t.begin, t.end):
+            if bound is None or bound.block is not t.prologue:
+                raise IRVerifyError("task bounds must be computed in its prologue", t)
+            if bound.type is not t.index.type:
+                raise IRVerifyError(f"task bound has type {bound.type}, its index {t.index.type}", t)
+        if not t.index.type.is_integral or t.index.type is T.u1:
+            raise IRVerifyError(f"task index must be an integer, got {t.index.type}", t)
+        self.block(t.chunk_init, set(), 0)
+        chunk_values = set(t.chunk_init.stmts)
+        self.block(t.body, chunk_values | {t.index}, 1)  # `continue` ends an iteration
+        self.block(t.chunk_final, chunk_values, 0)
+
+
+# ---- type rules -------------------------------------------------------------------------
+
+_FLOAT_ONLY_UNARY = {"sin", "cos", "tan", "asin", "acos", "atan", "tanh", "exp", "log", "sqrt",
+                     "rsqrt", "floor", "ceil", "round"}
+_INT_ONLY_BINARY = {"bit_and", "bit_or", "bit_xor", "shl", "shr"}
+_NOT_BOOL_BINARY = {"add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "shl", "shr"}
+_FLOAT_ONLY_BINARY = {"truediv", "atan2"}
+_INT_ONLY_ATOMIC = {"and", "or", "xor"}
+
+
+class _TypeRules:
+    """One `t_<Class>` method per statement class; classes without one only need their
+    operands to be values."""
+
+    def __init__(self, k: ir.KernelIR):
+        self.k = k
+
+    def check(self, s: ir.Stmt):
+        for o in s.operands():
+            if not isinstance(o, ir.Stmt):
+                raise IRVerifyError(f"operand {o!r} is not a statement", s)
+            if o.type is None:
+                raise IRVerifyError(f"operand {type(o).__name__} produces no value", s)
+            if isinstance(o, ir.Alloca) and o is not getattr(s, "var", None):
+                raise IRVerifyError("a local variable is used as a value without a load", s)
+            if isinstance(o, ir.GlobalPtr) and o is not getattr(s, "ptr", None):
+                raise IRVerifyError("a global address is used as a value", s)
+        method = getattr(self, "t_" + type(s).__name__, None)
+        if method is not None:
+            method(s)
+
+    def fail(self, s, msg):
+        raise IRVerifyError(msg, s)
+
+    def expect(self, s, cond, msg):
+        if not cond:
+            self.fail(s, msg)
+
+    def no_value(self, s):
+        self.expect(s, s.type is None, f"{type(s).__name__} must not produce a value")
+
+    # -- values
+    def t_Const(self, s):
+        t, v = s.type, s.value
+        if t is T.u1:
+            self.expect(s, isinstance(v, bool), f"u1 constant must be a bool, got {v!r}")
+        elif t.is_float:
+            self.expect(s, isinstance(v, float), f"{t} constant must be a float, got {v!r}")
+        else:
+            self.expect(s, isinstance(v, int) and not isinstance(v, bool), f"{t} constant must be an int, got {v!r}")
+            lo, hi = (-(1 << (t.bits - 1)), 1 << (t.bits - 1)) if t.kind == "int" else (0, 1 << t.bits)
+            self.expect(s, lo <= v < hi, f"constant {v} does not fit in {t}")
+
+    def t_ArgLoad(self, s):
+        p = self.param(s, s.arg_index)
+        self.expect(s, p.kind == "scalar", f"argument {s.arg_index} is not a scalar")
+        self.expect(s, s.type is p.dtype, f"argument load has type {s.type}, parameter '{p.name}' is {p.dtype}")
+
+    def t_NdarrayShape(self, s):
+        p = self.param(s, s.arg_index)
+        self.expect(s, p.kind == "ndarray", f"argument {s.arg_index} is not an ndarray")
+        self.expect(s, 0 <= s.dim < (p.ndim or 0), f"shape dimension {s.dim} out of range for '{p.name}'")
+        self.expect(s, s.type is T.i32, "ndarray shapes are i32")
+
+    def t_Unary(self, s):
+        t, xt = s.type, s.x.type
+        if s.op == "not":
+            self.expect(s, xt is T.u1 and t is T.u1, "not needs a u1 operand and gives u1")
+            return
+        self.expect(s, t is xt, f"{s.op} result type {t} differs from operand {xt}")
+        if s.op in _FLOAT_ONLY_UNARY:
+            self.expect(s, t.is_float, f"{s.op} needs a float operand, got {t}")
+        elif s.op == "bit_not":
+            self.expect(s, t.is_integral, f"bit_not needs an integer operand, got {t}")
+        else:  # neg, abs
+            self.expect(s, t is not T.u1, f"{s.op} of a u1")
+
+    def t_Binary(self, s):
+        at = s.a.type
+        self.expect(s, at is s.b.type, f"{s.op} operands differ in type: {at} vs {s.b.type}")
+        want = T.u1 if s.op in ir.COMPARISONS else at
+        self.expect(s, s.type is want, f"{s.op} result type {s.type}, expected {want}")
+        if s.op in _INT_ONLY_BINARY:
+            self.expect(s, at.is_integral, f"{s.op} needs integer operands, got {at}")
+        if s.op in _FLOAT_ONLY_BINARY:
+            self.expect(s, at.is_float, f"{s.op} needs float operands, got {at}")
+        if s.op in _NOT_BOOL_BINARY:
+            self.expect(s, at is not T.u1, f"{s.op} of u1 operands")
+
+    def t_Cast(self, s):
+        self.expect(s, isinstance(s.type, T.DataType), "cast needs a target type")
+
+    def t_Select(self, s):
+        self.expect(s, s.cond.type is T.u1, f"select condition has type {s.cond.type}, expected u1")
+        self.expect(s, s.a.type is s.b.type and s.type is s.a.type, "select branches and result must share a type")
+
+    # -- locals
+    def t_Alloca(self, s):
+        self.expect(s, isinstance(s.type, T.DataType), "a local needs a type")
+
+    def local_var(self, s, var):
+        self.expect(s, isinstance(var, ir.Alloca), f"{type(s).__name__} needs a local variable, got {type(var).__name__}")
+
+    def t_LocalLoad(self, s):
+        self.local_var(s, s.var)
+        self.expect(s, s.type is s.var.type, f"load of a {s.var.type} local has type {s.type}")
+
+    def t_LocalStore(self, s):
+        self.local_var(s, s.var)
+        self.no_value(s)
+        self.expect(s, s.value.type is s.var.type, f"storing {s.value.type} into a {s.var.type} local")
+
+    def t_LocalAccumulate(self, s):
+        self.t_LocalStore(s)
+        self.expect(s, s.op in ir.LocalAccumulate.OPS, f"unknown accumulation '{s.op}'")
+        if s.op in _INT_ONLY_ATOMIC:
+            self.expect(s, s.var.type.is_integral, f"accumulation {s.op} needs an integer")
+
+    def t_TempLoad(self, s):
+        self.temp_slot(s, s.type)
+
+    def t_TempStore(self, s):
+        self.no_value(s)
+        self.temp_slot(s, s.value.type)
+
+    def temp_slot(self, s, t):
+        self.expect(s, 0 <= s.slot < self.k.num_temps, f"temporary t{s.slot} does not exist")
+        self.expect(s, self.k.temp_types[s.slot] is t, f"temporary t{s.slot} is {self.k.temp_types[s.slot]}, used as {t}")
+
+    # -- globals
+    def t_GlobalPtr(self, s):
+        tgt = s.target
+        if isinstance(tgt, ir.FieldRef):
+            self.expect(s, 0 <= tgt.slot < len(self.k.fields) and self.k.fields[tgt.slot] is tgt,
+                        f"field {tgt!r} is not in the kernel's field table")
+            rank = len(tgt.shape)
+        else:
+            p = self.param(s, tgt.arg_index)
+            self.expect(s, p.kind == "ndarray" and p.dtype is tgt.dtype and p.ndim == tgt.ndim,
+                        f"ndarray reference {tgt!r} does not match parameter '{p.name}'")
+            self.expect(s, not tgt.is_grad or p.needs_grad, f"'{p.name}' has no gradient buffer")
+            rank = tgt.ndim
+        self.expect(s, len(s.indices) == rank, f"{tgt!r} has rank {rank}, indexed with {len(s.indices)}")
+        self.expect(s, s.type is tgt.dtype, f"address type {s.type} differs from {tgt!r}'s {tgt.dtype}")
+        for i in s.indices:
+            self.expect(s, i.type.is_integral, f"index of type {i.type} is not an integer")
+
+    def global_ptr(self, s, ptr):
+        self.expect(s, isinstance(ptr, ir.GlobalPtr), f"{type(s).__name__} needs a global address")
+
+    def t_GlobalLoad(self, s):
+        self.global_ptr(s, s.ptr)
+        self.expect(s, s.type is s.ptr.type, f"load of a {s.ptr.type} element has type {s.type}")
+
+    def t_GlobalStore(self, s):
+        self.global_ptr(s, s.ptr)
+        self.no_value(s)
+        self.expect(s, s.value.type is s.ptr.type, f"storing {s.value.type} into a {s.ptr.type} element")
+
+    def t_AtomicRMW(self, s):
+        self.global_ptr(s, s.ptr)
+        self.expect(s, s.op in ir.ATOMIC_OPS, f"unknown atomic '{s.op}'")
+        self.expect(s, s.value.type is s.ptr.type and s.type is s.ptr.type,
+                    f"atomic_{s.op} of {s.value.type} on a {s.ptr.type} element")
+        if s.op in _INT_ONLY_ATOMIC:
+            self.expect(s, s.type.is_integral, f"atomic_{s.op} needs an integer element")
+
+    # -- control flow
+    def t_If(self, s):
+        self.no_value(s)
+        self.expect(s, s.cond.type is T.u1, f"if condition has type {s.cond.type}, expected u1")
+
+    def t_RangeFor(self, s):
+        self.no_value(s)
+        it = s.index.type
+        self.expect(s, it.is_integral and it is not T.u1, f"loop index must be an integer, got {it}")
+        self.expect(s, s.begin.type is it and s.end.type is it, "range bounds must have the loop index's type")
+
+    def t_While(self, s):
+        self.no_value(s)
+
+    def t_Break(self, s):
+        self.no_value(s)
+
+    t_Continue = t_Break
+
+    def t_Task(self, s):
+        self.no_value(s)
+
+    def param(self, s, i):
+        self.expect(s, 0 <= i < len(self.k.params), f"argument {i} does not exist")
+        return self.k.params[i]

@@ -1,5 +1,7 @@
 """Constant folding: an operation whose operands are all constants becomes a constant,
-computed with the exact semantics the backends implement (wrap-around, Python // and %)."""
+computed with the exact semantics the backends implement (wrap-around, Python // and %).
+Algebraic identities that hold bit-exactly (`x - 0`, `x * 1`, `x | 0`, `select(true, a, b)`,
+...) reduce to an existing operand; `x + 0.0` is not one of them (-0.0 + 0.0 is +0.0)."""
 from __future__ import annotations
 
 import math
@@ -14,15 +16,14 @@ from .. import ir
 def constant_fold(k: ir.KernelIR) -> bool:
     mapping: dict = {}
     changed = _fold_block(k.body, mapping)
-    if mapping:
-        for s in ir.walk(k.body):
-            s.replace_operands(mapping)
+    ir.replace_uses(k.body, mapping)
     return changed
 
 
 def _fold_block(block: ir.Block, mapping: dict) -> bool:
     changed = False
-    for i, s in enumerate(block.stmts):
+    keep = []
+    for s in block.stmts:
         s.replace_operands(mapping)
         for b in s.blocks():
             changed |= _fold_block(b, mapping)
@@ -30,9 +31,17 @@ def _fold_block(block: ir.Block, mapping: dict) -> bool:
         if value is not None:
             new = ir.Const(value, s.type, s.loc)
             new.block = block
-            block.stmts[i] = new
+            keep.append(new)
             mapping[s] = new
             changed = True
+            continue
+        same = _identity(s)
+        if same is not None:
+            mapping[s] = mapping.get(same, same)
+            changed = True
+            continue
+        keep.append(s)
+    block.stmts = keep
     return changed
 
 
@@ -92,3 +101,38 @@ def _binary(op, a, b, t: T.DataType, rt: T.DataType):
          "max": lambda: max(a, b), "bit_and": lambda: a & b, "bit_or": lambda: a | b,
          "bit_xor": lambda: a ^ b}.get(op)
     return None if f is None else wrap(f(), t)
+
+
+def _is_const(s, value) -> bool:
+    return isinstance(s, ir.Const) and s.value == value and not (isinstance(value, float) and math.copysign(1, s.value) < 0)
+
+
+def _identity(s):
+    """The operand `s` always equals, bit for bit, or None."""
+    if isinstance(s, ir.Select):
+        if isinstance(s.cond, ir.Const):
+            return s.a if s.cond.value else s.b
+        return s.a if s.a is s.b else None
+    if isinstance(s, ir.Cast) and s.type is s.x.type:
+        return s.x
+    if not isinstance(s, ir.Binary) or s.op in ir.COMPARISONS:
+        return None
+    a, b, op, integral = s.a, s.b, s.op, s.type.is_integral
+    if op in ("min", "max") and a is b:
+        return a
+    if op == "sub" and _is_const(b, 0.0 if not integral else 0):
+        return a
+    if op == "mul" and _is_const(b, 1.0 if not integral else 1):
+        return a
+    if op == "mul" and _is_const(a, 1.0 if not integral else 1):
+        return b
+    if op == "truediv" and _is_const(b, 1.0):
+        return a
+    if integral and s.type is not T.u1:
+        if op in ("add", "bit_or", "bit_xor", "shl", "shr") and _is_const(b, 0):
+            return a
+        if op in ("add", "bit_or", "bit_xor") and _is_const(a, 0):
+            return b
+        if op == "floordiv" and _is_const(b, 1):
+            return a
+    return None

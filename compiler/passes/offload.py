@@ -14,32 +14,12 @@ from .dce import eliminate_dead_code
 _RECOMPUTABLE = (ir.Const, ir.ArgLoad, ir.NdarrayShape, ir.Unary, ir.Binary, ir.Cast, ir.Select, ir.GlobalPtr)
 
 
-def offload(k: ir.KernelIR) -> None:
+def offload(k: ir.KernelIR) -> bool:
     _promote_shared_allocas(k)
     groups = _group_top_level(k.body.stmts)
     owner = _owners(groups)
-    tasks = []
-    for gi, g in enumerate(groups):
-        importer = _Importer(k, groups, owner, gi)
-        if isinstance(g[0], ir.RangeFor):
-            loop = g[0]
-            t = ir.Task("range_for", loop.loc)
-            t.serial, t.source_kind = loop.serial, loop.kind
-            t.begin = importer.value(loop.begin, t.prologue)
-            t.end = importer.value(loop.end, t.prologue)
-            t.index = ir.LoopIndex(t, loop.index.type)
-            importer.mapping[loop.index] = t.index
-            body = list(loop.body.stmts)
-        else:
-            t = ir.Task("serial", g[0].loc)
-            body = list(g)
-        for s in body:
-            importer.operands_of(s, t.body)
-        for s in body:
-            t.body.append(s)
-        for s in ir.walk(t.body):
-            s.replace_operands(importer.mapping)
-        tasks.append(t)
+    temp_of: dict = {}  # value -> the temporary it was passed through
+    tasks = [_make_task(k, groups, owner, temp_of, gi) for gi in range(len(groups))]
     k.body = ir.Block()
     for t in tasks:
         k.body.append(t)
@@ -47,6 +27,34 @@ def offload(k: ir.KernelIR) -> None:
     k.body.stmts = [t for t in k.body.stmts if t.body.stmts]
     for i, t in enumerate(k.body.stmts):
         t.task_name = f"{k.name}_t{i}_{t.source_kind}"
+    return True
+
+
+def _make_task(k: ir.KernelIR, groups, owner, temp_of, gi: int) -> ir.Task:
+    g = groups[gi]
+    # The prologue and the body are compiled apart (the body may be a separate function run
+    # by many threads), so each gets its own copies of imported values.
+    importer = _Importer(k, groups, owner, temp_of, gi, reload_memory=False)
+    if isinstance(g[0], ir.RangeFor):
+        loop = g[0]
+        t = ir.Task("range_for", loop.loc)
+        t.serial, t.source_kind = loop.serial, loop.kind
+        bounds = _Importer(k, groups, owner, temp_of, gi, reload_memory=True)
+        t.begin = bounds.value(loop.begin, t.prologue)
+        t.end = bounds.value(loop.end, t.prologue)
+        t.index = ir.LoopIndex(t, loop.index.type)
+        importer.mapping[loop.index] = t.index
+        body = list(loop.body.stmts)
+    else:
+        t = ir.Task("serial", g[0].loc)
+        body = list(g)
+    for s in body:
+        importer.operands_of(s, t.body)
+    for s in body:
+        t.body.append(s)
+    for s in ir.walk(t.body):
+        s.replace_operands(importer.mapping)
+    return t
 
 
 def _group_top_level(stmts) -> list[list[ir.Stmt]]:
@@ -104,10 +112,13 @@ def _promote_shared_allocas(k: ir.KernelIR) -> None:
 
 
 class _Importer:
-    """Makes values defined by earlier groups available to group `gi`."""
+    """Makes values defined by earlier groups available to group `gi`. `reload_memory`: the
+    destination runs before anything of group `gi` (a prologue), so a global load of the
+    previous group may be repeated there instead of passing through a temporary."""
 
-    def __init__(self, k, groups, owner, gi):
-        self.k, self.groups, self.owner, self.gi = k, groups, owner, gi
+    def __init__(self, k, groups, owner, temp_of, gi, reload_memory: bool):
+        self.k, self.groups, self.owner, self.temp_of, self.gi = k, groups, owner, temp_of, gi
+        self.reload_memory = reload_memory
         self.mapping: dict = {}
 
     def operands_of(self, s, dest: ir.Block):
@@ -127,7 +138,18 @@ class _Importer:
                 self.value(o, dest)
             new = ir.clone_stmt(v, self.mapping)
             dest.append(new)
+            self.owner[new] = self.gi
             return new
+        slot = self.temp_of.get(v)
+        if slot is None:
+            slot = self.temp_of[v] = self.pass_through_temp(v, src)
+        load = dest.append(ir.TempLoad(slot, v.type, v.loc))
+        self.owner[load] = self.gi
+        self.mapping[v] = load
+        return load
+
+    def pass_through_temp(self, v, src) -> int:
+        """Store `v` into a new temporary right after its definition; returns the slot."""
         slot = self.k.num_temps
         self.k.num_temps += 1
         self.k.temp_types.append(v.type)
@@ -139,15 +161,13 @@ class _Importer:
             g = self.groups[src]
             g.insert(g.index(v) + 1, store)
         self.owner[store] = src
-        load = dest.append(ir.TempLoad(slot, v.type, v.loc))
-        self.mapping[v] = load
-        return load
+        return slot
 
     def recomputable(self, v, src) -> bool:
         if isinstance(v, ir.GlobalLoad):
             # Repeat a load only if nothing after it, before the consumer, can change memory.
             g = self.groups[src]
-            if src != self.gi - 1 or v not in g:
+            if not self.reload_memory or src != self.gi - 1 or v not in g:
                 return False
             after = g[g.index(v) + 1:]
             if any(not (s.PURE or isinstance(s, (ir.GlobalLoad, ir.LocalLoad, ir.Alloca, ir.LocalStore)))
@@ -155,4 +175,4 @@ class _Importer:
                 return False
         elif not isinstance(v, _RECOMPUTABLE):
             return False
-        return all(self.recomputable(o, src) for o in v.operands())
+        return all(self.recomputable(o, self.owner.get(o, src)) for o in v.operands())

@@ -1,28 +1,65 @@
-"""The pass pipeline, top to bottom. `run_pipeline(k, verify_each=True)` checks the IR after
-every pass (tests do); `dump` receives the IR text after each pass (for `--ir` dumps)."""
+"""The pass pipeline, top to bottom.
+
+Two steps of the compiler's design happen before this list, in the front end
+(`frontend/ast_to_ir.py`), because they need Python values rather than IR: `@qd.func`
+calls are inlined at their call sites, and `qd.static(...)` loops are unrolled (and
+`if qd.static(...)` branches chosen) while the AST is walked. What reaches the pipeline is
+one flat kernel body.
+
+Each pass is a function `pass(kernel) -> changed` in its own module, mutating the IR in
+place. `run_pipeline` verifies the IR after every pass when asked to, or when the
+environment variable QDC_VERIFY_IR=1 is set (the test suite sets it, so every kernel it
+compiles is checked between passes); `dump(name, text)` receives the printed IR after each
+pass (`--ir` dumps).
+"""
 from __future__ import annotations
+
+import os
 
 from .. import ir
 from .constant_fold import constant_fold
-from .dce import eliminate_dead_code
 from .offload import offload
+from .reductions import thread_local_reductions
+from .simplify import simplify
+from .type_check import type_check
 
 PIPELINE = [
-    ("constant_fold", constant_fold),
-    ("dce", eliminate_dead_code),
-    ("offload", offload),
+    ("type_check", type_check),                # the verifier's type rules on the front end's output
+    ("constant_fold", constant_fold),          # `2*3+1` -> const 7
+    ("simplify", simplify),                    # store forwarding, folding, CSE, DCE to a fixed point
+    ("offload", offload),                      # top-level loops -> range-for tasks, the rest -> serial
+    ("simplify_tasks", simplify),              # per task: offload recomputes and imports values
+    ("thread_local_reductions", thread_local_reductions),  # one atomic per chunk, not per iteration
 ]
 
 
-def run_pipeline(k: ir.KernelIR, verify_each: bool = False, dump=None) -> ir.KernelIR:
+def verify_requested() -> bool:
+    return os.environ.get("QDC_VERIFY_IR") == "1"
+
+
+def run_pipeline(k: ir.KernelIR, verify_each: bool = False, dump=None, stop_after: str | None = None) -> ir.KernelIR:
+    """Run PIPELINE over `k` (up to and including pass `stop_after`, if given)."""
+    names = [name for name, _ in PIPELINE]
+    if stop_after is not None and stop_after not in names:
+        raise ValueError(f"unknown pass '{stop_after}' (passes: {', '.join(names)})")
+    verify_each = verify_each or verify_requested()
     if verify_each:
-        ir.verify(k)
+        _verify(k, "the front end", offloaded=False)
     offloaded = False
     for name, pass_fn in PIPELINE:
         pass_fn(k)
         offloaded = offloaded or name == "offload"
         if verify_each:
-            ir.verify(k, offloaded=offloaded)
+            _verify(k, f"pass '{name}'", offloaded)
         if dump is not None:
             dump(name, ir.print_kernel(k))
+        if name == stop_after:
+            break
     return k
+
+
+def _verify(k: ir.KernelIR, after: str, offloaded: bool) -> None:
+    try:
+        ir.verify(k, offloaded=offloaded)
+    except ir.IRVerifyError as e:
+        raise ir.IRVerifyError(f"after {after}: {e.message}\n{ir.print_kernel(k)}", e.stmt) from None

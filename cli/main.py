@@ -1,0 +1,304 @@
+"""The `qdc` command (API.md §6): build, ls, inspect, verify, clean, pack.
+
+Exit codes: 0 success, 1 a build or verify failure, 2 a usage error. Options come from flags,
+then `qdc.yaml` / `[tool.qdc]` in pyproject.toml (nearest to the working folder), then
+defaults. Only `build` and `inspect --llvm` import the compiler.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import sys
+
+import click
+
+DEFAULT_CACHE = "./cache"
+INT_TYPES = ["i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64"]
+
+
+def _config() -> tuple[str | None, dict]:
+    from qdc.compiler.options import ConfigError, find_config
+    try:
+        return find_config(os.getcwd())
+    except ConfigError as e:
+        raise click.UsageError(str(e)) from None
+
+
+def _cache_dir(flag: str | None) -> str:
+    """--cache, else `cache_dir` from the configuration file, else ./cache."""
+    return flag or _config()[1].get("cache_dir") or DEFAULT_CACHE
+
+
+def _fail(message: str) -> None:
+    click.echo(f"qdc: error: {message}", err=True)
+    sys.exit(1)
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def _date(t: float) -> str:
+    return datetime.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S") if t else "-"
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="qdc", prog_name="qdc")
+def cli():
+    """qdc: ahead-of-time compiler for Quadrants-style Python kernels."""
+
+
+# ---- build -------------------------------------------------------------------------------------
+
+@cli.command()
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--arch", help="Comma-separated arches (cpu,cuda,vulkan,metal,amdgpu) or 'all'. Default: cpu.")
+@click.option("--cache", "cache_dir", help=f"Cache folder to write. Default: {DEFAULT_CACHE}.")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), help="Compile in N processes. Default: CPU count.")
+@click.option("--force", is_flag=True, help="Recompile even kernels whose entries are cached.")
+@click.option("--opt-level", type=click.IntRange(0, 3), help="LLVM optimisation level (default 3).")
+@click.option("--fast-math/--no-fast-math", default=None, help="Allow float reassociation (default off).")
+@click.option("--debug/--no-debug", default=None, help="Bounds checks on every global access.")
+@click.option("--default-fp", type=click.Choice(["f16", "f32", "f64"]), help="Type of float literals (f32).")
+@click.option("--default-ip", type=click.Choice(INT_TYPES), help="Type of int literals (i32).")
+@click.option("--ad-stack-size", type=click.IntRange(min=0), help="Force N adstack slots (0: sized by the compiler).")
+@click.option("--default-ad-stack-size", type=click.IntRange(min=1), help="Fallback adstack capacity (256).")
+@click.option("--ad-stack-strict/--no-ad-stack-strict", default=None, help="Unsized adstacks are errors.")
+def build(paths, arch, cache_dir, jobs, force, **flags):
+    """Compile every kernel in PATHS (.py files or folders) into the cache."""
+    from qdc.compiler import build as build_mod
+    from qdc.compiler.options import ConfigError, resolve
+    source, file_values = _config()
+    file_values = dict(file_values)
+    arch_spec = arch or file_values.pop("arch", None) or "cpu"
+    file_values.pop("arch", None)
+    cache_dir = cache_dir or file_values.get("cache_dir") or DEFAULT_CACHE
+    try:
+        opts = resolve(flags, file_values, source or "configuration file")
+        arches = build_mod.resolve_arches(arch_spec)
+        report = build_mod.build(list(paths), arches, opts, cache_dir, jobs or os.cpu_count() or 1, force,
+                                 log=lambda text: click.echo(text, err=True))
+    except (ConfigError, build_mod.BuildUsageError) as e:
+        raise click.UsageError(str(e)) from None
+    sys.exit(0 if report.ok else 1)
+
+
+# ---- ls / inspect --------------------------------------------------------------------------------
+
+@cli.command("ls")
+@click.option("--cache", "cache_dir", help="Cache folder or bundle. Default: ./cache.")
+def ls_cmd(cache_dir):
+    """List built modules, their kernels, arches, sizes and build dates."""
+    from qdc.runtime import cache as C
+    store = _open(cache_dir)
+    referenced = set()
+    modules = C.list_modules(store)
+    if not modules:
+        click.echo(f"{store.location}: no built modules")
+    for module, arch in modules:
+        try:
+            record = C.read_module(store, module, arch)
+        except (C.CacheError, ValueError) as e:
+            click.echo(f"{module} ({arch}): unreadable: {e}")
+            continue
+        rows = []
+        for kernel, key in record["kernels"].items():
+            referenced.add(key)
+            size, created = _entry_size_and_date(store, key)
+            rows.append(f"  {kernel:<24} {_human(size):>10}  {_date(created)}  {key[:12]}")
+        total = sum(_entry_size_and_date(store, k)[0] for k in record["kernels"].values())
+        click.echo(f"{module} ({arch}): {len(record['kernels'])} kernels, {len(record['fields'])} fields, "
+                   f"{_human(total)}, built {_date(record.get('built', 0))}")
+        for row in rows:
+            click.echo(row)
+    if isinstance(store, C.Cache):
+        entries = store.entries()
+        loose = [e for e in entries if e["key"] not in referenced]
+        click.echo(f"{len(entries)} entries, {_human(sum(e['size'] for e in entries))} in {store.location}"
+                   f" ({len(loose)} not in any module: direct-mode compiles or older builds)")
+
+
+def _open(cache_dir):
+    from qdc.runtime import cache as C
+    location = _cache_dir(cache_dir)
+    try:
+        store = C.open_store(location)
+    except (FileNotFoundError, C.CacheError) as e:
+        _fail(str(e))
+    return C.Cache(location) if isinstance(store, C.DirStore) else store
+
+
+def _entry_size_and_date(store, key: str) -> tuple[int, float]:
+    from qdc.runtime import cache as C
+    from qdc.runtime.artifact import ENTRY_RECORD
+    try:
+        record = C.read_record(store, f"{C.entry_path(key)}/{C.META_FILE}", ENTRY_RECORD)
+    except (FileNotFoundError, C.CacheError):
+        return 0, 0.0
+    return sum(a["size"] for a in record["artifacts"].values()), record.get("created", 0)
+
+
+VIEWS = {"ir": "ir", "llvm": "bc", "spirv": "spv", "msl": "msl", "ptx": "ptx"}
+
+
+@cli.command()
+@click.argument("target", metavar="MODULE.KERNEL")
+@click.option("--arch", default="cpu", show_default=True)
+@click.option("--cache", "cache_dir", help="Cache folder or bundle. Default: ./cache.")
+@click.option("--ir", "view", flag_value="ir", help="The optimised qdc IR.")
+@click.option("--llvm", "view", flag_value="llvm", help="LLVM IR (disassembled from the stored bitcode).")
+@click.option("--spirv", "view", flag_value="spirv", help="SPIR-V (via spirv-dis).")
+@click.option("--msl", "view", flag_value="msl", help="Metal shading language.")
+@click.option("--ptx", "view", flag_value="ptx", help="PTX.")
+@click.option("--size-expr", "view", flag_value="size-expr", help="Adstack sizing (SizeExpr trees).")
+def inspect(target, arch, cache_dir, view):
+    """Show a built kernel's metadata, or one of its artifacts in readable form.
+    MODULE.KERNEL.grad names the reverse-mode variant."""
+    from qdc.runtime import cache as C
+    module, _, kernel = target.partition(".")
+    if not module or not kernel:
+        raise click.UsageError(f"'{target}': name a kernel as MODULE.KERNEL, e.g. saxpy.saxpy")
+    store = _open(cache_dir)
+    try:
+        record = C.read_module(store, module, arch)
+        if kernel not in record["kernels"]:
+            _fail(f"module '{module}' ({arch}) has no kernel '{kernel}' (kernels: "
+                  f"{', '.join(record['kernels'])})")
+        entry = C.read_entry(store, record["kernels"][kernel])
+    except (FileNotFoundError, C.CacheError, ValueError) as e:
+        _fail(str(e))
+    if view is None:
+        click.echo(_describe_entry(entry))
+    elif view == "size-expr":
+        adstack = entry.meta.adstack
+        click.echo(json.dumps(adstack, indent=2) if adstack else f"kernel '{kernel}' has no adstacks")
+    else:
+        click.echo(_artifact_text(entry, view, arch), nl=False)
+
+
+def _artifact_text(entry, view: str, arch: str) -> str:
+    kind = VIEWS[view]
+    data = entry.artifacts.get(kind)
+    if data is None:
+        _fail(f"no {view} artifact for arch '{arch}' (stored: {', '.join(sorted(entry.record['artifacts']))})")
+    if view == "llvm":
+        import llvmlite.binding as llvm
+        return str(llvm.parse_bitcode(data))
+    if view == "spirv":
+        import subprocess
+        import tempfile
+        with tempfile.NamedTemporaryFile(suffix=".spv") as f:
+            f.write(data)
+            f.flush()
+            try:
+                return subprocess.run(["spirv-dis", f.name], check=True, capture_output=True, text=True).stdout
+            except FileNotFoundError:
+                _fail("spirv-dis not found: install SPIRV-Tools to disassemble SPIR-V")
+    return data.decode()
+
+
+def _describe_entry(entry) -> str:
+    r, m = entry.record, entry.meta
+    lines = [f"kernel {m.name} ({r['variant']}, {r['arch']})", f"  key       {entry.key}",
+             f"  source    {r.get('source', '?')}", f"  compiler  {r.get('compiler', '?')}",
+             f"  created   {_date(r.get('created', 0))}",
+             "  options   " + ", ".join(f"{k}={v}" for k, v in sorted(r.get("options", {}).items()))]
+    for p in m.params:
+        kind = p.dtype if p.kind == "scalar" else f"ndarray({p.dtype}, ndim={p.ndim}" + \
+            (", needs_grad)" if p.needs_grad else ")")
+        lines.append(f"  param     {p.name}: {kind}")
+    for f in m.fields:
+        lines.append(f"  field     {f.name}: {f.dtype}{list(f.shape)}")
+    for t in m.tasks:
+        rng = "" if not t.range else f" [{_expr(t.range['begin'])}, {_expr(t.range['end'])})"
+        lines.append(f"  task      {t.name}: {t.kind}{' serial' if t.serial and t.kind != 'serial' else ''}{rng}")
+    for kind, a in sorted(r["artifacts"].items()):
+        lines.append(f"  artifact  {a['file']:<12} {_human(a['size']):>10}  sha256 {a['sha256']}")
+    return "\n".join(lines)
+
+
+def _expr(e) -> str:
+    """A TaskMeta.range expression tree as text."""
+    if not isinstance(e, list) or not e:
+        return "?"
+    head, args = e[0], e[1:]
+    if head == "const":
+        return repr(args[0])
+    if head == "arg":
+        return f"arg{args[0]}"
+    if head == "shape":
+        return f"arg{args[0]}.shape[{args[1]}]"
+    if head == "temp":
+        return f"t{args[0]}"
+    if head == "field":
+        return f"{args[0]}[{', '.join(_expr(i) for i in args[2])}]"
+    if head == "cast":
+        return f"{args[0]}({_expr(args[1])})"
+    return f"{head}({', '.join(_expr(a) for a in args)})"
+
+
+# ---- verify / clean / pack ---------------------------------------------------------------------
+
+@cli.command()
+@click.option("--cache", "cache_dir", help="Cache folder or bundle. Default: ./cache.")
+def verify(cache_dir):
+    """Check every artifact against its recorded hash and format version."""
+    from qdc.runtime import cache as C
+    store = _open(cache_dir)
+    checked, problems = C.verify_store(store)
+    for path, reason in problems:
+        click.echo(f"{path}: {reason}", err=True)
+    click.echo(f"qdc verify: {checked} files checked in {store.location}, {len(problems)} bad")
+    sys.exit(1 if problems else 0)
+
+
+@cli.command()
+@click.option("--cache", "cache_dir", help="Cache folder. Default: ./cache.")
+@click.option("--max-size", help="Evict least-recently-used entries until the cache is at most SIZE (e.g. 500M).")
+@click.option("--all", "everything", is_flag=True, help="Remove every entry and module record.")
+def clean(cache_dir, max_size, everything):
+    """Evict least-recently-used entries down to SIZE, or everything."""
+    from qdc.runtime import cache as C
+    if (max_size is None) == (not everything):
+        raise click.UsageError("give either --max-size SIZE or --all")
+    try:
+        limit = None if everything else C.parse_size(max_size)
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
+    location = _cache_dir(cache_dir)
+    if not os.path.isdir(location):
+        _fail(f"no qdc cache folder at '{location}'")
+    stats = C.Cache(location).clean(max_size=limit, everything=everything)
+    dropped = f"; module records dropped: {', '.join(stats['modules_dropped'])}" if stats["modules_dropped"] else ""
+    click.echo(f"qdc clean: evicted {stats['evicted']} entries, {_human(stats['remaining_bytes'])} left{dropped}")
+
+
+@cli.command()
+@click.option("--cache", "cache_dir", help="Cache folder. Default: ./cache.")
+@click.option("-o", "--output", required=True, help="Bundle file to write (e.g. kernels.qdc.tar.gz).")
+def pack(cache_dir, output):
+    """Write the built modules into one reproducible bundle for deployment."""
+    from qdc.runtime import cache as C
+    from qdc.runtime.bundle import pack as pack_bundle
+    location = _cache_dir(cache_dir)
+    if not os.path.isdir(location):
+        _fail(f"no qdc cache folder at '{location}'")
+    try:
+        stats = pack_bundle(C.Cache(location), output)
+    except (C.CacheError, FileNotFoundError, ValueError) as e:
+        _fail(f"{e} (nothing was packed; run `qdc verify`)")
+    click.echo(f"qdc pack: {stats['modules']} module records, {stats['files']} files, "
+               f"{_human(stats['bytes'])} -> {output}")
+
+
+def main(argv=None):
+    cli.main(args=argv, prog_name="qdc")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,438 @@
+"""`qdc build`: compile kernel modules ahead of time into the offline cache.
+
+Each kernel file is imported (its fields are named after the globals they are bound to,
+first binding in sorted file order wins), every `@qd.kernel` it defines gets a cache key
+per arch, hits are skipped and misses compiled — in this process, or with `-j N` in N
+worker processes fed one job at a time over a pipe (JSON lines; nothing is pickled). A
+module record listing the module's fields and kernel entries is written once all of its
+kernels are built; a module with a failed kernel keeps its previous record.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+import traceback
+
+from qdc.runtime.artifact import GRAD_SUFFIX
+from qdc.runtime.cache import Cache
+from qdc.runtime.errors import QdcCompileError
+from qdc.runtime.fields import Field
+
+from . import cache_key, options as options_mod
+from .kernel import CODEGEN_ARCHES, Kernel, compile_kernel, store
+
+PROGRESS_INTERVAL_S = 2.0
+
+
+class BuildUsageError(ValueError):
+    """Bad paths or arches given to `qdc build` (the CLI exits 2)."""
+
+
+# ---- finding and importing kernel modules ---------------------------------------------------
+
+def discover(paths) -> list[str]:
+    """Every .py file named, or found under a named folder, sorted; BuildUsageError if none."""
+    files = []
+    for p in paths:
+        if os.path.isfile(p):
+            if not p.endswith(".py"):
+                raise BuildUsageError(f"{p}: not a Python file")
+            files.append(os.path.abspath(p))
+        elif os.path.isdir(p):
+            for dirpath, dirs, names in os.walk(p):
+                dirs[:] = sorted(d for d in dirs if not d.startswith((".", "__")))
+                files += [os.path.abspath(os.path.join(dirpath, n)) for n in names
+                          if n.endswith(".py") and not n.startswith(".")]
+        else:
+            raise BuildUsageError(f"{p}: no such file or folder")
+    if not files:
+        raise BuildUsageError(f"no .py files in {', '.join(map(str, paths))}")
+    return sorted(dict.fromkeys(files))
+
+
+@dataclasses.dataclass
+class ModuleSource:
+    path: str
+    name: str
+    module: object = None
+    kernels: dict = dataclasses.field(default_factory=dict)  # global name -> Kernel defined here
+    fields: dict = dataclasses.field(default_factory=dict)   # global name -> Field
+    error: str | None = None
+
+
+def load_sources(files: list[str]) -> list[ModuleSource]:
+    """Import every file and name fields after their globals, identically in every process."""
+    sources, stems, named = [], {}, set()
+    for path in files:
+        stem = os.path.splitext(os.path.basename(path))[0]
+        src = ModuleSource(path, stem)
+        sources.append(src)
+        if stem in stems:
+            src.error = f"{path}: error: module name '{stem}' is also used by {stems[stem]}; rename one file"
+            continue
+        stems[stem] = path
+        try:
+            src.module = _import_file(path, stem)
+        except Exception as e:  # noqa: BLE001  (any failure of user code at import time)
+            src.error = _import_error(path, e)
+            continue
+        for name, value in vars(src.module).items():
+            if isinstance(value, Field) and not value.is_grad:
+                if id(value) not in named:
+                    value.set_name(name)
+                    named.add(id(value))
+                src.fields.setdefault(value.name, value)
+            elif isinstance(value, Kernel) and value.fn.__module__ == src.module.__name__:
+                src.kernels.setdefault(name, value)
+    return sources
+
+
+def _import_file(path: str, stem: str):
+    existing = sys.modules.get(stem)
+    if existing is not None and os.path.abspath(getattr(existing, "__file__", "") or "") == path:
+        return existing  # already imported as a dependency of an earlier kernel module
+    name = stem if existing is None else f"_qdc_build_{stem}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    folder = os.path.dirname(path)
+    sys.path.insert(0, folder)  # sibling imports (`from common import ...`) work as when run directly
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    finally:
+        sys.path.remove(folder)
+    return module
+
+
+def _import_error(path: str, e: Exception) -> str:
+    if isinstance(e, SyntaxError) and e.filename:
+        where = f"{e.filename}:{e.lineno or 0}:{e.offset or 0}"
+        text = f"\n{e.text.rstrip()}" if e.text else ""
+        return f"{where}: error: importing the module failed: SyntaxError: {e.msg}{text}"
+    if isinstance(e, QdcCompileError):
+        return str(e)
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if os.path.abspath(f.filename) == path]
+    where = f"{path}:{frames[-1].lineno}:1" if frames else path
+    return f"{where}: error: importing the module failed: {type(e).__name__}: {e}"
+
+
+# ---- jobs ------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Job:
+    module: str
+    kernel: str          # the global name the module binds it to
+    variant: str
+    arch: str
+    key: str | None = None
+
+
+def _options_for(opts, arch):
+    return dataclasses.replace(opts, arch=arch)
+
+
+def _params_for_aot(kernel: Kernel):
+    params = kernel.params
+    for p in params:
+        if p.kind == "ndarray" and (p.dtype is None or p.ndim is None):
+            code = kernel.fn.__code__
+            raise QdcCompileError(f"ndarray parameter '{p.name}' of kernel '{kernel.__name__}' needs dtype= and "
+                                  f"ndim= in its annotation to be built ahead of time", code.co_filename,
+                                  code.co_firstlineno, 1)
+    return params
+
+
+def run_job(src: ModuleSource, job: Job, opts, cache: Cache, force: bool) -> dict:
+    """Compile one kernel variant and store it: {"status", "key", "error", "seconds"}."""
+    t0 = time.perf_counter()
+    kernel = src.kernels[job.kernel]
+    arch_opts = _options_for(opts, job.arch)
+    try:
+        params = _params_for_aot(kernel)
+        deps = cache_key.kernel_key(kernel.fn, params, arch_opts, job.arch, job.variant)
+        compiled = compile_kernel(kernel.fn, params, arch_opts, job.arch, variant=job.variant)
+        if not store(cache, deps, compiled, kernel.fn, job.arch, job.variant, arch_opts, replace=force):
+            raise RuntimeError("the kernel reaches a field through an expression the cache key cannot follow "
+                               "(bind the field to a module-level name)")
+        return {"status": "built", "key": deps.key, "seconds": time.perf_counter() - t0}
+    except NotImplementedError as e:
+        if job.variant == "grad":
+            return {"status": "skipped", "error": str(e)}
+        return {"status": "failed", "error": _job_error(src, job, e)}
+    except Exception as e:  # noqa: BLE001  (reported per kernel; the build goes on)
+        return {"status": "failed", "error": _job_error(src, job, e)}
+
+
+def _job_error(src: ModuleSource, job: Job, e: Exception) -> str:
+    if isinstance(e, QdcCompileError):
+        return str(e)
+    return f"{src.path}: error: kernel '{job.kernel}' ({job.arch}): {type(e).__name__}: {e}"
+
+
+# ---- the build -------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class BuildReport:
+    built: int = 0
+    cached: int = 0
+    failed: int = 0
+    skipped: int = 0
+    modules: int = 0
+    seconds: float = 0.0
+    errors: list = dataclasses.field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.failed == 0 and not self.errors
+
+
+def resolve_arches(spec) -> list[str]:
+    items = spec if isinstance(spec, (list, tuple)) else str(spec).split(",")
+    items = [str(a).strip() for a in items if str(a).strip()]
+    if items == ["all"]:
+        return list(CODEGEN_ARCHES)
+    for a in items:
+        if a not in options_mod.ARCHES:
+            raise BuildUsageError(f"unknown arch '{a}' (choose from {', '.join(options_mod.ARCHES)} or all)")
+        if a not in CODEGEN_ARCHES:
+            raise BuildUsageError(f"arch '{a}' has no code generator in this build of qdc "
+                                  f"(available: {', '.join(CODEGEN_ARCHES)})")
+    if not items:
+        raise BuildUsageError("no arch given")
+    return list(dict.fromkeys(items))
+
+
+def build(paths, arches, opts, cache_dir: str, jobs: int = 1, force: bool = False,
+          log=None) -> BuildReport:
+    """Build every kernel under `paths` for `arches` into `cache_dir`. `log(text)` gets errors,
+    progress and the summary (default: stderr)."""
+    log = log or (lambda text: print(text, file=sys.stderr, flush=True))
+    t0 = time.perf_counter()
+    files = discover(paths)
+    options_mod.current = opts  # int/float annotations resolve to opts.default_ip/default_fp
+    cache = Cache(cache_dir)
+    sources = load_sources(files)
+    report = BuildReport()
+    todo, results = [], {}
+    by_name = {s.name: s for s in sources if s.error is None}
+    for src in sources:
+        if src.error is not None:
+            report.errors.append(src.error)
+            log(src.error)
+            continue
+        for job in _plan(src, arches, opts, cache, force, results):
+            todo.append(job)
+    report.cached = sum(1 for r in results.values() if r["status"] == "cached")
+    progress = _Progress(len(todo), log)
+
+    def finished(job: Job, result: dict):
+        results[_job_id(job)] = result
+        progress.step(job, result)
+
+    if jobs > 1 and len(todo) > 1:
+        _run_in_workers(todo, files, opts, cache_dir, force, min(jobs, len(todo)), finished)
+    else:
+        for job in todo:
+            finished(job, run_job(by_name[job.module], job, opts, cache, force))
+    _tally(report, todo, results, log)
+    for src in by_name.values():
+        if src.kernels or src.fields:
+            report.modules += 1
+            for arch in arches:
+                _write_module_record(cache, src, arch, results, report, log)
+    report.seconds = time.perf_counter() - t0
+    log(_summary(report, arches))
+    return report
+
+
+def _job_id(job: Job) -> tuple:
+    return (job.module, job.kernel, job.variant, job.arch)
+
+
+def _plan(src: ModuleSource, arches, opts, cache: Cache, force: bool, results: dict) -> list[Job]:
+    """Jobs for the kernels of `src` that are not already cached; hits go straight to `results`."""
+    todo = []
+    for name, kernel in src.kernels.items():
+        for arch in arches:
+            keys = _variant_keys(kernel, _options_for(opts, arch), arch)
+            for variant in keys or ["forward"]:
+                job = Job(src.name, name, variant, arch)
+                if keys and not force and cache.has_entry(keys[variant]):
+                    results[_job_id(job)] = {"status": "cached", "key": keys[variant]}
+                else:
+                    todo.append(job)
+    return todo
+
+
+def _variant_keys(kernel: Kernel, opts, arch: str) -> dict:
+    """{variant: cache key}: the reverse-mode variant too when the kernel touches needs_grad data.
+    Empty if the key cannot be computed: the job then compiles and reports the real error."""
+    try:
+        params = _params_for_aot(kernel)
+        deps = cache_key.kernel_key(kernel.fn, params, opts, arch, "forward")
+        keys = {"forward": deps.key}
+        if deps.needs_grad:
+            keys["grad"] = cache_key.kernel_key(kernel.fn, params, opts, arch, "grad").key
+        return keys
+    except Exception:  # noqa: BLE001
+        return {}
+
+
+def _tally(report: BuildReport, todo: list[Job], results: dict, log) -> None:
+    for job in todo:
+        r = results.get(_job_id(job)) or {"status": "failed", "error": f"kernel '{job.kernel}': no result"}
+        if r["status"] == "built":
+            report.built += 1
+        elif r["status"] == "skipped":
+            report.skipped += 1
+        else:
+            report.failed += 1
+
+
+def _write_module_record(cache: Cache, src: ModuleSource, arch: str, results: dict, report, log) -> None:
+    kernels = {}
+    for name in src.kernels:
+        for variant in ("forward", "grad"):
+            r = results.get((src.name, name, variant, arch))
+            if r is None or r["status"] == "skipped":
+                continue
+            if r["status"] not in ("built", "cached"):
+                return  # a failed kernel: keep the module's previous record, if any
+            kernels[name + (GRAD_SUFFIX if variant == "grad" else "")] = r["key"]
+    fields = _module_fields(src)
+    if isinstance(fields, str):
+        report.errors.append(fields)
+        log(fields)
+        return
+    cache.write_module(src.name, arch, {"source": src.path, "fields": fields, "kernels": kernels,
+                                        "compiler": cache_key.compiler_version(), "built": time.time()})
+
+
+def _module_fields(src: ModuleSource):
+    """The module's fields as records; an error string if two fields share a name."""
+    out, seen = [], {}
+    for f in src.fields.values():
+        if f.name in seen and seen[f.name] is not f:
+            return f"{src.path}: error: two different fields are named '{f.name}'"
+        if not f.name.isidentifier():
+            return f"{src.path}: error: field name '{f.name}' is not a Python identifier"
+        seen[f.name] = f
+    for f in seen.values():
+        out.append([f.name, f.dtype.name, list(f.shape), bool(f.needs_grad)])
+    return out
+
+
+def _summary(report: BuildReport, arches) -> str:
+    parts = [f"{report.built} built", f"{report.cached} cached", f"{report.failed} failed"]
+    if report.skipped:
+        parts.append(f"{report.skipped} reverse-mode variants skipped (autodiff not available)")
+    if report.errors and not report.failed:
+        parts.append(f"{len(report.errors)} module errors")
+    total = report.built + report.cached + report.failed + report.skipped
+    return (f"qdc build: {total} kernels in {report.modules} modules for {', '.join(arches)}: "
+            f"{', '.join(parts)} in {report.seconds:.1f} s")
+
+
+class _Progress:
+    """A progress line: rewritten in place on a terminal, else printed every few seconds."""
+
+    def __init__(self, total: int, log):
+        self.total, self.done, self.log = total, 0, log
+        self.tty = sys.stderr.isatty()
+        self.t0 = self.last = time.perf_counter()
+        self.lock = threading.Lock()
+
+    def step(self, job: Job, result: dict) -> None:
+        with self.lock:
+            self.done += 1
+            if result["status"] == "failed":
+                if self.tty:
+                    sys.stderr.write("\r\033[K")
+                self.log(result["error"])
+            now = time.perf_counter()
+            line = f"[{self.done}/{self.total}] {job.module}.{job.kernel} ({job.arch}) {now - self.t0:.1f} s"
+            if self.tty:
+                sys.stderr.write("\r\033[K" + line + ("\n" if self.done == self.total else ""))
+                sys.stderr.flush()
+            elif now - self.last >= PROGRESS_INTERVAL_S:
+                self.log(line)
+                self.last = now
+
+
+# ---- worker processes ------------------------------------------------------------------------
+
+def _options_wire(opts) -> dict:
+    return {f.name: (getattr(opts, f.name).name if hasattr(getattr(opts, f.name), "np_dtype")
+                     else getattr(opts, f.name)) for f in dataclasses.fields(opts)}
+
+
+def _run_in_workers(todo, files, opts, cache_dir, force, n, finished) -> None:
+    pending: queue.Queue = queue.Queue()
+    for job in todo:
+        pending.put(job)
+    hello = json.dumps({"files": files, "options": _options_wire(opts), "cache": cache_dir, "force": force})
+
+    def drive():
+        proc = subprocess.Popen([sys.executable, "-m", "qdc.compiler.build", "--worker"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True, bufsize=1)
+        try:
+            proc.stdin.write(hello + "\n")
+            while True:
+                try:
+                    job = pending.get_nowait()
+                except queue.Empty:
+                    return
+                proc.stdin.write(json.dumps(dataclasses.asdict(job)) + "\n")
+                proc.stdin.flush()
+                line = proc.stdout.readline()
+                if not line:
+                    finished(job, {"status": "failed", "error": f"kernel '{job.module}.{job.kernel}': the build "
+                                                                f"worker died (exit code {proc.wait()})"})
+                    return
+                finished(job, json.loads(line))
+        finally:
+            if proc.poll() is None:
+                proc.stdin.close()
+                proc.wait()
+
+    threads = [threading.Thread(target=drive, daemon=True) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    while not pending.empty():  # every worker died
+        job = pending.get_nowait()
+        finished(job, {"status": "failed", "error": f"kernel '{job.module}.{job.kernel}': no build worker left"})
+
+
+def worker_main() -> None:
+    """`python -m qdc.compiler.build --worker`: first line = build setup, then one job per line."""
+    protocol = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # whatever user code prints goes to stderr, never into the protocol
+    hello = json.loads(sys.stdin.readline())
+    opts = options_mod.Options().update(**hello["options"])
+    options_mod.current = opts
+    cache = Cache(hello["cache"])
+    sources = {s.name: s for s in load_sources(hello["files"])}
+    for line in sys.stdin:
+        job = Job(**json.loads(line))
+        src = sources[job.module]
+        if src.error is not None:
+            result = {"status": "failed", "error": src.error}
+        else:
+            result = run_job(src, job, opts, cache, hello["force"])
+        protocol.write(json.dumps(result) + "\n")
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--worker"]:
+    worker_main()

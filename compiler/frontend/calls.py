@@ -1,0 +1,262 @@
+"""Calls: qd intrinsics, Python builtins, atomics, and inlining of `@qd.func`s (with returns).
+
+A mixin of FrontEnd (see ast_to_ir.py).
+"""
+from __future__ import annotations
+
+import ast
+import builtins
+import inspect
+
+from qdc.runtime import types as T
+from qdc.runtime.fields import Field
+
+from .. import ir
+from .. import lang
+from ..kernel import Kernel
+from .objects import GLOBAL_ARRAYS, NdarrayHandle, RangeSpec
+from .source import is_tail_return, source_info
+from .values import is_runtime
+
+_MAX_INLINE_DEPTH = 64
+_LOCAL_ATOMIC_OP = {"add": "add", "sub": "sub", "min": "min", "max": "max",
+                    "and": "bit_and", "or": "bit_or", "xor": "bit_xor"}
+_BUILTINS = (builtins.abs, builtins.min, builtins.max, builtins.int, builtins.float, builtins.bool,
+             builtins.range, builtins.len, builtins.pow)
+
+
+class CallLowering:
+    def visit_Call(self, node: ast.Call):
+        callee = self.visit(node.func)
+        if isinstance(callee, lang.Func):
+            return self.inline_func(callee, node)
+        kind = lang.INTRINSICS.get(callee) if _hashable(callee) else None
+        if kind is not None:
+            return self.call_intrinsic(kind, node)
+        if any(callee is b for b in _BUILTINS):
+            return self.call_builtin(callee, node)
+        if isinstance(callee, T.DataType):  # qd.f32(x): a cast
+            (arg,) = self.call_args(node, 1, 1, callee.name)
+            return self.values.cast(self.scalar(arg, node.args[0]), callee)
+        name = getattr(callee, "__name__", type(callee).__name__)
+        if isinstance(callee, Kernel):
+            self.error(f"kernel '{name}' cannot be called from a kernel; make it a @qd.func")
+        self.error(f"'{name}' is not a qd.func or a qd intrinsic and cannot be called in a kernel "
+                   f"(decorate it with @qd.func)")
+
+    def call_args(self, node, lo: int, hi: int, name: str) -> list:
+        if node.keywords:
+            self.error(f"{name}() takes no keyword arguments in kernels")
+        if not lo <= len(node.args) <= hi:
+            count = lo if lo == hi else f"{lo} to {hi}"
+            self.error(f"{name}() takes {count} argument(s), got {len(node.args)}")
+        return [self.visit(a) for a in node.args]
+
+    def scalar_args(self, node, lo: int, hi: int, name: str) -> list:
+        return [self.scalar(v, a) for v, a in zip(self.call_args(node, lo, hi, name), node.args)]
+
+    # ---- Python builtins -----------------------------------------------------------------
+    def call_builtin(self, fn, node):
+        name = fn.__name__
+        if fn is builtins.range:
+            return self.range_spec(self.call_args(node, 1, 3, "range"), node)
+        if fn is builtins.len:
+            return self.length(self.call_args(node, 1, 1, "len")[0])
+        if fn in (builtins.min, builtins.max):
+            args = self.scalar_args(node, 2, 64, name)
+            acc = args[0]
+            for a in args[1:]:
+                acc = self.values.binary(name, acc, a)
+            return acc
+        if fn is builtins.pow:
+            return self.values.binary("pow", *self.scalar_args(node, 2, 2, "pow"))
+        (arg,) = self.scalar_args(node, 1, 1, name)
+        if fn is builtins.abs:
+            return self.values.unary("abs", arg)
+        if not is_runtime(arg):
+            return fn(arg)  # int(), float(), bool() of a compile-time number
+        target = {builtins.int: self.values.default_ip, builtins.float: self.values.default_fp}.get(fn, T.u1)
+        return self.values.cast(arg, target)
+
+    def range_spec(self, args, node) -> RangeSpec:
+        begin, end, step = (0, args[0], 1) if len(args) == 1 else (args[0], args[1], args[2] if len(args) == 3 else 1)
+        if is_runtime(step) or not isinstance(step, int) or isinstance(step, bool) or step <= 0:
+            self.error("range() step must be a compile-time positive integer", node.args[2])
+        for v, a in zip(args, node.args[:1] if len(args) == 1 else node.args[:2]):
+            v = self.scalar(v, a)
+            if isinstance(v, float) or (is_runtime(v) and v.type.is_float):
+                self.error("range() bounds must be integers", a)
+        return RangeSpec(begin, end, step)
+
+    def length(self, a):
+        if isinstance(a, Field):
+            if not a.shape:
+                self.error(f"len() of 0-d field '{a.name}'")
+            return a.shape[0]
+        if isinstance(a, NdarrayHandle):
+            return self.emit(ir.NdarrayShape(a.arg_index, 0, T.i32))
+        if isinstance(a, (tuple, list)):
+            return len(a)
+        self.error("len() needs a field, an ndarray or a tuple")
+
+    # ---- qd intrinsics ---------------------------------------------------------------------
+    def call_intrinsic(self, kind, node):
+        what, op = kind
+        fname = getattr(node.func, "attr", getattr(node.func, "id", what))
+        if what == "unary":
+            (x,) = self.scalar_args(node, 1, 1, fname)
+            return self.values.unary(op, x)
+        if what == "binary":
+            return self.values.binary(op, *self.scalar_args(node, 2, 2, fname))
+        if what == "select":
+            c, a, b = self.scalar_args(node, 3, 3, "select")
+            if not is_runtime(c):
+                return a if c else b
+            return self.values.select(c, a, b)
+        if what == "cast":
+            x, dtype = self.call_args(node, 2, 2, "cast")
+            if not isinstance(dtype, T.DataType):
+                self.error("qd.cast() needs a qd type as its second argument", node.args[1])
+            return self.values.cast(self.scalar(x, node.args[0]), dtype)
+        if what == "static":
+            return self.static_value(self.call_args(node, 1, 8, "static"), node)
+        if what == "atomic":
+            if node.keywords or len(node.args) != 2:
+                self.error(f"{fname}() takes 2 arguments: a field/ndarray element (or local) and a value")
+            return self.atomic(op, node.args[0], self.scalar(self.visit(node.args[1]), node.args[1]))
+        if what == "ndrange":
+            if node.keywords:
+                self.error("qd.ndrange() takes no keyword arguments")
+            return lang.ndrange(*[self.visit(a) for a in node.args])
+        if what == "loop_config":
+            return self.loop_config(node)
+        self.error(f"unsupported intrinsic {fname}")
+
+    def static_value(self, values, node):
+        """`qd.static(v)`: `v` must be known at compile time; a constant range() becomes a Python range."""
+        out = []
+        for v, a in zip(values, node.args):
+            if isinstance(v, RangeSpec):
+                v = v.as_static()
+            if v is None or is_runtime(v):
+                self.error("qd.static() needs a value known at compile time", a)
+            out.append(v)
+        return out[0] if len(out) == 1 else tuple(out)
+
+    def loop_config(self, node):
+        if node.args:
+            self.error("qd.loop_config() takes keyword arguments only")
+        serialize = False
+        for kw in node.keywords:
+            if kw.arg != "serialize":
+                continue  # other Quadrants hints (block_dim, ...) do not apply to this backend
+            v = self.visit(kw.value)
+            if is_runtime(v):
+                self.error("qd.loop_config(serialize=...) must be a compile-time value", kw.value)
+            serialize = bool(v)
+        self.pending_serialize = serialize
+        return None
+
+    def atomic(self, op: str, target_node, value):
+        """`qd.atomic_op(target, v)`: returns the old value."""
+        if isinstance(target_node, ast.Subscript):
+            base = self.visit(target_node.value)
+            if isinstance(base, GLOBAL_ARRAYS):
+                ptr = self.global_ptr(base, target_node)
+                if op in ("and", "or", "xor") and ptr.type.is_float:
+                    self.error(f"atomic {op} needs an integer target, got {ptr.type}", target_node)
+                return self.emit(ir.AtomicRMW(op, ptr, self.values.cast(value, ptr.type)))
+        if isinstance(target_node, ast.Name):
+            var = self.lookup(target_node.id, target_node)
+            if isinstance(var, ir.Alloca):  # a local: no other thread can see it
+                old = self.emit(ir.LocalLoad(var))
+                new = self.values.binary(_LOCAL_ATOMIC_OP[op], old, value)
+                self.emit(ir.LocalStore(var, self.values.cast(new, var.type)))
+                return old
+        self.error("the target of an atomic operation must be a field/ndarray element or a local variable",
+                   target_node)
+
+    # ---- qd.func inlining ----------------------------------------------------------------------
+    def inline_func(self, func: lang.Func, node: ast.Call):
+        if any(f.fn is func.fn for f in self.frames):
+            self.error(f"qd.func '{func.__name__}' calls itself (directly or through other funcs); "
+                       f"recursion is not supported")
+        if len(self.frames) > _MAX_INLINE_DEPTH:
+            self.error("qd.func calls nested too deeply")
+        src = source_info(func.fn)
+        if not any(f is func for f in self.funcs_used):
+            self.funcs_used.append(func)
+        args = [self.visit(a) for a in node.args]
+        kwargs = {kw.arg: self.visit(kw.value) for kw in node.keywords}
+        try:
+            bound = inspect.signature(func.fn).bind(*args, **kwargs)
+        except TypeError as e:
+            self.error(f"call to qd.func '{func.__name__}': {e}")
+        bound.apply_defaults()
+        frame = self.new_frame(func.fn, src)
+        frame.base_block, frame.start_index = self.blocks[-1], len(self.blocks[-1].stmts)
+        self.frames.append(frame)
+        try:
+            for name, value in bound.arguments.items():
+                if is_runtime(value):  # pass by value: the func gets its own copy
+                    var = self.new_local(value.type, name)
+                    self.emit(ir.LocalStore(var, value))
+                    value = var
+                frame.scopes[0][name] = value
+            self.visit_body(src.func_body)
+            return self.func_result(frame)
+        finally:
+            self.frames.pop()
+
+    def visit_Return(self, node: ast.Return):
+        if self.frame.is_kernel:
+            self.error("return is not allowed in a kernel; write results to a field or ndarray")
+        if not is_tail_return(node):
+            self.error("return must be the last statement of a qd.func, or end an if/else branch "
+                       "(returns inside loops or followed by code are not supported)")
+        value = None if node.value is None else self.visit(node.value)
+        self.frame.returns.append((self.blocks[-1], value, node))
+
+    def func_result(self, frame):
+        """The value of an inlined call. A single return at the func's top level is its value
+        as is (possibly compile-time); returns in several branches store into shared locals."""
+        returns = frame.returns
+        if not returns:
+            return None
+        if len(returns) == 1 and returns[0][0] is frame.base_block:
+            return returns[0][1]
+        shapes = {_return_shape(v) for _, v, _ in returns}
+        if len(shapes) != 1:
+            self.error("all returns of a qd.func must return the same number of values", returns[-1][2])
+        (shape,) = shapes
+        if shape is None:
+            return None
+        columns = zip(*[v if isinstance(v, tuple) else (v,) for _, v, _ in returns])
+        results = []
+        for column in columns:
+            column = [self.scalar(v, ret) for (_, _, ret), v in zip(returns, column)]
+            var = ir.Alloca(self.values.common_type_of(column), "return", frame.src.loc(returns[0][2]))
+            var.block = frame.base_block
+            frame.base_block.stmts.insert(frame.start_index, var)
+            for (block, _, ret), v in zip(returns, column):
+                self.node_stack.append(ret)
+                try:
+                    self.emit_into(block, lambda v=v: self.emit(ir.LocalStore(var, self.values.cast(v, var.type))))
+                finally:
+                    self.node_stack.pop()
+            results.append(self.emit(ir.LocalLoad(var)))
+        return tuple(results) if shape != "scalar" else results[0]
+
+
+def _return_shape(v):
+    if v is None:
+        return None
+    return len(v) if isinstance(v, tuple) else "scalar"
+
+
+def _hashable(v) -> bool:
+    try:
+        hash(v)
+        return True
+    except TypeError:
+        return False

@@ -1,0 +1,221 @@
+"""Loops: `for` over ranges, ndranges, fields and ndarrays; `qd.static` unrolling; `while`.
+
+A mixin of FrontEnd (see ast_to_ir.py). Every run-time `for` becomes one flat `RangeFor`
+over the product of its dimensions; the loop targets decompose the flat index row-major.
+"""
+from __future__ import annotations
+
+import ast
+
+from qdc.runtime import types as T
+from qdc.runtime.fields import Field
+
+from .. import ir
+from .. import lang
+from .objects import NdarrayHandle, RangeSpec
+from .values import fits, is_runtime
+
+
+class LoopLowering:
+    # ---- for --------------------------------------------------------------------------
+    def visit_For(self, node: ast.For):
+        if node.orelse:
+            self.error("for/else is not supported in kernels")
+        serialize, self.pending_serialize = self.pending_serialize, None
+        if self.is_static_call(node.iter):
+            if serialize is not None:
+                self.error("qd.loop_config() does not apply to a qd.static loop (it is unrolled)")
+            return self.static_for(node, self.visit(node.iter))
+        iterable = self.visit(node.iter)
+        dims, kind = self.loop_dims(iterable, node.iter)
+        self.range_for(node, dims, kind, serialize=bool(serialize))
+
+    def is_static_call(self, node) -> bool:
+        return isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute)) \
+            and self.visit(node.func) is lang.static
+
+    def loop_dims(self, it, node):
+        """[(begin, end, step)] per dimension and the loop kind ("range", "ndrange", "struct")."""
+        if isinstance(it, RangeSpec):
+            return [(it.begin, it.end, it.step)], "range"
+        if isinstance(it, lang.ndrange):
+            dims = []
+            for d in it.dims:
+                if isinstance(d, (tuple, list)):
+                    if len(d) != 2:
+                        self.error("qd.ndrange() arguments must be ints or (begin, end) pairs", node)
+                    dims.append((d[0], d[1], 1))
+                else:
+                    dims.append((0, d, 1))
+            if not dims:
+                self.error("qd.ndrange() needs at least one dimension", node)
+            return dims, "ndrange"
+        if isinstance(it, Field):
+            if not it.shape:
+                self.error(f"cannot loop over 0-d field '{it.name}'; read it as {it.name}[None]", node)
+            return [(0, s, 1) for s in it.shape], "struct"
+        if isinstance(it, NdarrayHandle):
+            if it.ndim == 0:
+                self.error(f"cannot loop over 0-d ndarray '{it.name}'", node)
+            return [(0, self.emit(ir.NdarrayShape(it.arg_index, d, T.i32)), 1) for d in range(it.ndim)], "struct"
+        if isinstance(it, (tuple, list, range)):
+            self.error("a loop over a tuple or list must be unrolled: wrap it in qd.static(...)", node)
+        self.error("for loops iterate over range(), qd.ndrange(), qd.static(...), a field or an ndarray", node)
+
+    def static_for(self, node: ast.For, it):
+        """`for v in qd.static(iterable)`: the body is lowered once per element."""
+        if isinstance(it, lang.ndrange):
+            if any(is_runtime(x) for d in it.dims for x in (d if isinstance(d, (tuple, list)) else (d,))):
+                self.error("qd.static(qd.ndrange(...)) needs compile-time bounds", node.iter)
+            it = list(it)
+        if not isinstance(it, (range, tuple, list)):
+            self.error("qd.static() loops need a compile-time iterable (a range of constants, a tuple "
+                       "or a qd.ndrange of constants)", node.iter)
+        self.frame.loops.append("static")
+        try:
+            for value in it:
+                self.frame.scopes.append({})
+                try:
+                    self.bind_targets(node.target, value)
+                    self.visit_body(node.body)
+                finally:
+                    self.frame.scopes.pop()
+        finally:
+            self.frame.loops.pop()
+
+    def bind_targets(self, target, value):
+        if isinstance(target, ast.Name):
+            self.frame.scopes[-1][target.id] = value
+        elif isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (tuple, list)) \
+                and len(value) == len(target.elts):
+            for t, v in zip(target.elts, value):
+                self.bind_targets(t, v)
+        else:
+            self.error("the loop target does not match the elements of the iterable", target)
+
+    def range_for(self, node: ast.For, dims, kind: str, serialize: bool):
+        """One flat RangeFor over the product of `dims`; the targets decompose its index."""
+        targets = node.target.elts if isinstance(node.target, ast.Tuple) else [node.target]
+        if any(not isinstance(t, ast.Name) for t in targets):
+            self.error("loop targets must be plain names", node.target)
+        if len(targets) != len(dims):
+            self.error(f"the loop has {len(targets)} target(s) but iterates over {len(dims)} "
+                       f"dimension(s)", node.target)
+        bounds = [(self.loop_bound(b, node.iter), self.loop_bound(e, node.iter), step) for b, e, step in dims]
+        index_type = self.loop_index_type(bounds)
+        begins = [self.values.cast(b, index_type) if is_runtime(b) else b for b, _, _ in bounds]
+        extents = [self.trip_count(b, e, step, index_type) for b, e, step in bounds]
+        total = extents[0]
+        for e in extents[1:]:
+            total = self.values.binary("mul", total, e)
+        parallel = len(self.blocks) == 1 and self.frame.is_kernel and not serialize
+        loop = self.emit(ir.RangeFor(self.values.const(0, index_type), self.values.cast(total, index_type),
+                                     index_type, serial=not parallel, kind=kind))
+        self.blocks.append(loop.body)
+        self.frame.scopes.append({})
+        self.frame.loops.append("parallel" if parallel else "serial")
+        try:
+            values = self.decompose_index(loop.index, begins, extents, [step for _, _, step in bounds])
+            for t, v in zip(targets, values):
+                self.frame.scopes[-1][t.id] = v
+            self.visit_body(node.body)
+        finally:
+            self.frame.loops.pop()
+            self.frame.scopes.pop()
+            self.blocks.pop()
+
+    def loop_bound(self, v, node):
+        v = self.scalar(v, node)
+        t = v.type if is_runtime(v) else None
+        if isinstance(v, float) or (t is not None and t.is_float):
+            self.error("range bounds must be integers", node)
+        return self.values.cast(v, self.values.default_ip) if t is T.u1 else v
+
+    def loop_index_type(self, bounds) -> T.DataType:
+        """i32 unless a bound needs more (a 64-bit or u32 bound, a constant beyond i32, default_ip
+        i64, or a constant trip count that overflows i32)."""
+        if self.values.default_ip.bits == 64:
+            return T.i64
+        count = 1
+        for b, e, step in bounds:
+            for v in (b, e):
+                if is_runtime(v) and (v.type.bits == 64 or (v.type.kind == "uint" and v.type.bits == 32)):
+                    return T.i64
+                if not is_runtime(v) and not fits(v, T.i32):
+                    return T.i64
+            if count is not None and not is_runtime(b) and not is_runtime(e):
+                count *= max(0, -((b - e) // step))
+            else:
+                count = None
+        return T.i64 if count is not None and not fits(count, T.i32) else T.i32
+
+    def trip_count(self, begin, end, step: int, index_type):
+        """max(0, ceil((end - begin) / step)) in the index type (a Python int when constant)."""
+        if not is_runtime(begin) and not is_runtime(end):
+            return max(0, -((begin - end) // step))
+        v = self.values
+        span = v.binary("sub", v.cast(end, index_type), v.cast(begin, index_type))
+        if step != 1:
+            span = v.binary("floordiv", v.binary("add", span, step - 1), step)
+        return v.binary("max", span, 0)
+
+    def decompose_index(self, index, begins, extents, steps):
+        """Row-major: the last dimension varies fastest."""
+        v = self.values
+        offsets = [None] * len(extents)
+        rest = index
+        for d in reversed(range(1, len(extents))):
+            offsets[d] = v.binary("mod", rest, extents[d])
+            rest = v.binary("floordiv", rest, extents[d])
+        offsets[0] = rest
+        out = []
+        for begin, offset, step in zip(begins, offsets, steps):
+            if step != 1:
+                offset = v.binary("mul", offset, step)
+            out.append(offset if _is_zero(begin) else v.binary("add", offset, begin))
+        return out
+
+    # ---- while, break, continue ---------------------------------------------------------
+    def visit_While(self, node: ast.While):
+        if node.orelse:
+            self.error("while/else is not supported in kernels")
+        loop = self.emit(ir.While())
+        self.blocks.append(loop.body)
+        self.frame.scopes.append({})
+        self.frame.loops.append("while")
+        try:
+            cond = self.scalar(self.visit(node.test), node.test)
+            if is_runtime(cond):
+                exit_if = self.emit(ir.If(self.values.unary("not", self.values.to_bool(cond))))
+                self.emit_into(exit_if.then_block, lambda: self.emit(ir.Break()))
+            elif not cond:
+                self.emit(ir.Break())
+            self.visit_body(node.body)
+        finally:
+            self.frame.loops.pop()
+            self.frame.scopes.pop()
+            self.blocks.pop()
+
+    def visit_Break(self, node):
+        kind = self.innermost_loop("break")
+        if kind == "parallel":
+            self.error("break cannot leave a parallel loop (a top-level for); serialize it with "
+                       "qd.loop_config(serialize=True) or use a while loop")
+        self.emit(ir.Break())
+
+    def visit_Continue(self, node):
+        self.innermost_loop("continue")
+        self.emit(ir.Continue())
+
+    def innermost_loop(self, what: str) -> str:
+        if not self.frame.loops:
+            where = "a loop" if self.frame.is_kernel else "a loop of the same qd.func"
+            self.error(f"{what} outside {where}")
+        kind = self.frame.loops[-1]
+        if kind == "static":
+            self.error(f"{what} inside a qd.static loop is not supported (the loop is unrolled)")
+        return kind
+
+
+def _is_zero(v) -> bool:
+    return (not is_runtime(v) and v == 0) or (isinstance(v, ir.Const) and v.value == 0)

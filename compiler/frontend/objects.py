@@ -1,0 +1,34 @@
+"""Compile-time objects the front end passes around besides numbers and IR values."""
+from __future__ import annotations
+
+from qdc.runtime import types as T
+from qdc.runtime.fields import Field
+
+from .. import ir
+
+
+class NdarrayHandle:
+    """An ndarray parameter as seen inside a kernel."""
+
+    def __init__(self, arg_index: int, name: str, dtype: T.DataType, ndim: int, needs_grad: bool, grad=False):
+        self.arg_index, self.name, self.dtype, self.ndim = arg_index, name, dtype, ndim
+        self.needs_grad, self.is_grad = needs_grad, grad
+
+    def ref(self) -> ir.NdarrayRef:
+        return ir.NdarrayRef(self.arg_index, self.name, self.dtype, self.ndim, self.is_grad)
+
+
+GLOBAL_ARRAYS = (Field, NdarrayHandle)
+
+
+class RangeSpec:
+    """`range(...)` inside a kernel: begin/end compile-time ints or run-time integers, and a
+    constant positive step. Only valid as a loop iterable (or inside qd.static when constant)."""
+
+    def __init__(self, begin, end, step: int):
+        self.begin, self.end, self.step = begin, end, step
+
+    def as_static(self) -> range | None:
+        if isinstance(self.begin, ir.Stmt) or isinstance(self.end, ir.Stmt):
+            return None
+        return range(self.begin, self.end, self.step)

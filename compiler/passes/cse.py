@@ -1,0 +1,56 @@
+"""Common-subexpression elimination of pure statements within their dominating scope.
+
+A pure statement (see `Stmt.PURE`) equal to an earlier one — same class, type, attributes
+and operands — that is visible at its position (earlier in the same block or in an
+enclosing block) is replaced by the earlier one. Each task starts a fresh scope, and so do
+its prologue, chunk blocks and body, which become separate functions.
+"""
+from __future__ import annotations
+
+import math
+
+from .. import ir
+
+
+def eliminate_common_subexpressions(k: ir.KernelIR) -> bool:
+    mapping: dict = {}
+    _cse_block(k.body, {}, mapping)
+    ir.replace_uses(k.body, mapping)
+    return bool(mapping)
+
+
+def _cse_block(b: ir.Block, available: dict, mapping: dict) -> None:
+    available = dict(available)
+    keep = []
+    for s in b.stmts:
+        s.replace_operands(mapping)
+        if isinstance(s, ir.Task):
+            for child in s.blocks():
+                _cse_block(child, {}, mapping)
+        else:
+            for child in s.blocks():
+                _cse_block(child, available, mapping)
+        if s.PURE:
+            key = _key(s)
+            if key in available:
+                mapping[s] = available[key]
+                continue
+            available[key] = s
+        keep.append(s)
+    b.stmts = keep
+
+
+def _key(s: ir.Stmt) -> tuple:
+    return (type(s), s.type, tuple(_attr_key(a) for a in s.attrs()), tuple(id(o) for o in s.operands()))
+
+
+def _attr_key(a):
+    if isinstance(a, ir.NdarrayRef):  # made afresh at every access: compare by what it names
+        return ("ndarray", a.arg_index, a.is_grad)
+    if isinstance(a, ir.FieldRef):
+        return ("field", a.slot, a.is_grad)
+    if isinstance(a, float):  # 0.0 == -0.0 in Python, but they are different constants
+        return (a, math.copysign(1.0, a)) if not math.isnan(a) else ("nan", id(a))
+    if isinstance(a, bool):  # True == 1 in Python
+        return ("bool", a)
+    return a

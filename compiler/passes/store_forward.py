@@ -1,0 +1,108 @@
+"""Store-to-load forwarding and dead-store elimination for locals (`Alloca`).
+
+Forwarding: walking a block in order, the value of a local is known after a store to it (or
+a load of it) in that block; a later load of the local becomes that value. Knowledge flows
+into nested blocks, except that a loop body forgets every local the loop writes (the body
+may see the previous iteration's value); after an `if` or a loop, every local written
+anywhere inside it is forgotten. Tasks are independent: nothing is known at a task's start.
+
+Dead stores: a store followed in the same block by another store to the same local, with
+no read of the local and no `break`/`continue` in between (nested blocks included), is
+dropped.
+"""
+from __future__ import annotations
+
+from .. import ir
+
+_WRITES = (ir.LocalStore, ir.LocalAccumulate)
+
+
+def forward_stores(k: ir.KernelIR) -> bool:
+    mapping: dict = {}
+    removed = _Forwarder(mapping).block(k.body, {})
+    ir.replace_uses(k.body, mapping)
+    return removed
+
+
+class _Forwarder:
+    def __init__(self, mapping: dict):
+        self.mapping = mapping  # forwarded load -> its value
+        self.written: dict = {}  # statement with blocks -> locals written inside it (memo)
+
+    def resolve(self, v):
+        while v in self.mapping:
+            v = self.mapping[v]
+        return v
+
+    def block(self, b: ir.Block, known: dict) -> bool:
+        """Forward within `b` given the locals `known` on entry; returns whether a load went."""
+        known = dict(known)
+        keep, changed = [], False
+        for s in b.stmts:
+            s.replace_operands(self.mapping)
+            if isinstance(s, ir.LocalLoad):
+                value = known.get(s.var)
+                if value is not None:
+                    self.mapping[s] = self.resolve(value)
+                    changed = True
+                    continue
+                known[s.var] = s
+            elif isinstance(s, ir.LocalStore):
+                known[s.var] = s.value
+            elif isinstance(s, ir.LocalAccumulate):
+                known.pop(s.var, None)
+            elif isinstance(s, ir.Task):
+                for child in s.blocks():
+                    changed |= self.block(child, {})
+            elif s.BLOCKS:
+                changed |= self.nested(s, known)
+            keep.append(s)
+        b.stmts = keep
+        return changed
+
+    def nested(self, s: ir.Stmt, known: dict) -> bool:
+        written = self.locals_written(s)
+        inner = known
+        if isinstance(s, (ir.RangeFor, ir.While)):
+            inner = {v: val for v, val in known.items() if v not in written}
+        changed = False
+        for child in s.blocks():
+            changed |= self.block(child, inner)
+        for v in written:
+            known.pop(v, None)
+        return changed
+
+    def locals_written(self, s: ir.Stmt) -> set:
+        if s not in self.written:
+            self.written[s] = {d.var for d in ir.walk_nested(s) if isinstance(d, _WRITES)}
+        return self.written[s]
+
+
+def eliminate_dead_stores(k: ir.KernelIR) -> bool:
+    return _dead_stores_in(k.body)
+
+
+def _dead_stores_in(b: ir.Block) -> bool:
+    changed = False
+    pending: dict = {}  # local -> its last store in this block, not read since
+    dead = set()
+    for s in b.stmts:
+        for child in s.blocks():
+            changed |= _dead_stores_in(child)
+        if isinstance(s, ir.LocalStore):
+            if s.var in pending:
+                dead.add(pending[s.var])
+            pending[s.var] = s
+            continue
+        if isinstance(s, (ir.Break, ir.Continue)):
+            pending.clear()
+            continue
+        nested = list(ir.walk_nested(s))
+        if any(isinstance(d, (ir.Break, ir.Continue)) for d in nested):
+            pending.clear()
+        for d in [s, *nested]:
+            if isinstance(d, (ir.LocalLoad, ir.LocalAccumulate)):
+                pending.pop(d.var, None)
+    if dead:
+        b.stmts = [s for s in b.stmts if s not in dead]
+    return changed or bool(dead)

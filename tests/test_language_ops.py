@@ -1,0 +1,360 @@
+"""Operators, math intrinsics and atomics (API.md §2) against numpy / plain Python."""
+import math
+
+import numpy as np
+import pytest
+
+import qdc as qd
+
+I32_1D = qd.types.ndarray(dtype=qd.i32, ndim=1)
+
+
+def _nonzero(rng, lo, hi, n, dtype):
+    v = rng.integers(lo, hi, n).astype(dtype)
+    v[v == 0] = 1
+    return v
+
+
+@pytest.mark.parametrize("dtype", [qd.i32, qd.i64])
+def test_signed_integer_operators_follow_python(rng, dtype):
+    nd = qd.types.ndarray(dtype=dtype, ndim=1)
+    out_t = qd.types.ndarray(dtype=dtype, ndim=2)
+
+    @qd.kernel
+    def ops(a: nd, b: nd, s: nd, out: out_t):
+        for i in range(a.shape[0]):
+            x, y = a[i], b[i]
+            out[0, i] = x + y
+            out[1, i] = x - y
+            out[2, i] = x * y
+            out[3, i] = x // y
+            out[4, i] = x % y
+            out[5, i] = x & y
+            out[6, i] = x | y
+            out[7, i] = x ^ y
+            out[8, i] = ~x
+            out[9, i] = x << s[i]
+            out[10, i] = x >> s[i]
+            out[11, i] = -x
+            out[12, i] = abs(x)
+            out[13, i] = min(x, y, s[i])
+            out[14, i] = max(x, y, s[i])
+            out[15, i] = (x % 7) ** (s[i] % 6)
+            out[16, i] = x // 3 + x % 3 * 1000
+            out[17, i] = x // -3 + x % -3 * 1000
+            out[18, i] = +x
+
+    npt = dtype.np_dtype
+    n = 1001
+    big = 2**40 if dtype is qd.i64 else 2**20
+    a = rng.integers(-big, big, n).astype(npt)
+    b = _nonzero(rng, -1000, 1000, n, npt)
+    s = rng.integers(0, dtype.bits - 1, n).astype(npt)
+    out = np.zeros((19, n), npt)
+    ops(a, b, s, out)
+    with np.errstate(over="ignore"):
+        expect = [a + b, a - b, a * b, a // b, a % b, a & b, a | b, a ^ b, ~a, a << s, a >> s, -a,
+                  np.abs(a), np.minimum(np.minimum(a, b), s), np.maximum(np.maximum(a, b), s),
+                  (a % 7) ** (s % 6), a // 3 + a % 3 * 1000, a // -3 + a % -3 * 1000, a]
+    for row, e in enumerate(expect):
+        np.testing.assert_array_equal(out[row], e.astype(npt), err_msg=f"row {row}")
+
+
+def test_unsigned_integer_operators(rng):
+    nd = qd.types.ndarray(dtype=qd.u32, ndim=1)
+
+    @qd.kernel
+    def ops(a: nd, b: nd, s: nd, out: qd.types.ndarray(dtype=qd.u32, ndim=2)):
+        for i in range(a.shape[0]):
+            x, y = a[i], b[i]
+            out[0, i] = x // y
+            out[1, i] = x % y
+            out[2, i] = x >> s[i]
+            out[3, i] = x - y
+            out[4, i] = max(x, y)
+            out[5, i] = min(x, y)
+            out[6, i] = x + 4000000000  # the literal takes u32, wrapping like the hardware
+            out[7, i] = x < y
+
+    n = 777
+    a = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
+    b = rng.integers(1, 2**32, n, dtype=np.uint64).astype(np.uint32)
+    s = rng.integers(0, 32, n).astype(np.uint32)
+    out = np.zeros((8, n), np.uint32)
+    ops(a, b, s, out)
+    with np.errstate(over="ignore"):
+        expect = [a // b, a % b, a >> s, a - b, np.maximum(a, b), np.minimum(a, b),
+                  a + np.uint32(4000000000), a < b]
+    for row, e in enumerate(expect):
+        np.testing.assert_array_equal(out[row], np.asarray(e).astype(np.uint32), err_msg=f"row {row}")
+
+
+@pytest.mark.parametrize("dtype", [qd.f32, qd.f64])
+def test_float_operators_follow_python(rng, dtype):
+    nd = qd.types.ndarray(dtype=dtype, ndim=1)
+
+    @qd.kernel
+    def ops(a: nd, b: nd, out: qd.types.ndarray(dtype=dtype, ndim=2)):
+        for i in range(a.shape[0]):
+            x, y = a[i], b[i]
+            out[0, i] = x + y
+            out[1, i] = x - y
+            out[2, i] = x * y
+            out[3, i] = x / y
+            out[4, i] = x // y
+            out[5, i] = x % y
+            out[6, i] = abs(x) ** y
+            out[7, i] = x ** 3
+            out[8, i] = x ** -2
+            out[9, i] = abs(x) ** 0.5
+            out[10, i] = -x
+            out[11, i] = min(x, y)
+            out[12, i] = max(x, y, 0.25)
+            out[13, i] = x % 0.75
+            out[14, i] = x // -0.75
+
+    npt = dtype.np_dtype.type
+    n = 513
+    a = (rng.standard_normal(n) * 10).astype(npt)
+    b = (rng.standard_normal(n) * 3).astype(npt)
+    a[:6] = [1.0, -1.0, 7.5, -7.5, 4.0, 3.0]  # exact-division and edge cases of // and %
+    b[:6] = [0.1, 0.1, 2.5, 2.5, -2.0, -1.5]
+    out = np.zeros((15, n), npt)
+    ops(a, b, out)
+    expect = [a + b, a - b, a * b, a / b, np.floor_divide(a, b), np.mod(a, b), np.abs(a) ** b,
+              a ** 3, a ** -2.0, np.abs(a) ** 0.5, -a, np.minimum(a, b), np.maximum(np.maximum(a, b), 0.25),
+              np.mod(a, npt(0.75)), np.floor_divide(a, npt(-0.75))]
+    rtol = 1e-12 if dtype is qd.f64 else 2e-6
+    for row, e in enumerate(expect):
+        np.testing.assert_allclose(out[row], e.astype(npt), rtol=rtol, atol=0, err_msg=f"row {row}")
+    assert out[4, 0] == np.floor_divide(npt(1.0), npt(0.1)) == 9.0  # Python's 1.0 // 0.1, not floor(1.0 / 0.1)
+
+
+def test_comparisons_chained_and_boolean_operators(rng):
+    @qd.kernel
+    def cmp(a: I32_1D, b: I32_1D, c: I32_1D, out: qd.types.ndarray(dtype=qd.u1, ndim=2)):
+        for i in range(a.shape[0]):
+            x, y, z = a[i], b[i], c[i]
+            out[0, i] = x < y
+            out[1, i] = x <= y
+            out[2, i] = x > y
+            out[3, i] = x >= y
+            out[4, i] = x == y
+            out[5, i] = x != y
+            out[6, i] = x < y < z
+            out[7, i] = x <= y != z > x
+            out[8, i] = x < y and y < z or not x == z
+            out[9, i] = not (x > 0 or y > 0)
+            out[10, i] = -5 < x <= 5
+
+    n = 400
+    a, b, c = (rng.integers(-8, 8, n).astype(np.int32) for _ in range(3))
+    out = np.zeros((11, n), np.bool_)
+    cmp(a, b, c, out)
+    expect = [a < b, a <= b, a > b, a >= b, a == b, a != b, (a < b) & (b < c),
+              (a <= b) & (b != c) & (c > a), ((a < b) & (b < c)) | ~(a == c), ~((a > 0) | (b > 0)),
+              (-5 < a) & (a <= 5)]
+    for row, e in enumerate(expect):
+        np.testing.assert_array_equal(out[row], e, err_msg=f"row {row}")
+
+
+def test_and_or_and_chained_comparisons_short_circuit(rng):
+    hits = qd.field(qd.i32, shape=4)
+
+    @qd.func
+    def touch(k):
+        qd.atomic_add(hits[k], 1)
+        return 1
+
+    @qd.kernel
+    def run(a: I32_1D):
+        for i in range(a.shape[0]):
+            x = a[i]
+            if x > 0 and touch(0) > 0:
+                pass
+            if x > 0 or touch(1) > 0:
+                pass
+            if x > 0 < touch(2):  # chained: the right comparison runs only if x > 0
+                pass
+            y = touch(3) if x > 0 else 0
+
+    a = rng.integers(-5, 5, 1001).astype(np.int32)
+    run(a)
+    pos = int((a > 0).sum())
+    assert hits.to_numpy().tolist() == [pos, len(a) - pos, pos, pos]
+
+
+def test_math_intrinsics_f32_and_f64(rng):
+    fns = ["sin", "cos", "tan", "tanh", "exp", "floor", "ceil", "round", "asin", "acos", "log", "sqrt",
+           "rsqrt", "atan2", "pow"]
+
+    def make(dtype):
+        nd = qd.types.ndarray(dtype=dtype, ndim=1)
+
+        @qd.kernel
+        def math_k(x: nd, u: nd, p: nd, out: qd.types.ndarray(dtype=dtype, ndim=2)):
+            for i in range(x.shape[0]):
+                v, w = x[i], u[i]
+                out[0, i] = qd.sin(v)
+                out[1, i] = qd.cos(v)
+                out[2, i] = qd.tan(v)
+                out[3, i] = qd.tanh(v)
+                out[4, i] = qd.exp(v)
+                out[5, i] = qd.floor(v)
+                out[6, i] = qd.ceil(v)
+                out[7, i] = qd.round(v)
+                out[8, i] = qd.asin(w)
+                out[9, i] = qd.acos(w)
+                out[10, i] = qd.log(p[i])
+                out[11, i] = qd.sqrt(p[i])
+                out[12, i] = qd.rsqrt(p[i])
+                out[13, i] = qd.atan2(v, w)
+                out[14, i] = qd.pow(p[i], v)
+        return math_k
+
+    for dtype, rtol in ((qd.f32, 3e-6), (qd.f64, 1e-12)):
+        npt = dtype.np_dtype
+        n = 300
+        x = (rng.standard_normal(n) * 3).astype(npt)
+        x[:6] = [0.5, 1.5, 2.5, -0.5, -1.5, -2.5]  # round: half to even, like numpy and Python
+        u = rng.uniform(-1, 1, n).astype(npt)
+        p = rng.uniform(0.01, 5, n).astype(npt)
+        out = np.zeros((15, n), npt)
+        make(dtype)(x, u, p, out)
+        expect = [np.sin(x), np.cos(x), np.tan(x), np.tanh(x), np.exp(x), np.floor(x), np.ceil(x), np.round(x),
+                  np.arcsin(u), np.arccos(u), np.log(p), np.sqrt(p), 1 / np.sqrt(p), np.arctan2(x, u), p ** x]
+        for row, e in enumerate(expect):
+            np.testing.assert_allclose(out[row], e, rtol=rtol, atol=1e-300, err_msg=f"{dtype} {fns[row]}")
+        assert out[7, :6].tolist() == [0.0, 2.0, 2.0, -0.0, -2.0, -2.0]
+
+
+def test_select_cast_int_float_and_python_math(rng):
+    @qd.kernel
+    def conv(x: qd.types.ndarray(dtype=qd.f32, ndim=1), out_i: I32_1D,
+             out_f: qd.types.ndarray(dtype=qd.f64, ndim=2)):
+        for i in range(x.shape[0]):
+            v = x[i]
+            out_i[i] = int(v) * 1000 + qd.cast(v * 10, qd.i8) % 100
+            out_f[0, i] = qd.select(v > 0, v, 2 * v)
+            out_f[1, i] = float(int(v))
+            out_f[2, i] = qd.cast(v, qd.f64) * 0.1
+            out_f[3, i] = math.sin(v) + math.floor(v)
+            out_f[4, i] = qd.f64(v) / 3
+
+    x = rng.uniform(-12, 12, 200).astype(np.float32)  # v * 10 stays inside i8
+    out_i = np.zeros(200, np.int32)
+    out_f = np.zeros((5, 200))
+    conv(x, out_i, out_f)
+    trunc = np.trunc(x).astype(np.int32)
+    np.testing.assert_array_equal(out_i, trunc * 1000 + np.trunc(x * np.float32(10)).astype(np.int8) % 100)
+    x64 = x.astype(np.float64)
+    np.testing.assert_allclose(out_f[0], np.where(x > 0, x, 2 * x), rtol=1e-7)
+    np.testing.assert_array_equal(out_f[1], trunc)
+    np.testing.assert_array_equal(out_f[2], x64 * 0.1)
+    np.testing.assert_allclose(out_f[3], np.sin(x) + np.floor(x), rtol=2e-6, atol=1e-6)
+    np.testing.assert_array_equal(out_f[4], x64 / 3)
+
+
+N_HOT = 100003
+
+
+@pytest.mark.parametrize("dtype", [qd.i32, qd.i64, qd.u32])
+def test_atomics_on_one_location_return_old_values(rng, dtype):
+    """Every thread hits the same location; the old values returned prove each update is atomic."""
+    acc = qd.field(dtype, shape=7)
+    old = qd.field(dtype, shape=N_HOT)
+
+    @qd.kernel
+    def hammer(v: qd.types.ndarray(dtype=dtype, ndim=1)):
+        for i in range(v.shape[0]):
+            old[i] = qd.atomic_add(acc[0], 1)
+            qd.atomic_sub(acc[1], v[i])
+            qd.atomic_min(acc[2], v[i])
+            qd.atomic_max(acc[3], v[i])
+            qd.atomic_and(acc[4], v[i])
+            qd.atomic_or(acc[5], v[i])
+            qd.atomic_xor(acc[6], v[i])
+
+    npt = dtype.np_dtype.type
+    v = rng.integers(0, 2**30 if dtype is not qd.i64 else 2**50, N_HOT).astype(npt)
+    start = np.array([0, 0, np.iinfo(npt).max, 0, np.iinfo(npt).max, 0, 0], dtype=npt)
+    acc.from_numpy(start)
+    hammer(v)
+    got = acc.to_numpy()
+    with np.errstate(over="ignore"):
+        expect = [N_HOT, npt(0) - v.sum(dtype=npt), v.min(), v.max(), np.bitwise_and.reduce(v),
+                  np.bitwise_or.reduce(v), np.bitwise_xor.reduce(v)]
+    assert got.tolist() == np.array(expect, dtype=npt).tolist()
+    assert np.array_equal(np.sort(old.to_numpy()), np.arange(N_HOT, dtype=npt))
+
+
+def test_atomic_old_values_for_min_max_and_locals(rng):
+    m = qd.field(qd.i32, shape=())
+    out = qd.field(qd.i32, shape=4)
+
+    @qd.kernel
+    def k(a: qd.i32):
+        m[None] = 10
+        out[0] = qd.atomic_min(m[None], a)  # old value 10
+        out[1] = m[None]
+        loc = 5
+        out[2] = qd.atomic_max(loc, a)  # on a local: old value, then the update
+        out[3] = loc
+
+    a = int(rng.integers(-100, 100))
+    k(a)
+    assert out.to_numpy().tolist() == [10, min(10, a), 5, max(5, a)]
+
+
+@pytest.mark.parametrize("dtype", [qd.f32, qd.f64])
+def test_float_atomic_add_and_global_augmented_assignment(rng, dtype):
+    total = qd.field(dtype, shape=())
+    hist = qd.field(qd.i32, shape=10)
+
+    @qd.kernel
+    def accumulate(v: qd.types.ndarray(dtype=dtype, ndim=1), keys: I32_1D):
+        for i in range(v.shape[0]):
+            total[None] += v[i]            # atomic
+            hist[keys[i] % 10] += 1        # atomic
+            hist[keys[i] % 10] -= 2        # atomic
+
+    v = rng.random(N_HOT).astype(dtype.np_dtype)
+    keys = rng.integers(0, 1000, N_HOT).astype(np.int32)
+    accumulate(v, keys)
+    rtol = 1e-12 if dtype is qd.f64 else 1e-4
+    np.testing.assert_allclose(total[None], v.astype(np.float64).sum(), rtol=rtol)
+    np.testing.assert_array_equal(hist.to_numpy(), -np.bincount(keys % 10, minlength=10))
+
+
+def test_bitwise_aug_assign_on_globals_is_atomic(rng):
+    flags = qd.field(qd.u32, shape=3)
+
+    @qd.kernel
+    def k(v: qd.types.ndarray(dtype=qd.u32, ndim=1)):
+        for i in range(v.shape[0]):
+            flags[0] |= v[i]
+            flags[1] &= v[i]
+            flags[2] ^= v[i]
+
+    v = rng.integers(0, 2**32, N_HOT, dtype=np.uint64).astype(np.uint32)
+    flags.from_numpy(np.array([0, 2**32 - 1, 0], np.uint32))
+    k(v)
+    assert flags.to_numpy().tolist() == [int(np.bitwise_or.reduce(v)), int(np.bitwise_and.reduce(v)),
+                                         int(np.bitwise_xor.reduce(v))]
+
+
+def test_integer_pow_with_runtime_exponent(rng):
+    @qd.kernel
+    def p(b: I32_1D, e: I32_1D, out: I32_1D, out64: qd.types.ndarray(dtype=qd.i64, ndim=1)):
+        for i in range(b.shape[0]):
+            out[i] = b[i] ** e[i]
+            out64[i] = qd.cast(b[i], qd.i64) ** e[i]
+
+    b = rng.integers(-6, 7, 500).astype(np.int32)
+    e = rng.integers(0, 12, 500).astype(np.int32)
+    b[:4], e[:4] = [0, 5, -3, 2], [0, 0, 3, 31]
+    out, out64 = np.zeros(500, np.int32), np.zeros(500, np.int64)
+    p(b, e, out, out64)
+    expect = [int(x) ** int(y) for x, y in zip(b, e)]
+    np.testing.assert_array_equal(out64, expect)
+    np.testing.assert_array_equal(out, np.array(expect, dtype=np.int64).astype(np.int32))
