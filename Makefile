@@ -15,7 +15,7 @@ test: setup
 	$(PY) -m pytest -q tests
 
 bench: setup
-	$(PIP) quadrants || echo "quadrants not installable here: its columns will be skipped"
+	$(PIP) quadrants || echo "quadrants is not installable here: the table will leave its column out"
 	$(PY) bench/run.py
 
 clean:

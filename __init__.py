@@ -24,6 +24,10 @@ _API = {"init", "sync", "reset"}
 
 
 def __getattr__(name):
+    if name == "ad":  # qd.ad.Tape
+        return importlib.import_module("qdc.compiler.ad")
+    if name == "adstack_heap_bytes":
+        return importlib.import_module("qdc.runtime.adstack").adstack_heap_bytes
     if name in _LANG:
         return getattr(importlib.import_module("qdc.compiler.lang"), name)
     if name in _API:

@@ -215,31 +215,36 @@ def _describe_entry(entry) -> str:
     for f in m.fields:
         lines.append(f"  field     {f.name}: {f.dtype}{list(f.shape)}")
     for t in m.tasks:
-        rng = "" if not t.range else f" [{_expr(t.range['begin'])}, {_expr(t.range['end'])})"
+        names = [p.name for p in m.params]
+        rng = "" if not t.range else f" [{_expr(t.range['begin'], names)}, {_expr(t.range['end'], names)})"
         lines.append(f"  task      {t.name}: {t.kind}{' serial' if t.serial and t.kind != 'serial' else ''}{rng}")
     for kind, a in sorted(r["artifacts"].items()):
         lines.append(f"  artifact  {a['file']:<12} {_human(a['size']):>10}  sha256 {a['sha256']}")
     return "\n".join(lines)
 
 
-def _expr(e) -> str:
-    """A TaskMeta.range expression tree as text."""
+def _expr(e, names: list) -> str:
+    """A TaskMeta.range expression tree as text; `names` are the kernel's parameter names."""
     if not isinstance(e, list) or not e:
         return "?"
     head, args = e[0], e[1:]
+
+    def arg(i):
+        return names[i] if isinstance(i, int) and 0 <= i < len(names) else f"arg{i}"
+
     if head == "const":
         return repr(args[0])
     if head == "arg":
-        return f"arg{args[0]}"
+        return arg(args[0])
     if head == "shape":
-        return f"arg{args[0]}.shape[{args[1]}]"
+        return f"{arg(args[0])}.shape[{args[1]}]"
     if head == "temp":
         return f"t{args[0]}"
     if head == "field":
-        return f"{args[0]}[{', '.join(_expr(i) for i in args[2])}]"
+        return f"{args[0]}[{', '.join(_expr(i, names) for i in args[2])}]"
     if head == "cast":
-        return f"{args[0]}({_expr(args[1])})"
-    return f"{head}({', '.join(_expr(a) for a in args)})"
+        return f"{args[0]}({_expr(args[1], names)})"
+    return f"{head}({', '.join(_expr(a, names) for a in args)})"
 
 
 # ---- verify / clean / pack ---------------------------------------------------------------------

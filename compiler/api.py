@@ -1,4 +1,4 @@
-"""Direct-mode entry points: `qd.init`, `qd.sync`."""
+"""Direct-mode entry points: `qd.init`, `qd.reset`, `qd.sync`."""
 from __future__ import annotations
 
 from qdc.runtime import context
@@ -7,19 +7,26 @@ from . import options as options_mod
 
 
 def init(arch=None, **options):
-    """Select the device and set options; re-init resets the runtime (fields re-zeroed)."""
+    """Select the device and set options (API.md §5).
+
+    Calling it again resets the runtime: fields and ndarrays come back zeroed on first use,
+    and kernels are recompiled (through the offline cache) for the new options on their next
+    launch. A failing call (unknown option or arch) leaves the previous runtime active.
+    """
     opts = options_mod.Options()
     if arch is not None:
         options["arch"] = arch
     opts.update(**options)
-    options_mod.current = opts
     context.reset(opts.arch, opts.cpu_max_num_threads)
+    options_mod.current = opts
     return opts
 
 
 def reset():
+    """`qd.init()` with default options."""
     init()
 
 
 def sync():
+    """Wait until every launched kernel has finished (host reads already do this)."""
     context.current().device.sync()

@@ -26,9 +26,12 @@ from qdc.runtime.errors import QdcCompileError
 from qdc.runtime.fields import Field
 
 from . import cache_key, options as options_mod
-from .kernel import CODEGEN_ARCHES, Kernel, compile_kernel, store
+from .kernel import CODEGEN_ARCHES, Kernel, compile_recording_warnings, reverse_mode_available, store
 
 PROGRESS_INTERVAL_S = 2.0
+# A worker process takes about as long to start (imports, llvmlite) as compiling a few
+# kernels: below this many misses, `-j` builds in this process alone.
+MIN_JOBS_FOR_WORKERS = 4
 
 
 class BuildUsageError(ValueError):
@@ -64,6 +67,7 @@ class ModuleSource:
     module: object = None
     kernels: dict = dataclasses.field(default_factory=dict)  # global name -> Kernel defined here
     fields: dict = dataclasses.field(default_factory=dict)   # global name -> Field
+    reached: list = dataclasses.field(default_factory=list)  # fields its kernels reach (any module)
     error: str | None = None
 
 
@@ -134,7 +138,6 @@ class Job:
     kernel: str          # the global name the module binds it to
     variant: str
     arch: str
-    key: str | None = None
 
 
 def _options_for(opts, arch):
@@ -153,22 +156,18 @@ def _params_for_aot(kernel: Kernel):
 
 
 def run_job(src: ModuleSource, job: Job, opts, cache: Cache, force: bool) -> dict:
-    """Compile one kernel variant and store it: {"status", "key", "error", "seconds"}."""
+    """Compile one kernel variant and store it: {"status": "built"|"failed", "key", "error", "seconds"}."""
     t0 = time.perf_counter()
     kernel = src.kernels[job.kernel]
     arch_opts = _options_for(opts, job.arch)
     try:
         params = _params_for_aot(kernel)
         deps = cache_key.kernel_key(kernel.fn, params, arch_opts, job.arch, job.variant)
-        compiled = compile_kernel(kernel.fn, params, arch_opts, job.arch, variant=job.variant)
+        compiled = compile_recording_warnings(kernel.fn, params, arch_opts, job.arch, job.variant)
         if not store(cache, deps, compiled, kernel.fn, job.arch, job.variant, arch_opts, replace=force):
             raise RuntimeError("the kernel reaches a field through an expression the cache key cannot follow "
                                "(bind the field to a module-level name)")
         return {"status": "built", "key": deps.key, "seconds": time.perf_counter() - t0}
-    except NotImplementedError as e:
-        if job.variant == "grad":
-            return {"status": "skipped", "error": str(e)}
-        return {"status": "failed", "error": _job_error(src, job, e)}
     except Exception as e:  # noqa: BLE001  (reported per kernel; the build goes on)
         return {"status": "failed", "error": _job_error(src, job, e)}
 
@@ -186,7 +185,6 @@ class BuildReport:
     built: int = 0
     cached: int = 0
     failed: int = 0
-    skipped: int = 0
     modules: int = 0
     seconds: float = 0.0
     errors: list = dataclasses.field(default_factory=list)
@@ -221,7 +219,26 @@ def build(paths, arches, opts, cache_dir: str, jobs: int = 1, force: bool = Fals
     files = discover(paths)
     options_mod.current = opts  # int/float annotations resolve to opts.default_ip/default_fp
     cache = Cache(cache_dir)
-    sources = load_sources(files)
+    imported_before = set(sys.modules)
+    try:
+        sources = load_sources(files)
+        report = _build_sources(sources, files, arches, opts, cache, jobs, force, log)
+    finally:
+        _forget_modules(imported_before, files)  # a later build in this process imports afresh
+    report.seconds = time.perf_counter() - t0
+    log(_summary(report, arches))
+    return report
+
+
+def _forget_modules(imported_before: set, files: list[str]) -> None:
+    folders = {os.path.dirname(f) for f in files}
+    for name in set(sys.modules) - imported_before:
+        path = getattr(sys.modules[name], "__file__", None)
+        if path and os.path.dirname(os.path.abspath(path)) in folders:
+            del sys.modules[name]
+
+
+def _build_sources(sources, files, arches, opts, cache: Cache, jobs: int, force: bool, log) -> BuildReport:
     report = BuildReport()
     todo, results = [], {}
     by_name = {s.name: s for s in sources if s.error is None}
@@ -230,8 +247,7 @@ def build(paths, arches, opts, cache_dir: str, jobs: int = 1, force: bool = Fals
             report.errors.append(src.error)
             log(src.error)
             continue
-        for job in _plan(src, arches, opts, cache, force, results):
-            todo.append(job)
+        todo += _plan(src, arches, opts, cache, force, results)
     report.cached = sum(1 for r in results.values() if r["status"] == "cached")
     progress = _Progress(len(todo), log)
 
@@ -239,19 +255,20 @@ def build(paths, arches, opts, cache_dir: str, jobs: int = 1, force: bool = Fals
         results[_job_id(job)] = result
         progress.step(job, result)
 
-    if jobs > 1 and len(todo) > 1:
-        _run_in_workers(todo, files, opts, cache_dir, force, min(jobs, len(todo)), finished)
+    def here(job: Job) -> dict:
+        return run_job(by_name[job.module], job, opts, cache, force)
+
+    if jobs > 1 and len(todo) >= MIN_JOBS_FOR_WORKERS:
+        _run_in_workers(todo, files, opts, cache.root, force, min(jobs, len(todo)) - 1, finished, here)
     else:
         for job in todo:
-            finished(job, run_job(by_name[job.module], job, opts, cache, force))
-    _tally(report, todo, results, log)
+            finished(job, here(job))
+    _tally(report, todo, results)
     for src in by_name.values():
         if src.kernels or src.fields:
             report.modules += 1
             for arch in arches:
                 _write_module_record(cache, src, arch, results, report, log)
-    report.seconds = time.perf_counter() - t0
-    log(_summary(report, arches))
     return report
 
 
@@ -264,7 +281,8 @@ def _plan(src: ModuleSource, arches, opts, cache: Cache, force: bool, results: d
     todo = []
     for name, kernel in src.kernels.items():
         for arch in arches:
-            keys = _variant_keys(kernel, _options_for(opts, arch), arch)
+            keys, fields = _variant_keys(kernel, _options_for(opts, arch), arch)
+            src.reached += fields
             for variant in keys or ["forward"]:
                 job = Job(src.name, name, variant, arch)
                 if keys and not force and cache.has_entry(keys[variant]):
@@ -274,27 +292,26 @@ def _plan(src: ModuleSource, arches, opts, cache: Cache, force: bool, results: d
     return todo
 
 
-def _variant_keys(kernel: Kernel, opts, arch: str) -> dict:
-    """{variant: cache key}: the reverse-mode variant too when the kernel touches needs_grad data.
-    Empty if the key cannot be computed: the job then compiles and reports the real error."""
+def _variant_keys(kernel: Kernel, opts, arch: str) -> tuple[dict, list]:
+    """({variant: cache key}, fields the kernel can reach): the reverse-mode variant too when
+    the kernel touches needs_grad data. Empty if the key cannot be computed: the job then
+    compiles and reports the real error."""
     try:
         params = _params_for_aot(kernel)
         deps = cache_key.kernel_key(kernel.fn, params, opts, arch, "forward")
         keys = {"forward": deps.key}
-        if deps.needs_grad:
+        if deps.needs_grad and reverse_mode_available():
             keys["grad"] = cache_key.kernel_key(kernel.fn, params, opts, arch, "grad").key
-        return keys
+        return keys, deps.fields
     except Exception:  # noqa: BLE001
-        return {}
+        return {}, []
 
 
-def _tally(report: BuildReport, todo: list[Job], results: dict, log) -> None:
+def _tally(report: BuildReport, todo: list[Job], results: dict) -> None:
     for job in todo:
         r = results.get(_job_id(job)) or {"status": "failed", "error": f"kernel '{job.kernel}': no result"}
         if r["status"] == "built":
             report.built += 1
-        elif r["status"] == "skipped":
-            report.skipped += 1
         else:
             report.failed += 1
 
@@ -304,7 +321,7 @@ def _write_module_record(cache: Cache, src: ModuleSource, arch: str, results: di
     for name in src.kernels:
         for variant in ("forward", "grad"):
             r = results.get((src.name, name, variant, arch))
-            if r is None or r["status"] == "skipped":
+            if r is None:
                 continue
             if r["status"] not in ("built", "cached"):
                 return  # a failed kernel: keep the module's previous record, if any
@@ -319,9 +336,10 @@ def _write_module_record(cache: Cache, src: ModuleSource, arch: str, results: di
 
 
 def _module_fields(src: ModuleSource):
-    """The module's fields as records; an error string if two fields share a name."""
+    """The module's fields as records: its own globals, and fields of other modules its kernels
+    reach (loading binds kernels to fields by name). An error string if two share a name."""
     out, seen = [], {}
-    for f in src.fields.values():
+    for f in [*src.fields.values(), *(f for f in src.reached if not f.is_grad)]:
         if f.name in seen and seen[f.name] is not f:
             return f"{src.path}: error: two different fields are named '{f.name}'"
         if not f.name.isidentifier():
@@ -334,13 +352,11 @@ def _module_fields(src: ModuleSource):
 
 def _summary(report: BuildReport, arches) -> str:
     parts = [f"{report.built} built", f"{report.cached} cached", f"{report.failed} failed"]
-    if report.skipped:
-        parts.append(f"{report.skipped} reverse-mode variants skipped (autodiff not available)")
     if report.errors and not report.failed:
         parts.append(f"{len(report.errors)} module errors")
-    total = report.built + report.cached + report.failed + report.skipped
+    total = report.built + report.cached + report.failed
     return (f"qdc build: {total} kernels in {report.modules} modules for {', '.join(arches)}: "
-            f"{', '.join(parts)} in {report.seconds:.1f} s")
+            f"{', '.join(parts)} in {report.seconds:.2f} s")
 
 
 class _Progress:
@@ -376,7 +392,9 @@ def _options_wire(opts) -> dict:
                      else getattr(opts, f.name)) for f in dataclasses.fields(opts)}
 
 
-def _run_in_workers(todo, files, opts, cache_dir, force, n, finished) -> None:
+def _run_in_workers(todo, files, opts, cache_dir, force, n, finished, here) -> None:
+    """Share `todo` between this process (`here`) and `n` worker processes, one job at a time;
+    this process starts compiling while the workers are still starting up."""
     pending: queue.Queue = queue.Queue()
     for job in todo:
         pending.put(job)
@@ -408,6 +426,12 @@ def _run_in_workers(todo, files, opts, cache_dir, force, n, finished) -> None:
     threads = [threading.Thread(target=drive, daemon=True) for _ in range(n)]
     for t in threads:
         t.start()
+    while True:
+        try:
+            job = pending.get_nowait()
+        except queue.Empty:
+            break
+        finished(job, here(job))
     for t in threads:
         t.join()
     while not pending.empty():  # every worker died

@@ -8,6 +8,7 @@ is memoised per runtime generation, so later calls go straight to the launcher.
 from __future__ import annotations
 
 import inspect
+import sys
 import time
 import warnings
 
@@ -21,7 +22,7 @@ from qdc.runtime.errors import CacheError, QdcCompileError
 from qdc.runtime.fields import Ndarray
 from qdc.runtime.launcher import make_launcher
 
-from . import cache_key, ir, lang, options as options_mod
+from . import ad, cache_key, ir, lang, options as options_mod
 
 # Artifacts kept in memory but not written to the cache (textual LLVM IR: `qdc inspect --llvm`
 # disassembles the stored bitcode instead).
@@ -35,6 +36,7 @@ class CompiledKernel:
     def __init__(self, kir, meta, artifacts, field_objects, deps, from_cache=False):
         self.ir, self.meta, self.artifacts = kir, meta, artifacts
         self.field_objects, self.deps, self.from_cache = field_objects, deps, from_cache
+        self.warnings: list = []  # [category name, message, filename, line] issued while compiling
 
 
 def parse_params(fn) -> list[ir.Param]:
@@ -68,13 +70,13 @@ def _param_error(fn, name, msg):
                            code.co_firstlineno, 1)
 
 
-def build_meta(kir: ir.KernelIR, entry: str, is_grad: bool = False) -> KernelMeta:
+def build_meta(kir: ir.KernelIR, entry: str, is_grad: bool = False, adstack: dict | None = None) -> KernelMeta:
     return KernelMeta(
         kir.name, entry,
         [ParamMeta(p.name, p.kind, p.dtype.name, p.ndim or 0, bool(p.needs_grad)) for p in kir.params],
         [FieldMeta(f.name, f.dtype.name, f.shape, f.is_grad) for f in kir.fields],
         [TaskMeta(t.task_name, t.kind, t.serial, t.source_kind, _task_range(t)) for t in kir.tasks],
-        kir.num_temps, is_grad)
+        kir.num_temps, is_grad, adstack)
 
 
 def _task_range(t: ir.Task):
@@ -105,19 +107,30 @@ def _range_expr(s, depth=0) -> list:
     return ["opaque"]
 
 
+def reverse_mode_available() -> bool:
+    """Whether `compile_kernel` can build the "grad" variant; `qdc build` plans grad variants
+    only then. Turned on by the autodiff pass."""
+    return True
+
+
 def compile_kernel(fn, params, opts, arch="cpu", dump=None, variant="forward") -> CompiledKernel:
     """Front end → passes → codegen for one (specialised) kernel variant. No cache involved."""
     from .frontend.ast_to_ir import FrontEnd
     from .passes.pipeline import run_pipeline
-    if variant == "grad":
-        raise NotImplementedError("reverse-mode autodiff is not available yet")
     fe = FrontEnd(fn, params, opts)
     kir = fe.build()
-    run_pipeline(kir, dump=dump)
-    meta = build_meta(kir, f"qdc_{kir.name}", is_grad=variant == "grad")
+    if variant == "grad":  # the adjoint of the offloaded kernel (compiler/autodiff)
+        from .autodiff import PIPELINE_STOP, make_grad_kernel
+        run_pipeline(kir, dump=dump, stop_after=PIPELINE_STOP)
+        grad = make_grad_kernel(kir, fe.field_objects, opts)
+        kir, field_objects, adstack = grad.kernel, grad.field_objects, {"stacks": grad.stacks}
+    else:
+        run_pipeline(kir, dump=dump)
+        field_objects, adstack = fe.field_objects, None
+    meta = build_meta(kir, f"qdc_{kir.name}" + ("_grad" if variant == "grad" else ""), variant == "grad", adstack)
     artifacts = _generate_code(arch, kir, meta, opts)
     artifacts["ir"] = ir.print_kernel(kir).encode()
-    return CompiledKernel(kir, meta, artifacts, fe.field_objects, None)
+    return CompiledKernel(kir, meta, artifacts, field_objects, None)
 
 
 # Arches with a code generator; `qdc build --arch all` builds for these.
@@ -155,11 +168,35 @@ def obtain(fn, params, opts, arch: str, variant: str = "forward") -> CompiledKer
         return compile_kernel(fn, params, opts, arch, variant=variant)  # the front end explains why
     hit = load_cached(cache, deps)
     if hit is not None:
+        replay_warnings(hit.warnings)
         return hit
-    compiled = compile_kernel(fn, params, opts, arch, variant=variant)
+    compiled = compile_recording_warnings(fn, params, opts, arch, variant)
     compiled.deps = deps
     store(cache, deps, compiled, fn, arch, variant, opts)
     return compiled
+
+
+def compile_recording_warnings(fn, params, opts, arch: str, variant: str) -> CompiledKernel:
+    """compile_kernel, keeping the warnings it issues so a cache hit can issue them again
+    (a kernel warns the same whether it was compiled now or fetched)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        compiled = compile_kernel(fn, params, opts, arch, variant=variant)
+    compiled.warnings = [[f"{w.category.__module__}.{w.category.__qualname__}", str(w.message), w.filename,
+                          w.lineno] for w in caught]
+    replay_warnings(compiled.warnings)
+    return compiled
+
+
+def replay_warnings(recorded: list) -> None:
+    """Issue recorded warnings again. A category is looked up only among modules already
+    imported (never imported because a cache entry names it); unknown ones become UserWarning."""
+    for category, message, filename, line in recorded:
+        module, _, name = category.rpartition(".")
+        cls = getattr(sys.modules.get(module), name, None)
+        if not (isinstance(cls, type) and issubclass(cls, Warning)):
+            cls = UserWarning
+        warnings.warn_explicit(message, cls, filename, line)
 
 
 def load_cached(cache: Cache, deps) -> CompiledKernel | None:
@@ -178,7 +215,9 @@ def load_cached(cache: Cache, deps) -> CompiledKernel | None:
     for f, fm in zip(fields, entry.meta.fields):
         if f.dtype.name != fm.dtype or tuple(f.shape) != tuple(fm.shape):
             return None
-    return CompiledKernel(None, entry.meta, entry.artifacts, fields, deps, from_cache=True)
+    hit = CompiledKernel(None, entry.meta, entry.artifacts, fields, deps, from_cache=True)
+    hit.warnings = entry.record.get("warnings", [])
+    return hit
 
 
 def store(cache: Cache, deps, compiled: CompiledKernel, fn, arch: str, variant: str, opts,
@@ -190,7 +229,8 @@ def store(cache: Cache, deps, compiled: CompiledKernel, fn, arch: str, variant: 
     code = fn.__code__
     body = {"kernel": fn.__name__, "variant": variant, "arch": arch, "compiler": cache_key.compiler_version(),
             "created": time.time(), "source": f"{code.co_filename}:{code.co_firstlineno}",
-            "options": opts.key(), "meta": compiled.meta.to_dict(), "field_refs": refs}
+            "options": opts.key(), "meta": compiled.meta.to_dict(), "field_refs": refs,
+            "warnings": compiled.warnings}
     artifacts = {k: v for k, v in compiled.artifacts.items() if isinstance(v, bytes) and k not in _NOT_STORED}
     try:
         cache.write_entry(deps.key, body, artifacts, replace=replace)
@@ -215,6 +255,7 @@ class Kernel:
         # A class of its own, so that the compiled launcher can become its __call__: a launch is
         # then one generated function (see qdc.runtime.launcher), not a call through __call__.
         self.__class__ = type(type(self).__name__, (type(self),), {})
+        self.grad = ad.GradKernel(self)  # `kernel.grad(*args)`: the reverse-mode variant
 
     @property
     def params(self) -> list[ir.Param]:
@@ -262,12 +303,14 @@ class Kernel:
             launch = make_launcher(compiled.meta, rt.device, loaded, compiled.field_objects)
             entry = (rt.generation, launch, compiled)
             self._launchers[memo] = entry
-        if not self._templated and variant == "forward":
+        if not self._templated and variant == "forward" and ad.recording is None:
             self._fast = (rt.generation, entry[1])
             type(self).__call__ = entry[1].__qdc_launcher__.owner_call(Kernel.__call__)
         return entry[1], entry[2]
 
     def __call__(self, *args, **kwargs):
+        if ad.recording is not None:  # inside `with qd.ad.Tape(...)`
+            ad.recording.record(self, args, kwargs)
         gen, launch = self._fast
         if gen is not None and gen == context._current.generation:
             return launch(*args, **kwargs)

@@ -65,48 +65,46 @@ def loop_config(serialize: bool = False, **_ignored):
 
 # ---- math and atomics (Python-scope fallbacks) -------------------------------------
 
-def _np1(f):
-    def g(x):
-        return f(x)
-    return g
+def _python_scope(name: str, impl, doc: str):
+    """An intrinsic: in Python scope it computes with `impl` (numpy semantics, so it also works
+    on arrays); inside kernels the front end recognises it by identity (INTRINSICS)."""
+    def intrinsic(*args):
+        return impl(*args)
+    intrinsic.__name__ = intrinsic.__qualname__ = name
+    intrinsic.__doc__ = doc
+    return intrinsic
 
 
-sin, cos, tan = _np1(np.sin), _np1(np.cos), _np1(np.tan)
-asin, acos, atan = _np1(np.arcsin), _np1(np.arccos), _np1(np.arctan)
-tanh, exp, log, sqrt = _np1(np.tanh), _np1(np.exp), _np1(np.log), _np1(np.sqrt)
-floor, ceil, round = _np1(np.floor), _np1(np.ceil), _np1(np.round)
-
-
-def rsqrt(x):
-    return 1.0 / np.sqrt(x)
-
-
-def atan2(y, x):
-    return math.atan2(y, x)
-
-
-def pow(x, y):  # noqa: A001  (mirrors qd.pow)
-    return x ** y
-
-
-def select(cond, a, b):
-    return a if cond else b
-
-
-def cast(value, dtype):
-    return dtype(value)
+sin = _python_scope("sin", np.sin, "Sine.")
+cos = _python_scope("cos", np.cos, "Cosine.")
+tan = _python_scope("tan", np.tan, "Tangent.")
+asin = _python_scope("asin", np.arcsin, "Arc sine.")
+acos = _python_scope("acos", np.arccos, "Arc cosine.")
+atan = _python_scope("atan", np.arctan, "Arc tangent.")
+tanh = _python_scope("tanh", np.tanh, "Hyperbolic tangent.")
+exp = _python_scope("exp", np.exp, "e ** x.")
+log = _python_scope("log", np.log, "Natural logarithm.")
+sqrt = _python_scope("sqrt", np.sqrt, "Square root.")
+rsqrt = _python_scope("rsqrt", lambda x: 1.0 / np.sqrt(x), "1 / sqrt(x).")
+floor = _python_scope("floor", np.floor, "Largest integral value <= x (a float).")
+ceil = _python_scope("ceil", np.ceil, "Smallest integral value >= x (a float).")
+round = _python_scope("round", np.round, "Nearest integral value, ties to even (a float).")  # noqa: A001
+atan2 = _python_scope("atan2", np.arctan2, "Arc tangent of y / x in the right quadrant.")
+pow = _python_scope("pow", lambda x, y: x ** y, "x ** y.")  # noqa: A001
+select = _python_scope("select", lambda cond, a, b: a if cond else b, "a if cond else b.")
+cast = _python_scope("cast", lambda value, dtype: dtype(value), "value converted to dtype.")
 
 
 def _atomic(name):
     def fn(target, value):
         raise RuntimeError(f"qd.{name} can only be used inside a kernel or qd.func")
-    fn.__name__ = name
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = "Atomic read-modify-write of a field/ndarray element; returns the old value."
     return fn
 
 
-atomic_add, atomic_sub, atomic_min, atomic_max = (_atomic(n) for n in
-                                                  ("atomic_add", "atomic_sub", "atomic_min", "atomic_max"))
-atomic_and, atomic_or, atomic_xor = (_atomic(n) for n in ("atomic_and", "atomic_or", "atomic_xor"))
+atomic_add, atomic_sub, atomic_min, atomic_max = map(_atomic, ("atomic_add", "atomic_sub", "atomic_min", "atomic_max"))
+atomic_and, atomic_or, atomic_xor = map(_atomic, ("atomic_and", "atomic_or", "atomic_xor"))
 
 # What the front end emits for each intrinsic: ("unary", op) | ("binary", op) | ("atomic", op) | kind
 INTRINSICS = {

@@ -79,10 +79,12 @@ def find_config(start: str = ".") -> tuple[str | None, dict]:
     while True:
         yaml_path = os.path.join(folder, "qdc.yaml")
         toml_path = os.path.join(folder, "pyproject.toml")
-        if os.path.isfile(yaml_path):
-            return yaml_path, _read_yaml(yaml_path)
-        if os.path.isfile(toml_path):
-            return toml_path, _read_pyproject(toml_path)
+        for path, read in ((yaml_path, _read_yaml), (toml_path, _read_pyproject)):
+            if os.path.isfile(path):
+                values = read(path)
+                if isinstance(values.get("cache_dir"), str):  # relative to the file, not the caller
+                    values["cache_dir"] = os.path.join(folder, os.path.expanduser(values["cache_dir"]))
+                return path, values
         parent = os.path.dirname(folder)
         if parent == folder:
             return None, {}

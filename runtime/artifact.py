@@ -9,6 +9,10 @@ launch context ("ctx") is an array of 64-bit words whose layout the metadata des
     word  field_slot0 + i            base pointer of the kernel's i-th field
     word  temps_slot                 pointer to the kernel's temporaries (values crossing tasks)
     word  threads_slot               number of worker threads to use
+    word  adstack_slot + 0, 1, 2     only if the kernel has adstacks (adstack["stacks"] non-empty):
+                                     heap pointer, per-thread stride in bytes, pointer to the
+                                     overflow word; then per stack s: its byte offset in a
+                                     thread's slice (adstack_slot + 3 + 2s) and capacity (+ 4 + 2s)
 
 On disk (see runtime/cache.py for the layout) every metadata file is a *record*: a msgpack
 array `["qdc", kind, FORMAT_VERSION, sha256(payload), payload]` whose payload is the msgpack
@@ -87,6 +91,9 @@ class KernelMeta:
         self.temps_slot = slot + len(fields)
         self.threads_slot = self.temps_slot + 1
         self.ctx_words = self.threads_slot + 1
+        stacks = self.adstack.get("stacks") or []
+        self.adstack_slot = self.ctx_words if stacks else None  # runtime/adstack.py writes these words
+        self.ctx_words += 3 + 2 * len(stacks) if stacks else 0
 
     def to_dict(self) -> dict:
         return {
@@ -176,6 +183,7 @@ def check_kernel_meta(d) -> None:
     _need(_is_int(d.get("num_temps")) and 0 <= d["num_temps"] < 1 << 20, "num_temps")
     _need(isinstance(d.get("is_grad"), bool), "is_grad")
     _need(isinstance(d.get("adstack", {}), dict), "adstack")
+    _need(isinstance(d.get("adstack", {}).get("stacks", []), list), "adstack stacks")
     for p in _list(d, "params", 5):
         _need(isinstance(p[0], str) and _IDENT.match(p[0]) and p[1] in ("scalar", "ndarray")
               and p[2] in DTYPE_NAMES and _is_int(p[3]) and 0 <= p[3] <= 16 and isinstance(p[4], bool),
@@ -218,6 +226,9 @@ def check_entry_record(body: dict) -> None:
     for r in refs:
         _need(isinstance(r, list) and len(r) == 2 and _is_int(r[0]) and r[0] >= 0 and isinstance(r[1], bool),
               "a field_refs item")
+    for w in body.get("warnings", []):
+        _need(isinstance(w, list) and len(w) == 4 and all(isinstance(v, str) for v in w[:3]) and _is_int(w[3]),
+              "a recorded warning")
     arts = body.get("artifacts")
     _need(isinstance(arts, dict) and arts, "artifacts")
     for kind, a in arts.items():

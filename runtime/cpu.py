@@ -3,6 +3,11 @@
 A kernel library exports one entry point per kernel, `void entry(uint64_t *ctx)`, which runs
 the kernel's tasks in order and spreads range-for tasks over worker threads itself (libgomp),
 so a launch is a single foreign call.
+
+That call holds the GIL for the kernel's duration (the libraries are loaded as `ctypes.PyDLL`),
+as Quadrants' launches do: other Python threads wait during a long kernel, and in exchange
+an empty launch costs a third less (releasing and re-acquiring the GIL is the most expensive
+part of a plain ctypes call).
 """
 from __future__ import annotations
 
@@ -22,7 +27,7 @@ class CpuDevice(Device):
 
     def __init__(self, num_threads: int | None = None):
         self.num_threads = num_threads or os.cpu_count() or 1
-        self._libs: dict = {}  # sha256 -> CDLL, so a library is dlopen'ed once per process
+        self._libs: dict = {}  # sha256 -> PyDLL, so a library is dlopen'ed once per device
 
     def allocate(self, nbytes: int) -> Allocation:
         raw = np.zeros(max(nbytes, 1) + _ALIGN, dtype=np.uint8)
@@ -40,7 +45,7 @@ class CpuDevice(Device):
     def copy_to_host(self, alloc, dst, offset=0):
         dst.view(np.uint8).reshape(-1)[:] = alloc.host[offset:offset + dst.nbytes]
 
-    def load_library(self, lib_bytes: bytes, digest: str) -> ctypes.CDLL:
+    def load_library(self, lib_bytes: bytes, digest: str) -> ctypes.PyDLL:
         """dlopen a verified shared library (written to a private temp file first)."""
         lib = self._libs.get(digest)
         if lib is None:
@@ -48,7 +53,7 @@ class CpuDevice(Device):
             try:
                 with os.fdopen(fd, "wb") as f:
                     f.write(lib_bytes)
-                lib = ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL)
+                lib = ctypes.PyDLL(path, mode=ctypes.RTLD_LOCAL)  # calls keep the GIL: see above
             finally:
                 os.unlink(path)  # the mapping stays valid after unlink
             self._libs[digest] = lib

@@ -1,8 +1,10 @@
 """Fields (global, module-level arrays) and ndarrays (device arrays passed as arguments).
 
 Both are backed by a device `Allocation` of the active runtime, made on first use and remade
-(zeroed) after `qd.init`. Host access goes through the allocation's host view when the device
-shares memory with the host, else through explicit copies.
+(zeroed) after `qd.init`, so they may be declared before `qd.init`. Host access goes through
+the allocation's host view when the device shares memory with the host (CPU), else through
+explicit copies. Host-side indexing follows numpy for integer indices (negative ones count
+from the end); values are converted to the element type as numpy assignment does.
 """
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import itertools
 import numpy as np
 
 from . import context
-from .types import DataType
+from .types import DataType, from_numpy as dtype_from_numpy
 
 _ids = itertools.count()
 
@@ -20,109 +22,161 @@ def _normalise_shape(shape) -> tuple:
     if shape is None or shape == ():
         return ()
     if isinstance(shape, (int, np.integer)):
-        shape = (int(shape),)
-    shape = tuple(int(s) for s in shape)
+        shape = (shape,)
+    try:
+        shape = tuple(int(s) for s in shape)
+    except TypeError:
+        raise TypeError(f"shape must be an int or a tuple of ints, got {shape!r}") from None
     if any(s < 0 for s in shape):
         raise ValueError(f"shape {shape} has a negative dimension")
     return shape
 
 
+def _data_type(dtype) -> DataType:
+    if isinstance(dtype, DataType):
+        return dtype
+    try:
+        dt = dtype_from_numpy(dtype)
+    except TypeError:
+        dt = None
+    if dt is None:
+        raise TypeError(f"unsupported dtype {dtype!r} (use qd.f32, qd.i32, ... or the matching numpy dtype)")
+    return dt
+
+
 class _DeviceArray:
     """Shared host-side API of fields and ndarrays."""
 
-    dtype: DataType
-    shape: tuple
-
-    def __init__(self, dtype: DataType, shape):
-        if not isinstance(dtype, DataType):
-            from .types import from_numpy
-            dt = from_numpy(dtype)
-            if dt is None:
-                raise TypeError(f"unsupported dtype {dtype!r}")
-            dtype = dt
-        self.dtype = dtype
-        self.shape = _normalise_shape(shape)
+    def __init__(self, dtype, shape):
+        self._dtype = _data_type(dtype)
+        self._shape = _normalise_shape(shape)
         self._alloc = None
         self._gen = 0
         self._view = None
 
     @property
+    def dtype(self) -> DataType:
+        return self._dtype
+
+    @property
+    def shape(self) -> tuple:
+        return self._shape
+
+    @property
+    def ndim(self) -> int:
+        return len(self._shape)
+
+    @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
+        return int(np.prod(self._shape, dtype=np.int64)) if self._shape else 1
 
     @property
     def nbytes(self) -> int:
-        return self.size * self.dtype.nbytes
+        return self.size * self._dtype.nbytes
+
+    def __len__(self) -> int:
+        if not self._shape:
+            raise TypeError(f"len() of 0-d {self._what()}")
+        return self._shape[0]
 
     def allocation(self):
+        """This array's memory on the active runtime (allocated, zeroed, on first use)."""
         rt = context.current()
         if self._gen != rt.generation:
             self._alloc = rt.device.allocate(self.nbytes)
             self._gen = rt.generation
             host = self._alloc.host
-            self._view = None if host is None else host.view(self.dtype.np_dtype).reshape(self.shape)
+            self._view = None if host is None else host.view(self._dtype.np_dtype).reshape(self._shape)
         return self._alloc
 
     def _host_view(self):
+        """The host view of the current allocation (no sync), or None for device memory."""
         self.allocation()
         return self._view
 
-    def to_numpy(self) -> np.ndarray:
+    def _synced_view(self):
+        """The host view after pending device work completed, or None for device memory."""
         view = self._host_view()
+        context.current().device.sync()
+        return view
+
+    def to_numpy(self, dtype=None) -> np.ndarray:
+        """A copy of the contents (converted to `dtype` if given)."""
+        view = self._synced_view()
         if view is not None:
-            context.current().device.sync()
-            return view.copy()
-        out = np.empty(self.shape, self.dtype.np_dtype)
-        context.current().device.copy_to_host(self.allocation(), out)
-        return out
+            out = view.copy()
+        else:
+            out = np.empty(self._shape, self._dtype.np_dtype)
+            context.current().device.copy_to_host(self.allocation(), out)
+        return out if dtype is None else out.astype(dtype)
 
     def from_numpy(self, arr) -> None:
+        """Overwrite the contents with `arr` (same shape; converted within its kind)."""
         arr = np.asarray(arr)
-        if arr.shape != self.shape:
-            raise ValueError(f"{self._what()}: from_numpy got shape {arr.shape}, expected {self.shape}")
-        arr = np.ascontiguousarray(arr, dtype=self.dtype.np_dtype)
-        view = self._host_view()
+        if arr.shape != self._shape:
+            raise ValueError(f"{self._what()}: from_numpy got an array of shape {arr.shape}, "
+                             f"expected {self._shape}")
+        want = self._dtype.np_dtype
+        if arr.dtype != want and not np.can_cast(arr.dtype, want, "same_kind"):
+            raise TypeError(f"{self._what()} holds {self._dtype}: from_numpy cannot convert {arr.dtype} "
+                            f"data without changing its kind; convert it first (arr.astype(np.{want}))")
+        view = self._synced_view()
         if view is not None:
-            context.current().device.sync()
-            view[...] = arr
+            np.copyto(view, arr, casting="same_kind")
         else:
-            context.current().device.copy_to_device(self.allocation(), arr)
+            context.current().device.copy_to_device(self.allocation(), np.ascontiguousarray(arr, want))
 
     def fill(self, value) -> None:
-        self.from_numpy(np.full(self.shape, value, dtype=self.dtype.np_dtype))
+        """Set every element to `value`."""
+        view = self._synced_view()
+        if view is None:
+            self.from_numpy(np.full(self._shape, self._element(value), self._dtype.np_dtype))
+            return
+        view.fill(self._element(value))
 
-    def _index(self, key):
+    def _element(self, value):
+        """`value` as this array's element type (as numpy assignment converts it: floats into
+        an integer type truncate, integers out of its range are an error)."""
+        try:
+            return np.array(value, dtype=self._dtype.np_dtype).reshape(())
+        except OverflowError:
+            raise ValueError(f"{self._what()}: {value!r} is out of range for {self._dtype}"[:300]) from None
+        except (TypeError, ValueError):
+            raise TypeError(f"{self._what()}: cannot store {value!r} in a {self._dtype} element"[:300]) from None
+
+    def _index(self, key) -> tuple:
         if key is None:
             key = ()
-        if not isinstance(key, tuple):
+        elif not isinstance(key, tuple):
             key = (key,)
-        if len(key) != len(self.shape):
-            raise IndexError(f"{self._what()} has {len(self.shape)} dimension(s), indexed with {len(key)}"
-                             + (" (use x[None] for a 0-d field)" if not self.shape else ""))
-        for k, n in zip(key, self.shape):
-            if not isinstance(k, (int, np.integer)):
-                raise TypeError(f"{self._what()}: index {k!r} is not an integer")
+        if len(key) != len(self._shape):
+            hint = " (use x[None] for a 0-d field)" if not self._shape else ""
+            raise IndexError(f"{self._what()} has {len(self._shape)} dimension(s), "
+                             f"indexed with {len(key)}{hint}")
+        for k, n in zip(key, self._shape):
+            if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)):
+                raise TypeError(f"{self._what()}: index {k!r} is not an integer "
+                                f"(for slices, use to_numpy() / from_numpy())")
             if not -n <= k < n:
-                raise IndexError(f"{self._what()}: index {k} out of range for dimension of size {n}")
+                raise IndexError(f"{self._what()}: index {k} is out of range for a dimension of size {n}")
         return key
 
     def __getitem__(self, key):
         key = self._index(key)
-        view = self._host_view()
-        if view is not None:
-            context.current().device.sync()
-            return view[key].item()
-        return self.to_numpy()[key].item()
+        view = self._synced_view()
+        if view is None:
+            view = self.to_numpy()
+        return view[key].item()
 
     def __setitem__(self, key, value):
         key = self._index(key)
-        view = self._host_view()
+        element = self._element(value)
+        view = self._synced_view()
         if view is not None:
-            context.current().device.sync()
-            view[key] = value
+            view[key] = element
         else:
             arr = self.to_numpy()
-            arr[key] = value
+            arr[key] = element
             self.from_numpy(arr)
 
     def _what(self) -> str:
@@ -137,8 +191,8 @@ class Field(_DeviceArray):
         self.id = next(_ids)
         self.name = name or f"field{self.id}"
         self.is_grad = _is_grad
-        self.needs_grad = needs_grad
-        self.grad = Field(self.dtype, self.shape, name=self.name + ".grad", _is_grad=True) if needs_grad else None
+        self.needs_grad = bool(needs_grad)
+        self.grad = Field(self._dtype, self._shape, name=self.name + ".grad", _is_grad=True) if needs_grad else None
 
     def set_name(self, name: str) -> None:
         self.name = name
@@ -149,7 +203,7 @@ class Field(_DeviceArray):
         return f"field '{self.name}'"
 
     def __repr__(self):
-        return f"<qdc field {self.name}: {self.dtype}{list(self.shape)}>"
+        return f"<qdc field {self.name}: {self._dtype}{list(self._shape)}>"
 
 
 class Ndarray(_DeviceArray):
@@ -157,14 +211,14 @@ class Ndarray(_DeviceArray):
 
     def __init__(self, dtype, shape, needs_grad=False):
         super().__init__(dtype, shape)
-        self.grad = Ndarray(self.dtype, self.shape) if needs_grad else None
+        self.needs_grad = bool(needs_grad)
+        self.grad = Ndarray(self._dtype, self._shape) if needs_grad else None
 
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
+    def _what(self):
+        return f"qd.ndarray {self._dtype}{list(self._shape)}"
 
     def __repr__(self):
-        return f"<qdc ndarray {self.dtype}{list(self.shape)}>"
+        return f"<qdc ndarray {self._dtype}{list(self._shape)}>"
 
 
 def field(dtype, shape=(), needs_grad=False, name=None) -> Field:

@@ -9,7 +9,7 @@ layout of runtime/artifact.py) and makes one foreign call. For
     def k(a, s, n, *_q_extra):
         if _q_stale or _q_extra:
             return _q_slow(a, s, n, *_q_extra)
-        if a is not _q_arr0 or a.shape != _q_shape0:
+        if a is not _q_arr0 or _q_numpy0 and _q_len(a) != _q_len0:
             _q_bind0(a)
         try:
             _q_pack1(_q_mem, 16, s, n)
@@ -24,11 +24,15 @@ Why it is fast:
 - Ndarrays: full validation (type, dtype, ndim, C-contiguity, gradient buffer) and the data
   pointer (`a.ctypes.data` costs a microsecond) happen in `_q_bind<i>` only when the argument
   is not the same object as last time. The launcher keeps a reference to the last array
-  passed for each parameter, which keeps its memory alive and makes numpy refuse to
-  `resize` it, so its data pointer cannot change; re-checking `shape` catches an in-place
-  `a.shape = ...`. Not re-checked (each costs as much as a scalar argument, and none can
-  make the kernel touch memory outside the array): an in-place `a.dtype = ...` to another
-  type of the same item size, and `a.strides = ...` (deprecated since NumPy 2.4).
+  passed for each parameter: that keeps its memory alive and makes numpy refuse to `resize`
+  it, so its data pointer cannot change. A qd.ndarray's shape is fixed too. What a numpy
+  array can still do is change shape in place (`a.shape = ...`, same size): for ndim 1 and
+  2, `len(a)` detects every such change that keeps ndim (the first dimension and the size
+  fix the second) at a third of the cost of comparing `a.shape`, which higher ranks do.
+  Not re-checked, because each would cost as much as a scalar argument and none can make
+  the kernel touch memory outside the array: an in-place change of ndim that keeps the
+  first dimension (`a.shape = (16, 1)` on an array of shape (16,) passed before), an
+  in-place `a.dtype = ...` to a type of the same item size, `a.strides = ...` (deprecated).
 - The native call is `_q_call(_q_arg)` as the device hands it out (`Device.launch_call`):
   on the CPU the ctypes function itself applied to a `byref` of the ctx buffer.
 - Runtime changes (`qd.init`) do not cost a check per launch beyond one global: the
@@ -53,6 +57,9 @@ Either may be None. A kernel without hooks gets generated code without any trace
 
 Only identifiers that pass `str.isidentifier` and integers reach the generated source, so
 metadata from a cache can never inject code.
+
+Threads: a launcher has one ctx buffer, so one kernel must not be launched from two Python
+threads at once (launches of different kernels may interleave freely).
 """
 from __future__ import annotations
 
@@ -159,6 +166,7 @@ class _Launcher:
         # costs more than the packing.
         self.g = {"_q_stale": True, "_q_mem": memoryview(self.buf).cast("B"), "_q_call": call, "_q_arg": arg,
                   "_q_scalar_errors": _SCALAR_ERRORS, "_q_bad_scalars": self.bad_scalars,
+                  "_q_len": len, "_q_bool": bool,  # builtins by names no parameter can shadow
                   "_q_slow": self.slow, "_q_slow_owner": self.slow_owner}
         self.function = self.fallback = self.owner_function = None
         if hooks is not None:
@@ -226,6 +234,8 @@ class _Launcher:
             if p.needs_grad:
                 w[s + 1 + p.ndim] = grad
             g[f"_q_arr{index}"], g[f"_q_shape{index}"] = a, a.shape
+            g[f"_q_len{index}"] = a.shape[0] if a.shape else None
+            g[f"_q_numpy{index}"] = isinstance(a, np.ndarray)
         return bind
 
     def bool_converter(self, index: int):
@@ -247,11 +257,13 @@ class _Launcher:
             if p.kind == "ndarray":
                 g[f"_q_arr{i}"] = _UNBOUND
                 g[f"_q_bind{i}"] = self.binder(i)
-                body += [f"    if {p.name} is not _q_arr{i} or {p.name}.shape != _q_shape{i}:",
+                probe = f"_q_len({p.name}) != _q_len{i}" if p.ndim in (1, 2) else f"{p.name}.shape != _q_shape{i}"
+                probe = f"_q_numpy{i} and {probe}"
+                body += [f"    if {p.name} is not _q_arr{i} or {probe}:",
                          f"        _q_bind{i}({p.name})"]
             elif p.dtype == "u1":
                 g[f"_q_as_bool{i}"] = self.bool_converter(i)
-                body += [f"    if {p.name}.__class__ is not bool:",
+                body += [f"    if {p.name}.__class__ is not _q_bool:",
                          f"        {p.name} = _q_as_bool{i}({p.name})"]
         for first, run in self.scalar_runs():
             fmt = "=" + "".join(_PACK_CODE[p.dtype] + "x" * (8 - by_name(p.dtype).nbytes) for p in run)
@@ -312,6 +324,9 @@ def _check_names(meta: KernelMeta) -> None:
 def make_launcher(meta: KernelMeta, device, loaded, fields: list, hooks: LaunchHooks | None = None):
     """Return `launch(*args)` for `meta`; `fields` are the Field objects of meta.fields, in order."""
     _check_names(meta)
+    if hooks is None and meta.adstack.get("stacks"):  # the heap sizing and overflow check
+        from .adstack import launch_hooks
+        hooks = launch_hooks(meta)
     if hooks is not None and hooks.prepare is None and hooks.finish is None:
         hooks = None
     state = _Launcher(meta, device, loaded, fields, hooks)

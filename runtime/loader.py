@@ -121,6 +121,11 @@ class LoadedModule:
             out.append(f)
         return out
 
+    def adstack_heap_bytes(self) -> int:
+        """Bytes held by the runtime's adstack heap (API.md §3), as `qd.adstack_heap_bytes()`."""
+        from .adstack import adstack_heap_bytes
+        return adstack_heap_bytes()
+
     def __repr__(self):
         kernels = sorted(n for n in self._kernels if not n.endswith(GRAD_SUFFIX))
         return (f"<qdc module {self.__name__} ({self._arch}) from {self._location}: "

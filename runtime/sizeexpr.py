@@ -14,12 +14,12 @@ Nodes (immutable, compared and hashed structurally):
     NdarrayRead(arg, indices)          element of ndarray argument `arg`
     BoundVariable(var)                 the variable bound by an enclosing MaxOverRange
     Add(a, b)  Sub(a, b)  Mul(a, b)  Max(a, b)
-    MaxOverRange(var, begin, end, body)  max of `body` for var in [begin, end); 0 if empty
+    MaxOverRange(var, begin, end, body)  max(0, max of `body` for var in [begin, end))
 
 Indices are themselves expressions (constants, arguments, bound variables, arithmetic).
-Arithmetic is int64 and saturating; `Sub` clamps at 0 (it models trip counts); an element
-index outside its array reads as 0 (the kernel cannot legally read it). min(a, b), which has
-no node, is written `a + b - max(a, b)`.
+Arithmetic is int64 and saturating; `Sub` and `MaxOverRange` clamp at 0 (they model counts,
+and an empty range counts 0); an element index outside its array reads as 0 (the kernel
+cannot legally read it). min(a, b), which has no node, is written `a + b - max(a, b)`.
 
 API
     to_nodes(expr) -> list           post-order node list for msgpack, root last
@@ -52,9 +52,11 @@ INT64_MIN = -(1 << 63)
 # Python loop (each costs microseconds, so that limit keeps the worst case around a second).
 MAX_VECTOR_ELEMENTS = 1 << 28
 MAX_SCALAR_ITERATIONS = 1 << 18
-_CHUNK = 1 << 16  # numpy evaluation of a range proceeds in chunks of this many values
-_MAX_NODES = 1 << 16
+_CHUNK = 1 << 14  # values per numpy chunk: 128 KiB int64 arrays stay under malloc's mmap
+# threshold, so chunks reuse memory instead of faulting in fresh pages (measured 3x faster)
+MAX_NODES = 1 << 16  # also the limit once shared subtrees are expanded: evaluation expands them
 _MAX_INDICES = 16
+MAX_DEPTH = 200  # evaluation and printing recurse; the builder never nests this deep
 
 
 class SizeExprError(QdcError):
@@ -72,7 +74,7 @@ class SizeExpr:
     KIND = ""
     ARITY: int | None = 0  # number of children; None: any (the indices of a read)
     NUM_ARGS = 0
-    __slots__ = ("args", "children", "free_vars", "max_over_vars", "_hash")
+    __slots__ = ("args", "children", "free_vars", "max_over_vars", "depth", "size", "_hash")
 
     def __init__(self, args: tuple, children: tuple):
         self.args = args
@@ -82,6 +84,8 @@ class SizeExpr:
         # Free variables of every MaxOverRange in this subtree: a body can be evaluated with
         # numpy over variable v only if no MaxOverRange inside it depends on v.
         self.max_over_vars = frozenset().union(*(c.max_over_vars for c in children))
+        self.depth = 1 + max((c.depth for c in children), default=0)
+        self.size = min(1 + sum(c.size for c in children), 1 << 62)  # shared subtrees counted each time
         self._hash = hash((self.KIND, args, children))
 
     def _own_free_vars(self, from_children: frozenset) -> frozenset:
@@ -278,14 +282,17 @@ def to_nodes(expr: SizeExpr | None) -> list:
 def from_nodes(nodes) -> SizeExpr | None:
     """The tree of a node list (from a cache file: everything is checked, ValueError on any
     malformation); [] -> None."""
-    if not isinstance(nodes, list) or len(nodes) > _MAX_NODES:
-        raise ValueError("malformed SizeExpr: expected a list of at most %d nodes" % _MAX_NODES)
+    if not isinstance(nodes, list) or len(nodes) > MAX_NODES:
+        raise ValueError("malformed SizeExpr: expected a list of at most %d nodes" % MAX_NODES)
     built: list[SizeExpr] = []
     for pos, node in enumerate(nodes):
         built.append(_node_from_list(node, pos, built))
     if not built:
         return None
     root = built[-1]
+    if root.depth > MAX_DEPTH or root.size > MAX_NODES:
+        raise ValueError(f"malformed SizeExpr: {root.size} nodes nested {root.depth} deep once shared "
+                         f"subtrees are expanded (limits {MAX_NODES} and {MAX_DEPTH})")
     if root.free_vars:
         raise ValueError(f"malformed SizeExpr: bound variable(s) {sorted(root.free_vars)} used outside "
                          f"any max_over")
@@ -366,8 +373,9 @@ class _Printer:
                     f"{self.text(e.body)[0]})"), 3
         if isinstance(e, Max):
             return f"max({self.text(e.a)[0]}, {self.text(e.b)[0]})", 3
-        if isinstance(e, Sub) and _is_min_pattern(e):
-            return f"min({self.text(e.a.a)[0]}, {self.text(e.a.b)[0]})", 3
+        pair = min_operands(e)
+        if pair is not None:
+            return f"min({self.text(pair[0])[0]}, {self.text(pair[1])[0]})", 3
         op, prec = {Add: ("+", 1), Sub: ("-", 1), Mul: ("*", 2)}[type(e)]
         left = self.operand(e.a, prec, strict=False)
         right = self.operand(e.b, prec, strict=not isinstance(e, Add))
@@ -378,9 +386,12 @@ class _Printer:
         return f"({text})" if p < prec or (strict and p == prec) else text
 
 
-def _is_min_pattern(e: Sub) -> bool:
-    return (isinstance(e.a, Add) and isinstance(e.b, Max)
-            and {e.a.a, e.a.b} == {e.b.a, e.b.b})
+def min_operands(e: SizeExpr):
+    """(a, b) when `e` is min(a, b) written as a + b - max(a, b), else None."""
+    if (isinstance(e, Sub) and isinstance(e.a, Add) and isinstance(e.b, Max)
+            and {e.a.a, e.a.b} == {e.b.a, e.b.b}):
+        return e.a.a, e.a.b
+    return None
 
 
 # ---- launch data ----------------------------------------------------------------------------
@@ -450,12 +461,15 @@ class _Evaluation:
         self.env, self.root = env, root
         self.elements_left = MAX_VECTOR_ELEMENTS
         self.iterations_left = MAX_SCALAR_ITERATIONS
-        self.memo: dict = {}
+        # Variable-free subtrees repeat inside a range's iterations: remembered from the first
+        # range on (None until then, which keeps trees without ranges at a few microseconds).
+        self.memo: dict | None = None
         self.vector_var = None
+        self.span = (0, 0)  # the values [lo, hi) `vector_var` takes in the current chunk
 
     # -- scalar mode: every bound variable has one value ------------------------------------
     def scalar(self, e: SizeExpr, bind: dict) -> int:
-        if not e.free_vars:
+        if self.memo is not None and not e.free_vars:
             value = self.memo.get(e)
             if value is None:
                 value = self.memo[e] = self._scalar(e, bind)
@@ -500,27 +514,30 @@ class _Evaluation:
         begin, end = self.scalar(e.begin, bind), self.scalar(e.end, bind)
         if end <= begin:
             return 0
+        if self.memo is None:
+            self.memo = {}
         var, body = e.var, e.body
         if var not in body.free_vars:
-            return self.scalar(body, bind)
+            return max(0, self.scalar(body, bind))
         if type(body) is BoundVariable:
-            return end - 1
+            return max(0, end - 1)
         if var in body.max_over_vars:
             return self._max_over_python(e, begin, end, bind)
         self._charge_elements(e, end - begin)
         sliced = self._slice_max(body, var, begin, end, bind)
         if sliced is not None:
             return sliced
-        best = INT64_MIN
-        outer = self.vector_var
+        best = 0
+        outer = self.vector_var, self.span
         try:
+            self.vector_var = var
             for lo in range(begin, end, _CHUNK):
+                self.span = lo, min(end, lo + _CHUNK)
                 inner = dict(bind)
-                inner[var] = np.arange(lo, min(end, lo + _CHUNK), dtype=np.int64)
-                self.vector_var = var
-                best = max(best, int(np.max(self.vector(body, inner))))
+                inner[var] = np.arange(*self.span, dtype=np.int64)
+                best = max(best, int(np.max(self.vector(body, inner)[0])))
         finally:
-            self.vector_var = outer
+            self.vector_var, self.span = outer
         return best
 
     def _max_over_python(self, e, begin, end, bind) -> int:
@@ -529,7 +546,7 @@ class _Evaluation:
             self._too_long(e, count, MAX_SCALAR_ITERATIONS, "Python-level iterations")
         self.iterations_left -= count
         inner = dict(bind)
-        best = INT64_MIN
+        best = 0
         for v in range(begin, end):
             inner[e.var] = v
             value = self.scalar(e.body, inner)
@@ -562,33 +579,89 @@ class _Evaluation:
         idx = [None if d == axis else self.scalar(i, bind) for d, i in enumerate(body.indices)]
         if len(idx) != arr.ndim or any(i is not None and not 0 <= i < n for i, n in zip(idx, arr.shape)):
             return 0  # every element read is out of bounds
-        lo, hi = max(begin, 0), min(end, arr.shape[axis])
-        outside = 0 if (lo > begin or hi < end) else INT64_MIN  # out-of-bounds reads give 0
+        lo, hi = max(begin, 0), min(end, arr.shape[axis])  # reads outside give 0: no need to visit
         if hi <= lo:
             return 0
         idx[axis] = slice(lo, hi)
-        return max(outside, _clamp(int(np.max(arr[tuple(idx)]))))
+        return max(0, _clamp(int(np.max(arr[tuple(idx)]))))
 
-    # -- vector mode: `self.vector_var` is bound to an int64 array ---------------------------
-    def vector(self, e: SizeExpr, bind: dict):
+    # -- vector mode: `vector_var` is bound to the int64 array of `span` --------------------
+    # Values come with a bound on their magnitude, known from array dtypes and the span: while
+    # it stays below 2**63 plain numpy arithmetic cannot overflow and saturation is skipped.
+    def vector(self, e: SizeExpr, bind: dict) -> tuple:
         if self.vector_var not in e.free_vars:
-            return self.scalar(e, bind)
+            value = self.scalar(e, bind)
+            return value, abs(value)
         t = type(e)
         if t is BoundVariable:
-            return bind[e.var]
+            return bind[e.var], max(abs(self.span[0]), abs(self.span[1]))
         if t is FieldLoad or t is NdarrayRead:
-            return _read_vector(self._array(e), [self.vector(i, bind) for i in e.indices])
-        a, b = self.vector(e.a, bind), self.vector(e.b, bind)
-        if t is Add:
-            return _sat_add(a, b)
-        if t is Sub:
-            return np.maximum(_sat_sub(a, b), 0)
+            return self._read_vector(e, bind)
+        (a, ma), (b, mb) = self.vector(e.a, bind), self.vector(e.b, bind)
+        if t is Max:
+            return np.maximum(a, b), max(ma, mb)
         if t is Mul:
-            return _sat_mul(a, b)
-        return np.maximum(a, b)
+            m = ma * mb
+            return (a * b if m <= INT64_MAX else _sat_mul(a, b)), min(m, INT64_MAX)
+        m = ma + mb
+        if t is Add:
+            return (a + b if m <= INT64_MAX else _sat_add(a, b)), min(m, INT64_MAX)
+        return np.maximum(a - b if m <= INT64_MAX else _sat_sub(a, b), 0), min(m, INT64_MAX)
+
+    def _read_vector(self, e, bind) -> tuple:
+        arr = self._array(e)
+        magnitude = _dtype_magnitude(arr.dtype)
+        var = self.vector_var
+        axes = [d for d, i in enumerate(e.indices) if var in i.free_vars]
+        offset = _unit_offset(e.indices[axes[0]], var) if len(axes) == 1 else None
+        if offset is None or len(e.indices) != arr.ndim:
+            return _gather(arr, [self.vector(i, bind)[0] for i in e.indices]), magnitude
+        # The lanes read consecutive elements along one axis: copy a slice, not a gather.
+        axis = axes[0]
+        lo, hi = self.span
+        idx = [self.scalar(i, bind) if d != axis else None for d, i in enumerate(e.indices)]
+        if any(i is not None and not 0 <= i < n for i, n in zip(idx, arr.shape)):
+            return np.zeros(hi - lo, np.int64), 0
+        first, stop = max(lo + offset, 0), min(hi + offset, arr.shape[axis])
+        if first >= stop:
+            return np.zeros(hi - lo, np.int64), 0
+        idx[axis] = slice(first, stop)
+        values = arr[tuple(idx)]
+        if values.dtype == np.uint64:
+            values = np.minimum(values, np.uint64(INT64_MAX))
+        out = np.empty(hi - lo, np.int64)
+        head, tail = first - lo - offset, stop - lo - offset
+        out[:head] = 0
+        out[head:tail] = values  # converts while copying: no temporary
+        out[tail:] = 0
+        return out, magnitude
 
 
-def _read_vector(arr: np.ndarray, idx: list) -> np.ndarray:
+def _unit_offset(index: SizeExpr, var: int):
+    """c when `index` is var + c (c a constant), else None."""
+    if index == BoundVariable(var):
+        return 0
+    if isinstance(index, Add):
+        for x, y in ((index.a, index.b), (index.b, index.a)):
+            if x == BoundVariable(var) and isinstance(y, Const):
+                return y.value
+    return None
+
+
+def _dtype_magnitude(dtype) -> int:
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return min(max(-int(info.min), int(info.max)), INT64_MAX)
+    return 1 if dtype.kind == "b" else INT64_MAX
+
+
+def _as_int64(values: np.ndarray) -> np.ndarray:
+    if values.dtype == np.uint64:
+        values = np.minimum(values, np.uint64(INT64_MAX))
+    return values.astype(np.int64)
+
+
+def _gather(arr: np.ndarray, idx: list) -> np.ndarray:
     """Elements at int64 index arrays (or ints); out-of-bounds positions read as 0."""
     shape = np.broadcast_shapes(*(np.shape(i) for i in idx))
     if len(idx) != arr.ndim or arr.size == 0:
@@ -597,10 +670,7 @@ def _read_vector(arr: np.ndarray, idx: list) -> np.ndarray:
     for i, n in zip(idx, arr.shape):
         valid &= (np.asarray(i) >= 0) & (np.asarray(i) < n)
     safe = tuple(np.where(valid, i, 0) for i in idx)
-    values = arr[safe]
-    if values.dtype == np.uint64:
-        values = np.minimum(values, np.uint64(INT64_MAX))
-    return np.where(valid, values.astype(np.int64), 0)
+    return np.where(valid, _as_int64(arr[safe]), 0)
 
 
 # Saturating int64 arithmetic on arrays (numpy integer arrays wrap silently on overflow).

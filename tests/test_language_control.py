@@ -262,6 +262,8 @@ def test_names_resolve_through_globals_and_closures(rng):
                 v = x[i] * local_scale + OFFSET + bias
                 if i < THRESHOLD and flag:
                     v = -v
+                for j in qd.static(range(THRESHOLD)):   # a global int is a compile-time constant
+                    v += j * 0
                 table[i] = v
         return k
 
@@ -297,3 +299,81 @@ def test_scoping_follows_quadrants(rng):
     k(c)
     v = 7 if c > 0 else 8
     assert out.to_numpy().tolist() == [v, v + 3, 10]
+
+
+@qd.func
+def add_if_positive(v, c):
+    if c > 0:
+        v = v + 1                    # v was bound to a compile-time number: it becomes a variable
+    return v
+
+
+@qd.func
+def fill_row(row, n):
+    for i in range(n):               # inlined at the kernel's top level: a parallel loop
+        grid[row, i] = row * 100 + i
+
+
+grid = qd.field(qd.i32, shape=(2, 50))
+
+
+def test_compile_time_bindings_reassigned_in_nested_bodies(rng):
+    out = qd.field(qd.i32, shape=4)
+
+    @qd.kernel
+    def k(c: qd.i32):
+        out[0] = add_if_positive(3, c)
+        for j in qd.static(range(2)):
+            if c > 0:
+                j = j + 10
+            out[1 + j % 10] = j
+        fill_row(0, 50)
+        fill_row(1, c)
+
+    c = int(rng.integers(1, 50))
+    k(c)
+    assert out.to_numpy().tolist() == [4, 10, 11, 0]
+    expect = np.zeros((2, 50), np.int32)
+    expect[0] = np.arange(50)
+    expect[1, :c] = 100 + np.arange(c)
+    np.testing.assert_array_equal(grid.to_numpy(), expect)
+    k(-c)
+    assert out.to_numpy().tolist()[:3] == [3, 0, 1]
+
+
+def test_compile_time_comparisons_of_objects(rng):
+    out = qd.field(qd.f64, shape=3)
+    maybe = None
+
+    @qd.func
+    def scaled(v, factor=None):
+        r = v
+        if qd.static(factor is not None):
+            r = v * factor
+        return r
+
+    @qd.kernel
+    def k(v: qd.f64):
+        out[0] = scaled(v)
+        out[1] = scaled(v, 3)
+        if qd.static(out.dtype == qd.f64 and maybe is None and 2 in (1, 2)):
+            out[2] = 1.0
+
+    v = float(rng.random())
+    k(v)
+    assert out.to_numpy().tolist() == [v, v * 3, 1.0]
+
+
+def test_boolean_operators_on_compile_time_objects(rng):
+    out = qd.field(qd.i32, shape=2)
+    options = ()
+
+    @qd.kernel
+    def k(v: qd.i32):
+        if qd.static(options or (1, 2)):    # Python truthiness of a tuple, at compile time
+            out[0] = v
+        out[1] = v > 0 and options          # a run-time operand and a compile-time one
+
+    v = int(rng.integers(-5, 5))
+    k(v)
+    assert out.to_numpy().tolist() == [v, 0]

@@ -309,6 +309,7 @@ def test_atomic_old_values_for_min_max_and_locals(rng):
 @pytest.mark.parametrize("dtype", [qd.f32, qd.f64])
 def test_float_atomic_add_and_global_augmented_assignment(rng, dtype):
     total = qd.field(dtype, shape=())
+    extremes = qd.field(dtype, shape=2)
     hist = qd.field(qd.i32, shape=10)
 
     @qd.kernel
@@ -317,13 +318,29 @@ def test_float_atomic_add_and_global_augmented_assignment(rng, dtype):
             total[None] += v[i]            # atomic
             hist[keys[i] % 10] += 1        # atomic
             hist[keys[i] % 10] -= 2        # atomic
+            qd.atomic_min(extremes[0], v[i])
+            qd.atomic_max(extremes[1], -v[i])
 
     v = rng.random(N_HOT).astype(dtype.np_dtype)
     keys = rng.integers(0, 1000, N_HOT).astype(np.int32)
+    extremes.from_numpy(np.array([1.0, -1.0], dtype.np_dtype))
     accumulate(v, keys)
     rtol = 1e-12 if dtype is qd.f64 else 1e-4
     np.testing.assert_allclose(total[None], v.astype(np.float64).sum(), rtol=rtol)
     np.testing.assert_array_equal(hist.to_numpy(), -np.bincount(keys % 10, minlength=10))
+    assert extremes.to_numpy().tolist() == [v.min(), -v.min()]
+
+
+def test_f16_atomic_add():
+    h = qd.field(qd.f16, shape=())
+
+    @qd.kernel
+    def k(n: qd.i32):
+        for i in range(n):
+            h[None] += 0.5
+
+    k(2000)
+    assert h[None] == 1000.0
 
 
 def test_bitwise_aug_assign_on_globals_is_atomic(rng):
@@ -352,9 +369,123 @@ def test_integer_pow_with_runtime_exponent(rng):
 
     b = rng.integers(-6, 7, 500).astype(np.int32)
     e = rng.integers(0, 12, 500).astype(np.int32)
-    b[:4], e[:4] = [0, 5, -3, 2], [0, 0, 3, 31]
+    b[:9], e[:9] = [0, 5, -3, 2, 1, -1, -1, 4, -2], [0, 0, 3, 31, -5, -3, -4, -1, -2]
     out, out64 = np.zeros(500, np.int32), np.zeros(500, np.int64)
     p(b, e, out, out64)
-    expect = [int(x) ** int(y) for x, y in zip(b, e)]
+    # a negative run-time exponent truncates toward zero like int(x ** e): 1, +-1 or 0
+    expect = [int(int(x) ** int(y)) for x, y in zip(b, e)]
     np.testing.assert_array_equal(out64, expect)
     np.testing.assert_array_equal(out, np.array(expect, dtype=np.int64).astype(np.int32))
+
+
+def test_shifts_keep_the_left_operand_type(rng):
+    out = qd.field(qd.i64, shape=(4, 64))
+
+    @qd.kernel
+    def k(a: qd.types.ndarray(dtype=qd.i64, ndim=1), s: I32_1D):
+        for i in range(s.shape[0]):
+            out[0, i] = a[i] << s[i]                   # i64 << i32 -> i64
+            out[1, i] = qd.cast(a[i], qd.i32) << qd.cast(s[i], qd.i64)  # i32 << i64 -> i32
+            out[2, i] = 1 << s[i]                      # a literal left side is default_ip
+            out[3, i] = qd.cast(a[i], qd.u8) >> (s[i] % 8)
+
+    a = rng.integers(-2**40, 2**40, 64)
+    s = rng.integers(0, 31, 64).astype(np.int32)
+    k(a, s)
+    got = out.to_numpy()
+    np.testing.assert_array_equal(got[0], a << s)
+    np.testing.assert_array_equal(got[1], (a.astype(np.int32) << s).astype(np.int32))
+    np.testing.assert_array_equal(got[2], (np.int32(1) << s).astype(np.int32))
+    np.testing.assert_array_equal(got[3], a.astype(np.uint8) >> (s % 8))
+
+
+# ---- random expressions against Python --------------------------------------------------------
+
+class _ExprGen:
+    """Random expression source text over the variables p, q, r (and literals), with a bound
+    on every intermediate magnitude so that i64 never overflows and Python's unbounded ints
+    and the kernel's i64 agree exactly."""
+
+    INT_OPS = ("+", "-", "*", "//", "%", "&", "|", "^", "<<", ">>", "min", "max", "abs", "neg", "inv", "ifexp")
+    FLOAT_OPS = ("+", "-", "*", "/", "//", "%", "min", "max", "abs", "neg", "ifexp")
+
+    def __init__(self, rng, floats: bool):
+        self.rng, self.floats = rng, floats
+
+    def leaf(self):
+        r = self.rng.random()
+        if r < 0.6:
+            return str(self.rng.choice(["p", "q", "r"])), 100.0
+        if self.floats and r < 0.8:
+            v = float(self.rng.integers(-40, 40)) / 8
+            return repr(v), abs(v)
+        v = int(self.rng.integers(-20, 21))
+        return f"({v})", abs(v)
+
+    def expr(self, depth):
+        if depth == 0 or self.rng.random() < 0.15:
+            return self.leaf()
+        op = str(self.rng.choice(self.FLOAT_OPS if self.floats else self.INT_OPS))
+        (x, bx), (y, by) = self.expr(depth - 1), self.expr(depth - 1)
+        if op == "*" and bx * by > 2.0 ** 50:
+            op = "+"
+        if op in ("+", "-", "*"):
+            return f"({x} {op} {y})", (bx * by if op == "*" else bx + by)
+        if op in ("/", "//", "%"):
+            sign = "-" if self.rng.random() < 0.3 else ""
+            return f"({x} {op} {sign}(abs({y}) + 1))", (bx if op != "%" else by + 1)
+        if op in ("&", "|", "^"):
+            return f"({x} {op} {y})", 2 * max(bx, by) + 1
+        if op in ("<<", ">>"):
+            if op == "<<" and bx > 2.0 ** 50:
+                return x, bx
+            return f"({x} {op} (abs({y}) % 5))", (bx * 16 if op == "<<" else bx)
+        if op in ("min", "max"):
+            return f"{op}({x}, {y})", max(bx, by)
+        if op == "abs":
+            return f"abs({x})", bx
+        if op == "neg":
+            return f"(-{x})", bx
+        if op == "inv":
+            return f"(~{x})", bx + 1
+        (c1, _), (c2, _) = self.expr(depth - 1), self.expr(depth - 1)
+        cmp = str(self.rng.choice(["<", "<=", ">", ">=", "==", "!="]))
+        joiner = str(self.rng.choice(["and", "or"]))
+        return f"({x} if {c1} {cmp} {c2} {joiner} not {x} < {y} else {y})", max(bx, by)
+
+
+def _random_expression_kernel(exprs, dtype):
+    """Source of a kernel writing expression k of element i to out[k, i], as a real module file
+    (the front end reads kernels' source)."""
+    lines = ["import qdc as qd", "", "@qd.kernel",
+             f"def exprs(a: qd.types.ndarray(dtype=qd.{dtype}, ndim=1), b: qd.types.ndarray(dtype=qd.{dtype}, ndim=1),",
+             "          c: qd.types.ndarray(dtype=qd.i64, ndim=1), out: qd.types.ndarray(dtype=qd.f64, ndim=2)):",
+             "    for i in range(a.shape[0]):",
+             "        p, q, r = a[i], b[i], c[i]"]
+    lines += [f"        out[{k}, i] = {e}" for k, e in enumerate(exprs)]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("floats", [False, True])
+def test_random_expressions_match_python(rng, tmp_path, monkeypatch, floats):
+    # default_fp=f64 so that int / int (r / ...) is f64 true division, as in Python
+    qd.init(arch=qd.cpu, default_fp=qd.f64)
+    gen = _ExprGen(rng, floats)
+    exprs = [gen.expr(4)[0] for _ in range(24)]
+    dtype = "f64" if floats else "i64"
+    path = tmp_path / f"random_exprs_{'f' if floats else 'i'}.py"
+    path.write_text(_random_expression_kernel(exprs, dtype))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = __import__(path.stem)
+    n = 64
+    if floats:
+        a, b = rng.uniform(-100, 100, n), rng.uniform(-100, 100, n)
+    else:
+        a, b = rng.integers(-100, 101, n), rng.integers(-100, 101, n)
+    c = rng.integers(-100, 101, n)
+    out = np.zeros((len(exprs), n))
+    module.exprs(a, b, c, out)
+    for k, e in enumerate(exprs):
+        expect = [eval(e, {"min": min, "max": max, "abs": abs}, {"p": x, "q": y, "r": int(z)})  # noqa: S307
+                  for x, y, z in zip(a.tolist(), b.tolist(), c.tolist())]
+        np.testing.assert_array_equal(out[k], np.array(expect, dtype=np.float64), err_msg=e)

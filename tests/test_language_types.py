@@ -1,7 +1,6 @@
 """Types and promotion (API.md §2): weak literals, default_ip/default_fp, locals typed by their
 first assignment, every scalar parameter type, f16, u1, and 64-bit integer paths."""
 import numpy as np
-import pytest
 
 import qdc as qd
 

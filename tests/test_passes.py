@@ -264,9 +264,10 @@ def reference(a, b, s):
 
 
 @pytest.mark.parametrize("optimised", [True, False])
-def test_optimisation_does_not_change_results(rng, monkeypatch, optimised):
+def test_optimisation_does_not_change_results(rng, monkeypatch, tmp_path, optimised):
     """The same kernel with the full pipeline and with only the passes codegen needs agrees
     with numpy (and therefore with itself)."""
+    qd.init(arch=qd.cpu, cache_dir=str(tmp_path))  # the cache key does not know about PIPELINE
     if not optimised:
         bare = [(n, p) for n, p in pipeline.PIPELINE if n in ("type_check", "offload")]
         monkeypatch.setattr(pipeline, "PIPELINE", bare)
@@ -275,7 +276,10 @@ def test_optimisation_does_not_change_results(rng, monkeypatch, optimised):
     b = rng.integers(-50, 50, n).astype(np.int32)
     s = float(rng.uniform(0.2, 2.0))
     out, iout = np.zeros(n, np.float32), np.zeros(n, np.int32)
-    semantic_kernels()(a, b, out, iout, s)
+    kernel = semantic_kernels()
+    compiled = kernel.compile((a, b, out, iout, s))
+    assert ("alloca 's'" in ir.print_kernel(compiled.ir)) != optimised  # each variant really compiled
+    kernel(a, b, out, iout, s)
     v, ref_i = reference(a, b, np.float32(s))
     np.testing.assert_array_equal(iout, ref_i)
     np.testing.assert_allclose(out, v, rtol=1e-6, atol=1e-6)

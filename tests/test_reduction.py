@@ -206,3 +206,21 @@ def test_serialized_loop_keeps_ordered_atomics():
     assert "accumulate" not in inspect_ir(ordered)
     ordered()
     np.testing.assert_array_equal(trace.to_numpy(), np.cumsum(np.arange(6)))
+
+
+@pytest.mark.parametrize("begin, end", [(3, 100_003), (-50_000, 50_001), (0, 40_000)])
+def test_parallel_chunks_cover_the_range_exactly_once(begin, end):
+    """Chunks are handed out dynamically: every index runs once, and the per-chunk partial
+    sums add up to the whole."""
+    total = qd.field(qd.i64, shape=())
+
+    @qd.kernel
+    def mark(out: qd.types.ndarray(dtype=qd.i32, ndim=1), lo: qd.i32, hi: qd.i32):
+        for i in range(lo, hi):
+            out[i - lo] += 1
+            total[None] += i
+
+    out = np.zeros(end - begin, np.int32)
+    mark(out, begin, end)
+    assert np.all(out == 1)
+    assert total[None] == sum(range(begin, end))

@@ -1,8 +1,8 @@
 """CPU backend: LLVM IR → optimised object → shared library the runtime dlopens.
 
 Range-for tasks are split over worker threads with libgomp's `GOMP_parallel` (a persistent
-thread pool), in equal contiguous chunks. Ranges too small to repay waking the pool run on
-the calling thread.
+thread pool), as contiguous chunks the threads take from a shared counter. Ranges too small
+to repay waking the pool run on the calling thread.
 """
 from __future__ import annotations
 
@@ -18,10 +18,12 @@ from llvmlite import ir as ll
 from qdc.runtime.artifact import KernelMeta
 
 from .. import ir
-from .llvm_ir import I32, I64, PTR, VOID, KernelCodegen, ModuleBuilder, lltype
+from .llvm_ir import I32, I64, PTR, VOID, KernelCodegen, ModuleBuilder
 
 # Iterations x per-iteration cost below which a range runs on one thread (~10 µs of work).
 PARALLEL_WORK_THRESHOLD = 20000
+# A parallel range is cut into this many chunks per thread, handed out dynamically.
+CHUNKS_PER_THREAD = 4
 
 
 @functools.lru_cache(maxsize=None)
@@ -67,12 +69,14 @@ def _dispatch(builder: ll.IRBuilder, ctx, task: ir.Task, chunk, begin, end, cost
     builder.branch(done)
 
     builder.position_at_end(par)
-    closure = builder.alloca(I64, size=3)  # in the entry function's body: fine, it runs once
-    slots = [builder.gep(closure, [ll.Constant(I64, i)], source_etype=I64) for i in range(3)]
-    builder.store(builder.ptrtoint(ctx, I64), slots[0])
-    builder.store(builder.sext(begin, I64) if it.width < 64 else begin, slots[1])
-    builder.store(n64, slots[2])
     nt = builder.select(builder.icmp_signed("<", n64, threads), n64, threads)
+    chunks = builder.mul(nt, ll.Constant(I64, CHUNKS_PER_THREAD))
+    chunk_size = builder.sdiv(builder.add(n64, builder.sub(chunks, ll.Constant(I64, 1))), chunks)
+    closure = builder.alloca(I64, size=len(_CLOSURE))  # in the entry function's body: fine, it runs once
+    words = {"ctx": builder.ptrtoint(ctx, I64), "begin": builder.sext(begin, I64) if it.width < 64 else begin,
+             "n": n64, "chunk_size": chunk_size, "next_chunk": ll.Constant(I64, 0)}
+    for i, name in enumerate(_CLOSURE):
+        builder.store(words[name], builder.gep(closure, [ll.Constant(I64, i)], source_etype=I64))
     gomp = mb_module.globals.get("GOMP_parallel") or ll.Function(
         mb_module, ll.FunctionType(VOID, [PTR, PTR, I32, I32]), name="GOMP_parallel")
     builder.call(gomp, [_omp_body(mb_module, task, chunk, it), closure, builder.trunc(nt, I32), ll.Constant(I32, 0)])
@@ -80,22 +84,39 @@ def _dispatch(builder: ll.IRBuilder, ctx, task: ir.Task, chunk, begin, end, cost
     builder.position_at_end(done)
 
 
+# The words of the closure `_dispatch` hands to each worker thread.
+_CLOSURE = ("ctx", "begin", "n", "chunk_size", "next_chunk")
+
+
 def _omp_body(module, task: ir.Task, chunk, it):
-    """`void body(i64 closure[3])`: thread t of T runs indices [begin + n*t/T, begin + n*(t+1)/T)."""
+    """`void body(i64 closure[5])`: each thread takes chunks [begin + c*size, begin + (c+1)*size)
+    off a shared counter until none is left. Dynamic rather than one fixed slice per thread,
+    so that a thread the OS delays (the machine is shared) or a slice of costlier iterations
+    does not hold up the others."""
     fn = ll.Function(module, ll.FunctionType(VOID, [PTR]), name=task.task_name + "_omp")
     fn.linkage = "internal"
     b = ll.IRBuilder(fn.append_basic_block("entry"))
-    get = {name: module.globals.get(name) or ll.Function(module, ll.FunctionType(I32, []), name=name)
-           for name in ("omp_get_thread_num", "omp_get_num_threads")}
-    tid = b.sext(b.call(get["omp_get_thread_num"], []), I64)
-    nt = b.sext(b.call(get["omp_get_num_threads"], []), I64)
-    words = [b.load(b.gep(fn.args[0], [ll.Constant(I64, i)], source_etype=I64), typ=I64) for i in range(3)]
-    ctx, begin, n = b.inttoptr(words[0], PTR), words[1], words[2]
-    lo = b.add(begin, b.sdiv(b.mul(n, tid), nt))
-    hi = b.add(begin, b.sdiv(b.mul(n, b.add(tid, ll.Constant(I64, 1))), nt))
+    closure = fn.args[0]
+    word = {name: b.gep(closure, [ll.Constant(I64, i)], source_etype=I64) for i, name in enumerate(_CLOSURE)}
+    ctx = b.inttoptr(b.load(word["ctx"], typ=I64), PTR)
+    begin, n, size = (b.load(word[name], typ=I64) for name in ("begin", "n", "chunk_size"))
+    take = fn.append_basic_block("take")
+    run = fn.append_basic_block("run")
+    done = fn.append_basic_block("done")
+    b.branch(take)
+    b.position_at_end(take)
+    c = b.atomic_rmw("add", word["next_chunk"], ll.Constant(I64, 1), "monotonic")
+    lo = b.mul(c, size)
+    b.cbranch(b.icmp_signed("<", lo, n), run, done)
+    b.position_at_end(run)
+    hi = b.add(lo, size)
+    hi = b.select(b.icmp_signed("<", hi, n), hi, n)
+    lo, hi = b.add(begin, lo), b.add(begin, hi)
     if it.width < 64:
         lo, hi = b.trunc(lo, it), b.trunc(hi, it)
     b.call(chunk, [ctx, lo, hi])
+    b.branch(take)
+    b.position_at_end(done)
     b.ret_void()
     return fn
 

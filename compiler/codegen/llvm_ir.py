@@ -13,6 +13,7 @@ from qdc.runtime import types as T
 from qdc.runtime.artifact import KernelMeta
 
 from .. import ir
+from .llvm_adstack import AdStackLowering
 
 PTR = ll.PointerType()
 I1, I8, I16, I32, I64 = ll.IntType(1), ll.IntType(8), ll.IntType(16), ll.IntType(32), ll.IntType(64)
@@ -141,7 +142,7 @@ def start_function(fn: ll.Function) -> ll.IRBuilder:
     return ll.IRBuilder(body)
 
 
-class _Env:
+class _Env(AdStackLowering):
     """Emission state inside one LLVM function."""
 
     def __init__(self, cg: KernelCodegen, builder: ll.IRBuilder, ctx):
@@ -388,8 +389,14 @@ class _Env:
         cond = b.icmp_signed(">", e2, ll.Constant(ty, 0)) if signed else b.icmp_unsigned(">", e2, ll.Constant(ty, 0))
         b.cbranch(cond, loop, done)
         b.position_at_end(done)
-        result = b.select(b.icmp_signed("<", exp, ll.Constant(ty, 0)), ll.Constant(ty, 0), r2) if signed else r2
-        b.ret(result)
+        if signed:  # x ** -k truncated toward zero, like int(x ** -k) in Python: only |x| == 1 survives
+            def c(v):
+                return ll.Constant(ty, v)
+            sign = b.select(b.trunc(exp, I1), c(-1), c(1))
+            inverse = b.select(b.icmp_signed("==", base, c(1)), c(1),
+                               b.select(b.icmp_signed("==", base, c(-1)), sign, c(0)))
+            r2 = b.select(b.icmp_signed("<", exp, c(0)), inverse, r2)
+        b.ret(r2)
         return fn
 
     # ---- locals and temporaries ---------------------------------------------------------------

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import ast
 import builtins
+import contextlib
+import operator
 
 import numpy as np
 
@@ -28,12 +30,22 @@ from .source import source_info
 from .values import ValueBuilder, is_number, is_runtime
 
 
+class Scope(dict):
+    """Names bound in one body (name -> Alloca, run-time value or compile-time object), and the
+    place its statements start (`block`, `index`): a compile-time number bound here that is
+    later reassigned from a nested body becomes a variable created at that place."""
+
+    def __init__(self, block: ir.Block, index: int):
+        super().__init__()
+        self.block, self.index = block, index
+
+
 class Frame:
     """One function being lowered (the kernel, or a func inlined into it)."""
 
-    def __init__(self, fn, src, is_kernel: bool):
+    def __init__(self, fn, src, is_kernel: bool, block: ir.Block, index: int):
         self.fn, self.src, self.is_kernel = fn, src, is_kernel
-        self.scopes: list[dict] = [{}]
+        self.scopes: list[Scope] = [Scope(block, index)]
         self.globals = fn.__globals__
         self.closure = {}
         for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
@@ -42,15 +54,18 @@ class Frame:
             except ValueError:  # a closure variable not yet assigned
                 pass
         self.loops: list[str] = []  # kinds of the enclosing loops of this function: parallel/serial/static
-        self.base_block: ir.Block | None = None  # the block an inlined call was made from,
-        self.start_index = 0  # and where in it the call began (shared return locals go there)
-        self.returns: list = []  # (block, value) for each `return` lowered (funcs only)
+        self.base_block, self.start_index = block, index  # where the (inlined) call began
+        self.returns: list = []  # (block, value, node) for each `return` lowered (funcs only)
 
 
 _BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "truediv", ast.FloorDiv: "floordiv",
            ast.Mod: "mod", ast.Pow: "pow", ast.BitAnd: "bit_and", ast.BitOr: "bit_or",
            ast.BitXor: "bit_xor", ast.LShift: "shl", ast.RShift: "shr"}
 _CMPOPS = {ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge", ast.Eq: "eq", ast.NotEq: "ne"}
+_PY_COMPARE = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
+               ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Is: operator.is_, ast.IsNot: operator.is_not,
+               ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
+_PY_COMPARE_SYMBOL = {ast.Is: "is", ast.IsNot: "is not", ast.In: "in", ast.NotIn: "not in"}
 _UNARY = {ast.USub: "neg", ast.Not: "not", ast.Invert: "bit_not"}
 # Augmented assignments to a global element that are atomic read-modify-writes (as in Quadrants).
 _AUG_ATOMIC = {"add": "add", "sub": "sub", "bit_and": "and", "bit_or": "or", "bit_xor": "xor"}
@@ -98,7 +113,7 @@ class FrontEnd(LoopLowering, CallLowering):
         self.kernel = ir.KernelIR(fn.__name__, params, self.src.loc(self.src.fn_def))
         self.field_objects: list[Field] = []
         self.options = options
-        self.frames: list[Frame] = [Frame(fn, self.src, is_kernel=True)]
+        self.frames: list[Frame] = [Frame(fn, self.src, True, self.kernel.body, 0)]
         self.blocks: list[ir.Block] = [self.kernel.body]
         self.pending_serialize = None  # set by qd.loop_config(...), consumed by the next for
         self.node_stack: list[ast.AST] = []
@@ -148,11 +163,19 @@ class FrontEnd(LoopLowering, CallLowering):
     def in_block(self, block: ir.Block, stmts: list[ast.stmt]):
         """Lower `stmts` into `block`, in a new scope."""
         self.blocks.append(block)
-        self.frame.scopes.append({})
         try:
-            self.visit_body(stmts)
+            with self.scope():
+                self.visit_body(stmts)
         finally:
             self.blocks.pop()
+
+    @contextlib.contextmanager
+    def scope(self):
+        """A new scope whose statements start at the current end of the current block."""
+        self.frame.scopes.append(Scope(self.blocks[-1], len(self.blocks[-1].stmts)))
+        try:
+            yield self.frame.scopes[-1]
+        finally:
             self.frame.scopes.pop()
 
     def emit_into(self, block: ir.Block, fn):
@@ -164,7 +187,8 @@ class FrontEnd(LoopLowering, CallLowering):
             self.blocks.pop()
 
     def new_frame(self, fn, src) -> Frame:
-        return Frame(fn, src, is_kernel=False)
+        """The frame of a func inlined at the current position."""
+        return Frame(fn, src, False, self.blocks[-1], len(self.blocks[-1].stmts))
 
     def new_local(self, dtype: T.DataType, name: str = "") -> ir.Alloca:
         return self.emit(ir.Alloca(dtype, name))
@@ -203,8 +227,11 @@ class FrontEnd(LoopLowering, CallLowering):
         if hasattr(builtins, name):
             return getattr(builtins, name)
         if required:
-            self.error(f"name '{name}' is not defined (a variable first assigned inside an if/for/while "
-                       f"body is local to that body, as in Quadrants: assign it before the block)", node)
+            hint = ""
+            if name in fr.src.assigned_names:
+                hint = (" here (a variable first assigned inside an if/for/while body is local to that "
+                        "body, as in Quadrants: assign it before the block)")
+            self.error(f"name '{name}' is not defined{hint}", node)
         return None
 
     def capture(self, name, value):
@@ -290,22 +317,35 @@ class FrontEnd(LoopLowering, CallLowering):
     def visit_Compare(self, node: ast.Compare):
         """`a < b < c` is `a < b and b < c`: `b` evaluated once, `c` only if `a < b`."""
         def compare_from(i, left):
-            op = _CMPOPS.get(type(node.ops[i]))
-            if op is None:
-                self.error(f"comparison '{type(node.ops[i]).__name__}' is not supported in kernels", node)
-            right = self.scalar(self.visit(node.comparators[i]), node.comparators[i])
-            result = self.values.binary(op, left, right)
+            right = self.visit(node.comparators[i])
+            result = self.compare(node.ops[i], left, right, node)
             if i + 1 == len(node.ops):
                 return result
             return self.short_circuit(True, result, lambda: compare_from(i + 1, right))
-        return compare_from(0, self.scalar(self.visit(node.left), node.left))
+        return compare_from(0, self.visit(node.left))
+
+    def compare(self, op_node, left, right, node):
+        """One comparison. Between compile-time values any Python comparison works (e.g.
+        `qd.static(a is None)`, `qd.static(x.dtype == qd.f32)`); run-time values support
+        the six ordering and equality comparisons."""
+        if not _holds_runtime(left) and not _holds_runtime(right):
+            return _PY_COMPARE[type(op_node)](left, right)
+        if isinstance(left, tuple) or isinstance(right, tuple):
+            self.error("tuples holding run-time values cannot be compared; compare their elements", node)
+        op = _CMPOPS.get(type(op_node))
+        if op is None:
+            self.error(f"comparison '{_PY_COMPARE_SYMBOL[type(op_node)]}' needs compile-time operands; "
+                       f"run-time values support < <= > >= == !=", node)
+        return self.values.binary(op, self.scalar(left, node), self.scalar(right, node))
 
     def visit_BoolOp(self, node: ast.BoolOp):
         """`and`/`or` short-circuit: an operand runs only if the ones before did not decide."""
         is_and = isinstance(node.op, ast.And)
 
         def from_operand(i):
-            v = self.scalar(self.visit(node.values[i]), node.values[i])
+            v = self.visit(node.values[i])
+            if isinstance(v, GLOBAL_ARRAYS):  # compile-time operands otherwise use Python truthiness
+                self.error("a field or ndarray is not a condition; index it", node.values[i])
             if i + 1 == len(node.values):
                 return self.truth(v)
             return self.short_circuit(is_and, v, lambda: from_operand(i + 1))
@@ -356,7 +396,8 @@ class FrontEnd(LoopLowering, CallLowering):
                 return base[idx]
             except IndexError as e:
                 self.error(str(e), node.slice)
-        self.error(f"'{type(base).__name__}' value is not subscriptable in kernels")
+        what = f"a run-time {base.type} value" if is_runtime(base) else f"a '{type(base).__name__}' value"
+        self.error(f"{what} is not subscriptable in kernels")
 
     def global_ptr(self, base, node: ast.Subscript) -> ir.GlobalPtr:
         index_nodes = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
@@ -436,24 +477,27 @@ class FrontEnd(LoopLowering, CallLowering):
             ptr = self.global_ptr(base, target)
             self.emit(ir.GlobalStore(ptr, self.values.cast(self.scalar(value, target), ptr.type)))
         else:
-            self.error(f"cannot assign to '{type(target).__name__}'", target)
+            self.error(f"cannot assign to {_describe_target(target)} in kernels", target)
 
     def assign_name(self, target: ast.Name, value):
-        """Store into the visible local named so, or create one in the current scope (typed by `value`)."""
+        """Store into the visible variable of that name, or bind the name in the current scope
+        (a new variable typed by `value` if it is a run-time value or a number)."""
         name = target.id
-        current = self.local_binding(name)
-        if current is None:
-            current = self.lookup_nonlocal(name, target, required=False)
+        scope = self.binding_scope(name)
+        current = scope[name] if scope is not None else self.lookup_nonlocal(name, target, required=False)
         if isinstance(current, GLOBAL_ARRAYS) and not isinstance(value, GLOBAL_ARRAYS):
             self.error(f"cannot assign to '{name}', which is a field or ndarray: write its elements "
                        f"with {name}[i] = ... ({name}[None] = ... for a 0-d field)", target)
+        if is_runtime(current) and not isinstance(current, ir.Alloca):
+            self.error(f"cannot assign to loop variable '{name}'; copy it into a new variable first", target)
+        is_value = is_runtime(value) or is_number(value)
+        if scope is not None and scope is not self.frame.scopes[-1] and is_number(current) and is_value:
+            current = self.promote_to_variable(scope, name, current)
         if isinstance(current, ir.Alloca):
-            if not (is_runtime(value) or is_number(value)):
+            if not is_value:
                 self.error(f"cannot assign a {type(value).__name__} to the run-time variable '{name}'", target)
             self.emit(ir.LocalStore(current, self.values.cast(self.scalar(value, target), current.type)))
-        elif is_runtime(current):  # a loop index: bound to the loop, not a variable
-            self.error(f"cannot assign to loop variable '{name}'; copy it into a new variable first", target)
-        elif is_runtime(value) or is_number(value):
+        elif is_value:
             v = self.values.materialize(self.scalar(value, target))
             var = self.new_local(v.type, name)
             self.emit(ir.LocalStore(var, v))
@@ -461,11 +505,26 @@ class FrontEnd(LoopLowering, CallLowering):
         else:  # a compile-time object (field, ndarray, tuple, function): bind the name to it
             self.frame.scopes[-1][name] = value
 
-    def local_binding(self, name: str):
+    def binding_scope(self, name: str) -> Scope | None:
         for scope in reversed(self.frame.scopes):
             if name in scope:
-                return scope[name]
+                return scope
         return None
+
+    def promote_to_variable(self, scope: Scope, name: str, number) -> ir.Alloca:
+        """`name` is bound to a compile-time number in an enclosing scope (a func argument, a
+        qd.static loop value) and is assigned in a nested body: from now on it is a variable,
+        created where that scope starts so that every later read, inside or after the nested
+        body, sees the assignment. (Later insertions at an earlier place of the same block may
+        shift that place; the variable is then created a little earlier, which is harmless.)"""
+        staged = ir.Block()
+        var = self.emit_into(staged, lambda: self.new_local(self.values.materialize(number).type, name))
+        self.emit_into(staged, lambda: self.emit(ir.LocalStore(var, self.values.materialize(number, var.type))))
+        for offset, stmt in enumerate(staged.stmts):
+            stmt.block = scope.block
+            scope.block.stmts.insert(scope.index + offset, stmt)
+        scope[name] = var
+        return var
 
     def visit_AugAssign(self, node: ast.AugAssign):
         op = _BINOPS.get(type(node.op))
@@ -477,7 +536,7 @@ class FrontEnd(LoopLowering, CallLowering):
             if isinstance(base, GLOBAL_ARRAYS):
                 return self.aug_assign_global(op, base, target, node.value)
         if not isinstance(target, (ast.Name, ast.Subscript)):
-            self.error(f"cannot assign to '{type(target).__name__}'", target)
+            self.error(f"cannot assign to {_describe_target(target)} in kernels", target)
         current = self.scalar(self.visit(target), target)
         value = self.scalar(self.visit(node.value), node.value)
         self.assign(target, self.values.binary(op, current, value))
@@ -508,3 +567,14 @@ def _insert_before(anchor: ir.Stmt, stmt: ir.Stmt) -> None:
     block = anchor.block
     block.stmts.insert(block.stmts.index(anchor), stmt)
     stmt.block = block
+
+
+def _holds_runtime(v) -> bool:
+    if isinstance(v, (tuple, list)):
+        return any(_holds_runtime(e) for e in v)
+    return is_runtime(v)
+
+
+def _describe_target(node) -> str:
+    return {ast.Attribute: "an attribute", ast.Starred: "a starred expression"}.get(
+        type(node), f"'{type(node).__name__}'")

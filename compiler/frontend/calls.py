@@ -41,16 +41,22 @@ class CallLowering:
         name = getattr(callee, "__name__", type(callee).__name__)
         if isinstance(callee, Kernel):
             self.error(f"kernel '{name}' cannot be called from a kernel; make it a @qd.func")
-        self.error(f"'{name}' is not a qd.func or a qd intrinsic and cannot be called in a kernel "
-                   f"(decorate it with @qd.func)")
+        hint = " (decorate it with @qd.func)" if inspect.isfunction(callee) else ""
+        self.error(f"'{name}' is not a qd.func or a qd intrinsic and cannot be called in a kernel{hint}")
 
     def call_args(self, node, lo: int, hi: int, name: str) -> list:
+        self.reject_unpacking(node)
         if node.keywords:
             self.error(f"{name}() takes no keyword arguments in kernels")
         if not lo <= len(node.args) <= hi:
             count = lo if lo == hi else f"{lo} to {hi}"
             self.error(f"{name}() takes {count} argument(s), got {len(node.args)}")
         return [self.visit(a) for a in node.args]
+
+    def reject_unpacking(self, node: ast.Call):
+        for a in [*node.args, *node.keywords]:
+            if isinstance(a, ast.Starred) or (isinstance(a, ast.keyword) and a.arg is None):
+                self.error("argument unpacking (*args, **kwargs) is not supported in kernels", a)
 
     def scalar_args(self, node, lo: int, hi: int, name: str) -> list:
         return [self.scalar(v, a) for v, a in zip(self.call_args(node, lo, hi, name), node.args)]
@@ -186,6 +192,7 @@ class CallLowering:
         src = source_info(func.fn)
         if not any(f is func for f in self.funcs_used):
             self.funcs_used.append(func)
+        self.reject_unpacking(node)
         args = [self.visit(a) for a in node.args]
         kwargs = {kw.arg: self.visit(kw.value) for kw in node.keywords}
         try:
@@ -194,7 +201,6 @@ class CallLowering:
             self.error(f"call to qd.func '{func.__name__}': {e}")
         bound.apply_defaults()
         frame = self.new_frame(func.fn, src)
-        frame.base_block, frame.start_index = self.blocks[-1], len(self.blocks[-1].stmts)
         self.frames.append(frame)
         try:
             for name, value in bound.arguments.items():

@@ -74,12 +74,9 @@ class LoopLowering:
         self.frame.loops.append("static")
         try:
             for value in it:
-                self.frame.scopes.append({})
-                try:
+                with self.scope():
                     self.bind_targets(node.target, value)
                     self.visit_body(node.body)
-                finally:
-                    self.frame.scopes.pop()
         finally:
             self.frame.loops.pop()
 
@@ -108,20 +105,20 @@ class LoopLowering:
         total = extents[0]
         for e in extents[1:]:
             total = self.values.binary("mul", total, e)
-        parallel = len(self.blocks) == 1 and self.frame.is_kernel and not serialize
+        # At the kernel's top level (also inside a func called there, which is inlined): parallel.
+        parallel = len(self.blocks) == 1 and not serialize
         loop = self.emit(ir.RangeFor(self.values.const(0, index_type), self.values.cast(total, index_type),
                                      index_type, serial=not parallel, kind=kind))
         self.blocks.append(loop.body)
-        self.frame.scopes.append({})
         self.frame.loops.append("parallel" if parallel else "serial")
         try:
-            values = self.decompose_index(loop.index, begins, extents, [step for _, _, step in bounds])
-            for t, v in zip(targets, values):
-                self.frame.scopes[-1][t.id] = v
-            self.visit_body(node.body)
+            with self.scope() as scope:
+                values = self.decompose_index(loop.index, begins, extents, [step for _, _, step in bounds])
+                for t, v in zip(targets, values):
+                    scope[t.id] = v
+                self.visit_body(node.body)
         finally:
             self.frame.loops.pop()
-            self.frame.scopes.pop()
             self.blocks.pop()
 
     def loop_bound(self, v, node):
@@ -153,6 +150,8 @@ class LoopLowering:
         """max(0, ceil((end - begin) / step)) in the index type (a Python int when constant)."""
         if not is_runtime(begin) and not is_runtime(end):
             return max(0, -((begin - end) // step))
+        if _is_zero(begin) and step == 1 and isinstance(end, ir.NdarrayShape):  # never negative
+            return self.values.cast(end, index_type)
         v = self.values
         span = v.binary("sub", v.cast(end, index_type), v.cast(begin, index_type))
         if step != 1:
@@ -181,19 +180,18 @@ class LoopLowering:
             self.error("while/else is not supported in kernels")
         loop = self.emit(ir.While())
         self.blocks.append(loop.body)
-        self.frame.scopes.append({})
         self.frame.loops.append("while")
         try:
-            cond = self.scalar(self.visit(node.test), node.test)
-            if is_runtime(cond):
-                exit_if = self.emit(ir.If(self.values.unary("not", self.values.to_bool(cond))))
-                self.emit_into(exit_if.then_block, lambda: self.emit(ir.Break()))
-            elif not cond:
-                self.emit(ir.Break())
-            self.visit_body(node.body)
+            with self.scope():
+                cond = self.scalar(self.visit(node.test), node.test)
+                if is_runtime(cond):
+                    exit_if = self.emit(ir.If(self.values.unary("not", self.values.to_bool(cond))))
+                    self.emit_into(exit_if.then_block, lambda: self.emit(ir.Break()))
+                elif not cond:
+                    self.emit(ir.Break())
+                self.visit_body(node.body)
         finally:
             self.frame.loops.pop()
-            self.frame.scopes.pop()
             self.blocks.pop()
 
     def visit_Break(self, node):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 import textwrap
 
@@ -31,6 +32,12 @@ class SourceInfo:
     def source_line(self, node) -> str | None:
         idx = getattr(node, "lineno", 1) - 1
         return self.file_lines[idx] if 0 <= idx < len(self.file_lines) else None
+
+    @functools.cached_property
+    def assigned_names(self) -> frozenset:
+        """Every name the function assigns somewhere (for the hint of a "not defined" error)."""
+        return frozenset(n.id for n in ast.walk(self.fn_def)
+                         if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))
 
     @property
     def func_body(self) -> list[ast.stmt]:

@@ -83,7 +83,10 @@ class ValueBuilder:
     def const(self, v, dtype: T.DataType) -> ir.Stmt:
         """A Const of `dtype` holding `v` converted the way the target converts it."""
         if dtype.is_float:
-            v = float(dtype.np_dtype.type(v))  # rounded to the type's precision, as at run time
+            try:
+                v = float(dtype.np_dtype.type(v))  # rounded to the type's precision, as at run time
+            except OverflowError:
+                self.error(f"constant {v} is too large for {dtype}")
         elif dtype is T.u1:
             v = bool(v)
         else:

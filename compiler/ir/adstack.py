@@ -1,7 +1,7 @@
 """IR statements of reverse-mode autodiff: adstacks and adjoint temporaries.
 
-An adstack is a per-thread stack of values of one scalar type. Float stacks hold, per entry,
-the primal value and its adjoint; integer and u1 stacks hold only the primal. Every grad-kernel
+An adstack is a per-thread stack of values of one scalar type. Float stacks of locals hold, per
+entry, the primal value and its adjoint; other stacks hold only the primal. Every grad-kernel
 thread pushes during its forward sweep and pops during its reverse sweep, so each stack is
 empty again at the end of every task iteration. Where the storage lives (a runtime-owned heap,
 sliced per thread) is the backend's business; `stack_id` indexes the kernel's adstack table
@@ -13,18 +13,25 @@ from qdc.runtime.types import DataType
 
 from .stmts import SourceLoc, Stmt
 
+__all__ = ["AdStackAlloca", "AdStackPush", "AdStackPop", "AdStackLoadTop", "AdStackLoadTopAdj",
+           "AdStackAccAdjoint", "TempAtomicAdd", "ADSTACK_READS", "ADSTACK_OPS"]
+
 
 class AdStackAlloca(Stmt):
-    """Declares stack `stack_id` (empties it); its value is the stack handle."""
-    ATTRS = ("stack_id", "var_name")
+    """Declares stack `stack_id` (empties it); its value is the stack handle. `adjoint`: whether
+    entries carry an adjoint slot (float stacks of locals do; snapshots of values do not)."""
+    ATTRS = ("stack_id", "var_name", "adjoint")
 
-    def __init__(self, type: DataType, stack_id: int, var_name: str = "", loc: SourceLoc | None = None):
+    def __init__(self, type: DataType, stack_id: int, var_name: str = "", loc: SourceLoc | None = None,
+                 adjoint: bool | None = None):
         super().__init__(type, loc)
         self.stack_id, self.var_name = stack_id, var_name
+        self.adjoint = type.is_float if adjoint is None else adjoint
+        assert not self.adjoint or type.is_float
 
     @property
     def has_adjoint(self) -> bool:
-        return self.type.is_float
+        return self.adjoint
 
 
 class AdStackPush(Stmt):

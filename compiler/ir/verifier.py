@@ -228,7 +228,8 @@ class _TypeRules:
         self.expect(s, isinstance(s.type, T.DataType), "a local needs a type")
 
     def local_var(self, s, var):
-        self.expect(s, isinstance(var, ir.Alloca), f"{type(s).__name__} needs a local variable, got {type(var).__name__}")
+        self.expect(s, isinstance(var, ir.Alloca),
+                    f"{type(s).__name__} needs a local variable, got {type(var).__name__}")
 
     def t_LocalLoad(self, s):
         self.local_var(s, s.var)
@@ -254,7 +255,8 @@ class _TypeRules:
 
     def temp_slot(self, s, t):
         self.expect(s, 0 <= s.slot < self.k.num_temps, f"temporary t{s.slot} does not exist")
-        self.expect(s, self.k.temp_types[s.slot] is t, f"temporary t{s.slot} is {self.k.temp_types[s.slot]}, used as {t}")
+        declared = self.k.temp_types[s.slot]
+        self.expect(s, declared is t, f"temporary t{s.slot} is {declared}, used as {t}")
 
     # -- globals
     def t_GlobalPtr(self, s):

@@ -74,8 +74,6 @@ def _evaluate(s):
         x = s.x.value
         v = {"neg": lambda: -x, "not": lambda: not x, "bit_not": lambda: ~x, "abs": lambda: abs(x)}[s.op]()
         return wrap(v, s.type)
-    if isinstance(s, ir.Select) and isinstance(s.cond, ir.Const) and isinstance(s.a, ir.Const) and isinstance(s.b, ir.Const):
-        return s.a.value if s.cond.value else s.b.value
     return None
 
 
@@ -104,7 +102,9 @@ def _binary(op, a, b, t: T.DataType, rt: T.DataType):
 
 
 def _is_const(s, value) -> bool:
-    return isinstance(s, ir.Const) and s.value == value and not (isinstance(value, float) and math.copysign(1, s.value) < 0)
+    if not isinstance(s, ir.Const) or s.value != value:
+        return False
+    return not isinstance(value, float) or math.copysign(1.0, s.value) > 0  # -0.0 is no identity
 
 
 def _identity(s):

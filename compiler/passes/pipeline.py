@@ -7,10 +7,13 @@ calls are inlined at their call sites, and `qd.static(...)` loops are unrolled (
 one flat kernel body.
 
 Each pass is a function `pass(kernel) -> changed` in its own module, mutating the IR in
-place. `run_pipeline` verifies the IR after every pass when asked to, or when the
-environment variable QDC_VERIFY_IR=1 is set (the test suite sets it, so every kernel it
-compiles is checked between passes); `dump(name, text)` receives the printed IR after each
-pass (`--ir` dumps).
+place. Reverse-mode passes (autodiff, adstacks) belong after `simplify_tasks` and before
+`thread_local_reductions`, which rewrites atomics into per-chunk accumulators.
+
+`run_pipeline` verifies the IR after every pass when asked to, or when the environment
+variable QDC_VERIFY_IR=1 is set (the test suite sets it, so every kernel it compiles is
+checked between passes); `dump(name, text)` receives the printed IR after each pass
+(`--ir` dumps).
 """
 from __future__ import annotations
 
@@ -37,7 +40,8 @@ def verify_requested() -> bool:
     return os.environ.get("QDC_VERIFY_IR") == "1"
 
 
-def run_pipeline(k: ir.KernelIR, verify_each: bool = False, dump=None, stop_after: str | None = None) -> ir.KernelIR:
+def run_pipeline(k: ir.KernelIR, verify_each: bool = False, dump=None,
+                 stop_after: str | None = None) -> ir.KernelIR:
     """Run PIPELINE over `k` (up to and including pass `stop_after`, if given)."""
     names = [name for name, _ in PIPELINE]
     if stop_after is not None and stop_after not in names:

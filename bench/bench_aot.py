@@ -1,0 +1,144 @@
+"""Ahead-of-time figures: build throughput, cache hits, and load + first launch vs compiling.
+
+    python3 bench/bench_aot.py [--kernels N]
+
+1. `qdc build kernels/` into an empty cache (cold) and again (all hits): times, ratio, and
+   kernels compiled per second cold.
+2. A generated module of N kernels (default 50): in a fresh process, `qdc.runtime.load()` time
+   and first-launch latency after it, against a cold direct-mode compile + first launch of the
+   same module in another fresh process. Goal: load + first launches >= 50x faster.
+Each measurement runs in its own process and times only the operation itself (not the
+interpreter's start-up or `import qdc`). First launches wake the worker threads: on a machine
+busy with other work they can take scheduler ticks (ms), hence best-of-5.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+MODULE_HEADER = '''import qdc as qd
+
+out = qd.field(qd.f32, shape=1024)
+'''
+
+KERNEL_TEMPLATE = '''
+
+@qd.kernel
+def k{i}(a: qd.types.ndarray(dtype=qd.f32, ndim=1), s: qd.f32):
+    for j in range(a.shape[0]):
+        v = a[j] * s + {i}.0
+        for _ in range({reps}):
+            v = v * 0.5 + qd.sqrt(abs(v)) * {c}
+        out[j % 1024] = v
+'''
+
+LOAD_CHILD = '''
+import json, sys, time
+import numpy as np
+from qdc.runtime import load
+a = np.ones(4096, np.float32)
+t0 = time.perf_counter()
+mod = load(sys.argv[1], "fifty")
+t1 = time.perf_counter()
+mod.k0(a, 1.5)
+t2 = time.perf_counter()
+for i in range(1, int(sys.argv[2])):
+    getattr(mod, f"k{i}")(a, 1.5)
+t3 = time.perf_counter()
+assert not any(m.startswith(("qdc.compiler", "llvmlite")) for m in sys.modules)
+print(json.dumps({"load": t1 - t0, "first_launch": t2 - t1, "all_first_launches": t3 - t1}))
+'''
+
+DIRECT_CHILD = '''
+import importlib.util, json, sys, time
+import numpy as np
+import qdc as qd
+qd.init(arch=qd.cpu, cache_dir=sys.argv[2])
+spec = importlib.util.spec_from_file_location("fifty", sys.argv[1])
+mod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mod)
+a = np.ones(4096, np.float32)
+t0 = time.perf_counter()
+mod.k0(a, 1.5)
+t1 = time.perf_counter()
+for i in range(1, int(sys.argv[3])):
+    getattr(mod, f"k{i}")(a, 1.5)
+t2 = time.perf_counter()
+print(json.dumps({"first_kernel": t1 - t0, "all": t2 - t0}))
+'''
+
+
+def run(args, **kw):
+    r = subprocess.run(args, capture_output=True, text=True, **kw)
+    if r.returncode != 0:
+        sys.exit(f"failed: {' '.join(args)}\n{r.stdout}\n{r.stderr}")
+    return r
+
+
+def timed_build(paths, cache, *extra):
+    t0 = time.perf_counter()
+    r = run([sys.executable, "-m", "qdc.cli.main", "build", *paths, "--cache", cache, *extra])
+    return time.perf_counter() - t0, r.stderr.strip().splitlines()[-1]
+
+
+def child_json(code, *args):
+    return json.loads(run([sys.executable, "-c", code, *args]).stdout.strip().splitlines()[-1])
+
+
+def bench_build(tmp):
+    kernels = os.path.join(ROOT, "kernels")
+    cache = os.path.join(tmp, "build-cache")
+    cold, cold_line = timed_build([kernels], cache)
+    hits, hits_line = timed_build([kernels], cache)
+    n = int(cold_line.split(": ")[2].split(" built")[0])
+    cold_j1, _ = timed_build([kernels], os.path.join(tmp, "build-cache-j1"), "-j", "1")
+    print("## qdc build kernels/ (wall time of the whole command, interpreter start-up included)")
+    print(f"  cold  -j{os.cpu_count()}: {cold:6.2f} s   ({cold_line})")
+    print(f"  cold  -j1: {cold_j1:6.2f} s   -> {n / cold_j1:.1f} kernels/s on one process, "
+          f"{n / cold:.1f} kernels/s with -j{os.cpu_count()}")
+    print(f"  all hits : {hits:6.2f} s   ({hits_line})")
+    inside = [float(line.rsplit(" in ", 1)[1].split()[0]) for line in (cold_line, hits_line)]
+    print(f"  cold / all-hits ratio: {cold / hits:.1f}x for the whole command, "
+          f"{inside[0] / max(inside[1], 0.01):.0f}x for the build itself (as the summaries time it)")
+
+
+def bench_load(tmp, n_kernels):
+    src_dir = os.path.join(tmp, "gen")
+    os.makedirs(src_dir)
+    path = os.path.join(src_dir, "fifty.py")
+    with open(path, "w") as f:
+        f.write(MODULE_HEADER + "".join(KERNEL_TEMPLATE.format(i=i, reps=1 + i % 4, c=0.1 + 0.01 * i)
+                                        for i in range(n_kernels)))
+    cache = os.path.join(tmp, "fifty-cache")
+    timed_build([src_dir], cache)
+    loads = [child_json(LOAD_CHILD, cache, str(n_kernels)) for _ in range(5)]
+    best = min(loads, key=lambda d: d["load"] + d["all_first_launches"])
+    direct = child_json(DIRECT_CHILD, path, os.path.join(tmp, "direct-cache"), str(n_kernels))
+    aot = best["load"] + best["all_first_launches"]
+    print(f"\n## a module of {n_kernels} kernels (times inside a fresh process, best of 5 for load)")
+    print(f"  qdc.runtime.load():                {best['load'] * 1e3:8.1f} ms")
+    print(f"  first launch after load (1 kernel): {best['first_launch'] * 1e6:7.0f} us")
+    print(f"  load + first launch of all {n_kernels}:     {aot * 1e3:8.1f} ms")
+    print(f"  direct mode, cold compile + first launch of all {n_kernels}: {direct['all']:.2f} s "
+          f"(first kernel {direct['first_kernel']:.2f} s)")
+    print(f"  speed-up of load + first launches over compiling: {direct['all'] / aot:.0f}x (goal >= 50x)")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--kernels", type=int, default=50, help="kernels in the generated module (50)")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="qdc-bench-aot-") as tmp:
+        bench_build(tmp)
+        bench_load(tmp, args.kernels)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,179 @@
+"""One benchmark worker: `python bench/measure.py PEER LIBNOOP OUT.json`.
+
+PEER is `numpy`, `qdc` or `quadrants`. bench/run.py starts one worker per peer, one after
+the other, so that no peer's worker threads (qdc's libgomp pool, Quadrants' own pool) are
+alive, let alone spinning, while another peer is timed. LIBNOOP is the no-op library that
+run.py built; every worker times its launches against it in the same process.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import io
+import json
+import statistics
+import sys
+import time
+import timeit
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from kernels import make_kernels  # noqa: E402  (bench/ is not a package)
+
+N = 1 << 24
+GRID = 4096
+REPEATS = 9          # timed runs per bandwidth figure (median)
+LAUNCH_ROUNDS = 25   # rounds of interleaved batches per launch figure (median)
+ALPHA = np.float32(0.5)
+LAUNCHES = {"empty0": ("empty0()", None),
+            "empty4_numpy": ("empty4(a, 1.0, 2, 3.0)", "numpy"),
+            "empty4_device": ("empty4(a, 1.0, 2, 3.0)", "device")}
+# Bytes each workload must move at least (read once, write once).
+BYTES = {"saxpy": 3 * 4 * N, "stencil": 2 * 4 * GRID * GRID, "sum": 4 * N}
+
+
+# ---- timing ----------------------------------------------------------------------------------
+
+def interleaved_ns(stmts: dict, target_s: float = 0.01) -> dict:
+    """`name -> {"ns", "ratio"}` for each `name -> (stmt, namespace)`.
+
+    Batches of every statement alternate round by round, so that a change in machine load
+    affects all of them alike: "ns" is the median per-call time, "ratio" the median over
+    rounds of its time over the first statement's time in the same round."""
+    timers, numbers = {}, {}
+    for name, (stmt, namespace) in stmts.items():
+        timers[name] = timeit.Timer(stmt, globals=namespace)
+        number, took = timers[name].autorange()  # also the warm-up
+        numbers[name] = max(1, int(number * target_s / took))
+    rounds = {name: [] for name in stmts}
+    for _ in range(LAUNCH_ROUNDS):
+        for name, timer in timers.items():
+            rounds[name].append(timer.timeit(numbers[name]) / numbers[name] * 1e9)
+    first = rounds[next(iter(stmts))]
+    return {name: {"ns": statistics.median(ts), "ratio": statistics.median(t / b for t, b in zip(ts, first))}
+            for name, ts in rounds.items()}
+
+
+def median_seconds(run, sync=lambda: None) -> float:
+    run()
+    sync()  # warm-up (and, on a first call, compilation)
+    times = []
+    for _ in range(REPEATS):
+        t0 = time.perf_counter()
+        run()
+        sync()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def noop_calls(lib: str) -> dict:
+    noop = ctypes.CDLL(lib).noop
+    noop.restype, noop.argtypes = None, []
+    ctx = (ctypes.c_uint64 * 8)()
+    stmts = {"noop": ("noop()", {"noop": noop})}
+    for name, loader in (("noop_ptr", ctypes.CDLL), ("noop_ptr_pydll", ctypes.PyDLL)):
+        fn = loader(lib).noop_ptr  # PyDLL keeps the GIL during the call, as qdc's CPU launches do
+        fn.restype, fn.argtypes = None, None
+        stmts[name] = ("noop_ptr(ref)", {"noop_ptr": fn, "ref": ctypes.byref(ctx)})
+    return stmts
+
+
+# ---- workloads -------------------------------------------------------------------------------
+
+class Data:
+    """The inputs (same seed in every worker) and numpy's reference results."""
+
+    def __init__(self):
+        rng = np.random.default_rng(0)
+        self.x, self.y0 = rng.random(N, dtype=np.float32), rng.random(N, dtype=np.float32)
+        self.grid = rng.random((GRID, GRID), dtype=np.float32)
+        self.y, self.out = self.y0.copy(), np.zeros_like(self.grid)
+        self.stencil_ref = np.zeros_like(self.grid)
+        numpy_stencil(self.stencil_ref, self.grid)
+        self.exact_sum = float(self.x.astype(np.float64).sum())
+
+    def saxpy_ok(self, saxpy) -> bool:
+        y = self.y0.copy()
+        saxpy(y, self.x)
+        return bool(np.allclose(y, ALPHA * self.x + self.y0, rtol=1e-5))
+
+    def stencil_ok(self, stencil) -> bool:
+        o = np.zeros_like(self.grid)
+        stencil(o, self.grid)
+        return bool(np.allclose(o[1:-1, 1:-1], self.stencil_ref[1:-1, 1:-1], rtol=1e-5, atol=1e-6))
+
+    def sum_ok(self, total: float) -> bool:
+        return abs(total - self.exact_sum) <= 1e-3 * self.exact_sum
+
+
+def numpy_saxpy(y, x):
+    y += ALPHA * x
+
+
+def numpy_stencil(o, a):
+    o[1:-1, 1:-1] = np.float32(0.2) * (a[1:-1, 1:-1] + a[:-2, 1:-1] + a[2:, 1:-1] + a[1:-1, :-2] + a[1:-1, 2:])
+
+
+def bandwidths(d: Data, saxpy, stencil, total, sync=lambda: None) -> dict:
+    """GB/s and correctness of the three workloads given as `saxpy(y, x)`, `stencil(o, a)`, `total(x)`."""
+    checks = {"saxpy": d.saxpy_ok(saxpy), "stencil": d.stencil_ok(stencil), "sum": d.sum_ok(float(total(d.x)))}
+    runs = {"saxpy": lambda: saxpy(d.y, d.x), "stencil": lambda: stencil(d.out, d.grid), "sum": lambda: total(d.x)}
+    return {name: {"gbps": BYTES[name] / median_seconds(run, sync) / 1e9, "ok": checks[name]}
+            for name, run in runs.items()}
+
+
+# ---- peers -----------------------------------------------------------------------------------
+
+def measure_numpy() -> dict:
+    d = Data()
+    copy_gbps = 2 * d.x.nbytes / median_seconds(lambda: np.copyto(d.y, d.x)) / 1e9
+    return {"version": np.__version__, "copy_gbps": copy_gbps,
+            "bandwidth": bandwidths(d, numpy_saxpy, numpy_stencil, np.sum)}
+
+
+def import_peer(name: str):
+    """The peer's module, initialised for the CPU, and its version (None if not installed)."""
+    if name == "qdc":
+        import qdc
+        qdc.init(arch=qdc.cpu)
+        return qdc, qdc.__version__
+    try:
+        with contextlib.redirect_stdout(io.StringIO()) as banner:  # Quadrants prints a banner
+            import quadrants
+            quadrants.init(arch=quadrants.cpu)
+    except ImportError:
+        return None, None
+    return quadrants, banner.getvalue().split("version ", 1)[-1].split(",", 1)[0].strip() or "?"
+
+
+def measure_kernels(name: str, lib: str) -> dict:
+    qd, version = import_peer(name)
+    if qd is None:
+        return {"version": None}
+    kernels = make_kernels(qd)
+    small = np.zeros(16, np.float32)
+    device_small = qd.ndarray(qd.f32, small.shape)
+    stmts = noop_calls(lib)
+    for launch, (stmt, array) in LAUNCHES.items():
+        namespace = dict(kernels, a=small if array == "numpy" else device_small)
+        exec(stmt, namespace)  # compile outside the timing
+        qd.sync()
+        stmts[launch] = (stmt, namespace)
+    launches = interleaved_ns(stmts)
+    d = Data()
+    saxpy, stencil = kernels["saxpy"], kernels["stencil"]
+    return {"version": version, "launch": launches,
+            "bandwidth": bandwidths(d, lambda y, x: saxpy(y, x, ALPHA), stencil, kernels["sum"], qd.sync)}
+
+
+def main() -> int:
+    peer, lib, out = sys.argv[1:4]
+    result = measure_numpy() if peer == "numpy" else measure_kernels(peer, lib)
+    Path(out).write_text(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

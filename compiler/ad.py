@@ -1,0 +1,116 @@
+"""`qd.ad`: reverse-mode entry points. `kernel.grad(*args)` (a GradKernel) and `qd.ad.Tape`.
+
+`kernel.grad` is the kernel's "grad" variant: an ordinary compiled kernel (KernelMeta with
+is_grad=True) built by compiler/autodiff and cached, loaded and launched like any other.
+"""
+from __future__ import annotations
+
+from qdc.runtime import context
+from qdc.runtime.fields import Field, Ndarray
+
+recording = None  # the Tape whose `with` body is running, if any
+
+
+class GradKernel:
+    """`kernel.grad`: calling it runs the adjoint of `kernel` with the same arguments."""
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+        self.__name__ = kernel.__name__ + ".grad"
+        self._fast = (None, None)  # (runtime generation, launch) when nothing is templated
+
+    def compile(self, args=()):
+        return self.kernel.compile(args, variant="grad")
+
+    def __call__(self, *args, **kwargs):
+        gen, launch = self._fast
+        if gen is None or gen != context.current().generation:
+            launch = self.kernel._launcher(args, "grad")[0]
+            if not self.kernel._templated:
+                self._fast = (context.current().generation, launch)
+        return launch(*args, **kwargs)
+
+    def __repr__(self):
+        return f"<qdc grad kernel {self.__name__}>"
+
+
+class Tape:
+    """`with qd.ad.Tape(loss=y): compute(...)` records the kernel launches in its body; on exit
+    it seeds `loss.grad` with 1 and runs their gradient kernels in reverse order.
+
+    As in Quadrants: `loss` is a 0-d field (or one-element ndarray) with a gradient, zeroed on
+    entry; with `clear_gradients` (the default) the gradients the recorded kernels write are
+    zeroed before the replay, so the result is the gradient of this tape alone."""
+
+    def __init__(self, loss=None, clear_gradients: bool = True):
+        if loss is not None:
+            if not isinstance(loss, (Field, Ndarray)):
+                raise TypeError(f"Tape(loss=...) needs a qd field or ndarray, got {type(loss).__name__}")
+            if loss.size != 1:
+                raise ValueError(f"the loss of a Tape must be a 0-d field or hold one element; it has shape "
+                                 f"{loss.shape}")
+            if loss.grad is None:
+                raise ValueError("the loss of a Tape needs a gradient: create it with needs_grad=True")
+        self.loss, self.clear_gradients = loss, clear_gradients
+        self.calls: list = []
+        self.entered = self.evaluated = False
+        self._suspended: dict = {}
+
+    def __enter__(self):
+        global recording
+        if self.entered:
+            raise RuntimeError("a Tape can be entered only once")
+        if recording is not None:
+            raise RuntimeError("Tapes cannot be nested")
+        self.entered = True
+        if self.loss is not None:
+            self.loss.fill(0)
+        self._suspend_fast_calls()
+        recording = self
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        global recording
+        recording = None
+        self._restore_fast_calls()
+        if exc_type is None and self.loss is not None:
+            self.grad()
+
+    def record(self, kernel, args, kwargs) -> None:
+        self.calls.append((kernel, args, kwargs))
+
+    def grad(self) -> None:
+        """Seed the loss gradient and run the recorded kernels' gradients, last first."""
+        if self.evaluated:
+            raise RuntimeError("a Tape's gradients can be evaluated only once")
+        self.evaluated = True
+        if self.clear_gradients:
+            self._clear_gradients()
+        if self.loss is not None:
+            self.loss.grad.fill(1)
+        for kernel, args, kwargs in reversed(self.calls):
+            kernel.grad(*args, **kwargs)
+
+    def _clear_gradients(self) -> None:
+        for kernel, args, kwargs in self.calls:
+            for f in kernel.compile(args, variant="grad").field_objects:
+                if getattr(f, "is_grad", False):
+                    f.fill(0)
+            for a in list(args) + list(kwargs.values()):
+                if isinstance(a, Ndarray) and a.grad is not None:
+                    a.grad.fill(0)
+
+    # While recording, every kernel call must reach Kernel.__call__ (which records it), not
+    # the launcher each kernel installs as its own class's __call__ for speed.
+    def _suspend_fast_calls(self) -> None:
+        from .kernel import Kernel
+        for cls in Kernel.__subclasses__():
+            if "__call__" in cls.__dict__:
+                self._suspended[cls] = cls.__dict__["__call__"]
+                del cls.__call__
+
+    def _restore_fast_calls(self) -> None:
+        for cls, call in self._suspended.items():
+            if "__call__" not in cls.__dict__:
+                cls.__call__ = call
+        self._suspended.clear()

@@ -1,0 +1,179 @@
+"""Reverse-mode autodiff: the gradient kernel of an offloaded kernel.
+
+The gradient kernel has the forward kernel's parameters and fields plus the gradient buffers
+it writes. Its tasks are, in order:
+1. if values cross tasks through kernel temporaries, a replay of the tasks that set them
+   (only the temporaries are written), and a task zeroing the temporaries' adjoints;
+2. the adjoint of every forward task, last task first (task_adjoint.py): each iteration
+   runs a forward sweep pushing to adstacks, then a reverse sweep popping them.
+Then dead work is removed, the usual simplifications run, and every adstack is sized
+(sizing.py). Kernels whose gradient would be wrong are rejected first (checks.py).
+"""
+from __future__ import annotations
+
+from .. import ir
+from ..passes.reductions import thread_local_reductions
+from ..passes.simplify import simplify
+from .activity import Activity
+from .checks import check_kernel, error
+from .cleanup import remove_dead_adstacks
+from .sizing import size_stacks
+from .task_adjoint import NeedStack, TaskAdjoint
+
+# The forward pipeline's last pass that the gradient transform runs after; later passes
+# (thread-local reductions) run on the gradient kernel instead.
+PIPELINE_STOP = "simplify_tasks"
+
+
+class GradKernelIR:
+    """The result: the gradient kernel's IR, the Field objects of its field table, and the
+    adstack records for KernelMeta.adstack."""
+
+    def __init__(self, kernel: ir.KernelIR, field_objects: list, stacks: list):
+        self.kernel, self.field_objects, self.stacks = kernel, field_objects, stacks
+
+
+def make_grad_kernel(k: ir.KernelIR, field_objects: list, opts) -> GradKernelIR:
+    """`k` is an offloaded kernel (pipeline run up to PIPELINE_STOP); `field_objects` are the
+    runtime Fields of `k.fields`, in order."""
+    ctx = _KernelContext(k, field_objects)
+    check_kernel(k, ctx.differentiable)
+    _mark_unstable_loads(k)
+    ctx.activity = Activity(k, ctx.differentiable)
+    g = ctx.grad
+    tasks = _replay_tasks(k) + _zero_adjoint_temps(ctx)
+    for t in reversed(k.tasks):
+        tasks.append(_adjoint_task(ctx, t, f"{k.name}_grad_t{len(tasks)}_{t.source_kind}"))
+    for t in tasks:
+        g.body.append(t)
+    remove_dead_adstacks(g)
+    simplify(g)
+    remove_dead_adstacks(g)
+    thread_local_reductions(g)
+    _check_unstable_loads(g)
+    g.body.stmts = [t for t in g.body.stmts if t.body.stmts]
+    for i, t in enumerate(g.tasks):
+        t.task_name = f"{k.name}_grad_t{i}_{t.source_kind}"
+    return GradKernelIR(g, ctx.field_objects, size_stacks(g, opts))
+
+
+class _KernelContext:
+    """What every task's adjoint shares: the kernel, gradient buffers, adjoint temporaries."""
+
+    def __init__(self, k: ir.KernelIR, field_objects: list):
+        self.k = k
+        self.field_objects = list(field_objects)
+        self.grad = ir.KernelIR(k.name, k.params, k.loc)
+        self.grad.fields = list(k.fields)
+        self.grad.num_temps, self.grad.temp_types = k.num_temps, list(k.temp_types)
+        self.activity = None
+        self.adjoint_temps: dict = {}  # temp slot -> slot of its adjoint
+        self._grad_refs: dict = {}
+
+    def differentiable(self, target) -> bool:
+        if target.is_grad:
+            return False
+        if isinstance(target, ir.FieldRef):
+            return self.field_objects[target.slot].grad is not None
+        return bool(self.k.params[target.arg_index].needs_grad)
+
+    def grad_target(self, target):
+        """The gradient buffer of a differentiable field or ndarray (added to the field table)."""
+        if isinstance(target, ir.NdarrayRef):
+            return ir.NdarrayRef(target.arg_index, target.name, target.dtype, target.ndim, True)
+        ref = self._grad_refs.get(target.slot)
+        if ref is None:
+            grad_field = self.field_objects[target.slot].grad
+            ref = ir.FieldRef(len(self.grad.fields), grad_field.name, grad_field.dtype, tuple(grad_field.shape), True)
+            self.grad.fields.append(ref)
+            self.field_objects.append(grad_field)
+            self._grad_refs[target.slot] = ref
+        return ref
+
+    def new_temp(self, dtype) -> int:
+        g = self.grad
+        g.temp_types.append(dtype)
+        g.num_temps += 1
+        return g.num_temps - 1
+
+
+def _adjoint_task(ctx: _KernelContext, task: ir.Task, name: str) -> ir.Task:
+    stacked: set = set()
+    while True:
+        try:
+            return TaskAdjoint(ctx, task, stacked).build(name)
+        except NeedStack as e:
+            assert e.var not in stacked, "a stacked local was asked to be stacked again"
+            stacked.add(e.var)
+
+
+def _replay_tasks(k: ir.KernelIR) -> list:
+    """Copies of the tasks that set temporaries, writing nothing else."""
+    out = []
+    for t in k.tasks:
+        if not any(isinstance(s, ir.TempStore) for s in ir.walk(t.body)):
+            continue
+        copy = ir.clone_stmt(t, {})
+        _drop_global_writes(copy.body)
+        copy.task_name = f"{k.name}_replay{len(out)}"
+        out.append(copy)
+    return out
+
+
+def _drop_global_writes(block: ir.Block) -> None:
+    block.stmts = [s for s in block.stmts if not isinstance(s, (ir.GlobalStore, ir.AtomicRMW))]
+    for s in block.stmts:
+        for b in s.blocks():
+            _drop_global_writes(b)
+
+
+def _zero_adjoint_temps(ctx: _KernelContext) -> list:
+    """A serial task zeroing the adjoint of every temporary that carries a gradient."""
+    slots = sorted(ctx.activity.temps)
+    if not slots:
+        return []
+    task = ir.Task("serial", ctx.k.loc)
+    for slot in slots:
+        dtype = ctx.k.temp_types[slot]
+        adj = ctx.adjoint_temps[slot] = ctx.new_temp(dtype)
+        task.body.append(ir.TempStore(adj, task.body.append(ir.Const(0.0, dtype))))
+    return [task]
+
+
+# ---- loads the forward kernel's own writes make unrepeatable ------------------------------
+
+def _mark_unstable_loads(k: ir.KernelIR) -> None:
+    """Mark loads of a buffer that the kernel may write after the load: the gradient kernel,
+    which runs after the forward kernel, would read the new contents. Copies keep the mark."""
+    from .positions import Positions
+    writes: dict = {}  # buffer -> [(task index, statement)]
+    for ti, t in enumerate(k.tasks):
+        for s in ir.walk(t.body):
+            if isinstance(s, (ir.GlobalStore, ir.AtomicRMW)):
+                writes.setdefault(_buffer(s.ptr.target), []).append((ti, s))
+    for ti, t in enumerate(k.tasks):
+        positions = Positions(t.body)
+        for s in ir.walk(t.body):
+            if not isinstance(s, ir.GlobalLoad):
+                continue
+            for wi, w in writes.get(_buffer(s.ptr.target), ()):
+                if wi > ti or (wi == ti and positions.may_run_after(w, s)):
+                    s._ad_unstable = w.loc
+                    break
+
+
+def _check_unstable_loads(g: ir.KernelIR) -> None:
+    for s in ir.walk(g.body):
+        write_loc = getattr(s, "_ad_unstable", None)
+        if isinstance(s, ir.GlobalLoad) and write_loc is not None:
+            target = s.ptr.target
+            raise error(s.loc, f"the gradient needs the value read here, but kernel '{g.name}' overwrites "
+                               f"'{target.name}' afterwards (line {write_loc.line if write_loc else '?'}), and its "
+                               f"gradient kernel runs after it and would read the new value. Write the new "
+                               f"values to a separate field")
+
+
+def _buffer(target) -> tuple:
+    if isinstance(target, ir.FieldRef):
+        return ("field", target.name)
+    return ("ndarray", target.arg_index, target.is_grad)

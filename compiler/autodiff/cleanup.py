@@ -1,0 +1,60 @@
+"""Dead-code removal that knows about adstacks.
+
+The generic DCE keeps every push and pop (they write memory). A stack whose top and adjoint
+are never read after the rest of the gradient kernel has been simplified is dead: drop it
+with all its operations, which may in turn make the values it was pushing dead. Accumulations
+into an adjoint temporary nobody reads go the same way.
+"""
+from __future__ import annotations
+
+from .. import ir
+from ..ir.adstack import ADSTACK_OPS, AdStackAccAdjoint, AdStackAlloca, AdStackLoadTop, AdStackLoadTopAdj, TempAtomicAdd
+from ..passes.dce import eliminate_dead_code
+
+
+def remove_dead_adstacks(k: ir.KernelIR) -> None:
+    while True:
+        eliminate_dead_code(k)
+        if not _sweep_once(k):
+            return
+
+
+def _sweep_once(k: ir.KernelIR) -> bool:
+    uses = ir.users_count(k.body)
+    read, adj_read, temps_read = set(), set(), set()
+    for s in ir.walk(k.body):
+        if isinstance(s, AdStackLoadTop):
+            read.add(s.stack)
+        elif isinstance(s, AdStackLoadTopAdj):
+            adj_read.add(s.stack)
+        elif isinstance(s, ir.TempLoad):
+            temps_read.add(s.slot)
+
+    def dead(s) -> bool:
+        if isinstance(s, (AdStackLoadTop, AdStackLoadTopAdj)):
+            return not uses.get(s)
+        if isinstance(s, AdStackAccAdjoint):
+            return s.stack not in adj_read
+        if isinstance(s, ADSTACK_OPS):
+            return s.stack not in read and s.stack not in adj_read
+        if isinstance(s, AdStackAlloca):
+            return s not in read and s not in adj_read
+        if isinstance(s, TempAtomicAdd):
+            return s.slot not in temps_read
+        return False
+
+    return _sweep(k.body, dead)
+
+
+def _sweep(block: ir.Block, dead) -> bool:
+    changed = False
+    keep = []
+    for s in block.stmts:
+        for b in s.blocks():
+            changed |= _sweep(b, dead)
+        if dead(s):
+            changed = True
+        else:
+            keep.append(s)
+    block.stmts = keep
+    return changed

@@ -1,0 +1,158 @@
+"""LLVM lowering of the adstack statements (a mixin of llvm_ir._Env).
+
+Storage is a heap owned by the runtime, never the thread's stack. Thread t's slice starts at
+`heap + t * stride`; stack s of the slice at `offset[s]` holds an 8-byte count then
+`capacity[s]` entries, each the primal value followed (stacks with adjoints) by its adjoint.
+`heap`, `stride`, `offset[]` and `capacity[]` are ctx words written by the runtime before
+each launch (runtime/adstack.py), so one binary serves every launch size. They are loaded
+once per chunk, in the function's entry block.
+
+Overflow: a push at a full stack writes nothing and records `(count+1) << 32 | task << 16 |
+stack` into the overflow word with an atomic max (the runtime decodes and raises); the
+count still advances, so pops stay balanced, and tops read the last real entry: no access
+ever leaves the stack's slice.
+"""
+from __future__ import annotations
+
+from llvmlite import ir as ll
+
+from qdc.runtime import types as T
+
+I8, I32, I64 = ll.IntType(8), ll.IntType(32), ll.IntType(64)
+PTR = ll.PointerType()
+HEADER_BYTES = 8
+# Set only by bench/bench_autodiff.py to measure what the overflow check costs; never for kernels
+# users run (the unchecked code can write past a stack's capacity).
+_UNCHECKED_FOR_BENCHMARK = False
+
+
+class _StackRef:
+    """A lowered stack: its base address, capacity, element layout."""
+    __slots__ = ("base", "capacity", "dtype", "entry_bytes", "adjoint", "stack_id", "task")
+
+    def __init__(self, base, capacity, dtype: T.DataType, adjoint: bool, stack_id: int, task: int):
+        self.base, self.capacity, self.dtype = base, capacity, dtype
+        self.entry_bytes = dtype.nbytes * (2 if adjoint else 1)
+        self.adjoint = adjoint
+        self.stack_id, self.task = stack_id, task
+
+
+class AdStackLowering:
+    """The `s_AdStack*` methods of `_Env` (which provides b, ctx, cg, mb, v, temp_ptr)."""
+
+    # ---- per-function setup (entry block) -------------------------------------------------
+    def _adstack_cache(self) -> dict:
+        cache = getattr(self, "_adstack_state", None)
+        if cache is None:
+            cache = self._adstack_state = {}
+        return cache
+
+    def _entry_word(self, builder, slot: int, typ):
+        p = builder.gep(self.ctx, [ll.Constant(I64, slot)], source_etype=I64)
+        return builder.load(p, typ=typ)
+
+    def _adstack_base(self, stack_id: int):
+        """(address of stack `stack_id` in this thread's slice, its capacity), emitted once."""
+        cache = self._adstack_cache()
+        if stack_id in cache:
+            return cache[stack_id]
+        entry = self.b.function.entry_basic_block
+        eb = ll.IRBuilder(entry)
+        eb.position_before(entry.terminator)
+        slot = self.cg.meta.adstack_slot
+        if "slice" not in cache:
+            heap = self._entry_word(eb, slot, PTR)
+            stride = self._entry_word(eb, slot + 1, I64)
+            omp_tid = self.mb.declare("omp_get_thread_num", I32, [])
+            tid = eb.zext(eb.call(omp_tid, []), I64)
+            cache["slice"] = eb.gep(heap, [eb.mul(tid, stride, flags=("nuw",))], source_etype=I8)
+            cache["overflow"] = self._entry_word(eb, slot + 2, PTR)
+        offset = self._entry_word(eb, slot + 3 + 2 * stack_id, I64)
+        capacity = self._entry_word(eb, slot + 4 + 2 * stack_id, I64)
+        base = eb.gep(cache["slice"], [offset], source_etype=I8)
+        cache[stack_id] = (base, capacity)
+        return cache[stack_id]
+
+    # ---- addressing ------------------------------------------------------------------------
+    def _entry_ptr(self, st: _StackRef, index):
+        off = self.b.add(ll.Constant(I64, HEADER_BYTES), self.b.mul(index, ll.Constant(I64, st.entry_bytes),
+                                                                      flags=("nuw",)), flags=("nuw",))
+        return self.b.gep(st.base, [off], source_etype=I8)
+
+    def _top_ptr(self, st: _StackRef):
+        """The top entry: at count-1, with count clamped to [1, capacity] (never outside the slice)."""
+        b = self.b
+        n = b.load(st.base, typ=I64)
+        if not _UNCHECKED_FOR_BENCHMARK:
+            n = b.select(b.icmp_unsigned("<", n, st.capacity), n, st.capacity)
+            n = b.select(b.icmp_unsigned("==", n, ll.Constant(I64, 0)), ll.Constant(I64, 1), n)
+        return self._entry_ptr(st, b.sub(n, ll.Constant(I64, 1)))
+
+    def _adjoint_ptr(self, st: _StackRef, entry):
+        return self.b.gep(entry, [ll.Constant(I64, st.dtype.nbytes)], source_etype=I8)
+
+    def _to_memory(self, value, dtype: T.DataType):
+        return self.b.zext(value, I8) if dtype is T.u1 else value
+
+    def _from_memory(self, value, dtype: T.DataType):
+        return self.b.icmp_unsigned("!=", value, ll.Constant(I8, 0)) if dtype is T.u1 else value
+
+    # ---- statements ------------------------------------------------------------------------
+    def s_AdStackAlloca(self, s):
+        base, capacity = self._adstack_base(s.stack_id)
+        self.b.store(ll.Constant(I64, 0), base)
+        task = self.cg.meta.adstack["stacks"][s.stack_id]["task"]
+        return _StackRef(base, capacity, s.type, s.adjoint, s.stack_id, task)
+
+    def s_AdStackPush(self, s):
+        from .llvm_ir import memtype
+        b, st = self.b, self.v(s.stack)
+        n = b.load(st.base, typ=I64)
+        mtype = memtype(st.dtype)
+
+        def write():
+            entry = self._entry_ptr(st, n)
+            b.store(self._to_memory(self.v(s.value), st.dtype), entry)
+            if st.adjoint:
+                b.store(ll.Constant(mtype, 0.0), self._adjoint_ptr(st, entry))
+
+        if _UNCHECKED_FOR_BENCHMARK:
+            write()
+        else:
+            with b.if_else(b.icmp_unsigned("<", n, st.capacity), likely=True) as (fits, overflows):
+                with fits:
+                    write()
+                with overflows:
+                    self._report_overflow(st, n)
+        b.store(b.add(n, ll.Constant(I64, 1)), st.base)
+
+    def _report_overflow(self, st: _StackRef, n):
+        b = self.b
+        required = b.add(n, ll.Constant(I64, 1))
+        code = b.or_(b.shl(required, ll.Constant(I64, 32)), ll.Constant(I64, (st.task << 16) | st.stack_id))
+        b.atomic_rmw("umax", self._adstack_cache()["overflow"], code, "monotonic")
+
+    def s_AdStackPop(self, s):
+        b, st = self.b, self.v(s.stack)
+        n = b.load(st.base, typ=I64)
+        zero = ll.Constant(I64, 0)
+        b.store(b.select(b.icmp_unsigned("==", n, zero), zero, b.sub(n, ll.Constant(I64, 1))), st.base)
+
+    def s_AdStackLoadTop(self, s):
+        from .llvm_ir import memtype
+        st = self.v(s.stack)
+        return self._from_memory(self.b.load(self._top_ptr(st), typ=memtype(st.dtype)), st.dtype)
+
+    def s_AdStackLoadTopAdj(self, s):
+        from .llvm_ir import memtype
+        st = self.v(s.stack)
+        return self.b.load(self._adjoint_ptr(st, self._top_ptr(st)), typ=memtype(st.dtype))
+
+    def s_AdStackAccAdjoint(self, s):
+        from .llvm_ir import memtype
+        b, st = self.b, self.v(s.stack)
+        p = self._adjoint_ptr(st, self._top_ptr(st))
+        b.store(b.fadd(b.load(p, typ=memtype(st.dtype)), self.v(s.value)), p)
+
+    def s_TempAtomicAdd(self, s):
+        self.b.atomic_rmw("fadd", self.temp_ptr(s.slot), self.v(s.value), "monotonic")

@@ -1,0 +1,162 @@
+"""Kernels whose gradient would be silently wrong are refused at compile time, at the right line."""
+import inspect
+
+import pytest
+
+import qdc as qd
+
+
+def line_of(kernel, text: str) -> int:
+    lines, first = inspect.getsourcelines(kernel.fn)
+    hits = [first + i for i, line in enumerate(lines) if text in line]
+    assert len(hits) == 1, hits
+    return hits[0]
+
+
+def grad_error(kernel, *args) -> qd.QdcCompileError:
+    with pytest.raises(qd.QdcCompileError) as info:
+        kernel.grad(*args)
+    return info.value
+
+
+x = qd.field(qd.f32, shape=8, needs_grad=True)
+out = qd.field(qd.f32, shape=8, needs_grad=True)
+y = qd.field(qd.f32, shape=(), needs_grad=True)
+plain = qd.field(qd.f32, shape=8)
+
+
+@qd.kernel
+def with_while():
+    for i in x:
+        v = x[i]
+        while v < 10.0:
+            v = v * 2.0
+        y[None] += v
+
+
+@qd.kernel
+def with_break():
+    for i in x:
+        v = x[i]
+        for _ in range(4):
+            if v > 1.0:
+                break
+            v = v * 2.0
+        y[None] += v
+
+
+@qd.kernel
+def with_continue():
+    for i in x:
+        v = x[i]
+        for j in range(4):
+            if j == 2:
+                continue
+            v = v * 2.0
+        y[None] += v
+
+
+@pytest.mark.parametrize("kernel, text, word", [(with_while, "while v < 10.0", "while"),
+                                                (with_break, " break", "break"),
+                                                (with_continue, " continue", "continue")])
+def test_while_break_continue_rejected(kernel, text, word):
+    x.fill(1.5)
+    kernel()  # the forward kernel is fine
+    e = grad_error(kernel)
+    assert e.line == line_of(kernel, text) and word in e.raw_message and "gradient" in e.raw_message
+
+
+@qd.kernel
+def prefix_sum():
+    for i in range(1, 8):
+        out[i] = out[i - 1] + x[i]
+
+
+@qd.kernel
+def read_while_accumulating():
+    for i in x:
+        y[None] += x[i]
+        out[i] = y[None] * 2.0
+
+
+def test_cross_iteration_read_after_write_rejected():
+    e = grad_error(prefix_sum)
+    assert e.line == line_of(prefix_sum, "out[i] = out[i - 1]") and "cross-iteration" in e.raw_message
+    assert e.col > 1 and e.source_line is not None
+    e = grad_error(read_while_accumulating)
+    assert e.line == line_of(read_while_accumulating, "out[i] = y[None]") and "cross-iteration" in e.raw_message
+
+
+@qd.kernel
+def in_place_update():
+    for i in x:
+        x[i] = x[i] * 2.0
+
+
+@qd.kernel
+def stored_twice():
+    for i in x:
+        out[i] = x[i]
+        out[i] = x[i] * 3.0
+
+
+@qd.kernel
+def atomic_result_used():
+    for i in x:
+        old = qd.atomic_add(y[None], x[i])
+        out[i] = old
+
+
+@qd.kernel
+def overwritten_input():
+    for i in x:
+        a = plain[i]
+        plain[i] = 0.0
+        y[None] += x[i] * a
+
+
+def test_overwrites_and_atomic_results_rejected():
+    e = grad_error(in_place_update)
+    assert e.line == line_of(in_place_update, "x[i] = x[i] * 2.0") and "overwritten" in e.raw_message
+    e = grad_error(stored_twice)
+    assert e.line == line_of(stored_twice, "out[i] = x[i] * 3.0") and "overwritten" in e.raw_message
+    e = grad_error(atomic_result_used)
+    assert e.line == line_of(atomic_result_used, "qd.atomic_add") and "atomic" in e.raw_message
+    e = grad_error(overwritten_input)
+    assert e.line == line_of(overwritten_input, "a = plain[i]") and "overwrites" in e.raw_message
+
+
+@qd.kernel
+def shared_local():
+    s = 0.0
+    qd.loop_config(serialize=True)
+    for i in range(8):
+        s += x[i]
+    y[None] = s
+
+
+def test_local_shared_across_tasks_rejected():
+    e = grad_error(shared_local)
+    assert e.line in (line_of(shared_local, "s = 0.0"), line_of(shared_local, "s += x[i]"))
+    assert "more than one part" in e.raw_message
+
+
+@qd.kernel
+def dynamic_bound():
+    for i in x:
+        v = x[i]
+        for _ in range(int(y[None])):
+            v = qd.sin(v)
+        out[i] = v
+
+
+def test_strict_mode_rejects_dynamic_bounds_and_default_warns():
+    with pytest.warns(UserWarning, match="trip count is only known at run time") as record:
+        dynamic_bound.grad.compile()
+    assert record[0].lineno == line_of(dynamic_bound, "for _ in range")
+    qd.init(arch=qd.cpu, ad_stack_strict=True)
+    e = grad_error(dynamic_bound)
+    assert e.line == line_of(dynamic_bound, "for _ in range") and "ad_stack_strict" in e.raw_message
+    qd.init(arch=qd.cpu, ad_stack_strict=True, ad_stack_size=64)  # a forced size needs no bound
+    stacks = dynamic_bound.grad.compile().meta.adstack["stacks"]
+    assert [r["max_size"] for r in stacks] == [64]
