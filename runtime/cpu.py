@@ -46,7 +46,11 @@ class CpuDevice(Device):
         dst.view(np.uint8).reshape(-1)[:] = alloc.host[offset:offset + dst.nbytes]
 
     def load_library(self, lib_bytes: bytes, digest: str) -> ctypes.PyDLL:
-        """dlopen a verified shared library (written to a private temp file first)."""
+        """dlopen a verified shared library (written to a private temp file first).
+
+        Not a memfd: glibc's dlopen recognises an already-loaded library by its path string,
+        and /proc/self/fd/N paths are reused as descriptors are closed, so a second library
+        would silently resolve to the first."""
         lib = self._libs.get(digest)
         if lib is None:
             fd, path = tempfile.mkstemp(prefix="qdc-", suffix=".so")

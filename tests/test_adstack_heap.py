@@ -89,7 +89,8 @@ def test_heap_grows_on_demand_and_is_reused():
     small, big = chain_of(10), chain_of(3000)
     threads = context.current().device.num_threads
     small.grad()
-    # one f32 stack: the count, then the first store and one entry per iteration (primal, adjoint)
+    # one f32 stack: the count, then the first store and one entry per iteration (primal and
+    # adjoint, 8 bytes)
     assert qd.adstack_heap_bytes() == threads * (8 + 11 * 8)
     big.grad()
     needed = threads * (8 + 3001 * 8)

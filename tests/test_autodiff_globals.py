@@ -150,6 +150,9 @@ def test_tape_records_and_replays(rng):
         d, v = d * np.cos(v), np.sin(v) + 0.5
     np.testing.assert_allclose(loss[None], (v ** 3).sum(), rtol=1e-12)
     np.testing.assert_allclose(x.grad.to_numpy(), 3 * v ** 2 * d, rtol=1e-10)
+    second(3.0)  # outside the tape: launched normally, not recorded
+    np.testing.assert_allclose(loss[None], 2 * (v ** 3).sum(), rtol=1e-12)
+    assert "__call__" in type(second).__dict__  # its fast launch path is back
 
 
 def test_kernel_without_differentiable_output_leaves_gradients_alone(rng):

@@ -239,3 +239,29 @@ def test_constant_trip_counts_size_stacks_exactly():
     sizes = {r["dtype"]: r["max_size"] for r in stacks}
     assert sizes["f32"] == 1 + 5 * (3 + 1)  # the initial store, then per outer iteration 3 + (if) 1
     assert all(r["source"] == "constant bounds" for r in stacks)
+
+
+def test_locals_declared_in_loops_and_branches_ndrange_and_steps(rng):
+    x = qd.field(qd.f64, shape=(2, 3), needs_grad=True)
+    n = qd.field(qd.i32, shape=())
+    y = qd.field(qd.f64, shape=(), needs_grad=True)
+
+    @qd.kernel
+    def shapes():
+        for i, j in x:
+            v = x[i, j]
+            for a, b in qd.ndrange(n[None], (1, 3)):
+                t = v * b               # a local of the loop body, reassigned in a branch
+                if (a + b) % 2 == 0:
+                    t = qd.sin(t) + a
+                else:
+                    w = qd.cos(v)       # declared in a branch only
+                    t = t * w
+                v = v * 0.5 + qd.tanh(t) * 0.3
+            for k in range(1, n[None] + 4, 2):
+                v = qd.exp(-v * k * 0.1) + v
+            y[None] += v * (i + 1) + j
+
+    x.from_numpy(rng.uniform(-1, 1, (2, 3)))
+    n[None] = 3
+    check_against_central_diff(shapes, y, [x])

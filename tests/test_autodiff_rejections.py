@@ -1,6 +1,8 @@
 """Kernels whose gradient would be silently wrong are refused at compile time, at the right line."""
 import inspect
 
+import numpy as np
+
 import pytest
 
 import qdc as qd
@@ -160,3 +162,53 @@ def test_strict_mode_rejects_dynamic_bounds_and_default_warns():
     qd.init(arch=qd.cpu, ad_stack_strict=True, ad_stack_size=64)  # a forced size needs no bound
     stacks = dynamic_bound.grad.compile().meta.adstack["stacks"]
     assert [r["max_size"] for r in stacks] == [64]
+
+
+@qd.kernel
+def last_writer_wins():
+    s = 0.0
+    for i in x:
+        s = x[i] * 2.0
+    y[None] = s
+
+
+def test_local_assigned_in_parallel_loop_rejected():
+    e = grad_error(last_writer_wins)
+    assert e.line == line_of(last_writer_wins, "s = x[i] * 2.0") and "parallel loop" in e.raw_message
+
+
+def test_store_then_read_in_a_loop_is_accepted(rng):
+    x2 = qd.field(qd.f64, shape=(3, 4), needs_grad=True)
+    mid = qd.field(qd.f64, shape=(3, 4), needs_grad=True)
+    scratch = qd.field(qd.f64, shape=(3, 4), needs_grad=True)
+    total = qd.field(qd.f64, shape=(), needs_grad=True)
+
+    @qd.kernel
+    def staged():
+        for i in range(3):
+            for j in range(4):
+                mid[i, j] = qd.sin(x2[i, j])         # written, then read, element by element
+                scratch[i, j] = x2[i, j] * 2.0
+                total[None] += mid[i, j] * scratch[i, j]
+
+    x2.from_numpy(rng.uniform(-1, 1, (3, 4)))
+    staged()
+    for f in (x2, mid, scratch):
+        f.grad.fill(0)
+    total.grad[None] = 1.0
+    staged.grad()
+    xs = x2.to_numpy()
+    want = np.cos(xs) * 2 * xs + np.sin(xs) * 2
+    np.testing.assert_allclose(x2.grad.to_numpy(), want, rtol=1e-12)
+
+
+@qd.kernel
+def through_plain_field():
+    for i in x:
+        plain[i] = x[i] * 2.0
+        y[None] += plain[i] * plain[i]
+
+
+def test_gradient_through_a_field_without_one_rejected():
+    e = grad_error(through_plain_field)
+    assert e.line == line_of(through_plain_field, "plain[i] = x[i] * 2.0") and "needs_grad=True" in e.raw_message

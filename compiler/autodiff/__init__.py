@@ -12,9 +12,11 @@ Then dead work is removed, the usual simplifications run, and every adstack is s
 from __future__ import annotations
 
 from .. import ir
+from ..passes.pipeline import verify_requested
 from ..passes.reductions import thread_local_reductions
 from ..passes.simplify import simplify
 from .activity import Activity
+from . import checks
 from .checks import check_kernel, error
 from .cleanup import remove_dead_adstacks
 from .sizing import size_stacks
@@ -37,9 +39,9 @@ def make_grad_kernel(k: ir.KernelIR, field_objects: list, opts) -> GradKernelIR:
     """`k` is an offloaded kernel (pipeline run up to PIPELINE_STOP); `field_objects` are the
     runtime Fields of `k.fields`, in order."""
     ctx = _KernelContext(k, field_objects)
-    check_kernel(k, ctx.differentiable)
-    _mark_unstable_loads(k)
+    check_kernel(k, ctx.differentiable)  # also marks loads the kernel's own writes clobber
     ctx.activity = Activity(k, ctx.differentiable)
+    _check_gradient_through_plain_globals(k, ctx)
     g = ctx.grad
     tasks = _replay_tasks(k) + _zero_adjoint_temps(ctx)
     for t in reversed(k.tasks):
@@ -54,6 +56,8 @@ def make_grad_kernel(k: ir.KernelIR, field_objects: list, opts) -> GradKernelIR:
     g.body.stmts = [t for t in g.body.stmts if t.body.stmts]
     for i, t in enumerate(g.tasks):
         t.task_name = f"{k.name}_grad_t{i}_{t.source_kind}"
+    if verify_requested():
+        ir.verify(g, offloaded=True)
     return GradKernelIR(g, ctx.field_objects, size_stacks(g, opts))
 
 
@@ -142,38 +146,28 @@ def _zero_adjoint_temps(ctx: _KernelContext) -> list:
 
 # ---- loads the forward kernel's own writes make unrepeatable ------------------------------
 
-def _mark_unstable_loads(k: ir.KernelIR) -> None:
-    """Mark loads of a buffer that the kernel may write after the load: the gradient kernel,
-    which runs after the forward kernel, would read the new contents. Copies keep the mark."""
-    from .positions import Positions
-    writes: dict = {}  # buffer -> [(task index, statement)]
-    for ti, t in enumerate(k.tasks):
-        for s in ir.walk(t.body):
-            if isinstance(s, (ir.GlobalStore, ir.AtomicRMW)):
-                writes.setdefault(_buffer(s.ptr.target), []).append((ti, s))
-    for ti, t in enumerate(k.tasks):
-        positions = Positions(t.body)
-        for s in ir.walk(t.body):
-            if not isinstance(s, ir.GlobalLoad):
-                continue
-            for wi, w in writes.get(_buffer(s.ptr.target), ()):
-                if wi > ti or (wi == ti and positions.may_run_after(w, s)):
-                    s._ad_unstable = w.loc
-                    break
+def _check_gradient_through_plain_globals(k: ir.KernelIR, ctx: _KernelContext) -> None:
+    """A value with a gradient stored into a field or ndarray without one, and read back into
+    the result: the gradient would silently stop there."""
+    act = ctx.activity
+    read_back = {checks.buffer_key(s.ptr.target) for s in ir.walk(k.body)
+                 if isinstance(s, ir.GlobalLoad) and s in act.useful and s.type.is_float}
+    for s in ir.walk(k.body):
+        if isinstance(s, (ir.GlobalStore, ir.AtomicRMW)) and s.value in act.varied \
+                and not ctx.differentiable(s.ptr.target) and checks.buffer_key(s.ptr.target) in read_back:
+            target = s.ptr.target
+            raise error(s.loc, f"a value with a gradient is stored into '{target.name}', which has none, and read "
+                               f"back into the result: the gradient would stop here. Create it with "
+                               f"needs_grad=True")
 
 
 def _check_unstable_loads(g: ir.KernelIR) -> None:
+    """Reject a load marked by checks.mark_clobbered_loads that the gradient still needs."""
     for s in ir.walk(g.body):
-        write_loc = getattr(s, "_ad_unstable", None)
+        write_loc = getattr(s, "_ad_clobbered_by", None)
         if isinstance(s, ir.GlobalLoad) and write_loc is not None:
             target = s.ptr.target
             raise error(s.loc, f"the gradient needs the value read here, but kernel '{g.name}' overwrites "
                                f"'{target.name}' afterwards (line {write_loc.line if write_loc else '?'}), and its "
                                f"gradient kernel runs after it and would read the new value. Write the new "
                                f"values to a separate field")
-
-
-def _buffer(target) -> tuple:
-    if isinstance(target, ir.FieldRef):
-        return ("field", target.name)
-    return ("ndarray", target.arg_index, target.is_grad)

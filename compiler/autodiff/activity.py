@@ -39,6 +39,7 @@ class Activity:
         stmts = list(ir.walk(kernel.body))
         varied, varied_vars, varied_temps = self._forward(stmts)
         useful, useful_vars, useful_temps = self._backward(stmts)
+        self.varied, self.useful = varied, useful
         self.values = varied & useful
         self.locals = varied_vars & useful_vars
         self.temps = varied_temps & useful_temps

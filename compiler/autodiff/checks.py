@@ -18,6 +18,7 @@ import linecache
 from qdc.runtime.errors import QdcCompileError
 
 from .. import ir
+from .positions import Positions
 
 _UNSUPPORTED_LOOPS = (ir.While, ir.Break, ir.Continue)
 
@@ -42,6 +43,7 @@ def check_kernel(k: ir.KernelIR, differentiable) -> None:
     accesses = _global_accesses(k)
     _check_parallel_races(k, accesses, differentiable)
     _check_overwrites(accesses, differentiable)
+    _mark_clobbered_loads(accesses)
 
 
 def _check_atomic_results(k):
@@ -58,6 +60,10 @@ def _check_temporaries(k):
         stores = [s for s in ir.walk(t.body) if isinstance(s, ir.TempStore)]
         loaded = {s.slot for b in t.blocks() for s in ir.walk(b) if isinstance(s, ir.TempLoad)}
         for s in stores:
+            if t.kind == "range_for" and not t.serial:
+                raise error(s.loc, "this variable is assigned inside a parallel loop and used after it; which "
+                                   "iteration's value it keeps is unspecified, and so would be its gradient. "
+                                   "Store per-iteration results in a field")
             if s.slot in loaded or writers.setdefault(s.slot, ti) != ti:
                 raise error(s.loc, "this variable is assigned in more than one part of the kernel (it is "
                                    "shared between a top-level loop and code outside it); the gradient kernel "
@@ -74,22 +80,21 @@ class _Access:
         self.positions = positions
 
 
-def _buffer(target) -> tuple:
+def buffer_key(target) -> tuple:
     if isinstance(target, ir.FieldRef):
         return ("field", target.name)
     return ("ndarray", target.arg_index, target.is_grad)
 
 
 def _global_accesses(k) -> list:
-    from .positions import Positions
-    written = {_buffer(s.ptr.target) for s in ir.walk(k.body) if isinstance(s, (ir.GlobalStore, ir.AtomicRMW))}
+    written = {buffer_key(s.ptr.target) for s in ir.walk(k.body) if isinstance(s, (ir.GlobalStore, ir.AtomicRMW))}
     out = []
     for ti, t in enumerate(k.tasks):
         positions = Positions(t.body)
         keys = _IndexKeys(written)
         for s in ir.walk(t.body):
             if isinstance(s, (ir.GlobalLoad, ir.GlobalStore, ir.AtomicRMW)):
-                out.append(_Access(s, ti, _buffer(s.ptr.target), keys.of_ptr(s.ptr),
+                out.append(_Access(s, ti, buffer_key(s.ptr.target), keys.of_ptr(s.ptr),
                                    not isinstance(s, ir.GlobalLoad), positions))
     return out
 
@@ -115,8 +120,8 @@ class _IndexKeys:
             return ("task_index",) if isinstance(s.loop, ir.Task) else ("loop", id(s.loop))
         if isinstance(s, ir.Const):
             return ("const", s.type.name, s.value)
-        if isinstance(s, ir.GlobalLoad) and _buffer(s.ptr.target) not in self.written:
-            return ("load", _buffer(s.ptr.target), self.of_ptr(s.ptr))
+        if isinstance(s, ir.GlobalLoad) and buffer_key(s.ptr.target) not in self.written:
+            return ("load", buffer_key(s.ptr.target), self.of_ptr(s.ptr))
         if isinstance(s, (ir.ArgLoad, ir.NdarrayShape, ir.TempLoad)) or s.PURE:
             return (type(s).__name__, s.type.name, tuple(repr(a) for a in s.attrs()),
                     tuple(self.of(o) for o in s.operands()))
@@ -191,6 +196,44 @@ def _mentions(key, symbol) -> bool:
 
 
 def _may_follow(later: _Access, earlier: _Access) -> bool:
+    """Can `later` touch the element `earlier` touched, after it? (Equal keys only.) Within a
+    task: later in the iteration, or in a later iteration of a loop around both whose index
+    the key does not involve (one that does makes it another element)."""
     if later.task != earlier.task:
         return later.task > earlier.task
-    return later.positions.may_run_after(later.stmt, earlier.stmt)
+    p = later.positions
+    if p.pos[later.stmt] > p.pos[earlier.stmt]:
+        return True
+    shared = set(p.loops[later.stmt]) & set(p.loops[earlier.stmt])
+    return any(not _mentions(later.key, ("loop", id(loop))) for loop in shared)
+
+
+def _mark_clobbered_loads(accesses) -> None:
+    """Mark loads of a buffer the kernel may write afterwards: the gradient kernel runs after the
+    forward kernel and would read the new contents. Copies of a load keep the mark (clone_stmt
+    copies attributes); the autodiff driver rejects any marked load the gradient still needs.
+    A write to the same buffer at another index counts too, unless it is provably the same
+    element's own earlier value (equal keys) or another element (a loop index in the key)."""
+    writes: dict = {}
+    for a in accesses:
+        if a.write:
+            writes.setdefault(a.buffer, []).append(a)
+    for a in accesses:
+        if a.write:
+            continue
+        for w in writes.get(a.buffer, ()):
+            if _clobbers(w, a):
+                a.stmt._ad_clobbered_by = w.stmt.loc
+                break
+
+
+def _clobbers(w: _Access, load: _Access) -> bool:
+    if w.task != load.task:
+        return w.task > load.task
+    p = w.positions
+    if p.pos[w.stmt] > p.pos[load.stmt]:
+        return True
+    shared = set(p.loops[w.stmt]) & set(p.loops[load.stmt])
+    if w.key != load.key:
+        return bool(shared)
+    return any(not _mentions(w.key, ("loop", id(loop))) for loop in shared)

@@ -20,6 +20,9 @@ from ..ir.adstack import AdStackAlloca, AdStackPush
 from .checks import error
 
 
+_MAX_STACKS = 0xFFFF
+
+
 class DynamicBound(Exception):
     def __init__(self, loop: ir.RangeFor):
         super().__init__()
@@ -64,13 +67,17 @@ def size_stacks(k: ir.KernelIR, opts) -> list:
                     f"{size} entries ({source})")
                 records.append({"task": ti, "dtype": s.type.name, "adjoint": s.adjoint, "max_size": size,
                                 "name": s.var_name, "where": where, "source": source})
+    if len(records) > _MAX_STACKS or len(k.tasks) > _MAX_STACKS:  # the overflow word's 16-bit fields
+        raise error(k.loc, f"kernel '{k.name}' needs {len(records)} adstacks in {len(k.tasks)} tasks; at most "
+                           f"{_MAX_STACKS} of each are supported. Split the kernel")
     for loop, names in dynamic.items():
         filename, line = (loop.loc.filename, loop.loc.line) if loop.loc else ("<unknown>", 0)
         warnings.warn_explicit(
-            f"{filename}:{line}: kernel '{k.name}': this loop's trip count is only known at run time; its "
-            f"adstacks ({', '.join(names)}) get default_ad_stack_size={opts.default_ad_stack_size} entries each "
-            f"(an overflow is detected and raised). Set qd.init(ad_stack_size=N) to choose, or "
-            f"ad_stack_strict=True to make this an error", UserWarning, filename, line)
+            f"kernel '{k.name}', loop at {os.path.basename(filename)}:{line}: its trip count is only known "
+            f"at run time, so its adstacks ({', '.join(names)}) get default_ad_stack_size="
+            f"{opts.default_ad_stack_size} entries each (an overflow is detected and raised). Set "
+            f"qd.init(ad_stack_size=N) to choose, or ad_stack_strict=True to make this an error",
+            UserWarning, filename, line)
     return records
 
 

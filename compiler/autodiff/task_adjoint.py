@@ -3,8 +3,9 @@ reverse sweep.
 
 Forward sweep: the task body again, minus its side effects on globals and temporaries (the
 forward kernel already made them; `y[None] += v` must not count twice). Locals whose values
-the reverse sweep needs but could not otherwise recover become adstacks: each store pushes,
-each load reads the top.
+the reverse sweep needs but could not otherwise recover get adstacks: each store also pushes
+the value (the forward sweep itself keeps reading the local, a register); the reverse sweep
+reads them back from the stack.
 
 Reverse sweep: the body's statements in reverse order, each emitting its adjoint. Adjoints of
 values live in zero-initialised locals (registers after mem2reg); a stacked local's adjoint
@@ -28,6 +29,7 @@ from .. import ir
 from ..ir.adstack import (AdStackAccAdjoint, AdStackAlloca, AdStackLoadTop, AdStackLoadTopAdj, AdStackPop,
                           AdStackPush, TempAtomicAdd)
 from . import rules
+from .checks import error
 from .positions import Positions
 
 _RECOMPUTABLE = (ir.Const, ir.ArgLoad, ir.NdarrayShape, ir.TempLoad, ir.GlobalPtr, ir.Unary, ir.Binary,
@@ -64,6 +66,7 @@ class TaskAdjoint:
         self.snapshot: dict = {}     # forward value -> AdStackAlloca holding its snapshots
         self.fmap: dict = {}         # statement of the task -> its forward-sweep copy
         self.adj: dict = {}          # value or local -> Alloca holding its adjoint
+        self.known_zero: set = set()  # adjoint locals certainly still 0 at the current point
         self.rev_block_of: dict = {}  # block of the task -> the block of its reverse
         self.front: dict = {}        # reverse block -> where its adjoint locals go
         self.rev_index: dict = {}    # LoopIndex -> its value in the reverse loop
@@ -108,14 +111,16 @@ class TaskAdjoint:
         if isinstance(s, _DROPPED_IN_FORWARD):
             return
         if isinstance(s, ir.Alloca) and s in self.stacked:
-            st = self.stack_of[s] = self.new_stack(s.type, s.var_name, s.loc)
+            # The forward sweep keeps reading the local itself (a register); the stack records
+            # its values for the reverse sweep.
+            dst.append(ir.clone_stmt(s, m))
+            st = self.stack_of[s] = self.new_stack(s.type, s.var_name, s.loc, adjoint=self.is_active(s))
             if not _stored_before_read(s):  # its zero is observable: it gets an entry of its own
                 zero = dst.append(ir.Const(0.0 if s.type.is_float else (False if s.type is T.u1 else 0), s.type))
                 dst.append(AdStackPush(st, zero, s.loc))
                 self.zero_pushed.add(s)
-        elif isinstance(s, ir.LocalLoad) and s.var in self.stacked:
-            m[s] = dst.append(AdStackLoadTop(self.stack_of[s.var], s.loc))
         elif isinstance(s, ir.LocalStore) and s.var in self.stacked:
+            dst.append(ir.clone_stmt(s, m))
             dst.append(AdStackPush(self.stack_of[s.var], m[s.value], s.loc))
         elif isinstance(s, ir.If):
             new = m[s] = dst.append(ir.If(m[s.cond], s.loc))
@@ -126,8 +131,8 @@ class TaskAdjoint:
                                                 loc=s.loc))
             m[s.index] = new.index
             self.forward_block(s.body, new.body)
-        elif s.BLOCKS:
-            raise NotImplementedError(f"autodiff of {type(s).__name__}")
+        elif s.BLOCKS or isinstance(s, ir.LocalAccumulate):
+            raise error(s.loc, f"reverse-mode autodiff does not support {type(s).__name__} statements")
         else:
             dst.append(ir.clone_stmt(s, m))
 
@@ -211,7 +216,7 @@ class TaskAdjoint:
             adj = self.adjoint_local(var)
             if flows:
                 self.acc(s.value, self.emit(ir.LocalLoad(adj)))
-            self.emit(ir.LocalStore(adj, self.const(0.0, var.type)))
+            self.reset_adjoint(adj)
 
     def reverse_global_write(self, s) -> None:
         """`x[i] = v`: v gets x.grad[i] (kept, as in Taichi). `y[i] += v`: v gets y.grad[i];
@@ -243,7 +248,18 @@ class TaskAdjoint:
 
     def acc_into(self, key, value) -> None:
         adj = self.adjoint_local(key)
-        self.emit(ir.LocalStore(adj, self.op("add", self.emit(ir.LocalLoad(adj)), value)))
+        if adj in self.known_zero and adj.block is self.cur:
+            self.emit(ir.LocalStore(adj, value))  # the first contribution: no `0.0 + value`
+        else:
+            self.emit(ir.LocalStore(adj, self.op("add", self.emit(ir.LocalLoad(adj)), value)))
+        self.known_zero.discard(adj)
+
+    def reset_adjoint(self, adj: ir.Alloca) -> None:
+        self.emit(ir.LocalStore(adj, self.const(0.0, adj.type)))
+        if adj.block is self.cur:
+            self.known_zero.add(adj)
+        else:
+            self.known_zero.discard(adj)
 
     def adjoint_local(self, key) -> ir.Alloca:
         """The adjoint of a value or local: zeroed where the reverse of its block begins, so
@@ -255,6 +271,7 @@ class TaskAdjoint:
             adj.block = block
             block.stmts.insert(self.front[block], adj)
             self.front[block] += 1
+            self.known_zero.add(adj)
         return adj
 
     # ---- primal values in the reverse sweep ------------------------------------------------

@@ -8,9 +8,10 @@ each launch (runtime/adstack.py), so one binary serves every launch size. They a
 once per chunk, in the function's entry block.
 
 Overflow: a push at a full stack writes nothing and records `(count+1) << 32 | task << 16 |
-stack` into the overflow word with an atomic max (the runtime decodes and raises); the
-count still advances, so pops stay balanced, and tops read the last real entry: no access
-ever leaves the stack's slice.
+stack` into the overflow word with an atomic max (the runtime decodes and raises); the count
+still advances (a virtual count), so pops stay balanced, and tops clamp to the last entry:
+no access ever leaves the stack's slice. (After an overflow the launch's gradients are
+meaningless, and the runtime says so.)
 """
 from __future__ import annotations
 
@@ -21,17 +22,18 @@ from qdc.runtime import types as T
 I8, I32, I64 = ll.IntType(8), ll.IntType(32), ll.IntType(64)
 PTR = ll.PointerType()
 HEADER_BYTES = 8
-# Set only by bench/bench_autodiff.py to measure what the overflow check costs; never for kernels
-# users run (the unchecked code can write past a stack's capacity).
+# Set only by bench/bench_autodiff.py, around a compile_kernel call that bypasses the cache, to
+# measure what the overflow check costs; never for kernels users run (the unchecked code can
+# write past a stack's capacity) and never through the cache (it is not part of the key).
 _UNCHECKED_FOR_BENCHMARK = False
 
 
 class _StackRef:
     """A lowered stack: its base address, capacity, element layout."""
-    __slots__ = ("base", "capacity", "dtype", "entry_bytes", "adjoint", "stack_id", "task")
+    __slots__ = ("base", "capacity", "last", "dtype", "entry_bytes", "adjoint", "stack_id", "task")
 
-    def __init__(self, base, capacity, dtype: T.DataType, adjoint: bool, stack_id: int, task: int):
-        self.base, self.capacity, self.dtype = base, capacity, dtype
+    def __init__(self, base, capacity, last, dtype: T.DataType, adjoint: bool, stack_id: int, task: int):
+        self.base, self.capacity, self.last, self.dtype = base, capacity, last, dtype
         self.entry_bytes = dtype.nbytes * (2 if adjoint else 1)
         self.adjoint = adjoint
         self.stack_id, self.task = stack_id, task
@@ -70,7 +72,7 @@ class AdStackLowering:
         offset = self._entry_word(eb, slot + 3 + 2 * stack_id, I64)
         capacity = self._entry_word(eb, slot + 4 + 2 * stack_id, I64)
         base = eb.gep(cache["slice"], [offset], source_etype=I8)
-        cache[stack_id] = (base, capacity)
+        cache[stack_id] = (base, capacity, eb.sub(capacity, ll.Constant(I64, 1)))
         return cache[stack_id]
 
     # ---- addressing ------------------------------------------------------------------------
@@ -80,13 +82,35 @@ class AdStackLowering:
         return self.b.gep(st.base, [off], source_etype=I8)
 
     def _top_ptr(self, st: _StackRef):
-        """The top entry: at count-1, with count clamped to [1, capacity] (never outside the slice)."""
+        """The top entry, at count-1 clamped to capacity-1 (unsigned, so an empty stack's top is
+        the last entry too): never outside the stack's slice."""
         b = self.b
-        n = b.load(st.base, typ=I64)
+        index = b.sub(self._load_count(st), ll.Constant(I64, 1))
         if not _UNCHECKED_FOR_BENCHMARK:
-            n = b.select(b.icmp_unsigned("<", n, st.capacity), n, st.capacity)
-            n = b.select(b.icmp_unsigned("==", n, ll.Constant(I64, 0)), ll.Constant(I64, 1), n)
-        return self._entry_ptr(st, b.sub(n, ll.Constant(I64, 1)))
+            umin = self.mb.declare("llvm.umin.i64", I64, [I64, I64])
+            index = b.call(umin, [index, st.last])
+        return self._entry_ptr(st, index)
+
+    # The count, the entries and the overflow word are told apart for LLVM's alias analysis
+    # (TBAA), so that a loop keeps the count and the pushed values in registers instead of
+    # reloading them after every entry access.
+    def _load_count(self, st: _StackRef):
+        return self._tag(self.b.load(st.base, typ=I64), "count")
+
+    def _store_count(self, st: _StackRef, value):
+        self._tag(self.b.store(value, st.base), "count")
+
+    def _tag(self, instr, what: str):
+        cache = self._adstack_cache()
+        key = "tbaa " + what
+        if key not in cache:
+            module = self.mb.module
+            root = cache.get("tbaa root") or module.add_metadata(["qdc adstack"])
+            cache["tbaa root"] = root
+            node = module.add_metadata([f"adstack {what}", root, ll.Constant(I64, 0)])
+            cache[key] = module.add_metadata([node, node, ll.Constant(I64, 0)])
+        instr.set_metadata("tbaa", cache[key])
+        return instr
 
     def _adjoint_ptr(self, st: _StackRef, entry):
         return self.b.gep(entry, [ll.Constant(I64, st.dtype.nbytes)], source_etype=I8)
@@ -99,22 +123,22 @@ class AdStackLowering:
 
     # ---- statements ------------------------------------------------------------------------
     def s_AdStackAlloca(self, s):
-        base, capacity = self._adstack_base(s.stack_id)
-        self.b.store(ll.Constant(I64, 0), base)
+        base, capacity, last = self._adstack_base(s.stack_id)
         task = self.cg.meta.adstack["stacks"][s.stack_id]["task"]
-        return _StackRef(base, capacity, s.type, s.adjoint, s.stack_id, task)
+        st = _StackRef(base, capacity, last, s.type, s.adjoint, s.stack_id, task)
+        self._store_count(st, ll.Constant(I64, 0))
+        return st
 
     def s_AdStackPush(self, s):
         from .llvm_ir import memtype
         b, st = self.b, self.v(s.stack)
-        n = b.load(st.base, typ=I64)
-        mtype = memtype(st.dtype)
+        n = self._load_count(st)
 
         def write():
             entry = self._entry_ptr(st, n)
-            b.store(self._to_memory(self.v(s.value), st.dtype), entry)
+            self._tag(b.store(self._to_memory(self.v(s.value), st.dtype), entry), "entry")
             if st.adjoint:
-                b.store(ll.Constant(mtype, 0.0), self._adjoint_ptr(st, entry))
+                self._tag(b.store(ll.Constant(memtype(st.dtype), 0.0), self._adjoint_ptr(st, entry)), "entry")
 
         if _UNCHECKED_FOR_BENCHMARK:
             write()
@@ -122,37 +146,39 @@ class AdStackLowering:
             with b.if_else(b.icmp_unsigned("<", n, st.capacity), likely=True) as (fits, overflows):
                 with fits:
                     write()
-                with overflows:
+                with overflows:  # skip the write; the count still advances, so pops stay balanced
                     self._report_overflow(st, n)
-        b.store(b.add(n, ll.Constant(I64, 1)), st.base)
+        self._store_count(st, b.add(n, ll.Constant(I64, 1)))
 
     def _report_overflow(self, st: _StackRef, n):
         b = self.b
-        required = b.add(n, ll.Constant(I64, 1))
+        umin = self.mb.declare("llvm.umin.i64", I64, [I64, I64])
+        required = b.call(umin, [b.add(n, ll.Constant(I64, 1)), ll.Constant(I64, 0xFFFFFFFF)])
         code = b.or_(b.shl(required, ll.Constant(I64, 32)), ll.Constant(I64, (st.task << 16) | st.stack_id))
-        b.atomic_rmw("umax", self._adstack_cache()["overflow"], code, "monotonic")
+        self._tag(b.atomic_rmw("umax", self._adstack_cache()["overflow"], code, "monotonic"), "overflow")
 
     def s_AdStackPop(self, s):
         b, st = self.b, self.v(s.stack)
-        n = b.load(st.base, typ=I64)
-        zero = ll.Constant(I64, 0)
-        b.store(b.select(b.icmp_unsigned("==", n, zero), zero, b.sub(n, ll.Constant(I64, 1))), st.base)
+        usub_sat = self.mb.declare("llvm.usub.sat.i64", I64, [I64, I64])
+        self._store_count(st, b.call(usub_sat, [self._load_count(st), ll.Constant(I64, 1)]))
 
     def s_AdStackLoadTop(self, s):
         from .llvm_ir import memtype
         st = self.v(s.stack)
-        return self._from_memory(self.b.load(self._top_ptr(st), typ=memtype(st.dtype)), st.dtype)
+        value = self._tag(self.b.load(self._top_ptr(st), typ=memtype(st.dtype)), "entry")
+        return self._from_memory(value, st.dtype)
 
     def s_AdStackLoadTopAdj(self, s):
         from .llvm_ir import memtype
         st = self.v(s.stack)
-        return self.b.load(self._adjoint_ptr(st, self._top_ptr(st)), typ=memtype(st.dtype))
+        return self._tag(self.b.load(self._adjoint_ptr(st, self._top_ptr(st)), typ=memtype(st.dtype)), "entry")
 
     def s_AdStackAccAdjoint(self, s):
         from .llvm_ir import memtype
         b, st = self.b, self.v(s.stack)
         p = self._adjoint_ptr(st, self._top_ptr(st))
-        b.store(b.fadd(b.load(p, typ=memtype(st.dtype)), self.v(s.value)), p)
+        old = self._tag(b.load(p, typ=memtype(st.dtype)), "entry")
+        self._tag(b.store(b.fadd(old, self.v(s.value)), p), "entry")
 
     def s_TempAtomicAdd(self, s):
         self.b.atomic_rmw("fadd", self.temp_ptr(s.slot), self.v(s.value), "monotonic")
