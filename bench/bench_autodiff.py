@@ -101,7 +101,7 @@ def measure_qdc(rounds: int) -> dict:
         compute.grad()
         llvm_adstack._UNCHECKED_FOR_BENCHMARK = True
         try:
-            unchecked = compile_kernel(compute.fn, compute.params, options.current, variant="grad")
+            unchecked = compile_kernel(compute.fn, compute._primal.params, options.current, variant="grad")
         finally:
             llvm_adstack._UNCHECKED_FOR_BENCHMARK = False
     rt = context.current()

@@ -7,7 +7,6 @@ defaults. Only `build` and `inspect --llvm` import the compiler.
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import sys
 
@@ -175,8 +174,8 @@ def inspect(target, arch, cache_dir, view):
     if view is None:
         click.echo(_describe_entry(entry))
     elif view == "size-expr":
-        adstack = entry.meta.adstack
-        click.echo(json.dumps(adstack, indent=2) if adstack else f"kernel '{kernel}' has no adstacks")
+        from qdc.runtime.adstack import describe_stacks
+        click.echo(describe_stacks(entry.meta))
     else:
         click.echo(_artifact_text(entry, view, arch), nl=False)
 

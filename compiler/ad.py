@@ -54,7 +54,6 @@ class Tape:
         self.loss, self.clear_gradients = loss, clear_gradients
         self.calls: list = []
         self.entered = self.evaluated = False
-        self._suspended: dict = {}
 
     def __enter__(self):
         global recording
@@ -65,14 +64,14 @@ class Tape:
         self.entered = True
         if self.loss is not None:
             self.loss.fill(0)
-        self._suspend_fast_calls()
+        from .kernel import suspend_fast_launches
+        suspend_fast_launches()  # every kernel call in the body must reach the recording slow path
         recording = self
         return self
 
     def __exit__(self, exc_type, exc, tb):
         global recording
         recording = None
-        self._restore_fast_calls()
         if exc_type is None and self.loss is not None:
             self.grad()
 
@@ -99,18 +98,3 @@ class Tape:
             for a in list(args) + list(kwargs.values()):
                 if isinstance(a, Ndarray) and a.grad is not None:
                     a.grad.fill(0)
-
-    # While recording, every kernel call must reach Kernel.__call__ (which records it), not
-    # the launcher each kernel installs as its own class's __call__ for speed.
-    def _suspend_fast_calls(self) -> None:
-        from .kernel import Kernel
-        for cls in Kernel.__subclasses__():
-            if "__call__" in cls.__dict__:
-                self._suspended[cls] = cls.__dict__["__call__"]
-                del cls.__call__
-
-    def _restore_fast_calls(self) -> None:
-        for cls, call in self._suspended.items():
-            if "__call__" not in cls.__dict__:
-                cls.__call__ = call
-        self._suspended.clear()

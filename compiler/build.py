@@ -26,7 +26,7 @@ from qdc.runtime.errors import QdcCompileError
 from qdc.runtime.fields import Field
 
 from . import cache_key, options as options_mod
-from .kernel import CODEGEN_ARCHES, Kernel, compile_recording_warnings, reverse_mode_available, store
+from .kernel import CODEGEN_ARCHES, Kernel, compile_recording_warnings, kernel_of, reverse_mode_available, store
 
 PROGRESS_INTERVAL_S = 2.0
 # A worker process takes about as long to start (imports, llvmlite) as compiling a few
@@ -93,8 +93,8 @@ def load_sources(files: list[str]) -> list[ModuleSource]:
                     value.set_name(name)
                     named.add(id(value))
                 src.fields.setdefault(value.name, value)
-            elif isinstance(value, Kernel) and value.fn.__module__ == src.module.__name__:
-                src.kernels.setdefault(name, value)
+            elif (kernel := kernel_of(value)) is not None and kernel.fn.__module__ == src.module.__name__:
+                src.kernels.setdefault(name, kernel)
     return sources
 
 

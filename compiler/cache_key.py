@@ -150,7 +150,7 @@ class _Walk:
             return  # a local, a parameter or a builtin: covered by the source text
         for i, attr in enumerate(chain[1:], 1):
             if _is_qdc_module(value) or isinstance(value, (Field, lang.Func, T.DataType)) \
-                    or type(value).__name__ == "Kernel":
+                    or isinstance(value, types.FunctionType) and "_primal" in value.__dict__:  # a @qd.kernel
                 return  # the prefix is recorded on its own; what hangs off it is the language's
             try:
                 value = getattr(value, attr)

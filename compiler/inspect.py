@@ -11,6 +11,8 @@ def kernel_ir(kernel, *args, after: str | None = None):
     from .frontend.ast_to_ir import FrontEnd
     from .passes.pipeline import run_pipeline
 
+    from .kernel import kernel_of
+    kernel = kernel_of(kernel)
     _, params = kernel.specialise(args)
     kir = FrontEnd(kernel.fn, params, options_mod.current).build()
     return run_pipeline(kir, stop_after=after)

@@ -8,9 +8,12 @@ is memoised per runtime generation, so later calls go straight to the launcher.
 from __future__ import annotations
 
 import inspect
+import keyword
 import sys
 import time
+import types
 import warnings
+import weakref
 
 import numpy as np
 
@@ -20,7 +23,7 @@ from qdc.runtime.artifact import FieldMeta, KernelMeta, ParamMeta, TaskMeta
 from qdc.runtime.cache import Cache
 from qdc.runtime.errors import CacheError, QdcCompileError
 from qdc.runtime.fields import Ndarray
-from qdc.runtime.launcher import make_launcher
+from qdc.runtime.launcher import make_launcher, stub_function
 
 from . import ad, cache_key, ir, lang, options as options_mod
 
@@ -242,20 +245,49 @@ def store(cache: Cache, deps, compiled: CompiledKernel, fn, arch: str, variant: 
     return True
 
 
+# ---- the kernel function --------------------------------------------------------------------
+
+_FAST: "weakref.WeakSet[Kernel]" = weakref.WeakSet()  # kernels whose function launches on its own now
+
+
 class Kernel:
+    """What stands behind the function `@qd.kernel` returns (`kernel_of(function)`): the
+    parameters, the compiled variants per runtime and specialisation, and the namespace of
+    that function.
+
+    The function is what `k(...)` calls, so that a launch is one Python call with nothing in
+    front of it. It is generated at decoration with exactly the kernel's parameters (Python
+    itself then reports a missing, extra or unknown argument, naming the kernel) and its code
+    is at first a stub that hands the arguments to `_slow_call`. Once the forward variant of
+    a kernel without templated parameters is compiled for the current runtime, the function
+    becomes that variant's launch function (qdc.runtime.launcher, "Owners"): its `__code__`
+    is the launch code, which runs in the function's own globals. `qd.init` and Tapes put a
+    stub back, sending calls to `_slow_call` again (recompile, record)."""
+
     def __init__(self, fn):
         self.fn = fn
         self.__name__ = fn.__name__
         self.__doc__ = fn.__doc__
-        self.__wrapped__ = fn
         self._params = None
         self._templated = None
         self._launchers: dict = {}  # (variant, specialisation key) -> (generation, launch, compiled)
-        self._fast = (None, None)   # (generation, launch) when nothing is templated
-        # A class of its own, so that the compiled launcher can become its __call__: a launch is
-        # then one generated function (see qdc.runtime.launcher), not a call through __call__.
-        self.__class__ = type(type(self).__name__, (type(self),), {})
         self.grad = ad.GradKernel(self)  # `kernel.grad(*args)`: the reverse-mode variant
+        names = _plain_parameters(fn)
+        self._plain = names is not None  # else a signature no launcher takes: the first call reports why
+        self.function = self._make_function(names)
+        self._stub = self.function.__code__
+
+    def _make_function(self, names):
+        name = self.__name__
+        if not name.isidentifier() or keyword.iskeyword(name):
+            name = "kernel"  # only the code's own name: the function is renamed below
+        function = stub_function(name, names, self._slow_call)
+        function.__name__, function.__qualname__ = self.fn.__name__, self.fn.__qualname__
+        function.__module__, function.__doc__ = self.fn.__module__, self.fn.__doc__
+        function.__wrapped__ = function.fn = self.fn
+        function.grad, function.compile = self.grad, self.compile
+        function._primal = self  # the name Quadrants gives it
+        return function
 
     @property
     def params(self) -> list[ir.Param]:
@@ -293,28 +325,68 @@ class Kernel:
         return self._launcher(args, variant)[1]
 
     def _launcher(self, args, variant: str = "forward"):
+        """(launch function, CompiledKernel) of `variant` for `args` on the current runtime,
+        compiled (through the cache) if needed. The forward variant of a kernel without
+        templated parameters launches through the kernel function itself."""
         rt = context.current()
         key, params = self.specialise(args)
-        memo = (variant, key)
-        entry = self._launchers.get(memo)
+        own = variant == "forward" and not self._templated and self._plain
+        entry = self._launchers.get((variant, key))
         if entry is None or entry[0] != rt.generation:
             compiled = obtain(self.fn, params, options_mod.current, rt.arch, variant)
             loaded = rt.device.load_kernel(compiled.artifacts, compiled.meta)
-            launch = make_launcher(compiled.meta, rt.device, loaded, compiled.field_objects)
-            entry = (rt.generation, launch, compiled)
-            self._launchers[memo] = entry
-        if not self._templated and variant == "forward" and ad.recording is None:
-            self._fast = (rt.generation, entry[1])
-            type(self).__call__ = entry[1].__qdc_launcher__.owner_call(Kernel.__call__)
+            launch = make_launcher(compiled.meta, rt.device, loaded, compiled.field_objects,
+                                   function=self.function if own else None)
+            entry = self._launchers[(variant, key)] = (rt.generation, launch, compiled)
+        if own:  # bound to this runtime: the function launches on its own, unless a Tape must see calls
+            if ad.recording is None:
+                self.function.__code__ = entry[1].__qdc_launcher__.fast_code
+                _FAST.add(self)
+            else:
+                self.function.__code__ = self._stub
         return entry[1], entry[2]
 
-    def __call__(self, *args, **kwargs):
+    def _slow_call(self, *args, **kwargs):
+        """A launch the kernel function does not make on its own: the first one (compiling),
+        the first after `qd.init`, every one under a Tape and every one of a templated kernel."""
         if ad.recording is not None:  # inside `with qd.ad.Tape(...)`
             ad.recording.record(self, args, kwargs)
-        gen, launch = self._fast
-        if gen is not None and gen == context._current.generation:
-            return launch(*args, **kwargs)
-        return self._launcher(args)[0](*args, **kwargs)
+        return self._launcher(args)[0].__qdc_launcher__.launch(*args, **kwargs)
+
+    def launches_on_its_own(self) -> bool:
+        """Whether the kernel function's next call goes straight to the native code."""
+        entry = self._launchers.get(("forward", ()))
+        return entry is not None and self.function.__code__ is entry[1].__qdc_launcher__.fast_code
 
     def __repr__(self):
         return f"<qdc kernel {self.__name__}>"
+
+
+def _plain_parameters(fn) -> list[str] | None:
+    """The parameter names, if the generated function can take them as its own."""
+    names = []
+    for name, p in inspect.signature(fn).parameters.items():
+        if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) or name.startswith("_q_"):
+            return None
+        names.append(name)
+    return names
+
+
+def kernel_function(fn):
+    """`@qd.kernel`: the kernel as a plain Python function (see Kernel)."""
+    return Kernel(fn).function
+
+
+def kernel_of(obj) -> Kernel | None:
+    """The Kernel behind a `@qd.kernel` function (or a Kernel itself); None for anything else."""
+    if isinstance(obj, types.FunctionType):
+        obj = obj.__dict__.get("_primal")
+    return obj if isinstance(obj, Kernel) else None
+
+
+def suspend_fast_launches() -> None:
+    """Send every kernel function's next call through `_slow_call` (a Tape records them there);
+    each takes its launch code back by itself at its first call outside the Tape."""
+    for kernel in list(_FAST):
+        kernel.function.__code__ = kernel._stub
+    _FAST.clear()

@@ -146,5 +146,6 @@ def func(fn):
 
 
 def kernel(fn):
-    from .kernel import Kernel
-    return Kernel(fn)
+    """`@qd.kernel`: a plain Python function that compiles on first call, then launches."""
+    from .kernel import kernel_function
+    return kernel_function(fn)

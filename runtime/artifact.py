@@ -12,7 +12,16 @@ launch context ("ctx") is an array of 64-bit words whose layout the metadata des
     word  adstack_slot + 0, 1, 2     only if the kernel has adstacks (adstack["stacks"] non-empty):
                                      heap pointer, per-thread stride in bytes, pointer to the
                                      overflow word; then per stack s: its byte offset in a
-                                     thread's slice (adstack_slot + 3 + 2s) and capacity (+ 4 + 2s)
+                                     thread's slice (adstack_slot + 3 + 2s) and capacity (+ 4 + 2s);
+    word  adstack_threads_slot       then the number of thread slices the heap holds: a task with
+                                     adstacks runs on at most that many threads
+
+`adstack["stacks"]` has one record per stack (a dict): "task" (index), "dtype", "adjoint"
+(entries carry an adjoint slot), "max_size" (the capacity when there is no tree), "name",
+"where" (source location), "source" (how it was sized), "size_expr" (post-order SizeExpr
+node list of its capacity, runtime/sizeexpr.py; [] = use max_size), "iterations" (node list
+of its task's trip count; [] = unknown) and "parallel_from" (trip count from which the task
+runs on several threads; 0 = never). The runtime evaluates the trees before every launch.
 
 On disk (see runtime/cache.py for the layout) every metadata file is a *record*: a msgpack
 array `["qdc", kind, FORMAT_VERSION, sha256(payload), payload]` whose payload is the msgpack
@@ -30,7 +39,9 @@ import re
 
 import msgpack
 
-FORMAT_VERSION = 2
+from . import sizeexpr
+
+FORMAT_VERSION = 3
 
 RECORD_MAGIC = "qdc"
 ENTRY_RECORD = "kernel-entry"
@@ -93,7 +104,8 @@ class KernelMeta:
         self.ctx_words = self.threads_slot + 1
         stacks = self.adstack.get("stacks") or []
         self.adstack_slot = self.ctx_words if stacks else None  # runtime/adstack.py writes these words
-        self.ctx_words += 3 + 2 * len(stacks) if stacks else 0
+        self.adstack_threads_slot = self.ctx_words + 3 + 2 * len(stacks) if stacks else None
+        self.ctx_words += 4 + 2 * len(stacks) if stacks else 0
 
     def to_dict(self) -> dict:
         return {
@@ -194,6 +206,48 @@ def check_kernel_meta(d) -> None:
     for t in _list(d, "tasks", 5):
         _need(isinstance(t[0], str) and _IDENT.match(t[0]) and isinstance(t[1], str)
               and isinstance(t[2], bool) and isinstance(t[3], str), f"task {t[0]!r}")
+    for i, r in enumerate(d.get("adstack", {}).get("stacks", [])):
+        check_adstack_record(d, i, r)
+
+
+MAX_ADSTACK_CAPACITY = 1 << 40
+
+
+def check_adstack_record(d: dict, i: int, r) -> None:
+    """Stack record `i` of kernel meta dict `d` (see the module docstring), its SizeExpr trees
+    included: well-formed, and reading only parameters and fields the kernel has, with as
+    many indices as they have dimensions."""
+    what = f"adstack record {i}"
+    _need(isinstance(r, dict) and _is_int(r.get("task")) and 0 <= r["task"] < len(d["tasks"])
+          and r.get("dtype") in DTYPE_NAMES and isinstance(r.get("adjoint"), bool)
+          and (not r["adjoint"] or r["dtype"][0] == "f") and _is_int(r.get("max_size"))
+          and 1 <= r["max_size"] <= MAX_ADSTACK_CAPACITY and isinstance(r.get("name", ""), str)
+          and _is_int(r.get("parallel_from", 0)) and r.get("parallel_from", 0) >= 0, what)
+    for key in ("size_expr", "iterations"):
+        try:
+            expr = sizeexpr.from_nodes(r.get(key, []))
+        except ValueError as e:
+            raise ValueError(f"malformed metadata: {what}, {key}: {e}") from None
+        if expr is not None:
+            _check_size_expr_refs(d, expr, f"{what}, {key}")
+
+
+def _check_size_expr_refs(d: dict, expr, what: str) -> None:
+    params, fields = d["params"], d["fields"]
+    for e in sizeexpr.walk(expr):
+        if isinstance(e, sizeexpr.ScalarArg):
+            ok = e.arg < len(params) and params[e.arg][1] == "scalar" and params[e.arg][2][0] in "iu"
+        elif isinstance(e, (sizeexpr.NdarrayShape, sizeexpr.NdarrayRead)):
+            ok = e.arg < len(params) and params[e.arg][1] == "ndarray"
+            if ok and isinstance(e, sizeexpr.NdarrayShape):
+                ok = e.axis < params[e.arg][3]
+            elif ok:
+                ok = len(e.indices) == params[e.arg][3] and params[e.arg][2][0] in "iu"
+        elif isinstance(e, sizeexpr.FieldLoad):
+            ok = e.slot < len(fields) and len(e.indices) == len(fields[e.slot][2]) and fields[e.slot][1][0] in "iu"
+        else:
+            continue
+        _need(ok, f"{what}: `{sizeexpr.to_text(e)}` reads a parameter or field the kernel does not have")
 
 
 def check_field(name, dtype, shape, module_attribute=True) -> None:

@@ -1,15 +1,13 @@
 """Binding arguments into the launch context and launching: the per-call hot path.
 
 For each compiled kernel, `make_launcher` generates a small Python function whose signature
-is the kernel's (so a missing argument is reported by Python itself, naming the kernel and
-the parameter) and whose body writes the arguments straight into the ctx buffer (the word
-layout of runtime/artifact.py) and makes one foreign call. For
-`k(a: ndarray(f32, 1), s: f32, n: i32)` the generated source is:
+is exactly the kernel's (so Python itself reports a missing, extra or unknown argument,
+naming the kernel, and costs the launch nothing for it) and whose body writes the arguments
+straight into the ctx buffer (the word layout of runtime/artifact.py) and makes one foreign
+call. For `k(a: ndarray(f32, 1), s: f32, n: i32)` the generated source is:
 
-    def k(a, s, n, *_q_extra):
-        if _q_stale or _q_extra:
-            return _q_slow(a, s, n, *_q_extra)
-        if a is not _q_arr0 or _q_numpy0 and _q_len(a) != _q_len0:
+    def k(a, s, n):
+        if a is not _q_arr0 or _q_len(a) != _q_len0:
             _q_bind0(a)
         try:
             _q_pack1(_q_mem, 16, s, n)
@@ -22,10 +20,10 @@ Why it is fast:
   the type checking: a float for an i32 or a str for an f32 raises, and only then
   `_q_bad_scalars` works out which parameter to name).
 - Ndarrays: full validation (type, dtype, ndim, C-contiguity, gradient buffer) and the data
-  pointer (`a.ctypes.data` costs a microsecond) happen in `_q_bind<i>` only when the argument
-  is not the same object as last time. The launcher keeps a reference to the last array
-  passed for each parameter: that keeps its memory alive and makes numpy refuse to `resize`
-  it, so its data pointer cannot change. A qd.ndarray's shape is fixed too. What a numpy
+  pointer happen in `_q_bind<i>` only when the argument is not the same object as last time
+  (one condition for the common case; the pointer through the buffer protocol). The
+  launcher keeps a reference to the last array passed for each parameter: that keeps its
+  memory alive and makes numpy refuse to `resize` it, so its data pointer cannot change. A qd.ndarray's shape is fixed too. What a numpy
   array can still do is change shape in place (`a.shape = ...`, same size): for ndim 1 and
   2, `len(a)` detects every such change that keeps ndim (the first dimension and the size
   fix the second) at a third of the cost of comparing `a.shape`, which higher ranks do.
@@ -33,16 +31,25 @@ Why it is fast:
   the kernel touch memory outside the array: an in-place change of ndim that keeps the
   first dimension (`a.shape = (16, 1)` on an array of shape (16,) passed before), an
   in-place `a.dtype = ...` to a type of the same item size, `a.strides = ...` (deprecated).
+  The shape test is in the code only while the cached array is a numpy array: `_q_bind<i>`
+  swaps in code specialised to whether each cached array is one (`body`'s `kinds`; the
+  generic form tests `_q_numpy<i> and ...`), so neither kind pays for the other's test.
 - The native call is `_q_call(_q_arg)` as the device hands it out (`Device.launch_call`):
   on the CPU the ctypes function itself applied to a `byref` of the ctx buffer.
-- Runtime changes (`qd.init`) do not cost a check per launch beyond one global: the
-  runtime flips `_q_stale` in every live launcher (`context.on_reset`) and the slow path
-  rebinds (or, for a kernel object, recompiles) and relaunches.
+- Nothing is tested per launch for runtime changes (`qd.init`): the runtime calls every
+  live launcher's `invalidate` (`context.on_reset`), which swaps the function's `__code__`
+  for a stub, `def k(a, s, n): return _q_slow(a, s, n)`; the slow path rebinds, swaps the
+  launch code back in and relaunches. An exact signature (no `*args` to catch extra
+  arguments) also lets CPython inline the call of the function into its caller's frame.
 
-`launch.__qdc_launcher__.owner_call(fallback)` is the same launcher taking an owner (the
-kernel object) as first parameter, to be installed as the owner's class `__call__` (CPython
-then calls it directly, without a frame of the owner's own); once stale it returns
-`fallback(owner, *args)` instead of rebinding, so the owner can recompile.
+Owners. `make_launcher(..., function=f)` generates the code into `f.__globals__` and makes
+`f` the launch function, swapping its `__code__` as above: `f` is a function the caller
+owns, with the kernel's parameters (the function `@qd.kernel` returns, compiler/kernel.py),
+so that a launch is a call of that one function with nothing in front of it. The owner
+provides `_q_slow` in that namespace, which the stub calls (after `qd.init`), and may itself
+set `f.__code__` to such a stub to see calls (a Tape records them); it may then recompile.
+`launch.__qdc_launcher__.launch` is the launch code (in its generic form) as a function of
+its own, for the slow paths: it launches even while `f` has a stub for code.
 
 Hooks. `make_launcher(..., hooks=LaunchHooks(prepare=..., finish=...))` adds, around the
 native call, `prepare(ctx)` right before it and `finish()` right after it:
@@ -123,6 +130,16 @@ def explain_scalar(meta: KernelMeta, index: int, value):
                         f"{type(value).__name__} {value!r}"[:300]) from None
 
 
+def numpy_address(a: np.ndarray) -> int:
+    """The data pointer of a C-contiguous numpy array, through the buffer protocol: a quarter
+    of the cost of `a.ctypes.data`, which read-only and empty arrays (no writable byte to
+    export) still take."""
+    try:
+        return ctypes.addressof(ctypes.c_char.from_buffer(a))
+    except (TypeError, ValueError):
+        return a.ctypes.data
+
+
 def check_ndarray(meta: KernelMeta, index: int, value) -> None:
     """Raise the TypeError/ValueError that rejects `value` for ndarray parameter `index`."""
     p = meta.params[index]
@@ -156,19 +173,25 @@ def check_ndarray(meta: KernelMeta, index: int, value) -> None:
 class _Launcher:
     """The state behind one generated launch function: ctx buffer, caches, runtime binding."""
 
-    def __init__(self, meta: KernelMeta, device, loaded, fields: list, hooks):
+    def __init__(self, meta: KernelMeta, device, loaded, fields: list, hooks, function):
         self.meta, self.device, self.fields = meta, device, fields
         self.buf = (ctypes.c_uint64 * max(meta.ctx_words, 1))()
         self.words = np.frombuffer(self.buf, np.uint64)
         self.temps = np.zeros(max(meta.num_temps, 1), np.uint64)
         call, arg = device.launch_call(loaded, self.buf)
+        self.function = function  # the launch function: its code is fast_code or, while stale, stale_code
+        self.launch = self.fast_code = self.stale_code = None
+        self.kinds = {i: None for i, p in enumerate(meta.params) if p.kind == "ndarray"}  # see `body`
+        self.variants: dict = {}  # tuple of kinds -> launch code specialised for them
+        self.g = {"_q_slow": self.slow} if function is None else function.__globals__
+        if "_q_slow" not in self.g:
+            raise ValueError("the owner of a launch function must provide _q_slow in its globals")
         # pack_into a memoryview: with the ctypes array itself as target, getting its buffer
         # costs more than the packing.
-        self.g = {"_q_stale": True, "_q_mem": memoryview(self.buf).cast("B"), "_q_call": call, "_q_arg": arg,
-                  "_q_scalar_errors": _SCALAR_ERRORS, "_q_bad_scalars": self.bad_scalars,
-                  "_q_len": len, "_q_bool": bool,  # builtins by names no parameter can shadow
-                  "_q_slow": self.slow, "_q_slow_owner": self.slow_owner}
-        self.function = self.fallback = self.owner_function = None
+        self.g.update({"_q_mem": memoryview(self.buf).cast("B"), "_q_call": call, "_q_arg": arg,
+                       "_q_scalar_errors": _SCALAR_ERRORS, "_q_bad_scalars": self.bad_scalars,
+                       "_q_len": len, "_q_bool": bool})  # builtins by names no parameter can shadow
+        self.hooks = hooks
         if hooks is not None:
             self.g["_q_prepare"], self.g["_q_finish"] = hooks.prepare, hooks.finish
             self.g["_q_lctx"] = LaunchContext(meta, device, fields, self.words)
@@ -176,7 +199,8 @@ class _Launcher:
     # ---- slow paths -----------------------------------------------------------------------
 
     def bind_runtime(self) -> None:
-        """Point the ctx at the current runtime's field memory, temporaries and thread count."""
+        """Point the ctx at the current runtime's field memory, temporaries and thread count;
+        the function launches again."""
         m, w = self.meta, self.words
         for i, f in enumerate(self.fields):
             w[m.field_slot0 + i] = f.allocation().ptr
@@ -185,31 +209,18 @@ class _Launcher:
         for i, p in enumerate(m.params):
             if p.kind == "ndarray":
                 self.g[f"_q_arr{i}"] = _UNBOUND
-        self.g["_q_stale"] = False
+        self.function.__code__ = self.fast_code
 
     def invalidate(self) -> None:
         """Called by `context.reset`: the next launch takes the slow path."""
-        self.g["_q_stale"] = True
+        self.function.__code__ = self.stale_code
         for i, p in enumerate(self.meta.params):
             if p.kind == "ndarray":
                 self.g[f"_q_arr{i}"] = _UNBOUND  # also drops the reference to the caller's array
 
-    def too_many(self, args):
-        names = ", ".join(p.name for p in self.meta.params)
-        n = len(self.meta.params)
-        raise TypeError(f"kernel '{self.meta.name}' takes {n} argument{'s' * (n != 1)} ({names}) "
-                        f"but {len(args)} were given")
-
     def slow(self, *args):
-        if len(args) > len(self.meta.params):
-            self.too_many(args)
         self.bind_runtime()
-        return self.function(*args)
-
-    def slow_owner(self, owner, *args):
-        if len(args) > len(self.meta.params):
-            self.too_many(args)
-        return self.fallback(owner, *args)
+        return self.launch(*args)
 
     def bad_scalars(self, first: int, values: tuple):
         for i, v in enumerate(values):
@@ -217,25 +228,40 @@ class _Launcher:
         raise AssertionError("a scalar was rejected but none of them is invalid")  # unreachable
 
     def binder(self, index: int):
-        """`bind(a)` for ndarray parameter `index`: validate, write pointer/shape/grad words, cache."""
-        meta, g, w = self.meta, self.g, self.words
+        """`bind(a)` for ndarray parameter `index`: validate, write pointer/shape/grad words, cache.
+        It accepts exactly what `check_ndarray` does, testing the common case in one condition."""
+        meta, g, mem = self.meta, self.g, self.g["_q_mem"]
         p = meta.params[index]
-        s = p.slot
+        ndim, np_dtype = p.ndim, by_name(p.dtype).np_dtype
+        grad_kernel_needs_grad = bool(meta.is_grad and p.needs_grad)  # then only a qd.ndarray with .grad
+        # pointer, shape..., [gradient pointer]: one pack into consecutive ctx words
+        pack = struct.Struct("=" + "Q" * (1 + ndim + bool(p.needs_grad))).pack_into
+        offset, with_grad = 8 * p.slot, bool(p.needs_grad)
+        arr, probe = f"_q_arr{index}", f"_q_len{index}" if ndim in (1, 2) else f"_q_shape{index}"
+        numpy_flag = f"_q_numpy{index}"
 
         def bind(a):
-            check_ndarray(meta, index, a)
             if isinstance(a, np.ndarray):
-                ptr, grad = a.ctypes.data, 0
-            else:
+                if grad_kernel_needs_grad or a.dtype != np_dtype or a.ndim != ndim or not a.flags.c_contiguous:
+                    check_ndarray(meta, index, a)  # raises, naming what is wrong
+                ptr, grad = numpy_address(a), 0
+            elif isinstance(a, Ndarray) and a.dtype.name == p.dtype and a.ndim == ndim and (
+                    a.grad is not None or not grad_kernel_needs_grad):
                 ptr = a.allocation().ptr
                 grad = a.grad.allocation().ptr if a.grad is not None else 0
-            w[s] = ptr
-            w[s + 1:s + 1 + p.ndim] = a.shape
-            if p.needs_grad:
-                w[s + 1 + p.ndim] = grad
-            g[f"_q_arr{index}"], g[f"_q_shape{index}"] = a, a.shape
-            g[f"_q_len{index}"] = a.shape[0] if a.shape else None
-            g[f"_q_numpy{index}"] = isinstance(a, np.ndarray)
+            else:
+                check_ndarray(meta, index, a)
+                raise AssertionError(f"{_where(meta, index)}: {a!r} passed no check")  # check_ndarray raises
+            shape = a.shape
+            if with_grad:
+                pack(mem, offset, ptr, *shape, grad)
+            else:
+                pack(mem, offset, ptr, *shape)
+            numpy = isinstance(a, np.ndarray)
+            g[arr], g[probe], g[numpy_flag] = a, (shape[0] if ndim in (1, 2) else shape), numpy
+            if numpy is not self.kinds[index]:
+                self.kinds[index] = numpy
+                self.specialise()
         return bind
 
     def bool_converter(self, index: int):
@@ -246,40 +272,74 @@ class _Launcher:
 
     # ---- code generation --------------------------------------------------------------------
 
-    def source(self, owner_param: bool) -> str:
-        meta, g = self.meta, self.g
-        names = [p.name for p in meta.params]
-        head = ["_q_owner"] if owner_param else []
-        body = ["    if _q_stale or _q_extra:",
-                f"        return {'_q_slow_owner' if owner_param else '_q_slow'}"
-                f"({', '.join(head + names + ['*_q_extra'])})"]
-        for i, p in enumerate(meta.params):
+    def fill_namespace(self) -> None:
+        """Put the per-parameter helpers the launch code calls into the namespace."""
+        g = self.g
+        for i, p in enumerate(self.meta.params):
             if p.kind == "ndarray":
-                g[f"_q_arr{i}"] = _UNBOUND
-                g[f"_q_bind{i}"] = self.binder(i)
-                probe = f"_q_len({p.name}) != _q_len{i}" if p.ndim in (1, 2) else f"{p.name}.shape != _q_shape{i}"
-                probe = f"_q_numpy{i} and {probe}"
-                body += [f"    if {p.name} is not _q_arr{i} or {probe}:",
-                         f"        _q_bind{i}({p.name})"]
+                g[f"_q_arr{i}"], g[f"_q_bind{i}"] = _UNBOUND, self.binder(i)
             elif p.dtype == "u1":
                 g[f"_q_as_bool{i}"] = self.bool_converter(i)
-                body += [f"    if {p.name}.__class__ is not _q_bool:",
-                         f"        {p.name} = _q_as_bool{i}({p.name})"]
         for first, run in self.scalar_runs():
             fmt = "=" + "".join(_PACK_CODE[p.dtype] + "x" * (8 - by_name(p.dtype).nbytes) for p in run)
             g[f"_q_pack{first}"] = struct.Struct(fmt).pack_into
+
+    def body(self, kinds: dict) -> list[str]:
+        """The launch statements. `kinds[i]` says whether the array cached for ndarray parameter
+        i is a numpy array (True: test its shape too), not one (False) or either (None)."""
+        names = [p.name for p in self.meta.params]
+        body = []
+        for i, p in enumerate(self.meta.params):
+            if p.kind == "ndarray":
+                probe = f"_q_len({p.name}) != _q_len{i}" if p.ndim in (1, 2) else f"{p.name}.shape != _q_shape{i}"
+                probe = {True: f" or {probe}", False: "", None: f" or _q_numpy{i} and {probe}"}[kinds[i]]
+                body += [f"    if {p.name} is not _q_arr{i}{probe}:", f"        _q_bind{i}({p.name})"]
+            elif p.dtype == "u1":
+                body += [f"    if {p.name}.__class__ is not _q_bool:",
+                         f"        {p.name} = _q_as_bool{i}({p.name})"]
+        for first, run in self.scalar_runs():
             values = ", ".join(p.name for p in run)
             body += ["    try:", f"        _q_pack{first}(_q_mem, {8 * run[0].slot}, {values})",
                      "    except _q_scalar_errors:", f"        _q_bad_scalars({first}, ({values},))"]
-        if "_q_lctx" in g:
-            if g["_q_prepare"] is not None:
-                body += [f"    _q_lctx.args = ({''.join(n + ', ' for n in names)})", "    _q_prepare(_q_lctx)"]
-            body.append("    _q_call(_q_arg)")
-            if g["_q_finish"] is not None:
-                body.append("    _q_finish()")
-        else:
-            body.append("    _q_call(_q_arg)")
-        return f"def {meta.name}({', '.join(head + names + ['*_q_extra'])}):\n" + "\n".join(body) + "\n"
+        hooks = self.hooks  # not looked up in the namespace: an owner's may hold an earlier launcher's names
+        if hooks is not None and hooks.prepare is not None:
+            body += [f"    _q_lctx.args = ({''.join(n + ', ' for n in names)})", "    _q_prepare(_q_lctx)"]
+        body.append("    _q_call(_q_arg)")
+        if hooks is not None and hooks.finish is not None:
+            body.append("    _q_finish()")
+        return body
+
+    def build(self) -> None:
+        """Generate `launch`, the stale stub's code, and (unless the owner gave one) `function`."""
+        names = [p.name for p in self.meta.params]
+        self.fill_namespace()
+        self.launch = self.define(names, self.body(self.kinds))
+        self.fast_code = self.launch.__code__
+        self.stale_code = self.define(names, [f"    return _q_slow({', '.join(names)})"]).__code__
+        if self.function is None:
+            self.function = self.define(names, self.body(self.kinds))
+        self.function.__qdc_source__, self.function.__qdc_launcher__ = self.launch.__qdc_source__, self
+
+    def specialise(self) -> None:
+        """Make `fast_code` the launch code for the kinds of arrays now cached (see `body`)."""
+        key = tuple(self.kinds.values())
+        code = self.variants.get(key)
+        if code is None:
+            names = [p.name for p in self.meta.params]
+            code = self.variants[key] = self.define(names, self.body(self.kinds)).__code__
+        if self.function.__code__ is self.fast_code:  # not while stale, nor while the owner holds a stub
+            self.function.__code__ = code
+        self.fast_code = code
+
+    def define(self, params: list[str], body: list[str]):
+        src = f"def {self.meta.name}({', '.join(params)}):\n" + "\n".join(body) + "\n"
+        code = compile(src, f"<qdc launcher {self.meta.name}>", "exec")
+        namespace = {}
+        exec(code, self.g, namespace)  # noqa: S102 (only checked identifiers reach the source)
+        fn = namespace[self.meta.name]
+        fn.__qdc_source__ = src
+        fn.__qdc_launcher__ = self
+        return fn
 
     def scalar_runs(self):
         """(index of first param, [params]) for each run of scalar params in consecutive slots."""
@@ -293,44 +353,40 @@ class _Launcher:
                 runs.append((i, [p]))
         return runs
 
-    def build(self, owner_param: bool):
-        src = self.source(owner_param)
-        code = compile(src, f"<qdc launcher {self.meta.name}>", "exec")
-        namespace = {}
-        exec(code, self.g, namespace)  # noqa: S102 (only checked identifiers reach the source)
-        fn = namespace[self.meta.name]
-        fn.__qdc_source__ = src
-        fn.__qdc_launcher__ = self
-        return fn
 
-    def owner_call(self, fallback):
-        """This launcher as `launch(owner, *args)`, for an owner's class `__call__` (see above)."""
-        if self.owner_function is None or self.fallback is not fallback:
-            self.fallback = fallback
-            self.owner_function = self.build(owner_param=True)
-        return self.owner_function
+def _check_names(name: str, params: list[str]) -> None:
+    for n in [name] + params:
+        if not n.isidentifier() or keyword.iskeyword(n):
+            raise ValueError(f"invalid identifier {n!r} in kernel metadata")
+    for n in params:
+        if n.startswith(_RESERVED):
+            raise ValueError(f"kernel '{name}': parameter names starting with '{_RESERVED}' "
+                             f"are reserved for qdc (rename '{n}')")
 
 
-def _check_names(meta: KernelMeta) -> None:
-    for name in [meta.name] + [p.name for p in meta.params]:
-        if not name.isidentifier() or keyword.iskeyword(name):
-            raise ValueError(f"invalid identifier {name!r} in kernel metadata")
-    for p in meta.params:
-        if p.name.startswith(_RESERVED):
-            raise ValueError(f"kernel '{meta.name}': parameter names starting with '{_RESERVED}' "
-                             f"are reserved for qdc (rename '{p.name}')")
+def stub_function(name: str, params: list[str] | None, slow):
+    """`def name(*params): return slow(*params)`, in a namespace of its own (`slow` is its
+    `_q_slow`): the function an owner hands to `make_launcher` (see "Owners"). With params
+    None it takes any arguments."""
+    _check_names(name, params or [])
+    head = call = "*_q_args, **_q_kwargs" if params is None else ", ".join(params)
+    namespace = {}
+    exec(f"def {name}({head}):\n    return _q_slow({call})\n", {"_q_slow": slow}, namespace)  # noqa: S102
+    return namespace[name]
 
 
-def make_launcher(meta: KernelMeta, device, loaded, fields: list, hooks: LaunchHooks | None = None):
-    """Return `launch(*args)` for `meta`; `fields` are the Field objects of meta.fields, in order."""
-    _check_names(meta)
+def make_launcher(meta: KernelMeta, device, loaded, fields: list, hooks: LaunchHooks | None = None,
+                  function=None):
+    """Return `launch(*args)` for `meta`; `fields` are the Field objects of meta.fields, in order.
+    With `function`, that function of the caller's becomes the launch function (see "Owners")."""
+    _check_names(meta.name, [p.name for p in meta.params])
     if hooks is None and meta.adstack.get("stacks"):  # the heap sizing and overflow check
         from .adstack import launch_hooks
         hooks = launch_hooks(meta)
     if hooks is not None and hooks.prepare is None and hooks.finish is None:
         hooks = None
-    state = _Launcher(meta, device, loaded, fields, hooks)
-    state.function = state.build(owner_param=False)
+    state = _Launcher(meta, device, loaded, fields, hooks, function)
+    state.build()
     state.bind_runtime()
     context.on_reset(state)
     return state.function

@@ -17,7 +17,7 @@ from .artifact import GRAD_SUFFIX
 from .cache import cache_error, module_path, open_store, read_entry, read_module
 from .errors import QdcError
 from .fields import Field
-from .launcher import make_launcher
+from .launcher import make_launcher, stub_function
 from .types import by_name
 
 ARCHES = ("cpu", "cuda", "vulkan", "metal", "amdgpu")
@@ -49,36 +49,33 @@ def load(cache_dir_or_bundle, module: str, arch: str = "cpu") -> "LoadedModule":
 
 
 class LoadedKernel:
-    """A prebuilt kernel: called like the `@qd.kernel` it was built from."""
+    """A prebuilt kernel. The module exposes its `function`, called like the `@qd.kernel` it was
+    built from and, like that one, the launch function itself (launcher.py, "Owners"): bound
+    to the active runtime, a call goes straight to the native code; after `qd.init` its first
+    call loads the kernel on the new runtime."""
 
     def __init__(self, name: str, entry, fields: list, arch: str, grad: "LoadedKernel | None" = None):
         self.__name__ = name
-        self._entry, self._fields, self._arch, self._grad = entry, fields, arch, grad
-        self._fast = (None, None)  # (runtime generation, launch function)
+        self._entry, self._fields, self._arch = entry, fields, arch
+        self.function = stub_function(name, [p.name for p in entry.meta.params], self._slow_call)
+        self.function.grad = grad.function if grad is not None else self._no_grad
 
     def _launcher(self):
+        """Load the kernel on the active runtime and make `function` its launch function."""
         rt = context.current()
         if rt.arch != self._arch:
             raise QdcError(f"kernel '{self.__name__}' was loaded for arch '{self._arch}' but the active runtime "
                            f"is '{rt.arch}': load the module again for '{rt.arch}'")
         loaded = rt.device.load_kernel(self._entry.artifacts, self._entry.meta)
-        launch = make_launcher(self._entry.meta, rt.device, loaded, self._fields)
-        self._fast = (rt.generation, launch)
-        return launch
+        launch = make_launcher(self._entry.meta, rt.device, loaded, self._fields, function=self.function)
+        return launch.__qdc_launcher__
 
-    def __call__(self, *args, **kwargs):
-        gen, launch = self._fast
-        if gen is not None and gen == context._current.generation:
-            return launch(*args, **kwargs)
-        return self._launcher()(*args, **kwargs)
+    def _slow_call(self, *args):
+        return self._launcher().launch(*args)
 
-    @property
-    def grad(self) -> "LoadedKernel":
-        """The reverse-mode variant, built by `qdc build` for kernels that touch needs_grad data."""
-        if self._grad is None:
-            raise QdcError(f"kernel '{self.__name__}' has no reverse-mode variant in this build (it is built "
-                           f"only for kernels that touch a needs_grad field or ndarray)")
-        return self._grad
+    def _no_grad(self, *args, **kwargs):
+        raise QdcError(f"kernel '{self.__name__}' has no reverse-mode variant in this build (it is built "
+                       f"only for kernels that touch a needs_grad field or ndarray)")
 
     def __repr__(self):
         return f"<qdc loaded kernel {self.__name__} ({self._arch})>"
@@ -102,7 +99,7 @@ class LoadedModule:
             setattr(self, name, f)
         for name, k in self._kernels.items():
             if not name.endswith(GRAD_SUFFIX):
-                setattr(self, name, k)
+                setattr(self, name, k.function)
         for k in self._kernels.values():  # dlopen everything now: the first launch pays nothing extra
             k._launcher()
 

@@ -12,12 +12,13 @@ Nodes (immutable, compared and hashed structurally):
     FieldLoad(slot, indices)           element of the kernel's field number `slot`
     NdarrayShape(arg, axis)            `shape[axis]` of ndarray argument `arg`
     NdarrayRead(arg, indices)          element of ndarray argument `arg`
-    BoundVariable(var)                 the variable bound by an enclosing MaxOverRange
+    BoundVariable(var)                 the variable bound by an enclosing Max/SumOverRange
     Add(a, b)  Sub(a, b)  Mul(a, b)  Max(a, b)
     MaxOverRange(var, begin, end, body)  max(0, max of `body` for var in [begin, end))
+    SumOverRange(var, begin, end, body)  max(0, sum of `body` for var in [begin, end))
 
 Indices are themselves expressions (constants, arguments, bound variables, arithmetic).
-Arithmetic is int64 and saturating; `Sub` and `MaxOverRange` clamp at 0 (they model counts,
+Arithmetic is int64 and saturating; `Sub` and the ranges clamp at 0 (they model counts,
 and an empty range counts 0); an element index outside its array reads as 0 (the kernel
 cannot legally read it). min(a, b), which has no node, is written `a + b - max(a, b)`.
 
@@ -26,16 +27,18 @@ API
     from_nodes(nodes) -> SizeExpr    validates a list read from disk; [] -> None, meaning
                                      "no tree: use the compile-time size"
     to_text(expr, arg_names=None, field_names=None) -> str   readable form (`qdc inspect`)
+    walk(expr)                       every distinct node, children first
     evaluate(expr_or_nodes, env) -> int   the bound for this launch, in [0, 2**63 - 1]
     LaunchEnv(args, fields)          the `env` of a launch (see its docstring); any object
                                      with the same four methods works
 A serialized node is `[kind, [attributes], [child positions]]`, e.g. `["add", [], [0, 1]]`.
 
 Cost: a tree that reads only arguments, shapes and constants touches no array memory. A
-MaxOverRange over a read indexed by its variable is one `np.max` over a slice; other bodies
-are evaluated with numpy over chunks of the range. Only a MaxOverRange whose body holds another
-MaxOverRange depending on it iterates in Python. Every MaxOverRange is charged against a
-budget and evaluation stops with `SizeExprError` rather than appear to hang.
+MaxOverRange over a read indexed by its variable is one `np.max` over a slice; a sum of the
+variable itself is the arithmetic series; other bodies are evaluated with numpy over chunks
+of the range. Only a range whose body holds another range depending on its variable iterates
+in Python. Every range is charged against a budget and evaluation stops with
+`SizeExprError` rather than appear to hang.
 """
 from __future__ import annotations
 
@@ -81,8 +84,8 @@ class SizeExpr:
         self.children = children
         free = frozenset().union(*(c.free_vars for c in children))
         self.free_vars = self._own_free_vars(free)
-        # Free variables of every MaxOverRange in this subtree: a body can be evaluated with
-        # numpy over variable v only if no MaxOverRange inside it depends on v.
+        # Free variables of every Max/SumOverRange in this subtree: a body can be evaluated
+        # with numpy over variable v only if no range inside it depends on v.
         self.max_over_vars = frozenset().union(*(c.max_over_vars for c in children))
         self.depth = 1 + max((c.depth for c in children), default=0)
         self.size = min(1 + sum(c.size for c in children), 1 << 62)  # shared subtrees counted each time
@@ -224,8 +227,8 @@ class Max(_Binary):
     __slots__ = ()
 
 
-class MaxOverRange(SizeExpr):
-    KIND, ARITY, NUM_ARGS = "max_over", 3, 1
+class _OverRange(SizeExpr):
+    ARITY, NUM_ARGS = 3, 1
     __slots__ = ()
 
     def __init__(self, var: int, begin: SizeExpr, end: SizeExpr, body: SizeExpr):
@@ -253,8 +256,34 @@ class MaxOverRange(SizeExpr):
         return self.children[2]
 
 
+class MaxOverRange(_OverRange):
+    KIND = "max_over"
+    __slots__ = ()
+
+
+class SumOverRange(_OverRange):
+    """max(0, sum of `body` for var in [begin, end)): the pushes of a loop whose body's count
+    depends on its index (`for j in range(i)` under `for i in range(n)`: n(n-1)/2)."""
+    KIND = "sum_over"
+    __slots__ = ()
+
+
 _KINDS = {cls.KIND: cls for cls in (Const, ScalarArg, FieldLoad, NdarrayShape, NdarrayRead,
-                                    BoundVariable, Add, Sub, Mul, Max, MaxOverRange)}
+                                    BoundVariable, Add, Sub, Mul, Max, MaxOverRange, SumOverRange)}
+
+
+def walk(expr: SizeExpr):
+    """Every distinct node of `expr`, children before parents."""
+    seen: set = set()
+    stack = [(expr, False)]
+    while stack:
+        e, expanded = stack.pop()
+        if expanded:
+            yield e
+        elif e not in seen:
+            seen.add(e)
+            stack.append((e, True))
+            stack.extend((c, False) for c in reversed(e.children))
 
 
 # ---- serialization ------------------------------------------------------------------------
@@ -367,9 +396,9 @@ class _Printer:
             idx = ", ".join(self.text(i)[0] for i in e.indices) or "None"
             return (f"{self.field(e.slot)}[{idx}]" if isinstance(e, FieldLoad)
                     else f"read({self.arg(e.arg)}[{idx}])"), 3
-        if isinstance(e, MaxOverRange):
+        if isinstance(e, _OverRange):
             name = self.var(e.var)
-            return (f"max_over({name} in [{self.text(e.begin)[0]}, {self.text(e.end)[0]}): "
+            return (f"{e.KIND}({name} in [{self.text(e.begin)[0]}, {self.text(e.end)[0]}): "
                     f"{self.text(e.body)[0]})"), 3
         if isinstance(e, Max):
             return f"max({self.text(e.a)[0]}, {self.text(e.b)[0]})", 3
@@ -490,6 +519,8 @@ class _Evaluation:
             return self._read_scalar(self._array(e), [self.scalar(i, bind) for i in e.indices])
         if t is MaxOverRange:
             return self._max_over(e, bind)
+        if t is SumOverRange:
+            return self._sum_over(e, bind)
         a, b = self.scalar(e.a, bind), self.scalar(e.b, bind)
         if t is Add:
             return _clamp(a + b)
@@ -522,7 +553,7 @@ class _Evaluation:
         if type(body) is BoundVariable:
             return max(0, end - 1)
         if var in body.max_over_vars:
-            return self._max_over_python(e, begin, end, bind)
+            return max(0, max(self._range_values(e, begin, end, bind), default=0))
         self._charge_elements(e, end - begin)
         sliced = self._slice_max(body, var, begin, end, bind)
         if sliced is not None:
@@ -540,19 +571,48 @@ class _Evaluation:
             self.vector_var, self.span = outer
         return best
 
-    def _max_over_python(self, e, begin, end, bind) -> int:
+    def _sum_over(self, e: SumOverRange, bind: dict) -> int:
+        begin, end = self.scalar(e.begin, bind), self.scalar(e.end, bind)
+        if end <= begin:
+            return 0
+        if self.memo is None:
+            self.memo = {}
+        var, body, count = e.var, e.body, end - begin
+        if var not in body.free_vars:
+            return max(0, _clamp(count * self.scalar(body, bind)))
+        if type(body) is BoundVariable:
+            return max(0, _clamp((begin + end - 1) * count // 2))
+        if var in body.max_over_vars:
+            return max(0, _clamp(sum(self._range_values(e, begin, end, bind))))
+        self._charge_elements(e, count)
+        total = 0
+        outer = self.vector_var, self.span
+        try:
+            self.vector_var = var
+            for lo in range(begin, end, _CHUNK):
+                self.span = lo, min(end, lo + _CHUNK)
+                inner = dict(bind)
+                inner[var] = np.arange(*self.span, dtype=np.int64)
+                values, magnitude = self.vector(body, inner)
+                values = np.broadcast_to(values, (self.span[1] - lo,))
+                if magnitude * len(values) <= INT64_MAX:
+                    total += int(np.sum(values))
+                else:  # the int64 sum could wrap: add exactly
+                    total += sum(values.tolist())
+        finally:
+            self.vector_var, self.span = outer
+        return max(0, _clamp(total))
+
+    def _range_values(self, e, begin, end, bind):
+        """The body's values over the range, one Python iteration each (charged first)."""
         count = end - begin
         if count > self.iterations_left:
             self._too_long(e, count, MAX_SCALAR_ITERATIONS, "Python-level iterations")
         self.iterations_left -= count
         inner = dict(bind)
-        best = 0
         for v in range(begin, end):
             inner[e.var] = v
-            value = self.scalar(e.body, inner)
-            if value > best:
-                best = value
-        return best
+            yield self.scalar(e.body, inner)
 
     def _charge_elements(self, e, count):
         if count > self.elements_left:

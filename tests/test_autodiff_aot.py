@@ -8,7 +8,7 @@ KERNEL_MODULE = """
 import qdc as qd
 
 x = qd.field(qd.f32, shape=64, needs_grad=True)
-n = qd.field(qd.i32, shape=())
+n = qd.field(qd.f32, shape=())  # a float bound is outside the SizeExpr grammar: default_ad_stack_size
 y = qd.field(qd.f32, shape=(), needs_grad=True)
 
 
@@ -16,7 +16,7 @@ y = qd.field(qd.f32, shape=(), needs_grad=True)
 def chain():
     for i in x:
         v = x[i]
-        for _ in range(n[None]):
+        for _ in range(int(n[None])):
             v = qd.sin(v) * 0.95 + 0.01
         y[None] += v
 """

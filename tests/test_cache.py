@@ -79,7 +79,8 @@ def _keys(tmp_path, source, tag, **opts):
     path.write_text(source)
     mod = _import(path, f"qdc_test_keys_{tag}")
     o = options_mod.Options().update(**opts)
-    return {k: cache_key.kernel_key(getattr(mod, k).fn, getattr(mod, k).params, o, "cpu").key for k in KERNELS}
+    return {k: cache_key.kernel_key(getattr(mod, k).fn, getattr(mod, k)._primal.params, o, "cpu").key
+            for k in KERNELS}
 
 
 def test_key_changes_exactly_for_the_affected_kernel(tmp_path):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .. import ir
 from ..ir.adstack import ADSTACK_OPS, AdStackAccAdjoint, AdStackAlloca, AdStackLoadTop, AdStackLoadTopAdj, TempAtomicAdd
-from ..passes.dce import eliminate_dead_code
+from ..passes.dce import eliminate_dead_code, sweep
 
 
 def remove_dead_adstacks(k: ir.KernelIR) -> None:
@@ -43,18 +43,5 @@ def _sweep_once(k: ir.KernelIR) -> bool:
             return s.slot not in temps_read
         return False
 
-    return _sweep(k.body, dead)
+    return sweep(k.body, dead)
 
-
-def _sweep(block: ir.Block, dead) -> bool:
-    changed = False
-    keep = []
-    for s in block.stmts:
-        for b in s.blocks():
-            changed |= _sweep(b, dead)
-        if dead(s):
-            changed = True
-        else:
-            keep.append(s)
-    block.stmts = keep
-    return changed

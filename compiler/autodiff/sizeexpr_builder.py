@@ -9,6 +9,7 @@ API (the node classes, serialization and evaluation are in qdc.runtime.sizeexpr)
     b.trip_count(loop) -> SizeExpr | None          iterations of one RangeFor / range-for Task
     b.upper_bound(value) -> SizeExpr | None        bound of one integer IR value
     b.failure -> str | None    after a None: "file:line:col: why", for the fallback warning
+    b.failure_loc, b.failure_reason    the same in parts (the SourceLoc may be None)
     stack_capacity_expr(alloca, kernel), trip_count_expr(loop, kernel)   one-shot forms
 
 Results contain no bound variables outside a MaxOverRange; `se.to_nodes` serializes them.
@@ -25,7 +26,8 @@ body, one per variable, which is exact for the maximum because the ranges are ex
   max_over(j in [0, n): j), written `n - 1`: the loop's end bounds it. Integer casts pass
   through; `x << c` is `x * 2**c`; `x // d` and `x >> c` are fresh variables over
   [0, max(x) + 1) and `x % d` one over [0, max(d)), which bounds them by max(x) and keeps
-  qd.ndrange index decompositions readable.
+  qd.ndrange index decompositions readable; `x // b` with x over [0, a * b) is one over
+  [0, a), so an ndrange's row index is bounded by its extent.
 - A read indexed by `v + c` caps v's range at the array's axis length minus c: the kernel
   cannot legally read beyond it, so the bound need not either. When a loop's range is not
   expressible, these caps alone bound its index.
@@ -47,7 +49,10 @@ body, one per variable, which is exact for the maximum because the ranges are ex
   top) adds nothing and is skipped; one that grows from itself (`n = n + 1`) is unsupported.
 - Pushes are counted over the structure of the stack's block, like the compile-time sizing:
   statements add, an `if` takes the larger of its branches, a loop multiplies its body's
-  count by its trip count (fused, so `for j in range(a[i])` under i counts a[i] per i).
+  count by its trip count (fused, so `for j in range(a[i])` under i counts a[i] per i); when
+  the body's count depends on the loop's own index and nothing else varying, the loop sums
+  it instead (SumOverRange: `for j in range(i)` under `for i in range(n)` counts n(n-1)/2,
+  `for _ in range(cnt[idx[k]])` under k counts the sum over k, both exact).
   Closing hoists non-negative terms and factors that do not depend on the variable out of
   MaxOverRange, which keeps the usual `max_over(...) * 2 + 1` form (an empty range then
   over-counts, soundly).
@@ -105,7 +110,7 @@ def _nonneg(e) -> bool:
         return _nonneg(e.a) or _nonneg(e.b)
     if isinstance(e, (se.Add, se.Mul)):
         return _nonneg(e.a) and _nonneg(e.b)
-    return isinstance(e, se.MaxOverRange)
+    return isinstance(e, (se.MaxOverRange, se.SumOverRange))
 
 
 def _add(a, b):
@@ -194,6 +199,8 @@ class SizeExprBuilder:
     def __init__(self, kernel: ir.KernelIR):
         self.kernel = kernel
         self.failure: str | None = None
+        self.failure_loc: ir.SourceLoc | None = None
+        self.failure_reason: str | None = None
         self._memo: dict = {}
         self._sources_index: dict | None = None
         self._in_progress: list = []  # variables whose stored values are being bounded
@@ -215,15 +222,15 @@ class SizeExprBuilder:
         return self._attempt(lambda: self._close(self._count(block, stack)))
 
     def _attempt(self, build):
-        self.failure = None
+        self.failure = self.failure_loc = self.failure_reason = None
         try:
             expr = build()
         except _Unsupported as u:
-            self.failure = u.describe()
+            self.failure, self.failure_loc, self.failure_reason = u.describe(), getattr(u.stmt, "loc", None), u.reason
             return None
         if expr.depth > se.MAX_DEPTH or expr.size > se.MAX_NODES:
-            self.failure = (f"the bound has {expr.size} operations nested {expr.depth} deep (limits "
-                            f"{se.MAX_NODES} and {se.MAX_DEPTH})")
+            self.failure = self.failure_reason = (f"the bound has {expr.size} operations nested {expr.depth} deep "
+                                                  f"(limits {se.MAX_NODES} and {se.MAX_DEPTH})")
             return None
         return expr
 
@@ -359,11 +366,29 @@ class SizeExprBuilder:
         return t
 
     def _quotient(self, v):
-        """x // d (d >= 1) and x >> c lie in [0, max(x)]: a fresh variable over that range."""
+        """x // d (d >= 1) and x >> c lie in [0, max(x)]: a fresh variable over that range, or
+        over [0, a) when x ranges over [0, a * d) (the row of an ndrange's flat index)."""
         dividend = self._term(v.a)
         if dividend is _SELF:
             return _SELF  # never larger than the value being bounded
+        rows = self._rows(dividend, v.b) if v.op == "floordiv" else None
+        if rows is not None:
+            return self._fresh_var(("fresh", v), v, lambda: rows)
         return self._fresh_var(("fresh", v), v, lambda: _add(self._close(dividend), se.Const(1)))
+
+    def _rows(self, dividend: _Term, divisor: ir.Stmt):
+        """a when `dividend` is a variable over [begin >= 0, a * b) and `divisor` is exactly b."""
+        var = dividend.body.var if isinstance(dividend.body, se.BoundVariable) else None
+        begin, end = dividend.ranges.get(var, (None, None))
+        if not (isinstance(end, se.Mul) and _nonneg(begin)):
+            return None
+        try:
+            d = self._term(divisor)
+        except _Unsupported:
+            return None
+        if d is _SELF or d.ranges or not d.exact:
+            return None
+        return end.a if d.body == end.b else end.b if d.body == end.a else None
 
     def _index_term(self, index: ir.Stmt) -> _Term:
         """The index's exact term; failing that a fresh variable over [0, max(index) + 1), or
@@ -489,11 +514,39 @@ class SizeExprBuilder:
             elif isinstance(s, (ir.RangeFor, ir.While)):
                 count = self._count(s.body, stack)
                 if count.body != se.Const(0):
-                    count = self._combine("mul", self._trip_term(s), count, s)
+                    count = self._sum_over_loop(s, count) or self._combine("mul", self._trip_term(s), count, s)
             else:
                 continue
             total = self._combine("add", total, count, s)
         return total
+
+
+    def _sum_over_loop(self, loop, body: _Term) -> _Term | None:
+        """The pushes of `loop` as the sum of its body's count over its index, when that count
+        depends on the index (`for j in range(i)`: the triangle, not the square). Variables other
+        than the index and those of loops around `loop` are maxed out first, inside the sum: a
+        sum of maxima bounds the sum. None (the caller multiplies by the trip count instead)
+        unless the result depends on launch data only and is evaluated without Python loops."""
+        var = self._vars.get(("loop", loop))
+        if not isinstance(loop, ir.RangeFor) or var is None or var not in body.body.free_vars:
+            return None
+        nested = {s for s in ir.walk(loop.body) if isinstance(s, (ir.RangeFor, ir.While))}
+        around = {v for key, v in self._vars.items() if key[0] == "loop" and key[1] is not loop
+                  and key[1] not in nested}
+        summand = body.body
+        if isinstance(summand, se.Max) and summand.a == se.BoundVariable(var) and summand.b == se.Const(0) \
+                and _nonneg(body.ranges[var][0]):
+            summand = summand.a  # `range(j)` counts max(j, 0): j itself over a non-negative range
+        for w in sorted(body.ranges.keys() - around - {var}, reverse=True):
+            begin, end = body.ranges[w]
+            if w in summand.free_vars:
+                if end is None:
+                    return None
+                summand = _max_over(w, begin, end, summand)
+        begin, end = body.ranges[var]
+        if end is None or summand.free_vars != {var} or var in summand.max_over_vars:
+            return None
+        return _closed(se.SumOverRange(var, begin, end, summand), exact=False)
 
 
 def _max_over(var, begin, end, body) -> se.SizeExpr:

@@ -4,10 +4,21 @@ Stacks only grow in the forward sweep and only shrink in the reverse sweep, so a
 capacity is the most pushes any path through one forward sweep makes: the longest path of
 the task's control-flow graph with a push weighing 1. The IR is structured, so this longest
 path is computed exactly by one pass over the blocks, the graph's acyclic regions in order:
-an `if` takes its heavier branch, a loop multiplies its body by its trip count. A loop whose
-trip count is not a compile-time constant makes the bound dynamic: the stack then gets
-`default_ad_stack_size` entries, with a warning naming the loop (an error under
-`ad_stack_strict`). `ad_stack_size` > 0 forces its value on every stack.
+an `if` takes its heavier branch, a loop multiplies its body by its trip count. This is the
+"Bellman-Ford" stage: every bound a compile-time constant.
+
+A loop whose trip count is known only at launch makes the bound dynamic. It is then captured
+as a `SizeExpr` (sizeexpr_builder.py) stored in the stack's record, which the runtime
+evaluates against the launch's data right before every launch (runtime/adstack.py). Only a
+bound outside that grammar gets `default_ad_stack_size` entries, with a warning naming the
+construct it could not express (an error under `ad_stack_strict`). `ad_stack_size` > 0
+forces its value on every stack.
+
+Each record also says how many threads the stack's task runs on, so the runtime can size
+the heap for the threads a launch really uses: `iterations` (a SizeExpr node list of the
+task's trip count; [] when not expressible, meaning every worker thread) and
+`parallel_from` (the CPU dispatch's threshold: the task spreads over threads only from
+that many iterations; 0 for a task that always runs on one thread).
 """
 from __future__ import annotations
 
@@ -15,9 +26,12 @@ import os
 import sys
 import warnings
 
+from qdc.runtime import sizeexpr as se
+
 from .. import ir
 from ..ir.adstack import AdStackAlloca, AdStackPush
 from .checks import error
+from .sizeexpr_builder import SizeExprBuilder
 
 
 _MAX_STACKS = 0xFFFF
@@ -38,7 +52,7 @@ def pushes_on_longest_path(block: ir.Block, stack: AdStackAlloca) -> int:
             total += 1
         elif isinstance(s, ir.If):
             total += max(pushes_on_longest_path(s.then_block, stack), pushes_on_longest_path(s.else_block, stack))
-        elif isinstance(s, ir.RangeFor):
+        elif isinstance(s, (ir.RangeFor, ir.While)):
             inner = pushes_on_longest_path(s.body, stack)
             if inner:
                 trip = constant_trip_count(s)
@@ -48,53 +62,98 @@ def pushes_on_longest_path(block: ir.Block, stack: AdStackAlloca) -> int:
     return total
 
 
-def constant_trip_count(loop: ir.RangeFor) -> int | None:
-    if isinstance(loop.begin, ir.Const) and isinstance(loop.end, ir.Const):
+def constant_trip_count(loop) -> int | None:
+    if isinstance(loop, ir.RangeFor) and isinstance(loop.begin, ir.Const) and isinstance(loop.end, ir.Const):
         return max(int(loop.end.value) - int(loop.begin.value), 0)
     return None
 
 
+class _Sizer:
+    """Sizes every stack of one gradient kernel; collects the fallback warnings."""
+
+    def __init__(self, k: ir.KernelIR, opts):
+        self.k, self.opts = k, opts
+        self.builder = SizeExprBuilder(k)  # one per kernel: it memoises bounds of shared values
+        self.fallbacks: dict = {}  # (loc, reason) -> names of the stacks that fell back
+        self.dispatch: dict = {}  # task -> (iterations nodes, parallel_from)
+
+    def capacity(self, stack: AdStackAlloca) -> tuple:
+        """(capacity, source, size_expr nodes)."""
+        if self.opts.ad_stack_size > 0:
+            return int(self.opts.ad_stack_size), "ad_stack_size", []
+        try:
+            return max(pushes_on_longest_path(stack.block, stack), 1), "constant bounds", []
+        except DynamicBound as e:
+            loop = e.loop
+        expr = self.builder.stack_capacity(stack)
+        if expr is not None:
+            if isinstance(expr, se.Const):  # folded to a constant after all
+                return max(expr.value, 1), "constant bounds", []
+            # max_size is then only what a reader of the record sees without evaluating it
+            return int(self.opts.default_ad_stack_size), "size_expr", se.to_nodes(expr)
+        loc = self.builder.failure_loc or loop.loc
+        reason = self.builder.failure_reason or "unknown construct"
+        if self.opts.ad_stack_strict:
+            raise error(loc, f"the adstack of '{stack.var_name}' in kernel '{self.k.name}' cannot be sized: its "
+                             f"loop's trip count is only known at run time and {reason} (ad_stack_strict=True). "
+                             f"Bound the loop by scalar arguments, integer fields, ndarray shapes or elements "
+                             f"(combined with + - * max min), or set qd.init(ad_stack_size=N)") from None
+        self.fallbacks.setdefault((loc, reason), []).append(repr(stack.var_name))
+        return int(self.opts.default_ad_stack_size), "default_ad_stack_size", []
+
+    def task_dispatch(self, task: ir.Task) -> tuple:
+        """(iterations nodes, parallel_from) of `task` on the CPU (see the module docstring)."""
+        if task not in self.dispatch:
+            if task.kind == "serial":
+                self.dispatch[task] = (se.to_nodes(se.Const(1)), 0)
+            else:
+                trip = self.builder.trip_count(task)
+                self.dispatch[task] = (se.to_nodes(trip), 0 if task.serial else _parallel_from(task))
+        return self.dispatch[task]
+
+    def warn_fallbacks(self) -> None:
+        for (loc, reason), names in self.fallbacks.items():
+            filename, line = (loc.filename, loc.line) if loc else ("<unknown>", 0)
+            warnings.warn_explicit(
+                f"kernel '{self.k.name}', {os.path.basename(filename)}:{line}: a loop's trip count is only "
+                f"known at run time and {reason}, so its adstacks ({', '.join(names)}) get "
+                f"default_ad_stack_size={self.opts.default_ad_stack_size} entries each (an overflow is detected "
+                f"and raised). Bound the loop by arguments, integer fields, ndarray shapes or elements, set "
+                f"qd.init(ad_stack_size=N), or ad_stack_strict=True to make this an error",
+                UserWarning, filename, line)
+
+
+def _parallel_from(task: ir.Task) -> int:
+    """The least trip count at which the CPU dispatch (codegen/cpu.py) spreads `task` over threads."""
+    from ..codegen.cpu import PARALLEL_WORK_THRESHOLD
+    from ..codegen.llvm_ir import KernelCodegen
+    cost = max(KernelCodegen.task_cost(task), 1)
+    return max(-(-PARALLEL_WORK_THRESHOLD // cost), 1)
+
+
 def size_stacks(k: ir.KernelIR, opts) -> list:
     """One record per stack (in stack-id order) for KernelMeta.adstack; numbers the stacks."""
-    records, dynamic = [], {}
+    records = []
+    sizer = _Sizer(k, opts)
     for ti, task in enumerate(k.tasks):
         for s in task.body.stmts:
             if isinstance(s, AdStackAlloca):
                 s.stack_id = len(records)
-                size, source = _capacity(k, task, s, opts, dynamic)
+                size, source, nodes = sizer.capacity(s)
+                iterations, parallel_from = sizer.task_dispatch(task)
                 where = str(s.loc) if s.loc else k.name
+                shown = se.to_text(se.from_nodes(nodes), [p.name for p in k.params],
+                                   [f.name for f in k.fields]) if nodes else f"{size} entries"
                 log(f"kernel '{k.name}' task {task.task_name}: adstack '{s.var_name}' ({s.type}) at {where}: "
-                    f"{size} entries ({source})")
+                    f"{shown} ({source})")
                 records.append({"task": ti, "dtype": s.type.name, "adjoint": s.adjoint, "max_size": size,
-                                "name": s.var_name, "where": where, "source": source})
+                                "name": s.var_name, "where": where, "source": source, "size_expr": nodes,
+                                "iterations": iterations, "parallel_from": parallel_from})
     if len(records) > _MAX_STACKS or len(k.tasks) > _MAX_STACKS:  # the overflow word's 16-bit fields
         raise error(k.loc, f"kernel '{k.name}' needs {len(records)} adstacks in {len(k.tasks)} tasks; at most "
                            f"{_MAX_STACKS} of each are supported. Split the kernel")
-    for loop, names in dynamic.items():
-        filename, line = (loop.loc.filename, loop.loc.line) if loop.loc else ("<unknown>", 0)
-        warnings.warn_explicit(
-            f"kernel '{k.name}', loop at {os.path.basename(filename)}:{line}: its trip count is only known "
-            f"at run time, so its adstacks ({', '.join(names)}) get default_ad_stack_size="
-            f"{opts.default_ad_stack_size} entries each (an overflow is detected and raised). Set "
-            f"qd.init(ad_stack_size=N) to choose, or ad_stack_strict=True to make this an error",
-            UserWarning, filename, line)
+    sizer.warn_fallbacks()
     return records
-
-
-def _capacity(k, task, stack, opts, dynamic: dict) -> tuple:
-    if opts.ad_stack_size > 0:
-        return int(opts.ad_stack_size), "ad_stack_size"
-    try:
-        return max(pushes_on_longest_path(task.body, stack), 1), "constant bounds"
-    except DynamicBound as e:
-        loop = e.loop
-        if opts.ad_stack_strict:
-            raise error(loop.loc, f"this loop's trip count is only known at run time, so the adstack of "
-                                  f"'{stack.var_name}' in kernel '{k.name}' cannot be sized at compile time "
-                                  f"(ad_stack_strict=True). Set qd.init(ad_stack_size=N) or make the bound "
-                                  f"a constant") from None
-        dynamic.setdefault(loop, []).append(repr(stack.var_name))
-        return int(opts.default_ad_stack_size), "default_ad_stack_size"
 
 
 def log(message: str) -> None:

@@ -18,6 +18,7 @@ from llvmlite import ir as ll
 from qdc.runtime.artifact import KernelMeta
 
 from .. import ir
+from ..ir.adstack import AdStackAlloca
 from .llvm_ir import I32, I64, PTR, VOID, KernelCodegen, ModuleBuilder
 
 # Iterations x per-iteration cost below which a range runs on one thread (~10 µs of work).
@@ -58,6 +59,10 @@ def _dispatch(builder: ll.IRBuilder, ctx, task: ir.Task, chunk, begin, end, cost
         return
     n64 = builder.sext(n, I64) if it.width < 64 else n
     threads = builder.load(builder.gep(ctx, [ll.Constant(I64, meta.threads_slot)], source_etype=I64), typ=I64)
+    if any(isinstance(s, AdStackAlloca) for s in task.body.stmts):  # no more threads than the heap has slices for
+        slot = ll.Constant(I64, meta.adstack_threads_slot)
+        limit = builder.load(builder.gep(ctx, [slot], source_etype=I64), typ=I64)
+        threads = builder.select(builder.icmp_unsigned("<", limit, threads), limit, threads)
     big = builder.icmp_signed(">=", builder.mul(n64, ll.Constant(I64, max(cost, 1))),
                               ll.Constant(I64, PARALLEL_WORK_THRESHOLD))
     multi = builder.icmp_signed(">", threads, ll.Constant(I64, 1))

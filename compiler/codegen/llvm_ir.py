@@ -94,8 +94,10 @@ class KernelCodegen:
         b.ret_void()
         return entry
 
-    def task_cost(self, task: ir.Task) -> int:
-        """A rough per-iteration cost (statements, inner loops weighted) used to decide threading."""
+    @staticmethod
+    def task_cost(task: ir.Task) -> int:
+        """A rough per-iteration cost (statements, inner loops weighted) used to decide threading
+        (also by adstack sizing, which must know how many threads a launch will use)."""
         def cost(block, weight):
             total = 0
             for s in block.stmts:

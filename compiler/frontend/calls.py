@@ -13,7 +13,7 @@ from qdc.runtime.fields import Field
 
 from .. import ir
 from .. import lang
-from ..kernel import Kernel
+from ..kernel import kernel_of
 from .objects import GLOBAL_ARRAYS, NdarrayHandle, RangeSpec
 from .source import is_tail_return, source_info
 from .values import is_runtime
@@ -39,7 +39,7 @@ class CallLowering:
             (arg,) = self.call_args(node, 1, 1, callee.name)
             return self.values.cast(self.scalar(arg, node.args[0]), callee)
         name = getattr(callee, "__name__", type(callee).__name__)
-        if isinstance(callee, Kernel):
+        if kernel_of(callee) is not None:
             self.error(f"kernel '{name}' cannot be called from a kernel; make it a @qd.func")
         hint = " (decorate it with @qd.func)" if inspect.isfunction(callee) else ""
         self.error(f"'{name}' is not a qd.func or a qd intrinsic and cannot be called in a kernel{hint}")

@@ -11,7 +11,16 @@ its prologue (which computes the range), its per-chunk blocks if any, and its ra
 """
 from __future__ import annotations
 
+import numpy as np
+
 from . import stmts as ir
+
+
+def _const_text(s) -> str:
+    """The shortest text that round-trips in the constant's own type (`0.95`, not 0.949999988...)."""
+    if s.type is not None and s.type.is_float and s.type.bits < 64:
+        return repr(float(str(s.type.np_dtype.type(s.value)))) if np.isfinite(s.value) else repr(s.value)
+    return repr(s.value)
 
 _SNAKE: dict = {}
 _NO_RESULT = (ir.LocalStore, ir.GlobalStore, ir.TempStore, ir.LocalAccumulate)
@@ -108,7 +117,7 @@ class Printer:
         elif isinstance(s, ir.LocalAccumulate):
             op = f"accumulate_{s.op}"
         if isinstance(s, ir.Const):
-            args.append(repr(s.value))
+            args.append(_const_text(s))
         elif isinstance(s, ir.ArgLoad):
             args.append(self.param_name(s.arg_index))
         elif isinstance(s, ir.NdarrayShape):

@@ -18,7 +18,7 @@ def eliminate_dead_code(k: ir.KernelIR) -> bool:
                 read_vars.add(s.var)
             elif isinstance(s, ir.TempLoad):
                 read_temps.add(s.slot)
-        changed = _sweep(k.body, lambda s: _is_dead(s, uses, read_vars, read_temps))
+        changed = sweep(k.body, lambda s: _is_dead(s, uses, read_vars, read_temps))
         changed_any |= changed
         if not changed:
             return changed_any
@@ -38,12 +38,13 @@ def _is_dead(s: ir.Stmt, uses: dict, read_vars: set, read_temps: set) -> bool:
     return False
 
 
-def _sweep(block: ir.Block, dead) -> bool:
+def sweep(block: ir.Block, dead) -> bool:
+    """Remove, bottom-up through nested blocks, every statement for which `dead(s)` holds."""
     changed = False
     keep = []
     for s in block.stmts:
         for b in s.blocks():
-            changed |= _sweep(b, dead)
+            changed |= sweep(b, dead)
         if dead(s):
             changed = True
         else:
