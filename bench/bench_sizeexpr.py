@@ -112,7 +112,8 @@ def heap_bytes() -> dict:
     loss = qd.field(qd.f64, shape=(), needs_grad=True)
 
     @qd.kernel
-    def exact(q: qd.types.ndarray(dtype=qd.f64, ndim=2, needs_grad=True), steps: qd.types.ndarray(dtype=qd.i32, ndim=1)):
+    def exact(q: qd.types.ndarray(dtype=qd.f64, ndim=2, needs_grad=True),
+              steps: qd.types.ndarray(dtype=qd.i32, ndim=1)):
         for b, d in qd.ndrange(q.shape[0], q.shape[1]):
             v = q[b, d]
             for _ in range(steps[b]):
@@ -120,7 +121,8 @@ def heap_bytes() -> dict:
             loss[None] += v
 
     @qd.kernel
-    def fallback(q: qd.types.ndarray(dtype=qd.f64, ndim=2, needs_grad=True), steps: qd.types.ndarray(dtype=qd.f32, ndim=1)):
+    def fallback(q: qd.types.ndarray(dtype=qd.f64, ndim=2, needs_grad=True),
+                 steps: qd.types.ndarray(dtype=qd.f32, ndim=1)):
         for b, d in qd.ndrange(q.shape[0], q.shape[1]):
             v = q[b, d]
             for _ in range(int(steps[b])):
@@ -166,8 +168,8 @@ def main() -> None:
     changing = t["sized hook, bound changing"] - t["constant-capacity hook"]
     print(f"\nSizing overhead (sized hook - constant-capacity hook): {overhead:.0f} ns = {overhead / launch:.1%} "
           f"of the n = 1 launch, {overhead / t['launch, n = 16']:.1%} of the n = 16 one (goal <= 10%); with "
-          f"the bound changing at every launch (includes writing the field from Python): {changing / launch:.0%} of the "
-          f"n = 1 launch.\n")
+          f"the bound changing at every launch (includes writing the field from Python): "
+          f"{changing / launch:.0%} of the n = 1 launch.\n")
     h = heap_bytes()
     e, f = h["exact"], h["fallback"]
     print("## Adstack heap, ndrange(64 bodies, 14 dofs) over ndarray shapes, inner loop steps[b] <= 20\n")

@@ -25,7 +25,7 @@ from qdc.runtime.errors import CacheError, QdcCompileError
 from qdc.runtime.fields import Ndarray
 from qdc.runtime.launcher import make_launcher, stub_function
 
-from . import ad, cache_key, ir, lang, options as options_mod
+from . import ad, bounds_checks, cache_key, ir, lang, options as options_mod
 
 # Artifacts kept in memory but not written to the cache (textual LLVM IR: `qdc inspect --llvm`
 # disassembles the stored bitcode instead).
@@ -73,13 +73,14 @@ def _param_error(fn, name, msg):
                            code.co_firstlineno, 1)
 
 
-def build_meta(kir: ir.KernelIR, entry: str, is_grad: bool = False, adstack: dict | None = None) -> KernelMeta:
+def build_meta(kir: ir.KernelIR, entry: str, is_grad: bool = False, adstack: dict | None = None,
+               debug: bool = False) -> KernelMeta:
     return KernelMeta(
         kir.name, entry,
         [ParamMeta(p.name, p.kind, p.dtype.name, p.ndim or 0, bool(p.needs_grad)) for p in kir.params],
         [FieldMeta(f.name, f.dtype.name, f.shape, f.is_grad) for f in kir.fields],
         [TaskMeta(t.task_name, t.kind, t.serial, t.source_kind, _task_range(t)) for t in kir.tasks],
-        kir.num_temps, is_grad, adstack)
+        kir.num_temps, is_grad, adstack, bounds_checks.records(kir) if debug else None)
 
 
 def _task_range(t: ir.Task):
@@ -130,7 +131,8 @@ def compile_kernel(fn, params, opts, arch="cpu", dump=None, variant="forward") -
     else:
         run_pipeline(kir, dump=dump)
         field_objects, adstack = fe.field_objects, None
-    meta = build_meta(kir, f"qdc_{kir.name}" + ("_grad" if variant == "grad" else ""), variant == "grad", adstack)
+    meta = build_meta(kir, f"qdc_{kir.name}" + ("_grad" if variant == "grad" else ""), variant == "grad", adstack,
+                      bool(opts.debug))
     artifacts = _generate_code(arch, kir, meta, opts)
     artifacts["ir"] = ir.print_kernel(kir).encode()
     return CompiledKernel(kir, meta, artifacts, field_objects, None)

@@ -1,39 +1,52 @@
 """The per-launch adstack sizing of one kernel, as a generated Python function.
 
-A kernel's SizeExpr trees (its stacks' capacities and its tasks' trip counts) are turned,
-once when the kernel is loaded, into the source of `prepare(lctx)` (the launcher's hook).
-For a kernel whose stack of `v` is bounded by `n[None] + 1` over a range of
-`a.shape[0]`, on a field `n` and ndarray argument `a`:
+A kernel's SizeExpr trees (its stacks' capacities and its tasks' trip counts) and the layout
+of its stacks are turned, once when the kernel is loaded, into the source of `prepare(lctx)`
+(the launcher's hook). For `for i in range(a.shape[0])` with one f32 stack bounded by
+`1 + max(n[None], 0)` (ctx words from 8):
 
     def prepare(lctx):
-        global _k0, _k1, _bound
+        global _k0, _k1, _bound, _caps
         if _stale:
             return _rebind(lctx)
         a = lctx.args
-        x0 = _f0[0]
-        x1 = a[0].shape[0]
-        if x0 == _k0 and x1 == _k1 and _heap.alloc is _bound:
+        v0 = _f0[0]
+        v1 = a[0].shape[0]
+        if v0 == _k0 and v1 == _k1 and _heap.alloc is _bound:
             return
-        v2 = x0 + 1
-        c0 = v2 if v2 > 1 else 1
-        t0 = 0 if x1 <= 0 else 1 if x1 < 157 else x1 if x1 < _nt else _nt
-        _bound = _apply(lctx.words, (c0,), (t0,))
-        _k0 = x0
-        _k1 = x1
+        v2 = v0 if v0 >= 0 else 0
+        v3 = 1 + v2
+        v4 = 0 if v1 <= 0 else 1 if v1 < 59 else v1 if v1 < _nt else _nt
+        v5 = (v3 * 8 + 15) & -8
+        v6 = v4 if v4 > 1 else 1
+        stride = v5
+        slices = v6
+        _bound = _grow(stride * slices)
+        w = _w
+        w[8] = _heap.ptr
+        w[9] = stride
+        w[11] = 0
+        w[12] = v3
+        w[13] = slices
+        _caps = (v3, )
+        _k0 = v0
+        _k1 = v1
 
 First the leaves: every value read from launch data (scalar arguments, ndarray shapes,
 field and ndarray elements, and every Max/SumOverRange, which the general evaluator of
 sizeexpr.py computes with numpy). When they equal the previous launch's and the heap was not
-reallocated since, nothing else runs. Otherwise the arithmetic follows, then `_apply` lays
-the stacks out, grows the heap and writes the ctx words (runtime/adstack.py).
+reallocated since, nothing else runs. Otherwise the arithmetic follows, then the layout:
+each stack an 8-byte count and its entries rounded up to 8 bytes, a task's stacks one after
+another, the stride the largest task, the heap `stride * slices` (`_grow`, runtime/adstack.py)
+and the ctx words (artifact.py).
 
 Values are exactly those of `sizeexpr.evaluate`: each operation saturates at int64 where the
 ranges of its operands (known from parameter and field dtypes) say it could overflow, `-`
 clamps at 0, a read outside its array is 0. Field elements are read through a memoryview of
 the field's host memory (a constant index is flattened here; a computed one through a small
 function that checks bounds). Thread counts follow the CPU dispatch (codegen/cpu.py): a task
-of v iterations runs on 0 threads if v <= 0, on one if v is under its `parallel_from` or
-there is one worker thread, else on min(v, worker threads).
+of v iterations runs on 0 threads if v <= 0, on one if v is under its `parallel_from`, else
+on min(v, worker threads); the heap holds slices for the most of any task, at least one.
 
 Only integers and names made here reach the source: metadata cannot inject code.
 """
@@ -49,7 +62,7 @@ HEADER_BYTES = 8  # the count at the head of each stack
 INT64_MAX = se.INT64_MAX
 INT64_MIN = se.INT64_MIN
 FIELD_FORMAT = {"i8": "b", "i16": "h", "i32": "i", "i64": "q", "u8": "B", "u16": "H", "u32": "I", "u64": "Q",
-           "u1": "B"}
+                "u1": "B"}  # memoryview formats of integer field elements
 
 
 def dtype_range(name: str) -> tuple:

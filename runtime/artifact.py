@@ -15,6 +15,8 @@ launch context ("ctx") is an array of 64-bit words whose layout the metadata des
                                      thread's slice (adstack_slot + 3 + 2s) and capacity (+ 4 + 2s);
     word  adstack_threads_slot       then the number of thread slices the heap holds: a task with
                                      adstacks runs on at most that many threads
+    word  debug_slot                 only if the kernel has bounds checks (debug_checks non-empty):
+                                     pointer to the launcher's error words (runtime/bounds.py)
 
 `adstack["stacks"]` has one record per stack (a dict): "task" (index), "dtype", "adjoint"
 (entries carry an adjoint slot), "max_size" (the capacity when there is no tree), "name",
@@ -22,6 +24,10 @@ launch context ("ctx") is an array of 64-bit words whose layout the metadata des
 node list of its capacity, runtime/sizeexpr.py; [] = use max_size), "iterations" (node list
 of its task's trip count; [] = unknown) and "parallel_from" (trip count from which the task
 runs on several threads; 0 = never). The runtime evaluates the trees before every launch.
+
+`debug_checks` (only with `debug=True`) has one record per checked global access, its id
+being its position: [kind, name, is_grad, extent, where] with kind "field" (extent: its
+shape) or "ndarray" (extent: the argument index), where = "file:line:col" or "".
 
 On disk (see runtime/cache.py for the layout) every metadata file is a *record*: a msgpack
 array `["qdc", kind, FORMAT_VERSION, sha256(payload), payload]` whose payload is the msgpack
@@ -89,7 +95,8 @@ class KernelMeta:
     """Everything the runtime needs to bind arguments and launch one compiled kernel."""
 
     def __init__(self, name: str, entry: str, params: list, fields: list, tasks: list,
-                 num_temps: int = 0, is_grad: bool = False, adstack: dict | None = None):
+                 num_temps: int = 0, is_grad: bool = False, adstack: dict | None = None,
+                 debug_checks: list | None = None):
         self.name, self.entry = name, entry
         self.params, self.fields, self.tasks = params, fields, tasks
         self.num_temps, self.is_grad = num_temps, is_grad
@@ -106,15 +113,21 @@ class KernelMeta:
         self.adstack_slot = self.ctx_words if stacks else None  # runtime/adstack.py writes these words
         self.adstack_threads_slot = self.ctx_words + 3 + 2 * len(stacks) if stacks else None
         self.ctx_words += 4 + 2 * len(stacks) if stacks else 0
+        self.debug_checks = debug_checks or []
+        self.debug_slot = self.ctx_words if self.debug_checks else None  # runtime/bounds.py writes it
+        self.ctx_words += 1 if self.debug_checks else 0
 
     def to_dict(self) -> dict:
-        return {
+        d = {
             "name": self.name, "entry": self.entry, "num_temps": self.num_temps,
             "is_grad": self.is_grad, "adstack": self.adstack,
             "params": [[p.name, p.kind, p.dtype, p.ndim, p.needs_grad] for p in self.params],
             "fields": [[f.name, f.dtype, list(f.shape), f.is_grad] for f in self.fields],
             "tasks": [[t.name, t.kind, t.serial, t.source_kind, t.range] for t in self.tasks],
         }
+        if self.debug_checks:  # absent without debug: such metadata reads as before
+            d["debug_checks"] = self.debug_checks
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "KernelMeta":
@@ -125,7 +138,7 @@ class KernelMeta:
                    [ParamMeta(*p) for p in d["params"]],
                    [FieldMeta(*f) for f in d["fields"]],
                    [TaskMeta(*t) for t in d["tasks"]],
-                   d["num_temps"], d["is_grad"], d.get("adstack") or {})
+                   d["num_temps"], d["is_grad"], d.get("adstack") or {}, d.get("debug_checks") or [])
 
 
 # ---- records ------------------------------------------------------------------------------
@@ -208,6 +221,24 @@ def check_kernel_meta(d) -> None:
               and isinstance(t[2], bool) and isinstance(t[3], str), f"task {t[0]!r}")
     for i, r in enumerate(d.get("adstack", {}).get("stacks", [])):
         check_adstack_record(d, i, r)
+    _need(isinstance(d.get("debug_checks", []), list), "debug_checks")
+    for i, r in enumerate(d.get("debug_checks", [])):
+        check_debug_record(d, i, r)
+
+
+def check_debug_record(d: dict, i: int, r) -> None:
+    """Bounds-check record `i` (see the module docstring): names a field shape or an ndarray
+    parameter of the kernel."""
+    _need(isinstance(r, list) and len(r) == 5 and r[0] in ("field", "ndarray") and isinstance(r[1], str)
+          and isinstance(r[2], bool) and isinstance(r[4], str) and len(r[1]) <= 256 and len(r[4]) <= 4096,
+          f"debug check {i}")
+    if r[0] == "field":
+        _need(isinstance(r[3], list) and 0 < len(r[3]) <= 16 and all(_is_int(n) and n >= 0 for n in r[3]),
+              f"debug check {i}: shape")
+    else:
+        params = d["params"]
+        _need(_is_int(r[3]) and 0 <= r[3] < len(params) and params[r[3]][1] == "ndarray",
+              f"debug check {i}: ndarray argument")
 
 
 MAX_ADSTACK_CAPACITY = 1 << 40

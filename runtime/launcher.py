@@ -61,6 +61,8 @@ native call, `prepare(ctx)` right before it and `finish()` right after it:
 - `finish()` runs after the native call returns; it may raise (e.g. AdStackOverflowError),
   which propagates to the caller. On the CPU the work is complete when it runs.
 Either may be None. A kernel without hooks gets generated code without any trace of them.
+Kernels with adstacks get the hooks of runtime/adstack.py, kernels compiled with debug=True
+a `finish` that reports bounds-check failures (runtime/bounds.py), run after any other.
 
 Only identifiers that pass `str.isidentifier` and integers reach the generated source, so
 metadata from a cache can never inject code.
@@ -383,10 +385,32 @@ def make_launcher(meta: KernelMeta, device, loaded, fields: list, hooks: LaunchH
     if hooks is None and meta.adstack.get("stacks"):  # the heap sizing and overflow check
         from .adstack import launch_hooks
         hooks = launch_hooks(meta)
+    checks = None
+    if meta.debug_checks:  # debug=True: report the first out-of-range index after the launch
+        from .bounds import BoundsChecks
+        checks = BoundsChecks(meta)
+        hooks = _with_finish(hooks, checks.finish)
     if hooks is not None and hooks.prepare is None and hooks.finish is None:
         hooks = None
     state = _Launcher(meta, device, loaded, fields, hooks, function)
+    if checks is not None:
+        checks.attach(state.words)
     state.build()
     state.bind_runtime()
     context.on_reset(state)
     return state.function
+
+
+def _with_finish(hooks: LaunchHooks | None, finish) -> LaunchHooks:
+    """`hooks` with `finish` run after its own finish, even when that raises (so each launch
+    clears what `finish` reports)."""
+    if hooks is None or hooks.finish is None:
+        return LaunchHooks(hooks.prepare if hooks is not None else None, finish)
+    first = hooks.finish
+
+    def both():
+        try:
+            first()
+        finally:
+            finish()
+    return LaunchHooks(hooks.prepare, both)

@@ -51,6 +51,7 @@ from .errors import QdcError
 
 INT64_MAX = (1 << 63) - 1
 INT64_MIN = -(1 << 63)
+_MAGNITUDE_CAP = 1 << 63  # the largest |value| of a saturated int64: |INT64_MIN|
 # Evaluation budgets per `evaluate` call: elements visited with numpy, and iterations of the
 # Python loop (each costs microseconds, so that limit keeps the worst case around a second).
 MAX_VECTOR_ELEMENTS = 1 << 28
@@ -662,10 +663,10 @@ class _Evaluation:
             return np.maximum(a, b), max(ma, mb)
         if t is Mul:
             m = ma * mb
-            return (a * b if m <= INT64_MAX else _sat_mul(a, b)), min(m, INT64_MAX)
+            return (a * b if m <= INT64_MAX else _sat_mul(a, b)), min(m, _MAGNITUDE_CAP)
         m = ma + mb
         if t is Add:
-            return (a + b if m <= INT64_MAX else _sat_add(a, b)), min(m, INT64_MAX)
+            return (a + b if m <= INT64_MAX else _sat_add(a, b)), min(m, _MAGNITUDE_CAP)
         return np.maximum(a - b if m <= INT64_MAX else _sat_sub(a, b), 0), min(m, INT64_MAX)
 
     def _read_vector(self, e, bind) -> tuple:
@@ -711,7 +712,7 @@ def _unit_offset(index: SizeExpr, var: int):
 def _dtype_magnitude(dtype) -> int:
     if dtype.kind in "iu":
         info = np.iinfo(dtype)
-        return min(max(-int(info.min), int(info.max)), INT64_MAX)
+        return min(max(-int(info.min), int(info.max)), _MAGNITUDE_CAP)
     return 1 if dtype.kind == "b" else INT64_MAX
 
 

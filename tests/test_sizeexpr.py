@@ -301,6 +301,27 @@ def test_csr_offsets_are_bounded_pointwise(rng):
     assert bound(expr, [off]) == np.diff(off).max() == run_ir(kb.k, [off])[s]
 
 
+def test_ndrange_row_is_bounded_by_its_extent_and_index_sums_are_exact(rng):
+    """flat // m over [0, m * m) is a row index below m; the pushes of a loop whose inner count
+    is read at its index are the sum over it (with an exact bound, no product)."""
+    kb = KB(("m", "scalar", 0), ("cnt", "ndarray", 1))
+    m = kb.arg(0)
+    with kb.loop(0, kb.op("mul", m, m)) as flat:
+        s = kb.stack()
+        with kb.loop(0, kb.op("floordiv", flat.index, m)):
+            kb.push(s)
+        t = kb.stack()
+        with kb.loop(0, kb.shape(1)) as k:
+            with kb.loop(0, kb.read(kb.nd(1), k.index)):
+                kb.push(t)
+    rows, sums = capacity(kb, s), capacity(kb, t)
+    for _ in range(3):
+        args = [int(rng.integers(1, 12)), rng.integers(0, 9, size=int(rng.integers(1, 7))).astype(np.int32)]
+        deepest = run_ir(kb.k, args)
+        assert bound(rows, args) == deepest[s] == args[0] - 1
+        assert bound(sums, args) == deepest[t] == args[1].sum()
+
+
 def test_ndrange_index_decomposition_is_bounded(rng):
     """for v in range(n * m): i, j = v // m, v % m; for _ in range(a[i, j])."""
     kb = KB(("a", "ndarray", 2))
@@ -559,6 +580,20 @@ def test_arithmetic_saturates_at_int64_max():
     small = np.array([3, -5], np.int64)
     neg = se.MaxOverRange(0, se.Const(0), se.Const(2), se.Mul(se.NdarrayRead(0, [j]), se.Const(-(1 << 62))))
     assert se.evaluate(se.Add(neg, se.Const(I64_MAX)), se.LaunchEnv([small])) == I64_MAX
+
+
+def test_vectorised_arithmetic_saturates_at_int64_min_too():
+    """-3 * 2**62 saturates to INT64_MIN, whose magnitude is 2**63: subtracting it from 0 must
+    saturate to INT64_MAX (not wrap around to INT64_MIN, then clamp to 0)."""
+    j = se.BoundVariable(0)
+    body = se.Sub(se.Const(0), se.Mul(se.NdarrayRead(0, [j]), se.Const(1 << 62)))
+    tree = se.MaxOverRange(0, se.Const(0), se.NdarrayShape(0, 0), body)
+    for dtype in (np.int32, np.int64):
+        arr = np.array([-3, 1, 2], dtype)
+        assert se.evaluate(tree, se.LaunchEnv([arr])) == I64_MAX == _brute_force(tree, [arr], {})
+    wide = se.MaxOverRange(0, se.Const(0), se.NdarrayShape(0, 0), se.Sub(se.Const(0), se.NdarrayRead(0, [j])))
+    arr = np.array([-(1 << 63), 5], np.int64)  # an int64 element of magnitude 2**63
+    assert se.evaluate(wide, se.LaunchEnv([arr])) == I64_MAX
 
 
 def test_max_over_range_guard_raises_instead_of_hanging():

@@ -12,7 +12,7 @@ API (the node classes, serialization and evaluation are in qdc.runtime.sizeexpr)
     b.failure_loc, b.failure_reason    the same in parts (the SourceLoc may be None)
     stack_capacity_expr(alloca, kernel), trip_count_expr(loop, kernel)   one-shot forms
 
-Results contain no bound variables outside a MaxOverRange; `se.to_nodes` serializes them.
+Results contain no bound variables outside a Max/SumOverRange; `se.to_nodes` serializes them.
 
 How a value is bounded. Each IR value becomes a term: an expression `body` that may mention
 enclosing loop indices as bound variables, each with a range [begin, end) of closed
@@ -57,6 +57,19 @@ body, one per variable, which is exact for the maximum because the ranges are ex
   MaxOverRange, which keeps the usual `max_over(...) * 2 + 1` form (an empty range then
   over-counts, soundly).
 Anything else returns None with `failure` set; the caller falls back to default_ad_stack_size.
+
+Exact and over-approximate. The capacity equals the deepest the stack gets (for the launch's
+data) when every loop count is a sum or product of launch data and of the index of the loop
+itself, and reads are at exact indices: field and argument bounds, ndarray reads at a loop
+index (also `off[i + 1] - off[i]`), shapes, ndrange rows, counts summed over one loop
+(triangles, `cnt[idx[k]]`). It is an upper bound, not the depth, where
+- an `if` pushes more in one branch: the heavier branch counts, whatever the condition;
+- a loop's count depends on its index and on an enclosing one (`for j in range(a[i])` then
+  `for _ in range(b[j])` under i): the trip count times the largest count;
+- a read's index is not exact (a loop-carried or stashed value, `%`, `//` other than an
+  ndrange row): the largest element over the index's whole range;
+- values are unfused min / select (the max of the two) or a subtraction whose subtrahend is
+  not exact (the minuend alone).
 """
 from __future__ import annotations
 

@@ -235,7 +235,9 @@ class TaskAdjoint:
         self.acc(s.value, g)
 
     def grad_ptr(self, ptr: ir.GlobalPtr) -> ir.GlobalPtr:
-        return self.emit(ir.GlobalPtr(self.k.grad_target(ptr.target), [self.primal(i) for i in ptr.indices]))
+        # The primal access's location, so a debug-mode bounds error on the .grad points at user code.
+        return self.emit(ir.GlobalPtr(self.k.grad_target(ptr.target), [self.primal(i) for i in ptr.indices],
+                                      loc=ptr.loc))
 
     # ---- adjoints ------------------------------------------------------------------------
     def is_active(self, x) -> bool:

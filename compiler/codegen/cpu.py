@@ -59,7 +59,7 @@ def _dispatch(builder: ll.IRBuilder, ctx, task: ir.Task, chunk, begin, end, cost
         return
     n64 = builder.sext(n, I64) if it.width < 64 else n
     threads = builder.load(builder.gep(ctx, [ll.Constant(I64, meta.threads_slot)], source_etype=I64), typ=I64)
-    if any(isinstance(s, AdStackAlloca) for s in task.body.stmts):  # no more threads than the heap has slices for
+    if any(isinstance(s, AdStackAlloca) for s in task.body.stmts):  # at most the heap's thread slices
         slot = ll.Constant(I64, meta.adstack_threads_slot)
         limit = builder.load(builder.gep(ctx, [slot], source_etype=I64), typ=I64)
         threads = builder.select(builder.icmp_unsigned("<", limit, threads), limit, threads)

@@ -12,7 +12,10 @@ from llvmlite import ir as ll
 from qdc.runtime import types as T
 from qdc.runtime.artifact import KernelMeta
 
+from qdc.runtime.bounds import MAX_AXES
+
 from .. import ir
+from ..bounds_checks import checked_accesses
 from .llvm_adstack import AdStackLowering
 
 PTR = ll.PointerType()
@@ -74,6 +77,9 @@ class KernelCodegen:
         self.mb, self.k, self.meta = mb, kernel, meta
         self.fast_math = fast_math
         self.param_slot = {i: p.slot for i, p in enumerate(meta.params)}
+        # debug=True: the id of each checked access (meta.debug_checks is the table)
+        self.check_id = {s: i for i, s in enumerate(checked_accesses(kernel))} if meta.debug_checks else {}
+        assert len(self.check_id) == len(meta.debug_checks), "bounds-check table out of step with the IR"
 
     # ---- kernel and tasks -----------------------------------------------------------------
     def emit_kernel(self, dispatch) -> ll.Function:
@@ -439,14 +445,66 @@ class _Env(AdStackLowering):
             base = self.ctx_word(slot + 1 + target.ndim if target.is_grad else slot, PTR)
             dims = [self.ctx_word(slot + 1 + d, I64) for d in range(target.ndim)]
         linear = None
+        indices = []
         for idx, dim in zip(s.indices, dims):
             i = self.v(idx)
             i = b.sext(i, I64) if idx.type.bits < 64 and idx.type.kind == "int" else \
                 (b.zext(i, I64) if i.type.width < 64 else i)
+            indices.append(i)
             linear = i if linear is None else b.add(b.mul(linear, dim, flags=("nsw",)), i, flags=("nsw",))
         if linear is None:
             return base
-        return b.gep(base, [linear], inbounds=True, source_etype=memtype(s.type))
+        ptr = b.gep(base, [linear], inbounds=True, source_etype=memtype(s.type))
+        check = self.cg.check_id.get(s)
+        return ptr if check is None else self.bounds_checked(ptr, check, indices, dims)
+
+    def bounds_checked(self, ptr, check: int, indices: list, dims: list):
+        """`ptr` if every index is below its dimension (one unsigned compare each, which also
+        catches negative ones), else the error buffer's scratch element, after recording the
+        first failing axis and its index there (runtime/bounds.py)."""
+        b = self.b
+        in_range = [b.icmp_unsigned("<", i, d) for i, d in zip(indices, dims)]
+        ok = in_range[0]
+        for r in in_range[1:]:
+            ok = b.and_(ok, r)
+        checked = b.block
+        fail = b.append_basic_block("bounds.fail")
+        cont = b.append_basic_block("bounds.ok")
+        br = b.cbranch(ok, cont, fail)
+        br.set_weights([1 << 20, 1])
+        b.position_at_end(fail)
+        code, value = ll.Constant(I64, 0), ll.Constant(I64, 0)
+        for axis in reversed(range(len(indices))):  # the first failing axis is reported
+            bad = b.not_(in_range[axis])
+            code = b.select(bad, ll.Constant(I64, check * MAX_AXES + axis + 1), code)
+            value = b.select(bad, indices[axis], value)
+        errors = self.ctx_word(self.cg.meta.debug_slot, PTR)
+        b.call(self.bounds_fail_fn(), [errors, code, value])
+        scratch = b.gep(errors, [ll.Constant(I64, 2)], source_etype=I64)
+        b.branch(cont)
+        b.position_at_end(cont)
+        out = b.phi(PTR)
+        out.add_incoming(ptr, checked)
+        out.add_incoming(scratch, fail)
+        return out
+
+    def bounds_fail_fn(self) -> ll.Function:
+        """`void qdc_bounds_fail(ptr errors, i64 code, i64 index)`: the first failure of a
+        launch (compare-and-swap from 0) stores its code and index."""
+        fn = self.mb.module.globals.get("qdc_bounds_fail")
+        if fn is not None:
+            return fn
+        fn = ll.Function(self.mb.module, ll.FunctionType(VOID, [PTR, I64, I64]), name="qdc_bounds_fail")
+        fn.linkage = "internal"
+        fn.attributes.add("noinline")
+        fn.attributes.add("cold")
+        errors, code, index = fn.args
+        b = ll.IRBuilder(fn.append_basic_block("entry"))
+        won = b.extract_value(b.cmpxchg(errors, ll.Constant(I64, 0), code, "monotonic", "monotonic"), 1)
+        with b.if_then(won):
+            b.store(index, b.gep(errors, [ll.Constant(I64, 1)], source_etype=I64))
+        b.ret_void()
+        return fn
 
     def s_GlobalLoad(self, s):
         v = self.b.load(self.v(s.ptr), typ=memtype(s.type), align=s.type.nbytes)
