@@ -26,7 +26,7 @@ from qdc.runtime.errors import QdcCompileError
 from qdc.runtime.fields import Field
 
 from . import cache_key, options as options_mod
-from .kernel import CODEGEN_ARCHES, Kernel, compile_recording_warnings, kernel_of, reverse_mode_available, store
+from .kernel import CODEGEN_ARCHES, Kernel, compile_recording_warnings, kernel_of, store
 
 PROGRESS_INTERVAL_S = 2.0
 # A worker process takes about as long to start (imports, llvmlite) as compiling a few
@@ -217,13 +217,14 @@ def build(paths, arches, opts, cache_dir: str, jobs: int = 1, force: bool = Fals
     log = log or (lambda text: print(text, file=sys.stderr, flush=True))
     t0 = time.perf_counter()
     files = discover(paths)
-    options_mod.current = opts  # int/float annotations resolve to opts.default_ip/default_fp
+    previous_options, options_mod.current = options_mod.current, opts  # int/float annotations use opts
     cache = Cache(cache_dir)
     imported_before = set(sys.modules)
     try:
         sources = load_sources(files)
         report = _build_sources(sources, files, arches, opts, cache, jobs, force, log)
     finally:
+        options_mod.current = previous_options
         _forget_modules(imported_before, files)  # a later build in this process imports afresh
     report.seconds = time.perf_counter() - t0
     log(_summary(report, arches))
@@ -300,7 +301,7 @@ def _variant_keys(kernel: Kernel, opts, arch: str) -> tuple[dict, list]:
         params = _params_for_aot(kernel)
         deps = cache_key.kernel_key(kernel.fn, params, opts, arch, "forward")
         keys = {"forward": deps.key}
-        if deps.needs_grad and reverse_mode_available():
+        if deps.needs_grad:
             keys["grad"] = cache_key.kernel_key(kernel.fn, params, opts, arch, "grad").key
         return keys, deps.fields
     except Exception:  # noqa: BLE001
@@ -403,6 +404,7 @@ def _run_in_workers(todo, files, opts, cache_dir, force, n, finished, here) -> N
     def drive():
         proc = subprocess.Popen([sys.executable, "-m", "qdc.compiler.build", "--worker"], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, text=True, bufsize=1)
+        job = None
         try:
             proc.stdin.write(hello + "\n")
             while True:
@@ -414,13 +416,19 @@ def _run_in_workers(todo, files, opts, cache_dir, force, n, finished, here) -> N
                 proc.stdin.flush()
                 line = proc.stdout.readline()
                 if not line:
-                    finished(job, {"status": "failed", "error": f"kernel '{job.module}.{job.kernel}': the build "
-                                                                f"worker died (exit code {proc.wait()})"})
-                    return
+                    raise BrokenPipeError
                 finished(job, json.loads(line))
+                job = None
+        except OSError:  # the worker died (its pipe broke or closed): its job fails, the rest go on
+            if job is not None:
+                finished(job, {"status": "failed", "error": f"kernel '{job.module}.{job.kernel}': the build "
+                                                            f"worker died (exit code {proc.wait()})"})
         finally:
             if proc.poll() is None:
-                proc.stdin.close()
+                try:
+                    proc.stdin.close()
+                except OSError:
+                    pass
                 proc.wait()
 
     threads = [threading.Thread(target=drive, daemon=True) for _ in range(n)]

@@ -21,6 +21,7 @@ import inspect
 import os
 import textwrap
 import types
+import weakref
 
 import msgpack
 import numpy as np
@@ -79,7 +80,7 @@ def kernel_key(fn, params, opts, arch: str, variant: str = "forward") -> KernelD
 
 # ---- the dependency walk -----------------------------------------------------------------
 
-_SOURCES: dict = {}
+_SOURCES = weakref.WeakKeyDictionary()  # a redefined kernel (notebooks) frees its entry
 
 
 def _source(fn) -> tuple[str, ast.AST]:
@@ -208,7 +209,8 @@ def compiler_fingerprint() -> str:
         h = hashlib.sha256(f"qdc {qdc.__version__} llvmlite {llvmlite.__version__}".encode())
         compiler_dir = os.path.dirname(os.path.abspath(__file__))
         runtime_dir = os.path.join(os.path.dirname(compiler_dir), "runtime")
-        paths = [os.path.join(runtime_dir, n) for n in ("artifact.py", "types.py")]
+        # Runtime modules whose formats or constants generated code and stored entries depend on.
+        paths = [os.path.join(runtime_dir, n) for n in ("artifact.py", "types.py", "bounds.py", "sizeexpr.py")]
         for dirpath, dirs, files in os.walk(compiler_dir):
             dirs[:] = sorted(d for d in dirs if d != "__pycache__")
             paths += [os.path.join(dirpath, f) for f in sorted(files) if f.endswith(".py")]

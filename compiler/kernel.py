@@ -111,12 +111,6 @@ def _range_expr(s, depth=0) -> list:
     return ["opaque"]
 
 
-def reverse_mode_available() -> bool:
-    """Whether `compile_kernel` can build the "grad" variant; `qdc build` plans grad variants
-    only then. Turned on by the autodiff pass."""
-    return True
-
-
 def compile_kernel(fn, params, opts, arch="cpu", dump=None, variant="forward") -> CompiledKernel:
     """Front end → passes → codegen for one (specialised) kernel variant. No cache involved."""
     from .frontend.ast_to_ir import FrontEnd

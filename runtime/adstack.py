@@ -41,12 +41,12 @@ from .types import by_name
 _heaps: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # Runtime -> AdStackHeap
 
 
-def logging() -> bool:
+def logging_enabled() -> bool:
     return "adstack" in os.environ.get("QDC_LOG", "").split(",")
 
 
 def log(message: str) -> None:
-    if logging():
+    if logging_enabled():
         print(f"[qdc adstack] {message}", file=sys.stderr)
 
 
@@ -147,7 +147,7 @@ class AdStackHooks:
         self.meta = meta
         self.stacks = KernelStacks(meta)
         self.slot = meta.adstack_slot
-        gen = sizing.SizingSource(meta, self.stacks, self.slot, log=logging())
+        gen = sizing.SizingSource(meta, self.stacks, self.slot, log=logging_enabled())
         self.max_overs = gen.max_overs
         self.fields_read, self.field_readers = sorted(gen.fields_read), gen.field_readers
         g = self.namespace = {

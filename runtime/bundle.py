@@ -75,8 +75,8 @@ def pack(cache: Cache, out_path: str) -> dict:
             entry = read_entry(cache, key)
             base = entry_path(key)
             members[f"{base}/{META_FILE}"] = _normalised(A.ENTRY_RECORD, entry.record)
-            for info in entry.record["artifacts"].values():
-                members[f"{base}/{info['file']}"] = cache.read(f"{base}/{info['file']}")
+            for kind, info in entry.record["artifacts"].items():  # the bytes read_entry verified
+                members[f"{base}/{info['file']}"] = entry.artifacts[kind]
     data = _tar_gz(members)
     out_path = os.fspath(out_path)
     tmp = f"{out_path}.{uuid.uuid4().hex[:8]}.tmp"

@@ -24,10 +24,6 @@ class DataType:
         return self.kind != "float"
 
     @property
-    def is_signed(self) -> bool:
-        return self.kind in ("int", "float")
-
-    @property
     def nbytes(self) -> int:
         return self.np_dtype.itemsize
 

@@ -1,6 +1,5 @@
 """Reverse mode over global data: stores, atomics, ndarrays, values crossing tasks, the Tape."""
 import numpy as np
-import pytest
 
 import qdc as qd
 from autodiff_util import autodiff_grad, check_against_central_diff

@@ -23,10 +23,10 @@ that many iterations; 0 for a task that always runs on one thread).
 from __future__ import annotations
 
 import os
-import sys
 import warnings
 
 from qdc.runtime import sizeexpr as se
+from qdc.runtime.adstack import log
 
 from .. import ir
 from ..ir.adstack import AdStackAlloca, AdStackPush
@@ -155,7 +155,3 @@ def size_stacks(k: ir.KernelIR, opts) -> list:
     sizer.warn_fallbacks()
     return records
 
-
-def log(message: str) -> None:
-    if "adstack" in os.environ.get("QDC_LOG", "").split(","):
-        print(f"[qdc adstack] {message}", file=sys.stderr)

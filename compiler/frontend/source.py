@@ -5,6 +5,7 @@ import ast
 import functools
 import inspect
 import textwrap
+import weakref
 
 from qdc.runtime.errors import QdcCompileError
 
@@ -47,7 +48,7 @@ class SourceInfo:
         return self._func_body
 
 
-_SOURCE_CACHE: dict = {}
+_SOURCE_CACHE = weakref.WeakKeyDictionary()  # a redefined kernel (notebooks) frees its entry
 
 
 def source_info(fn) -> SourceInfo:
