@@ -134,12 +134,79 @@ class KernelCodegen:
             return fn
         begin, end = fn.args[1], fn.args[2]
         env.block(task.chunk_init)
-        env.loop(begin, end, task.index, task.body)
+        if task.axis_index:
+            self.emit_rows(env, task, begin, end)
+        else:
+            env.loop(begin, end, task.index, task.body)
         if task.chunk_final.stmts:
             with b.if_then(b.icmp_signed("<", begin, end)):
                 env.block(task.chunk_final)
         b.ret_void()
         return fn
+
+    def emit_rows(self, env: "_Env", task: ir.Task, begin, end) -> None:
+        """The body for every index in [begin, end), walked as rows of the task's grid
+        (`Task.axes`): the first index is divided into coordinates once, the innermost
+        coordinate is each row's loop variable, and the outer ones carry like an odometer."""
+        b, it = env.b, begin.type
+        extents = [env.v(a) for a in task.axes]
+        coords = [env.entry_alloca(it, f"coord{d}") for d in range(len(task.axis_index))]
+        flat = env.entry_alloca(it, "row_start")
+        start_bb, head, exit_bb = (b.append_basic_block(n) for n in ("rows.start", "rows.head", "rows.exit"))
+        b.cbranch(b.icmp_signed("<", begin, end), start_bb, exit_bb)
+        b.position_at_end(start_bb)  # the range is not empty: every extent is >= 1
+        rest = begin
+        for coord, extent in zip(reversed(coords[1:]), reversed(extents)):
+            b.store(b.srem(rest, extent), coord)
+            rest = b.sdiv(rest, extent)
+        b.store(rest, coords[0])
+        b.store(begin, flat)
+        b.branch(head)
+        b.position_at_end(head)
+        start = b.load(flat, typ=it)
+        for c, coord in zip(task.axis_index[:-1], coords[:-1]):
+            env.vals[c] = b.load(coord, typ=it)
+        first = b.load(coords[-1], typ=it)
+        length = b.sub(extents[-1], first)
+        length = b.select(b.icmp_signed("<", b.sub(end, start), length), b.sub(end, start), length)
+        self.emit_row(env, task, first, b.add(first, length, flags=("nsw",)), b.sub(start, first), exit_bb)
+        after = b.add(start, length, flags=("nsw",))
+        b.store(after, flat)
+        b.store(ll.Constant(it, 0), coords[-1])
+        carry = ll.Constant(I1, 1)
+        for d in reversed(range(len(coords) - 1)):
+            bumped = b.add(b.load(coords[d], typ=it), b.zext(carry, it))
+            if d > 0:
+                carry = b.icmp_signed("==", bumped, extents[d - 1])
+                bumped = b.select(carry, ll.Constant(it, 0), bumped)
+            b.store(bumped, coords[d])
+        b.cbranch(b.icmp_signed("<", after, end), head, exit_bb)
+        b.position_at_end(exit_bb)
+
+    @staticmethod
+    def emit_row(env: "_Env", task: ir.Task, first, stop, row_base, exit_bb) -> None:
+        """One row: the innermost coordinate runs over [first, stop) and the flat index is
+        `row_base` plus it. A `break` (serialized loops) leaves the whole chunk."""
+        b, it = env.b, first.type
+        var = env.entry_alloca(it, "col")
+        b.store(first, var)
+        head, body_bb, latch, done = (b.append_basic_block(n) for n in ("row.head", "row.body", "row.latch", "row.end"))
+        b.branch(head)
+        b.position_at_end(head)
+        col = b.load(var, typ=it)
+        b.cbranch(b.icmp_signed("<", col, stop), body_bb, done)
+        b.position_at_end(body_bb)
+        env.vals[task.axis_index[-1]] = col
+        env.vals[task.index] = b.add(row_base, col, flags=("nsw",))
+        env.loops.append((latch, exit_bb))
+        env.block(task.body)
+        env.loops.pop()
+        if not b.block.is_terminated:
+            b.branch(latch)
+        b.position_at_end(latch)
+        b.store(b.add(b.load(var, typ=it), ll.Constant(it, 1), flags=("nsw",)), var)
+        b.branch(head)
+        b.position_at_end(done)
 
 
 def start_function(fn: ll.Function) -> ll.IRBuilder:

@@ -108,7 +108,7 @@ class LoopLowering:
         # At the kernel's top level (also inside a func called there, which is inlined): parallel.
         parallel = len(self.blocks) == 1 and not serialize
         loop = self.emit(ir.RangeFor(self.values.const(0, index_type), self.values.cast(total, index_type),
-                                     index_type, serial=not parallel, kind=kind))
+                                     index_type, serial=not parallel, kind=kind, ndim=len(dims)))
         self.blocks.append(loop.body)
         self.frame.loops.append("parallel" if parallel else "serial")
         try:

@@ -101,8 +101,11 @@ class Printer:
             self.nested("prologue", t.prologue, inner)
         if t.chunk_init.stmts:
             self.nested("chunk_init", t.chunk_init, inner)
-        self.nested(f"for {self.name(t.index)} : {t.index.type} in [{self.name(t.begin)}, {self.name(t.end)})",
-                    t.body, inner)
+        loop = f"for {self.name(t.index)} : {t.index.type} in [{self.name(t.begin)}, {self.name(t.end)})"
+        if t.axis_index:  # the row coordinates of the index and the extents of its inner dimensions
+            loop += (f" rows ({', '.join(self.name(c) for c in t.axis_index)}) "
+                     f"extents (*, {', '.join(self.name(a) for a in t.axes)})")
+        self.nested(loop, t.body, inner)
         if t.chunk_final.stmts:
             self.nested("chunk_final", t.chunk_final, inner)
         self.lines.append(f"{pad}}}")

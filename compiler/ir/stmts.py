@@ -317,15 +317,17 @@ class LoopIndex(Stmt):
 class RangeFor(Stmt):
     """`for index in [begin, end)`, step 1. At the top level of a kernel it is a parallel task
     unless `serial`; nested inside a task it runs serially. `kind` records the source form
-    ("range", "ndrange" or "struct") for task metadata."""
+    ("range", "ndrange" or "struct") for task metadata; `ndim` how many dimensions the front
+    end flattened into the index (the body decomposes it, row-major)."""
     OPERANDS = ("begin", "end")
     BLOCKS = ("body",)
-    ATTRS = ("serial", "kind")
+    ATTRS = ("serial", "kind", "ndim")
 
-    def __init__(self, begin: Stmt, end: Stmt, index_type: DataType, serial=False, kind="range", loc=None):
+    def __init__(self, begin: Stmt, end: Stmt, index_type: DataType, serial=False, kind="range", loc=None,
+                 ndim: int = 1):
         super().__init__(None, loc)
         self.begin, self.end = begin, end
-        self.serial, self.kind = serial, kind
+        self.serial, self.kind, self.ndim = serial, kind, ndim
         self.body = Block(parent=self)
         self.index = LoopIndex(self, index_type)
 
@@ -357,9 +359,15 @@ class Task(Stmt):
     A range-for task is run as chunks of its range (one per worker thread on the CPU).
     `chunk_init` runs once at the start of every chunk and `chunk_final` once at its end
     (only when the chunk is not empty); values of `chunk_init` are visible in `body` and
-    `chunk_final`. Thread-local reductions live there: the accumulator and its one atomic."""
+    `chunk_final`. Thread-local reductions live there: the accumulator and its one atomic.
+
+    Row structure (passes/task_axes.py): when `axes` holds the extents E1..En-1 (values of
+    `chunk_init`), `axis_index[d]` is coordinate d of `index` in the row-major grid
+    (unbounded, E1, ..., En-1), so a backend may walk each chunk as rows instead of dividing
+    every index. Every extent is >= 1 whenever the range is non-empty (the range is their
+    product); `index` stays usable beside the coordinates."""
     BLOCKS = ("prologue", "chunk_init", "body", "chunk_final")
-    ATTRS = ("kind", "serial", "source_kind", "task_name")
+    ATTRS = ("kind", "serial", "source_kind", "task_name", "ndim")
 
     def __init__(self, kind: str, loc=None):
         super().__init__(None, loc)
@@ -374,6 +382,9 @@ class Task(Stmt):
         self.begin: Stmt | None = None
         self.end: Stmt | None = None
         self.index: LoopIndex | None = None
+        self.ndim = 1
+        self.axes: list[Stmt] = []
+        self.axis_index: list[LoopIndex] = []
 
     def operands(self):  # begin/end live in the prologue; the verifier checks they do
         return []
@@ -443,7 +454,7 @@ def users_count(block: Block) -> dict:
         for o in s.operands():
             counts[o] = counts.get(o, 0) + 1
         if isinstance(s, Task):
-            for o in (s.begin, s.end):
+            for o in (s.begin, s.end, *s.axes):
                 if o is not None:
                     counts[o] = counts.get(o, 0) + 1
     return counts
@@ -458,6 +469,7 @@ def replace_uses(block: Block, mapping: dict) -> None:
         if isinstance(s, Task):
             s.begin = mapping.get(s.begin, s.begin)
             s.end = mapping.get(s.end, s.end)
+            s.axes = [mapping.get(a, a) for a in s.axes]
 
 
 def clone_block(src: Block, dst: Block, mapping: dict) -> None:
@@ -482,10 +494,13 @@ def clone_stmt(s: Stmt, mapping: dict) -> Stmt:
         if s.index is not None:
             new.index = LoopIndex(new, s.index.type)
             mapping[s.index] = new.index
+        new.axis_index = [LoopIndex(new, a.type) for a in s.axis_index]
+        mapping.update(zip(s.axis_index, new.axis_index))
     for bname in s.BLOCKS:
         clone_block(getattr(s, bname), getattr(new, bname), mapping)
     new.replace_operands(mapping)
     if isinstance(s, Task):
         new.begin = mapping.get(s.begin, s.begin)
         new.end = mapping.get(s.end, s.end)
+        new.axes = [mapping.get(a, a) for a in s.axes]
     return new

@@ -123,8 +123,24 @@ class _Verifier:
             raise IRVerifyError(f"task index must be an integer, got {t.index.type}", t)
         self.block(t.chunk_init, set(), 0)
         chunk_values = set(t.chunk_init.stmts)
-        self.block(t.body, chunk_values | {t.index}, 1)  # `continue` ends an iteration
+        self.axes(t, chunk_values)
+        self.block(t.body, chunk_values | {t.index, *t.axis_index}, 1)  # `continue` ends an iteration
         self.block(t.chunk_final, chunk_values, 0)
+
+    @staticmethod
+    def axes(t: ir.Task, chunk_values: set):
+        if t.axis_index and len(t.axis_index) != len(t.axes) + 1:
+            raise IRVerifyError(f"a task with {len(t.axes)} row extents needs {len(t.axes) + 1} coordinates", t)
+        if t.axes and not t.axis_index:
+            raise IRVerifyError("a task with row extents needs its coordinates", t)
+        for a in t.axes:
+            if a not in chunk_values:
+                raise IRVerifyError("row extents must be computed in the task's chunk_init", t)
+            if a.type is not t.index.type:
+                raise IRVerifyError(f"row extent has type {a.type}, the index {t.index.type}", t)
+        for c in t.axis_index:
+            if c.loop is not t or c.type is not t.index.type:
+                raise IRVerifyError("a row coordinate must belong to its task and have the index's type", t)
 
 
 # ---- type rules -------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from .constant_fold import constant_fold
 from .offload import offload
 from .reductions import thread_local_reductions
 from .simplify import simplify
+from .task_axes import split_task_index
 from .type_check import type_check
 
 PIPELINE = [
@@ -33,6 +34,7 @@ PIPELINE = [
     ("offload", offload),                      # top-level loops -> range-for tasks, the rest -> serial
     ("simplify_tasks", simplify),              # per task: offload recomputes and imports values
     ("thread_local_reductions", thread_local_reductions),  # one atomic per chunk, not per iteration
+    ("split_task_index", split_task_index),    # ndrange coordinates as rows, not k // w and k % w
 ]
 
 

@@ -63,17 +63,17 @@ def _reduce_task(t: ir.Task) -> bool:
 def _is_candidate(s, uses, written_temps) -> bool:
     return (isinstance(s, ir.AtomicRMW) and not uses.get(s) and s.op in _COMBINE
             and s.type not in (T.u1, T.f16) and s.block is not None
-            and _is_invariant(s.ptr, written_temps))
+            and is_invariant(s.ptr, written_temps))
 
 
-def _is_invariant(v: ir.Stmt, written_temps: set) -> bool:
+def is_invariant(v: ir.Stmt, written_temps: set) -> bool:
     if isinstance(v, _INVARIANT_LEAVES):
         return True
     if isinstance(v, ir.TempLoad):
         return v.slot not in written_temps
     if not v.PURE or isinstance(v, ir.LoopIndex):
         return False
-    return all(_is_invariant(o, written_temps) for o in v.operands())
+    return all(is_invariant(o, written_temps) for o in v.operands())
 
 
 def _buffer_key(target) -> tuple:
@@ -94,7 +94,7 @@ def _address_key(v: ir.Stmt) -> tuple:
 def _accumulate_locally(t: ir.Task, atomics: list[ir.AtomicRMW]) -> None:
     first = atomics[0]
     combine, dtype = _COMBINE[first.op], first.type
-    ptr = _hoist(first.ptr, t.chunk_init, {})
+    ptr = hoist(first.ptr, t.chunk_init, {})
     acc = t.chunk_init.append(ir.Alloca(dtype, f"{first.ptr.target.name}_partial", first.loc))
     identity = _identity(combine, dtype)
     if identity != 0:  # an Alloca starts at zero
@@ -105,12 +105,12 @@ def _accumulate_locally(t: ir.Task, atomics: list[ir.AtomicRMW]) -> None:
     t.chunk_final.append(ir.AtomicRMW(combine, ptr, total, first.loc))
 
 
-def _hoist(v: ir.Stmt, dest: ir.Block, mapping: dict) -> ir.Stmt:
+def hoist(v: ir.Stmt, dest: ir.Block, mapping: dict) -> ir.Stmt:
     """A copy of the invariant expression `v` computed in `dest`."""
     if v in mapping:
         return mapping[v]
     for o in v.operands():
-        _hoist(o, dest, mapping)
+        hoist(o, dest, mapping)
     return dest.append(ir.clone_stmt(v, mapping))
 
 
