@@ -95,11 +95,12 @@ class LoadedModule:
             grad = self._kernels.get(base + GRAD_SUFFIX) if base == name else None
             self._kernels[name] = LoadedKernel(base, entries[name], self._bind_fields(entries[name]),
                                                self._arch, grad)
-        for name, f in self._fields.items():
-            setattr(self, name, f)
-        for name, k in self._kernels.items():
-            if not name.endswith(GRAD_SUFFIX):
-                setattr(self, name, k.function)
+        exposed = {**self._fields, **{n: k.function for n, k in self._kernels.items() if not n.endswith(GRAD_SUFFIX)}}
+        for name, value in exposed.items():
+            if name in self.__dict__ or hasattr(type(self), name):  # would replace the module object's own state
+                raise QdcError(f"module '{self.__name__}' ({location}) defines '{name}', which clashes with an "
+                               f"attribute of loaded modules; rename that field or kernel and rebuild")
+            setattr(self, name, value)
         for k in self._kernels.values():  # dlopen everything now: the first launch pays nothing extra
             k._launcher()
 

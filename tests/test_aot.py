@@ -237,3 +237,26 @@ def test_bundle_entries_that_escape_are_refused(built, tmp_path, evil):
     with pytest.raises(qd.CacheError, match="could escape the bundle"):
         load(str(bad), "saxpy")
     assert not (tmp_path.parent / "escape.txt").exists()
+
+
+def test_names_that_clash_with_the_loaded_module_are_refused(tmp_path):
+    """A field named like the loaded module's own attributes would silently replace them."""
+    (tmp_path / "clash.py").write_text(
+        "import qdc as qd\n"
+        "adstack_heap_bytes = qd.field(qd.f32, shape=4)\n"
+        "_private = qd.field(qd.f32, shape=4)\n"
+        "@qd.kernel\n"
+        "def touch():\n"
+        "    for i in adstack_heap_bytes:\n"
+        "        adstack_heap_bytes[i] = _private[i] + 1.0\n")
+    cache = str(tmp_path / "cache")
+    r = qdc_cli("build", str(tmp_path / "clash.py"), "--cache", cache)
+    assert r.returncode == 0, r.stderr
+    with pytest.raises(qd.QdcError, match="'adstack_heap_bytes', which clashes"):
+        load(cache, "clash")
+    (tmp_path / "ok.py").write_text((tmp_path / "clash.py").read_text().replace("adstack_heap_bytes", "out"))
+    assert qdc_cli("build", str(tmp_path / "ok.py"), "--cache", cache).returncode == 0
+    mod = load(cache, "ok")
+    mod._private.from_numpy(np.arange(4, dtype=np.float32))  # an underscore name is an ordinary field
+    mod.touch()
+    np.testing.assert_array_equal(mod.out.to_numpy(), np.arange(4, dtype=np.float32) + 1)
