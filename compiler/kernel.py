@@ -209,11 +209,13 @@ def load_cached(cache: Cache, deps) -> CompiledKernel | None:
         return None
     try:
         fields = deps.bind(entry.field_refs)
+        stale = any(f.dtype.name != fm.dtype or tuple(f.shape) != tuple(fm.shape)
+                    for f, fm in zip(fields, entry.meta.fields))
     except IndexError:
+        stale = True
+    if stale:  # the entry does not fit these fields: evict it so the recompiled one takes its place
+        cache.evict(deps.key)
         return None
-    for f, fm in zip(fields, entry.meta.fields):
-        if f.dtype.name != fm.dtype or tuple(f.shape) != tuple(fm.shape):
-            return None
     hit = CompiledKernel(None, entry.meta, entry.artifacts, fields, deps, from_cache=True)
     hit.warnings = entry.record.get("warnings", [])
     return hit
