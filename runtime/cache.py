@@ -274,9 +274,13 @@ class Cache(DirStore):
         files[META_FILE] = A.encode_record(A.ENTRY_RECORD, body)
         files[STAMP_FILE] = b""
         staging = self._staging_dir(key)
-        for name, data in files.items():
-            with open(os.path.join(staging, name), "wb") as f:
-                f.write(data)
+        try:
+            for name, data in files.items():
+                with open(os.path.join(staging, name), "wb") as f:
+                    f.write(data)
+        except OSError:  # e.g. a full disk: leave nothing half-written behind
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
         final = self.path(entry_path(key))
         os.makedirs(os.path.dirname(final), exist_ok=True)
         if replace:

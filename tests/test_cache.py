@@ -258,6 +258,27 @@ def test_concurrent_writers_of_one_key_leave_one_whole_entry(tmp_path, rng):
     assert sorted(os.listdir(tmp_path / "tmp")) == []  # losers cleaned up after themselves
 
 
+def test_a_failed_write_leaves_nothing_behind(tmp_path, rng, monkeypatch):
+    """A write that fails midway (a full disk, say) raises, stores no entry and leaves no staging folder."""
+    cache = Cache(str(tmp_path))
+    key = "cd" * 32
+    real_open, written = open, []
+
+    def failing_open(path, mode="r", *args, **kwargs):
+        if "w" in mode and str(path).startswith(str(tmp_path / "tmp")):
+            written.append(path)
+            if len(written) == 2:
+                raise OSError(28, "No space left on device")
+        return real_open(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", failing_open)
+    with pytest.raises(OSError, match="No space"):
+        cache.write_entry(key, _fake_entry_body(), {"so": rng.bytes(1000), "bc": rng.bytes(100)})
+    monkeypatch.undo()
+    assert len(written) == 2 and cache.lookup(key) is None
+    assert os.listdir(tmp_path / "tmp") == []
+
+
 def test_clean_evicts_least_recently_used_first(tmp_path, rng):
     cache = Cache(str(tmp_path))
     keys = [f"{i:02x}" * 32 for i in range(5)]
