@@ -137,7 +137,7 @@ class KernelCodegen:
         if task.axis_index:
             self.emit_rows(env, task, begin, end)
         else:
-            env.loop(begin, end, task.index, task.body)
+            env.loop(begin, end, task.body, env.binder(task.index))
         if task.chunk_final.stmts:
             with b.if_then(b.icmp_signed("<", begin, end)):
                 env.block(task.chunk_final)
@@ -187,26 +187,10 @@ class KernelCodegen:
     def emit_row(env: "_Env", task: ir.Task, first, stop, row_base, exit_bb) -> None:
         """One row: the innermost coordinate runs over [first, stop) and the flat index is
         `row_base` plus it. A `break` (serialized loops) leaves the whole chunk."""
-        b, it = env.b, first.type
-        var = env.entry_alloca(it, "col")
-        b.store(first, var)
-        head, body_bb, latch, done = (b.append_basic_block(n) for n in ("row.head", "row.body", "row.latch", "row.end"))
-        b.branch(head)
-        b.position_at_end(head)
-        col = b.load(var, typ=it)
-        b.cbranch(b.icmp_signed("<", col, stop), body_bb, done)
-        b.position_at_end(body_bb)
-        env.vals[task.axis_index[-1]] = col
-        env.vals[task.index] = b.add(row_base, col, flags=("nsw",))
-        env.loops.append((latch, exit_bb))
-        env.block(task.body)
-        env.loops.pop()
-        if not b.block.is_terminated:
-            b.branch(latch)
-        b.position_at_end(latch)
-        b.store(b.add(b.load(var, typ=it), ll.Constant(it, 1), flags=("nsw",)), var)
-        b.branch(head)
-        b.position_at_end(done)
+        def bind(col):
+            env.vals[task.axis_index[-1]] = col
+            env.vals[task.index] = env.b.add(row_base, col, flags=("nsw",))
+        env.loop(first, stop, task.body, bind, break_to=exit_bb, name="row")
 
 
 def start_function(fn: ll.Function) -> ll.IRBuilder:
@@ -251,22 +235,29 @@ class _Env(AdStackLowering):
                 return  # code after break/continue is unreachable
             self.stmt(s)
 
-    def loop(self, begin, end, index: ir.LoopIndex, body: ir.Block):
+    def binder(self, index: ir.LoopIndex):
+        """`bind` for `loop`: the counter is the value of `index`."""
+        def bind(i):
+            self.vals[index] = i
+        return bind
+
+    def loop(self, begin, end, body: ir.Block, bind, break_to=None, name="loop"):
+        """A counted loop over [begin, end) running `body`; `bind(i)` publishes the counter as the
+        values the body reads. `continue` goes to the next count, `break` to `break_to` (default:
+        right after this loop)."""
         b = self.b
         it = begin.type
-        var = self.entry_alloca(it, "i")
+        var = self.entry_alloca(it, name)
         b.store(begin, var)
-        head = b.append_basic_block("loop.head")
-        body_bb = b.append_basic_block("loop.body")
-        latch = b.append_basic_block("loop.latch")
-        exit_bb = b.append_basic_block("loop.exit")
+        head, body_bb, latch, exit_bb = (b.append_basic_block(f"{name}.{part}")
+                                         for part in ("head", "body", "latch", "exit"))
         b.branch(head)
         b.position_at_end(head)
         i = b.load(var, typ=it)
         b.cbranch(b.icmp_signed("<", i, end), body_bb, exit_bb)
         b.position_at_end(body_bb)
-        self.vals[index] = i
-        self.loops.append((latch, exit_bb))
+        bind(i)
+        self.loops.append((latch, break_to or exit_bb))
         self.block(body)
         self.loops.pop()
         if not b.block.is_terminated:
@@ -611,7 +602,7 @@ class _Env(AdStackLowering):
         b.position_at_end(merge)
 
     def s_RangeFor(self, s):
-        self.loop(self.v(s.begin), self.v(s.end), s.index, s.body)
+        self.loop(self.v(s.begin), self.v(s.end), s.body, self.binder(s.index))
 
     def s_While(self, s):
         b = self.b
