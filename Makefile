@@ -12,6 +12,7 @@ demo: setup
 	$(PY) kernels/run_example.py cache
 
 test: setup
+	@command -v qemu-x86_64 >/dev/null 2>&1 || { command -v apt-get >/dev/null 2>&1 && { apt-get update -qq && apt-get install -y -qq qemu-user >/dev/null; } || echo "qdc: qemu-x86_64 is missing and could not be installed with apt-get (package qemu-user): the test of portable CPU code on a CPU without AVX-512 will be skipped"; }
 	$(PY) -m pytest -q tests
 
 bench: setup

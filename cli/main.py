@@ -54,12 +54,23 @@ def cli():
 
 # ---- build -------------------------------------------------------------------------------------
 
+def _cpu_target(value):
+    """--cpu-target, checked here so that a bad value is a usage error."""
+    from qdc.compiler.codegen.cpu_targets import check_cpu_target
+    try:
+        check_cpu_target(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+    return value
+
+
 @cli.command()
 @click.argument("paths", nargs=-1, required=True)
 @click.option("--arch", help="Comma-separated arches (cpu,cuda,vulkan,metal,amdgpu) or 'all'. Default: cpu.")
 @click.option("--cache", "cache_dir", help=f"Cache folder to write. Default: {DEFAULT_CACHE}.")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), help="Compile in N processes. Default: CPU count.")
 @click.option("--force", is_flag=True, help="Recompile even kernels whose entries are cached.")
+@click.option("-v", "--verbose", is_flag=True, help="Name each cache hit too, not only each kernel compiled.")
 @click.option("--opt-level", type=click.IntRange(0, 3), help="LLVM optimisation level (default 3).")
 @click.option("--fast-math/--no-fast-math", default=None, help="Allow float reassociation (default off).")
 @click.option("--debug/--no-debug", default=None, help="Bounds checks on every global access.")
@@ -68,7 +79,10 @@ def cli():
 @click.option("--ad-stack-size", type=click.IntRange(min=0), help="Force N adstack slots (0: sized by the compiler).")
 @click.option("--default-ad-stack-size", type=click.IntRange(min=1), help="Fallback adstack capacity (256).")
 @click.option("--ad-stack-strict/--no-ad-stack-strict", default=None, help="Unsized adstacks are errors.")
-def build(paths, arch, cache_dir, jobs, force, **flags):
+@click.option("--cpu-target", callback=lambda ctx, param, value: _cpu_target(value),
+              help="CPU code: portable (default: x86-64-v2/v3/v4, the best picked at load), native (this machine) "
+                   "or an ISA level / LLVM CPU name.")
+def build(paths, arch, cache_dir, jobs, force, verbose, **flags):
     """Compile every kernel in PATHS (.py files or folders) into the cache."""
     from qdc.compiler import build as build_mod
     from qdc.compiler.options import ConfigError, resolve
@@ -81,7 +95,7 @@ def build(paths, arch, cache_dir, jobs, force, **flags):
         opts = resolve(flags, file_values, source or "configuration file")
         arches = build_mod.resolve_arches(arch_spec)
         report = build_mod.build(list(paths), arches, opts, cache_dir, jobs or os.cpu_count() or 1, force,
-                                 log=lambda text: click.echo(text, err=True))
+                                 log=lambda text: click.echo(text, err=True), out=click.echo, verbose=verbose)
     except (ConfigError, build_mod.BuildUsageError) as e:
         raise click.UsageError(str(e)) from None
     sys.exit(0 if report.ok else 1)
@@ -130,6 +144,19 @@ def _open(cache_dir):
     except (FileNotFoundError, C.CacheError) as e:
         _fail(str(e))
     return C.Cache(location) if isinstance(store, C.DirStore) else store
+
+
+def _existing_cache_folder(cache_dir) -> str:
+    """The cache folder `clean` and `pack` work on: a usage error if it is a file, exit 1 if absent."""
+    from qdc.runtime import cache as C
+    location = _cache_dir(cache_dir)
+    try:
+        C.check_cache_folder(location)
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
+    if not os.path.isdir(location):
+        _fail(f"no qdc cache folder at '{location}'")
+    return location
 
 
 def _entry_size_and_date(store, key: str) -> tuple[int, float]:
@@ -251,7 +278,8 @@ def _expr(e, names: list) -> str:
 @cli.command()
 @click.option("--cache", "cache_dir", help="Cache folder or bundle. Default: ./cache.")
 def verify(cache_dir):
-    """Check every artifact against its recorded hash and format version."""
+    """Check every artifact against its recorded hash and format version, and every module
+    record against the entries it names (kernel, variant, fields)."""
     from qdc.runtime import cache as C
     store = _open(cache_dir)
     checked, problems = C.verify_store(store)
@@ -274,9 +302,10 @@ def clean(cache_dir, max_size, everything):
         limit = None if everything else C.parse_size(max_size)
     except ValueError as e:
         raise click.UsageError(str(e)) from None
-    location = _cache_dir(cache_dir)
-    if not os.path.isdir(location):
-        _fail(f"no qdc cache folder at '{location}'")
+    location = _existing_cache_folder(cache_dir)
+    problem = C.writable_problem(location)
+    if problem is not None:
+        raise click.UsageError(f"cache folder '{location}' is not writable ({problem}): nothing to clean there")
     stats = C.Cache(location).clean(max_size=limit, everything=everything)
     dropped = f"; module records dropped: {', '.join(stats['modules_dropped'])}" if stats["modules_dropped"] else ""
     click.echo(f"qdc clean: evicted {stats['evicted']} entries, {_human(stats['remaining_bytes'])} left{dropped}")
@@ -289,9 +318,7 @@ def pack(cache_dir, output):
     """Write the built modules into one reproducible bundle for deployment."""
     from qdc.runtime import cache as C
     from qdc.runtime.bundle import pack as pack_bundle
-    location = _cache_dir(cache_dir)
-    if not os.path.isdir(location):
-        _fail(f"no qdc cache folder at '{location}'")
+    location = _existing_cache_folder(cache_dir)
     try:
         stats = pack_bundle(C.Cache(location), output)
     except (C.CacheError, FileNotFoundError, ValueError) as e:

@@ -11,12 +11,16 @@ def init(arch=None, **options):
 
     Calling it again resets the runtime: fields and ndarrays come back zeroed on first use,
     and kernels are recompiled (through the offline cache) for the new options on their next
-    launch. A failing call (unknown option or arch) leaves the previous runtime active.
+    launch. A failing call (unknown option or arch, a cache_dir that is a file) leaves the
+    previous runtime active; a cache_dir that is not writable is a warning (kernels are then
+    compiled without being stored).
     """
+    from .kernel import check_cache_dir
     opts = options_mod.Options()
     if arch is not None:
         options["arch"] = arch
     opts.update(**options)
+    check_cache_dir(opts)
     context.reset(opts.arch, opts.cpu_max_num_threads)
     options_mod.current = opts
     return opts

@@ -21,14 +21,13 @@ import time
 import traceback
 
 from qdc.runtime.artifact import GRAD_SUFFIX
-from qdc.runtime.cache import Cache
+from qdc.runtime.cache import Cache, check_cache_folder, writable_problem
 from qdc.runtime.errors import QdcCompileError
 from qdc.runtime.fields import Field
 
 from . import cache_key, options as options_mod
 from .kernel import CODEGEN_ARCHES, Kernel, compile_recording_warnings, kernel_of, store
 
-PROGRESS_INTERVAL_S = 2.0
 # A worker process takes about as long to start (imports, llvmlite) as compiling a few
 # kernels: below this many misses, `-j` builds in this process alone.
 MIN_JOBS_FOR_WORKERS = 4
@@ -141,7 +140,8 @@ class Job:
 
 
 def _options_for(opts, arch):
-    return dataclasses.replace(opts, arch=arch)
+    """The build's options for one arch; prebuilt CPU code is portable unless told otherwise."""
+    return dataclasses.replace(opts, arch=arch, cpu_target=opts.cpu_target or options_mod.BUILD_CPU_TARGET)
 
 
 def _params_for_aot(kernel: Kernel):
@@ -164,7 +164,12 @@ def run_job(src: ModuleSource, job: Job, opts, cache: Cache, force: bool) -> dic
         params = _params_for_aot(kernel)
         deps = cache_key.kernel_key(kernel.fn, params, arch_opts, job.arch, job.variant)
         compiled = compile_recording_warnings(kernel.fn, params, arch_opts, job.arch, job.variant)
-        if not store(cache, deps, compiled, kernel.fn, job.arch, job.variant, arch_opts, replace=force):
+        try:
+            stored = store(cache, deps, compiled, kernel.fn, job.arch, job.variant, arch_opts, replace=force,
+                           raise_errors=True)
+        except OSError as e:
+            raise CacheWriteError(f"cannot write its cache entry in {cache.root}: {e.strerror or e}") from None
+        if not stored:
             raise RuntimeError("the kernel reaches a field through an expression the cache key cannot follow "
                                "(bind the field to a module-level name)")
         return {"status": "built", "key": deps.key, "seconds": time.perf_counter() - t0}
@@ -172,9 +177,15 @@ def run_job(src: ModuleSource, job: Job, opts, cache: Cache, force: bool) -> dic
         return {"status": "failed", "error": _job_error(src, job, e)}
 
 
+class CacheWriteError(Exception):
+    """A compiled kernel could not be stored (a full disk, say): reported as it is, not as a kernel fault."""
+
+
 def _job_error(src: ModuleSource, job: Job, e: Exception) -> str:
     if isinstance(e, QdcCompileError):
         return str(e)
+    if isinstance(e, CacheWriteError):
+        return f"{src.path}: error: kernel '{job.kernel}' ({job.arch}): {e}"
     return f"{src.path}: error: kernel '{job.kernel}' ({job.arch}): {type(e).__name__}: {e}"
 
 
@@ -185,6 +196,8 @@ class BuildReport:
     built: int = 0
     cached: int = 0
     failed: int = 0
+    kernels: int = 0      # forward variants among those (built, cached or failed)
+    gradients: int = 0    # reverse-mode variants among those
     modules: int = 0
     seconds: float = 0.0
     errors: list = dataclasses.field(default_factory=list)
@@ -211,24 +224,41 @@ def resolve_arches(spec) -> list[str]:
 
 
 def build(paths, arches, opts, cache_dir: str, jobs: int = 1, force: bool = False,
-          log=None) -> BuildReport:
-    """Build every kernel under `paths` for `arches` into `cache_dir`. `log(text)` gets errors,
-    progress and the summary (default: stderr)."""
+          log=None, out=None, verbose: bool = False) -> BuildReport:
+    """Build every kernel under `paths` for `arches` into `cache_dir`. `log(text)` gets errors
+    (default: stderr); `out(text)` a numbered line per kernel variant compiled (`verbose`: a
+    line per cache hit too) and the summary (default: stdout)."""
     log = log or (lambda text: print(text, file=sys.stderr, flush=True))
+    out = out or (lambda text: print(text, flush=True))
     t0 = time.perf_counter()
     files = discover(paths)
+    cache = _writable_cache(cache_dir)
+    cache.sweep_tmp()  # staging folders of killed builds, once stale
     previous_options, options_mod.current = options_mod.current, opts  # int/float annotations use opts
-    cache = Cache(cache_dir)
     imported_before = set(sys.modules)
     try:
         sources = load_sources(files)
-        report = _build_sources(sources, files, arches, opts, cache, jobs, force, log)
+        report = _build_sources(sources, files, arches, opts, cache, jobs, force, log, out, verbose)
     finally:
         options_mod.current = previous_options
         _forget_modules(imported_before, files)  # a later build in this process imports afresh
     report.seconds = time.perf_counter() - t0
-    log(_summary(report, arches))
+    out(_summary(report, arches))
     return report
+
+
+def _writable_cache(cache_dir: str) -> Cache:
+    """The cache to build into; BuildUsageError if it is a file or cannot be written (tried for
+    real: a read-only cache would otherwise fail every kernel, one by one)."""
+    try:
+        root = check_cache_folder(cache_dir)
+    except ValueError as e:
+        raise BuildUsageError(str(e)) from None
+    problem = writable_problem(root)
+    if problem is not None:
+        raise BuildUsageError(f"cache folder '{cache_dir}' is not writable ({problem}): build into a writable "
+                              f"folder (--cache DIR)")
+    return Cache(root)
 
 
 def _forget_modules(imported_before: set, files: list[str]) -> None:
@@ -239,7 +269,8 @@ def _forget_modules(imported_before: set, files: list[str]) -> None:
             del sys.modules[name]
 
 
-def _build_sources(sources, files, arches, opts, cache: Cache, jobs: int, force: bool, log) -> BuildReport:
+def _build_sources(sources, files, arches, opts, cache: Cache, jobs: int, force: bool, log, out,
+                   verbose: bool) -> BuildReport:
     report = BuildReport()
     todo, results = [], {}
     by_name = {s.name: s for s in sources if s.error is None}
@@ -250,7 +281,10 @@ def _build_sources(sources, files, arches, opts, cache: Cache, jobs: int, force:
             continue
         todo += _plan(src, arches, opts, cache, force, results)
     report.cached = sum(1 for r in results.values() if r["status"] == "cached")
-    progress = _Progress(len(todo), log)
+    if verbose:
+        for (module, kernel, variant, arch) in results:
+            out(f"cached {_variant_name(module, kernel, variant)} ({arch})")
+    progress = _Progress(len(todo), out, log)
 
     def finished(job: Job, result: dict):
         results[_job_id(job)] = result
@@ -265,6 +299,11 @@ def _build_sources(sources, files, arches, opts, cache: Cache, jobs: int, force:
         for job in todo:
             finished(job, here(job))
     _tally(report, todo, results)
+    for job_id in results:
+        if job_id[2] == "grad":
+            report.gradients += 1
+        else:
+            report.kernels += 1
     for src in by_name.values():
         if src.kernels or src.fields:
             report.modules += 1
@@ -352,38 +391,41 @@ def _module_fields(src: ModuleSource):
 
 
 def _summary(report: BuildReport, arches) -> str:
+    """'qdc build: 3 kernels + 1 gradient in 2 modules for cpu: 4 built, 0 cached, 0 failed in 1.20 s'."""
+    what = _count(report.kernels, "kernel")
+    if report.gradients:
+        what += f" + {_count(report.gradients, 'gradient')}"
     parts = [f"{report.built} built", f"{report.cached} cached", f"{report.failed} failed"]
-    if report.errors and not report.failed:
-        parts.append(f"{len(report.errors)} module errors")
-    total = report.built + report.cached + report.failed
-    return (f"qdc build: {total} kernels in {report.modules} modules for {', '.join(arches)}: "
+    if report.errors:
+        parts.append(_count(len(report.errors), "module error"))
+    return (f"qdc build: {what} in {_count(report.modules, 'module')} for {', '.join(arches)}: "
             f"{', '.join(parts)} in {report.seconds:.2f} s")
 
 
-class _Progress:
-    """A progress line: rewritten in place on a terminal, else printed every few seconds."""
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
-    def __init__(self, total: int, log):
-        self.total, self.done, self.log = total, 0, log
-        self.tty = sys.stderr.isatty()
-        self.t0 = self.last = time.perf_counter()
+
+def _variant_name(module: str, kernel: str, variant: str) -> str:
+    return f"{module}.{kernel}{GRAD_SUFFIX if variant == 'grad' else ''}"
+
+
+class _Progress:
+    """A numbered line per kernel variant compiled (`[3/15] built demo.compute.grad (cpu) in
+    0.41 s`), which is also the progress of a long build; a failure's error goes to `log`."""
+
+    def __init__(self, total: int, out, log):
+        self.total, self.done, self.out, self.log = total, 0, out, log
         self.lock = threading.Lock()
 
     def step(self, job: Job, result: dict) -> None:
         with self.lock:
             self.done += 1
             if result["status"] == "failed":
-                if self.tty:
-                    sys.stderr.write("\r\033[K")
                 self.log(result["error"])
-            now = time.perf_counter()
-            line = f"[{self.done}/{self.total}] {job.module}.{job.kernel} ({job.arch}) {now - self.t0:.1f} s"
-            if self.tty:
-                sys.stderr.write("\r\033[K" + line + ("\n" if self.done == self.total else ""))
-                sys.stderr.flush()
-            elif now - self.last >= PROGRESS_INTERVAL_S:
-                self.log(line)
-                self.last = now
+            took = f" in {result['seconds']:.2f} s" if "seconds" in result else ""
+            self.out(f"[{self.done}/{self.total}] {result['status']} "
+                     f"{_variant_name(job.module, job.kernel, job.variant)} ({job.arch}){took}")
 
 
 # ---- worker processes ------------------------------------------------------------------------

@@ -7,6 +7,16 @@ annotations, the artifact format version, a fingerprint of the compiler itself, 
 and every code-affecting option. Resolution over-approximates (a local that shadows a global
 still pulls the global in), which can only cost an unneeded rebuild, never a stale hit.
 
+Every object reached enters the key by what it is (`_Walk.value`), never by its type alone:
+numbers and strings by value; sequences, dicts and numpy arrays by content; fields by
+declaration; a `@qd.func` or plain Python function by its source, defaults and its own
+captures (a lambda also by its code: two can share a line); modules by name; intrinsics,
+math functions, classes and other named objects by a qualified name that leads back to
+the object itself (`qdc.compiler.lang.cos`, `math.sin`, `numpy.float32`); a qdc language
+object by its `__qdc_key__()` or the qdc module attribute holding it. Anything else raises
+UncacheableKernel: the kernel is compiled but not stored (`QDC_LOG=cache` says why), since
+two kernels differing only in it would otherwise share an entry.
+
 The same walk gives the deterministic list of fields a kernel can reach; an entry records,
 for each field of its metadata, an index into that list (`field_refs`), which is how a
 direct-mode cache hit binds the right Field objects without compiling.
@@ -14,11 +24,11 @@ direct-mode cache hit binds the right Field objects without compiling.
 from __future__ import annotations
 
 import ast
-import builtins
 import functools
 import hashlib
 import inspect
 import os
+import sys
 import textwrap
 import types
 import weakref
@@ -32,7 +42,8 @@ from qdc.runtime.fields import Field
 
 from . import lang
 
-_MAX_SEQ, _MAX_DEPTH = 256, 4
+# Past these a captured value is not keyed (the kernel is compiled without the cache).
+_MAX_VALUES, _MAX_DEPTH = 1 << 16, 16
 
 
 class UncacheableKernel(Exception):
@@ -69,11 +80,16 @@ def kernel_key(fn, params, opts, arch: str, variant: str = "forward") -> KernelD
     walk = _Walk(debug=bool(opts.debug))
     walk.function(fn, fn.__name__)
     decls = [[f.name, f.dtype.name, list(f.shape), bool(f.needs_grad), bool(f.is_grad)] for f in walk.fields]
-    material = ["qdc-kernel-key", FORMAT_VERSION, compiler_fingerprint(), arch, target_description(arch),
+    material = ["qdc-kernel-key", FORMAT_VERSION, compiler_fingerprint(), arch,
+                target_description(arch, opts.effective_cpu_target()),
                 sorted(opts.key().items()), variant, fn.__name__,
-                [[p.name, p.kind, p.dtype.name, p.ndim or 0, bool(p.needs_grad)] for p in params],
+                [[p.name, p.kind, p.dtype.name, p.ndim or 0, p.needs_grad] for p in params],  # None: AOT, no argument
                 walk.material, decls]
-    key = hashlib.sha256(msgpack.packb(material, use_bin_type=True)).hexdigest()
+    try:
+        packed = msgpack.packb(material, use_bin_type=True)
+    except (TypeError, ValueError, OverflowError) as e:  # e.g. a __qdc_key__ that is not plain data
+        raise UncacheableKernel(f"its key material cannot be serialised ({e})") from None
+    key = hashlib.sha256(packed).hexdigest()
     needs_grad = any(f.needs_grad or f.is_grad for f in walk.fields) or any(p.needs_grad for p in params)
     return KernelDeps(key, walk.fields, needs_grad)
 
@@ -86,28 +102,40 @@ _SOURCES = weakref.WeakKeyDictionary()  # a redefined kernel (notebooks) frees i
 def _source(fn) -> tuple[str, ast.AST]:
     got = _SOURCES.get(fn)
     if got is None:
+        name = getattr(fn, "__name__", fn)
         try:
             lines, _ = inspect.getsourcelines(fn)
         except (OSError, TypeError) as e:
-            raise UncacheableKernel(f"source of {getattr(fn, '__name__', fn)!r} unavailable: {e}") from None
+            raise UncacheableKernel(f"source of {name!r} unavailable: {e}") from None
         text = textwrap.dedent("".join(lines))
-        got = _SOURCES[fn] = (text, ast.parse(text))
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:  # a lambda inside a larger expression: its lines alone do not parse
+            raise UncacheableKernel(f"source of {name!r} cannot be isolated (a lambda spanning "
+                                    f"lines of a larger expression?)") from None
+        got = _SOURCES[fn] = (text, tree)
     return got
 
 
 def _name_chains(tree) -> list[tuple[str, ...]]:
-    """Every `a`, `a.b`, `a.b.c` read in the tree, first occurrence first."""
+    """Every longest `a`, `a.b`, `a.b.c` read in the tree, first occurrence first. Only the
+    longest chain of an attribute access is resolved (`cfg.n` needs the value of `cfg.n`,
+    not of the object `cfg`); a chain whose base is no name (`f(x).y`) is searched inside."""
     seen, out = set(), []
-    for node in ast.walk(tree):
-        attrs = []
-        while isinstance(node, ast.Attribute):
-            attrs.append(node.attr)
-            node = node.value
-        if isinstance(node, ast.Name) and (attrs or isinstance(node.ctx, ast.Load)):
-            chain = (node.id, *reversed(attrs))
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        attrs, base = [], node
+        while isinstance(base, ast.Attribute):
+            attrs.append(base.attr)
+            base = base.value
+        if isinstance(base, ast.Name) and (attrs or isinstance(base.ctx, ast.Load)):
+            chain = (base.id, *reversed(attrs))
             if chain not in seen:
                 seen.add(chain)
                 out.append(chain)
+            continue
+        stack.extend(reversed(list(ast.iter_child_nodes(base))))
     return out
 
 
@@ -115,13 +143,74 @@ def _is_qdc_module(m) -> bool:
     return isinstance(m, types.ModuleType) and (m.__name__ == "qdc" or m.__name__.startswith("qdc."))
 
 
+def _is_kernel_function(v) -> bool:
+    return isinstance(v, types.FunctionType) and "_primal" in v.__dict__
+
+
+def _parameter_names(fn) -> set:
+    """A function's own parameters: never resolved in its closure or globals."""
+    code = fn.__code__
+    count = code.co_argcount + code.co_kwonlyargcount
+    count += bool(code.co_flags & inspect.CO_VARARGS) + bool(code.co_flags & inspect.CO_VARKEYWORDS)
+    return set(code.co_varnames[:count])
+
+
+def qualified_name(v) -> tuple[str, str] | None:
+    """(module, qualname) when that name leads back to `v` itself (`math.sin`, `qd.sin`,
+    `np.float32`, `builtins.abs`), else None: a name that finds another object proves nothing."""
+    module, qual = getattr(v, "__module__", None), getattr(v, "__qualname__", None)
+    if qual is None:
+        qual = getattr(v, "__name__", None)
+    if not isinstance(module, str) or not isinstance(qual, str) or "<" in qual:
+        return None
+    obj = sys.modules.get(module)
+    for part in qual.split("."):
+        obj = getattr(obj, part, None)
+    return (module, qual) if obj is v else None
+
+
+def _qdc_attribute_name(v) -> str | None:
+    """`module.attr` of a loaded qdc module holding the language object `v` (an instance of a
+    qdc class, such as a type constructor), else None."""
+    for name, module in list(sys.modules.items()):
+        if _is_qdc_module(module):
+            for attr, value in list(vars(module).items()):
+                if value is v:
+                    return f"{name}.{attr}"
+    return None
+
+
+def _code_fingerprint(code) -> list:
+    """A lambda's code, which its source lines do not identify (two lambdas on one line)."""
+    consts = [_code_fingerprint(c) if isinstance(c, types.CodeType) else [type(c).__name__, repr(c)]
+              for c in code.co_consts]
+    return [code.co_code, list(code.co_names), list(code.co_varnames), list(code.co_freevars), consts]
+
+
+_CONSTANTS = (bool, int, float, complex, str, bytes, type(None), np.generic, range)
+
+
+def log_enabled() -> bool:
+    return "cache" in os.environ.get("QDC_LOG", "").split(",")
+
+
+def log(message: str) -> None:
+    if log_enabled():
+        print(f"[qdc cache] {message}", file=sys.stderr)
+
+
 class _Walk:
+    """Collects the key material of a kernel: every object its source can reach, identified
+    by what it is. An object that cannot be identified raises UncacheableKernel: the kernel
+    is then compiled without the cache rather than risk sharing another kernel's entry."""
+
     def __init__(self, debug: bool):
         self.debug = debug
         self.material: list = []
         self.fields: list[Field] = []
         self._field_index: dict = {}
         self._fns: set = set()
+        self._budget = _MAX_VALUES
 
     def function(self, fn, label: str) -> None:
         if fn in self._fns:
@@ -130,16 +219,22 @@ class _Walk:
         text, tree = _source(fn)
         where = [fn.__code__.co_filename, fn.__code__.co_firstlineno] if self.debug else []
         self.material.append(["source", label, text, *where])
+        if fn.__name__ == "<lambda>":
+            self.material.append(["code", label, _code_fingerprint(fn.__code__)])
         for i, d in enumerate(fn.__defaults__ or ()):
             self.value(f"{label}.__defaults__[{i}]", d)
+        for name, d in sorted((fn.__kwdefaults__ or {}).items()):
+            self.value(f"{label}.__kwdefaults__[{name}]", d)
         closure = {}
         for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
             try:
                 closure[name] = cell.cell_contents
             except ValueError:  # an unassigned cell: the front end will report it
                 pass
+        params = _parameter_names(fn)
         for chain in _name_chains(tree):
-            self.chain(fn, closure, chain)
+            if chain[0] not in params:
+                self.chain(fn, closure, chain)
 
     def chain(self, fn, closure: dict, chain: tuple) -> None:
         root = chain[0]
@@ -148,11 +243,12 @@ class _Walk:
         elif root in fn.__globals__:
             value = fn.__globals__[root]
         else:
-            return  # a local, a parameter or a builtin: covered by the source text
+            return  # a local or a builtin: covered by the source text
         for i, attr in enumerate(chain[1:], 1):
-            if _is_qdc_module(value) or isinstance(value, (Field, lang.Func, T.DataType)) \
-                    or isinstance(value, types.FunctionType) and "_primal" in value.__dict__:  # a @qd.kernel
-                return  # the prefix is recorded on its own; what hangs off it is the language's
+            if isinstance(value, (Field, lang.Func, T.DataType)) or _is_kernel_function(value):
+                # what hangs off these is the language's (x.grad, x.shape): the object decides it
+                self.value(".".join(chain[:i]), value)
+                return
             try:
                 value = getattr(value, attr)
             except Exception:  # noqa: BLE001  (a missing attribute is reported by the front end)
@@ -161,29 +257,64 @@ class _Walk:
         self.value(".".join(chain), value)
 
     def value(self, label: str, v, depth: int = 0) -> None:
+        self._budget -= 1
+        if self._budget < 0 or depth > _MAX_DEPTH:
+            raise UncacheableKernel(f"'{label}' holds too large or too deeply nested a value to key")
         m = self.material
         if isinstance(v, Field):
             m.append(["field", label, self.add_field(v, label)])
         elif isinstance(v, lang.Func):
             m.append(["func", label, v.fn.__qualname__])
             self.function(v.fn, label)
-        elif isinstance(v, (bool, int, float, str, type(None), np.generic)):
+        elif _is_kernel_function(v):
+            m.append(["kernel", label, v.__qualname__])
+            self.function(v.__wrapped__, label)
+        elif isinstance(v, _CONSTANTS):
             m.append(["const", label, type(v).__name__, repr(v)])
         elif isinstance(v, T.DataType):
             m.append(["dtype", label, v.name])
+        elif isinstance(v, lang.NdarrayType):
+            m.append(["ndarray_type", label, repr(v), v.needs_grad])
         elif isinstance(v, types.ModuleType):
-            if not _is_qdc_module(v):
-                m.append(["module", label, v.__name__])
-        elif isinstance(v, (tuple, list)) and depth < _MAX_DEPTH and len(v) <= _MAX_SEQ:
+            m.append(["module", label, v.__name__])
+        elif isinstance(v, (tuple, list)):
             m.append(["seq", label, type(v).__name__, len(v)])
             for i, item in enumerate(v):
                 self.value(f"{label}[{i}]", item, depth + 1)
-        elif isinstance(v, lang.NdarrayType):
-            m.append(["ndarray_type", label, repr(v), bool(v.needs_grad)])
-        elif getattr(builtins, getattr(v, "__name__", ""), None) is v:
-            m.append(["builtin", label, v.__name__])
+        elif isinstance(v, dict):
+            m.append(["dict", label, len(v)])
+            for i, (k, item) in enumerate(v.items()):
+                self.value(f"{label}.key[{i}]", k, depth + 1)
+                self.value(f"{label}[{k!r}]", item, depth + 1)
+        elif isinstance(v, np.ndarray) and not v.dtype.hasobject:
+            data = hashlib.sha256(np.ascontiguousarray(v).tobytes()).hexdigest()
+            m.append(["array", label, v.dtype.str, list(v.shape), data])
+        elif isinstance(v, types.FunctionType) and not _is_qdc_module(sys.modules.get(v.__module__)):
+            m.append(["pyfunc", label, v.__module__, v.__qualname__])  # inlined like a qd.func
+            self.function(v, label)
         else:
-            m.append(["object", label, type(v).__module__, type(v).__qualname__])
+            self.identified(label, v)
+
+    def identified(self, label: str, v) -> None:
+        """Intrinsics, math functions, classes, language objects: by their qualified name."""
+        key = getattr(type(v), "__qdc_key__", None)
+        if key is not None:  # a language object that says what it is
+            self.material.append(["qdc_object", label, type(v).__module__, type(v).__qualname__, key(v)])
+            return
+        try:
+            name = qualified_name(v)
+        except Exception:  # noqa: BLE001  (an object whose attributes raise: not identifiable)
+            name = None
+        if name is not None:
+            self.material.append(["named", label, *name])
+            return
+        if type(v).__module__.split(".")[0] == "qdc":
+            where = _qdc_attribute_name(v)
+            if where is not None:
+                self.material.append(["qdc_attribute", label, where])
+                return
+        raise UncacheableKernel(f"'{label}' is a {type(v).__module__}.{type(v).__qualname__} object, which the "
+                                f"cache key cannot identify")
 
     def add_field(self, f: Field, label: str) -> int:
         i = self._field_index.get(id(f))
@@ -193,6 +324,64 @@ class _Walk:
             i = self._field_index[id(f)] = len(self.fields)
             self.fields.append(f)
         return i
+
+
+# ---- which parameters' gradients a kernel's source can reach --------------------------------
+
+def grad_read_params(fn, names: set) -> set:
+    """The ndarray parameters among `names` whose `.grad` kernel `fn` may use: those written
+    `name.grad` in its source; all of them when a `.grad` hangs off anything else than a
+    parameter or a global field (an alias, an expression), when a function it calls mentions
+    `.grad` (it may receive the array) or when a source cannot be read. Over-approximate: a
+    parameter wrongly included only makes its kernel specialise on the argument's gradient."""
+    try:
+        _, tree = _source(fn)
+        if _calls_mention_grad(fn, tree, set()):
+            return set(names)
+    except UncacheableKernel:
+        return set(names)
+    scope = _scope(fn)
+    used = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr == "grad":
+            base = node.value
+            if isinstance(base, ast.Name) and base.id in names:
+                used.add(base.id)
+            elif not (isinstance(base, ast.Name) and isinstance(scope.get(base.id), Field)):
+                return set(names)
+    return used
+
+
+def _scope(fn) -> dict:
+    out = dict(fn.__globals__)
+    for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+        try:
+            out[name] = cell.cell_contents
+        except ValueError:
+            pass
+    return out
+
+
+def _calls_mention_grad(fn, tree, seen: set) -> bool:
+    """Whether a qd.func or Python function reachable from `fn`'s source mentions `.grad`."""
+    scope = _scope(fn)
+    for chain in _name_chains(tree):
+        value = scope.get(chain[0])
+        try:
+            for attr in chain[1:]:
+                value = getattr(value, attr, None)
+        except Exception:  # noqa: BLE001  (the front end reports a broken attribute)
+            continue
+        callee = value.fn if isinstance(value, lang.Func) else value
+        if not isinstance(callee, types.FunctionType) or _is_kernel_function(callee) or callee in seen \
+                or _is_qdc_module(sys.modules.get(callee.__module__)):
+            continue
+        seen.add(callee)
+        _, sub = _source(callee)
+        if any(isinstance(n, ast.Attribute) and n.attr == "grad" for n in ast.walk(sub)) \
+                or _calls_mention_grad(callee, sub, seen):
+            return True
+    return False
 
 
 # ---- what else goes into every key ----------------------------------------------------------
@@ -227,8 +416,9 @@ def compiler_version() -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def target_description(arch: str) -> str:
+def target_description(arch: str, cpu_target: str = "native") -> str:
+    """The target part of a key: for the CPU, what `cpu_target` builds (the host CPU for native)."""
     if arch == "cpu":
-        from .codegen.cpu import target_description as cpu_target
-        return cpu_target()
+        from .codegen.cpu import target_description as cpu_description
+        return cpu_description(cpu_target)
     return arch

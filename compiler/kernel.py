@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import keyword
+import os
 import sys
 import time
 import types
@@ -20,7 +21,7 @@ import numpy as np
 from qdc.runtime import context
 from qdc.runtime import types as T
 from qdc.runtime.artifact import FieldMeta, KernelMeta, ParamMeta, TaskMeta
-from qdc.runtime.cache import Cache
+from qdc.runtime.cache import Cache, check_cache_folder, writable_problem
 from qdc.runtime.errors import CacheError, QdcCompileError
 from qdc.runtime.fields import Ndarray
 from qdc.runtime.launcher import make_launcher, stub_function
@@ -47,13 +48,17 @@ def parse_params(fn) -> list[ir.Param]:
     sig = inspect.signature(fn)
     params = []
     for name, p in sig.parameters.items():
+        if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            raise _param_error(fn, name, _UNSUPPORTED_KINDS[p.kind])
         ann = p.annotation
         if isinstance(ann, str):
-            ann = eval(ann, fn.__globals__)  # noqa: S307  (the user's own annotation, as typing does)
+            try:
+                ann = eval(ann, fn.__globals__)  # noqa: S307  (the user's own annotation, as typing does)
+            except Exception as e:  # noqa: BLE001  (reported at the parameter)
+                raise _param_error(fn, name, f"has an annotation that cannot be evaluated: "
+                                             f"{type(e).__name__}: {e}") from None
         if ann is inspect.Parameter.empty:
             raise _param_error(fn, name, "needs a type annotation (a qd scalar type or qd.types.ndarray(...))")
-        if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
-            raise _param_error(fn, name, "*args/**kwargs parameters are not supported")
         if ann is int:
             ann = options_mod.current.default_ip
         elif ann is float:
@@ -67,20 +72,71 @@ def parse_params(fn) -> list[ir.Param]:
     return params
 
 
+_UNSUPPORTED_KINDS = {
+    inspect.Parameter.VAR_POSITIONAL: "is a *args parameter; kernels take a fixed list of annotated parameters",
+    inspect.Parameter.VAR_KEYWORD: "is a **kwargs parameter; kernels take a fixed list of annotated parameters",
+    inspect.Parameter.KEYWORD_ONLY: "is keyword-only; kernel parameters must be positional",
+}
+
+
 def _param_error(fn, name, msg):
-    code = fn.__code__
-    return QdcCompileError(f"parameter '{name}' of kernel '{fn.__name__}' {msg}", code.co_filename,
-                           code.co_firstlineno, 1)
+    """A QdcCompileError at the parameter in the kernel's source, with its source line (at the
+    def line when the source cannot be read)."""
+    from .frontend.source import source_info
+    message = f"parameter '{name}' of kernel '{fn.__name__}' {msg}"
+    try:
+        src = source_info(fn)
+        args = src.fn_def.args
+        node = next(a for a in (*args.posonlyargs, *args.args, args.vararg, *args.kwonlyargs, args.kwarg)
+                    if a is not None and a.arg == name)
+    except (QdcCompileError, AttributeError, StopIteration):
+        code = fn.__code__
+        return QdcCompileError(message, code.co_filename, code.co_firstlineno, 1)
+    loc = src.loc(node)
+    return QdcCompileError(message, loc.filename, loc.line, loc.col, src.source_line(node))
 
 
 def build_meta(kir: ir.KernelIR, entry: str, is_grad: bool = False, adstack: dict | None = None,
                debug: bool = False) -> KernelMeta:
+    written = _written_ndarrays(kir)
+    grads = None if is_grad else _grad_buffers_used(kir)
     return KernelMeta(
         kir.name, entry,
-        [ParamMeta(p.name, p.kind, p.dtype.name, p.ndim or 0, bool(p.needs_grad)) for p in kir.params],
+        [ParamMeta(p.name, p.kind, p.dtype.name, p.ndim or 0, _needs_grad_meta(p, i, grads), i in written)
+         for i, p in enumerate(kir.params)],
         [FieldMeta(f.name, f.dtype.name, f.shape, f.is_grad) for f in kir.fields],
         [TaskMeta(t.task_name, t.kind, t.serial, t.source_kind, _task_range(t)) for t in kir.tasks],
         kir.num_temps, is_grad, adstack, bounds_checks.records(kir) if debug else None)
+
+
+def _needs_grad_meta(p: ir.Param, index: int, grads: set | None):
+    """A forward kernel's ndarray has a gradient word only if its code uses the gradient: the
+    launcher then insists on an argument with one (a null gradient pointer would crash), and
+    accepts any array otherwise. None stays None: an annotation that follows the argument,
+    built with none to follow (AOT)."""
+    if p.needs_grad is None:
+        return None
+    return bool(p.needs_grad) and (grads is None or index in grads)
+
+
+def _grad_buffers_used(kir: ir.KernelIR) -> set:
+    """Argument indices of the ndarrays whose gradient buffer the kernel reads or writes."""
+    return {s.target.arg_index for s in ir.walk(kir.body)
+            if isinstance(s, ir.GlobalPtr) and isinstance(s.target, ir.NdarrayRef) and s.target.is_grad}
+
+
+def _written_ndarrays(kir: ir.KernelIR) -> set:
+    """Argument indices of the ndarrays whose own elements the kernel stores into (a grad
+    kernel writes only .grad buffers): a read-only array is refused for exactly these."""
+    written = set()
+    for s in ir.walk(kir.body):
+        if isinstance(s, (ir.GlobalStore, ir.AtomicRMW)):
+            target = s.ptr.target if isinstance(s.ptr, ir.GlobalPtr) else None
+            if target is None:  # an address we cannot trace: assume every ndarray is written
+                return set(range(len(kir.params)))
+            if isinstance(target, ir.NdarrayRef) and not target.is_grad:
+                written.add(target.arg_index)
+    return written
 
 
 def _task_range(t: ir.Task):
@@ -141,7 +197,9 @@ def _generate_code(arch: str, kir, meta, opts) -> dict:
         raise NotImplementedError(f"arch '{arch}' has no code generator in this build of qdc "
                                   f"(available: {', '.join(CODEGEN_ARCHES)})")
     from .codegen import cpu
-    return cpu.compile_kernel(kir, meta, int(opts.opt_level), bool(opts.fast_math))
+    artifacts = cpu.compile_kernel(kir, meta, int(opts.opt_level), bool(opts.fast_math), opts.effective_cpu_target())
+    meta.cpu_libraries = artifacts.pop("cpu_libraries")  # which library suits which CPU: the loader picks
+    return artifacts
 
 
 # ---- through the offline cache --------------------------------------------------------------
@@ -158,16 +216,31 @@ def cache_for(opts) -> Cache:
     return cache
 
 
+def check_cache_dir(opts) -> None:
+    """At `qd.init`: ValueError if cache_dir is a file; if it is not writable (a read-only
+    deployment, say), one warning now, and kernels are compiled without being stored (its
+    entries are still used)."""
+    root = check_cache_folder(opts.resolved_cache_dir, "cache_dir")
+    problem = writable_problem(root)
+    if problem is None:
+        _UNWRITABLE.discard(cache_for(opts).root)
+        return
+    _UNWRITABLE.add(cache_for(opts).root)
+    warnings.warn(f"qdc: cache_dir {root} is not writable ({problem}): kernels it does not hold yet will be "
+                  f"compiled on every run. Set qd.init(cache_dir=...) to a writable folder.", stacklevel=3)
+
+
 def obtain(fn, params, opts, arch: str, variant: str = "forward") -> CompiledKernel:
     """The kernel variant from the cache when its key hits, else compiled and stored."""
     cache = cache_for(opts)
     try:
         deps = cache_key.kernel_key(fn, params, opts, arch, variant)
-    except cache_key.UncacheableKernel:
+    except cache_key.UncacheableKernel as e:  # compiled, never stored: better than a shared entry
+        cache_key.log(f"kernel '{fn.__name__}' ({variant}) is compiled but not cached: {e}")
         return compile_kernel(fn, params, opts, arch, variant=variant)  # the front end explains why
     hit = load_cached(cache, deps)
     if hit is not None:
-        replay_warnings(hit.warnings)
+        replay_warnings(hit.warnings, fn)
         return hit
     compiled = compile_recording_warnings(fn, params, opts, arch, variant)
     compiled.deps = deps
@@ -181,20 +254,41 @@ def compile_recording_warnings(fn, params, opts, arch: str, variant: str) -> Com
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         compiled = compile_kernel(fn, params, opts, arch, variant=variant)
-    compiled.warnings = [[f"{w.category.__module__}.{w.category.__qualname__}", str(w.message), w.filename,
-                          w.lineno] for w in caught]
+    compiled.warnings = [[f"{w.category.__module__}.{w.category.__qualname__}", str(w.message),
+                          *_user_location(w.filename, w.lineno, fn)] for w in caught]
     replay_warnings(compiled.warnings)
     return compiled
 
 
-def replay_warnings(recorded: list) -> None:
-    """Issue recorded warnings again. A category is looked up only among modules already
-    imported (never imported because a cache entry names it); unknown ones become UserWarning."""
+_QDC_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the qdc package
+_QDC_CODE = tuple(os.path.join(_QDC_ROOT, d) + os.sep for d in ("compiler", "runtime", "cli"))
+
+
+def _user_location(filename: str, line: int, fn) -> tuple[str, int]:
+    """Where a warning about kernel `fn` points: its own location when that is in the user's
+    code (a warning that names a source line), else the kernel's def line: never qdc's files,
+    nor code qdc generates ("<string>")."""
+    code = getattr(fn, "__code__", None)
+    if code is None or filename == code.co_filename:
+        return filename, line
+    path = os.path.abspath(filename or "<>")
+    in_qdc = path.startswith(_QDC_CODE) or os.path.dirname(path) == _QDC_ROOT
+    if filename and not filename.startswith("<") and not in_qdc:
+        return filename, line
+    return code.co_filename, code.co_firstlineno
+
+
+def replay_warnings(recorded: list, fn=None) -> None:
+    """Issue recorded warnings again, at the user's source (kernel `fn`'s def line for one
+    recorded inside qdc). A category is looked up only among modules already imported (never
+    imported because a cache entry names it); unknown ones become UserWarning."""
     for category, message, filename, line in recorded:
         module, _, name = category.rpartition(".")
         cls = getattr(sys.modules.get(module), name, None)
         if not (isinstance(cls, type) and issubclass(cls, Warning)):
             cls = UserWarning
+        if fn is not None:
+            filename, line = _user_location(filename, line, fn)
         warnings.warn_explicit(message, cls, filename, line)
 
 
@@ -222,10 +316,14 @@ def load_cached(cache: Cache, deps) -> CompiledKernel | None:
 
 
 def store(cache: Cache, deps, compiled: CompiledKernel, fn, arch: str, variant: str, opts,
-          replace: bool = False) -> bool:
-    """Write the entry (False if the kernel cannot be cached or the cache is not writable)."""
+          replace: bool = False, raise_errors: bool = False) -> bool:
+    """Write the entry (False if the kernel cannot be cached or the cache is not writable).
+    `raise_errors` (`qdc build`): a failed write raises its OSError instead of warning."""
     refs = deps.refs_for(compiled.field_objects)
-    if refs is None or cache.root in _UNWRITABLE:
+    if refs is None:
+        cache_key.log(f"kernel '{fn.__name__}' ({variant}) is compiled but not cached: it reaches a field "
+                      f"through an expression the cache key does not follow")
+    if refs is None or (cache.root in _UNWRITABLE and not raise_errors):
         return False
     code = fn.__code__
     body = {"kernel": fn.__name__, "variant": variant, "arch": arch, "compiler": cache_key.compiler_version(),
@@ -236,6 +334,8 @@ def store(cache: Cache, deps, compiled: CompiledKernel, fn, arch: str, variant: 
     try:
         cache.write_entry(deps.key, body, artifacts, replace=replace)
     except OSError as e:
+        if raise_errors:
+            raise
         _UNWRITABLE.add(cache.root)
         warnings.warn(f"qdc: cannot write the offline cache at {cache.root} ({e}); kernels will be compiled "
                       f"on every run. Set qd.init(cache_dir=...) to a writable folder.", stacklevel=4)
@@ -257,7 +357,9 @@ class Kernel:
     front of it. It is generated at decoration with exactly the kernel's parameters (Python
     itself then reports a missing, extra or unknown argument, naming the kernel) and its code
     is at first a stub that hands the arguments to `_slow_call`. Once the forward variant of
-    a kernel without templated parameters is compiled for the current runtime, the function
+    a kernel without templated parameters (an ndarray's omitted dtype/ndim, or a
+    needs_grad=None whose `.grad` the kernel uses: see `params`) is compiled for the current
+    runtime, the function
     becomes that variant's launch function (qdc.runtime.launcher, "Owners"): its `__code__`
     is the launch code, which runs in the function's own globals. `qd.init` and Tapes put a
     stub back, sending calls to `_slow_call` again (recompile, record)."""
@@ -267,7 +369,7 @@ class Kernel:
         self.__name__ = fn.__name__
         self.__doc__ = fn.__doc__
         self._params = None
-        self._templated = None
+        self._templated = self._forward_templated = self._annotated = None  # set with `params`
         self._launchers: dict = {}  # (variant, specialisation key) -> (generation, launch, compiled)
         self.grad = ad.GradKernel(self)  # `kernel.grad(*args)`: the reverse-mode variant
         names = _plain_parameters(fn)
@@ -289,23 +391,45 @@ class Kernel:
 
     @property
     def params(self) -> list[ir.Param]:
+        """The parameters, with what follows the argument resolved as without one (an AOT
+        build, `compile()` without arguments): a float ndarray's `needs_grad=None` stays None
+        (built without a gradient) unless the kernel uses its `.grad`, then True; an integer
+        one's is False. `specialise` resolves them from the arguments."""
         if self._params is None:
-            self._params = parse_params(self.fn)
-            self._templated = [i for i, p in enumerate(self._params)
-                               if p.kind == "ndarray" and (p.dtype is None or p.ndim is None)]
+            annotated = [_no_integer_gradient(p) for p in parse_params(self.fn)]
+            shaped = [i for i, p in enumerate(annotated)
+                      if p.kind == "ndarray" and (p.dtype is None or p.ndim is None)]
+            follow = [i for i, p in enumerate(annotated) if p.kind == "ndarray" and p.needs_grad is None]
+            read = cache_key.grad_read_params(self.fn, {annotated[i].name for i in follow}) if follow else set()
+            self._annotated = annotated
+            # The forward variant depends on the argument's gradient only where it uses `.grad`;
+            # the grad variant always does. `_templated`: what some variant specialises on.
+            self._forward_templated = sorted({*shaped, *(i for i in follow if annotated[i].name in read)})
+            self._templated = sorted({*shaped, *follow})
+            self._params = [ir.Param(p.name, p.kind, p.dtype, p.ndim, True) if p.name in read else p
+                            for p in annotated]
         return self._params
 
-    def specialise(self, args) -> tuple[tuple, list[ir.Param]]:
+    def specialise(self, args, variant: str = "forward", kwargs=None) -> tuple[tuple, list[ir.Param]]:
+        """(specialisation key, parameters) of `variant` for these arguments: an ndarray's
+        omitted dtype/ndim is the argument's, and `needs_grad=None` is whether the argument is a
+        float qd.ndarray with a gradient (for the grad variant; for the forward one only where
+        the kernel uses `.grad`, see `params`). Without the argument (`k.grad.compile()`), a
+        needs_grad=None is resolved as `params` does."""
         params = self.params
-        if not self._templated:
+        templated = self._forward_templated if variant == "forward" else self._templated
+        if not templated:
             return (), params
         out = list(params)
         key = []
-        for i in self._templated:
-            p = params[i]
-            if i >= len(args):
+        for i in templated:
+            p = self._annotated[i]
+            a = self._argument(i, args, kwargs)
+            if a is _MISSING and p.dtype is not None and p.ndim is not None:
+                key.append(None)  # only its gradient follows the argument: as without one
+                continue
+            if a is _MISSING:
                 raise TypeError(f"kernel '{self.__name__}': missing argument '{p.name}'")
-            a = args[i]
             if isinstance(a, (np.ndarray, Ndarray)):
                 dt = T.from_numpy(a.dtype.np_dtype if isinstance(a, Ndarray) else a.dtype)
                 if dt is None:
@@ -315,20 +439,30 @@ class Kernel:
                 raise TypeError(f"kernel '{self.__name__}', argument '{p.name}': expected an ndarray, "
                                 f"got {type(a).__name__}")
             dt, ndim = p.dtype or dt, p.ndim if p.ndim is not None else ndim
-            out[i] = ir.Param(p.name, "ndarray", dt, ndim, p.needs_grad)
-            key.append((dt.name, ndim))
+            needs_grad = p.needs_grad
+            if needs_grad is None:
+                needs_grad = dt.is_float and isinstance(a, Ndarray) and a.grad is not None
+            out[i] = ir.Param(p.name, "ndarray", dt, ndim, needs_grad)
+            key.append((dt.name, ndim, needs_grad))
         return tuple(key), out
+
+    def _argument(self, i: int, args, kwargs):
+        """Argument `i` of a call, or _MISSING (`kernel.grad(...)` hands over only positional ones)."""
+        if i < len(args):
+            return args[i]
+        name = self._annotated[i].name
+        return kwargs[name] if kwargs and name in kwargs else _MISSING
 
     def compile(self, args=(), variant: str = "forward") -> CompiledKernel:
         return self._launcher(args, variant)[1]
 
-    def _launcher(self, args, variant: str = "forward"):
+    def _launcher(self, args, variant: str = "forward", kwargs=None):
         """(launch function, CompiledKernel) of `variant` for `args` on the current runtime,
         compiled (through the cache) if needed. The forward variant of a kernel without
         templated parameters launches through the kernel function itself."""
         rt = context.current()
-        key, params = self.specialise(args)
-        own = variant == "forward" and not self._templated and self._plain
+        key, params = self.specialise(args, variant, kwargs)
+        own = variant == "forward" and not self._forward_templated and self._plain
         entry = self._launchers.get((variant, key))
         if entry is None or entry[0] != rt.generation:
             compiled = obtain(self.fn, params, options_mod.current, rt.arch, variant)
@@ -349,7 +483,7 @@ class Kernel:
         the first after `qd.init`, every one under a Tape and every one of a templated kernel."""
         if ad.recording is not None:  # inside `with qd.ad.Tape(...)`
             ad.recording.record(self, args, kwargs)
-        return self._launcher(args)[0].__qdc_launcher__.launch(*args, **kwargs)
+        return self._launcher(args, kwargs=kwargs)[0].__qdc_launcher__.launch(*args, **kwargs)
 
     def launches_on_its_own(self) -> bool:
         """Whether the kernel function's next call goes straight to the native code."""
@@ -358,6 +492,16 @@ class Kernel:
 
     def __repr__(self):
         return f"<qdc kernel {self.__name__}>"
+
+
+_MISSING = object()
+
+
+def _no_integer_gradient(p: ir.Param) -> ir.Param:
+    """An integer ndarray has no gradient to follow: its needs_grad=None is False."""
+    if p.kind == "ndarray" and p.needs_grad is None and p.dtype is not None and not p.dtype.is_float:
+        return ir.Param(p.name, p.kind, p.dtype, p.ndim, False)
+    return p
 
 
 def _plain_parameters(fn) -> list[str] | None:

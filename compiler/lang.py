@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
 
 import numpy as np
 
@@ -17,15 +18,20 @@ from qdc.runtime import types as T
 # ---- annotations ---------------------------------------------------------------------
 
 class NdarrayType:
-    """`qd.types.ndarray(dtype=qd.f32, ndim=1, needs_grad=False)` parameter annotation."""
+    """`qd.types.ndarray(dtype=qd.f32, ndim=1, needs_grad=None)` parameter annotation. None
+    (the default, as in Quadrants) follows the argument: dtype and ndim are the argument's, and
+    a `qd.ndarray(..., needs_grad=True)` gets its gradient (the kernel is specialised on it)."""
 
-    def __init__(self, dtype=None, ndim=None, needs_grad=False):
+    def __init__(self, dtype=None, ndim=None, needs_grad=None):
         if dtype is not None and not isinstance(dtype, T.DataType):
             dtype = T.from_numpy(dtype)
+        if needs_grad is not None:
+            needs_grad = bool(needs_grad)
         self.dtype, self.ndim, self.needs_grad = dtype, ndim, needs_grad
 
     def __repr__(self):
-        return f"ndarray(dtype={self.dtype}, ndim={self.ndim})"
+        grad = "" if self.needs_grad is None else f", needs_grad={self.needs_grad}"
+        return f"ndarray(dtype={self.dtype}, ndim={self.ndim}{grad})"
 
 
 class _TypesNamespace:
@@ -53,13 +59,25 @@ class ndrange:
         self.dims = dims
 
     def __iter__(self):  # Python scope
-        ranges = [range(d) if isinstance(d, int) else range(*d) for d in self.dims]
+        ranges = [_ndrange_dim(d) for d in self.dims]
         for idx in itertools.product(*ranges):
             yield idx if len(idx) > 1 else idx[0]
 
 
-def loop_config(serialize: bool = False, **_ignored):
-    """Placed right before a top-level `for`: `serialize=True` runs that loop on one thread."""
+def _ndrange_dim(d) -> range:
+    try:
+        if isinstance(d, (tuple, list)) and len(d) == 2:
+            return range(operator.index(d[0]), operator.index(d[1]))
+        return range(operator.index(d))
+    except TypeError:
+        raise TypeError(f"qd.ndrange() arguments must be integers or (begin, end) pairs of integers, "
+                        f"got {d!r}") from None
+
+
+def loop_config(*, serialize: bool = False, block_dim: int | None = None):
+    """Placed right before a top-level `for`: `serialize=True` runs that loop on one thread;
+    `block_dim` is the threads per block GPU backends use (the CPU ignores it). Any other
+    keyword is an error, in kernels and in Python scope alike."""
     return None
 
 

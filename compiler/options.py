@@ -7,6 +7,10 @@ import os
 from qdc.runtime import types as T
 
 ARCHES = ("cpu", "cuda", "vulkan", "metal", "amdgpu")
+CACHE_DIR_VARIABLE = "QDC_CACHE_DIR"  # direct mode's cache folder when qd.init gives no cache_dir
+# cpu_target when none is set (API.md §5): direct mode compiles for this machine, `qdc build`
+# for any CPU of the architecture (compiler/codegen/cpu_targets.py).
+DIRECT_CPU_TARGET, BUILD_CPU_TARGET = "native", "portable"
 
 
 @dataclasses.dataclass
@@ -22,10 +26,12 @@ class Options:
     ad_stack_strict: bool = False
     cache_dir: str | None = None
     cpu_max_num_threads: int | None = None
+    # None: the mode's default, DIRECT_CPU_TARGET in direct mode, BUILD_CPU_TARGET in `qdc build`.
+    cpu_target: str | None = None
 
     # Options that change generated code: part of every cache key.
     CODE_AFFECTING = ("opt_level", "fast_math", "default_fp", "default_ip", "debug",
-                      "ad_stack_size", "default_ad_stack_size", "ad_stack_strict")
+                      "ad_stack_size", "default_ad_stack_size", "ad_stack_strict", "cpu_target")
 
     def update(self, **kw) -> "Options":
         for name, value in kw.items():
@@ -50,14 +56,25 @@ class Options:
             raise ValueError("default_ip must be an integer type")
         if self.ad_stack_size < 0 or self.default_ad_stack_size <= 0:
             raise ValueError("ad_stack_size must be >= 0 and default_ad_stack_size > 0")
+        from .codegen.cpu_targets import check_cpu_target  # pure data: no llvmlite
+        check_cpu_target(self.cpu_target)
+
+    def effective_cpu_target(self) -> str:
+        return self.cpu_target or DIRECT_CPU_TARGET
 
     def key(self) -> dict:
-        return {n: (getattr(self, n).name if isinstance(getattr(self, n), T.DataType) else getattr(self, n))
-                for n in self.CODE_AFFECTING}
+        out = {n: (getattr(self, n).name if isinstance(getattr(self, n), T.DataType) else getattr(self, n))
+               for n in self.CODE_AFFECTING}
+        # Unset and "native" build the same code; other arches do not build CPU code at all.
+        out["cpu_target"] = self.effective_cpu_target() if self.arch == "cpu" else None
+        return out
 
     @property
     def resolved_cache_dir(self) -> str:
-        return self.cache_dir or os.path.join(os.path.expanduser("~"), ".cache", "qdc")
+        """`cache_dir`, else the environment's QDC_CACHE_DIR (direct mode only: `qdc` commands
+        default to ./cache), else ~/.cache/qdc."""
+        default = os.path.join(os.path.expanduser("~"), ".cache", "qdc")
+        return self.cache_dir or os.environ.get(CACHE_DIR_VARIABLE) or default
 
 
 current = Options()

@@ -143,8 +143,8 @@ class AdStackHooks:
     evaluate the capacities (the generated `prepare`, adstack_sizing.py), lay the stacks out,
     grow the heap and write the ctx words; after it, check the overflow word."""
 
-    def __init__(self, meta):
-        self.meta = meta
+    def __init__(self, meta, prebuilt: bool = False):
+        self.meta, self.prebuilt = meta, prebuilt
         self.stacks = KernelStacks(meta)
         self.slot = meta.adstack_slot
         gen = sizing.SizingSource(meta, self.stacks, self.slot, log=logging_enabled())
@@ -237,10 +237,15 @@ class AdStackHooks:
         err = AdStackOverflowError(
             f"kernel '{self.meta.name}', task '{task_name}': the adstack of '{r.get('name', '?')}' "
             f"(from {r.get('where', '?')}) overflowed: {allocated} entries allocated, {required} required. "
-            f"No memory was corrupted; this launch's gradients are incomplete. Set qd.init(ad_stack_size={required}) "
-            f"(or raise default_ad_stack_size) and run it again")
+            f"No memory was corrupted; this launch's gradients are incomplete. {self._remedy(required)}")
         err.kernel, err.task, err.allocated, err.required = self.meta.name, task_name, allocated, required
         return err
+
+    def _remedy(self, required: int) -> str:
+        if self.prebuilt:  # loaded by qdc.runtime.load: the capacity was fixed when the module was built
+            return (f"The module was built ahead of time: rebuild it with `qdc build --ad-stack-size {required}` "
+                    f"(or a larger --default-ad-stack-size) and load it again")
+        return f"Set qd.init(ad_stack_size={required}) (or raise default_ad_stack_size) and run it again"
 
 
 class _DeviceFieldReader:
@@ -253,12 +258,13 @@ class _DeviceFieldReader:
         return min(int(self.field.to_numpy().reshape(-1)[flat]), se.INT64_MAX)
 
 
-def launch_hooks(meta):
-    """Launch hooks for `meta`, or None when the kernel has no adstacks."""
+def launch_hooks(meta, prebuilt: bool = False):
+    """Launch hooks for `meta`, or None when the kernel has no adstacks. `prebuilt`: the kernel
+    was loaded from a `qdc build` (its overflow error says how to rebuild)."""
     if not meta.adstack.get("stacks"):
         return None
     from .launcher import LaunchHooks
-    hooks = AdStackHooks(meta)
+    hooks = AdStackHooks(meta, prebuilt)
     return LaunchHooks(prepare=hooks.prepare, finish=hooks.finish)
 
 

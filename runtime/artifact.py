@@ -25,6 +25,13 @@ node list of its capacity, runtime/sizeexpr.py; [] = use max_size), "iterations"
 of its task's trip count; [] = unknown) and "parallel_from" (trip count from which the task
 runs on several threads; 0 = never). The runtime evaluates the trees before every launch.
 
+`cpu_libraries` (CPU entries; empty in entries written before it existed, which the CPU
+device refuses) has one record per native library of the kernel, lowest ISA level first:
+{"artifact": kind of the library's artifact, "target": the ISA level or CPU name it was built
+for, "machine": architecture family ("x86_64", "aarch64"), "features": the CPU features its
+code needs, LLVM names}. The CPU device loads the last one whose features the host has
+(runtime/cpu.py; compiler/codegen/cpu_targets.py says what `cpu_target` builds).
+
 `debug_checks` (only with `debug=True`) has one record per checked global access, its id
 being its position: [kind, name, is_grad, extent, where] with kind "field" (extent: its
 shape) or "ndarray" (extent: the argument index), where = "file:line:col" or "".
@@ -60,11 +67,16 @@ GRAD_SUFFIX = ".grad"
 
 
 class ParamMeta:
-    __slots__ = ("name", "kind", "dtype", "ndim", "needs_grad", "slot")
+    """One kernel parameter. `needs_grad` (ndarrays): True, False, or None for an annotation
+    that follows the argument, built without one (ahead of time: there was no argument to
+    follow). `writes`: whether the kernel stores into the ndarray's own elements (not its
+    .grad), so a read-only array must be refused; metadata written before it existed reads
+    as True."""
+    __slots__ = ("name", "kind", "dtype", "ndim", "needs_grad", "writes", "slot")
 
-    def __init__(self, name, kind, dtype, ndim=0, needs_grad=False, slot=0):
+    def __init__(self, name, kind, dtype, ndim=0, needs_grad=False, writes=True, slot=0):
         self.name, self.kind, self.dtype, self.ndim = name, kind, dtype, ndim
-        self.needs_grad, self.slot = needs_grad, slot
+        self.needs_grad, self.writes, self.slot = needs_grad, writes, slot
 
     @property
     def words(self) -> int:
@@ -96,8 +108,9 @@ class KernelMeta:
 
     def __init__(self, name: str, entry: str, params: list, fields: list, tasks: list,
                  num_temps: int = 0, is_grad: bool = False, adstack: dict | None = None,
-                 debug_checks: list | None = None):
+                 debug_checks: list | None = None, cpu_libraries: list | None = None):
         self.name, self.entry = name, entry
+        self.cpu_libraries = cpu_libraries or []  # CPU entries: one record per library, see the docstring
         self.params, self.fields, self.tasks = params, fields, tasks
         self.num_temps, self.is_grad = num_temps, is_grad
         self.adstack = adstack or {}
@@ -121,12 +134,14 @@ class KernelMeta:
         d = {
             "name": self.name, "entry": self.entry, "num_temps": self.num_temps,
             "is_grad": self.is_grad, "adstack": self.adstack,
-            "params": [[p.name, p.kind, p.dtype, p.ndim, p.needs_grad] for p in self.params],
+            "params": [[p.name, p.kind, p.dtype, p.ndim, p.needs_grad, p.writes] for p in self.params],
             "fields": [[f.name, f.dtype, list(f.shape), f.is_grad] for f in self.fields],
             "tasks": [[t.name, t.kind, t.serial, t.source_kind, t.range] for t in self.tasks],
         }
         if self.debug_checks:  # absent without debug: such metadata reads as before
             d["debug_checks"] = self.debug_checks
+        if self.cpu_libraries:
+            d["cpu_libraries"] = self.cpu_libraries
         return d
 
     @classmethod
@@ -138,7 +153,8 @@ class KernelMeta:
                    [ParamMeta(*p) for p in d["params"]],
                    [FieldMeta(*f) for f in d["fields"]],
                    [TaskMeta(*t) for t in d["tasks"]],
-                   d["num_temps"], d["is_grad"], d.get("adstack") or {}, d.get("debug_checks") or [])
+                   d["num_temps"], d["is_grad"], d.get("adstack") or {}, d.get("debug_checks") or [],
+                   d.get("cpu_libraries") or [])
 
 
 # ---- records ------------------------------------------------------------------------------
@@ -209,9 +225,12 @@ def check_kernel_meta(d) -> None:
     _need(isinstance(d.get("is_grad"), bool), "is_grad")
     _need(isinstance(d.get("adstack", {}), dict), "adstack")
     _need(isinstance(d.get("adstack", {}).get("stacks", []), list), "adstack stacks")
-    for p in _list(d, "params", 5):
+    _need(isinstance(d.get("params"), list), "params")
+    for p in d["params"]:  # 5 wide: written before `writes` existed (then True)
+        _need(isinstance(p, list) and len(p) in (5, 6), "an entry of params")
         _need(isinstance(p[0], str) and _IDENT.match(p[0]) and p[1] in ("scalar", "ndarray")
-              and p[2] in DTYPE_NAMES and _is_int(p[3]) and 0 <= p[3] <= 16 and isinstance(p[4], bool),
+              and p[2] in DTYPE_NAMES and _is_int(p[3]) and 0 <= p[3] <= 16
+              and (p[4] is None or isinstance(p[4], bool)) and (len(p) == 5 or isinstance(p[5], bool)),
               f"parameter {p[0]!r}")
     for f in _list(d, "fields", 4):
         check_field(f[0], f[1], f[2], module_attribute=False)
@@ -224,6 +243,22 @@ def check_kernel_meta(d) -> None:
     _need(isinstance(d.get("debug_checks", []), list), "debug_checks")
     for i, r in enumerate(d.get("debug_checks", [])):
         check_debug_record(d, i, r)
+    _need(isinstance(d.get("cpu_libraries", []), list) and len(d.get("cpu_libraries", [])) <= 16, "cpu_libraries")
+    for i, r in enumerate(d.get("cpu_libraries", [])):
+        check_cpu_library_record(i, r)
+
+
+_FEATURE_NAME = re.compile(r"^[a-z0-9][a-z0-9._+-]{0,63}$")
+
+
+def check_cpu_library_record(i: int, r) -> None:
+    """CPU library record `i` (see the module docstring)."""
+    _need(isinstance(r, dict) and isinstance(r.get("artifact"), str)
+          and ARTIFACT_FILE_RE.match("kernel." + r["artifact"])
+          and isinstance(r.get("target"), str) and 0 < len(r["target"]) <= 64
+          and isinstance(r.get("machine"), str) and _FEATURE_NAME.match(r["machine"])
+          and isinstance(r.get("features"), list) and len(r["features"]) <= 256
+          and all(isinstance(f, str) and _FEATURE_NAME.match(f) for f in r["features"]), f"cpu library record {i}")
 
 
 def check_debug_record(d: dict, i: int, r) -> None:
@@ -320,6 +355,8 @@ def check_entry_record(body: dict) -> None:
         _need(isinstance(a, dict) and isinstance(a.get("file"), str) and ARTIFACT_FILE_RE.match(a["file"])
               and isinstance(a.get("sha256"), str) and len(a["sha256"]) == 64 and _is_int(a.get("size")),
               f"artifact {kind!r}")
+    for r in body["meta"].get("cpu_libraries", []):
+        _need(r["artifact"] in arts, f"cpu library {r['target']!r}: artifact {r['artifact']!r} missing from the entry")
 
 
 def check_module_record(body: dict) -> None:

@@ -4,7 +4,12 @@ A bundle holds the module records and the entries they reference, under the same
 in a cache folder, so `qdc.runtime.load` reads either through the same `Store` interface.
 Reproducible: members sorted by name, fixed timestamps, owners and permissions, record
 build times zeroed, gzip header time zeroed. Loading reads members into memory and never
-extracts anything; a member whose name could escape the bundle is refused all the same.
+extracts anything. It refuses the whole bundle (CacheError naming the member) when a member
+name could escape the bundle, is not a regular file, appears twice, or is not declared:
+records are read first (each at most MAX_RECORD_BYTES) and an artifact is decompressed only
+if its entry record declares it, at exactly the size declared, so a small bundle cannot
+inflate into a large amount of memory. An entry whose record is unreadable is left out; reading
+it reports that record.
 """
 from __future__ import annotations
 
@@ -14,10 +19,11 @@ import os
 import posixpath
 import tarfile
 import uuid
+import zlib
 
 from . import artifact as A
-from .cache import (META_FILE, RECORD_TIME_FIELDS, Cache, Store, cache_error, entry_path, list_modules,
-                    module_path, read_entry, read_module)
+from .cache import (ENTRIES, MAX_RECORD_BYTES, META_FILE, MODULES, RECORD_TIME_FIELDS, Cache, Store, cache_error,
+                    entry_path, list_modules, module_path, module_problems, read_entry, read_module)
 
 MAX_BUNDLE_BYTES = 1 << 32
 
@@ -28,17 +34,62 @@ class BundleStore(Store):
         self.files: dict[str, bytes] = {}
         try:
             with tarfile.open(self.location, "r:*") as tar:
-                total = 0
-                for member in tar.getmembers():
-                    self._check_member(member)
-                    total += member.size
-                    if total > MAX_BUNDLE_BYTES:
-                        raise cache_error(self.location, "bundle is larger than 4 GiB; refusing to read it")
-                    self.files[member.name] = tar.extractfile(member).read()
-        except (tarfile.TarError, EOFError, OSError, gzip.BadGzipFile) as e:
+                members = self._members(tar)  # reads the records too
+                for name, (member, size) in self._artifacts(members).items():
+                    if member.size != size:
+                        raise cache_error(self.where(name), f"size mismatch: {member.size} bytes where its entry "
+                                                            f"record declares {size}; the bundle is refused")
+                    self.files[name] = _read_member(tar, member)
+        except (tarfile.TarError, EOFError, OSError, gzip.BadGzipFile, zlib.error) as e:
             if isinstance(e, FileNotFoundError):
                 raise
             raise cache_error(self.location, f"not a readable qdc bundle ({type(e).__name__}: {e})") from None
+
+    def _members(self, tar: tarfile.TarFile) -> dict:
+        """Every member by name, each checked; records are read on the way (no artifact is)."""
+        members, total = {}, 0
+        while (member := tar.next()) is not None:
+            self._check_member(member)
+            if member.name in members:
+                raise cache_error(self.location, f"bundle holds '{member.name}' twice; the bundle is refused")
+            if _is_record(member.name) and member.size > MAX_RECORD_BYTES:
+                raise cache_error(self.where(member.name), f"{member.size} bytes: too large to be a qdc metadata "
+                                                           f"record; the bundle is refused")
+            total += member.size
+            if total > MAX_BUNDLE_BYTES:
+                raise cache_error(self.location, "bundle is larger than 4 GiB; refusing to read it")
+            members[member.name] = member
+            if _is_record(member.name):
+                self.files[member.name] = _read_member(tar, member)
+        return members
+
+    def _artifacts(self, members: dict) -> dict:
+        """name -> (member, size its entry record declares) for every member that is not a record;
+        a member no readable record declares is refused, unless its entry's record is unreadable
+        (then the entry is left out and reading it reports the record)."""
+        declared, unreadable = {}, set()
+        for name in self.files:
+            if not name.startswith(ENTRIES + "/"):
+                continue
+            base = name[:-len(META_FILE) - 1]
+            try:
+                body = A.decode_record(self.files[name], A.ENTRY_RECORD)
+                A.check_entry_record(body)
+            except ValueError:
+                unreadable.add(base)
+                continue
+            for info in body["artifacts"].values():
+                declared[f"{base}/{info['file']}"] = info["size"]
+        out = {}
+        for name, member in members.items():
+            if name in self.files:
+                continue
+            if name in declared:
+                out[name] = (member, declared[name])
+            elif posixpath.dirname(name) not in unreadable:
+                raise cache_error(self.where(name), "no record of the bundle declares this member; the bundle is "
+                                                    "refused")
+        return out
 
     def _check_member(self, member: tarfile.TarInfo) -> None:
         name = member.name
@@ -50,7 +101,7 @@ class BundleStore(Store):
         if not member.isreg():
             raise cache_error(self.location, f"bundle entry '{name}' is not a regular file; the bundle is refused")
 
-    def read(self, name: str) -> bytes:
+    def read(self, name: str, max_bytes: int | None = None) -> bytes:
         try:
             return self.files[name]
         except KeyError:
@@ -63,17 +114,34 @@ class BundleStore(Store):
         return f"{self.location}!{name}"
 
 
+def _is_record(name: str) -> bool:
+    parts = name.split("/")
+    return ((len(parts) == 4 and parts[0] == ENTRIES and parts[3] == META_FILE)
+            or (len(parts) == 3 and parts[0] == MODULES and parts[2].endswith(".msgpack")))
+
+
+def _read_member(tar: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
+    data = tar.extractfile(member).read(member.size)
+    if len(data) != member.size:
+        raise EOFError(f"member '{member.name}' is truncated")
+    return data
+
+
 def pack(cache: Cache, out_path: str) -> dict:
     """Write every built module (and only the entries they use) into one bundle at `out_path`.
-    Every entry is verified first: a corrupt cache is not packed."""
+    Every entry is verified first, and every module record against its entries: a corrupt or
+    inconsistent cache is not packed."""
     members: dict[str, bytes] = {}
     modules = list_modules(cache)
     for module, arch in modules:
         body = read_module(cache, module, arch)
         members[module_path(module, arch)] = _normalised(A.MODULE_RECORD, body)
-        for key in body["kernels"].values():
-            entry = read_entry(cache, key)
-            base = entry_path(key)
+        entries = {name: read_entry(cache, key) for name, key in body["kernels"].items()}
+        problems = module_problems(cache.where(module_path(module, arch)), body, entries)
+        if problems:
+            raise cache_error(*problems[0])
+        for entry in entries.values():
+            base = entry_path(entry.key)
             members[f"{base}/{META_FILE}"] = _normalised(A.ENTRY_RECORD, entry.record)
             for kind, info in entry.record["artifacts"].items():  # the bytes read_entry verified
                 members[f"{base}/{info['file']}"] = entry.artifacts[kind]

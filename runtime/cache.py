@@ -10,11 +10,26 @@ An entry is assembled under tmp/ and renamed into place in one step, so readers 
 entry or none, and concurrent writers of one key never tear it (the loser of the rename
 drops its copy: both compiled the same inputs). Module records are replaced with
 os.replace. Nothing here imports the compiler; the compiler writes through `Cache`.
+
+Replacing an entry (`qdc build --force`). A folder cannot be renamed over a non-empty one,
+so a replacement moves the old entry aside and renames the new one in, announcing the
+window with a marker file `tmp/replacing-<key>-*` that exists before the old entry leaves
+and until the new one is in. Readers (`read_entry`) make that invisible:
+- they read every file of an entry through one open handle on its folder, so a read sees
+  one version whole, even if the folder is moved aside meanwhile;
+- a read that fails because the folder was moved or deleted under it (the path no longer
+  names the folder it opened) starts again;
+- a read that finds no entry while a marker is present waits for the marker to go and
+  starts again; one that finds neither retries once, since a replacement may have ended
+  between the two looks.
+So a reader sees the old entry or the new one, never none (bounded by REPLACE_WAIT_S).
 """
 from __future__ import annotations
 
 import os
 import shutil
+import stat
+import tempfile
 import time
 import uuid
 
@@ -24,6 +39,14 @@ from .errors import CacheError
 ENTRIES, MODULES, TMP = "entries", "modules", "tmp"
 META_FILE, STAMP_FILE = "meta.msgpack", "last_use"
 RECORD_TIME_FIELDS = ("created", "built")  # zeroed by `qdc pack` so bundles are reproducible
+MAX_RECORD_BYTES = 16 << 20   # a metadata record is far smaller: anything larger is not read
+STALE_TMP_S = 600.0           # tmp/ leftovers this old belong to a killed build: later builds remove them
+REPLACING = "replacing-"      # tmp/replacing-<key>-<id>: an entry is being replaced (module docstring)
+REPLACE_WAIT_S = 10.0         # the longest a reader waits for replacements of one entry
+_MARKER_STALE_S = 60.0        # a marker this old was left by a killed replacement: ignore it
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)  # a FIFO in the cache must not hang a reader
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
+_ENTRY_HANDLES = os.open in os.supports_dir_fd  # else (Windows) entry files are read by path
 
 
 def cache_error(where: str, reason: str) -> CacheError:
@@ -39,6 +62,13 @@ def entry_path(key: str) -> str:
 
 def module_path(module: str, arch: str) -> str:
     return f"{MODULES}/{arch}/{module}.msgpack"
+
+
+def split_variant(name: str) -> tuple[str, str]:
+    """A module record's kernel name -> (kernel, variant): 'f.grad' is the reverse-mode variant of f."""
+    if name.endswith(A.GRAD_SUFFIX):
+        return name[:-len(A.GRAD_SUFFIX)], "grad"
+    return name, "forward"
 
 
 def check_module_name(module) -> str:
@@ -59,6 +89,38 @@ class Entry:
         return self.record["field_refs"]
 
 
+# ---- cache folders: usable at all? -------------------------------------------------------------
+
+def check_cache_folder(root, what: str = "cache folder") -> str:
+    """The absolute path of cache folder `root`; ValueError if it, or a folder above it, is a file."""
+    path = os.path.abspath(os.path.expanduser(os.fspath(root)))
+    probe = path
+    while not os.path.isdir(probe):
+        if os.path.lexists(probe):
+            if probe == path:
+                raise ValueError(f"{what} '{root}' is a file, not a folder")
+            raise ValueError(f"{what} '{root}' cannot be created: '{probe}' is a file, not a folder")
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            break
+        probe = parent
+    return path
+
+
+def writable_problem(root: str) -> str | None:
+    """Why entries cannot be written under `root` (created if absent), or None. It tries for
+    real: permission bits do not stop root, and os.access does not see a read-only mount."""
+    try:
+        tmp = os.path.join(root, TMP)
+        os.makedirs(tmp, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix="probe-", dir=tmp)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        return e.strerror or str(e)
+    return None
+
+
 # ---- read-only views of a cache folder or a bundle ----------------------------------------
 
 class Store:
@@ -66,7 +128,8 @@ class Store:
 
     location: str
 
-    def read(self, name: str) -> bytes:
+    def read(self, name: str, max_bytes: int | None = None) -> bytes:
+        """The file's bytes: FileNotFoundError if absent, CacheError if unreadable or over `max_bytes`."""
         raise NotImplementedError
 
     def names(self) -> list[str]:
@@ -78,6 +141,74 @@ class Store:
     def touch(self, key: str) -> None:
         """Record a use of entry `key` for LRU eviction (a no-op where nothing can be written)."""
 
+    def open_entry(self, key: str) -> "EntryFiles":
+        """The files of entry `key`, all from one version of it (FileNotFoundError if absent)."""
+        return EntryFiles(self, entry_path(key))
+
+    def replacing(self, key: str) -> bool:
+        """Whether entry `key` is being replaced right now (a reader that missed it waits)."""
+        return False
+
+
+class EntryFiles:
+    """One entry's files by name; a bundle's come straight from its store."""
+
+    def __init__(self, store: Store, base: str):
+        self.store, self.base = store, base
+
+    def read(self, name: str, size: int | None = None, max_bytes: int | None = None) -> bytes:
+        data = self.store.read(f"{self.base}/{name}", max_bytes)
+        if size is not None and len(data) != size:
+            raise _size_mismatch(self.where(name), len(data), size)
+        return data
+
+    def where(self, name: str) -> str:
+        return self.store.where(f"{self.base}/{name}")
+
+    def unchanged(self) -> bool:
+        """False if the entry was moved or deleted since it was opened (read it again)."""
+        return True
+
+    def close(self) -> None:
+        pass
+
+
+def _size_mismatch(where: str, actual: int, declared: int) -> CacheError:
+    return cache_error(where, f"size mismatch: {actual} bytes where its record says {declared}; the artifact is "
+                              f"corrupt or was modified and was not loaded (rebuild with `qdc build --force`)")
+
+
+def _unreadable(where: str, e: OSError) -> CacheError:
+    return cache_error(where, f"not a readable file ({e.strerror or e})")
+
+
+def _read_file(where: str, open_fd, size: int | None = None, max_bytes: int | None = None) -> bytes:
+    """A whole regular file opened by `open_fd()`: FileNotFoundError if absent, CacheError if a
+    folder or anything else stands in its place, or its size is not `size` (checked before reading)."""
+    try:
+        fd = open_fd()
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        raise _unreadable(where, e) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise cache_error(where, "not a readable file (a folder or special file stands in its place)")
+        if size is not None and st.st_size != size:
+            raise _size_mismatch(where, st.st_size, size)
+        if max_bytes is not None and st.st_size > max_bytes:
+            raise cache_error(where, f"{st.st_size} bytes: too large to be a qdc metadata record")
+        f = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    with f:
+        try:
+            return f.read()
+        except OSError as e:
+            raise _unreadable(where, e) from None
+
 
 class DirStore(Store):
     def __init__(self, root: str):
@@ -86,20 +217,24 @@ class DirStore(Store):
     def path(self, name: str) -> str:
         return os.path.join(self.root, *name.split("/"))
 
-    def read(self, name: str) -> bytes:
-        with open(self.path(name), "rb") as f:
-            return f.read()
+    def read(self, name: str, max_bytes: int | None = None) -> bytes:
+        path = self.path(name)
+        return _read_file(path, lambda: os.open(path, _READ_FLAGS), max_bytes=max_bytes)
 
     def where(self, name: str) -> str:
         return self.path(name)
 
     def names(self) -> list[str]:
+        """Every file under entries/ and modules/, and any folder standing where a module record
+        should be (so that `qdc verify` reports it)."""
         out = []
         for sub in (ENTRIES, MODULES):
             base = os.path.join(self.root, sub)
-            for dirpath, _dirs, files in os.walk(base):
+            for dirpath, dirs, files in os.walk(base):
                 rel = os.path.relpath(dirpath, self.root).replace(os.sep, "/")
                 out += [f"{rel}/{f}" for f in files]
+                if sub == MODULES and rel.count("/") == 1:
+                    out += [f"{rel}/{d}" for d in dirs if d.endswith(".msgpack")]
         return sorted(out)
 
     def touch(self, key: str) -> None:
@@ -107,6 +242,62 @@ class DirStore(Store):
             os.utime(self.path(f"{entry_path(key)}/{STAMP_FILE}"))
         except OSError:
             pass  # a read-only deployment cache: LRU order does not matter there
+
+    def open_entry(self, key: str) -> EntryFiles:
+        if not _ENTRY_HANDLES:
+            return super().open_entry(key)
+        return _EntryFolder(self, entry_path(key))
+
+    def replacing(self, key: str) -> bool:
+        tmp, prefix, now = os.path.join(self.root, TMP), f"{REPLACING}{key}-", time.time()
+        try:
+            markers = [n for n in os.listdir(tmp) if n.startswith(prefix)]
+        except OSError:
+            return False
+        for name in markers:
+            try:
+                if now - os.stat(os.path.join(tmp, name)).st_mtime < _MARKER_STALE_S:
+                    return True
+            except OSError:
+                continue  # that replacement has just finished
+        return False
+
+
+class _EntryFolder(EntryFiles):
+    """An entry folder opened once: every file is read through that handle, so all of them
+    come from one version of the entry even if a replacement moves the folder aside meanwhile."""
+
+    def __init__(self, store: DirStore, base: str):
+        super().__init__(store, base)
+        self.path = store.path(base)
+        try:
+            self.fd = os.open(self.path, _DIR_FLAGS)
+        except FileNotFoundError:
+            raise
+        except NotADirectoryError:
+            raise cache_error(self.path, "not a cache entry folder (a file stands in its place)") from None
+        except OSError as e:
+            raise _unreadable(self.path, e) from None
+        st = os.fstat(self.fd)
+        self.identity = (st.st_dev, st.st_ino)
+
+    def read(self, name: str, size: int | None = None, max_bytes: int | None = None) -> bytes:
+        return _read_file(self.where(name), lambda: os.open(name, _READ_FLAGS, dir_fd=self.fd), size, max_bytes)
+
+    def where(self, name: str) -> str:
+        return os.path.join(self.path, name)
+
+    def unchanged(self) -> bool:
+        try:
+            if os.fstat(self.fd).st_nlink == 0:  # deleted
+                return False
+            st = os.stat(self.path)
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) == self.identity
+
+    def close(self) -> None:
+        os.close(self.fd)
 
 
 def open_store(location) -> Store:
@@ -123,9 +314,8 @@ def open_store(location) -> Store:
 
 # ---- reading records and entries ------------------------------------------------------------
 
-def read_record(store: Store, name: str, kind: str) -> dict:
+def decode(data: bytes, where: str, kind: str) -> dict:
     """Decode a record, turning corruption or a format mismatch into CacheError naming the file."""
-    data = store.read(name)
     try:
         body = A.decode_record(data, kind)
         if kind == A.ENTRY_RECORD:
@@ -133,36 +323,70 @@ def read_record(store: Store, name: str, kind: str) -> dict:
         else:
             A.check_module_record(body)
     except ValueError as e:
-        raise cache_error(store.where(name), str(e)) from None
+        raise cache_error(where, str(e)) from None
     return body
+
+
+def read_record(store: Store, name: str, kind: str) -> dict:
+    return decode(store.read(name, MAX_RECORD_BYTES), store.where(name), kind)
 
 
 def read_entry(store: Store, key: str) -> Entry:
     """Read entry `key` and check every artifact's sha256 before handing any of it out.
-    FileNotFoundError if it is absent; CacheError if anything fails its check."""
-    base = entry_path(key)
-    record = read_record(store, f"{base}/{META_FILE}", A.ENTRY_RECORD)
+    FileNotFoundError if it is absent; CacheError if anything fails its check. A concurrent
+    replacement of the entry is never seen as either (see the module docstring)."""
+    deadline = time.monotonic() + REPLACE_WAIT_S
+    retried = False
+    while True:
+        files = None
+        try:
+            files = store.open_entry(key)
+            return _read_entry_files(store, key, files)
+        except (FileNotFoundError, CacheError):
+            if time.monotonic() > deadline:
+                raise
+            if files is not None:
+                if files.unchanged():
+                    raise  # a fault of the entry as it stands
+                continue  # moved aside or deleted while we read it: read what is there now
+            if store.replacing(key):
+                _wait_for_replacement(store, key, deadline)
+            elif retried:
+                raise
+            else:
+                retried = True  # a replacement may have ended between the miss and the look for markers
+        finally:
+            if files is not None:
+                files.close()
+
+
+def _wait_for_replacement(store: Store, key: str, deadline: float) -> None:
+    while store.replacing(key) and time.monotonic() < deadline:
+        time.sleep(0.002)
+
+
+def _read_entry_files(store: Store, key: str, files: EntryFiles) -> Entry:
+    record = decode(files.read(META_FILE, max_bytes=MAX_RECORD_BYTES), files.where(META_FILE), A.ENTRY_RECORD)
     if record["key"] != key:
-        raise cache_error(store.where(f"{base}/{META_FILE}"), f"the record is for key {record['key'][:12]}…, "
+        raise cache_error(files.where(META_FILE), f"the record is for key {record['key'][:12]}…, "
                           f"not {key[:12]}… (the cache was tampered with or mixed up)")
     artifacts = {}
     for kind, info in record["artifacts"].items():
-        name = f"{base}/{info['file']}"
         try:
-            data = store.read(name)
+            data = files.read(info["file"], size=info["size"])
         except FileNotFoundError:
-            raise cache_error(store.where(name), "artifact missing from its cache entry") from None
-        if len(data) != info["size"] or A.sha256(data) != info["sha256"]:
-            raise cache_error(store.where(name), "sha256 mismatch: the artifact is corrupt or was modified; "
-                                                 "it was not loaded (rebuild with `qdc build --force`)")
+            raise cache_error(files.where(info["file"]), "artifact missing from its cache entry") from None
+        if A.sha256(data) != info["sha256"]:
+            raise cache_error(files.where(info["file"]), "sha256 mismatch: the artifact is corrupt or was modified; "
+                                                         "it was not loaded (rebuild with `qdc build --force`)")
         artifacts[kind] = data
         artifacts[kind + "_sha256"] = info["sha256"]
     try:
         meta = A.KernelMeta.from_dict(record["meta"])
     except (ValueError, TypeError) as e:
-        raise cache_error(store.where(f"{base}/{META_FILE}"), str(e)) from None
+        raise cache_error(files.where(META_FILE), str(e)) from None
     store.touch(key)
-    return Entry(key, record, meta, artifacts, store.where(base))
+    return Entry(key, record, meta, artifacts, store.where(files.base))
 
 
 def read_module(store: Store, module: str, arch: str) -> dict:
@@ -197,43 +421,130 @@ def _missing_module_message(store: Store, module: str, arch: str) -> str:
     return f"module '{module}' not found in {store.location} ({have}); build it with `qdc build`"
 
 
+# ---- module records against their entries ----------------------------------------------------
+
+def entry_signature(record: dict) -> list:
+    """What a module record remembers of the entry a kernel names: [kernel, variant, parameters]."""
+    return [record["meta"]["name"], record["variant"], record["meta"]["params"]]
+
+
+def module_problems(where: str, body: dict, entries: dict) -> list[tuple[str, str]]:
+    """How module record `body` (the file `where`) disagrees with the entries its kernels name
+    (`entries`: kernel name -> Entry, for those that read fine). Each entry must hold the
+    variant its name says, for the module's arch, of the kernel (and parameters) the record
+    remembers, and use fields the module declares, as it declares them."""
+    signatures = body.get("signatures", {})
+    if not isinstance(signatures, dict):
+        return [(where, "malformed metadata: signatures")]
+    fields = {f[0]: f for f in body["fields"]}
+    problems = []
+    for name, entry in sorted(entries.items()):
+        reason = (_kernel_problem(name, entry, body["arch"], signatures.get(name))
+                  or _field_problem(name, entry, fields))
+        if reason:
+            problems.append((where, reason))
+    return problems
+
+
+def _kernel_problem(name: str, entry: Entry, arch: str, signature) -> str | None:
+    _, variant = split_variant(name)
+    record, meta = entry.record, entry.meta
+    held = f"entry {entry.key[:12]}…, which holds the {record['variant']} variant of kernel '{meta.name}'"
+    if record["variant"] != variant or meta.is_grad != (variant == "grad"):
+        return f"kernel '{name}' names {held}, not the {variant} variant (the module record is mixed up: rebuild)"
+    if record["arch"] != arch:
+        return f"kernel '{name}' names {held} built for arch '{record['arch']}', not '{arch}' (rebuild)"
+    if signature is None:  # a record written before signatures were kept
+        return None
+    if not (isinstance(signature, list) and len(signature) == 3):
+        return f"malformed metadata: the signature of kernel '{name}'"
+    kernel, _, params = signature
+    if kernel != meta.name:
+        return f"kernel '{name}' names {held}, not of kernel '{kernel}' (the module record is mixed up: rebuild)"
+    if params != record["meta"]["params"]:
+        return (f"kernel '{name}' names {held} taking ({_params_text(record['meta']['params'])}), but the module "
+                f"was built for ({_params_text(params)}) (rebuild)")
+    return None
+
+
+def _params_text(params) -> str:
+    try:
+        return ", ".join(f"{p[0]}: {p[2]}" if p[1] == "scalar" else f"{p[0]}: ndarray({p[2]}, ndim={p[3]})"
+                         for p in params)
+    except (TypeError, IndexError, KeyError):
+        return "?"
+
+
+def _field_problem(name: str, entry: Entry, fields: dict) -> str | None:
+    for fm in entry.meta.fields:
+        base = fm.name[:-len(A.GRAD_SUFFIX)] if fm.is_grad and fm.name.endswith(A.GRAD_SUFFIX) else fm.name
+        declared = fields.get(base)
+        used = f"{fm.dtype}{list(fm.shape)}"
+        if declared is None:
+            return f"kernel '{name}' uses field '{base}' ({used}), which the module does not declare (rebuild)"
+        if declared[1] != fm.dtype or list(declared[2]) != list(fm.shape):
+            return (f"kernel '{name}' uses field '{base}' as {used}, but the module declares it "
+                    f"{declared[1]}{list(declared[2])} (rebuild)")
+        if fm.is_grad and not declared[3]:
+            return (f"kernel '{name}' uses '{fm.name}', but the module declares field '{base}' without "
+                    f"needs_grad (rebuild)")
+    return None
+
+
 # ---- checking a whole cache or bundle --------------------------------------------------------
 
 def verify_store(store: Store) -> tuple[int, list[tuple[str, str]]]:
-    """Check every record and artifact: (files checked, [(file, what is wrong)])."""
+    """Check every record and artifact, and every module record against the entries it names:
+    (files checked, [(file, what is wrong)])."""
     problems: list[tuple[str, str]] = []
+    entries: dict = {}  # key -> Entry, or None where the entry is bad
+    checked = _verify_entries(store, store.names(), entries, problems)
+    for module, arch in list_modules(store):
+        checked += _verify_module(store, module, arch, entries, problems)
+    return checked, problems
+
+
+def _verify_entries(store: Store, names: list, entries: dict, problems: list) -> int:
     checked = 0
-    names = store.names()
-    entry_keys = sorted({n.split("/")[2] for n in names if n.startswith(ENTRIES + "/") and n.count("/") == 3})
-    for key in entry_keys:
+    in_entries = [n for n in names if n.startswith(ENTRIES + "/")]
+    for name in in_entries:
+        if name.count("/") < 3:  # a file where a shard or entry folder belongs
+            problems.append((store.where(name), "not a cache entry folder"))
+    for key in sorted({n.split("/")[2] for n in in_entries if n.count("/") >= 3}):
         base = entry_path(key)
+        entries[key] = None  # present, not (yet) good
         if not A.KEY_RE.match(key):
             problems.append((store.where(base), "not a cache entry name"))
             continue
         try:
-            entry = read_entry(store, key)
+            entries[key] = entry = read_entry(store, key)
             checked += 1 + len(entry.record["artifacts"])
         except FileNotFoundError:
             problems.append((store.where(f"{base}/{META_FILE}"), "entry has no metadata record"))
         except CacheError as e:
             problems.append((e.path, e.reason))
-    keys = set(entry_keys)
-    for module, arch in list_modules(store):
-        name = module_path(module, arch)
-        try:
-            body = read_module(store, module, arch)
-        except CacheError as e:
-            problems.append((e.path, e.reason))
-            continue
-        except ValueError as e:
-            problems.append((store.where(name), str(e)))
-            continue
-        checked += 1
-        for kernel, key in body["kernels"].items():
-            if key not in keys:
-                problems.append((store.where(name), f"kernel '{kernel}' refers to entry {key[:12]}…, which is "
-                                                    f"missing (evicted?): rebuild the module"))
-    return checked, problems
+    return checked
+
+
+def _verify_module(store: Store, module: str, arch: str, entries: dict, problems: list) -> int:
+    where = store.where(module_path(module, arch))
+    try:
+        body = read_module(store, module, arch)
+    except CacheError as e:
+        problems.append((e.path, e.reason))
+        return 0
+    except (ValueError, FileNotFoundError) as e:
+        problems.append((where, str(e)))
+        return 0
+    named = {}
+    for kernel, key in body["kernels"].items():
+        if entries.get(key) is not None:
+            named[kernel] = entries[key]
+        elif key not in entries:  # (a bad entry is reported once, as itself)
+            problems.append((where, f"kernel '{kernel}' refers to entry {key[:12]}…, which is missing "
+                                    f"(evicted?): rebuild the module"))
+    problems += module_problems(where, body, named)
+    return 1
 
 
 # ---- the writable cache ----------------------------------------------------------------------
@@ -261,7 +572,8 @@ class Cache(DirStore):
         return True
 
     def write_entry(self, key: str, body: dict, artifacts: dict, replace: bool = False) -> None:
-        """Store an entry atomically. `artifacts` maps kind -> bytes; their hashes go into `body`."""
+        """Store an entry atomically. `artifacts` maps kind -> bytes; their hashes go into `body`.
+        `replace`: an existing entry of `key` is replaced (readers see the old one or the new one)."""
         files, recorded = {}, {}
         for kind, data in sorted(artifacts.items()):
             name = f"kernel.{kind}"
@@ -274,28 +586,60 @@ class Cache(DirStore):
         files[META_FILE] = A.encode_record(A.ENTRY_RECORD, body)
         files[STAMP_FILE] = b""
         staging = self._staging_dir(key)
-        try:
+        try:  # whatever fails (a full disk, say), leave nothing half-written behind
             for name, data in files.items():
                 with open(os.path.join(staging, name), "wb") as f:
                     f.write(data)
-        except OSError:  # e.g. a full disk: leave nothing half-written behind
+            final = self.path(entry_path(key))
+            os.makedirs(os.path.dirname(final), exist_ok=True)
+            if replace:
+                self._swap_in(staging, final, key)
+            else:
+                self._rename_in(staging, final)
+        except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
-        final = self.path(entry_path(key))
-        os.makedirs(os.path.dirname(final), exist_ok=True)
-        if replace:
-            self.evict(key)
+
+    @staticmethod
+    def _rename_in(staging: str, final: str) -> None:
+        """Rename the staged entry into place; if another builder's copy got there first, keep it."""
         try:
             os.rename(staging, final)
         except OSError:
             if not os.path.isdir(final):
-                shutil.rmtree(staging, ignore_errors=True)
                 raise
-            shutil.rmtree(staging, ignore_errors=True)  # another builder stored the same entry first
+            shutil.rmtree(staging, ignore_errors=True)  # the same inputs, compiled by another builder
+
+    def _swap_in(self, staging: str, final: str, key: str) -> None:
+        """Replace the entry at `final` by the staged one: old aside, new in, under a marker that
+        tells readers missing the entry meanwhile to wait (module docstring)."""
+        marker = os.path.join(self._tmp_root(), f"{REPLACING}{key}-{uuid.uuid4().hex[:12]}")
+        with open(marker, "wb"):
+            pass
+        aside = os.path.join(self._tmp_root(), f"evict-{uuid.uuid4().hex}")
+        try:
+            try:
+                os.rename(final, aside)
+            except FileNotFoundError:
+                aside = None
+            try:
+                self._rename_in(staging, final)
+            except OSError:
+                if aside is not None and not os.path.lexists(final):
+                    os.rename(aside, final)  # put the old entry back rather than leave none
+                    aside = None
+                raise
+        finally:
+            _remove_file(marker)
+        if aside is not None:
+            shutil.rmtree(aside, ignore_errors=True)
 
     def write_module(self, module: str, arch: str, body: dict) -> bool:
-        """Replace a module record atomically; False (nothing written) if only its time would change."""
+        """Replace a module record atomically; False (nothing written) if only its time would change.
+        The record remembers each kernel's signature (kernel, variant, parameters) from the entry
+        it names, so that loading and `qdc verify` notice a record that names the wrong entry."""
         body = dict(body, module=check_module_name(module), arch=arch)
+        body["signatures"] = self._signatures(body["kernels"])
         A.check_module_record(body)
         name = module_path(module, arch)
         try:
@@ -312,15 +656,28 @@ class Cache(DirStore):
         os.replace(tmp, path)
         return True
 
-    def evict(self, key: str) -> None:
-        """Remove an entry; it disappears in one rename, so readers never see half of it."""
+    def _signatures(self, kernels: dict) -> dict:
+        out = {}
+        for name, key in kernels.items():
+            try:
+                out[name] = entry_signature(read_record(self, f"{entry_path(key)}/{META_FILE}", A.ENTRY_RECORD))
+            except (FileNotFoundError, CacheError):
+                continue  # a missing or bad entry is reported as such
+        return out
+
+    def evict(self, key: str) -> bool:
+        """Remove an entry; it disappears in one rename, so readers never see half of it.
+        False if it could not be removed (a read-only cache)."""
         final = self.path(entry_path(key))
-        trash = os.path.join(self._tmp_root(), f"evict-{uuid.uuid4().hex}")
         try:
+            trash = os.path.join(self._tmp_root(), f"evict-{uuid.uuid4().hex}")
             os.rename(final, trash)
         except FileNotFoundError:
-            return
+            return True
+        except OSError:
+            return False
         shutil.rmtree(trash, ignore_errors=True)
+        return True
 
     def _tmp_root(self) -> str:
         path = os.path.join(self.root, TMP)
@@ -353,11 +710,11 @@ class Cache(DirStore):
         for e in entries:
             if not everything and (max_size is None or total <= max_size):
                 break
-            self.evict(e["key"])
-            total -= e["size"]
-            evicted += 1
+            if self.evict(e["key"]):
+                total -= e["size"]
+                evicted += 1
         dropped = self._drop_dangling_modules(everything)
-        self._sweep_tmp(max_age_s=0 if everything else 3600)
+        self.sweep_tmp(max_age_s=0 if everything else STALE_TMP_S)
         return {"evicted": evicted, "modules_dropped": dropped, "remaining_bytes": max(total, 0)}
 
     def _drop_dangling_modules(self, everything: bool) -> list[str]:
@@ -367,23 +724,35 @@ class Cache(DirStore):
             name = module_path(module, arch)
             try:
                 keys = set(read_record(self, name, A.MODULE_RECORD)["kernels"].values())
-            except CacheError:
+            except (CacheError, FileNotFoundError):
                 keys = {None}
             if everything or not keys <= present:
-                os.unlink(self.path(name))
-                dropped.append(f"{module} ({arch})")
+                if _remove_file(self.path(name)):
+                    dropped.append(f"{module} ({arch})")
         return dropped
 
-    def _sweep_tmp(self, max_age_s: float) -> None:
+    def sweep_tmp(self, max_age_s: float = STALE_TMP_S) -> int:
+        """Remove what crashed or killed builds left in tmp/ (staging folders, entries moved
+        aside, markers) once it is `max_age_s` old; the number removed."""
         tmp = os.path.join(self.root, TMP)
-        now = time.time()
+        now, removed = time.time(), 0
         for name in os.listdir(tmp) if os.path.isdir(tmp) else ():
             path = os.path.join(tmp, name)
             try:
                 if now - os.lstat(path).st_mtime >= max_age_s:
-                    shutil.rmtree(path) if os.path.isdir(path) else os.unlink(path)
+                    shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.unlink(path)
+                    removed += 1
             except OSError:
                 pass  # a concurrent builder finished or removed it
+        return removed
+
+
+def _remove_file(path: str) -> bool:
+    try:
+        os.unlink(path)
+        return True
+    except OSError:
+        return False
 
 
 def _without_times(body: dict) -> dict:

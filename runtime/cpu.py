@@ -12,12 +12,17 @@ part of a plain ctypes call).
 from __future__ import annotations
 
 import ctypes
+import functools
+import itertools
 import os
+import platform
+import sys
 import tempfile
 
 import numpy as np
 
 from .device import Allocation, Device
+from .errors import CacheError, QdcError
 
 _ALIGN = 64
 
@@ -46,25 +51,16 @@ class CpuDevice(Device):
         dst.view(np.uint8).reshape(-1)[:] = alloc.host[offset:offset + dst.nbytes]
 
     def load_library(self, lib_bytes: bytes, digest: str) -> ctypes.PyDLL:
-        """dlopen a verified shared library (written to a private temp file first).
-
-        Not a memfd: glibc's dlopen recognises an already-loaded library by its path string,
-        and /proc/self/fd/N paths are reused as descriptors are closed, so a second library
-        would silently resolve to the first."""
+        """dlopen a verified shared library (see load_verified_library)."""
         lib = self._libs.get(digest)
         if lib is None:
-            fd, path = tempfile.mkstemp(prefix="qdc-", suffix=".so")
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(lib_bytes)
-                lib = ctypes.PyDLL(path, mode=ctypes.RTLD_LOCAL)  # calls keep the GIL: see above
-            finally:
-                os.unlink(path)  # the mapping stays valid after unlink
-            self._libs[digest] = lib
+            lib = self._libs[digest] = load_verified_library(lib_bytes, digest)
         return lib
 
     def load_kernel(self, artifacts: dict, meta):
-        lib = self.load_library(artifacts["so"], artifacts["so_sha256"])
+        record = select_library(meta.cpu_libraries, meta.name)
+        kind = record["artifact"]
+        lib = self.load_library(artifacts[kind], artifacts[kind + "_sha256"])
         # A function object of its own (lib[...] does not cache), so its call settings are ours.
         # No argtypes: ctypes then passes a byref() argument with the least work per call.
         fn = lib[meta.entry]
@@ -77,3 +73,251 @@ class CpuDevice(Device):
 
     def launch_call(self, loaded, ctx: ctypes.Array) -> tuple:
         return loaded, ctypes.byref(ctx)
+
+
+# ---- which library of a kernel this CPU can run (cpu_target, API.md §5) ---------------------
+#
+# A CPU entry records its libraries lowest ISA level first (KernelMeta.cpu_libraries): the
+# artifact kind, the level or CPU name, the architecture family and the features its code
+# needs, as LLVM names them. The best library is the last one whose needs this host meets.
+
+# Where each feature is read from: numpy's CPUID-based detection (what the CPU really
+# executes, also under an emulator, and only what the OS enabled), then /proc/cpuinfo on Linux
+# or sysctl on macOS for the features numpy does not report (older numpy reports fewer).
+# Feature name -> (numpy key, /proc/cpuinfo flag, macOS sysctl: "machdep:TOKEN" or a hw key).
+# Only features LLVM can use in ordinary code: a native build records the ones its CPU has,
+# and instructions reached only through intrinsics (aes, sha, rdrand, ...) are never emitted
+# for kernels (a hypervisor may also hide them from /proc/cpuinfo while CPUID reports them).
+HOST_FEATURE_SOURCES = {
+    # x86-64
+    "sse3": ("SSE3", "pni", "machdep:SSE3"),
+    "ssse3": ("SSSE3", "ssse3", "machdep:SSSE3"),
+    "sse4.1": ("SSE41", "sse4_1", "machdep:SSE4.1"),
+    "sse4.2": ("SSE42", "sse4_2", "machdep:SSE4.2"),
+    "popcnt": ("POPCNT", "popcnt", "machdep:POPCNT"),
+    "cx16": ("CX16", "cx16", "machdep:CX16"),
+    "sahf": ("LAHF", "lahf_lm", "machdep:LAHF"),
+    "avx": ("AVX", "avx", "machdep:AVX1.0"),
+    "avx2": ("AVX2", "avx2", "machdep:AVX2"),
+    "bmi": ("BMI", "bmi1", "machdep:BMI1"),
+    "bmi2": ("BMI2", "bmi2", "machdep:BMI2"),
+    "f16c": ("F16C", "f16c", "machdep:F16C"),
+    "fma": ("FMA3", "fma", "machdep:FMA"),
+    "lzcnt": ("LZCNT", "abm", "machdep:LZCNT"),
+    "movbe": ("MOVBE", "movbe", "machdep:MOVBE"),
+    "xsave": ("AVX", "xsave", "machdep:XSAVE"),  # usable AVX means the OS has XSAVE enabled
+    "avx512f": ("AVX512F", "avx512f", "machdep:AVX512F"),
+    "avx512bw": ("AVX512BW", "avx512bw", "machdep:AVX512BW"),
+    "avx512cd": ("AVX512CD", "avx512cd", "machdep:AVX512CD"),
+    "avx512dq": ("AVX512DQ", "avx512dq", "machdep:AVX512DQ"),
+    "avx512vl": ("AVX512VL", "avx512vl", "machdep:AVX512VL"),
+    "avx512vnni": ("AVX512VNNI", "avx512_vnni", "machdep:AVX512VNNI"),
+    "avx512ifma": ("AVX512IFMA", "avx512ifma", "machdep:AVX512IFMA"),
+    "avx512vbmi": ("AVX512VBMI", "avx512vbmi", "machdep:AVX512VBMI"),
+    "avx512vbmi2": ("AVX512VBMI2", "avx512_vbmi2", "machdep:AVX512VBMI2"),
+    "avx512bitalg": ("AVX512BITALG", "avx512_bitalg", "machdep:AVX512BITALG"),
+    "avx512vpopcntdq": ("AVX512VPOPCNTDQ", "avx512_vpopcntdq", "machdep:AVX512VPOPCNTDQ"),
+    "avx512bf16": ("AVX512BF16", "avx512_bf16", "machdep:AVX512BF16"),
+    "avx512fp16": ("AVX512FP16", "avx512_fp16", "machdep:AVX512FP16"),
+    "gfni": ("GFNI", "gfni", "machdep:GFNI"),
+    "vaes": ("VAES", "vaes", "machdep:VAES"),
+    "vpclmulqdq": ("VPCLMULQDQ", "vpclmulqdq", "machdep:VPCLMULQDQ"),
+    "fma4": ("FMA4", "fma4", None),
+    "xop": ("XOP", "xop", None),
+    # aarch64
+    "neon": ("ASIMD", "asimd", "hw.optional.neon"),
+    "fp-armv8": (None, "fp", "hw.optional.floatingpoint"),
+    "crc": (None, "crc32", "hw.optional.armv8_crc32"),
+    "lse": (None, "atomics", "hw.optional.arm.FEAT_LSE"),
+    "rdm": (None, "asimdrdm", "hw.optional.arm.FEAT_RDM"),
+    "fullfp16": ("ASIMDHP", "asimdhp", "hw.optional.arm.FEAT_FP16"),
+    "dotprod": ("ASIMDDP", "asimddp", "hw.optional.arm.FEAT_DotProd"),
+    "sve": ("SVE", "sve", None),
+}
+
+
+def normalise_machine(machine: str) -> str:
+    """An architecture family name as entries record it: x86_64, aarch64, ..."""
+    m = machine.lower()
+    return {"amd64": "x86_64", "x64": "x86_64", "arm64": "aarch64"}.get(m, m)
+
+
+def host_machine() -> str:
+    return normalise_machine(platform.machine())
+
+
+@functools.lru_cache(maxsize=None)
+def host_features() -> frozenset:
+    """The features of HOST_FEATURE_SOURCES this CPU (and OS) support."""
+    numpy_says = _numpy_cpu_features()
+    os_says = _os_cpu_flags()
+    have = set()
+    for feature, (numpy_key, cpuinfo_flag, sysctl_name) in HOST_FEATURE_SOURCES.items():
+        if numpy_key is not None and numpy_key in numpy_says:
+            if numpy_says[numpy_key]:
+                have.add(feature)
+        elif (cpuinfo_flag if sys.platform.startswith("linux") else sysctl_name) in os_says:
+            have.add(feature)
+    return frozenset(have)
+
+
+def _numpy_cpu_features() -> dict:
+    for module in ("numpy._core._multiarray_umath", "numpy.core._multiarray_umath"):
+        try:
+            features = getattr(__import__(module, fromlist=["_"]), "__cpu_features__", None)
+        except ImportError:
+            continue
+        if isinstance(features, dict):
+            return features
+    return {}
+
+
+def _os_cpu_flags() -> set:
+    """Linux: the flags of /proc/cpuinfo (x86 "flags", aarch64 "Features"); macOS: the
+    sysctl names of HOST_FEATURE_SOURCES that are set. Under an emulator such as qemu-user these
+    can be the real host's, which is why numpy's detection comes first."""
+    if sys.platform.startswith("linux"):
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    name, _, value = line.partition(":")
+                    if name.strip() in ("flags", "Features"):
+                        return set(value.split())
+        except OSError:
+            pass
+        return set()
+    if sys.platform == "darwin":
+        return {source for _, _, source in HOST_FEATURE_SOURCES.values() if source and _sysctl_has(source)}
+    return set()
+
+
+def _sysctl_has(source: str) -> bool:
+    if source.startswith("machdep:"):  # Intel Macs: space-separated feature strings
+        token = source.split(":", 1)[1]
+        return any(token in (_sysctl_string(name) or "").split()
+                   for name in ("machdep.cpu.features", "machdep.cpu.leaf7_features", "machdep.cpu.extfeatures"))
+    value = ctypes.c_int64(0)
+    return _sysctlbyname(source, value) and value.value != 0
+
+
+def _sysctl_string(name: str) -> str | None:
+    buf = ctypes.create_string_buffer(4096)
+    return buf.value.decode(errors="replace") if _sysctlbyname(name, buf) else None
+
+
+def _sysctlbyname(name: str, out) -> bool:
+    try:
+        libc = ctypes.CDLL(None)
+        size = ctypes.c_size_t(ctypes.sizeof(out))
+        return libc.sysctlbyname(name.encode(), ctypes.byref(out), ctypes.byref(size), None, ctypes.c_size_t(0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def select_library(libraries: list, kernel: str, machine: str | None = None, features=None) -> dict:
+    """The library record (KernelMeta.cpu_libraries) of the highest level this host can run;
+    CacheError saying what is missing when none fits. `machine`/`features` default to the host's."""
+    if not libraries:
+        raise CacheError(f"kernel '{kernel}': its cache entry does not record which CPU its code was built for "
+                         f"(it was written by an older qdc); rebuild it with `qdc build`")
+    machine = host_machine() if machine is None else machine
+    features = host_features() if features is None else frozenset(features)
+    ours = [lib for lib in libraries if lib["machine"] == machine]
+    if not ours:
+        built = ", ".join(sorted({lib["machine"] for lib in libraries}))
+        raise CacheError(f"kernel '{kernel}' was built for {built} CPUs, but this host is {machine}: "
+                         f"build it for this architecture with `qdc build`")
+    usable = [lib for lib in ours if set(lib["features"]) <= features]
+    if usable:
+        return usable[-1]
+    closest = min(ours, key=lambda lib: len(set(lib["features"]) - features))
+    missing = ", ".join(sorted(set(closest["features"]) - features))
+    raise CacheError(f"kernel '{kernel}': this CPU lacks {missing}, which its prebuilt code needs (built for "
+                     f"{closest['target']}); rebuild it with `qdc build --cpu-target portable` (code for several "
+                     f"CPU levels, the best chosen at load) or on a machine like this one")
+
+
+# ---- dlopen without an executable temp folder (issue 8, item 9) -----------------------------
+
+class LibraryLoadError(QdcError, OSError):
+    """A verified kernel library could not be loaded into the process."""
+
+
+def load_verified_library(lib_bytes: bytes, digest: str) -> ctypes.PyDLL:
+    """dlopen verified library bytes. Preferred: an anonymous memory file (memfd), which needs
+    no folder at all, so a temp folder mounted noexec does not matter (and it is faster than
+    writing a file). Else a private temp file, as on systems without memfd_create. Calls into
+    the library keep the GIL (see above)."""
+    fd = _memfd_with(lib_bytes, digest)
+    if fd is not None:
+        try:
+            return ctypes.PyDLL(_unique_fd_path(fd), mode=ctypes.RTLD_LOCAL)
+        except OSError:
+            pass  # e.g. a memfd_noexec policy: try the temp folder, which explains its own failure
+        finally:
+            os.close(fd)  # the mapping keeps the file alive
+    return _dlopen_temp_file(lib_bytes)
+
+
+_FD_PATHS_USED = itertools.count(1)
+
+
+def _unique_fd_path(fd: int) -> str:
+    """/proc/self/fd/<fd>, spelled differently every time. glibc's dlopen hands back the library
+    already loaded under a path it has seen before, and descriptor numbers are reused once
+    closed, so the plain path could silently give an earlier library. "./" and "/" after fd/
+    change nothing, and spelling the bits of a counter with them makes every path unique."""
+    n = next(_FD_PATHS_USED)
+    return "/proc/self/fd/" + "".join("./" if bit == "1" else "/" for bit in f"{n:b}") + str(fd)
+
+
+_MFD_EXEC = getattr(os, "MFD_EXEC", 0x10)  # Linux 6.3+: an executable memfd even under vm.memfd_noexec=1
+
+
+def _memfd_with(data: bytes, digest: str) -> int | None:
+    if not hasattr(os, "memfd_create") or not os.path.isdir("/proc/self/fd"):
+        return None
+    name = f"qdc-{digest[:16]}.so"
+    try:
+        try:
+            fd = os.memfd_create(name, os.MFD_CLOEXEC | _MFD_EXEC)
+        except OSError:  # EINVAL: a kernel older than MFD_EXEC
+            fd = os.memfd_create(name, os.MFD_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        with open(fd, "wb", closefd=False) as f:
+            f.write(data)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _dlopen_temp_file(lib_bytes: bytes) -> ctypes.PyDLL:
+    folder = tempfile.gettempdir()
+    try:
+        fd, path = tempfile.mkstemp(prefix="qdc-", suffix=".so")
+    except OSError as e:
+        raise LibraryLoadError(f"cannot load a kernel library: writing it to the temp folder {folder} failed "
+                               f"({e}); set TMPDIR to a writable folder") from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(lib_bytes)
+        return ctypes.PyDLL(path, mode=ctypes.RTLD_LOCAL)
+    except OSError as e:
+        if _is_noexec(folder):
+            raise LibraryLoadError(f"cannot load a kernel library: the temp folder {folder} is on a filesystem "
+                                   f"mounted noexec, so code written there cannot run (and this system offers no "
+                                   f"in-memory alternative); set TMPDIR to a folder on an exec-mounted filesystem, "
+                                   f"e.g. TMPDIR=$HOME/.cache/qdc-tmp") from None
+        raise LibraryLoadError(f"cannot load a kernel library written to {path}: {e}") from None
+    finally:
+        os.unlink(path)  # the mapping stays valid after unlink
+
+
+def _is_noexec(folder: str) -> bool:
+    try:
+        return bool(os.statvfs(folder).f_flag & getattr(os, "ST_NOEXEC", 0))
+    except OSError:
+        return False

@@ -19,17 +19,29 @@ _ids = itertools.count()
 
 
 def _normalise_shape(shape) -> tuple:
-    if shape is None or shape == ():
+    """`shape` as a tuple of Python ints: an integer (Python or numpy), or a sequence of them
+    (a tuple, list or 1-d integer array); anything else, or a negative size, is a ValueError."""
+    if shape is None:
         return ()
-    if isinstance(shape, (int, np.integer)):
+    if isinstance(shape, np.ndarray) and shape.ndim == 0:
+        shape = shape.item()
+    if isinstance(shape, (int, np.integer)) and not isinstance(shape, (bool, np.bool_)):
         shape = (shape,)
     try:
-        shape = tuple(int(s) for s in shape)
+        dims = tuple(shape)
     except TypeError:
-        raise TypeError(f"shape must be an int or a tuple of ints, got {shape!r}") from None
-    if any(s < 0 for s in shape):
-        raise ValueError(f"shape {shape} has a negative dimension")
-    return shape
+        raise ValueError(f"shape must be an integer or a tuple of integers, got {shape!r}") from None
+    out = tuple(_dimension(d, shape) for d in dims)
+    if any(d < 0 for d in out):
+        raise ValueError(f"shape {out} has a negative dimension")
+    return out
+
+
+def _dimension(d, shape) -> int:
+    if isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, np.integer)):
+        raise ValueError(f"shape must be an integer or a tuple of integers, got {shape!r} "
+                         f"(the size {d!r} is not an integer)")
+    return int(d)
 
 
 def _data_type(dtype) -> DataType:

@@ -31,6 +31,10 @@ Why it is fast:
   the kernel touch memory outside the array: an in-place change of ndim that keeps the
   first dimension (`a.shape = (16, 1)` on an array of shape (16,) passed before), an
   in-place `a.dtype = ...` to a type of the same item size, `a.strides = ...` (deprecated).
+  A numpy array the kernel writes is also re-tested for `flags.writeable` at every launch
+  (about 40 ns): an array made read-only in place since it was bound must be refused, and
+  nothing else reveals it (a read-only memmap would otherwise crash the process). Which
+  parameters the kernel writes is `ParamMeta.writes`, from the compiled code.
   The shape test is in the code only while the cached array is a numpy array: `_q_bind<i>`
   swaps in code specialised to whether each cached array is one (`body`'s `kinds`; the
   generic form tests `_q_numpy<i> and ...`), so neither kind pays for the other's test.
@@ -108,6 +112,12 @@ class LaunchContext:
         self.args = ()
 
 
+def _built_without_its_gradient(meta: KernelMeta, p) -> bool:
+    """A float ndarray of a grad kernel whose needs_grad followed the argument in an AOT build
+    (None): a qd.ndarray with a gradient passed to it would silently get none."""
+    return bool(meta.is_grad) and p.kind == "ndarray" and p.needs_grad is None and p.dtype[0] == "f"
+
+
 def _where(meta: KernelMeta, index: int) -> str:
     return f"kernel '{meta.name}', argument '{meta.params[index].name}'"
 
@@ -154,17 +164,26 @@ def check_ndarray(meta: KernelMeta, index: int, value) -> None:
             raise ValueError(f"{where}: expected {want}, got a numpy array with ndim={value.ndim}")
         if not value.flags.c_contiguous:
             raise ValueError(f"{where}: the numpy array is not C-contiguous; pass np.ascontiguousarray(...)")
-        if meta.is_grad and p.needs_grad:
-            raise TypeError(f"{where}: the gradient kernel needs a qd.ndarray(..., needs_grad=True), "
-                            f"not a numpy array (it has nowhere to put the gradient)")
+        if p.writes and not value.flags.writeable:
+            raise ValueError(f"{where}: the numpy array is read-only (flags.writeable is False, e.g. a "
+                             f"read-only memmap) and the kernel writes it; pass a writable array (np.array(a))")
+        if p.needs_grad:
+            raise TypeError(f"{where}: the kernel uses this array's gradient, so it needs a qd.ndarray(..., "
+                            f"needs_grad=True), not a numpy array (which has no gradient)")
         return
     if isinstance(value, Ndarray):
         if value.dtype.name != p.dtype:
             raise TypeError(f"{where}: expected {want}, got a qd.ndarray of {value.dtype}")
         if value.ndim != p.ndim:
             raise ValueError(f"{where}: expected {want}, got a qd.ndarray with ndim={value.ndim}")
-        if meta.is_grad and p.needs_grad and value.grad is None:
-            raise ValueError(f"{where}: the gradient kernel needs a qd.ndarray created with needs_grad=True")
+        if p.needs_grad and value.grad is None:
+            raise ValueError(f"{where}: the kernel uses this array's gradient: pass a qd.ndarray created with "
+                             f"needs_grad=True")
+        if _built_without_its_gradient(meta, p) and value.grad is not None:
+            raise ValueError(f"{where}: this gradient kernel was compiled without a gradient for '{p.name}' "
+                             f"(its needs_grad=None follows the argument, and it had none to follow: built ahead "
+                             f"of time, or given it by keyword), so its gradient would stay zero; annotate it "
+                             f"needs_grad=True (and rebuild), pass it positionally, or pass an array without one")
         return
     if isinstance(value, Field):
         raise TypeError(f"{where}: expected {want}, got {value._what()}; fields are global: "
@@ -235,7 +254,11 @@ class _Launcher:
         meta, g, mem = self.meta, self.g, self.g["_q_mem"]
         p = meta.params[index]
         ndim, np_dtype = p.ndim, by_name(p.dtype).np_dtype
-        grad_kernel_needs_grad = bool(meta.is_grad and p.needs_grad)  # then only a qd.ndarray with .grad
+        # A gradient word in the metadata means the code uses it (compiler/kernel.py, build_meta):
+        # then only a qd.ndarray with .grad, since a null gradient pointer would crash.
+        grad_kernel_needs_grad = bool(p.needs_grad)
+        refuse_grad = _built_without_its_gradient(meta, p)  # then only arrays without one
+        writes = bool(p.writes)  # then only writable numpy arrays
         # pointer, shape..., [gradient pointer]: one pack into consecutive ctx words
         pack = struct.Struct("=" + "Q" * (1 + ndim + bool(p.needs_grad))).pack_into
         offset, with_grad = 8 * p.slot, bool(p.needs_grad)
@@ -244,11 +267,13 @@ class _Launcher:
 
         def bind(a):
             if isinstance(a, np.ndarray):
-                if grad_kernel_needs_grad or a.dtype != np_dtype or a.ndim != ndim or not a.flags.c_contiguous:
+                flags = a.flags
+                if grad_kernel_needs_grad or a.dtype != np_dtype or a.ndim != ndim or not flags.c_contiguous \
+                        or writes and not flags.writeable:
                     check_ndarray(meta, index, a)  # raises, naming what is wrong
                 ptr, grad = numpy_address(a), 0
             elif isinstance(a, Ndarray) and a.dtype.name == p.dtype and a.ndim == ndim and (
-                    a.grad is not None or not grad_kernel_needs_grad):
+                    a.grad is not None or not grad_kernel_needs_grad) and (a.grad is None or not refuse_grad):
                 ptr = a.allocation().ptr
                 grad = a.grad.allocation().ptr if a.grad is not None else 0
             else:
@@ -294,7 +319,9 @@ class _Launcher:
         for i, p in enumerate(self.meta.params):
             if p.kind == "ndarray":
                 probe = f"_q_len({p.name}) != _q_len{i}" if p.ndim in (1, 2) else f"{p.name}.shape != _q_shape{i}"
-                probe = {True: f" or {probe}", False: "", None: f" or _q_numpy{i} and {probe}"}[kinds[i]]
+                if p.writes:  # a numpy array made read-only in place since it was bound: bind refuses it
+                    probe += f" or not {p.name}.flags.writeable"
+                probe = {True: f" or {probe}", False: "", None: f" or _q_numpy{i} and ({probe})"}[kinds[i]]
                 body += [f"    if {p.name} is not _q_arr{i}{probe}:", f"        _q_bind{i}({p.name})"]
             elif p.dtype == "u1":
                 body += [f"    if {p.name}.__class__ is not _q_bool:",

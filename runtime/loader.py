@@ -14,7 +14,8 @@ import os
 
 from . import context
 from .artifact import GRAD_SUFFIX
-from .cache import cache_error, module_path, open_store, read_entry, read_module
+from .adstack import launch_hooks
+from .cache import cache_error, module_path, module_problems, open_store, read_entry, read_module
 from .errors import QdcError
 from .fields import Field
 from .launcher import make_launcher, stub_function
@@ -36,14 +37,17 @@ def load(cache_dir_or_bundle, module: str, arch: str = "cpu") -> "LoadedModule":
         raise ValueError(f"load(): unknown arch '{arch}' (choose from {', '.join(ARCHES)})")
     store = open_store(cache_dir_or_bundle)
     record = read_module(store, module, arch)
+    where = store.where(module_path(module, arch))
     entries = {}
     for name, key in record["kernels"].items():
         try:
             entries[name] = read_entry(store, key)
         except FileNotFoundError:
-            raise cache_error(store.where(module_path(module, arch)),
-                              f"kernel '{name}' refers to cache entry {key[:12]}…, which is missing "
-                              f"(evicted by `qdc clean`?): rebuild with `qdc build`") from None
+            raise cache_error(where, f"kernel '{name}' refers to cache entry {key[:12]}…, which is missing "
+                                     f"(evicted by `qdc clean`?): rebuild with `qdc build`") from None
+    problems = module_problems(where, record, entries)  # e.g. a record naming the wrong variant's entry
+    if problems:
+        raise cache_error(*problems[0])
     context.for_arch(arch)
     return LoadedModule(record, entries, store.location)
 
@@ -66,8 +70,11 @@ class LoadedKernel:
         if rt.arch != self._arch:
             raise QdcError(f"kernel '{self.__name__}' was loaded for arch '{self._arch}' but the active runtime "
                            f"is '{rt.arch}': load the module again for '{rt.arch}'")
-        loaded = rt.device.load_kernel(self._entry.artifacts, self._entry.meta)
-        launch = make_launcher(self._entry.meta, rt.device, loaded, self._fields, function=self.function)
+        meta = self._entry.meta
+        loaded = rt.device.load_kernel(self._entry.artifacts, meta)
+        # Built ahead of time: an adstack overflow's remedy is a rebuild, not qd.init options.
+        hooks = launch_hooks(meta, prebuilt=True) if meta.adstack.get("stacks") else None
+        launch = make_launcher(meta, rt.device, loaded, self._fields, hooks=hooks, function=self.function)
         return launch.__qdc_launcher__
 
     def _slow_call(self, *args):

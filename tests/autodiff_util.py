@@ -1,5 +1,20 @@
-"""Shared checks of the autodiff tests: a kernel's gradient against float64 central differences."""
+"""Shared checks of the autodiff tests: a kernel's gradient against float64 central differences.
+
+Kernels may overwrite their inputs (in-place updates), so every forward run starts from the
+same snapshot of the inputs (and of the further buffers named in `overwrites`)."""
 import numpy as np
+
+
+class Snapshot:
+    """The contents of some fields/ndarrays, to put back before each forward run."""
+
+    def __init__(self, buffers):
+        self.buffers = list(buffers)
+        self.saved = [b.to_numpy() for b in self.buffers]
+
+    def restore(self):
+        for b, value in zip(self.buffers, self.saved):
+            b.from_numpy(value)
 
 
 def loss_of(kernel, loss, args=()):
@@ -9,8 +24,11 @@ def loss_of(kernel, loss, args=()):
     return float(loss.to_numpy().reshape(-1)[0])
 
 
-def autodiff_grad(kernel, loss, inputs, args=()):
-    """The gradients of `loss` with respect to `inputs` (fields/ndarrays), by `kernel.grad`."""
+def autodiff_grad(kernel, loss, inputs, args=(), state=None):
+    """The gradients of `loss` with respect to `inputs` (fields/ndarrays; their values before the
+    launch), by `kernel.grad` run after the forward kernel."""
+    if state is not None:
+        state.restore()
     loss_of(kernel, loss, args)
     for x in inputs:
         x.grad.fill(0)
@@ -19,23 +37,38 @@ def autodiff_grad(kernel, loss, inputs, args=()):
     return [x.grad.to_numpy().astype(np.float64) for x in inputs]
 
 
-def central_diff_grad(kernel, loss, x, args=(), h=1e-6):
-    """d loss / d x by float64 central differences (x should be an f64 field or ndarray)."""
+def central_diff(run, x, state, h=1e-6):
+    """d run() / d x by float64 central differences; `state` is restored before each run (x
+    should be an f64 field or ndarray, and one of the snapshot's buffers)."""
+    state.restore()
     base = x.to_numpy()
     grad = np.zeros(base.shape, np.float64)
     for idx in np.ndindex(base.shape):
         for sign in (1, -1):
+            state.restore()
             moved = base.copy()
             moved[idx] += sign * h
             x.from_numpy(moved)
-            grad[idx] += sign * loss_of(kernel, loss, args) / (2 * h)
-    x.from_numpy(base)
+            grad[idx] += sign * run() / (2 * h)
+    state.restore()
     return grad
 
 
-def check_against_central_diff(kernel, loss, inputs, args=(), rtol=1e-5, atol=1e-7):
-    got = autodiff_grad(kernel, loss, inputs, args)
+def central_diff_grad(kernel, loss, x, args=(), h=1e-6, state=None):
+    """d loss / d x by float64 central differences (x should be an f64 field or ndarray)."""
+    state = state if state is not None else Snapshot([x])
+    return central_diff(lambda: loss_of(kernel, loss, args), x, state, h)
+
+
+def check_against_central_diff(kernel, loss, inputs, args=(), rtol=1e-5, atol=1e-7, overwrites=()):
+    """`overwrites`: further fields/ndarrays the kernel writes that are not inputs."""
+    state = Snapshot(list(inputs) + list(overwrites))
+    for b in overwrites:  # no stale gradient may act as a seed
+        if getattr(b, "grad", None) is not None:
+            b.grad.fill(0)
+    got = autodiff_grad(kernel, loss, inputs, args, state)
     for x, g in zip(inputs, got):
-        want = central_diff_grad(kernel, loss, x, args)
+        want = central_diff_grad(kernel, loss, x, args, state=state)
         np.testing.assert_allclose(g, want, rtol=rtol, atol=atol)
+    state.restore()
     return got

@@ -90,16 +90,15 @@ def test_cross_iteration_read_after_write_rejected():
 
 
 @qd.kernel
-def in_place_update():
+def in_place_sin():
     for i in x:
-        x[i] = x[i] * 2.0
+        x[i] = qd.sin(x[i])          # sin' needs the old x[i], which the store destroys
 
 
 @qd.kernel
-def stored_twice():
+def in_place_scaled_by_a_gradient():
     for i in x:
-        out[i] = x[i]
-        out[i] = x[i] * 3.0
+        out[i] = out[i] * y[None]    # d/dy needs the old out[i]
 
 
 @qd.kernel
@@ -118,10 +117,11 @@ def overwritten_input():
 
 
 def test_overwrites_and_atomic_results_rejected():
-    e = grad_error(in_place_update)
-    assert e.line == line_of(in_place_update, "x[i] = x[i] * 2.0") and "overwritten" in e.raw_message
-    e = grad_error(stored_twice)
-    assert e.line == line_of(stored_twice, "out[i] = x[i] * 3.0") and "overwritten" in e.raw_message
+    e = grad_error(in_place_sin)
+    assert e.line == line_of(in_place_sin, "x[i] = qd.sin(x[i])") and "overwrites 'x' afterwards" in e.raw_message
+    assert "not linear" in e.raw_message
+    e = grad_error(in_place_scaled_by_a_gradient)
+    assert e.line == line_of(in_place_scaled_by_a_gradient, "out[i] * y[None]") and "overwrites" in e.raw_message
     e = grad_error(atomic_result_used)
     assert e.line == line_of(atomic_result_used, "qd.atomic_add") and "atomic" in e.raw_message
     e = grad_error(overwritten_input)
@@ -152,14 +152,14 @@ def dynamic_bound():
         out[i] = v
 
 
-def test_strict_mode_rejects_dynamic_bounds_and_default_warns():
+def test_strict_mode_rejects_dynamic_bounds_and_default_warns(session_cache_dir):
     with pytest.warns(UserWarning, match="trip count is only known at run time") as record:
         dynamic_bound.grad.compile()
     assert record[0].lineno == line_of(dynamic_bound, "for _ in range")
-    qd.init(arch=qd.cpu, ad_stack_strict=True)
+    qd.init(arch=qd.cpu, ad_stack_strict=True, cache_dir=session_cache_dir)
     e = grad_error(dynamic_bound)
     assert e.line == line_of(dynamic_bound, "for _ in range") and "ad_stack_strict" in e.raw_message
-    qd.init(arch=qd.cpu, ad_stack_strict=True, ad_stack_size=64)  # a forced size needs no bound
+    qd.init(arch=qd.cpu, ad_stack_strict=True, ad_stack_size=64, cache_dir=session_cache_dir)  # no bound needed
     stacks = dynamic_bound.grad.compile().meta.adstack["stacks"]
     assert [r["max_size"] for r in stacks] == [64]
 

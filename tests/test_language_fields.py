@@ -165,9 +165,9 @@ def test_ndrange_with_ints_and_pairs(rng):
 
 
 @pytest.mark.parametrize("threads", [None, 3])
-def test_ranges_not_divisible_by_thread_count(rng, threads):
+def test_ranges_not_divisible_by_thread_count(rng, threads, session_cache_dir):
     if threads is not None:
-        qd.init(arch=qd.cpu, cpu_max_num_threads=threads)
+        qd.init(arch=qd.cpu, cpu_max_num_threads=threads, cache_dir=session_cache_dir)
     sizes = [1, 7, 1001, 100003]
     hits = qd.field(qd.i32, shape=max(sizes) + 5)
     total = qd.field(qd.i64, shape=())

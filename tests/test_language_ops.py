@@ -467,9 +467,9 @@ def _random_expression_kernel(exprs, dtype):
 
 
 @pytest.mark.parametrize("floats", [False, True])
-def test_random_expressions_match_python(rng, tmp_path, monkeypatch, floats):
+def test_random_expressions_match_python(rng, tmp_path, monkeypatch, floats, session_cache_dir):
     # default_fp=f64 so that int / int (r / ...) is f64 true division, as in Python
-    qd.init(arch=qd.cpu, default_fp=qd.f64)
+    qd.init(arch=qd.cpu, default_fp=qd.f64, cache_dir=session_cache_dir)
     gen = _ExprGen(rng, floats)
     exprs = [gen.expr(4)[0] for _ in range(24)]
     dtype = "f64" if floats else "i64"

@@ -36,8 +36,8 @@ def test_weak_literals_take_the_typed_operand_type(rng):
     assert got[7] == 7 / 8
 
 
-def test_default_fp_f64_changes_literals_and_division(rng):
-    qd.init(arch=qd.cpu, default_fp=qd.f64)
+def test_default_fp_f64_changes_literals_and_division(rng, session_cache_dir):
+    qd.init(arch=qd.cpu, default_fp=qd.f64, cache_dir=session_cache_dir)
     out = qd.field(qd.f64, shape=3)
 
     @qd.kernel
@@ -52,8 +52,8 @@ def test_default_fp_f64_changes_literals_and_division(rng):
     assert out.to_numpy().tolist() == [0.1, i / 3, np.sqrt(i + 2.0)]
 
 
-def test_default_ip_i64():
-    qd.init(arch=qd.cpu, default_ip=qd.i64)
+def test_default_ip_i64(session_cache_dir):
+    qd.init(arch=qd.cpu, default_ip=qd.i64, cache_dir=session_cache_dir)
     out = qd.field(qd.i64, shape=2)
 
     @qd.kernel

@@ -139,14 +139,14 @@ def accumulate(v: qd.f32):
 total = qd.field(qd.f32, shape=16)
 
 
-def test_reinit_rezeroes_and_relaunches(rng):
+def test_reinit_rezeroes_and_relaunches(rng, session_cache_dir):
     v = float(rng.uniform(1, 2))
     accumulate(v)
     accumulate(v)
     np.testing.assert_allclose(total.to_numpy(), 2 * (v + np.arange(16)), rtol=1e-6)
     nd = qd.ndarray(qd.f32, 4)
     nd.fill(3.0)
-    qd.init(arch=qd.cpu, cpu_max_num_threads=1)
+    qd.init(arch=qd.cpu, cpu_max_num_threads=1, cache_dir=session_cache_dir)
     np.testing.assert_array_equal(total.to_numpy(), np.zeros(16, np.float32))
     np.testing.assert_array_equal(nd.to_numpy(), np.zeros(4, np.float32))
     accumulate(v)  # recompiled for the new runtime, bound to the new field memory
@@ -166,14 +166,14 @@ def test_failed_init_keeps_the_runtime():
     assert context.current() is before
 
 
-def test_fields_declared_before_any_init_work(tmp_path):
+def test_fields_declared_before_any_init_work(tmp_path, session_cache_dir):
     script = tmp_path / "before_init.py"  # a file: kernels need their source
     script.write_text(textwrap.dedent("""
         import numpy as np
         import qdc as qd
         x = qd.field(qd.i32, shape=5)
         x[2] = 9                    # before qd.init: a default CPU runtime is created
-        qd.init(arch=qd.cpu)        # resets it: x comes back zeroed
+        qd.init(arch=qd.cpu, cache_dir=CACHE)  # resets it: x comes back zeroed
         assert x.to_numpy().tolist() == [0, 0, 0, 0, 0]
 
         @qd.kernel
@@ -184,7 +184,7 @@ def test_fields_declared_before_any_init_work(tmp_path):
         ramp()
         qd.sync()
         print(x.to_numpy().tolist())
-    """))
+    """).replace("CACHE", repr(session_cache_dir)))
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[0, 1, 4, 9, 16]"

@@ -42,6 +42,7 @@ def make_grad_kernel(k: ir.KernelIR, field_objects: list, opts) -> GradKernelIR:
     check_kernel(k, ctx.differentiable)  # also marks loads the kernel's own writes clobber
     ctx.activity = Activity(k, ctx.differentiable)
     _check_gradient_through_plain_globals(k, ctx)
+    checks.check_shared_parallel_stores(k, ctx.differentiable, ctx.activity.values)
     g = ctx.grad
     tasks = _replay_tasks(k) + _zero_adjoint_temps(ctx)
     for t in reversed(k.tasks):
@@ -167,7 +168,9 @@ def _check_unstable_loads(g: ir.KernelIR) -> None:
         write_loc = getattr(s, "_ad_clobbered_by", None)
         if isinstance(s, ir.GlobalLoad) and write_loc is not None:
             target = s.ptr.target
-            raise error(s.loc, f"the gradient needs the value read here, but kernel '{g.name}' overwrites "
-                               f"'{target.name}' afterwards (line {write_loc.line if write_loc else '?'}), and its "
-                               f"gradient kernel runs after it and would read the new value. Write the new "
-                               f"values to a separate field")
+            raise error(s.loc, f"the gradient needs the value read here (its use is not linear), but kernel "
+                               f"'{g.name}' overwrites '{target.name}' afterwards (line "
+                               f"{write_loc.line if write_loc else '?'}), and its gradient kernel runs after it "
+                               f"and would read the new value. Keep the update linear in the old value "
+                               f"(`x[i] = x[i] * c + v` with c free of gradients), or write the new values to "
+                               f"a separate field")

@@ -4,9 +4,14 @@ Quadrants' global data access rules, checked statically instead of trusted:
 - no `while`/`break`/`continue` (the reverse sweep replays loops by their trip count);
 - the old value of an atomic operation is not used (the grad kernel does not repeat it);
 - in a parallel loop, a differentiable global is not read at an element other iterations
-  write (cross-iteration read-after-write: `out[i] = out[i-1] + ...`);
-- a differentiable global element is not overwritten after being read, nor stored to twice
-  (its adjoint would be counted for two values);
+  may write (cross-iteration read-after-write: `out[i] = out[i-1] + ...`; `x[k, i + 1] =
+  f(x[k, i])` in a serial loop inside iteration k is fine: dependence.py proves it);
+- a value the gradient needs is not overwritten later by the same kernel (a non-linear use
+  of an overwritten value): reads that may be overwritten are marked here, and the driver
+  rejects those the finished gradient kernel still reads.
+Overwriting itself is fine: a store consumes the adjoint of the value it overwrote
+(task_adjoint.py), so stores in both branches of an `if`, repeated stores, in-place updates
+and serial dependencies through globals all differentiate exactly.
 - a value crossing tasks (a kernel temporary) is written by one task only, which does not
   read it back, so the grad kernel can replay it.
 Each error points at the offending line.
@@ -18,6 +23,8 @@ import linecache
 from qdc.runtime.errors import QdcCompileError
 
 from .. import ir
+from . import dependence
+from .dependence import IndexKeys, buffer_key
 from .positions import Positions
 
 _UNSUPPORTED_LOOPS = (ir.While, ir.Break, ir.Continue)
@@ -42,8 +49,7 @@ def check_kernel(k: ir.KernelIR, differentiable) -> None:
     _check_temporaries(k)
     accesses = _global_accesses(k)
     _check_parallel_races(k, accesses, differentiable)
-    _check_overwrites(accesses, differentiable)
-    _mark_clobbered_loads(accesses)
+    _mark_clobbered_reads(accesses)
 
 
 def _check_atomic_results(k):
@@ -73,63 +79,28 @@ def _check_temporaries(k):
 # ---- global accesses --------------------------------------------------------------------
 
 class _Access:
-    __slots__ = ("stmt", "task", "buffer", "key", "write", "positions")
+    __slots__ = ("stmt", "task", "task_stmt", "buffer", "key", "write", "positions")
 
-    def __init__(self, stmt, task, buffer, key, write, positions):
-        self.stmt, self.task, self.buffer, self.key, self.write = stmt, task, buffer, key, write
-        self.positions = positions
+    def __init__(self, stmt, task, task_stmt, buffer, key, write, positions):
+        self.stmt, self.task, self.task_stmt, self.buffer, self.key = stmt, task, task_stmt, buffer, key
+        self.write, self.positions = write, positions
 
 
-def buffer_key(target) -> tuple:
-    if isinstance(target, ir.FieldRef):
-        return ("field", target.name)
-    return ("ndarray", target.arg_index, target.is_grad)
+def _written_buffers(k) -> set:
+    return {buffer_key(s.ptr.target) for s in ir.walk(k.body) if isinstance(s, (ir.GlobalStore, ir.AtomicRMW))}
 
 
 def _global_accesses(k) -> list:
-    written = {buffer_key(s.ptr.target) for s in ir.walk(k.body) if isinstance(s, (ir.GlobalStore, ir.AtomicRMW))}
+    written = _written_buffers(k)
     out = []
     for ti, t in enumerate(k.tasks):
         positions = Positions(t.body)
-        keys = _IndexKeys(written)
+        keys = IndexKeys(written)
         for s in ir.walk(t.body):
             if isinstance(s, (ir.GlobalLoad, ir.GlobalStore, ir.AtomicRMW)):
-                out.append(_Access(s, ti, buffer_key(s.ptr.target), keys.of_ptr(s.ptr),
+                out.append(_Access(s, ti, t, buffer_key(s.ptr.target), keys.of_ptr(s.ptr),
                                    not isinstance(s, ir.GlobalLoad), positions))
     return out
-
-
-class _IndexKeys:
-    """Structural keys of index expressions: equal keys mean the same element in one iteration
-    of the task (the task's own index is one symbol, whichever task)."""
-
-    def __init__(self, written: set):
-        self.written, self.memo = written, {}
-
-    def of_ptr(self, ptr: ir.GlobalPtr) -> tuple:
-        return tuple(self.of(i) for i in ptr.indices)
-
-    def of(self, s) -> tuple:
-        key = self.memo.get(s)
-        if key is None:
-            key = self.memo[s] = self._compute(s)
-        return key
-
-    def _compute(self, s) -> tuple:
-        if isinstance(s, ir.LoopIndex):
-            return ("task_index",) if isinstance(s.loop, ir.Task) else ("loop", id(s.loop))
-        if isinstance(s, ir.Const):
-            return ("const", s.type.name, s.value)
-        if isinstance(s, ir.GlobalLoad) and buffer_key(s.ptr.target) not in self.written:
-            return ("load", buffer_key(s.ptr.target), self.of_ptr(s.ptr))
-        if isinstance(s, (ir.ArgLoad, ir.NdarrayShape, ir.TempLoad)) or s.PURE:
-            return (type(s).__name__, s.type.name, tuple(repr(a) for a in s.attrs()),
-                    tuple(self.of(o) for o in s.operands()))
-        return ("value", id(s))
-
-    @staticmethod
-    def uses_task_index(key) -> bool:
-        return _mentions(key, ("task_index",))
 
 
 def _name(target) -> str:
@@ -137,8 +108,10 @@ def _name(target) -> str:
 
 
 def _check_parallel_races(k, accesses, differentiable):
+    """A read of a differentiable global at an element another iteration of the same parallel
+    loop may write: which value it sees depends on timing, and its gradient on the same race."""
     for ti, t in enumerate(k.tasks):
-        if t.kind != "range_for" or t.serial:
+        if t.kind != "range_for" or t.serial or _single_iteration(t):
             continue
         mine = [a for a in accesses if a.task == ti and differentiable(a.stmt.ptr.target)]
         writes = {}
@@ -146,94 +119,73 @@ def _check_parallel_races(k, accesses, differentiable):
             if a.write:
                 writes.setdefault(a.buffer, []).append(a)
         for a in mine:
-            if a.write or a.buffer not in writes:
+            if a.write:
                 continue
-            w = writes[a.buffer][0]
-            same = all(x.key == a.key for x in writes[a.buffer])
-            if not same or not _IndexKeys.uses_task_index(a.key):
-                raise error(a.stmt.loc, f"'{_name(a.stmt.ptr.target)}' is read here at an element that other "
-                                        f"iterations of this parallel loop write (line {w.stmt.loc.line}): a "
-                                        f"cross-iteration read-after-write, whose gradient would be wrong. Write "
-                                        f"the results to a separate field, or serialize the loop with "
-                                        f"qd.loop_config(serialize=True)")
+            for w in writes.get(a.buffer, ()):
+                if dependence.may_meet_in_other_iteration(w.key, a.key):
+                    raise error(a.stmt.loc, f"'{_name(a.stmt.ptr.target)}' is read here at an element that other "
+                                            f"iterations of this parallel loop write (line {w.stmt.loc.line}): a "
+                                            f"cross-iteration read-after-write, whose gradient would be wrong. "
+                                            f"Write the results to a separate field, or serialize the loop with "
+                                            f"qd.loop_config(serialize=True)")
 
 
-def _check_overwrites(accesses, differentiable):
-    by_buffer: dict = {}
-    for a in accesses:
-        if differentiable(a.stmt.ptr.target):
-            by_buffer.setdefault(a.buffer, []).append(a)
-    for group in by_buffer.values():
-        for w in group:
-            if not w.write:
-                continue
-            is_store = isinstance(w.stmt, ir.GlobalStore)
-            for other in group:
-                if other is w or other.key != w.key or not _may_follow(w, other):
-                    continue
-                if other.write and not is_store:
-                    continue  # accumulating after a write or another accumulation is fine
-                _overwrite_error(w, "read" if not other.write else "written", other.stmt.loc.line)
-            if is_store and _repeats(w):
-                _overwrite_error(w, "written", w.stmt.loc.line, " in an earlier iteration of its loop")
+def check_shared_parallel_stores(k, differentiable, active) -> None:
+    """A value with a gradient stored by every iteration of a parallel loop into one element of
+    a differentiable global: which store lands last is unspecified, so the gradient cannot say
+    which value the element kept. (A store under an `if` is taken to come from one iteration.)"""
+    for t in k.tasks:
+        if t.kind != "range_for" or t.serial or _single_iteration(t):
+            continue
+        keys = IndexKeys(_written_buffers(k))
+        for s in _unconditional_stores(t.body):
+            if differentiable(s.ptr.target) and s.value in active \
+                    and all(dependence.same_in_every_iteration(key) for key in keys.of_ptr(s.ptr)):
+                raise error(s.loc, f"every iteration of this parallel loop stores into the same element of "
+                                   f"'{_name(s.ptr.target)}'; which value it keeps is unspecified, and so "
+                                   f"would be its gradient. Accumulate with +=, store from one iteration "
+                                   f"(under an if), or serialize the loop with qd.loop_config(serialize=True)")
 
 
-def _overwrite_error(w: _Access, what: str, line: int, when: str = ""):
-    verb = "overwritten" if isinstance(w.stmt, ir.GlobalStore) else "accumulated into"
-    raise error(w.stmt.loc, f"'{_name(w.stmt.ptr.target)}' is {verb} here after being {what} (line {line}"
-                            f"{when}); its gradient would be wrong. Quadrants' rule: write each element of a "
-                            f"differentiable global once, then only accumulate into it with +=, and read it "
-                            f"only after all accumulation; keep time steps in separate elements")
+def _single_iteration(t: ir.Task) -> bool:
+    b, e = t.begin, t.end
+    return isinstance(b, ir.Const) and isinstance(e, ir.Const) and e.value - b.value <= 1
 
 
-def _repeats(w: _Access) -> bool:
-    """Does the store hit the same element in several iterations of an enclosing loop?"""
-    return any(not _mentions(w.key, ("loop", id(loop))) for loop in w.positions.loops[w.stmt])
+def _unconditional_stores(block: ir.Block):
+    """The GlobalStores of `block` and of the loop bodies in it, not entering an `if`."""
+    for s in block.stmts:
+        if isinstance(s, ir.GlobalStore):
+            yield s
+        elif isinstance(s, ir.RangeFor):
+            yield from _unconditional_stores(s.body)
 
 
-def _mentions(key, symbol) -> bool:
-    return key == symbol or any(isinstance(part, tuple) and _mentions(part, symbol) for part in key)
-
-
-def _may_follow(later: _Access, earlier: _Access) -> bool:
-    """Can `later` touch the element `earlier` touched, after it? (Equal keys only.) Within a
-    task: later in the iteration, or in a later iteration of a loop around both whose index
-    the key does not involve (one that does makes it another element)."""
-    if later.task != earlier.task:
-        return later.task > earlier.task
-    p = later.positions
-    if p.pos[later.stmt] > p.pos[earlier.stmt]:
-        return True
-    shared = set(p.loops[later.stmt]) & set(p.loops[earlier.stmt])
-    return any(not _mentions(later.key, ("loop", id(loop))) for loop in shared)
-
-
-def _mark_clobbered_loads(accesses) -> None:
-    """Mark loads of a buffer the kernel may write afterwards: the gradient kernel runs after the
-    forward kernel and would read the new contents. Copies of a load keep the mark (clone_stmt
-    copies attributes); the autodiff driver rejects any marked load the gradient still needs.
-    A write to the same buffer at another index counts too, unless it is provably the same
-    element's own earlier value (equal keys) or another element (a loop index in the key)."""
+def _mark_clobbered_reads(accesses) -> None:
+    """Mark the reads whose value the kernel may overwrite afterwards: the gradient kernel runs
+    after the forward kernel and would read the new contents. A load is marked when a later
+    write may hit its element; an atomic min/max (whose reverse reads the final value to find
+    the winner) when a later write of another kind may. Copies of a load keep the mark
+    (clone_stmt copies attributes); the autodiff driver rejects any marked load the gradient
+    still needs after dead code is removed, so a value used only linearly (`out[i] * 2.0`)
+    may be overwritten freely: its gradient does not need it."""
     writes: dict = {}
     for a in accesses:
         if a.write:
             writes.setdefault(a.buffer, []).append(a)
     for a in accesses:
-        if a.write:
+        atomic_op = getattr(a.stmt, "op", None) if a.write else None
+        if a.write and atomic_op not in ("min", "max"):
             continue
         for w in writes.get(a.buffer, ()):
+            if w is a or (atomic_op and getattr(w.stmt, "op", None) == atomic_op):
+                continue
             if _clobbers(w, a):
                 a.stmt._ad_clobbered_by = w.stmt.loc
                 break
 
 
-def _clobbers(w: _Access, load: _Access) -> bool:
-    if w.task != load.task:
-        return w.task > load.task
-    p = w.positions
-    if p.pos[w.stmt] > p.pos[load.stmt]:
-        return True
-    shared = set(p.loops[w.stmt]) & set(p.loops[load.stmt])
-    if w.key != load.key:
-        return bool(shared)
-    return any(not _mentions(w.key, ("loop", id(loop))) for loop in shared)
+def _clobbers(w: _Access, read: _Access) -> bool:
+    if w.task != read.task:
+        return w.task > read.task
+    return dependence.may_follow_on_same_element(w, read, w.task_stmt)

@@ -9,8 +9,10 @@ reads them back from the stack.
 
 Reverse sweep: the body's statements in reverse order, each emitting its adjoint. Adjoints of
 values live in zero-initialised locals (registers after mem2reg); a stacked local's adjoint
-lives in its stack entries. A reverse `for` runs the same range backwards; a reverse `if`
-takes the same branch.
+lives in its stack entries. A reverse `for` runs the same range backwards, and so do the
+iterations of a serialized task; a reverse `if` takes the same branch. A global store takes
+the adjoint of the element it wrote and zeroes it (the overwritten value's adjoint then
+collects only from the reads before the store), so overwriting differentiates exactly.
 
 Primal values the adjoints need (the `cos(a)` of `sin(a)`, an index, a condition, a loop
 bound) are recomputed where they are needed: at the adjoint of a statement, every stack is
@@ -85,7 +87,7 @@ class TaskAdjoint:
             ir.clone_block(t.prologue, new.prologue, mapping)
             new.begin, new.end = mapping[t.begin], mapping[t.end]
             new.index = ir.LoopIndex(new, t.index.type)
-            self.fmap[t.index] = new.index
+            self.fmap[t.index] = self.reversed_index(new) if t.serial else new.index
         self.forward_block(t.body, new.body)
         reverse = ir.Block()
         self.reverse_block(t.body, reverse)
@@ -95,6 +97,17 @@ class TaskAdjoint:
             st.block = new.body
             new.body.stmts.insert(0, st)
         return new
+
+    def reversed_index(self, new: ir.Task) -> ir.Stmt:
+        """A serialized task's iterations run backwards: iteration j of the adjoint stands for
+        forward index begin+end-1-j, so what one iteration leaves in a global for the next is
+        differentiated after the next. The body cannot see the prologue: it recomputes the range."""
+        t, it = self.task, self.task.index.type
+        mapping: dict = {}
+        ir.clone_block(t.prologue, new.body, mapping)
+        total = new.body.append(ir.Binary("add", mapping[t.begin], mapping[t.end], it))
+        last = new.body.append(ir.Binary("sub", total, new.body.append(ir.Const(1, it)), it))
+        return new.body.append(ir.Binary("sub", last, new.index, it))
 
     def new_stack(self, dtype: T.DataType, name: str, loc, adjoint: bool | None = None) -> AdStackAlloca:
         st = AdStackAlloca(dtype, -1, name, loc, adjoint)
@@ -219,20 +232,34 @@ class TaskAdjoint:
             self.reset_adjoint(adj)
 
     def reverse_global_write(self, s) -> None:
-        """`x[i] = v`: v gets x.grad[i] (kept, as in Taichi). `y[i] += v`: v gets y.grad[i];
-        `-=` its negation; atomic min/max: v gets it where v is the value that won."""
-        if not (self.k.differentiable(s.ptr.target) and self.is_active(s.value)):
+        """`x[i] = v` consumes x.grad[i]: v takes it and x.grad[i] restarts at 0, since the value
+        it overwrote reaches the result only through reads before the store, whose reverses
+        (later in the reverse sweep) add to it. `y[i] += v`: v gets y.grad[i], which stays (the
+        old value passes through); `-=` its negation; atomic min/max: v gets it where v won."""
+        if not self.k.differentiable(s.ptr.target):
             return
-        op = getattr(s, "op", "store")
-        if op not in ("store", "add", "sub", "min", "max"):
+        if isinstance(s, ir.GlobalStore):
+            return self.reverse_store(s)
+        op = s.op
+        if op not in ("add", "sub", "min", "max") or not self.is_active(s.value):
             return
         g = self.emit(ir.GlobalLoad(self.grad_ptr(s.ptr)))
         if op == "sub":
             g = self.op("neg", g)
         elif op in ("min", "max"):
-            final = self.emit(ir.GlobalLoad(self.primal(s.ptr)))
+            final = self.emit(ir.GlobalLoad(self.primal(s.ptr), s.loc))
+            if getattr(s, "_ad_clobbered_by", None) is not None:  # a later write changes the final value
+                final._ad_clobbered_by = s._ad_clobbered_by
             g = self.select(self.op("eq", self.primal(s.value), final), g, self.const(0.0, s.value.type))
         self.acc(s.value, g)
+
+    def reverse_store(self, s: ir.GlobalStore) -> None:
+        if not s.ptr.type.is_float:
+            return
+        ptr = self.grad_ptr(s.ptr)
+        if self.is_active(s.value):
+            self.acc(s.value, self.emit(ir.GlobalLoad(ptr)))
+        self.emit(ir.GlobalStore(ptr, self.const(0.0, ptr.type), s.loc))
 
     def grad_ptr(self, ptr: ir.GlobalPtr) -> ir.GlobalPtr:
         # The primal access's location, so a debug-mode bounds error on the .grad points at user code.
@@ -280,7 +307,7 @@ class TaskAdjoint:
     def primal(self, x: ir.Stmt):
         """`x`'s forward value, usable at the current point of the reverse sweep."""
         if x is self.task.index:
-            return self.new.index
+            return self.fmap[x]
         if x.block is self.task.body:
             return self.fmap[x]
         if isinstance(x, ir.LoopIndex):

@@ -1,4 +1,5 @@
-"""CPU backend: LLVM IR → optimised object → shared library the runtime dlopens.
+"""CPU backend: LLVM IR → optimised object → shared library the runtime dlopens, one per CPU
+level that `cpu_target` asks for (cpu_targets.py).
 
 Range-for tasks are split over worker threads with libgomp's `GOMP_parallel` (a persistent
 thread pool), as contiguous chunks the threads take from a shared counter. Ranges too small
@@ -16,9 +17,12 @@ import llvmlite.binding as llvm
 from llvmlite import ir as ll
 
 from qdc.runtime.artifact import KernelMeta
+from qdc.runtime.cpu import HOST_FEATURE_SOURCES, host_machine
 
 from .. import ir
 from ..ir.adstack import AdStackAlloca
+from .cpu_targets import (CPU_LEVEL_OF, GENERIC, LEVELS, NATIVE, PORTABLE, CpuLevel, check_cpu_target,
+                          level_by_name)
 from .llvm_ir import I32, I64, PTR, VOID, KernelCodegen, ModuleBuilder
 
 # Iterations x per-iteration cost below which a range runs on one thread (~10 µs of work).
@@ -28,19 +32,49 @@ CHUNKS_PER_THREAD = 4
 
 
 @functools.lru_cache(maxsize=None)
-def _target_machine(opt_level: int):
+def _target_machine(opt_level: int, cpu: str | None = None, features: str | None = None):
+    """A target machine of this process's triple, for `cpu` with `features` (default: the host's)."""
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     triple = llvm.get_process_triple()
     target = llvm.Target.from_triple(triple)
-    return target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
-                                        opt=opt_level, reloc="pic", codemodel="default")
+    if cpu is None:
+        cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
+    return target.create_target_machine(cpu=cpu, features=features or "", opt=opt_level, reloc="pic",
+                                        codemodel="default")
 
 
-def target_description() -> str:
-    """Goes into the cache key: code built for one CPU is not reused on another."""
+@functools.lru_cache(maxsize=None)
+def cpu_levels(cpu_target: str) -> tuple[CpuLevel, ...]:
+    """The libraries `cpu_target` builds (compiler/codegen/cpu_targets.py), lowest level first.
+    Code is generated for this process's triple, so for the host's architecture family."""
     llvm.initialize_native_target()
-    return f"{llvm.get_process_triple()}/{llvm.get_host_cpu_name()}/{llvm.get_host_cpu_features().flatten()}"
+    machine = host_machine()
+    if cpu_target == PORTABLE:
+        return LEVELS.get(machine, (GENERIC,))
+    if cpu_target == NATIVE:
+        features = llvm.get_host_cpu_features().flatten()
+        needed = sorted(f[1:] for f in features.split(",") if f[:1] == "+" and f[1:] in HOST_FEATURE_SOURCES)
+        cpu = llvm.get_host_cpu_name()
+        return (CpuLevel(cpu, cpu, features, tuple(needed), "so"),)
+    check_cpu_target(cpu_target)  # an ISA level or a CPU name whose level is known, else ValueError
+    level_machine, level = level_by_name(CPU_LEVEL_OF.get(cpu_target, cpu_target))
+    if level_machine != machine:
+        raise ValueError(f"cpu_target '{cpu_target}' is for {level_machine} CPUs, but this compiler generates "
+                         f"{machine} code")
+    if cpu_target == level.name:
+        return (level._replace(artifact="so"),)
+    return (CpuLevel(cpu_target, cpu_target, "", level.requires, "so"),)
+
+
+def target_description(cpu_target: str = NATIVE) -> str:
+    """Goes into the cache key: code built for one CPU is not reused on another. Portable code
+    does not depend on the build host's CPU, only on the triple and the levels it is built for."""
+    llvm.initialize_native_target()
+    if cpu_target == NATIVE:
+        return f"{llvm.get_process_triple()}/{llvm.get_host_cpu_name()}/{llvm.get_host_cpu_features().flatten()}"
+    levels = [[lvl.name, lvl.llvm_cpu, lvl.llvm_features, list(lvl.requires)] for lvl in cpu_levels(cpu_target)]
+    return f"{llvm.get_process_triple()}/{cpu_target}/{levels}"
 
 
 def _dispatch(builder: ll.IRBuilder, ctx, task: ir.Task, chunk, begin, end, cost, meta: KernelMeta):
@@ -127,49 +161,106 @@ def _omp_body(module, task: ir.Task, chunk, it):
 
 
 def generate_llvm(kernel: ir.KernelIR, meta: KernelMeta, fast_math: bool = False) -> ll.Module:
-    tm = _target_machine(3)
+    tm = _target_machine(3)  # for the triple's data layout, which every level of the triple shares
     mb = ModuleBuilder(kernel.name, llvm.get_process_triple(), str(tm.target_data))
     cg = KernelCodegen(mb, kernel, meta, fast_math)
     cg.emit_kernel(lambda b, ctx, task, chunk, begin, end, cost: _dispatch(b, ctx, task, chunk, begin, end, cost, meta))
     return mb.module
 
 
-def optimise(module: ll.Module, opt_level: int):
-    tm = _target_machine(opt_level)
-    mod = llvm.parse_assembly(str(module))
-    mod.verify()
+def optimise(module, opt_level: int, level: CpuLevel | None = None):
+    """Parse (an ll.Module) or take (a parsed module) and optimise it for `level` (default: the
+    host CPU): the vectorisers pick vector widths from the target, so each level is optimised
+    on its own."""
+    tm = _target_machine(opt_level, *((level.llvm_cpu, level.llvm_features) if level else ()))
+    if isinstance(module, ll.Module):
+        module = llvm.parse_assembly(str(module))
+        module.verify()
     if opt_level > 0:
         pto = llvm.create_pipeline_tuning_options(speed_level=opt_level)
         pto.loop_vectorization = opt_level >= 2
         pto.slp_vectorization = opt_level >= 2
         pb = llvm.create_pass_builder(tm, pto)
-        pb.getModulePassManager().run(mod, pb)
-    return mod, tm
+        pb.getModulePassManager().run(module, pb)
+    return module, tm
 
 
-def link_shared_library(obj: bytes) -> bytes:
-    """Link an object into a shared library with the system C compiler driver."""
-    cc = os.environ.get("CC", "cc")
-    with tempfile.TemporaryDirectory(prefix="qdc-link-") as d:
-        o, so = os.path.join(d, "k.o"), os.path.join(d, "k.so")
+class _Linker:
+    """Links objects into shared libraries with the system C compiler driver, each link in the
+    background as soon as its object is there, so linking one level overlaps optimising the next."""
+
+    def __init__(self):
+        self.cc = os.environ.get("CC", "cc")
+        self.folder = tempfile.TemporaryDirectory(prefix="qdc-link-")
+        self.jobs: list = []
+
+    def start(self, obj: bytes) -> None:
+        i = len(self.jobs)
+        o, so = os.path.join(self.folder.name, f"k{i}.o"), os.path.join(self.folder.name, f"k{i}.so")
         with open(o, "wb") as f:
             f.write(obj)
         try:
-            subprocess.run([cc, "-shared", "-o", so, o, "-lgomp", "-lm"], check=True,
-                           capture_output=True, text=True)
+            proc = subprocess.Popen([self.cc, "-shared", "-o", so, o, "-lgomp", "-lm"], stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True)
         except FileNotFoundError:
-            raise RuntimeError(f"the CPU backend needs a C compiler driver to link ('{cc}' not found; set CC)") from None
-        except subprocess.CalledProcessError as e:
-            raise RuntimeError(f"linking the kernel library failed:\n{e.stderr}") from None
-        with open(so, "rb") as f:
-            return f.read()
+            self.close()
+            raise RuntimeError(f"the CPU backend needs a C compiler driver to link ('{self.cc}' not found; "
+                               f"set CC)") from None
+        self.jobs.append((so, proc))
+
+    def finish(self) -> list:
+        """The libraries, in the order their objects were started."""
+        try:
+            outputs = [(so, proc.communicate()[0], proc.returncode) for so, proc in self.jobs]
+            libraries = []
+            for so, output, code in outputs:
+                if code != 0:
+                    raise RuntimeError(f"linking the kernel library failed:\n{output}")
+                with open(so, "rb") as f:
+                    libraries.append(f.read())
+            return libraries
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        for _, proc in self.jobs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        self.folder.cleanup()
 
 
-def compile_kernel(kernel: ir.KernelIR, meta: KernelMeta, opt_level: int = 3, fast_math: bool = False) -> dict:
-    """Artifacts of one kernel for the CPU: textual LLVM IR, bitcode and the shared library."""
-    module = generate_llvm(kernel, meta, fast_math)
-    mod, tm = optimise(module, opt_level)
-    obj = tm.emit_object(mod)
-    so = link_shared_library(obj)
-    return {"ll": str(mod).encode(), "bc": mod.as_bitcode(), "so": so,
-            "so_sha256": hashlib.sha256(so).hexdigest()}
+def link_shared_library(obj: bytes) -> bytes:
+    """Link one object into a shared library."""
+    linker = _Linker()
+    linker.start(obj)
+    return linker.finish()[0]
+
+
+def compile_kernel(kernel: ir.KernelIR, meta: KernelMeta, opt_level: int = 3, fast_math: bool = False,
+                   cpu_target: str = NATIVE, keep_assembly: bool = False) -> dict:
+    """Artifacts of one kernel for the CPU: one shared library per level of `cpu_target`, their
+    records ("cpu_libraries", for KernelMeta.cpu_libraries), and the textual LLVM IR and bitcode
+    of the highest level. The LLVM IR is generated and parsed once, then optimised and emitted
+    per level. `keep_assembly` adds each level's assembly text as "asm:<level>" (for tests)."""
+    levels = cpu_levels(cpu_target)
+    machine = host_machine()
+    parsed = llvm.parse_assembly(str(generate_llvm(kernel, meta, fast_math)))
+    parsed.verify()
+    out, linker = {}, _Linker()
+    try:
+        for i, level in enumerate(levels):
+            mod, tm = optimise(parsed if i == len(levels) - 1 else parsed.clone(), opt_level, level)
+            linker.start(tm.emit_object(mod))
+            if keep_assembly:
+                out[f"asm:{level.name}"] = tm.emit_assembly(mod)
+    except BaseException:
+        linker.close()
+        raise
+    out.update({"ll": str(mod).encode(), "bc": mod.as_bitcode(), "cpu_libraries": []})
+    for level, so in zip(levels, linker.finish()):
+        out[level.artifact] = so
+        out[level.artifact + "_sha256"] = hashlib.sha256(so).hexdigest()
+        out["cpu_libraries"].append({"artifact": level.artifact, "target": level.name, "machine": machine,
+                                     "features": sorted(level.requires)})
+    return out

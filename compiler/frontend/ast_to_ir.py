@@ -15,6 +15,7 @@ import ast
 import builtins
 import contextlib
 import operator
+import types
 
 import numpy as np
 
@@ -25,9 +26,9 @@ from qdc.runtime.fields import Field
 from .. import ir
 from .calls import CallLowering
 from .loops import LoopLowering
-from .objects import GLOBAL_ARRAYS, NdarrayHandle
+from .objects import GLOBAL_ARRAYS, NdarrayHandle, Shape
 from .source import source_info
-from .values import ValueBuilder, is_number, is_runtime
+from .values import ValueBuilder, is_number, is_runtime, not_a_value_message, short_number
 
 
 class Scope(dict):
@@ -115,9 +116,11 @@ class FrontEnd(LoopLowering, CallLowering):
         self.options = options
         self.frames: list[Frame] = [Frame(fn, self.src, True, self.kernel.body, 0)]
         self.blocks: list[ir.Block] = [self.kernel.body]
-        self.pending_serialize = None  # set by qd.loop_config(...), consumed by the next for
+        self.pending_loop_config = None  # a LoopConfig set by qd.loop_config(...), consumed by the next for
         self.node_stack: list[ast.AST] = []
         self.values = ValueBuilder(self.emit, options.default_ip, options.default_fp, self.error)
+        self.values.describe = self.describe_number
+        self.converting = None  # the expression node whose value convert() is converting
         self.constants_used: dict = {}  # name -> value of captured compile-time constants (cache key)
         self.funcs_used: list = []
 
@@ -156,7 +159,7 @@ class FrontEnd(LoopLowering, CallLowering):
 
     def visit_body(self, stmts: list[ast.stmt]):
         for s in stmts:
-            if self.pending_serialize is not None and not isinstance(s, ast.For):
+            if self.pending_loop_config is not None and not isinstance(s, ast.For):
                 self.error("qd.loop_config() must be followed directly by the for loop it configures", s)
             self.visit(s)
 
@@ -207,7 +210,7 @@ class FrontEnd(LoopLowering, CallLowering):
             else:
                 scope[p.name] = NdarrayHandle(i, p.name, p.dtype, p.ndim, p.needs_grad)
         self.visit_body(fdef.body)
-        if self.pending_serialize is not None:
+        if self.pending_loop_config is not None:
             self.error("qd.loop_config() must be followed directly by the for loop it configures")
         return self.kernel
 
@@ -266,19 +269,24 @@ class FrontEnd(LoopLowering, CallLowering):
                 if base.grad is None:
                     self.error(f"field '{base.name}' has no .grad: declare it with needs_grad=True")
                 return base.grad
-            if attr in ("shape", "dtype"):
-                return getattr(base, attr)
+            if attr == "shape":
+                return Shape(base.shape, "field", base.name)
+            if attr == "dtype":
+                return base.dtype
             self.error(f"field has no attribute '{attr}' in kernels (use .shape, .dtype or .grad)")
         if is_runtime(base):
             self.error(f"a run-time {base.type} value has no attribute '{attr}'")
         try:
             return getattr(base, attr)
         except AttributeError:
-            self.error(f"'{type(base).__name__}' object has no attribute '{attr}'")
+            what = f"module '{base.__name__}'" if isinstance(base, types.ModuleType) \
+                else f"'{type(base).__name__}' object"
+            self.error(f"{what} has no attribute '{attr}'")
 
     def ndarray_attribute(self, base: NdarrayHandle, attr: str):
         if attr == "shape":
-            return tuple(self.emit(ir.NdarrayShape(base.arg_index, d, T.i32)) for d in range(base.ndim))
+            return Shape((self.emit(ir.NdarrayShape(base.arg_index, d, T.i32)) for d in range(base.ndim)),
+                         "ndarray parameter", base.name)
         if attr == "grad":
             if not base.needs_grad:
                 self.error(f"ndarray parameter '{base.name}' has no .grad: annotate it with needs_grad=True")
@@ -298,7 +306,7 @@ class FrontEnd(LoopLowering, CallLowering):
             self.error("a field or ndarray must be indexed to be used as a value", node)
         if isinstance(v, tuple):
             self.error("a tuple cannot be used as a scalar value", node)
-        self.error(f"{type(v).__name__} value cannot be used as a kernel value", node)
+        self.error(not_a_value_message(v), node)
 
     def visit_BinOp(self, node: ast.BinOp):
         op = _BINOPS.get(type(node.op))
@@ -329,7 +337,10 @@ class FrontEnd(LoopLowering, CallLowering):
         `qd.static(a is None)`, `qd.static(x.dtype == qd.f32)`); run-time values support
         the six ordering and equality comparisons."""
         if not _holds_runtime(left) and not _holds_runtime(right):
-            return _PY_COMPARE[type(op_node)](left, right)
+            try:
+                return _PY_COMPARE[type(op_node)](left, right)
+            except TypeError as e:  # e.g. `1 < "a"`: Python's own message names the operand types
+                self.error(f"compile-time comparison failed: {e}", node)
         if isinstance(left, tuple) or isinstance(right, tuple):
             self.error("tuples holding run-time values cannot be compared; compare their elements", node)
         op = _CMPOPS.get(type(op_node))
@@ -394,8 +405,10 @@ class FrontEnd(LoopLowering, CallLowering):
                 self.error("a tuple can only be indexed with a compile-time integer", node.slice)
             try:
                 return base[idx]
-            except IndexError as e:
-                self.error(str(e), node.slice)
+            except IndexError:
+                if isinstance(base, Shape):
+                    self.error(base.out_of_range(idx), node.slice)
+                self.error(f"index {idx} is out of range for a tuple of {len(base)} element(s)", node.slice)
         what = f"a run-time {base.type} value" if is_runtime(base) else f"a '{type(base).__name__}' value"
         self.error(f"{what} is not subscriptable in kernels")
 
@@ -410,7 +423,7 @@ class FrontEnd(LoopLowering, CallLowering):
             ref = base.ref()
             rank, what = base.ndim, f"ndarray '{base.name}'"
         if len(index_nodes) != rank:
-            hint = " (index a 0-d field with x[None])" if rank == 0 else ""
+            hint = f" (index a 0-d array with {base.name}[None])" if rank == 0 else ""
             self.error(f"{what} has {rank} dimension(s) but is indexed with {len(index_nodes)} "
                        f"index(es){hint}", node)
         return self.emit(ir.GlobalPtr(ref, [self.index_value(n, what) for n in index_nodes]))
@@ -433,8 +446,11 @@ class FrontEnd(LoopLowering, CallLowering):
 
     # ---- statements ----------------------------------------------------------------------
     def visit_Expr(self, node: ast.Expr):
-        if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
-            return  # docstring
+        if isinstance(node.value, ast.Constant) and isinstance(node.value.value, (str, bytes)):
+            if node is self.frame.src.fn_def.body[0] and isinstance(node.value.value, str):
+                return  # the docstring
+            self.error("a string is not a statement in kernels (only a docstring, the first statement of "
+                       "a kernel or qd.func, may be a string); use a # comment", node.value)
         self.visit(node.value)
 
     def visit_Pass(self, node):
@@ -443,7 +459,7 @@ class FrontEnd(LoopLowering, CallLowering):
     def visit_Assign(self, node: ast.Assign):
         value = self.visit(node.value)
         for target in node.targets:
-            self.assign(target, value)
+            self.assign(target, value, node.value)
 
     def visit_AnnAssign(self, node: ast.AnnAssign):
         if not isinstance(node.target, ast.Name):
@@ -455,31 +471,64 @@ class FrontEnd(LoopLowering, CallLowering):
             self.error("a variable annotation must be a qd type such as qd.f32", node.annotation)
         if node.value is None:
             self.error("an annotated variable needs a value")
-        value = self.values.cast(self.scalar(self.visit(node.value), node.value), dtype)
+        value = self.convert(self.scalar(self.visit(node.value), node.value), dtype, node.value)
         var = self.new_local(dtype, node.target.id)
         self.emit(ir.LocalStore(var, value))
         self.frame.scopes[-1][node.target.id] = var
 
-    def assign(self, target, value):
+    def assign(self, target, value, value_node=None):
+        """Assign `value` (computed from `value_node`, where errors about it point) to `target`."""
         if isinstance(target, (ast.Tuple, ast.List)):
             if not isinstance(value, (tuple, list)):
                 self.error("cannot unpack a non-tuple value", target)
             if len(value) != len(target.elts):
                 self.error(f"cannot unpack {len(value)} value(s) into {len(target.elts)} name(s)", target)
-            for t, v in zip(target.elts, value):
-                self.assign(t, v)
+            parts = value_node.elts if isinstance(value_node, (ast.Tuple, ast.List)) \
+                and len(value_node.elts) == len(value) else [value_node] * len(value)
+            for t, v, n in zip(target.elts, value, parts):
+                self.assign(t, v, n)
         elif isinstance(target, ast.Name):
-            self.assign_name(target, value)
+            self.assign_name(target, value, value_node)
         elif isinstance(target, ast.Subscript):
             base = self.visit(target.value)
             if not isinstance(base, GLOBAL_ARRAYS):
                 self.error("only field and ndarray elements can be assigned through a subscript", target)
             ptr = self.global_ptr(base, target)
-            self.emit(ir.GlobalStore(ptr, self.values.cast(self.scalar(value, target), ptr.type)))
+            self.emit(ir.GlobalStore(ptr, self.convert(self.scalar(value, value_node or target), ptr.type,
+                                                       value_node)))
         else:
             self.error(f"cannot assign to {_describe_target(target)} in kernels", target)
 
-    def assign_name(self, target: ast.Name, value):
+    def convert(self, value, dtype: T.DataType, value_node=None) -> ir.Stmt:
+        """`value` converted to `dtype`; a compile-time number that does not fit is an error at `value_node`."""
+        outer, self.converting = self.converting, value_node
+        try:
+            with self.at(value_node):
+                return self.values.cast(value, dtype)
+        finally:
+            self.converting = outer
+
+    def describe_number(self, v) -> str:
+        """How errors name the compile-time number `v`: the literal, or the constant expression
+        that produced it (`2 ** 70`, a captured name) when convert() is converting one."""
+        node = self.converting
+        if node is None or not self.node_stack or self.node_stack[-1] is not node or _is_literal(node):
+            return f"literal {short_number(v)}"
+        return f"constant '{ast.unparse(node)}' = {short_number(v)}"
+
+    @contextlib.contextmanager
+    def at(self, node):
+        """Errors and statements emitted inside point at `node` (if given)."""
+        if node is None:
+            yield
+            return
+        self.node_stack.append(node)
+        try:
+            yield
+        finally:
+            self.node_stack.pop()
+
+    def assign_name(self, target: ast.Name, value, value_node=None):
         """Store into the visible variable of that name, or bind the name in the current scope
         (a new variable typed by `value` if it is a run-time value or a number)."""
         name = target.id
@@ -493,12 +542,15 @@ class FrontEnd(LoopLowering, CallLowering):
         is_value = is_runtime(value) or is_number(value)
         if scope is not None and scope is not self.frame.scopes[-1] and is_number(current) and is_value:
             current = self.promote_to_variable(scope, name, current)
+        if isinstance(value, (str, bytes)):
+            self.error(not_a_value_message(value), value_node or target)
         if isinstance(current, ir.Alloca):
             if not is_value:
                 self.error(f"cannot assign a {type(value).__name__} to the run-time variable '{name}'", target)
-            self.emit(ir.LocalStore(current, self.values.cast(self.scalar(value, target), current.type)))
+            self.emit(ir.LocalStore(current, self.convert(self.scalar(value, target), current.type, value_node)))
         elif is_value:
-            v = self.values.materialize(self.scalar(value, target))
+            with self.at(value_node):
+                v = self.values.materialize(self.scalar(value, target))
             var = self.new_local(v.type, name)
             self.emit(ir.LocalStore(var, v))
             self.frame.scopes[-1][name] = var
@@ -546,7 +598,7 @@ class FrontEnd(LoopLowering, CallLowering):
         value = self.scalar(self.visit(value_node), value_node)
         atomic = _AUG_ATOMIC.get(op)
         if atomic is not None and (ptr.type.is_integral or atomic in ("add", "sub")):
-            self.emit(ir.AtomicRMW(atomic, ptr, self.values.cast(value, ptr.type)))
+            self.emit(ir.AtomicRMW(atomic, ptr, self.convert(value, ptr.type, value_node)))
             return
         old = self.emit(ir.GlobalLoad(ptr))
         self.emit(ir.GlobalStore(ptr, self.values.cast(self.values.binary(op, old, value), ptr.type)))
@@ -561,6 +613,13 @@ class FrontEnd(LoopLowering, CallLowering):
         stmt = self.emit(ir.If(self.values.to_bool(cond)))
         self.in_block(stmt.then_block, node.body)
         self.in_block(stmt.else_block, node.orelse)
+
+
+def _is_literal(node) -> bool:
+    """A number as written: `3`, `-3`, `+3.5`."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        node = node.operand
+    return isinstance(node, ast.Constant)
 
 
 def _insert_before(anchor: ir.Stmt, stmt: ir.Stmt) -> None:

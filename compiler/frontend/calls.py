@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import ast
 import builtins
+import difflib
 import inspect
+
+import numpy as np
 
 from qdc.runtime import types as T
 from qdc.runtime.fields import Field
@@ -37,7 +40,7 @@ class CallLowering:
             return self.call_builtin(callee, node)
         if isinstance(callee, T.DataType):  # qd.f32(x): a cast
             (arg,) = self.call_args(node, 1, 1, callee.name)
-            return self.values.cast(self.scalar(arg, node.args[0]), callee)
+            return self.convert(self.scalar(arg, node.args[0]), callee, node.args[0])
         name = getattr(callee, "__name__", type(callee).__name__)
         if kernel_of(callee) is not None:
             self.error(f"kernel '{name}' cannot be called from a kernel; make it a @qd.func")
@@ -123,7 +126,7 @@ class CallLowering:
             x, dtype = self.call_args(node, 2, 2, "cast")
             if not isinstance(dtype, T.DataType):
                 self.error("qd.cast() needs a qd type as its second argument", node.args[1])
-            return self.values.cast(self.scalar(x, node.args[0]), dtype)
+            return self.convert(self.scalar(x, node.args[0]), dtype, node.args[0])
         if what == "static":
             return self.static_value(self.call_args(node, 1, 8, "static"), node)
         if what == "atomic":
@@ -133,10 +136,27 @@ class CallLowering:
         if what == "ndrange":
             if node.keywords:
                 self.error("qd.ndrange() takes no keyword arguments")
-            return lang.ndrange(*[self.visit(a) for a in node.args])
+            self.reject_unpacking(node)
+            return lang.ndrange(*[self.ndrange_dim(self.visit(a), a) for a in node.args])
         if what == "loop_config":
             return self.loop_config(node)
         self.error(f"unsupported intrinsic {fname}")
+
+    def ndrange_dim(self, d, node):
+        """One argument of qd.ndrange(): an integer (compile-time or run-time) or a (begin, end) pair."""
+        parts = d if isinstance(d, (tuple, list)) else (d,)
+        if isinstance(d, (tuple, list)) and len(d) != 2:
+            self.error(f"qd.ndrange() arguments must be integers or (begin, end) pairs, got a tuple of {len(d)}",
+                       node)
+        for v in parts:
+            if is_runtime(v) and v.type.is_integral and v.type is not T.u1:
+                continue
+            if isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)):
+                continue
+            what = f"a run-time {v.type} value" if is_runtime(v) else repr(v)
+            self.error(f"qd.ndrange() arguments must be integers or (begin, end) pairs of integers, got {what}",
+                       node)
+        return d
 
     def static_value(self, values, node):
         """`qd.static(v)`: `v` must be known at compile time; a constant range() becomes a Python range."""
@@ -150,17 +170,24 @@ class CallLowering:
         return out[0] if len(out) == 1 else tuple(out)
 
     def loop_config(self, node):
+        """`qd.loop_config(serialize=..., block_dim=...)` configures the `for` right after it; any
+        other key is an error (a misspelt `serialise=` must not leave the loop parallel)."""
         if node.args:
-            self.error("qd.loop_config() takes keyword arguments only")
-        serialize = False
+            self.error("qd.loop_config() takes keyword arguments only (serialize=, block_dim=)")
+        config = LoopConfig()
         for kw in node.keywords:
-            if kw.arg != "serialize":
-                continue  # other Quadrants hints (block_dim, ...) do not apply to this backend
+            if kw.arg not in LOOP_CONFIG_KEYS:
+                self.error(_unknown_key_message(kw.arg), kw)
             v = self.visit(kw.value)
-            if is_runtime(v):
-                self.error("qd.loop_config(serialize=...) must be a compile-time value", kw.value)
-            serialize = bool(v)
-        self.pending_serialize = serialize
+            if is_runtime(v) or isinstance(v, GLOBAL_ARRAYS):
+                self.error(f"qd.loop_config({kw.arg}=...) must be a compile-time value", kw.value)
+            if kw.arg == "serialize":
+                config.serialize = bool(v)
+            elif v is not None:
+                if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                    self.error(f"qd.loop_config(block_dim=...) must be a positive integer, got {v!r}", kw.value)
+                config.block_dim = v
+        self.pending_loop_config = config
         return None
 
     def atomic(self, op: str, target_node, value):
@@ -252,6 +279,25 @@ class CallLowering:
                     self.node_stack.pop()
             results.append(self.emit(ir.LocalLoad(var)))
         return tuple(results) if shape != "scalar" else results[0]
+
+
+LOOP_CONFIG_KEYS = ("serialize", "block_dim")
+
+
+class LoopConfig:
+    """What `qd.loop_config(...)` set for the next loop. `block_dim` is kept on the RangeFor
+    for GPU backends (threads per block); the CPU backend has no use for it."""
+
+    def __init__(self):
+        self.serialize, self.block_dim = False, None
+
+
+def _unknown_key_message(key) -> str:
+    if key is None:
+        return "qd.loop_config() does not take **kwargs; it accepts serialize= and block_dim="
+    close = difflib.get_close_matches(key, LOOP_CONFIG_KEYS, n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    return f"qd.loop_config() has no option '{key}'{hint}; it accepts serialize= and block_dim="
 
 
 def _return_shape(v):

@@ -21,14 +21,15 @@ class LoopLowering:
     def visit_For(self, node: ast.For):
         if node.orelse:
             self.error("for/else is not supported in kernels")
-        serialize, self.pending_serialize = self.pending_serialize, None
+        config, self.pending_loop_config = self.pending_loop_config, None
         if self.is_static_call(node.iter):
-            if serialize is not None:
+            if config is not None:
                 self.error("qd.loop_config() does not apply to a qd.static loop (it is unrolled)")
             return self.static_for(node, self.visit(node.iter))
         iterable = self.visit(node.iter)
         dims, kind = self.loop_dims(iterable, node.iter)
-        self.range_for(node, dims, kind, serialize=bool(serialize))
+        self.range_for(node, dims, kind, serialize=config is not None and config.serialize,
+                       block_dim=config.block_dim if config is not None else None)
 
     def is_static_call(self, node) -> bool:
         return isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute)) \
@@ -90,7 +91,7 @@ class LoopLowering:
         else:
             self.error("the loop target does not match the elements of the iterable", target)
 
-    def range_for(self, node: ast.For, dims, kind: str, serialize: bool):
+    def range_for(self, node: ast.For, dims, kind: str, serialize: bool, block_dim: int | None = None):
         """One flat RangeFor over the product of `dims`; the targets decompose its index."""
         targets = node.target.elts if isinstance(node.target, ast.Tuple) else [node.target]
         if any(not isinstance(t, ast.Name) for t in targets):
@@ -101,14 +102,17 @@ class LoopLowering:
         bounds = [(self.loop_bound(b, node.iter), self.loop_bound(e, node.iter), step) for b, e, step in dims]
         index_type = self.loop_index_type(bounds)
         begins = [self.values.cast(b, index_type) if is_runtime(b) else b for b, _, _ in bounds]
-        extents = [self.trip_count(b, e, step, index_type) for b, e, step in bounds]
-        total = extents[0]
-        for e in extents[1:]:
-            total = self.values.binary("mul", total, e)
+        with self.at(node.iter):  # a constant bound beyond 64 bits is an error at the iterable
+            extents = [self.trip_count(b, e, step, index_type) for b, e, step in bounds]
+            total = extents[0]
+            for e in extents[1:]:
+                total = self.values.binary("mul", total, e)
+            end = self.values.cast(total, index_type)
         # At the kernel's top level (also inside a func called there, which is inlined): parallel.
         parallel = len(self.blocks) == 1 and not serialize
-        loop = self.emit(ir.RangeFor(self.values.const(0, index_type), self.values.cast(total, index_type),
+        loop = self.emit(ir.RangeFor(self.values.const(0, index_type), end,
                                      index_type, serial=not parallel, kind=kind, ndim=len(dims)))
+        loop.block_dim = block_dim  # threads per block for GPU backends (qd.loop_config)
         self.blocks.append(loop.body)
         self.frame.loops.append("parallel" if parallel else "serial")
         try:

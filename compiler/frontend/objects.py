@@ -21,6 +21,19 @@ class NdarrayHandle:
 GLOBAL_ARRAYS = (Field, NdarrayHandle)
 
 
+class Shape(tuple):
+    """`a.shape` inside a kernel: a tuple (of run-time values for an ndarray) that remembers
+    whose shape it is, so that an index past its end names the array and its ndim."""
+
+    def __new__(cls, dims, kind: str, name: str):
+        shape = super().__new__(cls, dims)
+        shape.kind, shape.name = kind, name  # kind: "field" or "ndarray parameter"
+        return shape
+
+    def out_of_range(self, index) -> str:
+        return f"{self.kind} '{self.name}' has ndim {len(self)}: {self.name}.shape[{index}] is out of range"
+
+
 class RangeSpec:
     """`range(...)` inside a kernel: begin/end compile-time ints or run-time integers, and a
     constant positive step. Only valid as a loop iterable (or inside qd.static when constant)."""

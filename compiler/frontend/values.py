@@ -13,7 +13,9 @@ import numpy as np
 
 from qdc.runtime import types as T
 
-from .. import ir
+from .. import ir, lang
+from ..passes.constant_fold import convert
+from .objects import RangeSpec
 
 _PY_NUMBER = (bool, int, float)
 _MATH_FOLD = {
@@ -45,6 +47,26 @@ def is_runtime(v) -> bool:
     return isinstance(v, ir.Stmt)
 
 
+def _range_hint(t: T.DataType) -> str:
+    lo, hi = (0, (1 << t.bits) - 1) if t.kind == "uint" else (-(1 << (t.bits - 1)), (1 << (t.bits - 1)) - 1)
+    return f" (its range is {lo} to {hi})"
+
+
+def not_a_value_message(v) -> str:
+    """Why the compile-time object `v` cannot be used where a number or run-time value is needed."""
+    if isinstance(v, (str, bytes)):
+        return "a string is not a kernel value (strings exist only at compile time, e.g. in qd.static(...))"
+    if isinstance(v, (RangeSpec, lang.ndrange)):
+        return "range() and qd.ndrange() can only be the iterable of a for loop"
+    return f"{type(v).__name__} value cannot be used as a kernel value"
+
+
+def short_number(v) -> str:
+    """`v` for an error message: a huge integer is abbreviated to its first digits and length."""
+    text = repr(v)
+    return text if len(text) <= 40 else f"{text[:20]}... ({len(text.lstrip('-'))} digits)"
+
+
 def fits(value: int, t: T.DataType) -> bool:
     if t is T.u1:
         return value in (0, 1)
@@ -60,6 +82,7 @@ class ValueBuilder:
         self.emit = emit
         self.default_ip, self.default_fp = default_ip, default_fp
         self.error = error  # error(message) -> raises at the node being visited
+        self.describe = lambda v: f"literal {short_number(v)}"  # names a number in errors (the front end sets it)
 
     # -- literals ----------------------------------------------------------------------
     def literal_type(self, v) -> T.DataType:
@@ -75,45 +98,61 @@ class ValueBuilder:
                 return T.i64
             if fits(v, T.u64):
                 return T.u64
-            self.error(f"integer literal {v} does not fit in 64 bits")
+            self.error(f"integer literal {short_number(v)} does not fit in 64 bits (neither i64 nor u64)")
         if isinstance(v, float):
             return self.default_fp
-        self.error(f"{type(v).__name__} value cannot be used in a kernel expression")
+        self.error(not_a_value_message(v))
 
     def const(self, v, dtype: T.DataType) -> ir.Stmt:
-        """A Const of `dtype` holding `v` converted the way the target converts it."""
+        """A Const of `dtype` holding the typed constant `v` converted as the target converts it
+        at run time (integers wrap, floats saturate into integers)."""
+        value = convert(v, dtype)
+        if value is None:
+            self.error(f"cannot convert {v} to {dtype}")
+        return self.emit(ir.Const(value, dtype))
+
+    def literal(self, v, dtype: T.DataType) -> ir.Stmt:
+        """A Const of `dtype` holding the compile-time number `v` (a literal, a captured constant
+        or a folded constant expression), which must fit `dtype`: never a silent wrap-around."""
+        if dtype is T.u1:
+            return self.emit(ir.Const(bool(v), dtype))
+        v = int(v) if isinstance(v, bool) else v
         if dtype.is_float:
-            try:
-                v = float(dtype.np_dtype.type(v))  # rounded to the type's precision, as at run time
-            except OverflowError:
-                self.error(f"constant {v} is too large for {dtype}")
-        elif dtype is T.u1:
-            v = bool(v)
-        else:
-            if isinstance(v, float):
-                if not math.isfinite(v):
-                    self.error(f"cannot convert {v} to {dtype}")
-                v = int(v)
-            v = int(v) & ((1 << dtype.bits) - 1)
-            if dtype.kind == "int" and v >= 1 << (dtype.bits - 1):
-                v -= 1 << dtype.bits
-        return self.emit(ir.Const(v, dtype))
+            return self.emit(ir.Const(self.float_literal(v, dtype), dtype))
+        if isinstance(v, float):
+            if not math.isfinite(v) or not fits(math.trunc(v), dtype):
+                self.error(f"float {self.describe(v)} does not fit in {dtype}{_range_hint(dtype)}")
+            v = math.trunc(v)
+        if not fits(v, dtype):
+            self.error(f"integer {self.describe(v)} does not fit in {dtype}{_range_hint(dtype)}")
+        return self.emit(ir.Const(int(v), dtype))
+
+    def float_literal(self, v, dtype: T.DataType) -> float:
+        """`v` rounded to `dtype`'s precision, as at run time; a finite `v` beyond its range is an error."""
+        try:
+            with np.errstate(over="ignore"):
+                rounded = float(dtype.np_dtype.type(v))
+        except OverflowError:
+            rounded = math.inf
+        if math.isinf(rounded) and not (isinstance(v, float) and math.isinf(v)):
+            self.error(f"{self.describe(v)} is too large for {dtype}")
+        return rounded
 
     def materialize(self, v, dtype: T.DataType | None = None) -> ir.Stmt:
         """A compile-time number becomes a Const (of `dtype` or its own type); a Stmt is cast to `dtype`."""
         if is_runtime(v):
             return v if dtype is None else self.cast(v, dtype)
         if not is_number(v):
-            self.error(f"{type(v).__name__} value cannot be used as a kernel value")
+            self.error(not_a_value_message(v))
         dtype = dtype or self.literal_type(v)
-        return self.const(v.item() if isinstance(v, np.generic) else v, dtype)
+        return self.literal(v.item() if isinstance(v, np.generic) else v, dtype)
 
     def cast(self, v, dtype: T.DataType) -> ir.Stmt:
         if not is_runtime(v):
             return self.materialize(v, dtype)
         if v.type is dtype:
             return v
-        if isinstance(v, ir.Const):
+        if isinstance(v, ir.Const) and convert(v.value, dtype) is not None:  # NaN -> int: left to the target
             return self.const(v.value, dtype)
         return self.emit(ir.Cast(v, dtype))
 
@@ -148,6 +187,8 @@ class ValueBuilder:
             t = self.default_ip
         if not t.is_float and not fits(weak, t):
             t = T.promote(t, self.literal_type(weak))
+            if not fits(weak, t) and weak < 0 and t.bits < 64:  # `u32 + -1`: a wider signed type holds both
+                t = T.i64
         return t
 
     def unify(self, a, b) -> tuple[ir.Stmt, ir.Stmt]:

@@ -57,17 +57,20 @@ def wrap(value, t: T.DataType):
     return value
 
 
+def convert(value, t: T.DataType):
+    """`value` (a typed constant) converted to `t` as the backends convert at run time: integers
+    wrap, floats saturate into integer types (truncating), None for a non-finite float -> integer."""
+    if t.is_integral and t is not T.u1 and isinstance(value, float):
+        if not math.isfinite(value):
+            return None
+        info = np.iinfo(t.np_dtype)
+        value = min(max(math.trunc(value), info.min), info.max)  # saturating
+    return wrap(value, t)
+
+
 def _evaluate(s):
     if isinstance(s, ir.Cast) and isinstance(s.x, ir.Const):
-        v = s.x.value
-        if s.type.is_integral and isinstance(v, float):
-            if not math.isfinite(v):
-                return None
-            v = math.trunc(v)
-            info = np.iinfo(s.type.np_dtype) if s.type is not T.u1 else None
-            if info is not None:
-                v = min(max(v, info.min), info.max)  # saturating, as the backends convert
-        return wrap(v, s.type)
+        return convert(s.x.value, s.type)
     if isinstance(s, ir.Binary) and isinstance(s.a, ir.Const) and isinstance(s.b, ir.Const):
         return _binary(s.op, s.a.value, s.b.value, s.a.type, s.type)
     if isinstance(s, ir.Unary) and isinstance(s.x, ir.Const) and s.op in ("neg", "not", "bit_not", "abs"):

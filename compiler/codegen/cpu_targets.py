@@ -1,0 +1,92 @@
+"""What `cpu_target` (API.md §5) means: the CPU levels a kernel's native code is built for.
+
+    portable  one library per ISA level of the architecture family (x86-64-v2/v3/v4 on x86,
+              armv8-a / armv8.2-a / armv8.2-a+SVE on aarch64); the runtime loads the best one
+              the host supports. The default of `qdc build`.
+    native    the build host's CPU, all of its features. The default of direct mode.
+    NAME      an ISA level above, or an LLVM CPU name whose ISA level qdc knows (`haswell`,
+              `znver4`, `neoverse-n1`, ...).
+
+Each library's entry record lists the CPU features its code needs (`requires`, LLVM feature
+names), so a host without them gets a clear CacheError instead of an illegal instruction.
+The runtime detects those features (runtime/cpu.py, HOST_FEATURE_SOURCES covers every name
+used here). Pure data, no llvmlite: option validation imports it.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+PORTABLE, NATIVE = "portable", "native"
+
+
+class CpuLevel(NamedTuple):
+    name: str           # recorded in entries and shown in errors: "x86-64-v3"
+    llvm_cpu: str       # the CPU LLVM generates code for
+    llvm_features: str  # extra LLVM feature flags on top of that CPU's own
+    requires: tuple     # features the host must have to run the code (LLVM names)
+    artifact: str       # the artifact kind of its library: kernel.<artifact> in an entry
+
+
+_X86_V2 = ("cx16", "popcnt", "sahf", "sse3", "sse4.1", "sse4.2", "ssse3")
+_X86_V3 = _X86_V2 + ("avx", "avx2", "bmi", "bmi2", "f16c", "fma", "lzcnt", "movbe", "xsave")
+_X86_V4 = _X86_V3 + ("avx512bw", "avx512cd", "avx512dq", "avx512f", "avx512vl")
+_ARM_V8 = ("fp-armv8", "neon")
+_ARM_V82 = _ARM_V8 + ("crc", "dotprod", "fullfp16", "lse", "rdm")
+
+# Lowest first: the runtime takes the last one the host can run. The lowest keeps the artifact
+# kind "so", so tools that look for kernel.so find the library that runs everywhere.
+LEVELS = {
+    "x86_64": (
+        CpuLevel("x86-64-v2", "x86-64-v2", "", _X86_V2, "so"),
+        CpuLevel("x86-64-v3", "x86-64-v3", "", _X86_V3, "so_x86_64_v3"),
+        # LLVM tunes x86-64-v4 for 256-bit vectors (Skylake-X clocks down on zmm); the level
+        # exists for AVX-512, and the CPUs that have it today (Zen 4/5, Sapphire Rapids on) run
+        # 512-bit vectors at full speed, so let the vectoriser use zmm registers.
+        CpuLevel("x86-64-v4", "x86-64-v4", "-prefer-256-bit", _X86_V4, "so_x86_64_v4"),
+    ),
+    "aarch64": (
+        CpuLevel("armv8-a", "generic", "+" + ",+".join(_ARM_V8), _ARM_V8, "so"),
+        CpuLevel("armv8.2-a", "generic", "+" + ",+".join(_ARM_V82), _ARM_V82, "so_armv8_2_a"),
+        CpuLevel("armv8.2-a+sve", "generic", "+" + ",+".join(_ARM_V82 + ("sve",)), _ARM_V82 + ("sve",),
+                 "so_armv8_2_a_sve"),
+    ),
+}
+# Other architectures: one library for the generic CPU of the family.
+GENERIC = CpuLevel("generic", "generic", "", (), "so")
+
+# LLVM CPU names by the ISA level whose features they have (their code is recorded as needing
+# that level's features; LLVM emits nothing beyond them for qdc's kernels). Not every name LLVM
+# knows: an unknown name is refused rather than recorded with requirements qdc cannot state.
+_KNOWN_CPUS = {
+    "x86-64-v2": "nehalem corei7 westmere sandybridge corei7-avx ivybridge core-avx-i silvermont slm goldmont "
+                 "goldmont-plus tremont btver2 bdver1 bdver2 bdver3",
+    "x86-64-v3": "haswell core-avx2 broadwell skylake alderlake raptorlake meteorlake arrowlake arrowlake-s "
+                 "lunarlake gracemont sierraforest grandridge clearwaterforest pantherlake bdver4 znver1 znver2 "
+                 "znver3",
+    "x86-64-v4": "skylake-avx512 skx cascadelake cooperlake cannonlake icelake-client icelake-server tigerlake "
+                 "rocketlake sapphirerapids emeraldrapids graniterapids graniterapids-d diamondrapids znver4 znver5",
+    "armv8-a": "cortex-a53 cortex-a57 cortex-a72 cortex-a73 thunderx2t99",
+    "armv8.2-a": "cortex-a55 cortex-a75 cortex-a76 cortex-a77 cortex-a78 neoverse-n1 apple-m1 apple-m2 apple-m3",
+    "armv8.2-a+sve": "neoverse-v1 neoverse-n2 neoverse-v2",
+}
+CPU_LEVEL_OF = {cpu: level for level, names in _KNOWN_CPUS.items() for cpu in names.split()}
+
+
+def level_by_name(name: str) -> tuple[str, CpuLevel] | None:
+    """(architecture family, level) of an ISA level name, or None."""
+    for machine, levels in LEVELS.items():
+        for level in levels:
+            if level.name == name:
+                return machine, level
+    return None
+
+
+def check_cpu_target(value) -> None:
+    """ValueError unless `value` is portable, native, an ISA level or a known LLVM CPU name."""
+    if value is not None and not isinstance(value, str):
+        raise ValueError(f"cpu_target must be a string such as 'portable', got {type(value).__name__}")
+    if value in (None, PORTABLE, NATIVE) or value in CPU_LEVEL_OF or level_by_name(value) is not None:
+        return
+    levels = ", ".join(level.name for levels in LEVELS.values() for level in levels)
+    raise ValueError(f"unknown cpu_target {value!r}: use 'portable', 'native', an ISA level ({levels}) or an "
+                     f"LLVM CPU name qdc knows the level of (e.g. haswell, znver4, skylake-avx512, neoverse-n1)")
