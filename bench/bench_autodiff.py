@@ -84,9 +84,9 @@ def kernel_fields(qd):
 
 def measure_qdc(rounds: int) -> dict:
     import qdc as qd
-    from qdc.compiler import options
-    from qdc.compiler.codegen import llvm_adstack
-    from qdc.compiler.kernel import compile_kernel
+    from qdc.compiler.driver import options
+    from qdc.compiler.targets.llvm import llvm_adstack
+    from qdc.compiler.driver.kernel import compile_kernel
     from qdc.runtime import context
     from qdc.runtime.launcher import make_launcher
     qd.init(arch=qd.cpu, cache_dir=tempfile.mkdtemp(prefix="qdc-bench-ad-"))

@@ -50,7 +50,7 @@ def interleaved_ns(stmts: dict, rounds: int, target_s: float = 0.02) -> dict:
 
 def launch_cost(rounds: int) -> dict:
     from qdc.runtime import adstack, context
-    from qdc.runtime.artifact import KernelMeta
+    from qdc.runtime.contract.artifact import KernelMeta
     from qdc.runtime.launcher import LaunchContext
 
     qd.init(arch=qd.cpu, cache_dir=CACHE)

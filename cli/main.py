@@ -17,7 +17,7 @@ INT_TYPES = ["i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64"]
 
 
 def _config() -> tuple[str | None, dict]:
-    from qdc.compiler.options import ConfigError, find_config
+    from qdc.compiler.driver.options import ConfigError, find_config
     try:
         return find_config(os.getcwd())
     except ConfigError as e:
@@ -56,7 +56,7 @@ def cli():
 
 def _cpu_target(value):
     """--cpu-target, checked here so that a bad value is a usage error."""
-    from qdc.compiler.codegen.cpu_targets import check_cpu_target
+    from qdc.compiler.targets.cpu.isa_levels import check_cpu_target
     try:
         check_cpu_target(value)
     except ValueError as e:
@@ -84,8 +84,8 @@ def _cpu_target(value):
                    "or an ISA level / LLVM CPU name.")
 def build(paths, arch, cache_dir, jobs, force, verbose, **flags):
     """Compile every kernel in PATHS (.py files or folders) into the cache."""
-    from qdc.compiler import build as build_mod
-    from qdc.compiler.options import ConfigError, resolve
+    from qdc.compiler.driver import build as build_mod
+    from qdc.compiler.driver.options import ConfigError, resolve
     source, file_values = _config()
     file_values = dict(file_values)
     arch_spec = arch or file_values.pop("arch", None) or "cpu"
@@ -161,7 +161,7 @@ def _existing_cache_folder(cache_dir) -> str:
 
 def _entry_size_and_date(store, key: str) -> tuple[int, float]:
     from qdc.runtime import cache as C
-    from qdc.runtime.artifact import ENTRY_RECORD
+    from qdc.runtime.contract.artifact import ENTRY_RECORD
     try:
         record = C.read_record(store, f"{C.entry_path(key)}/{C.META_FILE}", ENTRY_RECORD)
     except (FileNotFoundError, C.CacheError):

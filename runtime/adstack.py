@@ -32,11 +32,11 @@ import numpy as np
 
 from . import adstack_sizing as sizing
 from . import context
-from . import sizeexpr as se
-from .artifact import MAX_ADSTACK_CAPACITY, check_adstack_record
+from .contract import sizeexpr as se
+from .contract.artifact import MAX_ADSTACK_CAPACITY, check_adstack_record
 from .device import Device
-from .errors import AdStackOverflowError
-from .types import by_name
+from .contract.errors import AdStackOverflowError
+from .contract.types import by_name
 
 _heaps: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # Runtime -> AdStackHeap
 

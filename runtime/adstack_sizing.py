@@ -54,9 +54,9 @@ from __future__ import annotations
 
 import operator
 
-from . import sizeexpr as se
-from .artifact import MAX_ADSTACK_CAPACITY as MAX_CAPACITY
-from .types import by_name
+from .contract import sizeexpr as se
+from .contract.artifact import MAX_ADSTACK_CAPACITY as MAX_CAPACITY
+from .contract.types import by_name
 
 HEADER_BYTES = 8  # the count at the head of each stack
 INT64_MAX = se.INT64_MAX

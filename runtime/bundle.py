@@ -21,9 +21,8 @@ import tarfile
 import uuid
 import zlib
 
-from . import artifact as A
-from .cache import (ENTRIES, MAX_RECORD_BYTES, META_FILE, MODULES, RECORD_TIME_FIELDS, Cache, Store, cache_error,
-                    entry_path, list_modules, module_path, module_problems, read_entry, read_module)
+from .contract import artifact as A
+from .cache import ENTRIES, MAX_RECORD_BYTES, META_FILE, MODULES, RECORD_TIME_FIELDS, Cache, Store, cache_error, entry_path, list_modules, module_path, module_problems, read_entry, read_module
 
 MAX_BUNDLE_BYTES = 1 << 32
 

@@ -33,8 +33,8 @@ import tempfile
 import time
 import uuid
 
-from . import artifact as A
-from .errors import CacheError
+from .contract import artifact as A
+from .contract.errors import CacheError
 
 ENTRIES, MODULES, TMP = "entries", "modules", "tmp"
 META_FILE, STAMP_FILE = "meta.msgpack", "last_use"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import weakref
 
+from . import devices
 from .device import Device
 
 _generation = itertools.count(1)
@@ -21,10 +22,8 @@ class Runtime:
 
 
 def make_device(arch: str, cpu_max_num_threads: int | None = None) -> Device:
-    if arch == "cpu":
-        from .cpu import CpuDevice
-        return CpuDevice(cpu_max_num_threads)
-    raise ValueError(f"arch '{arch}' is not available in this build of qdc (available: cpu)")
+    options = {"num_threads": cpu_max_num_threads} if arch == "cpu" else {}
+    return devices.make_device(arch, **options)
 
 
 _current: Runtime | None = None

@@ -13,7 +13,7 @@ import itertools
 import numpy as np
 
 from . import context
-from .types import DataType, from_numpy as dtype_from_numpy
+from .contract.types import DataType, from_numpy as dtype_from_numpy
 
 _ids = itertools.count()
 

@@ -3,7 +3,7 @@
 For each compiled kernel, `make_launcher` generates a small Python function whose signature
 is exactly the kernel's (so Python itself reports a missing, extra or unknown argument,
 naming the kernel, and costs the launch nothing for it) and whose body writes the arguments
-straight into the ctx buffer (the word layout of runtime/artifact.py) and makes one foreign
+straight into the ctx buffer (the word layout of runtime/contract/artifact.py) and makes one foreign
 call. For `k(a: ndarray(f32, 1), s: f32, n: i32)` the generated source is:
 
     def k(a, s, n):
@@ -48,7 +48,7 @@ Why it is fast:
 
 Owners. `make_launcher(..., function=f)` generates the code into `f.__globals__` and makes
 `f` the launch function, swapping its `__code__` as above: `f` is a function the caller
-owns, with the kernel's parameters (the function `@qd.kernel` returns, compiler/kernel.py),
+owns, with the kernel's parameters (the function `@qd.kernel` returns, compiler/driver/kernel.py),
 so that a launch is a call of that one function with nothing in front of it. The owner
 provides `_q_slow` in that namespace, which the stub calls (after `qd.init`), and may itself
 set `f.__code__` to such a stub to see calls (a Tape records them); it may then recompile.
@@ -66,7 +66,7 @@ native call, `prepare(ctx)` right before it and `finish()` right after it:
   which propagates to the caller. On the CPU the work is complete when it runs.
 Either may be None. A kernel without hooks gets generated code without any trace of them.
 Kernels with adstacks get the hooks of runtime/adstack.py, kernels compiled with debug=True
-a `finish` that reports bounds-check failures (runtime/bounds.py), run after any other.
+a `finish` that reports bounds-check failures (runtime/contract/bounds.py), run after any other.
 
 Only identifiers that pass `str.isidentifier` and integers reach the generated source, so
 metadata from a cache can never inject code.
@@ -83,9 +83,9 @@ import struct
 import numpy as np
 
 from . import context
-from .artifact import KernelMeta
+from .contract.artifact import KernelMeta
 from .fields import Field, Ndarray
-from .types import by_name
+from .contract.types import by_name
 
 _PACK_CODE = {"i8": "b", "i16": "h", "i32": "i", "i64": "q", "u8": "B", "u16": "H", "u32": "I",
               "u64": "Q", "f16": "e", "f32": "f", "f64": "d", "u1": "?"}
@@ -254,7 +254,7 @@ class _Launcher:
         meta, g, mem = self.meta, self.g, self.g["_q_mem"]
         p = meta.params[index]
         ndim, np_dtype = p.ndim, by_name(p.dtype).np_dtype
-        # A gradient word in the metadata means the code uses it (compiler/kernel.py, build_meta):
+        # A gradient word in the metadata means the code uses it (compiler/driver/kernel.py, build_meta):
         # then only a qd.ndarray with .grad, since a null gradient pointer would crash.
         grad_kernel_needs_grad = bool(p.needs_grad)
         refuse_grad = _built_without_its_gradient(meta, p)  # then only arrays without one
@@ -414,7 +414,7 @@ def make_launcher(meta: KernelMeta, device, loaded, fields: list, hooks: LaunchH
         hooks = launch_hooks(meta)
     checks = None
     if meta.debug_checks:  # debug=True: report the first out-of-range index after the launch
-        from .bounds import BoundsChecks
+        from .contract.bounds import BoundsChecks
         checks = BoundsChecks(meta)
         hooks = _with_finish(hooks, checks.finish)
     if hooks is not None and hooks.prepare is None and hooks.finish is None:

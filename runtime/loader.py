@@ -13,15 +13,15 @@ from __future__ import annotations
 import os
 
 from . import context
-from .artifact import GRAD_SUFFIX
+from .contract.arches import ARCHES
+from .contract.artifact import GRAD_SUFFIX
 from .adstack import launch_hooks
 from .cache import cache_error, module_path, module_problems, open_store, read_entry, read_module
-from .errors import QdcError
+from .contract.errors import QdcError
 from .fields import Field
 from .launcher import make_launcher, stub_function
-from .types import by_name
+from .contract.types import by_name
 
-ARCHES = ("cpu", "cuda", "vulkan", "metal", "amdgpu")
 
 
 def load(cache_dir_or_bundle, module: str, arch: str = "cpu") -> "LoadedModule":

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import qdc as qd
-from qdc.compiler.options import CACHE_DIR_VARIABLE
+from qdc.compiler.driver.options import CACHE_DIR_VARIABLE
 
 os.environ["QDC_VERIFY_IR"] = "1"  # verify the IR between passes for every kernel the suite compiles
 

@@ -18,9 +18,9 @@ import pytest
 
 import qdc as qd
 from qdc.runtime import adstack, context
-from qdc.runtime import sizeexpr as se
+from qdc.runtime.contract import sizeexpr as se
 from qdc.runtime.adstack_sizing import dtype_range
-from qdc.runtime.artifact import KernelMeta
+from qdc.runtime.contract.artifact import KernelMeta
 from qdc.runtime.launcher import LaunchContext
 
 N = 8
@@ -65,7 +65,7 @@ def one_thread(**options):
 
 
 def context_cache_dir():
-    from qdc.compiler import options
+    from qdc.compiler.driver import options
     return options.current.cache_dir
 
 

@@ -13,9 +13,9 @@ from click.testing import CliRunner
 
 import qdc as qd
 from qdc.cli.main import cli
-from qdc.runtime import artifact as A
+from qdc.runtime.contract import artifact as A
 from qdc.runtime.cache import Cache, entry_path, read_module
-from qdc.runtime.cpu import CpuDevice
+from qdc.runtime.devices.cpu.device import CpuDevice
 from qdc.runtime.loader import load
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

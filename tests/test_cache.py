@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import qdc as qd
-from qdc.compiler import cache_key, options as options_mod
-from qdc.compiler.build import build
-from qdc.runtime import artifact as A
+from qdc.compiler.driver import cache_key, options as options_mod
+from qdc.compiler.driver.build import build
+from qdc.runtime.contract import artifact as A
 from qdc.runtime.cache import Cache, entry_path
 from qdc.runtime.loader import load
 
@@ -327,7 +327,7 @@ def test_uncacheable_source_still_reports_the_front_end_error(tmp_path):
 
 
 def test_compile_warnings_are_replayed_on_a_cache_hit(tmp_path, rng, monkeypatch):
-    from qdc.compiler import kernel as kernel_mod
+    from qdc.compiler.driver import kernel as kernel_mod
     original = kernel_mod.compile_kernel
 
     def warning_compile(fn, *args, **kwargs):

@@ -20,9 +20,9 @@ from click.testing import CliRunner
 
 import qdc as qd
 from qdc.cli.main import cli
-from qdc.compiler import options as options_mod
-from qdc.compiler.build import build
-from qdc.runtime import artifact as A
+from qdc.compiler.driver import options as options_mod
+from qdc.compiler.driver.build import build
+from qdc.runtime.contract import artifact as A
 from qdc.runtime.cache import Cache, entry_path, module_path, read_entry
 from qdc.runtime.loader import load
 
@@ -249,7 +249,7 @@ def test_read_only_cache_is_a_usage_error_for_build(cache_copy, tmp_path, monkey
 
 
 def test_read_only_cache_in_direct_mode_warns_at_init_and_still_hits(cache_copy, monkeypatch, rng):
-    from qdc.compiler import kernel as kernel_mod
+    from qdc.compiler.driver import kernel as kernel_mod
     monkeypatch.setattr(kernel_mod, "_UNWRITABLE", set())
     with read_only(cache_copy, monkeypatch):
         with pytest.warns(UserWarning, match="not writable.*compiled on every run"):

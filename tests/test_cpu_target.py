@@ -14,14 +14,14 @@ import numpy as np
 import pytest
 
 import qdc as qd
-from qdc.compiler import build as build_mod
-from qdc.compiler import cache_key
-from qdc.compiler import kernel as K
-from qdc.compiler.codegen import cpu as codegen
-from qdc.compiler.codegen.cpu_targets import LEVELS, check_cpu_target
-from qdc.compiler.options import Options, resolve
-from qdc.runtime import artifact as A
-from qdc.runtime import cpu as rcpu
+from qdc.compiler.driver import build as build_mod
+from qdc.compiler.driver import cache_key
+from qdc.compiler.driver import kernel as K
+from qdc.compiler.targets.cpu import codegen as codegen
+from qdc.compiler.targets.cpu.isa_levels import LEVELS, check_cpu_target
+from qdc.compiler.driver.options import Options, resolve
+from qdc.runtime.contract import artifact as A
+from qdc.runtime.devices.cpu import device as rcpu
 from qdc.runtime.cache import Cache, entry_path, read_module
 from qdc.runtime.loader import load
 
@@ -242,7 +242,8 @@ QEMU_SCRIPT = textwrap.dedent('''
     import sys
     import numpy as np
     import qdc
-    from qdc.runtime import cpu, load
+    from qdc.runtime import load
+    from qdc.runtime.devices.cpu import device as cpu
     if sys.argv[2] == "force-best":  # what loading did before: the build's best code, unchecked
         cpu.select_library = lambda libraries, kernel, *a: libraries[-1]
     try:

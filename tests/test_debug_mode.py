@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 import qdc as qd
 from qdc.cli.main import cli
-from qdc.runtime import artifact as A
+from qdc.runtime.contract import artifact as A
 from qdc.runtime.loader import load
 
 PARALLEL_N = 60000  # enough iterations for the range-for to be split over worker threads

@@ -11,7 +11,7 @@ import pytest
 
 import qdc as qd
 from qdc.compiler import ir
-from qdc.compiler import kernel as kernel_mod
+from qdc.compiler.driver import kernel as kernel_mod
 
 SOURCE = open(__file__).read().splitlines()
 
@@ -181,7 +181,8 @@ def with_block_dim():
 
 def test_loop_config_block_dim_is_accepted_and_kept_on_the_loop():
     from qdc.compiler.frontend.ast_to_ir import FrontEnd
-    kir = FrontEnd(with_block_dim.fn, [], qd.compiler.options.current).build()
+    from qdc.compiler.driver import options
+    kir = FrontEnd(with_block_dim.fn, [], options.current).build()
     (loop,) = [s for s in kir.body.stmts if isinstance(s, ir.RangeFor)]
     assert loop.block_dim == 128 and not loop.serial
     with_block_dim()
@@ -269,3 +270,16 @@ def test_shape_index_out_of_range_names_the_parameter_and_its_ndim():
     e = compile_error(k, np.zeros(3, np.float32))
     assert e.line == line_of("# out of range")
     assert "ndarray parameter 'a' has ndim 1: a.shape[2] is out of range" in e.raw_message
+
+
+def test_block_dim_reaches_the_task_and_its_gradient():
+    """qd.loop_config(block_dim=...) is kept through offloading (the GPU targets' launch policy reads
+    it from the task) and on the adjoint task, and shows in the IR dump."""
+    from qdc.compiler.driver import options
+    from qdc.compiler.frontend.ast_to_ir import FrontEnd
+    from qdc.compiler.passes.pipeline import run_pipeline
+    kir = FrontEnd(with_block_dim.fn, [], options.current).build()
+    run_pipeline(kir)
+    (task,) = kir.tasks
+    assert task.block_dim == 128
+    assert "block_dim=128" in ir.print_kernel(kir)

@@ -5,8 +5,8 @@ import pytest
 
 import qdc as qd
 from qdc.compiler import ir
-from qdc.compiler.inspect import inspect_ir
-from qdc.runtime import types as T
+from qdc.compiler.driver.inspect import inspect_ir
+from qdc.runtime.contract import types as T
 
 
 def new_kernel():

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 import qdc as qd
-from qdc.compiler import options as options_mod
-from qdc.compiler.build import build
-from qdc.runtime import artifact as A
+from qdc.compiler.driver import options as options_mod
+from qdc.compiler.driver.build import build
+from qdc.runtime.contract import artifact as A
 from qdc.runtime.loader import load
 
 loss = qd.field(qd.f64, shape=(), needs_grad=True)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import qdc as qd
-from qdc.runtime import cpu as rcpu
+from qdc.runtime.devices.cpu import device as rcpu
 
 HAS_MEMFD = hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd")
 

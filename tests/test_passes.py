@@ -6,10 +6,10 @@ import pytest
 
 import qdc as qd
 from qdc.compiler import ir
-from qdc.compiler.inspect import inspect_ir
+from qdc.compiler.driver.inspect import inspect_ir
 from qdc.compiler.passes import pipeline
 from qdc.compiler.passes.store_forward import eliminate_dead_stores, forward_stores
-from qdc.runtime import types as T
+from qdc.runtime.contract import types as T
 
 
 def loop_body(text: str, task: int = -1) -> str:

@@ -14,8 +14,8 @@ import qdc as qd
 from qdc.compiler import ir
 from qdc.compiler.autodiff.sizeexpr_builder import SizeExprBuilder, stack_capacity_expr, trip_count_expr
 from qdc.compiler.ir.adstack import AdStackAlloca, AdStackLoadTop, AdStackPop, AdStackPush
-from qdc.runtime import sizeexpr as se
-from qdc.runtime import types as T
+from qdc.runtime.contract import sizeexpr as se
+from qdc.runtime.contract import types as T
 
 I64_MAX = (1 << 63) - 1
 
@@ -749,7 +749,7 @@ row_cap = qd.field(qd.i32, shape=())
 def test_bounds_of_loops_in_front_end_ir(rng):
     """range(b, e) as the front end lowers it (casts, max(e - b, 0), offloaded tasks)."""
     from qdc.compiler.frontend.ast_to_ir import FrontEnd
-    from qdc.compiler.options import Options
+    from qdc.compiler.driver.options import Options
     from qdc.compiler.passes.pipeline import run_pipeline
 
     @qd.kernel

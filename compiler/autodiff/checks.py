@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import linecache
 
-from qdc.runtime.errors import QdcCompileError
+from qdc.runtime.contract.errors import QdcCompileError
 
 from .. import ir
 from . import dependence

@@ -5,7 +5,7 @@ accumulates into operand adjoints (`ad.acc`, which ignores operands without a gr
 """
 from __future__ import annotations
 
-from qdc.runtime import types as T
+from qdc.runtime.contract import types as T
 
 from .. import ir
 

@@ -1,6 +1,6 @@
 """IR -> SizeExpr: symbolic upper bounds of adstack depths, evaluated by the runtime at launch.
 
-API (the node classes, serialization and evaluation are in qdc.runtime.sizeexpr):
+API (the node classes, serialization and evaluation are in qdc.runtime.contract.sizeexpr):
 
     b = SizeExprBuilder(kernel)
     b.stack_capacity(alloca) -> SizeExpr | None    depth bound of one AdStackAlloca: the
@@ -75,7 +75,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from qdc.runtime import sizeexpr as se
+from qdc.runtime.contract import sizeexpr as se
 
 from .. import ir
 from ..ir.adstack import AdStackLoadTop, AdStackPush

@@ -17,7 +17,7 @@ forces its value on every stack.
 Each record also says how many threads the stack's task runs on, so the runtime can size
 the heap for the threads a launch really uses: `iterations` (a SizeExpr node list of the
 task's trip count; [] when not expressible, meaning every worker thread) and
-`parallel_from` (the CPU dispatch's threshold: the task spreads over threads only from
+`parallel_from` (the target's dispatch threshold, e.g. the CPU's: the task spreads over threads only from
 that many iterations; 0 for a task that always runs on one thread).
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import warnings
 
-from qdc.runtime import sizeexpr as se
+from qdc.runtime.contract import sizeexpr as se
 from qdc.runtime.adstack import log
 
 from .. import ir
@@ -71,8 +71,8 @@ def constant_trip_count(loop) -> int | None:
 class _Sizer:
     """Sizes every stack of one gradient kernel; collects the fallback warnings."""
 
-    def __init__(self, k: ir.KernelIR, opts):
-        self.k, self.opts = k, opts
+    def __init__(self, k: ir.KernelIR, opts, parallel_from):
+        self.k, self.opts, self.parallel_from = k, opts, parallel_from
         self.builder = SizeExprBuilder(k)  # one per kernel: it memoises bounds of shared values
         self.fallbacks: dict = {}  # (loc, reason) -> names of the stacks that fell back
         self.dispatch: dict = {}  # task -> (iterations nodes, parallel_from)
@@ -108,7 +108,7 @@ class _Sizer:
                 self.dispatch[task] = (se.to_nodes(se.Const(1)), 0)
             else:
                 trip = self.builder.trip_count(task)
-                self.dispatch[task] = (se.to_nodes(trip), 0 if task.serial else _parallel_from(task))
+                self.dispatch[task] = (se.to_nodes(trip), self.parallel_from(task))
         return self.dispatch[task]
 
     def warn_fallbacks(self) -> None:
@@ -123,18 +123,11 @@ class _Sizer:
                 UserWarning, filename, line)
 
 
-def _parallel_from(task: ir.Task) -> int:
-    """The least trip count at which the CPU dispatch (codegen/cpu.py) spreads `task` over threads."""
-    from ..codegen.cpu import PARALLEL_WORK_THRESHOLD
-    from ..codegen.llvm_ir import KernelCodegen
-    cost = max(KernelCodegen.task_cost(task), 1)
-    return max(-(-PARALLEL_WORK_THRESHOLD // cost), 1)
-
-
-def size_stacks(k: ir.KernelIR, opts) -> list:
-    """One record per stack (in stack-id order) for KernelMeta.adstack; numbers the stacks."""
+def size_stacks(k: ir.KernelIR, opts, parallel_from) -> list:
+    """One record per stack (in stack-id order) for KernelMeta.adstack; numbers the stacks.
+    `parallel_from(task)` is the target's dispatch threshold (compiler/targets/base.py)."""
     records = []
-    sizer = _Sizer(k, opts)
+    sizer = _Sizer(k, opts, parallel_from)
     for ti, task in enumerate(k.tasks):
         for s in task.body.stmts:
             if isinstance(s, AdStackAlloca):

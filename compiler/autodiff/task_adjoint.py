@@ -25,11 +25,10 @@ neither: the forward sweep's own results are still in scope there.
 """
 from __future__ import annotations
 
-from qdc.runtime import types as T
+from qdc.runtime.contract import types as T
 
 from .. import ir
-from ..ir.adstack import (AdStackAccAdjoint, AdStackAlloca, AdStackLoadTop, AdStackLoadTopAdj, AdStackPop,
-                          AdStackPush, TempAtomicAdd)
+from ..ir.adstack import AdStackAccAdjoint, AdStackAlloca, AdStackLoadTop, AdStackLoadTopAdj, AdStackPop, AdStackPush, TempAtomicAdd
 from . import rules
 from .checks import error
 from .positions import Positions
@@ -81,7 +80,7 @@ class TaskAdjoint:
     def build(self, name: str) -> ir.Task:
         t = self.task
         new = self.new = ir.Task(t.kind, t.loc)
-        new.serial, new.source_kind, new.task_name = t.serial, t.source_kind, name
+        new.serial, new.source_kind, new.task_name, new.block_dim = t.serial, t.source_kind, name, t.block_dim
         if t.kind == "range_for":
             mapping: dict = {}
             ir.clone_block(t.prologue, new.prologue, mapping)

@@ -19,8 +19,8 @@ import types
 
 import numpy as np
 
-from qdc.runtime import types as T
-from qdc.runtime.errors import QdcCompileError
+from qdc.runtime.contract import types as T
+from qdc.runtime.contract.errors import QdcCompileError
 from qdc.runtime.fields import Field
 
 from .. import ir

@@ -11,12 +11,12 @@ import inspect
 
 import numpy as np
 
-from qdc.runtime import types as T
+from qdc.runtime.contract import types as T
 from qdc.runtime.fields import Field
 
 from .. import ir
-from .. import lang
-from ..kernel import kernel_of
+from ..language import lang
+from ..driver.kernel import kernel_of
 from .objects import GLOBAL_ARRAYS, NdarrayHandle, RangeSpec
 from .source import is_tail_return, source_info
 from .values import is_runtime

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import ast
 
-from qdc.runtime import types as T
+from qdc.runtime.contract import types as T
 from qdc.runtime.fields import Field
 
 from .. import ir
-from .. import lang
+from ..language import lang
 from .objects import NdarrayHandle, RangeSpec
 from .values import fits, is_runtime
 

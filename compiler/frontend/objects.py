@@ -1,7 +1,7 @@
 """Compile-time objects the front end passes around besides numbers and IR values."""
 from __future__ import annotations
 
-from qdc.runtime import types as T
+from qdc.runtime.contract import types as T
 from qdc.runtime.fields import Field
 
 from .. import ir

@@ -7,7 +7,7 @@ import inspect
 import textwrap
 import weakref
 
-from qdc.runtime.errors import QdcCompileError
+from qdc.runtime.contract.errors import QdcCompileError
 
 from .. import ir
 

@@ -11,9 +11,10 @@ import math
 
 import numpy as np
 
-from qdc.runtime import types as T
+from qdc.runtime.contract import types as T
 
-from .. import ir, lang
+from .. import ir
+from ..language import lang
 from ..passes.constant_fold import convert
 from .objects import RangeSpec
 

@@ -9,7 +9,7 @@ sliced per thread) is the backend's business; `stack_id` indexes the kernel's ad
 """
 from __future__ import annotations
 
-from qdc.runtime.types import DataType
+from qdc.runtime.contract.types import DataType
 
 from .stmts import SourceLoc, Stmt
 

@@ -94,7 +94,7 @@ class Printer:
         if t.kind == "serial":
             self.nested(f"task {t.task_name or '?'} serial", t.body, depth)
             return
-        kind = t.source_kind + (", serial" if t.serial else "")
+        kind = t.source_kind + (", serial" if t.serial else "") + (f", block_dim={t.block_dim}" if t.block_dim else "")
         self.lines.append(f"{pad}task {t.task_name or '?'} range_for({kind}) {{")
         inner = depth + 1
         if t.prologue.stmts:

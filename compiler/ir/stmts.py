@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from qdc.runtime.types import DataType
+from qdc.runtime.contract.types import DataType
 
 
 @dataclass(frozen=True)
@@ -321,13 +321,14 @@ class RangeFor(Stmt):
     end flattened into the index (the body decomposes it, row-major)."""
     OPERANDS = ("begin", "end")
     BLOCKS = ("body",)
-    ATTRS = ("serial", "kind", "ndim")
+    ATTRS = ("serial", "kind", "ndim", "block_dim")
 
     def __init__(self, begin: Stmt, end: Stmt, index_type: DataType, serial=False, kind="range", loc=None,
-                 ndim: int = 1):
+                 ndim: int = 1, block_dim: int | None = None):
         super().__init__(None, loc)
         self.begin, self.end = begin, end
         self.serial, self.kind, self.ndim = serial, kind, ndim
+        self.block_dim = block_dim  # qd.loop_config(block_dim=...): threads per block on GPU targets
         self.body = Block(parent=self)
         self.index = LoopIndex(self, index_type)
 
@@ -367,7 +368,7 @@ class Task(Stmt):
     every index. Every extent is >= 1 whenever the range is non-empty (the range is their
     product); `index` stays usable beside the coordinates."""
     BLOCKS = ("prologue", "chunk_init", "body", "chunk_final")
-    ATTRS = ("kind", "serial", "source_kind", "task_name", "ndim")
+    ATTRS = ("kind", "serial", "source_kind", "task_name", "ndim", "block_dim")
 
     def __init__(self, kind: str, loc=None):
         super().__init__(None, loc)
@@ -383,6 +384,7 @@ class Task(Stmt):
         self.end: Stmt | None = None
         self.index: LoopIndex | None = None
         self.ndim = 1
+        self.block_dim: int | None = None  # from the loop's qd.loop_config; None: the target's default
         self.axes: list[Stmt] = []
         self.axis_index: list[LoopIndex] = []
 

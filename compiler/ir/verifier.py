@@ -9,7 +9,7 @@ pipeline's type-check pass). Tests run `verify` after every pass (QDC_VERIFY_IR=
 """
 from __future__ import annotations
 
-from qdc.runtime import types as T
+from qdc.runtime.contract import types as T
 
 from . import stmts as ir
 

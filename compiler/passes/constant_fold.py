@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from qdc.runtime import types as T
+from qdc.runtime.contract import types as T
 
 from .. import ir
 

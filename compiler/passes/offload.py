@@ -38,7 +38,7 @@ def _make_task(k: ir.KernelIR, groups, owner, temp_of, gi: int) -> ir.Task:
     if isinstance(g[0], ir.RangeFor):
         loop = g[0]
         t = ir.Task("range_for", loop.loc)
-        t.serial, t.source_kind, t.ndim = loop.serial, loop.kind, loop.ndim
+        t.serial, t.source_kind, t.ndim, t.block_dim = loop.serial, loop.kind, loop.ndim, loop.block_dim
         bounds = _Importer(k, groups, owner, temp_of, gi, reload_memory=True)
         t.begin = bounds.value(loop.begin, t.prologue)
         t.end = bounds.value(loop.end, t.prologue)

@@ -16,7 +16,7 @@ other way (a read would observe the partial sum), or that mixes kinds of update 
 """
 from __future__ import annotations
 
-from qdc.runtime import types as T
+from qdc.runtime.contract import types as T
 
 from .. import ir
 from .dce import eliminate_dead_code

@@ -2,7 +2,7 @@
 on them. A violation is a compiler bug; it is reported at the user's line it came from."""
 from __future__ import annotations
 
-from qdc.runtime.errors import QdcCompileError
+from qdc.runtime.contract.errors import QdcCompileError
 
 from .. import ir
 

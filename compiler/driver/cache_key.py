@@ -12,7 +12,7 @@ numbers and strings by value; sequences, dicts and numpy arrays by content; fiel
 declaration; a `@qd.func` or plain Python function by its source, defaults and its own
 captures (a lambda also by its code: two can share a line); modules by name; intrinsics,
 math functions, classes and other named objects by a qualified name that leads back to
-the object itself (`qdc.compiler.lang.cos`, `math.sin`, `numpy.float32`); a qdc language
+the object itself (`qdc.compiler.language.lang.cos`, `math.sin`, `numpy.float32`); a qdc language
 object by its `__qdc_key__()` or the qdc module attribute holding it. Anything else raises
 UncacheableKernel: the kernel is compiled but not stored (`QDC_LOG=cache` says why), since
 two kernels differing only in it would otherwise share an entry.
@@ -24,7 +24,6 @@ direct-mode cache hit binds the right Field objects without compiling.
 from __future__ import annotations
 
 import ast
-import functools
 import hashlib
 import inspect
 import os
@@ -36,11 +35,12 @@ import weakref
 import msgpack
 import numpy as np
 
-from qdc.runtime import types as T
-from qdc.runtime.artifact import FORMAT_VERSION
+from qdc.runtime.contract import types as T
+from qdc.runtime.contract.artifact import FORMAT_VERSION
 from qdc.runtime.fields import Field
 
-from . import lang
+from .. import targets
+from ..language import lang
 
 # Past these a captured value is not keyed (the kernel is compiled without the cache).
 _MAX_VALUES, _MAX_DEPTH = 1 << 16, 16
@@ -80,8 +80,8 @@ def kernel_key(fn, params, opts, arch: str, variant: str = "forward") -> KernelD
     walk = _Walk(debug=bool(opts.debug))
     walk.function(fn, fn.__name__)
     decls = [[f.name, f.dtype.name, list(f.shape), bool(f.needs_grad), bool(f.is_grad)] for f in walk.fields]
-    material = ["qdc-kernel-key", FORMAT_VERSION, compiler_fingerprint(), arch,
-                target_description(arch, opts.effective_cpu_target()),
+    material = ["qdc-kernel-key", FORMAT_VERSION, compiler_fingerprint(arch), arch,
+                targets.get(arch).cache_description(opts),
                 sorted(opts.key().items()), variant, fn.__name__,
                 [[p.name, p.kind, p.dtype.name, p.ndim or 0, p.needs_grad] for p in params],  # None: AOT, no argument
                 walk.material, decls]
@@ -386,39 +386,40 @@ def _calls_mention_grad(fn, tree, seen: set) -> bool:
 
 # ---- what else goes into every key ----------------------------------------------------------
 
-_FINGERPRINT: list = []
+_FINGERPRINTS: dict = {}
+# Backend-neutral stages every target's code depends on (folders under compiler/).
+_NEUTRAL = ("language", "frontend", "ir", "passes", "autodiff", "driver")
 
 
-def compiler_fingerprint() -> str:
-    """A hash of the compiler's own sources and the code generator it drives, so an edited or
-    upgraded compiler never reuses artifacts an older one produced."""
-    if not _FINGERPRINT:
+def compiler_fingerprint(arch: str = "cpu") -> str:
+    """A hash of the sources that produce `arch`'s artifacts: the backend-neutral stages, the
+    target's own folders (and the shared lowering it uses), the runtime contract, and the code
+    generator's version. Editing another target's code leaves `arch`'s cache entries valid."""
+    if arch not in _FINGERPRINTS:
         import llvmlite
         import qdc
+        target = targets.get(arch)
+        compiler_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        targets_dir = os.path.join(compiler_dir, "targets")
         h = hashlib.sha256(f"qdc {qdc.__version__} llvmlite {llvmlite.__version__}".encode())
-        compiler_dir = os.path.dirname(os.path.abspath(__file__))
-        runtime_dir = os.path.join(os.path.dirname(compiler_dir), "runtime")
-        # Runtime modules whose formats or constants generated code and stored entries depend on.
-        paths = [os.path.join(runtime_dir, n) for n in ("artifact.py", "types.py", "bounds.py", "sizeexpr.py")]
-        for dirpath, dirs, files in os.walk(compiler_dir):
-            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-            paths += [os.path.join(dirpath, f) for f in sorted(files) if f.endswith(".py")]
+        tops = [os.path.join(compiler_dir, d) for d in _NEUTRAL]
+        tops += [os.path.join(targets_dir, d) for d in target.source_folders]
+        tops.append(os.path.join(os.path.dirname(compiler_dir), "runtime", "contract"))
+        paths = [os.path.join(compiler_dir, "__init__.py"), os.path.join(targets_dir, "__init__.py"),
+                 os.path.join(targets_dir, "base.py")]
+        for top in tops:
+            for dirpath, dirs, files in os.walk(top):
+                dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+                paths += [os.path.join(dirpath, f) for f in sorted(files) if f.endswith(".py")]
         for p in paths:
             with open(p, "rb") as f:
                 h.update(os.path.relpath(p, os.path.dirname(compiler_dir)).encode() + b"\0" + f.read() + b"\0")
-        _FINGERPRINT.append(h.hexdigest())
-    return _FINGERPRINT[0]
+        _FINGERPRINTS[arch] = h.hexdigest()
+    return _FINGERPRINTS[arch]
 
 
-def compiler_version() -> str:
+def compiler_version(arch: str = "cpu") -> str:
     import qdc
-    return f"{qdc.__version__}+{compiler_fingerprint()[:12]}"
+    return f"{qdc.__version__}+{compiler_fingerprint(arch)[:12]}"
 
 
-@functools.lru_cache(maxsize=None)
-def target_description(arch: str, cpu_target: str = "native") -> str:
-    """The target part of a key: for the CPU, what `cpu_target` builds (the host CPU for native)."""
-    if arch == "cpu":
-        from .codegen.cpu import target_description as cpu_description
-        return cpu_description(cpu_target)
-    return arch

@@ -46,7 +46,7 @@ import operator
 
 import numpy as np
 
-from . import context
+from .. import context
 from .errors import QdcError
 
 INT64_MAX = (1 << 63) - 1

@@ -8,8 +8,8 @@ def kernel_ir(kernel, *args, after: str | None = None):
     """The KernelIR of `kernel` (a `@qd.kernel`) specialised for `args` (needed only for
     templated ndarray parameters), run through the pass pipeline up to and including pass
     `after` (the whole pipeline by default)."""
-    from .frontend.ast_to_ir import FrontEnd
-    from .passes.pipeline import run_pipeline
+    from ..frontend.ast_to_ir import FrontEnd
+    from ..passes.pipeline import run_pipeline
 
     from .kernel import kernel_of
     kernel = kernel_of(kernel)
@@ -20,5 +20,5 @@ def kernel_ir(kernel, *args, after: str | None = None):
 
 def inspect_ir(kernel, *args, after: str | None = None) -> str:
     """The printed IR of `kernel` after the pass pipeline (or after pass `after`)."""
-    from .ir import print_kernel
+    from ..ir import print_kernel
     return print_kernel(kernel_ir(kernel, *args, after=after))

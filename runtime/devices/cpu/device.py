@@ -21,8 +21,8 @@ import tempfile
 
 import numpy as np
 
-from .device import Allocation, Device
-from .errors import CacheError, QdcError
+from ...device import Allocation, Device
+from ...contract.errors import CacheError, QdcError
 
 _ALIGN = 64
 

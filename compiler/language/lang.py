@@ -12,7 +12,7 @@ import operator
 
 import numpy as np
 
-from qdc.runtime import types as T
+from qdc.runtime.contract import types as T
 
 
 # ---- annotations ---------------------------------------------------------------------
@@ -165,5 +165,5 @@ def func(fn):
 
 def kernel(fn):
     """`@qd.kernel`: a plain Python function that compiles on first call, then launches."""
-    from .kernel import kernel_function
+    from ..driver.kernel import kernel_function
     return kernel_function(fn)

@@ -16,14 +16,13 @@ import tempfile
 import llvmlite.binding as llvm
 from llvmlite import ir as ll
 
-from qdc.runtime.artifact import KernelMeta
-from qdc.runtime.cpu import HOST_FEATURE_SOURCES, host_machine
+from qdc.runtime.contract.artifact import KernelMeta
+from qdc.runtime.devices.cpu.device import HOST_FEATURE_SOURCES, host_machine
 
-from .. import ir
-from ..ir.adstack import AdStackAlloca
-from .cpu_targets import (CPU_LEVEL_OF, GENERIC, LEVELS, NATIVE, PORTABLE, CpuLevel, check_cpu_target,
-                          level_by_name)
-from .llvm_ir import I32, I64, PTR, VOID, KernelCodegen, ModuleBuilder
+from ... import ir
+from ...ir.adstack import AdStackAlloca
+from .isa_levels import CPU_LEVEL_OF, GENERIC, LEVELS, NATIVE, PORTABLE, CpuLevel, check_cpu_target, level_by_name
+from ..llvm.llvm_ir import I32, I64, PTR, VOID, KernelCodegen, ModuleBuilder
 
 # Iterations x per-iteration cost below which a range runs on one thread (~10 µs of work).
 PARALLEL_WORK_THRESHOLD = 20000
@@ -46,7 +45,7 @@ def _target_machine(opt_level: int, cpu: str | None = None, features: str | None
 
 @functools.lru_cache(maxsize=None)
 def cpu_levels(cpu_target: str) -> tuple[CpuLevel, ...]:
-    """The libraries `cpu_target` builds (compiler/codegen/cpu_targets.py), lowest level first.
+    """The libraries `cpu_target` builds (compiler/targets/cpu/isa_levels.py), lowest level first.
     Code is generated for this process's triple, so for the host's architecture family."""
     llvm.initialize_native_target()
     machine = host_machine()

@@ -19,14 +19,17 @@ import weakref
 import numpy as np
 
 from qdc.runtime import context
-from qdc.runtime import types as T
-from qdc.runtime.artifact import FieldMeta, KernelMeta, ParamMeta, TaskMeta
+from qdc.runtime.contract import types as T
+from qdc.runtime.contract.artifact import FieldMeta, KernelMeta, ParamMeta, TaskMeta
 from qdc.runtime.cache import Cache, check_cache_folder, writable_problem
-from qdc.runtime.errors import CacheError, QdcCompileError
+from qdc.runtime.contract.errors import CacheError, QdcCompileError
 from qdc.runtime.fields import Ndarray
 from qdc.runtime.launcher import make_launcher, stub_function
 
-from . import ad, bounds_checks, cache_key, ir, lang, options as options_mod
+from ..language import ad, lang
+from ..passes import bounds_checks
+from . import cache_key, options as options_mod
+from .. import ir, targets
 
 # Artifacts kept in memory but not written to the cache (textual LLVM IR: `qdc inspect --llvm`
 # disassembles the stored bitcode instead).
@@ -82,7 +85,7 @@ _UNSUPPORTED_KINDS = {
 def _param_error(fn, name, msg):
     """A QdcCompileError at the parameter in the kernel's source, with its source line (at the
     def line when the source cannot be read)."""
-    from .frontend.source import source_info
+    from ..frontend.source import source_info
     message = f"parameter '{name}' of kernel '{fn.__name__}' {msg}"
     try:
         src = source_info(fn)
@@ -169,37 +172,24 @@ def _range_expr(s, depth=0) -> list:
 
 def compile_kernel(fn, params, opts, arch="cpu", dump=None, variant="forward") -> CompiledKernel:
     """Front end → passes → codegen for one (specialised) kernel variant. No cache involved."""
-    from .frontend.ast_to_ir import FrontEnd
-    from .passes.pipeline import run_pipeline
+    from ..frontend.ast_to_ir import FrontEnd
+    from ..passes.pipeline import run_pipeline
+    target = targets.get(arch)
     fe = FrontEnd(fn, params, opts)
     kir = fe.build()
     if variant == "grad":  # the adjoint of the offloaded kernel (compiler/autodiff)
-        from .autodiff import PIPELINE_STOP, make_grad_kernel
+        from ..autodiff import PIPELINE_STOP, make_grad_kernel
         run_pipeline(kir, dump=dump, stop_after=PIPELINE_STOP)
-        grad = make_grad_kernel(kir, fe.field_objects, opts)
+        grad = make_grad_kernel(kir, fe.field_objects, opts, target.parallel_from)
         kir, field_objects, adstack = grad.kernel, grad.field_objects, {"stacks": grad.stacks}
     else:
         run_pipeline(kir, dump=dump)
         field_objects, adstack = fe.field_objects, None
     meta = build_meta(kir, f"qdc_{kir.name}" + ("_grad" if variant == "grad" else ""), variant == "grad", adstack,
                       bool(opts.debug))
-    artifacts = _generate_code(arch, kir, meta, opts)
+    artifacts = target.compile(kir, meta, opts)
     artifacts["ir"] = ir.print_kernel(kir).encode()
     return CompiledKernel(kir, meta, artifacts, field_objects, None)
-
-
-# Arches with a code generator; `qdc build --arch all` builds for these.
-CODEGEN_ARCHES = ("cpu",)
-
-
-def _generate_code(arch: str, kir, meta, opts) -> dict:
-    if arch not in CODEGEN_ARCHES:
-        raise NotImplementedError(f"arch '{arch}' has no code generator in this build of qdc "
-                                  f"(available: {', '.join(CODEGEN_ARCHES)})")
-    from .codegen import cpu
-    artifacts = cpu.compile_kernel(kir, meta, int(opts.opt_level), bool(opts.fast_math), opts.effective_cpu_target())
-    meta.cpu_libraries = artifacts.pop("cpu_libraries")  # which library suits which CPU: the loader picks
-    return artifacts
 
 
 # ---- through the offline cache --------------------------------------------------------------
@@ -260,7 +250,7 @@ def compile_recording_warnings(fn, params, opts, arch: str, variant: str) -> Com
     return compiled
 
 
-_QDC_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the qdc package
+_QDC_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the qdc package
 _QDC_CODE = tuple(os.path.join(_QDC_ROOT, d) + os.sep for d in ("compiler", "runtime", "cli"))
 
 
@@ -326,7 +316,7 @@ def store(cache: Cache, deps, compiled: CompiledKernel, fn, arch: str, variant: 
     if refs is None or (cache.root in _UNWRITABLE and not raise_errors):
         return False
     code = fn.__code__
-    body = {"kernel": fn.__name__, "variant": variant, "arch": arch, "compiler": cache_key.compiler_version(),
+    body = {"kernel": fn.__name__, "variant": variant, "arch": arch, "compiler": cache_key.compiler_version(arch),
             "created": time.time(), "source": f"{code.co_filename}:{code.co_firstlineno}",
             "options": opts.key(), "meta": compiled.meta.to_dict(), "field_refs": refs,
             "warnings": compiled.warnings}

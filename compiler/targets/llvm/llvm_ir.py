@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from llvmlite import ir as ll
 
-from qdc.runtime import types as T
-from qdc.runtime.artifact import KernelMeta
+from qdc.runtime.contract import types as T
+from qdc.runtime.contract.artifact import KernelMeta
 
-from qdc.runtime.bounds import MAX_AXES
+from qdc.runtime.contract.bounds import MAX_AXES
 
-from .. import ir
-from ..bounds_checks import checked_accesses
+from ... import ir
+from ...passes.bounds_checks import checked_accesses
 from .llvm_adstack import AdStackLowering
 
 PTR = ll.PointerType()
@@ -519,7 +519,7 @@ class _Env(AdStackLowering):
     def bounds_checked(self, ptr, check: int, indices: list, dims: list):
         """`ptr` if every index is below its dimension (one unsigned compare each, which also
         catches negative ones), else the error buffer's scratch element, after recording the
-        first failing axis and its index there (runtime/bounds.py)."""
+        first failing axis and its index there (runtime/contract/bounds.py)."""
         b = self.b
         in_range = [b.icmp_unsigned("<", i, d) for i, d in zip(indices, dims)]
         ok = in_range[0]

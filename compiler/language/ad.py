@@ -64,7 +64,7 @@ class Tape:
         self.entered = True
         if self.loss is not None:
             self.loss.fill(0)
-        from .kernel import suspend_fast_launches
+        from ..driver.kernel import suspend_fast_launches
         suspend_fast_launches()  # every kernel call in the body must reach the recording slow path
         recording = self
         return self

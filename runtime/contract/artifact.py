@@ -16,12 +16,12 @@ launch context ("ctx") is an array of 64-bit words whose layout the metadata des
     word  adstack_threads_slot       then the number of thread slices the heap holds: a task with
                                      adstacks runs on at most that many threads
     word  debug_slot                 only if the kernel has bounds checks (debug_checks non-empty):
-                                     pointer to the launcher's error words (runtime/bounds.py)
+                                     pointer to the launcher's error words (runtime/contract/bounds.py)
 
 `adstack["stacks"]` has one record per stack (a dict): "task" (index), "dtype", "adjoint"
 (entries carry an adjoint slot), "max_size" (the capacity when there is no tree), "name",
 "where" (source location), "source" (how it was sized), "size_expr" (post-order SizeExpr
-node list of its capacity, runtime/sizeexpr.py; [] = use max_size), "iterations" (node list
+node list of its capacity, runtime/contract/sizeexpr.py; [] = use max_size), "iterations" (node list
 of its task's trip count; [] = unknown) and "parallel_from" (trip count from which the task
 runs on several threads; 0 = never). The runtime evaluates the trees before every launch.
 
@@ -30,7 +30,7 @@ device refuses) has one record per native library of the kernel, lowest ISA leve
 {"artifact": kind of the library's artifact, "target": the ISA level or CPU name it was built
 for, "machine": architecture family ("x86_64", "aarch64"), "features": the CPU features its
 code needs, LLVM names}. The CPU device loads the last one whose features the host has
-(runtime/cpu.py; compiler/codegen/cpu_targets.py says what `cpu_target` builds).
+(runtime/devices/cpu/device.py; compiler/targets/cpu/isa_levels.py says what `cpu_target` builds).
 
 `debug_checks` (only with `debug=True`) has one record per checked global access, its id
 being its position: [kind, name, is_grad, extent, where] with kind "field" (extent: its
@@ -127,7 +127,7 @@ class KernelMeta:
         self.adstack_threads_slot = self.ctx_words + 3 + 2 * len(stacks) if stacks else None
         self.ctx_words += 4 + 2 * len(stacks) if stacks else 0
         self.debug_checks = debug_checks or []
-        self.debug_slot = self.ctx_words if self.debug_checks else None  # runtime/bounds.py writes it
+        self.debug_slot = self.ctx_words if self.debug_checks else None  # runtime/contract/bounds.py writes it
         self.ctx_words += 1 if self.debug_checks else 0
 
     def to_dict(self) -> dict:

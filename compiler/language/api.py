@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from qdc.runtime import context
 
-from . import options as options_mod
+from ..driver import options as options_mod
 
 
 def init(arch=None, **options):
@@ -15,7 +15,7 @@ def init(arch=None, **options):
     previous runtime active; a cache_dir that is not writable is a warning (kernels are then
     compiled without being stored).
     """
-    from .kernel import check_cache_dir
+    from ..driver.kernel import check_cache_dir
     opts = options_mod.Options()
     if arch is not None:
         options["arch"] = arch

@@ -20,13 +20,14 @@ import threading
 import time
 import traceback
 
-from qdc.runtime.artifact import GRAD_SUFFIX
+from qdc.runtime.contract.artifact import GRAD_SUFFIX
 from qdc.runtime.cache import Cache, check_cache_folder, writable_problem
-from qdc.runtime.errors import QdcCompileError
+from qdc.runtime.contract.errors import QdcCompileError
 from qdc.runtime.fields import Field
 
 from . import cache_key, options as options_mod
-from .kernel import CODEGEN_ARCHES, Kernel, compile_recording_warnings, kernel_of, store
+from .. import targets
+from .kernel import Kernel, compile_recording_warnings, kernel_of, store
 
 # A worker process takes about as long to start (imports, llvmlite) as compiling a few
 # kernels: below this many misses, `-j` builds in this process alone.
@@ -211,13 +212,13 @@ def resolve_arches(spec) -> list[str]:
     items = spec if isinstance(spec, (list, tuple)) else str(spec).split(",")
     items = [str(a).strip() for a in items if str(a).strip()]
     if items == ["all"]:
-        return list(CODEGEN_ARCHES)
+        return list(targets.available())
     for a in items:
         if a not in options_mod.ARCHES:
             raise BuildUsageError(f"unknown arch '{a}' (choose from {', '.join(options_mod.ARCHES)} or all)")
-        if a not in CODEGEN_ARCHES:
+        if a not in targets.available():
             raise BuildUsageError(f"arch '{a}' has no code generator in this build of qdc "
-                                  f"(available: {', '.join(CODEGEN_ARCHES)})")
+                                  f"(available: {', '.join(targets.available())})")
     if not items:
         raise BuildUsageError("no arch given")
     return list(dict.fromkeys(items))
@@ -372,7 +373,7 @@ def _write_module_record(cache: Cache, src: ModuleSource, arch: str, results: di
         log(fields)
         return
     cache.write_module(src.name, arch, {"source": src.path, "fields": fields, "kernels": kernels,
-                                        "compiler": cache_key.compiler_version(), "built": time.time()})
+                                        "compiler": cache_key.compiler_version(arch), "built": time.time()})
 
 
 def _module_fields(src: ModuleSource):
@@ -444,7 +445,7 @@ def _run_in_workers(todo, files, opts, cache_dir, force, n, finished, here) -> N
     hello = json.dumps({"files": files, "options": _options_wire(opts), "cache": cache_dir, "force": force})
 
     def drive():
-        proc = subprocess.Popen([sys.executable, "-m", "qdc.compiler.build", "--worker"], stdin=subprocess.PIPE,
+        proc = subprocess.Popen([sys.executable, "-m", "qdc.compiler.driver.build", "--worker"], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, text=True, bufsize=1)
         job = None
         try:
@@ -490,7 +491,7 @@ def _run_in_workers(todo, files, opts, cache_dir, force, n, finished, here) -> N
 
 
 def worker_main() -> None:
-    """`python -m qdc.compiler.build --worker`: first line = build setup, then one job per line."""
+    """`python -m qdc.compiler.driver.build --worker`: first line = build setup, then one job per line."""
     protocol = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # whatever user code prints goes to stderr, never into the protocol
     hello = json.loads(sys.stdin.readline())

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from llvmlite import ir as ll
 
-from qdc.runtime import types as T
+from qdc.runtime.contract import types as T
 
 I8, I32, I64 = ll.IntType(8), ll.IntType(32), ll.IntType(64)
 PTR = ll.PointerType()

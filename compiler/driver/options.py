@@ -4,12 +4,12 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from qdc.runtime import types as T
+from qdc.runtime.contract import types as T
+from qdc.runtime.contract.arches import ARCHES
 
-ARCHES = ("cpu", "cuda", "vulkan", "metal", "amdgpu")
 CACHE_DIR_VARIABLE = "QDC_CACHE_DIR"  # direct mode's cache folder when qd.init gives no cache_dir
 # cpu_target when none is set (API.md §5): direct mode compiles for this machine, `qdc build`
-# for any CPU of the architecture (compiler/codegen/cpu_targets.py).
+# for any CPU of the architecture (compiler/targets/cpu/isa_levels.py).
 DIRECT_CPU_TARGET, BUILD_CPU_TARGET = "native", "portable"
 
 
@@ -56,7 +56,7 @@ class Options:
             raise ValueError("default_ip must be an integer type")
         if self.ad_stack_size < 0 or self.default_ad_stack_size <= 0:
             raise ValueError("ad_stack_size must be >= 0 and default_ad_stack_size > 0")
-        from .codegen.cpu_targets import check_cpu_target  # pure data: no llvmlite
+        from ..targets.cpu.isa_levels import check_cpu_target  # pure data: no llvmlite
         check_cpu_target(self.cpu_target)
 
     def effective_cpu_target(self) -> str:

@@ -1,12 +1,12 @@
 """Debug-mode bounds checks (`debug=True`): which global accesses of a kernel are checked.
 
 Every indexed `GlobalPtr` of the offloaded kernel gets one check; its id is its position in
-`checked_accesses`, which the metadata table (`records`, runtime/artifact.py) and the code
+`checked_accesses`, which the metadata table (`records`, runtime/contract/artifact.py) and the code
 generator both derive from the same final IR, so they always agree.
 """
 from __future__ import annotations
 
-from . import ir
+from .. import ir
 
 
 def checked_accesses(kir: ir.KernelIR) -> list:
