@@ -130,12 +130,26 @@ def test_undefined_name():
     check(k, "E6", "undefined_thing", "name 'undefined_thing' is not defined")
 
 
-def test_calling_a_python_function():
+def test_a_plain_python_function_is_inlined_like_a_func():
+    """API.md §2: a plain Python function whose source is available is inlined like a qd.func."""
     @qd.kernel
     def k():
-        x[0] = plain_python(1.0)  # E7
+        x[0] = plain_python(1.5)
 
-    check(k, "E7", "plain_python(", "'plain_python' is not a qd.func")
+    k()
+    assert x[0] == 2.5
+
+
+def test_calling_a_python_function_without_source():
+    namespace: dict = {}
+    exec("def no_source(v):\n    return v + 1\n", namespace)  # noqa: S102
+    no_source = namespace["no_source"]
+
+    @qd.kernel
+    def k():
+        x[0] = no_source(1.0)  # E7
+
+    check(k, "E7", "no_source(", "'no_source' is not a qd.func")
 
 
 def test_calling_a_kernel_from_a_kernel():

@@ -8,6 +8,7 @@ import ast
 import builtins
 import difflib
 import inspect
+import weakref
 
 import numpy as np
 
@@ -28,6 +29,28 @@ _BUILTINS = (builtins.abs, builtins.min, builtins.max, builtins.int, builtins.fl
              builtins.range, builtins.len, builtins.pow)
 
 
+_PLAIN_FUNCS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _plain_function(callee) -> bool:
+    """A Python function of the user's whose source can be read: it is inlined like a qd.func."""
+    if not inspect.isfunction(callee) or (callee.__module__ or "").split(".")[0] == "qdc":
+        return False
+    try:
+        inspect.getsource(callee)
+    except (OSError, TypeError):
+        return False
+    return callee.__name__ != "<lambda>"
+
+
+def _as_func(fn) -> lang.Func:
+    """One qd.func wrapper per plain function, so recursion checks see the same object."""
+    wrapped = _PLAIN_FUNCS.get(fn)
+    if wrapped is None:
+        wrapped = _PLAIN_FUNCS[fn] = lang.Func(fn)
+    return wrapped
+
+
 class CallLowering:
     def visit_Call(self, node: ast.Call):
         callee = self.visit(node.func)
@@ -44,6 +67,8 @@ class CallLowering:
         name = getattr(callee, "__name__", type(callee).__name__)
         if kernel_of(callee) is not None:
             self.error(f"kernel '{name}' cannot be called from a kernel; make it a @qd.func")
+        if _plain_function(callee):  # inlined like a @qd.func, as Quadrants does (API.md §2)
+            return self.inline_func(_as_func(callee), node)
         hint = " (decorate it with @qd.func)" if inspect.isfunction(callee) else ""
         self.error(f"'{name}' is not a qd.func or a qd intrinsic and cannot be called in a kernel{hint}")
 

@@ -34,8 +34,23 @@ class NdarrayType:
         return f"ndarray(dtype={self.dtype}, ndim={self.ndim}{grad})"
 
 
+class _NdarraySubscript(NdarrayType):
+    """`qd.types.NDArray[dtype, ndim]` (Quadrants' spelling; bare `qd.types.NDArray` follows the
+    argument in dtype and ndim too)."""
+
+    def __getitem__(self, key) -> NdarrayType:
+        dtype, ndim = key if isinstance(key, tuple) and len(key) == 2 else (key, None)
+        if ndim is not None and (not isinstance(ndim, int) or isinstance(ndim, bool) or ndim < 0):
+            raise TypeError(f"qd.types.NDArray[dtype, ndim]: ndim must be a non-negative int, got {ndim!r}")
+        return NdarrayType(dtype=dtype, ndim=ndim)
+
+    def __repr__(self):
+        return "NDArray"
+
+
 class _TypesNamespace:
     ndarray = NdarrayType
+    NDArray = _NdarraySubscript()
 
     def __init__(self):
         for t in T.ALL_TYPES:
