@@ -241,36 +241,22 @@ def _describe_entry(entry) -> str:
     for f in m.fields:
         lines.append(f"  field     {f.name}: {f.dtype}{list(f.shape)}")
     for t in m.tasks:
-        names = [p.name for p in m.params]
-        rng = "" if not t.range else f" [{_expr(t.range['begin'], names)}, {_expr(t.range['end'], names)})"
-        lines.append(f"  task      {t.name}: {t.kind}{' serial' if t.serial and t.kind != 'serial' else ''}{rng}")
+        lines.append(_describe_task(t, m))
     for kind, a in sorted(r["artifacts"].items()):
         lines.append(f"  artifact  {a['file']:<12} {_human(a['size']):>10}  sha256 {a['sha256']}")
     return "\n".join(lines)
 
 
-def _expr(e, names: list) -> str:
-    """A TaskMeta.range expression tree as text; `names` are the kernel's parameter names."""
-    if not isinstance(e, list) or not e:
-        return "?"
-    head, args = e[0], e[1:]
-
-    def arg(i):
-        return names[i] if isinstance(i, int) and 0 <= i < len(names) else f"arg{i}"
-
-    if head == "const":
-        return repr(args[0])
-    if head == "arg":
-        return arg(args[0])
-    if head == "shape":
-        return f"{arg(args[0])}.shape[{args[1]}]"
-    if head == "temp":
-        return f"t{args[0]}"
-    if head == "field":
-        return f"{args[0]}[{', '.join(_expr(i, names) for i in args[2])}]"
-    if head == "cast":
-        return f"{args[0]}({_expr(args[1], names)})"
-    return f"{head}({', '.join(_expr(a, names) for a in args)})"
+def _describe_task(t, m) -> str:
+    """One task record: kind, entry symbol, trip count, launch policy, adstacks."""
+    from qdc.runtime.adstack import describe_launch
+    from qdc.runtime.contract import sizeexpr as se
+    tree = se.from_nodes(t.iterations)
+    trip = "unknown" if tree is None else se.to_text(tree, [p.name for p in m.params], [f.name for f in m.fields])
+    serial = " serial" if t.serial and t.kind != "serial" else ""
+    stacks = f", adstacks {t.adstacks}" if t.adstacks else ""
+    return (f"  task      {t.name}: {t.kind}{serial}, entry {t.entry}, {trip} iterations, "
+            f"on {describe_launch(t.launch)}{stacks}")
 
 
 # ---- verify / clean / pack ---------------------------------------------------------------------

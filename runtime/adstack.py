@@ -19,11 +19,17 @@ and the heap did not move, nothing is recomputed or rewritten.
 
 After a launch, a nonzero overflow word means a push found its stack full: the push was
 skipped, so nothing was corrupted; `AdStackOverflowError` names the kernel, task, and the
-allocated and required capacities, and the word is cleared for the next launch.
+allocated and required capacities, and the word is cleared for the next launch. The word is
+in the launch's error slot (runtime/device.py): the launcher's own for a synchronous fused
+launch, read right after it (`finish`); a slot per launch on the asynchronous path, read at
+sync (`report`). How many slices a task dispatches is the device's answer
+(Device.task_slices) for its task record's trip count and launch policy; a trip count that
+reads a kernel temporary has no value before the launch and counts as unknown.
 A kernel without adstacks gets no hooks: it allocates, evaluates and checks nothing.
 """
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import weakref
@@ -34,9 +40,10 @@ from . import adstack_sizing as sizing
 from . import context
 from .contract import sizeexpr as se
 from .contract.artifact import MAX_ADSTACK_CAPACITY, check_adstack_record
-from .device import Device
+from . import device as device_mod
+from .device import OVERFLOW_WORD
+from .contract import adstack_layout as layout
 from .contract.errors import AdStackOverflowError
-from .contract.types import by_name
 
 _heaps: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # Runtime -> AdStackHeap
 
@@ -57,8 +64,6 @@ class AdStackHeap:
         self.device = device
         self.alloc = None
         self.nbytes = 0
-        self.overflow = np.zeros(1, np.uint64)
-        self.overflow_address = self.overflow.ctypes.data
 
     @property
     def ptr(self) -> int:
@@ -80,7 +85,7 @@ class AdStackHeap:
                 f"(qd.init(cpu_max_num_threads=N))")
         old, self.alloc, self.nbytes = self.alloc, alloc, size
         if old is not None:
-            self.device.free(old)  # CPU launches are synchronous: nothing still uses it
+            self.device.free_after_fence(old)  # launches in flight may still use it
         log(f"heap grown to {size} bytes for kernel '{kernel}' (needed {required})")
 
     def _try_allocate(self, size: int):
@@ -106,25 +111,29 @@ def adstack_heap_bytes() -> int:
 class KernelStacks:
     """A kernel's stacks as its metadata describes them, checked and parsed once at load:
     per stack its task, entry size and capacity (an int, or a SizeExpr evaluated per launch);
-    per task holding stacks its trip count (SizeExpr or None: unknown) and `parallel_from`."""
+    per task holding stacks its trip count (SizeExpr or None: unknown, or known only during
+    the launch) and launch policy, from its task record."""
 
     def __init__(self, meta):
         d = meta.to_dict()
         records = meta.adstack.get("stacks") or []
         for i, r in enumerate(records):
             check_adstack_record(d, i, r)
+        layout.check_record(meta.adstack.get("layout"), meta.name)  # code laid out as this runtime sizes
         self.records = records
         self.task_order: list = []  # kernel task indices holding stacks, in first-use order
-        self.tasks: list = []  # (iterations, parallel_from) per entry of task_order
+        self.tasks: list = []  # (iterations, launch policy) per entry of task_order
         self.stack_task: list = []  # per stack: its position in task_order
         self.entry_bytes: list = []
         self.capacities: list = []  # int or SizeExpr
         for r in records:
             if r["task"] not in self.task_order:
                 self.task_order.append(r["task"])
-                self.tasks.append((se.from_nodes(r.get("iterations", [])), r.get("parallel_from", 0)))
+                task = meta.tasks[r["task"]]
+                iterations = se.from_nodes(task.iterations)
+                self.tasks.append((None if se.reads_temps(iterations) else iterations, task.launch))
             self.stack_task.append(self.task_order.index(r["task"]))
-            self.entry_bytes.append(by_name(r["dtype"]).nbytes * (2 if r["adjoint"] else 1))
+            self.entry_bytes.append(layout.LLVM_HEAP.entry_bytes(r["dtype"], r["adjoint"]))
             tree = se.from_nodes(r.get("size_expr", []))
             self.capacities.append(r["max_size"] if tree is None else tree)
 
@@ -155,7 +164,7 @@ class AdStackHooks:
             "_stale": True, "_rebind": self.rebind, "_grow": self.grow, "_overflow": self.raise_overflow,
             "_too_large": self.too_large, "_log": self.log_layout, "_mor": self.max_over, "_env": self.env,
             "_index": sizing.index, "_read": sizing.ndarray_read,
-            "_heap": None, "_bound": _UNSET, "_nt": 1, "_ovf": None, "_w": None,
+            "_heap": None, "_bound": _UNSET, "_ovf": None, "_errors": None, "_w": None,
             "_caps": tuple(c if isinstance(c, int) else 0 for c in self.stacks.capacities)}
         g.update({f"_k{i}": None for i in range(len(gen.leaves))})
         exec(compile(gen.source + _FINISH, f"<qdc adstack sizing {meta.name}>", "exec"), g)  # noqa: S102
@@ -173,12 +182,15 @@ class AdStackHooks:
         rt = context.current()
         heap = heap_for(rt)
         g = self.namespace
-        g["_heap"], g["_ovf"], g["_bound"] = heap, memoryview(heap.overflow), _UNSET
+        errors = lctx.errors  # the launcher's error slot: word OVERFLOW_WORD is the overflow word
+        g["_heap"], g["_bound"], g["_errors"] = heap, _UNSET, errors
+        g["_ovf"] = memoryview(errors.host) if errors.host is not None else None
         g["_w"] = memoryview(lctx.words).cast("B").cast("Q")  # item writes: a tenth of numpy's cost
-        g["_w"][self.slot + 2] = heap.overflow_address
-        g["_nt"] = max(int(getattr(rt.device, "num_threads", 1)), 1)
+        g["_w"][self.slot + 2] = errors.word_address(OVERFLOW_WORD)
+        for pos, (_, launch) in enumerate(self.stacks.tasks):
+            g[f"_slices{pos}"] = functools.partial(rt.device.task_slices, launch)
         g.update({f"_k{i}": None for i in range(self.num_leaves)})
-        host_memory = type(rt.device).sync is Device.sync  # host views are current without a sync
+        host_memory = device_mod.host_memory(rt.device)  # host views are current without a sync
         for slot in self.fields_read:
             field, fm = lctx.fields[slot], self.meta.fields[slot]
             alloc = field.allocation()
@@ -222,13 +234,18 @@ class AdStackHooks:
             f"Check the data that bounds its loop")
 
     def raise_overflow(self) -> None:
-        heap = self.namespace["_heap"]
-        code = int(heap.overflow[0])
-        heap.overflow[0] = 0
+        words = self.namespace["_errors"].host
+        code = int(words[OVERFLOW_WORD])
+        words[OVERFLOW_WORD] = 0
         raise self.overflow_error(code)
 
+    def report(self, words, ctx_words=None):
+        """The AdStackOverflowError of an error slot's words (asynchronous launches), or None."""
+        code = int(words[OVERFLOW_WORD])
+        return self.overflow_error(code) if code else None
+
     def overflow_error(self, code: int) -> AdStackOverflowError:
-        required, task, stack = code >> 32, (code >> 16) & 0xFFFF, code & 0xFFFF
+        required, task, stack = layout.decode_overflow(code)
         records = self.stacks.records
         r = records[stack] if stack < len(records) else {"name": "?", "where": "?"}
         caps = self.namespace["_caps"]
@@ -249,13 +266,15 @@ class AdStackHooks:
 
 
 class _DeviceFieldReader:
-    """Field elements by flat index, for memory the host cannot view directly (copied, synced)."""
+    """Field elements by flat index, for memory the host cannot view directly: a ranged read
+    of the one element."""
 
     def __init__(self, field):
         self.field = field
 
     def __getitem__(self, flat: int) -> int:
-        return min(int(self.field.to_numpy().reshape(-1)[flat]), se.INT64_MAX)
+        idx = tuple(int(i) for i in np.unravel_index(flat, self.field.shape)) if self.field.shape else ()
+        return min(int(self.field._read_element(idx)), se.INT64_MAX)
 
 
 def launch_hooks(meta, prebuilt: bool = False):
@@ -265,7 +284,17 @@ def launch_hooks(meta, prebuilt: bool = False):
         return None
     from .launcher import LaunchHooks
     hooks = AdStackHooks(meta, prebuilt)
-    return LaunchHooks(prepare=hooks.prepare, finish=hooks.finish)
+    return LaunchHooks(prepare=hooks.prepare, finish=hooks.finish, report=hooks.report)
+
+
+def describe_launch(launch: dict) -> str:
+    """A task's launch policy, readable."""
+    if launch.get("policy") == "cpu_chunks":
+        pf = launch.get("parallel_from", 0)
+        return "one thread" if pf == 0 else f"several threads from {pf} iterations"
+    if launch.get("policy") == "grid":
+        return f"a grid of blocks of {launch.get('block_dim')} threads"
+    return str(launch)
 
 
 def describe_stacks(meta) -> str:
@@ -277,10 +306,9 @@ def describe_stacks(meta) -> str:
     lines = [f"kernel '{meta.name}': {len(stacks.records)} adstack(s); capacities in entries, evaluated before "
              f"every launch"]
     for pos, ti in enumerate(stacks.task_order):
-        iterations, parallel_from = stacks.tasks[pos]
+        iterations, launch = stacks.tasks[pos]
         trip = "unknown: every worker thread" if iterations is None else se.to_text(iterations, *names)
-        spread = "one thread" if parallel_from == 0 else f"several threads from {parallel_from} iterations"
-        lines.append(f"  task {meta.tasks[ti].name}: {trip} iterations, on {spread}")
+        lines.append(f"  task {meta.tasks[ti].name}: {trip} iterations, on {describe_launch(launch)}")
         for i, r in enumerate(stacks.records):
             if stacks.stack_task[i] != pos:
                 continue

@@ -16,7 +16,7 @@ of its stacks are turned, once when the kernel is loaded, into the source of `pr
             return
         v2 = v0 if v0 >= 0 else 0
         v3 = 1 + v2
-        v4 = 0 if v1 <= 0 else 1 if v1 < 59 else v1 if v1 < _nt else _nt
+        v4 = _slices0(v1)
         v5 = (v3 * 8 + 15) & -8
         v6 = v4 if v4 > 1 else 1
         stride = v5
@@ -44,9 +44,10 @@ Values are exactly those of `sizeexpr.evaluate`: each operation saturates at int
 ranges of its operands (known from parameter and field dtypes) say it could overflow, `-`
 clamps at 0, a read outside its array is 0. Field elements are read through a memoryview of
 the field's host memory (a constant index is flattened here; a computed one through a small
-function that checks bounds). Thread counts follow the CPU dispatch (codegen/cpu.py): a task
-of v iterations runs on 0 threads if v <= 0, on one if v is under its `parallel_from`, else
-on min(v, worker threads); the heap holds slices for the most of any task, at least one.
+function that checks bounds). The thread slices a task of v iterations dispatches are the
+device's answer, `_slices<i>(v)` (Device.task_slices with the task's launch policy; v None
+when its trip count is unknown before the launch); the heap holds slices for the most of any
+task, at least one.
 
 Only integers and names made here reach the source: metadata cannot inject code.
 """
@@ -56,9 +57,10 @@ import operator
 
 from .contract import sizeexpr as se
 from .contract.artifact import MAX_ADSTACK_CAPACITY as MAX_CAPACITY
+from .contract.adstack_layout import LLVM_HEAP
 from .contract.types import by_name
 
-HEADER_BYTES = 8  # the count at the head of each stack
+HEAP = LLVM_HEAP  # the heap layout the code was generated for (contract/adstack_layout.py)
 INT64_MAX = se.INT64_MAX
 INT64_MIN = se.INT64_MIN
 FIELD_FORMAT = {"i8": "b", "i16": "h", "i32": "i", "i64": "q", "u8": "B", "u16": "H", "u32": "I", "u64": "Q",
@@ -78,7 +80,7 @@ def dtype_range(name: str) -> tuple:
 class SizingSource:
     """Generates the `prepare` source of one kernel from its `KernelStacks` (adstack.py): the
     capacities (per stack: a SizeExpr, or an int), the tasks holding stacks ((iterations
-    SizeExpr or None, parallel_from) each), which task each stack is in and its entry bytes;
+    SizeExpr or None, launch policy) each), which task each stack is in and its entry bytes;
     `slot` is the kernel's first adstack ctx word; `log` adds a call of `_log`."""
 
     def __init__(self, meta, stacks, slot: int, log: bool = False):
@@ -110,7 +112,7 @@ class SizingSource:
         same = [f"{x} == _k{i}" for i, x in enumerate(self.leaves)]
         check = [f"if {' and '.join(same + ['_heap.alloc is _bound'])}:", "    return"]
         caps = [self._capacity(i, c) for i, c in enumerate(capacities)]
-        threads = [self._threads(it, pf) for it, pf in tasks]
+        threads = [self._threads(pos, it) for pos, (it, _) in enumerate(tasks)]
         self._layout(caps, threads, stacks, slot)
         tuples = f"({''.join(c + ', ' for c in caps)})", f"({''.join(t + ', ' for t in threads)})"
         self.lines.append(f"_caps = {tuples[0]}")
@@ -130,18 +132,12 @@ class SizingSource:
             return text
         return self._assign(f"{text} if {text} > 1 else 1")
 
-    def _threads(self, iterations, parallel_from: int) -> str:
+    def _threads(self, pos: int, iterations) -> str:
+        """The slices task `pos` (of the tasks holding stacks) dispatches: the device says."""
         if iterations is None:
-            return "_nt"
+            return self._assign(f"_slices{pos}(None)")
         v, lo, hi = self._value(iterations)
-        if hi <= 0:
-            return "0"
-        if parallel_from == 0 or hi < parallel_from:
-            return "1" if lo > 0 else self._assign(f"1 if {v} > 0 else 0")
-        spread = f"{v} if {v} < _nt else _nt"  # also right for one worker thread: v >= 1 there
-        if lo >= parallel_from:
-            return self._assign(spread)
-        return self._assign(f"0 if {v} <= 0 else 1 if {v} < {parallel_from} else {spread}")
+        return "0" if hi <= 0 else self._assign(f"_slices{pos}({v})")
 
     def _layout(self, caps: list, threads: list, stacks, slot: int) -> None:
         """Each task's stacks one after another in a thread's slice (tasks run one at a time,
@@ -152,9 +148,9 @@ class SizingSource:
         for cap, task, entry in zip(caps, stacks.stack_task, stacks.entry_bytes):
             offsets.append(used[task])
             if _is_literal(cap):
-                size = str((int(cap) * entry + HEADER_BYTES + 7) & -8)
+                size = str(HEAP.stack_bytes(int(cap), entry))
             else:
-                size = self._assign(f"({cap} * {entry} + {HEADER_BYTES + 7}) & -8")
+                size = self._assign(HEAP.stack_bytes_source(cap, entry))
             used[task] = self._sum(used[task], size)
         lines = [f"stride = {self._max_of(used)}", f"slices = {self._max_of(threads + ['1'])}",
                  "_bound = _grow(stride * slices)", "w = _w", f"w[{slot}] = _heap.ptr", f"w[{slot + 1}] = stride"]

@@ -1,15 +1,55 @@
 """The one protocol through which the runtime talks to every device.
 
-A backend implements `Device`: allocate/free memory, copy between host and device, load a
-compiled kernel artifact, launch it with a packed argument context, and synchronise. Nothing
-else about a backend is visible to the rest of the runtime.
+A backend implements `Device`; nothing else about it is visible to the rest of the runtime.
+The protocol is that of an asynchronous device with memory of its own (a GPU: work goes on a
+queue, memory is reached by copies); the CPU is its simplest case (synchronous, host memory),
+and says so through its `capabilities` rather than by what it overrides.
+
+Memory. `allocate(nbytes)` returns zeroed memory: a promise every device keeps (fields and
+ndarrays rely on it). `free(alloc)` frees now (nothing submitted may still use it);
+`free_after_fence(alloc)` frees once the work submitted so far is done (a synchronous device
+frees at once). `copy_to_device` / `copy_to_host` move `src.nbytes` / `dst.nbytes` bytes at a
+byte `offset` of the allocation: ranged copies, so one element is read without copying the
+array. `copy_to_host` waits for the submitted work first.
+
+Launches. `load_kernel(artifacts, meta)` returns what the launches take. A device with
+`capabilities.fused_launch` runs a whole kernel in one synchronous foreign call
+(`launch_call`, the CPU's fast path). Every device launches one task at a time:
+`launch_task(loaded, task, ctx_address, slices)` queues task `task` (its record's entry) with
+`slices` thread slices (the grid), computed by `task_slices(launch_policy, iterations)`,
+which adstack sizing also uses (the heap holds a slice per thread a launch really runs).
+
+Errors. Each launch in flight has its own error slot (`acquire_error_slot`): ERROR_SLOT_WORDS
+words of device memory holding the adstack overflow word (OVERFLOW_WORD) and the bounds-check
+words (BOUNDS_WORD, runtime/contract/bounds.py), which the kernel finds through its ctx
+words. `watch(slot, report)` hands the slot to the device with the launch's `report(words)`
+(an exception naming the kernel, or None); `sync()` waits for the queue, then reads every
+watched slot, clears and releases it, and raises the first launch's error, so an error
+raised at sync names the kernel that made it. A synchronous fused launch reads its own slot
+right after the call instead (the launcher's finish hooks).
 """
 from __future__ import annotations
 
 import ctypes
-import functools
+from dataclasses import dataclass
 
 import numpy as np
+
+# The words of one launch's error slot.
+OVERFLOW_WORD = 0   # adstack overflow code (runtime/adstack.py), 0 when none
+BOUNDS_WORD = 1     # first of the bounds-check words (runtime/contract/bounds.py, ERROR_WORDS of them)
+ERROR_SLOT_WORDS = 8  # 64 bytes: a slot per cache line
+_SLOTS_PER_BLOCK = 64
+
+
+@dataclass(frozen=True)
+class DeviceCapabilities:
+    # Allocations have a host view (`Allocation.host`) that is the device memory itself.
+    host_memory: bool = False
+    # Launches complete before they return: host views are current without a sync.
+    synchronous: bool = False
+    # `launch_call` runs a whole kernel (every task, in order) in one synchronous call.
+    fused_launch: bool = False
 
 
 class Allocation:
@@ -21,34 +61,134 @@ class Allocation:
         self.ptr, self.nbytes, self.host, self.handle = ptr, nbytes, host, handle
 
 
+class ErrorSlot:
+    """ERROR_SLOT_WORDS words of device memory at byte `offset` of `alloc`; `address` is their
+    device address, `host` a writable np.uint64 view of them on host-memory devices."""
+    __slots__ = ("alloc", "offset", "address", "host")
+
+    def __init__(self, alloc: Allocation, offset: int):
+        self.alloc, self.offset, self.address = alloc, offset, alloc.ptr + offset
+        self.host = None if alloc.host is None else alloc.host[offset:offset + 8 * ERROR_SLOT_WORDS].view(np.uint64)
+
+    def word_address(self, word: int) -> int:
+        return self.address + 8 * word
+
+
 class Device:
     arch: str = "?"
+    capabilities = DeviceCapabilities()
 
+    # ---- memory ----------------------------------------------------------------------------
     def allocate(self, nbytes: int) -> Allocation:
+        """`nbytes` of zeroed device memory."""
         raise NotImplementedError
 
     def free(self, alloc: Allocation) -> None:
+        """Free now: no submitted work may still use `alloc`."""
         raise NotImplementedError
 
+    def free_after_fence(self, alloc: Allocation) -> None:
+        """Free once the work submitted so far is done (e.g. a heap replaced by a larger one
+        while launches that use it are in flight)."""
+        if self.capabilities.synchronous:
+            self.free(alloc)
+        else:
+            self._fenced_frees().append(alloc)
+
     def copy_to_device(self, alloc: Allocation, src: np.ndarray, offset: int = 0) -> None:
+        """Write `src`'s bytes at byte `offset` of `alloc`."""
         raise NotImplementedError
 
     def copy_to_host(self, alloc: Allocation, dst: np.ndarray, offset: int = 0) -> None:
+        """Fill `dst` with `dst.nbytes` bytes from byte `offset` of `alloc`, once the work
+        submitted so far is done."""
         raise NotImplementedError
 
+    # ---- kernels ---------------------------------------------------------------------------
     def load_kernel(self, artifacts: dict, meta) -> object:
-        """Turn a kernel's artifacts into something `launch` accepts."""
-        raise NotImplementedError
-
-    def launch(self, loaded, ctx_address: int) -> None:
+        """Turn a kernel's artifacts into something `launch_call` / `launch_task` accept."""
         raise NotImplementedError
 
     def launch_call(self, loaded, ctx: ctypes.Array) -> tuple:
-        """`(call, arg)` such that `call(arg)` launches `loaded` on the ctx buffer `ctx`.
+        """`(call, arg)` such that `call(arg)` runs every task of `loaded` on the ctx buffer
+        `ctx`, synchronously (only with capabilities.fused_launch). Launchers make exactly this
+        call once per launch, so a backend whose launch is a single foreign call returns that
+        foreign function itself (see CpuDevice)."""
+        raise NotImplementedError
 
-        Launchers make exactly this call once per launch, so a backend whose launch is a single
-        foreign call should return that foreign function itself (see CpuDevice)."""
-        return functools.partial(self.launch, loaded), ctypes.addressof(ctx)
+    def launch_task(self, loaded, task: int, ctx_address: int, slices: int) -> None:
+        """Queue task `task` of `loaded` on `slices` thread slices, reading the ctx at
+        `ctx_address` (its words must stay as they are until the task ran)."""
+        raise NotImplementedError
+
+    def task_slices(self, launch: dict, iterations: int | None) -> int:
+        """The thread slices a task with launch policy `launch` (its record's) dispatches for
+        `iterations` trip count (None: unknown, the most the device would run)."""
+        raise NotImplementedError
+
+    # ---- completion and errors --------------------------------------------------------------
+    def acquire_error_slot(self) -> ErrorSlot:
+        """A zeroed error slot for one launch (or for the synchronous launches of one launcher)."""
+        free = self._error_state()["free"]
+        if not free:
+            alloc = self.allocate(8 * ERROR_SLOT_WORDS * _SLOTS_PER_BLOCK)
+            self._error_state()["blocks"].append(alloc)
+            free.extend(ErrorSlot(alloc, 8 * ERROR_SLOT_WORDS * i) for i in reversed(range(_SLOTS_PER_BLOCK)))
+        return free.pop()
+
+    def release_error_slot(self, slot: ErrorSlot) -> None:
+        """Give back a zeroed slot."""
+        self._error_state()["free"].append(slot)
+
+    def watch(self, slot: ErrorSlot, report) -> None:
+        """The launch just submitted writes its errors into `slot`: `sync` reads it and raises
+        `report(words)` (an exception or None) for a nonzero slot, then releases it."""
+        self._error_state()["watched"].append((slot, report))
+
+    def wait(self) -> None:
+        """Block until every submitted launch and copy is done (a synchronous device: no-op)."""
 
     def sync(self) -> None:
-        pass
+        """Wait for the submitted work, free what waited for it, and report the first error of
+        the launches watched since the last sync (each slot is cleared and released)."""
+        self.wait()
+        frees = getattr(self, "_fenced", None)
+        while frees:
+            self.free(frees.pop())
+        state = getattr(self, "_errors", None)
+        if state is None or not state["watched"]:
+            return
+        watched, state["watched"] = state["watched"], []
+        first = None
+        words = np.zeros(ERROR_SLOT_WORDS, np.uint64)
+        for slot, report in watched:
+            self.copy_to_host(slot.alloc, words, slot.offset)
+            if words.any():
+                error = report(words.copy())
+                first = first or error
+                self.copy_to_device(slot.alloc, np.zeros(ERROR_SLOT_WORDS, np.uint64), slot.offset)
+            self.release_error_slot(slot)
+        if first is not None:
+            raise first
+
+    def _error_state(self) -> dict:
+        state = getattr(self, "_errors", None)
+        if state is None:
+            state = self._errors = {"blocks": [], "free": [], "watched": []}
+        return state
+
+    def _fenced_frees(self) -> list:
+        frees = getattr(self, "_fenced", None)
+        if frees is None:
+            frees = self._fenced = []
+        return frees
+
+
+def host_memory(device: Device) -> bool:
+    """Whether host views of `device`'s allocations are current without a sync."""
+    caps = device.capabilities
+    return caps.host_memory and caps.synchronous
+
+
+__all__ = ["Allocation", "Device", "DeviceCapabilities", "ErrorSlot", "OVERFLOW_WORD", "BOUNDS_WORD",
+           "ERROR_SLOT_WORDS", "host_memory"]

@@ -174,11 +174,7 @@ class _DeviceArray:
         return key
 
     def __getitem__(self, key):
-        key = self._index(key)
-        view = self._synced_view()
-        if view is None:
-            view = self.to_numpy()
-        return view[key].item()
+        return self._read_element(self._index(key))
 
     def __setitem__(self, key, value):
         key = self._index(key)
@@ -186,10 +182,26 @@ class _DeviceArray:
         view = self._synced_view()
         if view is not None:
             view[key] = element
-        else:
-            arr = self.to_numpy()
-            arr[key] = element
-            self.from_numpy(arr)
+        else:  # a ranged write of that one element
+            context.current().device.copy_to_device(self.allocation(), element.reshape(1), self._byte_offset(key))
+
+    def _byte_offset(self, idx: tuple) -> int:
+        """Where element `idx` (in range; negative indices count from the end) starts."""
+        flat = 0
+        for i, n in zip(idx, self._shape):
+            flat = flat * n + (i + n if i < 0 else i)
+        return flat * self._dtype.np_dtype.itemsize
+
+    def _read_element(self, idx: tuple):
+        """Element `idx` (checked by the caller) as a Python scalar: read through the host view
+        where the device shares memory, else a ranged read of that element alone (never a
+        copy of the whole array)."""
+        view = self._synced_view()
+        if view is not None:
+            return view[idx].item()
+        out = np.empty(1, self._dtype.np_dtype)
+        context.current().device.copy_to_host(self.allocation(), out, self._byte_offset(idx))
+        return out[0].item()
 
     def _what(self) -> str:
         return type(self).__name__.lower()

@@ -40,6 +40,13 @@ Why it is fast:
   generic form tests `_q_numpy<i> and ...`), so neither kind pays for the other's test.
 - The native call is `_q_call(_q_arg)` as the device hands it out (`Device.launch_call`):
   on the CPU the ctypes function itself applied to a `byref` of the ctx buffer.
+
+Devices without a fused launch (capabilities.fused_launch false: GPUs, or the CPU under
+QDC_CPU_LAUNCH=tasks) get `_q_call((args...))` = `launch_tasks`: each task is launched on its
+own (`Device.launch_task`) with the thread slices the device dispatches for its record's trip
+count (evaluated per launch; a temporary is read back from device memory), the launch's own
+error slot is handed to the device, and errors surface at `Device.sync` (`report` hooks)
+instead of in `finish`. Kernel temporaries live in device memory (one allocation per launcher).
 - Nothing is tested per launch for runtime changes (`qd.init`): the runtime calls every
   live launcher's `invalidate` (`context.on_reset`), which swaps the function's `__code__`
   for a stub, `def k(a, s, n): return _q_slow(a, s, n)`; the slow path rebinds, swaps the
@@ -83,7 +90,10 @@ import struct
 import numpy as np
 
 from . import context
+from .contract import sizeexpr as se
 from .contract.artifact import KernelMeta
+from .contract.bounds import ERROR_WORDS
+from .device import BOUNDS_WORD, OVERFLOW_WORD
 from .fields import Field, Ndarray
 from .contract.types import by_name
 
@@ -95,21 +105,24 @@ _UNBOUND = object()  # the cached array of a parameter before its first launch: 
 
 
 class LaunchHooks:
-    """Optional callbacks around the native call; see the module docstring for the contract."""
-    __slots__ = ("prepare", "finish")
+    """Optional callbacks around the native call; see the module docstring for the contract.
+    `report(words)`: the exception a launch's error slot words describe (or None), for the
+    errors an asynchronous launch reports at sync instead of in `finish`."""
+    __slots__ = ("prepare", "finish", "report")
 
-    def __init__(self, prepare=None, finish=None):
-        self.prepare, self.finish = prepare, finish
+    def __init__(self, prepare=None, finish=None, report=None):
+        self.prepare, self.finish, self.report = prepare, finish, report
 
 
 class LaunchContext:
-    """What `prepare(ctx)` sees: the kernel's metadata, device, fields, this launch's args and
-    the ctx words (np.uint64, writable)."""
-    __slots__ = ("meta", "device", "fields", "words", "args")
+    """What `prepare(ctx)` sees: the kernel's metadata, device, fields, this launch's args,
+    the ctx words (np.uint64, writable) and the launcher's error slot (runtime/device.py)."""
+    __slots__ = ("meta", "device", "fields", "words", "args", "errors")
 
-    def __init__(self, meta, device, fields, words):
+    def __init__(self, meta, device, fields, words, errors=None):
         self.meta, self.device, self.fields, self.words = meta, device, fields, words
         self.args = ()
+        self.errors = errors
 
 
 def _built_without_its_gradient(meta: KernelMeta, p) -> bool:
@@ -195,11 +208,18 @@ class _Launcher:
     """The state behind one generated launch function: ctx buffer, caches, runtime binding."""
 
     def __init__(self, meta: KernelMeta, device, loaded, fields: list, hooks, function):
-        self.meta, self.device, self.fields = meta, device, fields
+        self.meta, self.device, self.fields, self.loaded = meta, device, fields, loaded
         self.buf = (ctypes.c_uint64 * max(meta.ctx_words, 1))()
         self.words = np.frombuffer(self.buf, np.uint64)
-        self.temps = np.zeros(max(meta.num_temps, 1), np.uint64)
-        call, arg = device.launch_call(loaded, self.buf)
+        self.temps = device.allocate(8 * max(meta.num_temps, 1))  # values crossing tasks: device memory
+        # Where a synchronous launch writes its errors; an asynchronous one gets a slot per launch.
+        self.errors = device.acquire_error_slot() if hooks is not None and hooks.report is not None else None
+        self.fused = device.capabilities.fused_launch
+        if self.fused:
+            call, arg = device.launch_call(loaded, self.buf)
+        else:
+            call, arg = self.launch_tasks, None
+            self.iterations = [_iterations(t) for t in meta.tasks]
         self.function = function  # the launch function: its code is fast_code or, while stale, stale_code
         self.launch = self.fast_code = self.stale_code = None
         self.kinds = {i: None for i, p in enumerate(meta.params) if p.kind == "ndarray"}  # see `body`
@@ -215,7 +235,7 @@ class _Launcher:
         self.hooks = hooks
         if hooks is not None:
             self.g["_q_prepare"], self.g["_q_finish"] = hooks.prepare, hooks.finish
-            self.g["_q_lctx"] = LaunchContext(meta, device, fields, self.words)
+            self.g["_q_lctx"] = LaunchContext(meta, device, fields, self.words, self.errors)
 
     # ---- slow paths -----------------------------------------------------------------------
 
@@ -225,7 +245,7 @@ class _Launcher:
         m, w = self.meta, self.words
         for i, f in enumerate(self.fields):
             w[m.field_slot0 + i] = f.allocation().ptr
-        w[m.temps_slot] = self.temps.ctypes.data
+        w[m.temps_slot] = self.temps.ptr
         w[m.threads_slot] = getattr(context.current().device, "num_threads", 1)
         for i, p in enumerate(m.params):
             if p.kind == "ndarray":
@@ -242,6 +262,56 @@ class _Launcher:
     def slow(self, *args):
         self.bind_runtime()
         return self.launch(*args)
+
+    # ---- the asynchronous path: one launch per task, errors reported at sync ------------------
+
+    def launch_tasks(self, args: tuple) -> None:
+        """Queue every task with the slices the device dispatches for its trip count, then hand
+        the launch's own error slot to the device (`sync` reports from it)."""
+        device, meta = self.device, self.meta
+        slot = None
+        if self.errors is not None:
+            slot = device.acquire_error_slot()
+            self.point_errors_at(slot)
+        env = se.LaunchEnv(args, self.fields, self.read_temp)
+        ctx = ctypes.addressof(self.buf)
+        for i, task in enumerate(meta.tasks):
+            device.launch_task(self.loaded, i, ctx, device.task_slices(task.launch, self.trip_count(i, env)))
+        if slot is not None:
+            device.watch(slot, self.reporter())
+        if getattr(device, "sync_each_launch", False):
+            device.sync()
+
+    def trip_count(self, task: int, env) -> int | None:
+        """Task `task`'s trip count for this launch (a temporary read waits for the earlier
+        tasks: copy_to_host does), None when its record has none or it cannot be evaluated."""
+        tree = self.iterations[task]
+        if tree is None:
+            return None
+        try:
+            return se.evaluate(tree, env)
+        except se.SizeExprError:
+            return None
+
+    def read_temp(self, slot: int, dtype: str) -> int:
+        """Kernel temporary `slot` (its low bytes, as `dtype`): a ranged read of its word."""
+        word = np.zeros(1, np.uint64)
+        self.device.copy_to_host(self.temps, word, 8 * slot)
+        return int(word.view(by_name(dtype).np_dtype)[0])
+
+    def point_errors_at(self, slot) -> None:
+        """Make the ctx's error words (adstack overflow, bounds checks) point into `slot`."""
+        m = self.meta
+        if m.adstack_slot is not None:
+            self.words[m.adstack_slot + 2] = slot.word_address(OVERFLOW_WORD)
+        if m.debug_slot is not None:
+            self.words[m.debug_slot] = slot.word_address(BOUNDS_WORD)
+
+    def reporter(self):
+        """`report(words)` for this launch's slot; the ctx words (ndarray shapes, for bounds
+        messages) as they are now, since later launches rewrite them."""
+        report, ctx_words = self.hooks.report, self.words.copy()
+        return lambda words: report(words, ctx_words)
 
     def bad_scalars(self, first: int, values: tuple):
         for i, v in enumerate(values):
@@ -331,8 +401,14 @@ class _Launcher:
             body += ["    try:", f"        _q_pack{first}(_q_mem, {8 * run[0].slot}, {values})",
                      "    except _q_scalar_errors:", f"        _q_bad_scalars({first}, ({values},))"]
         hooks = self.hooks  # not looked up in the namespace: an owner's may hold an earlier launcher's names
+        args = f"({''.join(n + ', ' for n in names)})"
         if hooks is not None and hooks.prepare is not None:
-            body += [f"    _q_lctx.args = ({''.join(n + ', ' for n in names)})", "    _q_prepare(_q_lctx)"]
+            body += [f"    _q_lctx.args = {args}", "    _q_prepare(_q_lctx)"]
+        if not self.fused:  # the asynchronous path: the error hooks report at sync, not from `finish`
+            body.append(f"    _q_call({args})")
+            if hooks is not None and hooks.finish is not None and hooks.report is None:
+                body.append("    _q_finish()")  # a hook of the caller's own: run once the tasks are queued
+            return body
         body.append("    _q_call(_q_arg)")
         if hooks is not None and hooks.finish is not None:
             body.append("    _q_finish()")
@@ -416,28 +492,38 @@ def make_launcher(meta: KernelMeta, device, loaded, fields: list, hooks: LaunchH
     if meta.debug_checks:  # debug=True: report the first out-of-range index after the launch
         from .contract.bounds import BoundsChecks
         checks = BoundsChecks(meta)
-        hooks = _with_finish(hooks, checks.finish)
+        hooks = _with_finish(hooks, checks.finish, checks.report)
     if hooks is not None and hooks.prepare is None and hooks.finish is None:
         hooks = None
     state = _Launcher(meta, device, loaded, fields, hooks, function)
     if checks is not None:
-        checks.attach(state.words)
+        slot = state.errors
+        checks.attach(state.words, slot.host[BOUNDS_WORD:BOUNDS_WORD + ERROR_WORDS] if slot.host is not None else None,
+                      slot.word_address(BOUNDS_WORD))
     state.build()
     state.bind_runtime()
     context.on_reset(state)
     return state.function
 
 
-def _with_finish(hooks: LaunchHooks | None, finish) -> LaunchHooks:
+def _with_finish(hooks: LaunchHooks | None, finish, report) -> LaunchHooks:
     """`hooks` with `finish` run after its own finish, even when that raises (so each launch
-    clears what `finish` reports)."""
+    clears what `finish` reports), and `report` consulted after its own report."""
     if hooks is None or hooks.finish is None:
-        return LaunchHooks(hooks.prepare if hooks is not None else None, finish)
-    first = hooks.finish
+        return LaunchHooks(hooks.prepare if hooks is not None else None, finish, report)
+    first, first_report = hooks.finish, hooks.report
 
     def both():
         try:
             first()
         finally:
             finish()
-    return LaunchHooks(hooks.prepare, both)
+
+    def both_reports(words, ctx_words):
+        return first_report(words, ctx_words) or report(words, ctx_words)
+    return LaunchHooks(hooks.prepare, both, both_reports)
+
+
+def _iterations(task):
+    """A task record's trip count as a SizeExpr (None: not expressible)."""
+    return se.from_nodes(task.iterations)

@@ -547,12 +547,14 @@ def test_generated_evaluation_matches_the_reference_evaluator(rng):
         trees = [_random_tree(rng, 3, fields, params) for _ in range(3)]
         iterations = _random_tree(rng, 2, fields, params)
         records = [{"task": 0, "dtype": "f32", "adjoint": True, "max_size": 1, "name": f"s{i}", "where": "?",
-                    "source": "size_expr", "size_expr": se.to_nodes(t), "iterations": se.to_nodes(iterations),
-                    "parallel_from": int(rng.integers(0, 20))} for i, t in enumerate(trees)]
+                    "source": "size_expr", "size_expr": se.to_nodes(t)} for i, t in enumerate(trees)]
+        launch = {"policy": "cpu_chunks", "parallel_from": int(rng.integers(0, 20))}
+        task = {"name": "t0", "kind": "range_for", "serial": False, "source_kind": "range", "entry": "k_t0",
+                "iterations": se.to_nodes(iterations), "launch": launch, "adstacks": [0, 1, 2]}
         meta = KernelMeta.from_dict({
             "name": "k", "entry": "k", "num_temps": 0, "is_grad": True, "params": params,
             "fields": [[f"f{i}", f.dtype.name, list(f.shape), False] for i, f in enumerate(fields)],
-            "tasks": [["t0", "range_for", False, "range", None]], "adstack": {"stacks": records}})
+            "tasks": [task], "adstack": {"stacks": records}})
         for f in fields:
             lo, hi = dtype_range(f.dtype.name)
             f.from_numpy(rng.integers(max(lo, -(1 << 40)), hi, size=f.shape, endpoint=True, dtype=np.int64)
@@ -562,7 +564,8 @@ def test_generated_evaluation_matches_the_reference_evaluator(rng):
                 rng.integers(-(1 << 40), 1 << 40, size=int(rng.integers(0, 7))))
         hooks = adstack.AdStackHooks(meta)
         hooks.namespace["_grow"] = lambda required: None  # the layout, without allocating it
-        lctx = LaunchContext(meta, context.current().device, fields, np.zeros(meta.ctx_words, np.uint64))
+        device = context.current().device
+        lctx = LaunchContext(meta, device, fields, np.zeros(meta.ctx_words, np.uint64), device.acquire_error_slot())
         lctx.args = args
         env = se.LaunchEnv(args, fields)
         want_caps = [max(se.evaluate(t, env), 1) for t in trees]
@@ -572,7 +575,7 @@ def test_generated_evaluation_matches_the_reference_evaluator(rng):
                 hooks.prepare(lctx)
             continue
         hooks.prepare(lctx)
-        trip, nt, pf = se.evaluate(iterations, env), context.current().device.num_threads, records[0]["parallel_from"]
+        trip, nt, pf = se.evaluate(iterations, env), context.current().device.num_threads, launch["parallel_from"]
         want_threads = 0 if trip <= 0 else 1 if pf == 0 or trip < pf else min(trip, nt)
         s = meta.adstack_slot
         assert list(lctx.words[s + 4:s + 10:2]) == want_caps, [se.to_text(t) for t in trees]

@@ -120,7 +120,8 @@ def test_ls_and_inspect(small_cache):
     r = runner.invoke(cli, ["inspect", "good.axpb", "--cache", small_cache])
     assert r.exit_code == 0
     for text in ("kernel axpb (forward, cpu)", "param     a: f32", "param     v: ndarray(f32, ndim=1)",
-                 "task      axpb_t0_range: range_for [0, ", "v.shape[0]", "kernel.so", "kernel.bc", "sha256"):
+                 "task      axpb_t0_range: range_for, entry qdc_axpb_t0, shape(v,0) iterations, on ",
+                 "kernel.so", "kernel.bc", "sha256"):
         assert text in r.output, text
     assert "kernel axpb(" in runner.invoke(cli, ["inspect", "good.axpb", "--ir", "--cache", small_cache]).output
     llvm = runner.invoke(cli, ["inspect", "good.total", "--llvm", "--cache", small_cache])

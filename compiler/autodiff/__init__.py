@@ -35,10 +35,9 @@ class GradKernelIR:
         self.kernel, self.field_objects, self.stacks = kernel, field_objects, stacks
 
 
-def make_grad_kernel(k: ir.KernelIR, field_objects: list, opts, parallel_from) -> GradKernelIR:
+def make_grad_kernel(k: ir.KernelIR, field_objects: list, opts) -> GradKernelIR:
     """`k` is an offloaded kernel (pipeline run up to PIPELINE_STOP); `field_objects` are the
-    runtime Fields of `k.fields`, in order; `parallel_from(task)` is the target's dispatch
-    threshold, which adstack sizing records."""
+    runtime Fields of `k.fields`, in order."""
     ctx = _KernelContext(k, field_objects)
     check_kernel(k, ctx.differentiable)  # also marks loads the kernel's own writes clobber
     ctx.activity = Activity(k, ctx.differentiable)
@@ -60,7 +59,7 @@ def make_grad_kernel(k: ir.KernelIR, field_objects: list, opts, parallel_from) -
         t.task_name = f"{k.name}_grad_t{i}_{t.source_kind}"
     if verify_requested():
         ir.verify(g, offloaded=True)
-    return GradKernelIR(g, ctx.field_objects, size_stacks(g, opts, parallel_from))
+    return GradKernelIR(g, ctx.field_objects, size_stacks(g, opts))
 
 
 class _KernelContext:

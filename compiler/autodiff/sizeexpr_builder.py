@@ -209,8 +209,14 @@ _OPS = {"add": _add, "sub": _sub, "mul": _mul, "max": _max, "min": _min}
 # ---- the builder ----------------------------------------------------------------------------
 
 class SizeExprBuilder:
-    def __init__(self, kernel: ir.KernelIR):
+    """`temp_reads`: a kernel temporary whose stored values have no bound becomes a TempRead
+    leaf (the value an earlier task left there), for task trip counts, which the runtime
+    evaluates once those tasks ran; adstack capacities are evaluated before the launch, so
+    their builder has none."""
+
+    def __init__(self, kernel: ir.KernelIR, temp_reads: bool = False):
         self.kernel = kernel
+        self.temp_reads = temp_reads
         self.failure: str | None = None
         self.failure_loc: ir.SourceLoc | None = None
         self.failure_reason: str | None = None
@@ -286,10 +292,18 @@ class SizeExprBuilder:
         if isinstance(v, ir.LocalLoad):
             return self._stored_bound(("local", v.var))
         if isinstance(v, ir.TempLoad):
-            return self._stored_bound(("temp", v.slot))
+            return self._temp(v)
         if isinstance(v, AdStackLoadTop):
             return self._stored_bound(("stack", v.stack))
         raise _Unsupported(v, f"`{type(v).__name__}` is outside what adstack sizing can express")
+
+    def _temp(self, v: ir.TempLoad):
+        if not self.temp_reads or self._in_progress or v.type.name not in se.TEMP_DTYPES:
+            return self._stored_bound(("temp", v.slot))
+        try:
+            return self._stored_bound(("temp", v.slot))
+        except _Unsupported:  # no bound before the launch: the value the earlier task left
+            return _closed(se.TempRead(v.slot, se.TEMP_DTYPES.index(v.type.name)))
 
     def _loop_var(self, index: ir.LoopIndex) -> _Term:
         loop = index.loop

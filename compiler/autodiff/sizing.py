@@ -14,11 +14,9 @@ bound outside that grammar gets `default_ad_stack_size` entries, with a warning 
 construct it could not express (an error under `ad_stack_strict`). `ad_stack_size` > 0
 forces its value on every stack.
 
-Each record also says how many threads the stack's task runs on, so the runtime can size
-the heap for the threads a launch really uses: `iterations` (a SizeExpr node list of the
-task's trip count; [] when not expressible, meaning every worker thread) and
-`parallel_from` (the target's dispatch threshold, e.g. the CPU's: the task spreads over threads only from
-that many iterations; 0 for a task that always runs on one thread).
+How many thread slices the stack's task dispatches is not here: the task record (artifact
+format v4) has the task's trip count and launch policy, and the runtime asks the device
+(Device.task_slices) for the slices a launch really uses.
 """
 from __future__ import annotations
 
@@ -71,11 +69,10 @@ def constant_trip_count(loop) -> int | None:
 class _Sizer:
     """Sizes every stack of one gradient kernel; collects the fallback warnings."""
 
-    def __init__(self, k: ir.KernelIR, opts, parallel_from):
-        self.k, self.opts, self.parallel_from = k, opts, parallel_from
+    def __init__(self, k: ir.KernelIR, opts):
+        self.k, self.opts = k, opts
         self.builder = SizeExprBuilder(k)  # one per kernel: it memoises bounds of shared values
         self.fallbacks: dict = {}  # (loc, reason) -> names of the stacks that fell back
-        self.dispatch: dict = {}  # task -> (iterations nodes, parallel_from)
 
     def capacity(self, stack: AdStackAlloca) -> tuple:
         """(capacity, source, size_expr nodes)."""
@@ -101,16 +98,6 @@ class _Sizer:
         self.fallbacks.setdefault((loc, reason), []).append(repr(stack.var_name))
         return int(self.opts.default_ad_stack_size), "default_ad_stack_size", []
 
-    def task_dispatch(self, task: ir.Task) -> tuple:
-        """(iterations nodes, parallel_from) of `task` on the CPU (see the module docstring)."""
-        if task not in self.dispatch:
-            if task.kind == "serial":
-                self.dispatch[task] = (se.to_nodes(se.Const(1)), 0)
-            else:
-                trip = self.builder.trip_count(task)
-                self.dispatch[task] = (se.to_nodes(trip), self.parallel_from(task))
-        return self.dispatch[task]
-
     def warn_fallbacks(self) -> None:
         for (loc, reason), names in self.fallbacks.items():
             filename, line = (loc.filename, loc.line) if loc else ("<unknown>", 0)
@@ -123,25 +110,22 @@ class _Sizer:
                 UserWarning, filename, line)
 
 
-def size_stacks(k: ir.KernelIR, opts, parallel_from) -> list:
-    """One record per stack (in stack-id order) for KernelMeta.adstack; numbers the stacks.
-    `parallel_from(task)` is the target's dispatch threshold (compiler/targets/base.py)."""
+def size_stacks(k: ir.KernelIR, opts) -> list:
+    """One record per stack (in stack-id order) for KernelMeta.adstack; numbers the stacks."""
     records = []
-    sizer = _Sizer(k, opts, parallel_from)
+    sizer = _Sizer(k, opts)
     for ti, task in enumerate(k.tasks):
         for s in task.body.stmts:
             if isinstance(s, AdStackAlloca):
                 s.stack_id = len(records)
                 size, source, nodes = sizer.capacity(s)
-                iterations, parallel_from = sizer.task_dispatch(task)
                 where = str(s.loc) if s.loc else k.name
                 shown = se.to_text(se.from_nodes(nodes), [p.name for p in k.params],
                                    [f.name for f in k.fields]) if nodes else f"{size} entries"
                 log(f"kernel '{k.name}' task {task.task_name}: adstack '{s.var_name}' ({s.type}) at {where}: "
                     f"{shown} ({source})")
                 records.append({"task": ti, "dtype": s.type.name, "adjoint": s.adjoint, "max_size": size,
-                                "name": s.var_name, "where": where, "source": source, "size_expr": nodes,
-                                "iterations": iterations, "parallel_from": parallel_from})
+                                "name": s.var_name, "where": where, "source": source, "size_expr": nodes})
     if len(records) > _MAX_STACKS or len(k.tasks) > _MAX_STACKS:  # the overflow word's 16-bit fields
         raise error(k.loc, f"kernel '{k.name}' needs {len(records)} adstacks in {len(k.tasks)} tasks; at most "
                            f"{_MAX_STACKS} of each are supported. Split the kernel")

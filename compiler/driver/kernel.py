@@ -19,6 +19,7 @@ import weakref
 import numpy as np
 
 from qdc.runtime import context
+from qdc.runtime.contract import sizeexpr as se
 from qdc.runtime.contract import types as T
 from qdc.runtime.contract.artifact import FieldMeta, KernelMeta, ParamMeta, TaskMeta
 from qdc.runtime.cache import Cache, check_cache_folder, writable_problem
@@ -26,6 +27,7 @@ from qdc.runtime.contract.errors import CacheError, QdcCompileError
 from qdc.runtime.fields import Ndarray
 from qdc.runtime.launcher import make_launcher, stub_function
 
+from ..autodiff.sizeexpr_builder import SizeExprBuilder
 from ..language import ad, lang
 from ..passes import bounds_checks
 from . import cache_key, options as options_mod
@@ -100,7 +102,9 @@ def _param_error(fn, name, msg):
 
 
 def build_meta(kir: ir.KernelIR, entry: str, is_grad: bool = False, adstack: dict | None = None,
-               debug: bool = False) -> KernelMeta:
+               debug: bool = False, launch_policy=None) -> KernelMeta:
+    """The kernel's metadata (artifact format v4). `launch_policy(task)` is the target's
+    (compiler/targets/base.py); without one every task gets the CPU's serial policy."""
     written = _written_ndarrays(kir)
     grads = None if is_grad else _grad_buffers_used(kir)
     return KernelMeta(
@@ -108,7 +112,7 @@ def build_meta(kir: ir.KernelIR, entry: str, is_grad: bool = False, adstack: dic
         [ParamMeta(p.name, p.kind, p.dtype.name, p.ndim or 0, _needs_grad_meta(p, i, grads), i in written)
          for i, p in enumerate(kir.params)],
         [FieldMeta(f.name, f.dtype.name, f.shape, f.is_grad) for f in kir.fields],
-        [TaskMeta(t.task_name, t.kind, t.serial, t.source_kind, _task_range(t)) for t in kir.tasks],
+        task_records(kir, entry, adstack, launch_policy),
         kir.num_temps, is_grad, adstack, bounds_checks.records(kir) if debug else None)
 
 
@@ -142,32 +146,31 @@ def _written_ndarrays(kir: ir.KernelIR) -> set:
     return written
 
 
-def _task_range(t: ir.Task):
-    """How a range-for task's bounds are obtained at launch (artifact.TaskMeta.range)."""
-    if t.kind != "range_for" or t.begin is None:
-        return None
-    return {"begin": _range_expr(t.begin), "end": _range_expr(t.end)}
+def task_records(kir: ir.KernelIR, entry: str, adstack: dict | None, launch_policy=None) -> list:
+    """One TaskMeta per task: its entry symbol (`<entry>_t<i>`), trip count, launch policy and
+    the ids of its adstacks."""
+    stacks = (adstack or {}).get("stacks") or []
+    builder = SizeExprBuilder(kir, temp_reads=True)  # one per kernel: it memoises shared values
+    records = []
+    for i, t in enumerate(kir.tasks):
+        launch = launch_policy(t) if launch_policy is not None else {"policy": "cpu_chunks", "parallel_from": 0}
+        records.append(TaskMeta(t.task_name, t.kind, t.serial, t.source_kind, task_entry(entry, i),
+                                se.to_nodes(_iterations(builder, t)), launch,
+                                [s for s, r in enumerate(stacks) if r["task"] == i]))
+    return records
 
 
-def _range_expr(s, depth=0) -> list:
-    if depth > 16:
-        return ["opaque"]
-    if isinstance(s, ir.Const):
-        return ["const", s.value.item() if hasattr(s.value, "item") else s.value]
-    if isinstance(s, ir.ArgLoad):
-        return ["arg", s.arg_index]
-    if isinstance(s, ir.NdarrayShape):
-        return ["shape", s.arg_index, s.dim]
-    if isinstance(s, ir.TempLoad):
-        return ["temp", s.slot]
-    if isinstance(s, ir.GlobalLoad) and isinstance(s.ptr.target, ir.FieldRef):
-        target = s.ptr.target
-        return ["field", target.name, target.is_grad, [_range_expr(i, depth + 1) for i in s.ptr.indices]]
-    if isinstance(s, ir.Cast):
-        return ["cast", s.type.name, _range_expr(s.x, depth + 1)]
-    if isinstance(s, (ir.Unary, ir.Binary)):
-        return [s.op] + [_range_expr(o, depth + 1) for o in s.operands()]
-    return ["opaque"]
+def task_entry(entry: str, index: int) -> str:
+    return f"{entry}_t{index}"
+
+
+def _iterations(builder: SizeExprBuilder, t: ir.Task):
+    """The task's trip count as a SizeExpr (an upper bound, exact for ranges bounded by
+    constants, arguments, shapes, and field, ndarray or temporary elements), None when not
+    expressible. A serial task runs once."""
+    if t.kind == "serial" or t.begin is None:
+        return se.Const(1)
+    return builder.trip_count(t)
 
 
 def compile_kernel(fn, params, opts, arch="cpu", dump=None, variant="forward") -> CompiledKernel:
@@ -180,13 +183,13 @@ def compile_kernel(fn, params, opts, arch="cpu", dump=None, variant="forward") -
     if variant == "grad":  # the adjoint of the offloaded kernel (compiler/autodiff)
         from ..autodiff import PIPELINE_STOP, make_grad_kernel
         run_pipeline(kir, dump=dump, stop_after=PIPELINE_STOP)
-        grad = make_grad_kernel(kir, fe.field_objects, opts, target.parallel_from)
+        grad = make_grad_kernel(kir, fe.field_objects, opts)
         kir, field_objects, adstack = grad.kernel, grad.field_objects, {"stacks": grad.stacks}
     else:
         run_pipeline(kir, dump=dump)
         field_objects, adstack = fe.field_objects, None
     meta = build_meta(kir, f"qdc_{kir.name}" + ("_grad" if variant == "grad" else ""), variant == "grad", adstack,
-                      bool(opts.debug))
+                      bool(opts.debug), target.launch_policy)
     artifacts = target.compile(kir, meta, opts)
     artifacts["ir"] = ir.print_kernel(kir).encode()
     return CompiledKernel(kir, meta, artifacts, field_objects, None)

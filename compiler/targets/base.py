@@ -5,12 +5,21 @@ its runtime device loads. It declares its capabilities (what the generated code 
 description that enters the cache key, the source folders its code comes from (the compiler
 fingerprint of its cache entries covers those and the backend-neutral stages, nothing else),
 and how it launches a task (which adstack sizing needs, without importing any target).
+
+`compile` first checks what the kernel needs against the capabilities (an adstack of a type
+the target cannot store is an error at that stack's line), then calls the target's `generate`.
+Errors found while generating code are `QdcCompileError`s at the statement's source line
+(`codegen_error`), never a bare exception from deep inside a code generator.
 """
 from __future__ import annotations
 
+import linecache
 from dataclasses import dataclass
 
+from qdc.runtime.contract.errors import QdcCompileError
+
 from .. import ir
+from ..ir.adstack import AdStackAlloca
 
 
 @dataclass(frozen=True)
@@ -18,7 +27,7 @@ class Capabilities:
     int64: bool = True
     float64: bool = True
     float_atomic_add: bool = True
-    # Adstack element types the target can store (None: any IR type).
+    # Names of the adstack element types the target can store (None: any IR type).
     adstack_dtypes: frozenset | None = None
     max_workgroup_size: int | None = None
     subgroup_size: int | None = None
@@ -35,11 +44,54 @@ class Target:
         """Everything about the target that changes generated code (ISA level, sm_XX, gfx list...)."""
         raise NotImplementedError
 
-    def parallel_from(self, task: ir.Task) -> int:
-        """The least trip count from which `task` runs on more than one thread slice (0: never).
-        Adstack sizing records it so the runtime sizes heaps for the slices really dispatched."""
+    def launch_policy(self, task: ir.Task) -> dict:
+        """How the runtime launches `task`, as its task record says (runtime/contract/artifact.py,
+        LAUNCH_POLICIES): the CPU's {"policy": "cpu_chunks", "parallel_from": N}, a GPU's
+        {"policy": "grid", "block_dim": B} (B from qd.loop_config, `task.block_dim`, or the
+        target's default). The device turns it and the trip count into the thread slices a
+        launch dispatches (Device.task_slices), which adstack heaps are sized for."""
         raise NotImplementedError
 
     def compile(self, kernel: ir.KernelIR, meta, opts) -> dict:
         """Artifacts (name -> bytes) for `kernel`; may add target records to `meta`."""
+        self.check_capabilities(kernel)
+        return self.generate(kernel, meta, opts)
+
+    def generate(self, kernel: ir.KernelIR, meta, opts) -> dict:
+        """`compile` once the kernel is known to fit the capabilities."""
         raise NotImplementedError
+
+    def check_capabilities(self, kernel: ir.KernelIR) -> None:
+        """QdcCompileError at the first adstack whose element type this target cannot store."""
+        storable = self.capabilities.adstack_dtypes
+        if storable is None:
+            return
+        for task in kernel.tasks:
+            for s in ir.walk_nested(task):
+                if isinstance(s, AdStackAlloca) and s.type.name not in storable:
+                    raise codegen_error(
+                        kernel, s, f"the {s.type.name} value of '{s.var_name}' must be kept on an adstack (it "
+                        f"changes in a dynamic loop of a kernel that needs a gradient), but target "
+                        f"'{self.arch}' stores only {', '.join(sorted(storable))} there: use one of those "
+                        f"types for it", describe=False)
+
+
+class Unsupported(Exception):
+    """Raised inside a code generator for what it cannot lower; the statement being lowered
+    turns it into a located QdcCompileError (`codegen_error`)."""
+
+
+def codegen_error(kernel: ir.KernelIR, s: ir.Stmt, message: str, loc: ir.SourceLoc | None = None,
+                  describe: bool = True) -> QdcCompileError:
+    """A QdcCompileError at `s`'s source line (else `loc`, the nearest enclosing one), naming the
+    kernel and (`describe`) the statement as the IR printer shows it."""
+    from ..ir.printer import Printer
+    where = s.loc or loc
+    if describe:
+        message = f"{message} (kernel '{kernel.name}', statement `{Printer(kernel).describe(s)}`)"
+    else:
+        message = f"kernel '{kernel.name}': {message}"
+    if where is None:
+        return QdcCompileError(message)
+    source = linecache.getline(where.filename, where.line) or None
+    return QdcCompileError(message, where.filename, where.line, where.col, source)

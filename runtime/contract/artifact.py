@@ -1,4 +1,4 @@
-"""The artifact format: the one contract between the compiler and the runtime.
+"""The artifact format (version 4): the one contract between the compiler and the runtime.
 
 A compiled kernel is a `KernelMeta` (msgpack-able dict) plus named binary artifacts. The
 launch context ("ctx") is an array of 64-bit words whose layout the metadata describes:
@@ -7,23 +7,54 @@ launch context ("ctx") is an array of 64-bit words whose layout the metadata des
     word  param.slot                 ndarray data pointer, then one word per dimension (shape),
                                      then the gradient buffer pointer if needs_grad
     word  field_slot0 + i            base pointer of the kernel's i-th field
-    word  temps_slot                 pointer to the kernel's temporaries (values crossing tasks)
-    word  threads_slot               number of worker threads to use
+    word  temps_slot                 device address of the kernel's temporaries: `num_temps`
+                                     8-byte words in device memory (values crossing tasks,
+                                     each in the low bytes of its word)
+    word  threads_slot               CPU only: number of worker threads to use
     word  adstack_slot + 0, 1, 2     only if the kernel has adstacks (adstack["stacks"] non-empty):
-                                     heap pointer, per-thread stride in bytes, pointer to the
-                                     overflow word; then per stack s: its byte offset in a
-                                     thread's slice (adstack_slot + 3 + 2s) and capacity (+ 4 + 2s);
+                                     heap pointer, per-thread stride in bytes, device address
+                                     of the overflow word (in the launch's error slot,
+                                     runtime/device.py); then per stack s: its byte offset in
+                                     a thread's slice (adstack_slot + 3 + 2s) and capacity (+ 4 + 2s);
     word  adstack_threads_slot       then the number of thread slices the heap holds: a task with
                                      adstacks runs on at most that many threads
     word  debug_slot                 only if the kernel has bounds checks (debug_checks non-empty):
-                                     pointer to the launcher's error words (runtime/contract/bounds.py)
+                                     device address of the bounds-check words in the launch's
+                                     error slot (runtime/contract/bounds.py)
+
+Entry points. `entry` runs every task of the kernel in order, in one call (`void
+entry(uint64_t *ctx)` on the CPU: the fast path of synchronous devices). Every task also has
+an entry of its own, its record's "entry" (on the CPU `void task_entry(uint64_t *ctx)`: the
+whole task, its range computed from the ctx and spread over threads as its launch policy
+says), which asynchronous devices launch one at a time. A task entry computes its iteration
+range itself and never runs outside it, so a launch's grid never decides correctness.
+
+`tasks` has one record per task, in launch order, a dict:
+    "name", "kind" ("serial" | "range_for"), "serial" (a range-for run on one thread),
+    "source_kind" (the loop it came from),
+    "entry"       its entry symbol,
+    "iterations"  its trip count, a post-order SizeExpr node list (runtime/contract/sizeexpr.py):
+                  [1] for a serial task; for a range-for task an upper bound, exact when its
+                  range is bounded by constants, scalar arguments, ndarray shapes and field,
+                  ndarray or temporary elements combined with + - * max min; [] when not
+                  expressible (the device then dispatches its most). A `temp` leaf reads a
+                  kernel temporary that an earlier task of the launch computed: evaluating
+                  it waits for those tasks (a ranged read of device memory);
+    "launch"      the launch policy, written by the target: {"policy": "cpu_chunks",
+                  "parallel_from": N} (CPU: the range is split over worker threads from N
+                  iterations; 0 = always one thread) or {"policy": "grid", "block_dim": B}
+                  (GPU: blocks of B threads, B from qd.loop_config or the target's default);
+    "adstacks"    the ids (positions in adstack["stacks"]) of the stacks the task holds.
+The device turns a record's policy and evaluated trip count into the thread slices a launch
+dispatches (Device.task_slices), which adstack heaps are sized for.
 
 `adstack["stacks"]` has one record per stack (a dict): "task" (index), "dtype", "adjoint"
 (entries carry an adjoint slot), "max_size" (the capacity when there is no tree), "name",
-"where" (source location), "source" (how it was sized), "size_expr" (post-order SizeExpr
-node list of its capacity, runtime/contract/sizeexpr.py; [] = use max_size), "iterations" (node list
-of its task's trip count; [] = unknown) and "parallel_from" (trip count from which the task
-runs on several threads; 0 = never). The runtime evaluates the trees before every launch.
+"where" (source location), "source" (how it was sized) and "size_expr" (post-order SizeExpr
+node list of its capacity; [] = use max_size; never reads a temporary, since it is evaluated
+before the launch). How many threads its task runs on comes from the task record. The
+runtime evaluates the trees before every launch. `adstack["layout"]`, when present, is the
+heap layout the code was generated for (runtime/contract/adstack_layout.py).
 
 `cpu_libraries` (CPU entries; empty in entries written before it existed, which the CPU
 device refuses) has one record per native library of the kernel, lowest ISA level first:
@@ -31,19 +62,27 @@ device refuses) has one record per native library of the kernel, lowest ISA leve
 for, "machine": architecture family ("x86_64", "aarch64"), "features": the CPU features its
 code needs, LLVM names}. The CPU device loads the last one whose features the host has
 (runtime/devices/cpu/device.py; compiler/targets/cpu/isa_levels.py says what `cpu_target` builds).
+Each library exports `entry` and every task's entry.
 
 `debug_checks` (only with `debug=True`) has one record per checked global access, its id
 being its position: [kind, name, is_grad, extent, where] with kind "field" (extent: its
 shape) or "ndarray" (extent: the argument index), where = "file:line:col" or "".
 
+Everything above is schema-checked when read (`check_kernel_meta`): a malformed record is
+refused with a ValueError naming the record, never trusted at launch.
+
 On disk (see runtime/cache.py for the layout) every metadata file is a *record*: a msgpack
 array `["qdc", kind, FORMAT_VERSION, sha256(payload), payload]` whose payload is the msgpack
 of a plain dict. The header can be read whatever the version; the checksum catches a
-corrupt byte anywhere in the payload. Records hold only str/int/float/bool/bytes/list/dict:
-decoding one never runs code. Each binary artifact's sha256 is recorded in its kernel's
-entry record and checked before the artifact is used.
+corrupt byte anywhere in the payload; a record of another version is refused (the cache
+reports a CacheError asking for a rebuild). Records hold only str/int/float/bool/bytes/
+list/dict: decoding one never runs code. Each binary artifact's sha256 is recorded in its
+kernel's entry record and checked before the artifact is used.
 
-Bump FORMAT_VERSION whenever this layout or the metadata schema changes.
+Bump FORMAT_VERSION whenever this layout or the metadata schema changes. Version 4: task
+records with entry, iterations, launch policy and adstack ids (version 3's `range` is gone);
+adstack records without "iterations"/"parallel_from"; temporaries and error words in device
+memory.
 """
 from __future__ import annotations
 
@@ -54,7 +93,7 @@ import msgpack
 
 from . import sizeexpr
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 
 RECORD_MAGIC = "qdc"
 ENTRY_RECORD = "kernel-entry"
@@ -91,16 +130,27 @@ class FieldMeta:
 
 
 class TaskMeta:
-    """One task of a kernel. `range` says how its iteration range is obtained at launch, as
-    two expression trees `{"begin": e, "end": e}` of nested lists: ["const", v],
-    ["arg", i], ["shape", arg, dim], ["field", name, is_grad, [index exprs]], ["temp", slot],
-    [op, a, b] / [op, a] for arithmetic, ["cast", dtype, e], or ["opaque"]; None for serial
-    tasks. The native entry computes the range itself; this is for tools and sizing."""
-    __slots__ = ("name", "kind", "serial", "source_kind", "range")
+    """One task of a kernel (format v4, see the module docstring): `entry` is its own entry
+    point, `iterations` its trip count as a SizeExpr node list ([] = not expressible),
+    `launch` the target's launch policy, `adstacks` the ids of the stacks it holds."""
+    __slots__ = ("name", "kind", "serial", "source_kind", "entry", "iterations", "launch", "adstacks")
 
-    def __init__(self, name, kind, serial, source_kind, range=None):  # noqa: A002
+    def __init__(self, name, kind, serial, source_kind, entry="", iterations=None, launch=None, adstacks=None):
         self.name, self.kind, self.serial, self.source_kind = name, kind, serial, source_kind
-        self.range = range
+        self.entry = entry
+        self.iterations = iterations or []
+        self.launch = launch or {"policy": "cpu_chunks", "parallel_from": 0}
+        self.adstacks = adstacks or []
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "kind": self.kind, "serial": self.serial, "source_kind": self.source_kind,
+                "entry": self.entry, "iterations": self.iterations, "launch": self.launch,
+                "adstacks": self.adstacks}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TaskMeta":
+        return cls(d["name"], d["kind"], d["serial"], d["source_kind"], d["entry"], d["iterations"],
+                   d["launch"], d["adstacks"])
 
 
 class KernelMeta:
@@ -136,7 +186,7 @@ class KernelMeta:
             "is_grad": self.is_grad, "adstack": self.adstack,
             "params": [[p.name, p.kind, p.dtype, p.ndim, p.needs_grad, p.writes] for p in self.params],
             "fields": [[f.name, f.dtype, list(f.shape), f.is_grad] for f in self.fields],
-            "tasks": [[t.name, t.kind, t.serial, t.source_kind, t.range] for t in self.tasks],
+            "tasks": [t.to_dict() for t in self.tasks],
         }
         if self.debug_checks:  # absent without debug: such metadata reads as before
             d["debug_checks"] = self.debug_checks
@@ -152,7 +202,7 @@ class KernelMeta:
         return cls(d["name"], d["entry"],
                    [ParamMeta(*p) for p in d["params"]],
                    [FieldMeta(*f) for f in d["fields"]],
-                   [TaskMeta(*t) for t in d["tasks"]],
+                   [TaskMeta.from_dict(t) for t in d["tasks"]],
                    d["num_temps"], d["is_grad"], d.get("adstack") or {}, d.get("debug_checks") or [],
                    d.get("cpu_libraries") or [])
 
@@ -235,11 +285,12 @@ def check_kernel_meta(d) -> None:
     for f in _list(d, "fields", 4):
         check_field(f[0], f[1], f[2], module_attribute=False)
         _need(isinstance(f[3], bool), f"field {f[0]!r}")
-    for t in _list(d, "tasks", 5):
-        _need(isinstance(t[0], str) and _IDENT.match(t[0]) and isinstance(t[1], str)
-              and isinstance(t[2], bool) and isinstance(t[3], str), f"task {t[0]!r}")
+    _need(isinstance(d.get("tasks"), list) and len(d["tasks"]) <= MAX_TASKS, "tasks")
+    for i, t in enumerate(d["tasks"]):
+        check_task_record(d, i, t)
     for i, r in enumerate(d.get("adstack", {}).get("stacks", [])):
         check_adstack_record(d, i, r)
+    _check_task_stacks(d)
     _need(isinstance(d.get("debug_checks", []), list), "debug_checks")
     for i, r in enumerate(d.get("debug_checks", [])):
         check_debug_record(d, i, r)
@@ -277,10 +328,59 @@ def check_debug_record(d: dict, i: int, r) -> None:
 
 
 MAX_ADSTACK_CAPACITY = 1 << 40
+MAX_TASKS = 0xFFFF  # the overflow word's 16-bit task field
+TASK_KINDS = ("serial", "range_for")
+LAUNCH_POLICIES = {
+    # CPU: chunks of the range over worker threads from `parallel_from` iterations (0: never)
+    "cpu_chunks": {"parallel_from"},
+    # GPU: one dispatch of ceil(iterations / block_dim) blocks of block_dim threads
+    "grid": {"block_dim"},
+}
+_TASK_KEYS = {"name", "kind", "serial", "source_kind", "entry", "iterations", "launch", "adstacks"}
+
+
+def check_task_record(d: dict, i: int, t) -> None:
+    """Task record `i` (see the module docstring): its entry symbol, trip count, launch policy
+    and the ids of its adstacks."""
+    what = f"task record {i}"
+    _need(isinstance(t, dict) and set(t) == _TASK_KEYS, f"{what}: expected the keys {sorted(_TASK_KEYS)}")
+    _need(isinstance(t["name"], str) and _IDENT.match(t["name"]) and t["kind"] in TASK_KINDS
+          and isinstance(t["serial"], bool) and isinstance(t["source_kind"], str) and len(t["source_kind"]) <= 64,
+          f"{what} ({t['name']!r:.40})")
+    _need(isinstance(t["entry"], str) and _IDENT.match(t["entry"]), f"{what}: entry symbol")
+    check_launch_policy(t["launch"], what)
+    _need(isinstance(t["adstacks"], list) and len(t["adstacks"]) <= 0xFFFF
+          and all(_is_int(s) and s >= 0 for s in t["adstacks"])
+          and len(set(t["adstacks"])) == len(t["adstacks"]), f"{what}: adstacks")
+    try:
+        expr = sizeexpr.from_nodes(t["iterations"])
+    except ValueError as e:
+        raise ValueError(f"malformed metadata: {what}, iterations: {e}") from None
+    _need(expr is not None or t["kind"] == "range_for", f"{what}: a serial task runs once, its iterations are [1]")
+    if expr is not None:
+        _check_size_expr_refs(d, expr, f"{what}, iterations")
+
+
+def check_launch_policy(launch, what: str) -> None:
+    _need(isinstance(launch, dict) and launch.get("policy") in LAUNCH_POLICIES
+          and set(launch) == LAUNCH_POLICIES[launch["policy"]] | {"policy"}, f"{what}: launch policy")
+    if launch["policy"] == "cpu_chunks":
+        _need(_is_int(launch["parallel_from"]) and 0 <= launch["parallel_from"] <= 1 << 62,
+              f"{what}: launch policy parallel_from")
+    else:
+        _need(_is_int(launch["block_dim"]) and 1 <= launch["block_dim"] <= 1 << 16, f"{what}: launch policy block_dim")
+
+
+def _check_task_stacks(d: dict) -> None:
+    """Each adstack is listed by exactly the task its record names."""
+    stacks = d.get("adstack", {}).get("stacks", [])
+    listed = sorted((s, i) for i, t in enumerate(d["tasks"]) for s in t["adstacks"])
+    _need(listed == sorted((s, r["task"]) for s, r in enumerate(stacks)),
+          "the tasks' adstack ids do not match the adstack records")
 
 
 def check_adstack_record(d: dict, i: int, r) -> None:
-    """Stack record `i` of kernel meta dict `d` (see the module docstring), its SizeExpr trees
+    """Stack record `i` of kernel meta dict `d` (see the module docstring), its SizeExpr tree
     included: well-formed, and reading only parameters and fields the kernel has, with as
     many indices as they have dimensions."""
     what = f"adstack record {i}"
@@ -288,14 +388,14 @@ def check_adstack_record(d: dict, i: int, r) -> None:
           and r.get("dtype") in DTYPE_NAMES and isinstance(r.get("adjoint"), bool)
           and (not r["adjoint"] or r["dtype"][0] == "f") and _is_int(r.get("max_size"))
           and 1 <= r["max_size"] <= MAX_ADSTACK_CAPACITY and isinstance(r.get("name", ""), str)
-          and _is_int(r.get("parallel_from", 0)) and r.get("parallel_from", 0) >= 0, what)
-    for key in ("size_expr", "iterations"):
-        try:
-            expr = sizeexpr.from_nodes(r.get(key, []))
-        except ValueError as e:
-            raise ValueError(f"malformed metadata: {what}, {key}: {e}") from None
-        if expr is not None:
-            _check_size_expr_refs(d, expr, f"{what}, {key}")
+          and "iterations" not in r and "parallel_from" not in r, what)
+    try:
+        expr = sizeexpr.from_nodes(r.get("size_expr", []))
+    except ValueError as e:
+        raise ValueError(f"malformed metadata: {what}, size_expr: {e}") from None
+    if expr is not None:
+        _need(not sizeexpr.reads_temps(expr), f"{what}, size_expr: reads a kernel temporary")
+        _check_size_expr_refs(d, expr, f"{what}, size_expr")
 
 
 def _check_size_expr_refs(d: dict, expr, what: str) -> None:
@@ -311,6 +411,8 @@ def _check_size_expr_refs(d: dict, expr, what: str) -> None:
                 ok = len(e.indices) == params[e.arg][3] and params[e.arg][2][0] in "iu"
         elif isinstance(e, sizeexpr.FieldLoad):
             ok = e.slot < len(fields) and len(e.indices) == len(fields[e.slot][2]) and fields[e.slot][1][0] in "iu"
+        elif isinstance(e, sizeexpr.TempRead):
+            ok = e.slot < d["num_temps"]
         else:
             continue
         _need(ok, f"{what}: `{sizeexpr.to_text(e)}` reads a parameter or field the kernel does not have")

@@ -2,11 +2,13 @@
 
 A kernel compiled with `debug=True` checks every index of every global access against its
 dimension. The first failing access stores `check_id * MAX_AXES + axis + 1` into word 0 of
-the launcher's error buffer (compare-and-swap from 0, so the first failure wins) and the
+the launch's error buffer (ERROR_WORDS words of its error slot in device memory,
+runtime/device.py) (compare-and-swap from 0, so the first failure wins) and the
 offending index into word 1; the access itself goes to the scratch words 2-3 instead, so
 memory outside a field or array is never touched. After the launch `finish` turns a
 recorded failure into an IndexError naming the source location, kernel, target and index,
-and clears the buffer so that the next launch starts clean.
+and clears the buffer so that the next launch starts clean; an asynchronous launch's buffer
+is read at sync instead (`report`).
 
 A kernel without checks (`meta.debug_checks` empty) gets none of this: no ctx word, no hook.
 """
@@ -25,28 +27,40 @@ class BoundsChecks:
 
     def __init__(self, meta):
         self.meta, self.words = meta, None
-        self.error = np.zeros(ERROR_WORDS, np.int64)
+        self.error = None
 
-    def attach(self, words: np.ndarray) -> None:
-        """Point the launcher's ctx (`words`) at the error buffer; its ndarray shape words
-        are read back when reporting."""
-        self.words = words
-        words[self.meta.debug_slot] = self.error.ctypes.data
+    def attach(self, words: np.ndarray, error: np.ndarray | None, address: int) -> None:
+        """Point the launcher's ctx (`words`) at its error buffer in device memory (`address`;
+        `error`: its host view, None on devices without host memory, which report through
+        `report`); the ndarray shape words are read back when reporting."""
+        self.words, self.error = words, error
+        words[self.meta.debug_slot] = address
 
     def finish(self) -> None:
         if self.error[0]:
-            code, index = int(self.error[0]), int(self.error[1])
+            code, index = int(self.error[0]), int(self.error[1].astype(np.int64))
             self.error[:] = 0
             raise IndexError(self.message(code, index))
 
-    def message(self, code: int, index: int) -> str:
+    def report(self, words: np.ndarray, ctx_words: np.ndarray):
+        """The IndexError of an error slot's words (runtime/device.py, BOUNDS_WORD on), or None;
+        `ctx_words` is the launch's ctx as it was launched."""
+        from ..device import BOUNDS_WORD
+        code = int(words[BOUNDS_WORD])
+        if not code:
+            return None
+        index = int(words[BOUNDS_WORD + 1:BOUNDS_WORD + 2].astype(np.int64)[0])
+        return IndexError(self.message(code, index, ctx_words))
+
+    def message(self, code: int, index: int, ctx_words=None) -> str:
         check, axis = divmod(code - 1, MAX_AXES)
         kind, name, is_grad, extent, where = self.meta.debug_checks[check]
         if kind == "field":
             shape = tuple(extent)
         else:
             slot = self.meta.params[extent].slot
-            shape = tuple(int(n) for n in self.words[slot + 1: slot + 1 + self.meta.params[extent].ndim])
+            words = self.words if ctx_words is None else ctx_words
+            shape = tuple(int(n) for n in words[slot + 1: slot + 1 + self.meta.params[extent].ndim])
         target = f"{kind} '{name}{'.grad' if is_grad else ''}'"
         on_axis = f" on axis {axis}" if len(shape) > 1 else ""
         prefix = f"{where}: " if where else ""

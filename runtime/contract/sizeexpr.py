@@ -12,6 +12,12 @@ Nodes (immutable, compared and hashed structurally):
     FieldLoad(slot, indices)           element of the kernel's field number `slot`
     NdarrayShape(arg, axis)            `shape[axis]` of ndarray argument `arg`
     NdarrayRead(arg, indices)          element of ndarray argument `arg`
+    TempRead(slot, dtype)              kernel temporary `slot` as an earlier task of the same
+                                       launch left it (dtype: index in TEMP_DTYPES; the value
+                                       sits in the low bytes of the slot's 8-byte word), read
+                                       from device memory with a ranged read; only task
+                                       iteration counts use it, and they are evaluated
+                                       only once the tasks before the reading task have run
     BoundVariable(var)                 the variable bound by an enclosing Max/SumOverRange
     Add(a, b)  Sub(a, b)  Mul(a, b)  Max(a, b)
     MaxOverRange(var, begin, end, body)  max(0, max of `body` for var in [begin, end))
@@ -29,8 +35,9 @@ API
     to_text(expr, arg_names=None, field_names=None) -> str   readable form (`qdc inspect`)
     walk(expr)                       every distinct node, children first
     evaluate(expr_or_nodes, env) -> int   the bound for this launch, in [0, 2**63 - 1]
-    LaunchEnv(args, fields)          the `env` of a launch (see its docstring); any object
-                                     with the same four methods works
+    LaunchEnv(args, fields, temps=None)   the `env` of a launch (see its docstring); any
+                                     object with the same methods works
+    reads_temps(expr) -> bool        whether `expr` reads a kernel temporary (TempRead)
 A serialized node is `[kind, [attributes], [child positions]]`, e.g. `["add", [], [0, 1]]`.
 
 Cost: a tree that reads only arguments, shapes and constants touches no array memory. A
@@ -176,6 +183,32 @@ class NdarrayRead(_Read):
         return self.args[0]
 
 
+# The integer types a kernel temporary can hold, by the index a TempRead stores.
+TEMP_DTYPES = ("i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "u1")
+
+
+class TempRead(SizeExpr):
+    KIND, NUM_ARGS = "temp", 2
+    __slots__ = ()
+
+    def __init__(self, slot: int, dtype: int):
+        super().__init__((slot, dtype), ())
+
+    @property
+    def slot(self) -> int:
+        return self.args[0]
+
+    @property
+    def dtype(self) -> str:
+        return TEMP_DTYPES[self.args[1]]
+
+
+def reads_temps(expr) -> bool:
+    """Whether `expr` reads a kernel temporary: then it has a value only once the earlier
+    tasks of the launch have run (adstack sizing, before the launch, cannot evaluate it)."""
+    return expr is not None and any(isinstance(e, TempRead) for e in walk(expr))
+
+
 class BoundVariable(SizeExpr):
     KIND, NUM_ARGS = "var", 1
     __slots__ = ()
@@ -269,7 +302,7 @@ class SumOverRange(_OverRange):
     __slots__ = ()
 
 
-_KINDS = {cls.KIND: cls for cls in (Const, ScalarArg, FieldLoad, NdarrayShape, NdarrayRead,
+_KINDS = {cls.KIND: cls for cls in (Const, ScalarArg, FieldLoad, NdarrayShape, NdarrayRead, TempRead,
                                     BoundVariable, Add, Sub, Mul, Max, MaxOverRange, SumOverRange)}
 
 
@@ -344,6 +377,8 @@ def _node_from_list(node, pos: int, built: list) -> SizeExpr:
         raise bad(f"'{kind}' takes {cls.NUM_ARGS} integer attribute(s)")
     if cls is not Const and any(a < 0 or a > INT64_MAX for a in args):
         raise bad("attributes must be non-negative")
+    if cls is TempRead and args[1] >= len(TEMP_DTYPES):
+        raise bad(f"temporary dtype {args[1]} is not one of {len(TEMP_DTYPES)}")
     arity_ok = len(kids) <= _MAX_INDICES if cls.ARITY is None else len(kids) == cls.ARITY
     if not arity_ok or not all(type(k) is int and 0 <= k < pos for k in kids):
         raise bad("children must name earlier nodes, in the right number")
@@ -393,6 +428,8 @@ class _Printer:
             return f"shape({self.arg(e.arg)},{e.axis})", 3
         if isinstance(e, BoundVariable):
             return self.var(e.var), 3
+        if isinstance(e, TempRead):
+            return f"temp{e.slot}:{e.dtype}", 3
         if isinstance(e, (FieldLoad, NdarrayRead)):
             idx = ", ".join(self.text(i)[0] for i in e.indices) or "None"
             return (f"{self.field(e.slot)}[{idx}]" if isinstance(e, FieldLoad)
@@ -429,11 +466,13 @@ def min_operands(e: SizeExpr):
 class LaunchEnv:
     """What a tree reads at launch. `args` are the launch's arguments in kernel-parameter order
     (ints for scalars; numpy arrays or qdc ndarrays for ndarrays); `fields` are the kernel's
-    fields in its field-table order (qdc fields or numpy arrays). Array contents are fetched
-    only when a tree reads an element, once per env; shapes never touch memory."""
+    fields in its field-table order (qdc fields or numpy arrays); `temps(slot, dtype)`, if
+    given, reads a kernel temporary of this launch (TempRead). A single element is read on
+    its own (a ranged read of device memory); a range over an array fetches the array once
+    per env; shapes never touch memory."""
 
-    def __init__(self, args, fields=()):
-        self.args, self.fields = args, fields
+    def __init__(self, args, fields=(), temps=None):
+        self.args, self.fields, self.temps = args, fields, temps
         self._arrays: dict = {}
 
     def scalar_arg(self, arg: int) -> int:
@@ -453,11 +492,33 @@ class LaunchEnv:
     def field_array(self, slot: int) -> np.ndarray:
         return self._array(("field", slot), self.fields[slot])
 
+    def ndarray_element(self, arg: int, idx: list) -> int:
+        return read_element(self.args[arg], idx)
+
+    def field_element(self, slot: int, idx: list) -> int:
+        return read_element(self.fields[slot], idx)
+
+    def temp_value(self, slot: int, dtype: str) -> int:
+        if self.temps is None:
+            raise SizeExprError(f"the expression reads kernel temporary {slot}, which an earlier task of the "
+                                f"launch computes: it has no value before the launch")
+        return self.temps(slot, dtype)
+
     def _array(self, key, obj) -> np.ndarray:
         arr = self._arrays.get(key)
         if arr is None:
             arr = self._arrays[key] = _host_array(obj)
         return arr
+
+
+def read_element(obj, idx) -> int:
+    """Element `idx` of a numpy array or qdc field/ndarray as an int (0 outside it, a u64
+    past int64 saturated): a ranged read of that one element where memory is the device's."""
+    idx = tuple(idx)
+    if len(idx) != len(obj.shape) or any(not 0 <= i < n for i, n in zip(idx, obj.shape)):
+        return 0
+    value = obj[idx] if isinstance(obj, np.ndarray) else obj._read_element(idx)
+    return _clamp(int(value))
 
 
 def _host_array(obj) -> np.ndarray:
@@ -516,8 +577,12 @@ class _Evaluation:
             return _clamp(self.env.scalar_arg(e.arg))
         if t is NdarrayShape:
             return self.env.ndarray_shape(e.arg, e.axis)
-        if t is FieldLoad or t is NdarrayRead:
-            return self._read_scalar(self._array(e), [self.scalar(i, bind) for i in e.indices])
+        if t is FieldLoad:
+            return self.env.field_element(e.slot, [self.scalar(i, bind) for i in e.indices])
+        if t is NdarrayRead:
+            return self.env.ndarray_element(e.arg, [self.scalar(i, bind) for i in e.indices])
+        if t is TempRead:
+            return _clamp(self.env.temp_value(e.slot, e.dtype))
         if t is MaxOverRange:
             return self._max_over(e, bind)
         if t is SumOverRange:
@@ -535,12 +600,6 @@ class _Evaluation:
         if isinstance(e, FieldLoad):
             return self.env.field_array(e.slot)
         return self.env.ndarray_array(e.arg)
-
-    @staticmethod
-    def _read_scalar(arr: np.ndarray, idx: list) -> int:
-        if len(idx) != arr.ndim or any(not 0 <= i < n for i, n in zip(idx, arr.shape)):
-            return 0
-        return _clamp(int(arr[tuple(idx)]))
 
     def _max_over(self, e: MaxOverRange, bind: dict) -> int:
         begin, end = self.scalar(e.begin, bind), self.scalar(e.end, bind)

@@ -159,10 +159,13 @@ def _omp_body(module, task: ir.Task, chunk, it):
     return fn
 
 
-def generate_llvm(kernel: ir.KernelIR, meta: KernelMeta, fast_math: bool = False) -> ll.Module:
+def generate_llvm(kernel: ir.KernelIR, meta: KernelMeta, fast_math: bool = False, target=None) -> ll.Module:
+    """`target`: the CpuTarget whose math table and thread slice index the lowering uses."""
+    if target is None:
+        from .target import TARGET as target
     tm = _target_machine(3)  # for the triple's data layout, which every level of the triple shares
     mb = ModuleBuilder(kernel.name, llvm.get_process_triple(), str(tm.target_data))
-    cg = KernelCodegen(mb, kernel, meta, fast_math)
+    cg = KernelCodegen(mb, kernel, meta, fast_math, target=target)
     cg.emit_kernel(lambda b, ctx, task, chunk, begin, end, cost: _dispatch(b, ctx, task, chunk, begin, end, cost, meta))
     return mb.module
 
@@ -237,14 +240,14 @@ def link_shared_library(obj: bytes) -> bytes:
 
 
 def compile_kernel(kernel: ir.KernelIR, meta: KernelMeta, opt_level: int = 3, fast_math: bool = False,
-                   cpu_target: str = NATIVE, keep_assembly: bool = False) -> dict:
+                   cpu_target: str = NATIVE, keep_assembly: bool = False, target=None) -> dict:
     """Artifacts of one kernel for the CPU: one shared library per level of `cpu_target`, their
     records ("cpu_libraries", for KernelMeta.cpu_libraries), and the textual LLVM IR and bitcode
     of the highest level. The LLVM IR is generated and parsed once, then optimised and emitted
     per level. `keep_assembly` adds each level's assembly text as "asm:<level>" (for tests)."""
     levels = cpu_levels(cpu_target)
     machine = host_machine()
-    parsed = llvm.parse_assembly(str(generate_llvm(kernel, meta, fast_math)))
+    parsed = llvm.parse_assembly(str(generate_llvm(kernel, meta, fast_math, target)))
     parsed.verify()
     out, linker = {}, _Linker()
     try:

@@ -1,27 +1,32 @@
 """LLVM lowering of the adstack statements (a mixin of llvm_ir._Env).
 
-Storage is a heap owned by the runtime, never the thread's stack. Thread t's slice starts at
-`heap + t * stride`; stack s of the slice at `offset[s]` holds an 8-byte count then
+Storage is a heap owned by the runtime, never the thread's stack, laid out as
+runtime/contract/adstack_layout.py records (`LLVM_HEAP`): thread t's slice starts at
+`heap + t * stride`; stack s of the slice at `offset[s]` holds a count header then
 `capacity[s]` entries, each the primal value followed (stacks with adjoints) by its adjoint.
 `heap`, `stride`, `offset[]` and `capacity[]` are ctx words written by the runtime before
 each launch (runtime/adstack.py), so one binary serves every launch size. They are loaded
-once per chunk, in the function's entry block.
+once per chunk, in the function's entry block; t, the thread's slice number, is what the
+target emits for it (`LlvmTarget.emit_slice_index`).
 
-Overflow: a push at a full stack writes nothing and records `(count+1) << 32 | task << 16 |
-stack` into the overflow word with an atomic max (the runtime decodes and raises); the count
-still advances (a virtual count), so pops stay balanced, and tops clamp to the last entry:
-no access ever leaves the stack's slice. (After an overflow the launch's gradients are
-meaningless, and the runtime says so.)
+Overflow: a push at a full stack writes nothing and records the overflow word (required
+capacity, task, stack: `adstack_layout.encode_overflow`) with an atomic unsigned max (the
+runtime decodes and raises); the count still advances (a virtual count), so pops stay
+balanced, and tops clamp to the last entry: no access ever leaves the stack's slice. (After
+an overflow the launch's gradients are meaningless, and the runtime says so.)
 """
 from __future__ import annotations
 
 from llvmlite import ir as ll
 
+from qdc.runtime.contract import adstack_layout as layout
 from qdc.runtime.contract import types as T
 
-I8, I32, I64 = ll.IntType(8), ll.IntType(32), ll.IntType(64)
+from ..base import Unsupported
+
+I8, I64 = ll.IntType(8), ll.IntType(64)
 PTR = ll.PointerType()
-HEADER_BYTES = 8
+HEAP = layout.LLVM_HEAP
 # Set only by bench/bench_autodiff.py, around a compile_kernel call that bypasses the cache, to
 # measure what the overflow check costs; never for kernels users run (the unchecked code can
 # write past a stack's capacity) and never through the cache (it is not part of the key).
@@ -34,7 +39,7 @@ class _StackRef:
 
     def __init__(self, base, capacity, last, dtype: T.DataType, adjoint: bool, stack_id: int, task: int):
         self.base, self.capacity, self.last, self.dtype = base, capacity, last, dtype
-        self.entry_bytes = dtype.nbytes * (2 if adjoint else 1)
+        self.entry_bytes = HEAP.entry_bytes(dtype, adjoint)
         self.adjoint = adjoint
         self.stack_id, self.task = stack_id, task
 
@@ -65,9 +70,8 @@ class AdStackLowering:
         if "slice" not in cache:
             heap = self._entry_word(eb, slot, PTR)
             stride = self._entry_word(eb, slot + 1, I64)
-            omp_tid = self.mb.declare("omp_get_thread_num", I32, [])
-            tid = eb.zext(eb.call(omp_tid, []), I64)
-            cache["slice"] = eb.gep(heap, [eb.mul(tid, stride, flags=("nuw",))], source_etype=I8)
+            index = self.cg.target.emit_slice_index(self.mb, eb)
+            cache["slice"] = eb.gep(heap, [eb.mul(index, stride, flags=("nuw",))], source_etype=I8)
             cache["overflow"] = self._entry_word(eb, slot + 2, PTR)
         offset = self._entry_word(eb, slot + 3 + 2 * stack_id, I64)
         capacity = self._entry_word(eb, slot + 4 + 2 * stack_id, I64)
@@ -77,7 +81,7 @@ class AdStackLowering:
 
     # ---- addressing ------------------------------------------------------------------------
     def _entry_ptr(self, st: _StackRef, index):
-        off = self.b.add(ll.Constant(I64, HEADER_BYTES), self.b.mul(index, ll.Constant(I64, st.entry_bytes),
+        off = self.b.add(ll.Constant(I64, HEAP.header_bytes), self.b.mul(index, ll.Constant(I64, st.entry_bytes),
                                                                       flags=("nuw",)), flags=("nuw",))
         return self.b.gep(st.base, [off], source_etype=I8)
 
@@ -113,7 +117,7 @@ class AdStackLowering:
         return instr
 
     def _adjoint_ptr(self, st: _StackRef, entry):
-        return self.b.gep(entry, [ll.Constant(I64, st.dtype.nbytes)], source_etype=I8)
+        return self.b.gep(entry, [ll.Constant(I64, HEAP.adjoint_offset(st.dtype))], source_etype=I8)
 
     def _to_memory(self, value, dtype: T.DataType):
         return self.b.zext(value, I8) if dtype is T.u1 else value
@@ -125,6 +129,10 @@ class AdStackLowering:
     def s_AdStackAlloca(self, s):
         base, capacity, last = self._adstack_base(s.stack_id)
         task = self.cg.meta.adstack["stacks"][s.stack_id]["task"]
+        if not layout.fits_overflow_site(task, s.stack_id):
+            raise Unsupported(f"too many adstacks or tasks in one kernel (stack {s.stack_id} of task {task}; the "
+                              f"overflow word holds {layout.STACK_MAX + 1} stacks and {layout.TASK_MAX + 1} tasks): "
+                              f"split the kernel")
         st = _StackRef(base, capacity, last, s.type, s.adjoint, s.stack_id, task)
         self._store_count(st, ll.Constant(I64, 0))
         return st
@@ -153,8 +161,9 @@ class AdStackLowering:
     def _report_overflow(self, st: _StackRef, n):
         b = self.b
         umin = self.mb.declare("llvm.umin.i64", I64, [I64, I64])
-        required = b.call(umin, [b.add(n, ll.Constant(I64, 1)), ll.Constant(I64, 0xFFFFFFFF)])
-        code = b.or_(b.shl(required, ll.Constant(I64, 32)), ll.Constant(I64, (st.task << 16) | st.stack_id))
+        required = b.call(umin, [b.add(n, ll.Constant(I64, 1)), ll.Constant(I64, layout.REQUIRED_MAX)])
+        code = b.or_(b.shl(required, ll.Constant(I64, layout.REQUIRED_SHIFT)),
+                     ll.Constant(I64, layout.overflow_site(st.task, st.stack_id)))
         self._tag(b.atomic_rmw("umax", self._adstack_cache()["overflow"], code, "monotonic"), "overflow")
 
     def s_AdStackPop(self, s):

@@ -1,9 +1,10 @@
 """IR → LLVM IR (llvmlite). Shared by the LLVM-based backends; `cpu.py` adds the CPU driver.
 
 Every task becomes `void @<task>_chunk(ptr ctx, iN begin, iN end)` running the task body for
-indices [begin, end) (a serial task has no index and runs once). The kernel entry
-`void @<entry>(ptr ctx)` runs the tasks in order; how a range is split over threads is the
-backend's business (`emit_range_dispatch`).
+indices [begin, end) (a serial task has no index and runs once), and an entry of its own,
+`void @<task entry>(ptr ctx)`, that computes its range and dispatches it. The kernel entry
+`void @<entry>(ptr ctx)` calls the task entries in order; how a range is split over threads
+is the backend's business (the `dispatch` given to `emit_kernel`).
 """
 from __future__ import annotations
 
@@ -13,10 +14,13 @@ from qdc.runtime.contract import types as T
 from qdc.runtime.contract.artifact import KernelMeta
 
 from qdc.runtime.contract.bounds import MAX_AXES
+from qdc.runtime.contract.errors import QdcCompileError
 
 from ... import ir
 from ...passes.bounds_checks import checked_accesses
+from ..base import Unsupported, codegen_error
 from .llvm_adstack import AdStackLowering
+from .target import MATH_ARITY, Intrinsic
 
 PTR = ll.PointerType()
 I1, I8, I16, I32, I64 = ll.IntType(1), ll.IntType(8), ll.IntType(16), ll.IntType(32), ll.IntType(64)
@@ -36,10 +40,6 @@ def memtype(t: T.DataType):
     return I8 if t is T.u1 else lltype(t)
 
 
-_LIBM_UNARY = {"tan": "tan", "asin": "asin", "acos": "acos", "atan": "atan", "tanh": "tanh"}
-_INTRINSIC_UNARY = {"sin": "llvm.sin", "cos": "llvm.cos", "exp": "llvm.exp", "log": "llvm.log",
-                    "sqrt": "llvm.sqrt", "floor": "llvm.floor", "ceil": "llvm.ceil", "round": "llvm.rint",
-                    "abs": "llvm.fabs"}
 _FCMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 
 
@@ -61,21 +61,22 @@ class ModuleBuilder:
             self._decls[name] = fn
         return fn
 
-    def intrinsic(self, name: str, t) -> ll.Function:
-        suffix = {"half": "f16", "float": "f32", "double": "f64"}.get(str(t), str(t))
-        return self.declare(f"{name}.{suffix}", t, [t])
-
-    def libm(self, name: str, t, nargs: int = 1) -> ll.Function:
-        cname = name + ("f" if str(t) == "float" else "")
-        return self.declare(cname, t, [t] * nargs)
+    def math(self, impl, t, nargs: int) -> ll.Function:
+        """The function implementing a math op for float type `t`, as the target's math table
+        says (llvm/target.py): an overloaded intrinsic or a function the target links."""
+        if isinstance(impl, Intrinsic):
+            return self.declare(f"{impl.name}.{_fsuffix(t)}", t, [t] * nargs)
+        return self.declare(impl.name_for(_FLOAT_BITS[str(t)]), t, [t] * nargs)
 
 
 class KernelCodegen:
     """Lowers one offloaded KernelIR into `mb.module` following `meta`'s ctx layout."""
 
-    def __init__(self, mb: ModuleBuilder, kernel: ir.KernelIR, meta: KernelMeta, fast_math: bool = False):
+    def __init__(self, mb: ModuleBuilder, kernel: ir.KernelIR, meta: KernelMeta, fast_math: bool = False, *,
+                 target):
         self.mb, self.k, self.meta = mb, kernel, meta
         self.fast_math = fast_math
+        self.target = target  # an LlvmTarget: its math table and thread slice index (target.py)
         self.param_slot = {i: p.slot for i, p in enumerate(meta.params)}
         # debug=True: the id of each checked access (meta.debug_checks is the table)
         self.check_id = {s: i for i, s in enumerate(checked_accesses(kernel))} if meta.debug_checks else {}
@@ -83,22 +84,37 @@ class KernelCodegen:
 
     # ---- kernel and tasks -----------------------------------------------------------------
     def emit_kernel(self, dispatch) -> ll.Function:
-        """`dispatch(builder, ctx, task, chunk_fn, begin, end)` emits the range launch of a task."""
+        """`dispatch(builder, ctx, task, chunk_fn, begin, end)` emits the range launch of a task.
+        Each task gets its own entry `void @<task entry>(ptr ctx)` (its record's `entry`: the
+        asynchronous path launches tasks one by one), and the kernel entry `void @<entry>(ptr
+        ctx)` calls them in order (the fast path: one foreign call runs the whole kernel)."""
+        task_entries = [self.emit_task_entry(task, record.entry, dispatch)
+                        for task, record in zip(self.k.tasks, self.meta.tasks)]
         entry = ll.Function(self.mb.module, ll.FunctionType(VOID, [PTR]), name=self.meta.entry)
         b = start_function(entry)
         ctx = entry.args[0]
         ctx.add_attribute("noalias")
-        for task in self.k.tasks:
-            chunk = self.emit_chunk(task)
-            if task.kind == "serial":
-                b.call(chunk, [ctx])
-                continue
+        for fn in task_entries:
+            b.call(fn, [ctx])
+        b.ret_void()
+        return entry
+
+    def emit_task_entry(self, task: ir.Task, name: str, dispatch) -> ll.Function:
+        """`void @<name>(ptr ctx)`: the whole task, its range computed from the ctx."""
+        fn = ll.Function(self.mb.module, ll.FunctionType(VOID, [PTR]), name=name)
+        b = start_function(fn)
+        ctx = fn.args[0]
+        ctx.add_attribute("noalias")
+        chunk = self.emit_chunk(task)
+        if task.kind == "serial":
+            b.call(chunk, [ctx])
+        else:
             env = _Env(self, b, ctx)
             env.block(task.prologue)
             begin, end = env.v(task.begin), env.v(task.end)
             dispatch(b, ctx, task, chunk, begin, end, self.task_cost(task))
         b.ret_void()
-        return entry
+        return fn
 
     @staticmethod
     def task_cost(task: ir.Task) -> int:
@@ -211,6 +227,7 @@ class _Env(AdStackLowering):
         self.mb = cg.mb
         self.alloca_builder = None
         self.flags = ("fast",) if cg.fast_math else ()
+        self.where = None  # source location of the innermost statement being lowered that has one
 
     def v(self, s):
         return self.vals[s]
@@ -268,8 +285,23 @@ class _Env(AdStackLowering):
         b.position_at_end(exit_bb)
 
     def stmt(self, s: ir.Stmt):
-        method = getattr(self, "s_" + type(s).__name__)
-        r = method(s)
+        """Lowers `s`; what goes wrong is a QdcCompileError at its line (or its nearest located
+        enclosing statement's), naming it."""
+        outer = self.where
+        self.where = s.loc or outer
+        try:
+            method = getattr(self, "s_" + type(s).__name__, None)
+            if method is None:
+                raise Unsupported(f"target '{self.cg.target.arch}' cannot generate code for {type(s).__name__}")
+            r = method(s)
+        except QdcCompileError:
+            raise
+        except Unsupported as e:
+            raise codegen_error(self.cg.k, s, str(e), self.where) from None
+        except Exception as e:  # a code generator bug: still located, the cause chained for a developer
+            raise codegen_error(self.cg.k, s, f"internal compiler error while generating code: "
+                                              f"{type(e).__name__}: {e}", self.where) from e
+        self.where = outer
         if r is not None:
             self.vals[s] = r
 
@@ -316,12 +348,17 @@ class _Env(AdStackLowering):
         return self.float_unary(op, x)
 
     def float_unary(self, op, x):
-        b, t = self.b, x.type
         if op == "rsqrt":
-            return b.fdiv(ll.Constant(t, 1.0), b.call(self.mb.intrinsic("llvm.sqrt", t), [x]), flags=self.flags)
-        if op in _INTRINSIC_UNARY:
-            return b.call(self.mb.intrinsic(_INTRINSIC_UNARY[op], t), [x])
-        return b.call(self.mb.libm(_LIBM_UNARY[op], t), [x])
+            return self.b.fdiv(ll.Constant(x.type, 1.0), self.math("sqrt", x), flags=self.flags)
+        return self.math(op, x)
+
+    def math(self, op: str, *args):
+        """`op` applied to float `args`, as the target's math table implements it."""
+        impl = self.cg.target.math_table.get(op)
+        if impl is None or MATH_ARITY.get(op) != len(args):
+            raise Unsupported(f"'{op}' of {_FLOAT_BITS[str(args[0].type)]}-bit floats is not available on "
+                              f"target '{self.cg.target.arch}'")
+        return self.b.call(self.mb.math(impl, args[0].type, len(args)), list(args))
 
     def s_Binary(self, s):
         b, x, y, t = self.b, self.v(s.a), self.v(s.b), s.a.type
@@ -353,12 +390,9 @@ class _Env(AdStackLowering):
         if op in ("min", "max"):
             fn = self.mb.declare(f"llvm.{op}num.{_fsuffix(x.type)}", x.type, [x.type, x.type])
             return b.call(fn, [x, y])
-        if op == "pow":
-            fn = self.mb.declare(f"llvm.pow.{_fsuffix(x.type)}", x.type, [x.type, x.type])
-            return b.call(fn, [x, y])
-        if op == "atan2":
-            return b.call(self.mb.libm("atan2", x.type, 2), [x, y])
-        raise NotImplementedError(op)
+        if op in ("pow", "atan2"):
+            return self.math(op, x, y)
+        raise Unsupported(f"no LLVM lowering of float operator '{op}'")
 
     def float_divmod(self, x, y):
         """(x // y, x % y) exactly as Python (and numpy) compute them for floats: the remainder
@@ -374,7 +408,7 @@ class _Env(AdStackLowering):
         mod_adj = b.select(adjust, b.fadd(mod, y), mod)
         div = b.select(adjust, b.fsub(div, one), div)
         mod = b.select(b.fcmp_ordered("==", mod, zero), b.call(copysign, [zero, y]), mod_adj)
-        floor = b.call(self.mb.intrinsic("llvm.floor", t), [div])
+        floor = self.math("floor", div)
         quot = b.select(b.fcmp_ordered(">", b.fsub(div, floor), ll.Constant(t, 0.5)), b.fadd(floor, one), floor)
         quot = b.select(b.fcmp_ordered("==", div, zero), b.call(copysign, [zero, b.fdiv(x, y)]), quot)
         quot = b.select(b.fcmp_ordered("==", y, zero), b.fdiv(x, y), quot)
@@ -423,7 +457,7 @@ class _Env(AdStackLowering):
             return b.select(y_zero, zero, out)
         if op == "pow":
             return b.call(self.ipow_fn(ty, signed), [x, y])
-        raise NotImplementedError(op)
+        raise Unsupported(f"no LLVM lowering of integer operator '{op}'")
 
     def ipow_fn(self, ty, signed):
         name = f"qdc_ipow_{'i' if signed else 'u'}{ty.width}"
@@ -652,6 +686,9 @@ class _ChunkEnv(_Env):
 
 def _fsuffix(t) -> str:
     return {"half": "f16", "float": "f32", "double": "f64"}[str(t)]
+
+
+_FLOAT_BITS = {"half": 16, "float": 32, "double": 64}
 
 
 def convert(b: ll.IRBuilder, mb: ModuleBuilder, v, src: T.DataType, dst: T.DataType):

@@ -2,7 +2,14 @@
 
 A kernel library exports one entry point per kernel, `void entry(uint64_t *ctx)`, which runs
 the kernel's tasks in order and spreads range-for tasks over worker threads itself (libgomp),
-so a launch is a single foreign call.
+so a launch is a single foreign call: the fast path (`launch_call`). It also exports one entry
+per task (`void task_entry(uint64_t *ctx)`, the task record's `entry`: the whole task, its
+range computed from the ctx), which `launch_task` calls: the asynchronous protocol of
+runtime/device.py, which GPUs use. The CPU runs such a launch at once; errors are still
+reported at `sync`, as on a GPU. `QDC_CPU_LAUNCH=tasks` (or `CpuDevice(launch="tasks")`)
+drives every launch through that path, with a sync after each launch;
+`QDC_CPU_LAUNCH=tasks-deferred` leaves the sync to the caller (`qd.sync()`, reading a
+field...), as an asynchronous device would.
 
 That call holds the GIL for the kernel's duration (the libraries are loaded as `ctypes.PyDLL`),
 as Quadrants' launches do: other Python threads wait during a long kernel, and in exchange
@@ -21,21 +28,53 @@ import tempfile
 
 import numpy as np
 
-from ...device import Allocation, Device
+from ...device import Allocation, Device, DeviceCapabilities
 from ...contract.errors import CacheError, QdcError
 
 _ALIGN = 64
+LAUNCH_MODES = ("fused", "tasks", "tasks-deferred")
+
+
+class CpuKernel:
+    """A loaded kernel: its fused entry and (resolved on first use) its task entries."""
+    __slots__ = ("fused", "lib", "task_symbols", "_tasks")
+
+    def __init__(self, lib, meta):
+        self.lib = lib
+        self.fused = _function(lib, meta.entry)
+        self.task_symbols = [t.entry for t in meta.tasks]
+        self._tasks = None
+
+    def task(self, index: int):
+        if self._tasks is None:
+            self._tasks = [_function(self.lib, name) for name in self.task_symbols]
+        return self._tasks[index]
+
+
+def _function(lib, symbol: str):
+    # A function object of its own (lib[...] does not cache), so its call settings are ours.
+    # No argtypes: ctypes then passes a byref() argument with the least work per call.
+    fn = lib[symbol]
+    fn.restype = None
+    fn.argtypes = None
+    return fn
 
 
 class CpuDevice(Device):
     arch = "cpu"
 
-    def __init__(self, num_threads: int | None = None):
+    def __init__(self, num_threads: int | None = None, launch: str | None = None):
         self.num_threads = num_threads or os.cpu_count() or 1
         self._libs: dict = {}  # sha256 -> PyDLL, so a library is dlopen'ed once per device
+        launch = launch or os.environ.get("QDC_CPU_LAUNCH", "") or "fused"
+        if launch not in LAUNCH_MODES:
+            raise ValueError(f"QDC_CPU_LAUNCH={launch!r}: expected one of {', '.join(LAUNCH_MODES)}")
+        self.launch_mode = launch
+        self.sync_each_launch = launch == "tasks"
+        self.capabilities = DeviceCapabilities(host_memory=True, synchronous=True, fused_launch=launch == "fused")
 
     def allocate(self, nbytes: int) -> Allocation:
-        raw = np.zeros(max(nbytes, 1) + _ALIGN, dtype=np.uint8)
+        raw = np.zeros(max(nbytes, 1) + _ALIGN, dtype=np.uint8)  # zeroed, as the protocol promises
         start = (-raw.ctypes.data) % _ALIGN
         host = raw[start:start + nbytes]
         return Allocation(host.ctypes.data if nbytes else raw.ctypes.data + start, nbytes, host, raw)
@@ -45,9 +84,11 @@ class CpuDevice(Device):
 
     def copy_to_device(self, alloc, src, offset=0):
         b = np.ascontiguousarray(src).view(np.uint8).reshape(-1)
+        _check_range(alloc, offset, b.size)
         alloc.host[offset:offset + b.size] = b
 
     def copy_to_host(self, alloc, dst, offset=0):
+        _check_range(alloc, offset, dst.nbytes)
         dst.view(np.uint8).reshape(-1)[:] = alloc.host[offset:offset + dst.nbytes]
 
     def load_library(self, lib_bytes: bytes, digest: str) -> ctypes.PyDLL:
@@ -57,22 +98,41 @@ class CpuDevice(Device):
             lib = self._libs[digest] = load_verified_library(lib_bytes, digest)
         return lib
 
-    def load_kernel(self, artifacts: dict, meta):
+    def load_kernel(self, artifacts: dict, meta) -> CpuKernel:
         record = select_library(meta.cpu_libraries, meta.name)
         kind = record["artifact"]
         lib = self.load_library(artifacts[kind], artifacts[kind + "_sha256"])
-        # A function object of its own (lib[...] does not cache), so its call settings are ours.
-        # No argtypes: ctypes then passes a byref() argument with the least work per call.
-        fn = lib[meta.entry]
-        fn.restype = None
-        fn.argtypes = None
-        return fn
+        return CpuKernel(lib, meta)
 
-    def launch(self, loaded, ctx_address: int) -> None:
-        loaded(ctypes.c_void_p(ctx_address))
+    def launch_call(self, loaded: CpuKernel, ctx: ctypes.Array) -> tuple:
+        return loaded.fused, ctypes.byref(ctx)
 
-    def launch_call(self, loaded, ctx: ctypes.Array) -> tuple:
-        return loaded, ctypes.byref(ctx)
+    def launch_task(self, loaded: CpuKernel, task: int, ctx_address: int, slices: int) -> None:
+        # The task entry computes its range and splits it over the worker threads itself (the
+        # native rule that task_slices mirrors), so `slices` is not passed on, and the entry
+        # runs even for 0 slices: correctness never rests on the recorded trip count.
+        loaded.task(task)(ctypes.c_void_p(ctx_address))
+
+    def task_slices(self, launch: dict, iterations: int | None) -> int:
+        """The native dispatch's rule (compiler/targets/cpu/codegen.py, `_dispatch`): a task of
+        v iterations runs on no thread if v <= 0, on one below its `parallel_from` (0: never
+        more), else on min(v, worker threads); unknown v: every worker thread."""
+        if launch["policy"] != "cpu_chunks":
+            raise ValueError(f"the CPU cannot launch a task with launch policy {launch['policy']!r}")
+        if iterations is None:
+            return self.num_threads
+        if iterations <= 0:
+            return 0
+        parallel_from = launch["parallel_from"]
+        if parallel_from == 0 or iterations < parallel_from:
+            return 1
+        return min(iterations, self.num_threads)
+
+
+def _check_range(alloc: Allocation, offset: int, nbytes: int) -> None:
+    if offset < 0 or offset + nbytes > alloc.nbytes:
+        raise ValueError(f"a copy of {nbytes} bytes at offset {offset} does not fit an allocation of "
+                         f"{alloc.nbytes} bytes")
 
 
 # ---- which library of a kernel this CPU can run (cpu_target, API.md §5) ---------------------
