@@ -88,7 +88,7 @@ def run(args, **kw):
 def timed_build(paths, cache, *extra):
     t0 = time.perf_counter()
     r = run([sys.executable, "-m", "qdc.cli.main", "build", *paths, "--cache", cache, *extra])
-    return time.perf_counter() - t0, r.stderr.strip().splitlines()[-1]
+    return time.perf_counter() - t0, r.stdout.strip().splitlines()[-1]  # the summary
 
 
 def child_json(code, *args):
@@ -102,10 +102,12 @@ def bench_build(tmp):
     hits, hits_line = timed_build([kernels], cache)
     n = int(cold_line.split(": ")[2].split(" built")[0])
     cold_j1, _ = timed_build([kernels], os.path.join(tmp, "build-cache-j1"), "-j", "1")
+    native, native_line = timed_build([kernels], os.path.join(tmp, "build-cache-native"), "--cpu-target", "native")
     print("## qdc build kernels/ (wall time of the whole command, interpreter start-up included)")
     print(f"  cold  -j{os.cpu_count()}: {cold:6.2f} s   ({cold_line})")
     print(f"  cold  -j1: {cold_j1:6.2f} s   -> {n / cold_j1:.1f} kernels/s on one process, "
           f"{n / cold:.1f} kernels/s with -j{os.cpu_count()}")
+    print(f"  cold, --cpu-target native (one library instead of one per ISA level): {native:6.2f} s   ({native_line})")
     print(f"  all hits : {hits:6.2f} s   ({hits_line})")
     inside = [float(line.rsplit(" in ", 1)[1].split()[0]) for line in (cold_line, hits_line)]
     print(f"  cold / all-hits ratio: {cold / hits:.1f}x for the whole command, "

@@ -138,6 +138,12 @@ def _broken(edit):
     (lambda d: d["tasks"][0].update(iterations=[]), "serial task"),
     (lambda d: d["tasks"][0].update(adstacks=[0]), "adstack"),
     (lambda d: d["tasks"][0].update(adstacks="x"), "adstacks"),
+    (lambda d: d["tasks"][1].update(bindings=[]), "bindings"),
+    (lambda d: d["tasks"][1].update(bindings=[[0, 0, "args", 0], [0, 0, "temps", 0]]), "binding"),
+    (lambda d: d["tasks"][1].update(bindings=[[0, 1, "field", 0]]), "names no field"),
+    (lambda d: d["tasks"][1].update(bindings=[[0, 1, "ndarray", 0]]), "names no such ndarray"),
+    (lambda d: d["tasks"][1].update(bindings=[[0, 1, "texture", 0]]), "binding"),
+    (lambda d: d["tasks"][1].update(bindings=[[9, 1, "args", 0]]), "binding"),
     (lambda d: d.update(tasks={}), "tasks"),
     (lambda d: d.update(adstack={"stacks": [{"task": 1, "dtype": "f32", "adjoint": True, "max_size": 4,
                                              "iterations": [], "parallel_from": 0}]}), "adstack record 0"),
@@ -158,6 +164,18 @@ def test_good_records_round_trip():
     d["tasks"][1]["adstacks"] = [0]
     meta = A.KernelMeta.from_dict(d)
     assert meta.tasks[1].launch == {"policy": "grid", "block_dim": 128} and meta.tasks[1].adstacks == [0]
+    assert A.KernelMeta.from_dict(meta.to_dict()).to_dict() == meta.to_dict()
+
+
+def test_descriptor_bindings_round_trip():
+    """SPIR-V tasks will name the buffer behind each (set, binding); the schema is checked now."""
+    d = _good_meta()
+    d["params"].append(["a", "ndarray", "f32", 1, True, True])
+    d["tasks"][1]["bindings"] = [[0, 0, "args", 0], [0, 1, "ndarray", 1], [0, 2, "ndarray_grad", 1],
+                                 [0, 3, "temps", 0], [1, 0, "adstack_float", 0]]
+    meta = A.KernelMeta.from_dict(d)
+    assert meta.tasks[1].bindings[1] == [0, 1, "ndarray", 1] and meta.tasks[0].bindings == []
+    assert "bindings" not in meta.tasks[0].to_dict()
     assert A.KernelMeta.from_dict(meta.to_dict()).to_dict() == meta.to_dict()
 
 

@@ -44,7 +44,10 @@ range itself and never runs outside it, so a launch's grid never decides correct
                   "parallel_from": N} (CPU: the range is split over worker threads from N
                   iterations; 0 = always one thread) or {"policy": "grid", "block_dim": B}
                   (GPU: blocks of B threads, B from qd.loop_config or the target's default);
-    "adstacks"    the ids (positions in adstack["stacks"]) of the stacks the task holds.
+    "adstacks"    the ids (positions in adstack["stacks"]) of the stacks the task holds,
+    "bindings"    (only on targets with descriptor bindings: SPIR-V) [set, binding, resource,
+                  index] per buffer the task's entry reads or writes; resource is one of
+                  BINDING_RESOURCES, index the field's or ndarray parameter's position.
 The device turns a record's policy and evaluated trip count into the thread slices a launch
 dispatches (Device.task_slices), which adstack heaps are sized for.
 
@@ -133,24 +136,29 @@ class TaskMeta:
     """One task of a kernel (format v4, see the module docstring): `entry` is its own entry
     point, `iterations` its trip count as a SizeExpr node list ([] = not expressible),
     `launch` the target's launch policy, `adstacks` the ids of the stacks it holds."""
-    __slots__ = ("name", "kind", "serial", "source_kind", "entry", "iterations", "launch", "adstacks")
+    __slots__ = ("name", "kind", "serial", "source_kind", "entry", "iterations", "launch", "adstacks", "bindings")
 
-    def __init__(self, name, kind, serial, source_kind, entry="", iterations=None, launch=None, adstacks=None):
+    def __init__(self, name, kind, serial, source_kind, entry="", iterations=None, launch=None, adstacks=None,
+                 bindings=None):
         self.name, self.kind, self.serial, self.source_kind = name, kind, serial, source_kind
         self.entry = entry
         self.iterations = iterations or []
         self.launch = launch or {"policy": "cpu_chunks", "parallel_from": 0}
         self.adstacks = adstacks or []
+        self.bindings = bindings or []  # descriptor bindings of targets that have them (SPIR-V)
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "kind": self.kind, "serial": self.serial, "source_kind": self.source_kind,
-                "entry": self.entry, "iterations": self.iterations, "launch": self.launch,
-                "adstacks": self.adstacks}
+        d = {"name": self.name, "kind": self.kind, "serial": self.serial, "source_kind": self.source_kind,
+             "entry": self.entry, "iterations": self.iterations, "launch": self.launch,
+             "adstacks": self.adstacks}
+        if self.bindings:  # absent on targets that pass pointers (cpu, cuda, amdgpu)
+            d["bindings"] = self.bindings
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "TaskMeta":
         return cls(d["name"], d["kind"], d["serial"], d["source_kind"], d["entry"], d["iterations"],
-                   d["launch"], d["adstacks"])
+                   d["launch"], d["adstacks"], d.get("bindings"))
 
 
 class KernelMeta:
@@ -337,13 +345,18 @@ LAUNCH_POLICIES = {
     "grid": {"block_dim"},
 }
 _TASK_KEYS = {"name", "kind", "serial", "source_kind", "entry", "iterations", "launch", "adstacks"}
+# What a descriptor binding holds: [set, binding, resource, index]; index is the field's or the
+# ndarray parameter's position for those resources, 0 for the others.
+BINDING_RESOURCES = ("field", "ndarray", "ndarray_grad", "args", "temps", "errors", "adstack_meta",
+                     "adstack_float", "adstack_int")
 
 
 def check_task_record(d: dict, i: int, t) -> None:
     """Task record `i` (see the module docstring): its entry symbol, trip count, launch policy
     and the ids of its adstacks."""
     what = f"task record {i}"
-    _need(isinstance(t, dict) and set(t) == _TASK_KEYS, f"{what}: expected the keys {sorted(_TASK_KEYS)}")
+    _need(isinstance(t, dict) and _TASK_KEYS <= set(t) <= _TASK_KEYS | {"bindings"},
+          f"{what}: expected the keys {sorted(_TASK_KEYS)} (and optionally bindings)")
     _need(isinstance(t["name"], str) and _IDENT.match(t["name"]) and t["kind"] in TASK_KINDS
           and isinstance(t["serial"], bool) and isinstance(t["source_kind"], str) and len(t["source_kind"]) <= 64,
           f"{what} ({t['name']!r:.40})")
@@ -359,6 +372,29 @@ def check_task_record(d: dict, i: int, t) -> None:
     _need(expr is not None or t["kind"] == "range_for", f"{what}: a serial task runs once, its iterations are [1]")
     if expr is not None:
         _check_size_expr_refs(d, expr, f"{what}, iterations")
+    if "bindings" in t:
+        check_bindings(d, t["bindings"], what)
+
+
+def check_bindings(d: dict, bindings, what: str) -> None:
+    """A task's descriptor bindings: distinct (set, binding) slots, each naming a resource the
+    kernel has (a field, an ndarray parameter or its gradient, or a runtime-owned buffer)."""
+    _need(isinstance(bindings, list) and 0 < len(bindings) <= 4096, f"{what}: bindings")
+    params = d["params"]
+    seen = set()
+    for b in bindings:
+        _need(isinstance(b, list) and len(b) == 4 and all(_is_int(v) for v in (b[0], b[1], b[3]))
+              and 0 <= b[0] < 8 and 0 <= b[1] < 1024 and b[2] in BINDING_RESOURCES and (b[0], b[1]) not in seen,
+              f"{what}: binding {b!r:.60}")
+        seen.add((b[0], b[1]))
+        kind, index = b[2], b[3]
+        if kind == "field":
+            _need(0 <= index < len(d["fields"]), f"{what}: binding {b!r:.60} names no field of the kernel")
+        elif kind in ("ndarray", "ndarray_grad"):
+            _need(0 <= index < len(params) and params[index][1] == "ndarray"
+                  and (kind == "ndarray" or params[index][4]), f"{what}: binding {b!r:.60} names no such ndarray")
+        else:
+            _need(index == 0, f"{what}: binding {b!r:.60}")
 
 
 def check_launch_policy(launch, what: str) -> None:
