@@ -116,7 +116,7 @@ def _replay_tasks(k: ir.KernelIR) -> list:
     """Copies of the tasks that set temporaries, writing nothing else."""
     out = []
     for t in k.tasks:
-        if not any(isinstance(s, ir.TempStore) for s in ir.walk(t.body)):
+        if not any(isinstance(s, (ir.TempStore, ir.TempAtomic)) for s in ir.walk(t.body)):
             continue
         copy = ir.clone_stmt(t, {})
         _drop_global_writes(copy.body)

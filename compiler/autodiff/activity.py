@@ -59,7 +59,7 @@ class Activity:
                 if isinstance(s, ir.LocalStore) and s.value in varied and s.var not in var_set:
                     var_set.add(s.var)
                     changed = True
-                elif isinstance(s, ir.TempStore) and s.value in varied and s.slot not in temp_set:
+                elif isinstance(s, (ir.TempStore, ir.TempAtomic)) and s.value in varied and s.slot not in temp_set:
                     temp_set.add(s.slot)
                     changed = True
         return varied, var_set, temp_set
@@ -101,4 +101,6 @@ class Activity:
             return [s.value] if s.var in var_set else []
         if isinstance(s, ir.TempStore):
             return [s.value] if s.slot in temp_set else []
+        if isinstance(s, ir.TempAtomic):  # `s += v` on a kernel-scope local: v gets the local's adjoint
+            return [s.value] if s.op in GRADIENT_ATOMICS and s.slot in temp_set else []
         return gradient_operands(s) if s in useful else []

@@ -13,7 +13,9 @@ Overwriting itself is fine: a store consumes the adjoint of the value it overwro
 (task_adjoint.py), so stores in both branches of an `if`, repeated stores, in-place updates
 and serial dependencies through globals all differentiate exactly.
 - a value crossing tasks (a kernel temporary) is written by one task only, which does not
-  read it back, so the grad kernel can replay it.
+  read it back, so the grad kernel can replay it; a kernel-scope local reduced in parallel
+  loops (`s += v`, atomic on its temporary) may be set once before them and is read only
+  after the last of them.
 Each error points at the offending line.
 """
 from __future__ import annotations
@@ -55,12 +57,13 @@ def check_kernel(k: ir.KernelIR, differentiable) -> None:
 def _check_atomic_results(k):
     uses = ir.users_count(k.body)
     for s in ir.walk(k.body):
-        if isinstance(s, ir.AtomicRMW) and uses.get(s):
+        if isinstance(s, (ir.AtomicRMW, ir.TempAtomic)) and uses.get(s):
             raise error(s.loc, "the old value returned by an atomic operation cannot be used in a kernel that "
                                "needs a gradient (the gradient kernel does not repeat the atomic)")
 
 
 def _check_temporaries(k):
+    last_update = _check_reduced_temporaries(k)
     writers: dict = {}
     for ti, t in enumerate(k.tasks):
         stores = [s for s in ir.walk(t.body) if isinstance(s, ir.TempStore)]
@@ -74,6 +77,27 @@ def _check_temporaries(k):
                 raise error(s.loc, "this variable is assigned in more than one part of the kernel (it is "
                                    "shared between a top-level loop and code outside it); the gradient kernel "
                                    "cannot replay it. Keep it local to one loop, or use a field")
+            if s.slot in last_update and last_update[s.slot][0] <= ti:
+                raise error(s.loc, "this variable is assigned after a parallel loop accumulated into it; the "
+                                   "gradient kernel cannot replay that. Use a new variable")
+
+
+def _check_reduced_temporaries(k) -> dict:
+    """Temporaries updated by `TempAtomic`s are read only after their last updating task (the
+    grad kernel replays the updates and then sees only the final value). Returns slot ->
+    (index of the last updating task, one of its updates)."""
+    last: dict = {}
+    for ti, t in enumerate(k.tasks):
+        for s in ir.walk(t.body):
+            if isinstance(s, ir.TempAtomic):
+                last[s.slot] = (ti, s)
+    for ti, t in enumerate(k.tasks):
+        for s in (s for b in t.blocks() for s in ir.walk(b)):
+            if isinstance(s, ir.TempLoad) and s.slot in last and ti <= last[s.slot][0]:
+                raise error(s.loc, "this variable is read before or while a parallel loop accumulates into it "
+                                   f"(line {last[s.slot][1].loc.line if last[s.slot][1].loc else '?'}); the "
+                                   "gradient kernel would see only its final value. Read it after the loop")
+    return last
 
 
 # ---- global accesses --------------------------------------------------------------------

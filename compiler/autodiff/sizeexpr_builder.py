@@ -502,7 +502,7 @@ class SizeExprBuilder:
         """The values written into `key`; accumulations that cannot raise it are skipped."""
         sources = []
         for s in self._sources_of(key):
-            if isinstance(s, ir.LocalAccumulate) and s.op != "max":
+            if isinstance(s, (ir.LocalAccumulate, ir.TempAtomic)) and s.op != "max":
                 if s.op in ("min", "and"):
                     continue  # cannot raise a non-negative value
                 raise _Unsupported(s, f"an accumulated `{s.op}` has no bound known before the launch")
@@ -516,7 +516,7 @@ class SizeExprBuilder:
             for s in ir.walk(self.kernel.body):
                 if isinstance(s, (ir.LocalStore, ir.LocalAccumulate)):
                     index.setdefault(("local", s.var), []).append(s)
-                elif isinstance(s, ir.TempStore):
+                elif isinstance(s, (ir.TempStore, ir.TempAtomic)):
                     index.setdefault(("temp", s.slot), []).append(s)
                 elif isinstance(s, AdStackPush):
                     index.setdefault(("stack", s.stack), []).append(s)

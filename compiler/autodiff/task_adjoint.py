@@ -35,7 +35,7 @@ from .positions import Positions
 
 _RECOMPUTABLE = (ir.Const, ir.ArgLoad, ir.NdarrayShape, ir.TempLoad, ir.GlobalPtr, ir.Unary, ir.Binary,
                  ir.Cast, ir.Select)
-_DROPPED_IN_FORWARD = (ir.GlobalStore, ir.AtomicRMW, ir.TempStore)
+_DROPPED_IN_FORWARD = (ir.GlobalStore, ir.AtomicRMW, ir.TempStore, ir.TempAtomic)
 
 
 class NeedStack(Exception):
@@ -181,6 +181,8 @@ class TaskAdjoint:
             slot = self.k.adjoint_temps.get(s.slot)
             if slot is not None and self.is_active(s.value):
                 self.acc(s.value, self.emit(ir.TempLoad(slot, s.value.type)))
+        elif isinstance(s, ir.TempAtomic):
+            self.reverse_temp_atomic(s)
         elif s in self.adj:
             self.reverse_value(s, self.emit(ir.LocalLoad(self.adj[s])))
 
@@ -251,6 +253,18 @@ class TaskAdjoint:
                 final._ad_clobbered_by = s._ad_clobbered_by
             g = self.select(self.op("eq", self.primal(s.value), final), g, self.const(0.0, s.value.type))
         self.acc(s.value, g)
+
+    def reverse_temp_atomic(self, s: ir.TempAtomic) -> None:
+        """`s += v` on a kernel-scope local: v takes the local's adjoint, which stays (the old
+        value passes through); `-=` its negation. Integer updates carry no gradient."""
+        slot = self.k.adjoint_temps.get(s.slot)
+        if slot is None or not self.is_active(s.value):
+            return
+        if s.op not in ("add", "sub"):
+            raise error(s.loc, f"atomic {s.op} on a float variable shared by the iterations of a parallel "
+                               f"loop has no exact gradient; reduce into a field with qd.atomic_{s.op} instead")
+        g = self.emit(ir.TempLoad(slot, s.value.type))
+        self.acc(s.value, self.op("neg", g) if s.op == "sub" else g)
 
     def reverse_store(self, s: ir.GlobalStore) -> None:
         if not s.ptr.type.is_float:

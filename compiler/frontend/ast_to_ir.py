@@ -16,6 +16,7 @@ import builtins
 import contextlib
 import operator
 import types
+import warnings
 
 import numpy as np
 
@@ -547,6 +548,9 @@ class FrontEnd(LoopLowering, CallLowering):
         if isinstance(current, ir.Alloca):
             if not is_value:
                 self.error(f"cannot assign a {type(value).__name__} to the run-time variable '{name}'", target)
+            if value_node is not None and self.shared_by_iterations(current) \
+                    and any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(value_node)):
+                self.warn_racy_update(target)
             self.emit(ir.LocalStore(current, self.convert(self.scalar(value, target), current.type, value_node)))
         elif is_value:
             with self.at(value_node):
@@ -589,9 +593,36 @@ class FrontEnd(LoopLowering, CallLowering):
                 return self.aug_assign_global(op, base, target, node.value)
         if not isinstance(target, (ast.Name, ast.Subscript)):
             self.error(f"cannot assign to {_describe_target(target)} in kernels", target)
+        if isinstance(target, ast.Name):
+            var = self.lookup(target.id, target)
+            atomic = _AUG_ATOMIC.get(op)
+            if atomic is not None and self.shared_by_iterations(var) \
+                    and (var.type.is_integral or atomic in ("add", "sub")):
+                value = self.scalar(self.visit(node.value), node.value)
+                self.emit(ir.LocalAtomic(atomic, var, self.convert(value, var.type, node.value)))
+                return
+            if self.shared_by_iterations(var):
+                self.warn_racy_update(target)
         current = self.scalar(self.visit(target), target)
         value = self.scalar(self.visit(node.value), node.value)
         self.assign(target, self.values.binary(op, current, value))
+
+    def shared_by_iterations(self, var) -> bool:
+        """`var` is a local declared outside the top-level parallel loop being lowered: all its
+        iterations update the same variable (a kernel temporary once offloaded), so `+=` on it
+        must be atomic, as it is on a global."""
+        if not isinstance(var, ir.Alloca) or len(self.blocks) < 2:
+            return False
+        loop = self.blocks[1].parent
+        return isinstance(loop, ir.RangeFor) and not loop.serial and var.block is self.blocks[0]
+
+    def warn_racy_update(self, target: ast.Name) -> None:
+        """`s = s + v` (or `s *= v`) on a kernel-scope local in a parallel loop: iterations race
+        (as in Quadrants, only `+=`, `-=` and integer `&= |= ^=` are atomic)."""
+        loc = self.frame.src.loc(target)
+        warnings.warn_explicit(f"'{target.id}' is updated from its own value by every iteration of a parallel "
+                               f"loop without an atomic: the iterations race. Write `{target.id} += ...` (atomic) "
+                               f"or reduce into a field", UserWarning, loc.filename, loc.line)
 
     def aug_assign_global(self, op: str, base, target: ast.Subscript, value_node):
         ptr = self.global_ptr(base, target)

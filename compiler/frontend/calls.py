@@ -226,6 +226,10 @@ class CallLowering:
                 return self.emit(ir.AtomicRMW(op, ptr, self.values.cast(value, ptr.type)))
         if isinstance(target_node, ast.Name):
             var = self.lookup(target_node.id, target_node)
+            if self.shared_by_iterations(var):  # every iteration of the parallel loop updates it
+                if op in ("and", "or", "xor") and var.type.is_float:
+                    self.error(f"atomic {op} needs an integer target, got {var.type}", target_node)
+                return self.emit(ir.LocalAtomic(op, var, self.values.cast(value, var.type)))
             if isinstance(var, ir.Alloca):  # a local: no other thread can see it
                 old = self.emit(ir.LocalLoad(var))
                 new = self.values.binary(_LOCAL_ATOMIC_OP[op], old, value)

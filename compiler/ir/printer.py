@@ -119,6 +119,10 @@ class Printer:
             op = f"atomic_{s.op}"
         elif isinstance(s, ir.LocalAccumulate):
             op = f"accumulate_{s.op}"
+        elif isinstance(s, ir.LocalAtomic):
+            op = f"local_atomic_{s.op}"
+        elif isinstance(s, ir.TempAtomic):
+            op = f"temp_atomic_{s.op}"
         if isinstance(s, ir.Const):
             args.append(_const_text(s))
         elif isinstance(s, ir.ArgLoad):
@@ -129,7 +133,7 @@ class Printer:
             args.append(repr(s.var_name) if s.var_name else "")
         elif isinstance(s, ir.GlobalPtr):
             args.append(f"{self.target_name(s.target)}[{', '.join(self.name(i) for i in s.indices)}]")
-        elif isinstance(s, (ir.TempLoad, ir.TempStore)):
+        elif isinstance(s, (ir.TempLoad, ir.TempStore, ir.TempAtomic)):
             args.append(f"t{s.slot}")
             args += [self.name(o) for o in s.operands()]
         else:

@@ -209,6 +209,20 @@ class LocalAccumulate(Stmt):
         self.op, self.var, self.value = op, var, value
 
 
+class LocalAtomic(Stmt):
+    """`var = op(var, value)` as one indivisible update; the result is the old value. The front
+    end emits it for `s += v` (and `qd.atomic_*(s, v)`) on a kernel-scope local `s` inside a
+    top-level parallel loop: every iteration updates the same variable, which offloading turns
+    into a kernel temporary and this into a `TempAtomic`. Before that, single-thread semantics."""
+    OPERANDS = ("var", "value")
+    ATTRS = ("op",)
+
+    def __init__(self, op: str, var: Alloca, value: Stmt, loc=None):
+        assert op in ATOMIC_OPS, op
+        super().__init__(var.type, loc)
+        self.op, self.var, self.value = op, var, value
+
+
 # ---- globals ----------------------------------------------------------------------------
 
 class FieldRef:
@@ -290,6 +304,18 @@ class TempStore(Stmt):
     def __init__(self, slot: int, value: Stmt, loc=None):
         super().__init__(None, loc)
         self.slot, self.value = slot, value
+
+
+class TempAtomic(Stmt):
+    """Atomically `t[slot] = op(t[slot], value)`; the result is the old value (a `LocalAtomic`
+    on a local that offloading made a kernel temporary)."""
+    OPERANDS = ("value",)
+    ATTRS = ("op", "slot")
+
+    def __init__(self, op: str, slot: int, value: Stmt, loc=None):
+        assert op in ATOMIC_OPS, op
+        super().__init__(value.type, loc)
+        self.op, self.slot, self.value = op, slot, value
 
 
 # ---- control flow -----------------------------------------------------------------------

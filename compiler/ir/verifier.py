@@ -262,6 +262,21 @@ class _TypeRules:
         if s.op in _INT_ONLY_ATOMIC:
             self.expect(s, s.var.type.is_integral, f"accumulation {s.op} needs an integer")
 
+    def t_LocalAtomic(self, s):
+        self.local_var(s, s.var)
+        self.atomic_types(s, s.var.type, "local")
+
+    def atomic_types(self, s, target_type, what: str):
+        self.expect(s, s.op in ir.ATOMIC_OPS, f"unknown atomic '{s.op}'")
+        self.expect(s, s.value.type is target_type and s.type is target_type,
+                    f"atomic_{s.op} of {s.value.type} on a {target_type} {what}")
+        if s.op in _INT_ONLY_ATOMIC:
+            self.expect(s, target_type.is_integral, f"atomic_{s.op} needs an integer {what}")
+
+    def t_TempAtomic(self, s):
+        self.temp_slot(s, s.type)
+        self.atomic_types(s, s.type, "temporary")
+
     def t_TempLoad(self, s):
         self.temp_slot(s, s.type)
 

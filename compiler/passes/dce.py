@@ -18,6 +18,10 @@ def eliminate_dead_code(k: ir.KernelIR) -> bool:
                 read_vars.add(s.var)
             elif isinstance(s, ir.TempLoad):
                 read_temps.add(s.slot)
+            elif isinstance(s, ir.LocalAtomic) and uses.get(s):  # its old value is a read
+                read_vars.add(s.var)
+            elif isinstance(s, ir.TempAtomic) and uses.get(s):
+                read_temps.add(s.slot)
         changed = sweep(k.body, lambda s: _is_dead(s, uses, read_vars, read_temps))
         changed_any |= changed
         if not changed:
@@ -29,8 +33,12 @@ def _is_dead(s: ir.Stmt, uses: dict, read_vars: set, read_temps: set) -> bool:
         return True
     if isinstance(s, (ir.LocalStore, ir.LocalAccumulate)):
         return s.var not in read_vars
+    if isinstance(s, ir.LocalAtomic):
+        return s.var not in read_vars and not uses.get(s)
     if isinstance(s, ir.TempStore):
         return s.slot not in read_temps
+    if isinstance(s, ir.TempAtomic):
+        return s.slot not in read_temps and not uses.get(s)
     if isinstance(s, ir.If):
         return not s.then_block.stmts and not s.else_block.stmts
     if isinstance(s, ir.RangeFor):  # its bounds are pure values: the loop has no effect

@@ -5,8 +5,16 @@ run of other top-level statements becomes a serial task. Values that cross from 
 later one travel through kernel temporaries (`TempStore`/`TempLoad`), except cheap expressions
 of launch-time data (constants, arguments, shapes, and loads right before the loop), which are
 recomputed in the consuming task so range bounds stay expressible in launch metadata.
+
+A `LocalAtomic` (the front end's `s += v` on a kernel-scope local inside a parallel loop)
+becomes a `TempAtomic` on the local's temporary, so that the iterations' updates do not race;
+one on a local that stays private to a task is a plain read-modify-write.
 """
 from __future__ import annotations
+
+import linecache
+
+from qdc.runtime.contract.errors import QdcCompileError
 
 from .. import ir
 from .dce import eliminate_dead_code
@@ -14,8 +22,13 @@ from .dce import eliminate_dead_code
 _RECOMPUTABLE = (ir.Const, ir.ArgLoad, ir.NdarrayShape, ir.Unary, ir.Binary, ir.Cast, ir.Select, ir.GlobalPtr)
 
 
+_BINARY_OF_ATOMIC = {"add": "add", "sub": "sub", "min": "min", "max": "max",
+                     "and": "bit_and", "or": "bit_or", "xor": "bit_xor"}
+
+
 def offload(k: ir.KernelIR) -> bool:
     _promote_shared_allocas(k)
+    _lower_private_local_atomics(k)
     groups = _group_top_level(k.body.stmts)
     owner = _owners(groups)
     temp_of: dict = {}  # value -> the temporary it was passed through
@@ -84,7 +97,7 @@ def _promote_shared_allocas(k: ir.KernelIR) -> None:
     owner = _owners(_group_top_level(k.body.stmts))
     users: dict = {}
     for s in ir.walk(k.body):
-        if isinstance(s, (ir.LocalLoad, ir.LocalStore)) and s.var.block is k.body:
+        if isinstance(s, (ir.LocalLoad, ir.LocalStore, ir.LocalAtomic)) and s.var.block is k.body:
             users.setdefault(s.var, set()).add(owner[s])
     slots = {}
     for var, gs in users.items():
@@ -101,6 +114,8 @@ def _promote_shared_allocas(k: ir.KernelIR) -> None:
                 new = ir.TempLoad(slots[s.var], s.type, s.loc)
             elif isinstance(s, ir.LocalStore) and s.var in slots:
                 new = ir.TempStore(slots[s.var], s.value, s.loc)
+            elif isinstance(s, ir.LocalAtomic) and s.var in slots:
+                new = ir.TempAtomic(s.op, slots[s.var], s.value, s.loc)
             else:
                 continue
             new.block = block
@@ -109,6 +124,35 @@ def _promote_shared_allocas(k: ir.KernelIR) -> None:
     for s in ir.walk(k.body):
         s.replace_operands(mapping)
     k.body.stmts = [s for s in k.body.stmts if s not in slots]
+
+
+def _lower_private_local_atomics(k: ir.KernelIR) -> None:
+    """A `LocalAtomic` whose local was not promoted is seen by one thread only (the local is
+    declared in the same task): `var = op(var, value)`, returning the old value. One on a
+    kernel-scope local inside a parallel loop must have become a `TempAtomic`: lowering it
+    here would race, so it is an error (a compiler bug, reported at the user's line)."""
+    for loop in (s for s in k.body.stmts if isinstance(s, ir.RangeFor) and not s.serial):
+        for s in ir.walk_nested(loop):
+            if isinstance(s, ir.LocalAtomic) and s.var.block is k.body:
+                raise _located(s.loc, f"internal error: the update of '{s.var.var_name}' in this parallel "
+                                      f"loop could not be made atomic")
+    for block in [k.body] + [b for s in ir.walk(k.body) for b in s.blocks()]:
+        for s in [s for s in block.stmts if isinstance(s, ir.LocalAtomic)]:
+            old = ir.LocalLoad(s.var, s.loc)
+            new = ir.Binary(_BINARY_OF_ATOMIC[s.op], old, s.value, s.type, s.loc)
+            store = ir.LocalStore(s.var, new, s.loc)
+            at = block.stmts.index(s)
+            block.stmts[at:at + 1] = [old, new, store]
+            for n in (old, new, store):
+                n.block = block
+            s.block = None
+            ir.replace_uses(k.body, {s: old})
+
+
+def _located(loc: ir.SourceLoc | None, message: str) -> QdcCompileError:
+    if loc is None:
+        return QdcCompileError(message)
+    return QdcCompileError(message, loc.filename, loc.line, loc.col, linecache.getline(loc.filename, loc.line) or None)
 
 
 class _Importer:

@@ -13,6 +13,9 @@ a single atomic at the end:
 `LocalAccumulate` tells the backend the updates may be reordered, so a float sum vectorises.
 The transform is refused for an address whose buffer the task also reads or writes in any
 other way (a read would observe the partial sum), or that mixes kinds of update (add and max).
+
+`s += v` on a kernel-scope local `s` (a `TempAtomic` on its temporary) is the same shape and
+gets the same treatment, the temporary playing the part of the buffer.
 """
 from __future__ import annotations
 
@@ -42,7 +45,7 @@ def _reduce_task(t: ir.Task) -> bool:
     accesses = [s for b in (t.chunk_init, t.body, t.chunk_final) for s in ir.walk(b)
                 if isinstance(s, (ir.GlobalLoad, ir.GlobalStore, ir.AtomicRMW))]
     uses = ir.users_count(t.body)
-    written_temps = {s.slot for s in ir.walk(t.body) if isinstance(s, ir.TempStore)}
+    written_temps = {s.slot for s in ir.walk(t.body) if isinstance(s, (ir.TempStore, ir.TempAtomic))}
     groups: dict = {}  # address key -> candidate atomics
     blocked: set = set()  # buffers touched in a way a local accumulator would change
     for s in accesses:
@@ -57,7 +60,35 @@ def _reduce_task(t: ir.Task) -> bool:
             continue
         _accumulate_locally(t, atomics)
         changed = True
+    return _reduce_temporaries(t, uses) or changed
+
+
+def _reduce_temporaries(t: ir.Task, uses: dict) -> bool:
+    """The per-chunk accumulator for `TempAtomic`s: a temporary the task touches only through
+    atomics of one kind whose old values are unused."""
+    by_slot: dict = {}
+    blocked: set = set()
+    for s in (s for b in (t.chunk_init, t.body, t.chunk_final) for s in ir.walk(b)):
+        if isinstance(s, ir.TempAtomic) and _is_temp_candidate(s, uses):
+            by_slot.setdefault(s.slot, []).append(s)
+        elif isinstance(s, (ir.TempLoad, ir.TempStore, ir.TempAtomic)):
+            blocked.add(s.slot)
+    changed = False
+    for slot, atomics in by_slot.items():
+        if slot in blocked or len({_COMBINE[a.op] for a in atomics}) != 1:
+            continue
+        acc = _chunk_accumulator(t, atomics[0], f"t{slot}_partial")
+        for a in atomics:
+            _replace_with_accumulate(a, _COMBINE[a.op], acc)
+        total = t.chunk_final.append(ir.LocalLoad(acc, atomics[0].loc))
+        t.chunk_final.append(ir.TempAtomic(_COMBINE[atomics[0].op], slot, total, atomics[0].loc))
+        changed = True
     return changed
+
+
+def _is_temp_candidate(s: ir.TempAtomic, uses) -> bool:
+    return (not uses.get(s) and s.op in _COMBINE and s.type not in (T.u1, T.f16)
+            and s.block is not None)
 
 
 def _is_candidate(s, uses, written_temps) -> bool:
@@ -95,14 +126,21 @@ def _accumulate_locally(t: ir.Task, atomics: list[ir.AtomicRMW]) -> None:
     first = atomics[0]
     combine, dtype = _COMBINE[first.op], first.type
     ptr = hoist(first.ptr, t.chunk_init, {})
-    acc = t.chunk_init.append(ir.Alloca(dtype, f"{first.ptr.target.name}_partial", first.loc))
-    identity = _identity(combine, dtype)
-    if identity != 0:  # an Alloca starts at zero
-        t.chunk_init.append(ir.LocalStore(acc, t.chunk_init.append(ir.Const(identity, dtype, first.loc)), first.loc))
+    acc = _chunk_accumulator(t, first, f"{first.ptr.target.name}_partial")
     for a in atomics:
         _replace_with_accumulate(a, combine, acc)
     total = t.chunk_final.append(ir.LocalLoad(acc, first.loc))
     t.chunk_final.append(ir.AtomicRMW(combine, ptr, total, first.loc))
+
+
+def _chunk_accumulator(t: ir.Task, first, name: str) -> ir.Alloca:
+    """A local of `first`'s type in `t.chunk_init`, holding the identity of its combination."""
+    combine, dtype = _COMBINE[first.op], first.type
+    acc = t.chunk_init.append(ir.Alloca(dtype, name, first.loc))
+    identity = _identity(combine, dtype)
+    if identity != 0:  # an Alloca starts at zero
+        t.chunk_init.append(ir.LocalStore(acc, t.chunk_init.append(ir.Const(identity, dtype, first.loc)), first.loc))
+    return acc
 
 
 def hoist(v: ir.Stmt, dest: ir.Block, mapping: dict) -> ir.Stmt:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from .. import ir
 
-_WRITES = (ir.LocalStore, ir.LocalAccumulate)
+_WRITES = (ir.LocalStore, ir.LocalAccumulate, ir.LocalAtomic)
 
 
 def forward_stores(k: ir.KernelIR) -> bool:
@@ -49,7 +49,7 @@ class _Forwarder:
                 known[s.var] = s
             elif isinstance(s, ir.LocalStore):
                 known[s.var] = s.value
-            elif isinstance(s, ir.LocalAccumulate):
+            elif isinstance(s, (ir.LocalAccumulate, ir.LocalAtomic)):
                 known.pop(s.var, None)
             elif isinstance(s, ir.Task):
                 for child in s.blocks():
@@ -101,7 +101,7 @@ def _dead_stores_in(b: ir.Block) -> bool:
         if any(isinstance(d, (ir.Break, ir.Continue)) for d in nested):
             pending.clear()
         for d in [s, *nested]:
-            if isinstance(d, (ir.LocalLoad, ir.LocalAccumulate)):
+            if isinstance(d, (ir.LocalLoad, ir.LocalAccumulate, ir.LocalAtomic)):
                 pending.pop(d.var, None)
     if dead:
         b.stmts = [s for s in b.stmts if s not in dead]

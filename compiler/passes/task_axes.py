@@ -31,7 +31,7 @@ def split_task_index(k: ir.KernelIR) -> bool:
 
 
 def _split(t: ir.Task) -> bool:
-    written_temps = {s.slot for s in ir.walk(t.body) if isinstance(s, ir.TempStore)}
+    written_temps = {s.slot for s in ir.walk(t.body) if isinstance(s, (ir.TempStore, ir.TempAtomic))}
     levels = []  # innermost first: (extent, remainder stmt or None, quotient stmt or None)
     value = t.index
     while value is not None and len(levels) < t.ndim - 1:

@@ -609,16 +609,24 @@ class _Env(AdStackLowering):
         self.b.store(v, self.v(s.ptr), align=s.value.type.nbytes)
 
     def s_AtomicRMW(self, s):
-        b, t = self.b, s.type
-        v = self.v(s.value)
+        return self.atomic_rmw(s.op, self.v(s.ptr), s.value, s.type)
+
+    def s_TempAtomic(self, s):
+        """A kernel-scope local updated by every iteration of a parallel task: the same
+        `atomicrmw` as on a global, at the temporary's address."""
+        return self.atomic_rmw(s.op, self.temp_ptr(s.slot), s.value, s.type)
+
+    def atomic_rmw(self, op: str, ptr, value: ir.Stmt, t: T.DataType):
+        b = self.b
+        v = self.v(value)
         if t is T.u1:
             v = b.zext(v, I8)
         if t.is_float:
-            op = {"add": "fadd", "sub": "fsub", "min": "fmin", "max": "fmax"}[s.op]
+            op = {"add": "fadd", "sub": "fsub", "min": "fmin", "max": "fmax"}[op]
         else:
             op = {"add": "add", "sub": "sub", "and": "and", "or": "or", "xor": "xor",
-                  "min": "min" if t.kind == "int" else "umin", "max": "max" if t.kind == "int" else "umax"}[s.op]
-        old = b.atomic_rmw(op, self.v(s.ptr), v, "monotonic")
+                  "min": "min" if t.kind == "int" else "umin", "max": "max" if t.kind == "int" else "umax"}[op]
+        old = b.atomic_rmw(op, ptr, v, "monotonic")
         return b.icmp_unsigned("!=", old, ll.Constant(I8, 0)) if t is T.u1 else old
 
     # ---- control flow ---------------------------------------------------------------------------
