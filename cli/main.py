@@ -2,7 +2,7 @@
 
 Exit codes: 0 success, 1 a build or verify failure, 2 a usage error. Options come from flags,
 then `qdc.yaml` / `[tool.qdc]` in pyproject.toml (nearest to the working folder), then
-defaults. Only `build` and `inspect --llvm` import the compiler.
+defaults. Only `build`, `inspect --llvm` and `inspect --spirv` import the compiler.
 """
 from __future__ import annotations
 
@@ -64,6 +64,16 @@ def _cpu_target(value):
     return value
 
 
+def _cuda_arch(value):
+    """--cuda-arch, checked here so that a bad value is a usage error."""
+    from qdc.compiler.targets.cuda.arch import check_cuda_arch
+    try:
+        check_cuda_arch(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+    return value
+
+
 @cli.command()
 @click.argument("paths", nargs=-1, required=True)
 @click.option("--arch", help="Comma-separated arches (cpu,cuda,vulkan,metal,amdgpu) or 'all'. Default: cpu.")
@@ -82,6 +92,8 @@ def _cpu_target(value):
 @click.option("--cpu-target", callback=lambda ctx, param, value: _cpu_target(value),
               help="CPU code: portable (default: x86-64-v2/v3/v4, the best picked at load), native (this machine) "
                    "or an ISA level / LLVM CPU name.")
+@click.option("--cuda-arch", callback=lambda ctx, param, value: _cuda_arch(value),
+              help="GPU generation of CUDA code, sm_XY (default sm_70: the driver compiles it for newer GPUs).")
 def build(paths, arch, cache_dir, jobs, force, verbose, **flags):
     """Compile every kernel in PATHS (.py files or folders) into the cache."""
     from qdc.compiler.driver import build as build_mod
@@ -208,6 +220,8 @@ def inspect(target, arch, cache_dir, view):
 
 
 def _artifact_text(entry, view: str, arch: str) -> str:
+    if view == "spirv":
+        return _spirv_text(entry, arch)
     kind = VIEWS[view]
     data = entry.artifacts.get(kind)
     if data is None:
@@ -215,17 +229,23 @@ def _artifact_text(entry, view: str, arch: str) -> str:
     if view == "llvm":
         import llvmlite.binding as llvm
         return str(llvm.parse_bitcode(data))
-    if view == "spirv":
-        import subprocess
-        import tempfile
-        with tempfile.NamedTemporaryFile(suffix=".spv") as f:
-            f.write(data)
-            f.flush()
-            try:
-                return subprocess.run(["spirv-dis", f.name], check=True, capture_output=True, text=True).stdout
-            except FileNotFoundError:
-                _fail("spirv-dis not found: install SPIRV-Tools to disassemble SPIR-V")
     return data.decode()
+
+
+def _spirv_text(entry, arch: str) -> str:
+    """spirv-dis of every task's module (`spirv_t<i>`), each under a comment naming its task."""
+    modules = sorted((int(k[len("spirv_t"):]), k) for k in entry.record["artifacts"] if k.startswith("spirv_t"))
+    if not modules:
+        _fail(f"no spirv artifact for arch '{arch}' (stored: {', '.join(sorted(entry.record['artifacts']))})")
+    from qdc.compiler.targets.spirv import tools
+    parts = []
+    for i, kind in modules:
+        try:
+            text = tools.disassemble(entry.artifacts[kind])
+        except RuntimeError as e:
+            _fail(str(e))
+        parts.append(f"; task {i} ({entry.meta.tasks[i].name})\n{text}")
+    return "\n".join(parts)
 
 
 def _describe_entry(entry) -> str:

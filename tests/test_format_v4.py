@@ -129,7 +129,7 @@ def _broken(edit):
     (lambda d: d["tasks"][0].update(entry="no spaces"), "entry symbol"),
     (lambda d: d["tasks"][0].update(kind="other"), "task record 0"),
     (lambda d: d["tasks"][1].update(launch={"policy": "warp"}), "launch policy"),
-    (lambda d: d["tasks"][1].update(launch={"policy": "grid", "block_dim": 0}), "block_dim"),
+    (lambda d: d["tasks"][1].update(launch={"policy": "grid", "block_dim": -1}), "block_dim"),  # 0: device default
     (lambda d: d["tasks"][1].update(launch={"policy": "grid", "block_dim": 64, "x": 1}), "launch policy"),
     (lambda d: d["tasks"][0].update(launch={"policy": "cpu_chunks", "parallel_from": -1}), "parallel_from"),
     (lambda d: d["tasks"][0].update(launch=[]), "launch policy"),

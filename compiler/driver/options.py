@@ -28,6 +28,9 @@ class Options:
     cpu_max_num_threads: int | None = None
     # None: the mode's default, DIRECT_CPU_TARGET in direct mode, BUILD_CPU_TARGET in `qdc build`.
     cpu_target: str | None = None
+    # The PTX target of arch "cuda" (None: DEFAULT_CUDA_ARCH, sm_70); it enters the cache key
+    # through the CUDA target's cache_description.
+    cuda_arch: str | None = None
 
     # Options that change generated code: part of every cache key.
     CODE_AFFECTING = ("opt_level", "fast_math", "default_fp", "default_ip", "debug",
@@ -58,9 +61,15 @@ class Options:
             raise ValueError("ad_stack_size must be >= 0 and default_ad_stack_size > 0")
         from ..targets.cpu.isa_levels import check_cpu_target  # pure data: no llvmlite
         check_cpu_target(self.cpu_target)
+        from ..targets.cuda.arch import check_cuda_arch  # pure data too
+        check_cuda_arch(self.cuda_arch)
 
     def effective_cpu_target(self) -> str:
         return self.cpu_target or DIRECT_CPU_TARGET
+
+    def effective_cuda_arch(self) -> str:
+        from ..targets.cuda.arch import DEFAULT_CUDA_ARCH
+        return self.cuda_arch or DEFAULT_CUDA_ARCH
 
     def key(self) -> dict:
         out = {n: (getattr(self, n).name if isinstance(getattr(self, n), T.DataType) else getattr(self, n))

@@ -13,7 +13,8 @@ from qdc.runtime.contract.arches import ARCHES
 from .base import Capabilities, Target  # noqa: F401
 
 # arch -> module defining `TARGET`, imported on first use (a target may pull in heavy toolchains).
-TARGETS = {"cpu": "qdc.compiler.targets.cpu.target"}
+TARGETS = {"cpu": "qdc.compiler.targets.cpu.target", "cuda": "qdc.compiler.targets.cuda.target",
+           "vulkan": "qdc.compiler.targets.vulkan.target"}
 assert set(TARGETS) <= set(ARCHES)
 
 

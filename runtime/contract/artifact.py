@@ -43,7 +43,7 @@ range itself and never runs outside it, so a launch's grid never decides correct
     "launch"      the launch policy, written by the target: {"policy": "cpu_chunks",
                   "parallel_from": N} (CPU: the range is split over worker threads from N
                   iterations; 0 = always one thread) or {"policy": "grid", "block_dim": B}
-                  (GPU: blocks of B threads, B from qd.loop_config or the target's default);
+                  (GPU: blocks of B threads, B from qd.loop_config; 0 = the device's default);
     "adstacks"    the ids (positions in adstack["stacks"]) of the stacks the task holds,
     "bindings"    (only on targets with descriptor bindings: SPIR-V) [set, binding, resource,
                   index] per buffer the task's entry reads or writes; resource is one of
@@ -341,7 +341,8 @@ TASK_KINDS = ("serial", "range_for")
 LAUNCH_POLICIES = {
     # CPU: chunks of the range over worker threads from `parallel_from` iterations (0: never)
     "cpu_chunks": {"parallel_from"},
-    # GPU: one dispatch of ceil(iterations / block_dim) blocks of block_dim threads
+    # GPU: one dispatch of ceil(iterations / block_dim) blocks of block_dim threads (block_dim 0:
+    # the device's default)
     "grid": {"block_dim"},
 }
 _TASK_KEYS = {"name", "kind", "serial", "source_kind", "entry", "iterations", "launch", "adstacks"}
@@ -404,7 +405,8 @@ def check_launch_policy(launch, what: str) -> None:
         _need(_is_int(launch["parallel_from"]) and 0 <= launch["parallel_from"] <= 1 << 62,
               f"{what}: launch policy parallel_from")
     else:
-        _need(_is_int(launch["block_dim"]) and 1 <= launch["block_dim"] <= 1 << 16, f"{what}: launch policy block_dim")
+        # 0: the device's default block size (no qd.loop_config(block_dim=...) on the loop)
+        _need(_is_int(launch["block_dim"]) and 0 <= launch["block_dim"] <= 1 << 16, f"{what}: launch policy block_dim")
 
 
 def _check_task_stacks(d: dict) -> None:

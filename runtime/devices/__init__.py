@@ -8,7 +8,8 @@ import importlib
 from ..contract.arches import ARCHES
 
 # arch -> (module, class) of its device.
-DEVICES = {"cpu": ("qdc.runtime.devices.cpu.device", "CpuDevice")}
+DEVICES = {"cpu": ("qdc.runtime.devices.cpu.device", "CpuDevice"),
+           "vulkan": ("qdc.runtime.devices.vulkan.device", "VulkanDevice")}
 assert set(DEVICES) <= set(ARCHES)
 
 

@@ -258,10 +258,11 @@ class _Env(AdStackLowering):
             self.vals[index] = i
         return bind
 
-    def loop(self, begin, end, body: ir.Block, bind, break_to=None, name="loop"):
+    def loop(self, begin, end, body: ir.Block, bind, break_to=None, name="loop", step=None):
         """A counted loop over [begin, end) running `body`; `bind(i)` publishes the counter as the
         values the body reads. `continue` goes to the next count, `break` to `break_to` (default:
-        right after this loop)."""
+        right after this loop). `step` (a value of the counter's type; default 1) is a GPU's
+        grid stride: the caller makes sure `end + step` cannot overflow the counter."""
         b = self.b
         it = begin.type
         var = self.entry_alloca(it, name)
@@ -280,7 +281,7 @@ class _Env(AdStackLowering):
         if not b.block.is_terminated:
             b.branch(latch)
         b.position_at_end(latch)
-        b.store(b.add(b.load(var, typ=it), ll.Constant(it, 1), flags=("nsw",)), var)
+        b.store(b.add(b.load(var, typ=it), step if step is not None else ll.Constant(it, 1), flags=("nsw",)), var)
         b.branch(head)
         b.position_at_end(exit_bb)
 

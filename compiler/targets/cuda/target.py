@@ -1,0 +1,60 @@
+"""The CUDA target: the shared LLVM lowering on LLVM's NVPTX backend, math from libdevice,
+PTX as the artifact (codegen.py). Built on any machine: no GPU, no CUDA toolkit (libdevice,
+from the `nvidia-cuda-nvcc` package, only for kernels that do math)."""
+from __future__ import annotations
+
+from ... import ir
+from ..base import Capabilities, codegen_error
+from ..llvm.target import PORTABLE_MATH, External, LlvmTarget
+
+# sqrt, floor, ceil, rint and fabs are PTX instructions (PORTABLE_MATH's intrinsics); the
+# rest are libdevice's functions.
+CUDA_MATH = {**PORTABLE_MATH,
+             **{op: External(f"__nv_{op}f", f"__nv_{op}")
+                for op in ("sin", "cos", "tan", "asin", "acos", "atan", "tanh", "exp", "log", "pow", "atan2")}}
+
+DEFAULT_BLOCK_DIM = 256   # threads per block unless qd.loop_config(block_dim=...) says otherwise
+MAX_BLOCK_DIM = 1024      # CUDA's limit on threads per block
+
+
+class CudaTarget(LlvmTarget):
+    arch = "cuda"
+    capabilities = Capabilities(max_workgroup_size=MAX_BLOCK_DIM, subgroup_size=32)
+    source_folders = ("llvm", "cuda")
+    math_table = CUDA_MATH
+
+    def emit_slice_index(self, mb, builder):
+        """The global thread id: each grid-stride thread owns one heap slice (the runtime sizes
+        the heap for the threads a launch really runs)."""
+        from .codegen import global_thread_id
+        return global_thread_id(mb, builder)
+
+    def cache_description(self, opts) -> str:
+        import llvmlite.binding as llvm
+
+        from . import toolkit
+        from .codegen import TRIPLE
+        version = ".".join(map(str, llvm.llvm_version_info))
+        return f"{TRIPLE}/{opts.effective_cuda_arch()}/llvm-{version}/libdevice-{toolkit.libdevice_digest()}"
+
+    def launch_policy(self, task: ir.Task) -> dict:
+        """Blocks of block_dim threads; a task that runs in order runs on one thread."""
+        if task.kind == "serial" or task.serial:
+            return {"policy": "grid", "block_dim": 1}
+        return {"policy": "grid", "block_dim": task.block_dim or DEFAULT_BLOCK_DIM}
+
+    def generate(self, kernel: ir.KernelIR, meta, opts) -> dict:
+        self.check_block_dims(kernel)
+        from .codegen import compile_ptx
+        return compile_ptx(kernel, meta, opts.effective_cuda_arch(), int(opts.opt_level), bool(opts.fast_math),
+                           target=self)
+
+    def check_block_dims(self, kernel: ir.KernelIR) -> None:
+        for task in kernel.tasks:
+            if task.block_dim is not None and task.block_dim > MAX_BLOCK_DIM:
+                where = next((s for s in ir.walk_nested(task) if s.loc is not None), task)
+                raise codegen_error(kernel, where, f"qd.loop_config(block_dim={task.block_dim}) is more threads "
+                                    f"per block than CUDA allows ({MAX_BLOCK_DIM})", task.loc, describe=False)
+
+
+TARGET = CudaTarget()

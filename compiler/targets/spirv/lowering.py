@@ -1,0 +1,236 @@
+"""One task of an offloaded kernel -> one SPIR-V compute module, following the Vulkan ABI
+(compiler/targets/vulkan/target.py's docstring has it in full).
+
+Shape of every module: entry point "main", GLCompute, WorkgroupSize = (spec 0, spec 1, spec
+2). The task prologue computes [begin, end); invocation `id` runs iterations id, id + total,
+... of the n = end - begin (grid-stride: correct for any grid), `total` being the dispatched
+invocation count. A task's `chunk_init` / `chunk_final` run once per invocation around its
+iterations: per-invocation partials, then one atomic each (a workgroup reduction would cut
+the atomics further; not done yet). A serial task, and a serial range-for, run on invocation
+0 only.
+
+Buffers are storage buffers in descriptor set 0, bound as the task record's "bindings" says.
+A buffer used through several element types (u32 words and an f32 atomic on the temporaries,
+say) gets one variable per type, all at its binding.
+"""
+from __future__ import annotations
+
+from qdc.runtime.contract import types as T
+from qdc.runtime.contract.errors import QdcCompileError
+
+from ... import ir
+from ...passes.bounds_checks import checked_accesses
+from ..base import Capabilities, Unsupported, codegen_error
+from .arith import ValueLowering
+from .builder import FunctionBuilder, ModuleBuilder
+from .memory import MemoryLowering
+from .spec import BuiltIn, Decoration, Op, StorageClass
+
+DESCRIPTOR_SET = 0
+DEFAULT_SPEC_BLOCK_DIM = 128  # the WorkgroupSize's default; the device always specialises it
+
+def arg_words(params: list) -> list[int]:
+    """The word offset of each parameter in the "args" buffer: a scalar takes one word (two if
+    64-bit), an ndarray one word (its extent, i32) per dimension."""
+    offsets, word = [], 0
+    for p in params:
+        offsets.append(word)
+        word += (2 if p.dtype.bits == 64 else 1) if p.kind == "scalar" else p.ndim
+    return offsets
+
+
+class TaskLowering(ValueLowering, MemoryLowering):
+    def __init__(self, kernel: ir.KernelIR, task: ir.Task, capabilities: Capabilities, arch: str,
+                 block_dim: int | None, debug: bool = False):
+        self.k, self.task, self.caps, self.arch = kernel, task, capabilities, arch
+        self.m = ModuleBuilder()
+        self.fb = FunctionBuilder(self.m, self.m.void(), "main")
+        self.vals: dict = {}
+        self.loops: list = []          # (continue label, break label), innermost last
+        self.where = None              # source location of the innermost located statement
+        self.bindings: dict = {}       # (resource, index) -> binding number
+        self.views: dict = {}          # (resource, index, element type id) -> variable
+        self.pointers: dict = {}       # GlobalPtr -> ((resource, index), linear index id)
+        self.arg_word = arg_words(kernel.params)
+        self.block_dim = block_dim or DEFAULT_SPEC_BLOCK_DIM
+        self.check_ids = set(checked_accesses(kernel)) if debug else set()  # bounds checks: not lowered yet
+
+    # ---- types ----------------------------------------------------------------------------------
+    def ty(self, t: T.DataType) -> int:
+        if t is T.u1:
+            return self.m.bool()
+        if t.bits == 64 and not (self.caps.float64 if t.is_float else self.caps.int64):
+            raise Unsupported(f"type {t.name} needs {'Float64' if t.is_float else 'Int64'}, which target "
+                              f"'{self.arch}' does not have")
+        return self.m.float(t.bits) if t.is_float else self.m.int(t.bits, t.kind == "int")
+
+    def mem_type(self, t: T.DataType) -> T.DataType:
+        """In memory a u1 is a byte."""
+        return T.u8 if t is T.u1 else t
+
+    def v(self, s):
+        return self.vals[s]
+
+    # ---- module ---------------------------------------------------------------------------------
+    def lower(self) -> tuple[bytes, list]:
+        """(the module's bytes, the task's bindings [[set, binding, resource, index], ...])."""
+        self.builtins()
+        task = self.task
+        if task.kind == "serial":
+            self.if_then(self.boolean(Op.IEqual, self.invocation, self.c(T.u32, 0)), lambda: self.block(task.body))
+        else:
+            self.range_task(task)
+        if not self.fb.terminated:
+            self.fb.ret()
+        self.fb.finish()
+        self.m.compute_entry_point(self.fb.id, "main")
+        bindings = [[DESCRIPTOR_SET, b, resource, index] for (resource, index), b in self.bindings.items()]
+        return self.m.to_bytes(), bindings
+
+    def builtins(self) -> None:
+        """`invocation` (the flat invocation id) and `total` (invocations dispatched), u32, per
+        the ABI's 2-D grid: id = gid.x + gid.y * (groups.x * B)."""
+        m, fb = self.m, self.fb
+        u32 = self.ty(T.u32)
+        v3 = m.vector(u32, 3)
+        size_x = m.spec_const(u32, self.block_dim, 0)
+        size = m.spec_composite(v3, size_x, m.spec_const(u32, 1, 1), m.spec_const(u32, 1, 2))
+        m.decorate(size, Decoration.BuiltIn, BuiltIn.WorkgroupSize)
+        gid_var = m.global_variable(v3, StorageClass.Input, "gl_GlobalInvocationID")
+        m.decorate(gid_var, Decoration.BuiltIn, BuiltIn.GlobalInvocationId)
+        groups_var = m.global_variable(v3, StorageClass.Input, "gl_NumWorkGroups")
+        m.decorate(groups_var, Decoration.BuiltIn, BuiltIn.NumWorkgroups)
+        gid, groups = fb.emit(Op.Load, v3, gid_var), fb.emit(Op.Load, v3, groups_var)
+        gx, gy = (fb.emit(Op.CompositeExtract, u32, gid, i) for i in (0, 1))
+        nx, ny = (fb.emit(Op.CompositeExtract, u32, groups, i) for i in (0, 1))
+        row = self.op(Op.IMul, T.u32, nx, size_x)
+        self.invocation = self.op(Op.IAdd, T.u32, gx, self.op(Op.IMul, T.u32, gy, row))
+        self.total = self.op(Op.IMul, T.u32, row, ny)
+
+    def range_task(self, task: ir.Task) -> None:
+        self.block(task.prologue)
+        it = task.index.type
+        begin, end = self.v(task.begin), self.v(task.end)
+        n = self.op(Op.ISub, it, end, begin)
+        if task.serial:
+            start, step = self.c(it, 0), self.c(it, 1)
+            active = self.boolean(Op.LogicalAnd, self.boolean(Op.IEqual, self.invocation, self.c(T.u32, 0)),
+                                  self.boolean(Op.SLessThan, start, n))
+        else:
+            start, step = self.convert(self.invocation, T.u32, it), self.convert(self.total, T.u32, it)
+            active = self.boolean(Op.SLessThan, start, n)
+
+        def iterations():
+            self.block(task.chunk_init)
+            self.counted_loop(it, start, n, step, lambda i: self.bind_index(task, begin, i), task.body)
+            self.block(task.chunk_final)
+        self.if_then(active, iterations)
+
+    def bind_index(self, task: ir.Task, begin: int, offset: int) -> None:
+        """The task's index (begin + offset) and, with row structure, its coordinates."""
+        it = task.index.type
+        index = self.op(Op.IAdd, it, begin, offset)
+        self.vals[task.index] = index
+        if task.axis_index:
+            rest = index
+            for coord, extent in zip(reversed(task.axis_index[1:]), reversed(task.axes)):
+                self.vals[coord] = self.op(Op.SRem, it, rest, self.v(extent))
+                rest = self.op(Op.SDiv, it, rest, self.v(extent))
+            self.vals[task.axis_index[0]] = rest
+
+    # ---- structured control flow ---------------------------------------------------------------------
+    def if_then(self, cond: int, then, otherwise=None) -> None:
+        fb = self.fb
+        then_label, else_label, merge = fb.new_label(), fb.new_label(), fb.new_label()
+        fb.selection(cond, then_label, else_label, merge)
+        for label, emit in ((then_label, then), (else_label, otherwise)):
+            fb.place(label)
+            if emit is not None:
+                emit()
+            if not fb.terminated:
+                fb.branch(merge)
+        fb.place(merge)
+
+    def structured_loop(self, more, step, body: ir.Block | None = None, on_continue=None) -> None:
+        """header (OpLoopMerge) -> check: `more(None)` or leave -> `step()` then `body` -> continue
+        block (`on_continue()`) -> header. break/continue in `body` leave / go to the continue block."""
+        fb = self.fb
+        header, check, body_label, cont, merge = (fb.new_label() for _ in range(5))
+        fb.branch(header)
+        fb.place(header)
+        fb.loop_header(merge, cont)
+        fb.branch(check)
+        fb.place(check)
+        fb.branch_conditional(more(None), body_label, merge)
+        fb.place(body_label)
+        step()
+        if body is not None and not fb.terminated:
+            self.loops.append((cont, merge))
+            self.block(body)
+            self.loops.pop()
+        if not fb.terminated:
+            fb.branch(cont)
+        fb.place(cont)
+        if on_continue is not None:
+            on_continue()
+        fb.branch(header)
+        fb.place(merge)
+
+    def counted_loop(self, t: T.DataType, start: int, end: int, step: int, bind, body: ir.Block) -> None:
+        """for (i = start; i < end; i += step) { bind(i); body }, i of type `t`."""
+        fb, it = self.fb, self.ty(t)
+        var = fb.local_variable(it)
+        fb.emit_void(Op.Store, var, start)
+        less = Op.SLessThan if t.kind == "int" else Op.ULessThan
+        self.structured_loop(lambda _: self.boolean(less, fb.emit(Op.Load, it, var), end),
+                             lambda: bind(fb.emit(Op.Load, it, var)), body,
+                             lambda: fb.emit_void(Op.Store, var, fb.emit(Op.IAdd, it, fb.emit(Op.Load, it, var), step)))
+
+    def block(self, block: ir.Block) -> None:
+        for s in block.stmts:
+            if self.fb.terminated:
+                return  # after break/continue: unreachable
+            self.stmt(s)
+
+    def stmt(self, s: ir.Stmt) -> None:
+        """Lowers `s`; what goes wrong is a QdcCompileError at its line (or its nearest located
+        enclosing statement's), naming it."""
+        outer = self.where
+        self.where = s.loc or outer
+        try:
+            method = getattr(self, "s_" + type(s).__name__, None)
+            if s.type is not None and not isinstance(s, ir.LoopIndex):
+                self.ty(s.type)  # a type the target lacks is reported as the statement's own
+            if method is None:
+                raise Unsupported(f"target '{self.arch}' cannot generate code for {type(s).__name__} yet")
+            r = method(s)
+        except QdcCompileError:
+            raise
+        except Unsupported as e:
+            raise codegen_error(self.k, s, str(e), self.where) from None
+        except Exception as e:  # a code generator bug: still located, the cause chained for a developer
+            raise codegen_error(self.k, s, f"internal compiler error while generating SPIR-V: "
+                                           f"{type(e).__name__}: {e}", self.where) from e
+        self.where = outer
+        if r is not None:
+            self.vals[s] = r
+
+    def s_If(self, s):
+        self.if_then(self.v(s.cond), lambda: self.block(s.then_block), lambda: self.block(s.else_block))
+
+    def s_RangeFor(self, s):
+        def bind(i):
+            self.vals[s.index] = i
+        self.counted_loop(s.index.type, self.v(s.begin), self.v(s.end), self.c(s.index.type, 1), bind, s.body)
+
+    def s_While(self, s):
+        self.structured_loop(lambda _: self.m.const(self.m.bool(), True), lambda: None, s.body)
+
+    def s_Break(self, s):
+        self.fb.branch(self.loops[-1][1])
+
+    def s_Continue(self, s):
+        self.fb.branch(self.loops[-1][0])
+
+    def s_LoopIndex(self, s):  # defined by its loop
+        return None

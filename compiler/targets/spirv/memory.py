@@ -1,0 +1,216 @@
+"""Locals, arguments, temporaries, fields, ndarrays and atomics in SPIR-V (a mixin of
+lowering.TaskLowering; the ABI is in compiler/targets/vulkan/target.py's docstring).
+
+- "args": 32-bit words; a parameter's scalar in one word (two for 64 bits, low first), an
+  ndarray's extents one word per dimension (i32).
+- "temps": kernel temporary s in the 8 bytes at 8*s, its value in the low bytes.
+- "field" i / "ndarray" p / "ndarray_grad" p: the elements, row-major; a u1 is a byte.
+Atomics: integers of 32 and 64 bits natively; f32 add natively where the target has float
+atomic add (SPV_EXT_shader_atomic_float_add), other float updates as compare-and-swap loops on
+the element's bits.
+"""
+from __future__ import annotations
+
+from qdc.runtime.contract import types as T
+
+from ... import ir
+from ..base import Unsupported
+from .spec import SCOPE_DEVICE, SEMANTICS_RELAXED, Capability, Op, StorageClass
+
+_INT_ATOMICS = {"add": Op.AtomicIAdd, "sub": Op.AtomicISub, "and": Op.AtomicAnd, "or": Op.AtomicOr,
+                "xor": Op.AtomicXor, ("min", True): Op.AtomicSMin, ("min", False): Op.AtomicUMin,
+                ("max", True): Op.AtomicSMax, ("max", False): Op.AtomicUMax}
+_BITS_OF = {16: T.u16, 32: T.u32, 64: T.u64}
+
+
+class MemoryLowering:
+    # ---- buffers --------------------------------------------------------------------------------
+    def buffer(self, resource: str, index: int, t: T.DataType) -> int:
+        """The variable viewing buffer (resource, index) as an array of `t` (bound on first use)."""
+        key = (resource, index)
+        binding = self.bindings.setdefault(key, len(self.bindings))
+        element = self.ty(t)
+        var = self.views.get((key, element))
+        if var is None:
+            if t.bits in (8, 16):
+                self.m.require(Capability.StorageBuffer8BitAccess if t.bits == 8 else
+                               Capability.StorageBuffer16BitAccess)
+            name = f"{resource}{index}" if resource in ("field", "ndarray", "ndarray_grad") else resource
+            var = self.views[key, element] = self.m.storage_buffer(element, t.nbytes, 0, binding, name)
+        return var
+
+    def element(self, resource: str, index: int, t: T.DataType, position: int) -> int:
+        """A pointer to element `position` (an id) of the buffer viewed as `t`."""
+        ptr_type = self.m.pointer(StorageClass.StorageBuffer, self.ty(t))
+        return self.fb.emit(Op.AccessChain, ptr_type, self.buffer(resource, index, t), self.c(T.u32, 0), position)
+
+    def word(self, resource: str, index: int, position: int) -> int:
+        """The u32 word at constant `position` of a buffer."""
+        return self.fb.emit(Op.Load, self.ty(T.u32), self.element(resource, index, T.u32, self.c(T.u32, position)))
+
+    def from_words(self, words: list, t: T.DataType) -> int:
+        """A value of type `t` from its one (two for 64 bits, low first) little-endian u32 words."""
+        if t is T.u1:
+            return self.boolean(Op.INotEqual, words[0], self.c(T.u32, 0))
+        if t.bits == 64:
+            lo, hi = (self.op(Op.UConvert, T.u64, w) for w in words)
+            bits = self.op(Op.BitwiseOr, T.u64, lo, self.op(Op.ShiftLeftLogical, T.u64, hi, self.c(T.u64, 32)))
+        elif t.bits < 32:
+            bits = self.op(Op.UConvert, _BITS_OF.get(t.bits, T.u8), words[0])
+        else:
+            bits = words[0]
+        unsigned = _BITS_OF.get(t.bits, T.u8)
+        return bits if t is unsigned else self.op(Op.Bitcast, t, bits)
+
+    def to_words(self, v: int, t: T.DataType) -> list:
+        """`v`'s u32 words (one, or two for 64 bits), narrower values zero-extended."""
+        if t is T.u1:
+            return [self.select(T.u32, v, self.c(T.u32, 1), self.c(T.u32, 0))]
+        unsigned = _BITS_OF.get(t.bits, T.u8)
+        bits = v if t is unsigned else self.op(Op.Bitcast, unsigned, v)
+        if t.bits == 64:
+            hi = self.op(Op.ShiftRightLogical, T.u64, bits, self.c(T.u64, 32))
+            return [self.op(Op.UConvert, T.u32, bits), self.op(Op.UConvert, T.u32, hi)]
+        return [bits if t.bits == 32 else self.op(Op.UConvert, T.u32, bits)]
+
+    # ---- arguments ------------------------------------------------------------------------------------
+    def s_ArgLoad(self, s):
+        first = self.arg_word[s.arg_index]
+        count = 2 if s.type.bits == 64 else 1
+        return self.from_words([self.word("args", 0, first + i) for i in range(count)], s.type)
+
+    def s_NdarrayShape(self, s):
+        extent = self.word("args", 0, self.arg_word[s.arg_index] + s.dim)
+        return self.convert(self.op(Op.Bitcast, T.i32, extent), T.i32, s.type)
+
+    # ---- locals ---------------------------------------------------------------------------------------
+    def s_Alloca(self, s):
+        var = self.fb.local_variable(self.ty(s.type))
+        self.fb.emit_void(Op.Store, var, self.c(s.type, 0))
+        return var
+
+    def s_LocalLoad(self, s):
+        return self.fb.emit(Op.Load, self.ty(s.type), self.v(s.var))
+
+    def s_LocalStore(self, s):
+        self.fb.emit_void(Op.Store, self.v(s.var), self.v(s.value))
+
+    def s_LocalAccumulate(self, s):
+        """A per-invocation partial of a reduction (chunk_init / chunk_final around the body)."""
+        t, var = s.var.type, self.v(s.var)
+        old = self.fb.emit(Op.Load, self.ty(t), var)
+        self.fb.emit_void(Op.Store, var, self.combine(s.op, t, old, self.v(s.value)))
+
+    def s_LocalAtomic(self, s):
+        """Single-invocation semantics (before offloading makes it a TempAtomic)."""
+        t, var = s.type, self.v(s.var)
+        old = self.fb.emit(Op.Load, self.ty(t), var)
+        value = self.v(s.value)
+        if s.op == "sub":
+            value = self.op(Op.FNegate if t.is_float else Op.SNegate, t, value)
+        self.fb.emit_void(Op.Store, var, self.combine("add" if s.op == "sub" else s.op, t, old, value))
+        return old
+
+    def combine(self, op: str, t: T.DataType, a: int, b: int) -> int:
+        binary = {"add": "add", "min": "min", "max": "max", "and": "bit_and", "or": "bit_or", "xor": "bit_xor"}[op]
+        if t is T.u1:
+            return self.bool_binary(binary, a, b)
+        return self.float_binary(binary, a, b, t) if t.is_float else self.int_binary(binary, a, b, t)
+
+    # ---- temporaries ------------------------------------------------------------------------------
+    def s_TempLoad(self, s):
+        count = 2 if s.type.bits == 64 else 1
+        return self.from_words([self.word("temps", 0, 2 * s.slot + i) for i in range(count)], s.type)
+
+    def s_TempStore(self, s):
+        for i, w in enumerate(self.to_words(self.v(s.value), s.value.type)):
+            self.fb.emit_void(Op.Store, self.element("temps", 0, T.u32, self.c(T.u32, 2 * s.slot + i)), w)
+
+    def s_TempAtomic(self, s):
+        def locate(view: T.DataType) -> int:
+            position = 2 * s.slot if view.bits == 32 else s.slot
+            return self.element("temps", 0, view, self.c(T.u32, position))
+        return self.atomic(s.op, s.type, self.v(s.value), locate)
+
+    # ---- fields and ndarrays ------------------------------------------------------------------------
+    def s_GlobalPtr(self, s):
+        if self.check_ids and s in self.check_ids:
+            raise Unsupported(f"debug bounds checks are not implemented on target '{self.arch}' yet")
+        target = s.target
+        if isinstance(target, ir.FieldRef):
+            key = ("field", target.slot)
+            dims = [self.c(T.i32, d) for d in target.shape]
+        else:
+            key = ("ndarray_grad" if target.is_grad else "ndarray", target.arg_index)
+            dims = [self.op(Op.Bitcast, T.i32, self.word("args", 0, self.arg_word[target.arg_index] + d))
+                    for d in range(target.ndim)]
+        wide = any(i.type.bits == 64 for i in s.indices)
+        it = T.i64 if wide else T.i32
+        linear = self.c(T.i32, 0)
+        for n, (idx, dim) in enumerate(zip(s.indices, dims)):
+            i = self.convert(self.v(idx), idx.type, it) if idx.type is not T.u1 else self.convert(self.v(idx), T.u1, it)
+            if n == 0:
+                linear = i
+            else:
+                linear = self.op(Op.IAdd, it, self.op(Op.IMul, it, linear, self.convert(dim, T.i32, it)), i)
+        self.pointers[s] = (key, linear)
+        return self.element(*key, self.mem_type(s.type), linear)
+
+    def s_GlobalLoad(self, s):
+        v = self.fb.emit(Op.Load, self.ty(self.mem_type(s.type)), self.v(s.ptr))
+        return self.boolean(Op.INotEqual, v, self.c(T.u8, 0)) if s.type is T.u1 else v
+
+    def s_GlobalStore(self, s):
+        v = self.v(s.value)
+        if s.value.type is T.u1:
+            v = self.select(T.u8, v, self.c(T.u8, 1), self.c(T.u8, 0))
+        self.fb.emit_void(Op.Store, self.v(s.ptr), v)
+
+    def s_AtomicRMW(self, s):
+        key, linear = self.pointers[s.ptr]
+        return self.atomic(s.op, s.type, self.v(s.value), lambda view: self.element(*key, view, linear))
+
+    # ---- atomics ---------------------------------------------------------------------------------------
+    def atomic(self, op: str, t: T.DataType, value: int, locate) -> int:
+        """`op` applied atomically at the element `locate(view type)` points to; the old value."""
+        if t is T.u1 or t.bits < 32:
+            raise Unsupported(f"atomic '{op}' on {t.name} is not available on target '{self.arch}' (atomics "
+                              f"take 32- and 64-bit values there)")
+        scope, relaxed = self.c(T.u32, SCOPE_DEVICE), self.c(T.u32, SEMANTICS_RELAXED)
+        if t.bits == 64:
+            self.m.require(Capability.Int64Atomics)
+        if not t.is_float:
+            opcode = _INT_ATOMICS.get(op) or _INT_ATOMICS[op, t.kind == "int"]
+            return self.fb.emit(opcode, self.ty(t), locate(t), scope, relaxed, value)
+        if op == "sub":
+            op, value = "add", self.op(Op.FNegate, t, value)
+        if op == "add" and t is T.f32 and self.caps.float_atomic_add:
+            self.m.require(Capability.AtomicFloat32AddEXT, "SPV_EXT_shader_atomic_float_add")
+            return self.fb.emit(Op.AtomicFAddEXT, self.ty(t), locate(t), scope, relaxed, value)
+        if op not in ("add", "min", "max"):
+            raise Unsupported(f"atomic '{op}' on {t.name}")
+        return self.cas_loop(op, t, value, locate(_BITS_OF[t.bits]))
+
+    def cas_loop(self, op: str, t: T.DataType, value: int, pointer: int) -> int:
+        """old = *p; until compare-and-swap(p, old, op(old, value)) sees `old`: retry with what it saw."""
+        fb, bits_t = self.fb, _BITS_OF[t.bits]
+        bits = self.ty(bits_t)
+        scope, relaxed = self.c(T.u32, SCOPE_DEVICE), self.c(T.u32, SEMANTICS_RELAXED)
+        seen = fb.local_variable(bits)
+        fb.emit_void(Op.Store, seen, fb.emit(Op.AtomicLoad, bits, pointer, scope, relaxed))
+        header, body, cont, merge = (fb.new_label() for _ in range(4))
+        fb.branch(header)
+        fb.place(header)
+        fb.loop_header(merge, cont)
+        fb.branch(body)
+        fb.place(body)
+        expected = fb.emit(Op.Load, bits, seen)
+        updated = self.combine(op, t, self.op(Op.Bitcast, t, expected), value)
+        found = fb.emit(Op.AtomicCompareExchange, bits, pointer, scope, relaxed, relaxed,
+                        self.op(Op.Bitcast, bits_t, updated), expected)
+        fb.emit_void(Op.Store, seen, found)
+        fb.branch_conditional(self.boolean(Op.IEqual, found, expected), merge, cont)
+        fb.place(cont)
+        fb.branch(header)
+        fb.place(merge)
+        return self.op(Op.Bitcast, t, fb.emit(Op.Load, bits, seen))

@@ -1,0 +1,63 @@
+"""The Vulkan target: one SPIR-V module per task (compiler/targets/spirv/), artifact
+`spirv_t<i>` for task i. The ABI, which the Vulkan device (runtime/devices/vulkan/) follows:
+
+- Module: entry point "main", GLCompute, Vulkan 1.2 environment (SPIR-V 1.5), Shader
+  capability, logical addressing, GLSL450 memory model, structured control flow. The
+  WorkgroupSize built-in is a composite of spec constants SpecId 0, 1, 2 (x = block size, y =
+  z = 1): the device sets SpecId 0 from the task's launch policy {"policy": "grid",
+  "block_dim": B}; B = 0 means the device's default (qd.loop_config(block_dim=...) gives B).
+- Buffers: storage buffers in descriptor set 0, as the task record's "bindings" lists them
+  ([set, binding, resource, index]): "args", "field" i, "ndarray" p, "ndarray_grad" p,
+  "temps" (temporary s at byte 8*s, value in the low bytes), "errors", "adstack_*". Only the
+  buffers a task uses are listed.
+- "args": little-endian u32 words; each parameter in order: a scalar of 8, 16 or 32 bits one
+  word (low bits, sign- or zero-extended), a 64-bit scalar two words (low first), an ndarray
+  one word per dimension (its extent, i32).
+- Dispatch: ceil(N / B) workgroups for N iterations (2-D when beyond
+  maxComputeWorkGroupCount[0]); invocation id = gid.x + gid.y * (groups.x * B), total =
+  groups.x * groups.y * B. The shader computes begin/end itself and runs iterations id, id +
+  total, ... (grid-stride). A serial task: one workgroup, invocation 0 runs it.
+- Capabilities Int64 / Float64 / Int8 / Int16 / Float16 only when the task uses those types.
+"""
+from __future__ import annotations
+
+from ... import ir
+from ..base import Capabilities, Target, codegen_error
+
+SPIRV_ENV = "spirv1.5/vulkan1.2"
+
+
+class VulkanTarget(Target):
+    arch = "vulkan"
+    # What the generated code may use. lavapipe and NVIDIA have all of these (GPU.md); a device
+    # without one refuses the module at load.
+    capabilities = Capabilities(int64=True, float64=True, float_atomic_add=True,
+                                adstack_dtypes=frozenset(("f32", "i32", "u1")), max_workgroup_size=1024)
+    source_folders = ("spirv", "vulkan")
+
+    def cache_description(self, opts) -> str:
+        c = self.capabilities
+        return f"{SPIRV_ENV}/int64={c.int64}/float64={c.float64}/float_atomic_add={c.float_atomic_add}"
+
+    def launch_policy(self, task: ir.Task) -> dict:
+        """block_dim 0: the device's default (256 on NVIDIA)."""
+        return {"policy": "grid", "block_dim": int(task.block_dim or 0)}
+
+    def generate(self, kernel: ir.KernelIR, meta, opts) -> dict:
+        from ..spirv import tools
+        from ..spirv.lowering import TaskLowering
+        artifacts = {}
+        for i, (task, record) in enumerate(zip(kernel.tasks, meta.tasks)):
+            module, bindings = TaskLowering(kernel, task, self.capabilities, self.arch, task.block_dim,
+                                            bool(meta.debug_checks)).lower()
+            if tools.have_validator():  # the vulkan extra installs it; a failure is a compiler bug
+                problem = tools.validate(module)
+                if problem is not None:
+                    raise codegen_error(kernel, task, f"internal compiler error: the SPIR-V of task {i} "
+                                                      f"fails validation: {problem}", kernel.loc)
+            artifacts[f"spirv_t{i}"] = module
+            record.bindings = bindings
+        return artifacts
+
+
+TARGET = VulkanTarget()

@@ -1,0 +1,434 @@
+"""Vulkan device (runtime/device.py's asynchronous protocol) on the `vulkan` pip binding.
+
+Memory. Every allocation is a VkBuffer with memory of its own, of the device-local type where
+the device has one. Its `ptr` is an address in a virtual address space of this device's own
+(from 2^48 up, never 0, never a host address): the launcher writes such addresses into ctx
+words as it would device pointers, and a launch maps each binding's word back to (buffer,
+offset). Memory that is also host-visible (lavapipe's only type; resizable BAR) is mapped
+once and copied with memcpy whenever no submitted work may still use the buffer; otherwise
+copies go through host-visible staging buffers and vkCmdCopyBuffer on the queue, so they stay
+ordered with the launches around them.
+
+Submissions. Each launch or queued copy is one command buffer, submitted with a fence of its
+own and a serial number; a command buffer starts with a memory barrier against everything
+submitted before it (submission order alone orders nothing in Vulkan) and ends with one
+making its writes visible to the host. Finished submissions are retired oldest first: their
+command buffer and fence are reused, the staging buffers and args ring space they held are
+released, and `free_after_fence` frees what waited for them.
+
+Launches. `launch_task` writes the "args" words into a host-visible ring (dynamic offset),
+binds a descriptor set (cached per task and bound buffers), and dispatches ceil(slices /
+block_dim) workgroups, 2-D beyond maxComputeWorkGroupCount[0]; `sync` waits for the fences and
+reads each launch's error slot (runtime/device.py), raising the first error naming its kernel.
+"""
+from __future__ import annotations
+
+import bisect
+import ctypes
+import collections
+import itertools
+
+import numpy as np
+
+from ...device import Allocation, Device
+from . import driver, kernels
+
+ADDRESS_BASE = 1 << 48
+ADDRESS_ALIGN = 1 << 12
+ARGS_RING_BYTES = 1 << 20
+DESCRIPTOR_POOL_SETS = 1024
+U64_MAX = (1 << 64) - 1
+
+
+class Buffer:
+    """A VkBuffer and its memory; `mapped` a numpy byte view of it when host-visible;
+    `last_use` the serial of the last submission that may use it; `serial` unique per buffer."""
+    __slots__ = ("handle", "memory", "size", "mapped", "last_use", "serial", "address")
+
+    def __init__(self, handle, memory, size, mapped, serial, address=0):
+        self.handle, self.memory, self.size, self.mapped = handle, memory, size, mapped
+        self.last_use, self.serial, self.address = 0, serial, address
+
+
+class Submission:
+    __slots__ = ("serial", "command", "fence", "keep")
+
+    def __init__(self, serial, command, fence, keep):
+        self.serial, self.command, self.fence, self.keep = serial, command, fence, keep
+
+
+class TaskPipeline:
+    """A task's pipeline and how a launch binds it."""
+    __slots__ = ("name", "pipeline", "layout", "set_layouts", "bindings", "block_dim", "serial", "sets",
+                 "set_numbers", "dynamic")
+
+    def __init__(self, **kw):
+        for k, v in kw.items():
+            setattr(self, k, v)
+
+
+class VulkanKernel:
+    """A loaded kernel: one TaskPipeline per task, its args plan, its metadata."""
+
+    def __init__(self, meta, tasks, args_plan):
+        self.meta, self.tasks, self.args = meta, tasks, args_plan
+        self.ctx_views: dict = {}  # ctx address -> np.uint64 view of the launcher's ctx words
+
+
+class VulkanDevice(Device):
+    arch = "vulkan"
+
+    def __init__(self, device_index: int | None = None):
+        vk = self.vk = driver.load_binding()
+        self.ffi, self.lib = vk.ffi, vk.lib
+        self.instance = driver.create_instance(vk)
+        self.physical, self.family = driver.select_physical_device(vk, self.instance, device_index)
+        atomic = driver.ATOMIC_FLOAT_EXTENSION in driver.device_extensions(vk, self.physical)
+        chain = driver.FeatureChain(vk, atomic).query(vk, self.physical)
+        self.capabilities = driver.read_capabilities(vk, self.physical, chain)
+        self.device, self.queue = driver.create_device(vk, self.physical, self.family, chain,
+                                                       [driver.ATOMIC_FLOAT_EXTENSION] if atomic else [])
+        self._choose_memory_types()
+        self._serials = itertools.count(1)
+        self._buffers = itertools.count(1)
+        self._next_address = ADDRESS_BASE
+        self._bases: list = []          # sorted allocation addresses
+        self._by_base: dict = {}        # address -> Allocation
+        self._in_flight = collections.deque()
+        self._completed = 0             # every submission up to this serial has completed
+        self._last_submitted = 0
+        self._pending_frees: list = []  # (serial, Allocation): free once it has completed
+        self._spare = []                # (command buffer, fence) ready for reuse
+        self._command_pool = self._create_command_pool()
+        self._descriptor_pool = self._create_descriptor_pool()
+        self._set_cache: dict = {}
+        self._args_ring = self._create_buffer(ARGS_RING_BYTES, self._host_type, host=True)
+        self._args_offset = 0
+        self._args_align = max(16, self.capabilities.min_storage_buffer_offset_alignment)
+        self._barrier_in = self._memory_barrier(self.vk.VK_ACCESS_MEMORY_WRITE_BIT,
+                                                self.vk.VK_ACCESS_MEMORY_READ_BIT | self.vk.VK_ACCESS_MEMORY_WRITE_BIT)
+        self._barrier_out = self._memory_barrier(self.vk.VK_ACCESS_MEMORY_WRITE_BIT, self.vk.VK_ACCESS_HOST_READ_BIT)
+        self._begin_info = self.ffi.new("VkCommandBufferBeginInfo*", {
+            "sType": vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+            "flags": vk.VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT})
+        self._submit_info = self.ffi.new("VkSubmitInfo*", {"sType": vk.VK_STRUCTURE_TYPE_SUBMIT_INFO,
+                                                           "commandBufferCount": 1})
+        self._command_slot = self.ffi.new("VkCommandBuffer[1]")
+        self._submit_info.pCommandBuffers = self._command_slot
+        self.max_grid_groups = min(65535, self.capabilities.max_workgroup_count[0])
+
+    def __repr__(self) -> str:
+        return f"VulkanDevice({self.capabilities.name!r})"
+
+    # ---- setup ---------------------------------------------------------------------------------
+    def _choose_memory_types(self) -> None:
+        vk = self.vk
+        types = driver.memory_types(vk, self.physical)
+        host = vk.VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | vk.VK_MEMORY_PROPERTY_HOST_COHERENT_BIT
+        local = vk.VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT
+        self._memory_flags = [flags for flags, _ in types]
+        self._host_type = _first(types, lambda f: f & host == host, "host-visible coherent")
+        self._device_type = _first(types, lambda f: f & local, None)
+        if self._device_type is None:
+            self._device_type = self._host_type
+
+    def _memory_barrier(self, src_access, dst_access):
+        return self.ffi.new("VkMemoryBarrier*", {"sType": self.vk.VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                                                  "srcAccessMask": src_access, "dstAccessMask": dst_access})
+
+    def _create_command_pool(self):
+        vk = self.vk
+        info = self.ffi.new("VkCommandPoolCreateInfo*", {
+            "sType": vk.VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO, "queueFamilyIndex": self.family,
+            "flags": vk.VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT})
+        out = self.ffi.new("VkCommandPool*")
+        self._check(self.lib.vkCreateCommandPool(self.device, info, self.ffi.NULL, out), "vkCreateCommandPool")
+        return out[0]
+
+    def _create_descriptor_pool(self):
+        vk = self.vk
+        sizes = self.ffi.new("VkDescriptorPoolSize[2]", [
+            {"type": vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, "descriptorCount": 8 * DESCRIPTOR_POOL_SETS},
+            {"type": vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER_DYNAMIC, "descriptorCount": 2 * DESCRIPTOR_POOL_SETS}])
+        info = self.ffi.new("VkDescriptorPoolCreateInfo*", {
+            "sType": vk.VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO, "maxSets": DESCRIPTOR_POOL_SETS,
+            "poolSizeCount": 2, "pPoolSizes": sizes})
+        out = self.ffi.new("VkDescriptorPool*")
+        self._check(self.lib.vkCreateDescriptorPool(self.device, info, self.ffi.NULL, out), "vkCreateDescriptorPool")
+        return out[0]
+
+    def _check(self, result: int, what: str) -> None:
+        if result != 0:
+            if result in (self.vk.VK_ERROR_OUT_OF_DEVICE_MEMORY, self.vk.VK_ERROR_OUT_OF_HOST_MEMORY):
+                raise MemoryError(f"vulkan: {what}: out of memory (VkResult {result})")
+            if result == self.vk.VK_ERROR_DEVICE_LOST:
+                raise RuntimeError(f"vulkan: {what}: the device was lost (a kernel crashed or ran too long)")
+            raise RuntimeError(f"vulkan: {what} failed (VkResult {result})")
+
+    # ---- memory --------------------------------------------------------------------------------
+    def _create_buffer(self, nbytes: int, memory_type: int, host: bool = False) -> Buffer:
+        vk, ffi, lib = self.vk, self.ffi, self.lib
+        size = max(-(-nbytes // 4) * 4, 4)
+        info = ffi.new("VkBufferCreateInfo*", {
+            "sType": vk.VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, "size": size,
+            "usage": vk.VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | vk.VK_BUFFER_USAGE_TRANSFER_SRC_BIT
+            | vk.VK_BUFFER_USAGE_TRANSFER_DST_BIT, "sharingMode": vk.VK_SHARING_MODE_EXCLUSIVE})
+        handle = ffi.new("VkBuffer*")
+        self._check(lib.vkCreateBuffer(self.device, info, ffi.NULL, handle), f"creating a buffer of {nbytes} bytes")
+        needs = ffi.new("VkMemoryRequirements*")
+        lib.vkGetBufferMemoryRequirements(self.device, handle[0], needs)
+        if not needs.memoryTypeBits & (1 << memory_type):
+            memory_type = next(i for i in range(32) if needs.memoryTypeBits & (1 << i))
+        alloc_info = ffi.new("VkMemoryAllocateInfo*", {"sType": vk.VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO,
+                                                       "allocationSize": needs.size, "memoryTypeIndex": memory_type})
+        memory = ffi.new("VkDeviceMemory*")
+        result = lib.vkAllocateMemory(self.device, alloc_info, ffi.NULL, memory)
+        if result != 0:
+            lib.vkDestroyBuffer(self.device, handle[0], ffi.NULL)
+            self._check(result, f"allocating {nbytes} bytes of device memory")
+        self._check(lib.vkBindBufferMemory(self.device, handle[0], memory[0], 0), "vkBindBufferMemory")
+        mapped = None
+        flags = self._memory_flags[memory_type]
+        coherent = vk.VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | vk.VK_MEMORY_PROPERTY_HOST_COHERENT_BIT
+        if host or flags & coherent == coherent:
+            pointer = ffi.new("void**")
+            self._check(lib.vkMapMemory(self.device, memory[0], 0, size, 0, pointer), "vkMapMemory")
+            mapped = np.frombuffer(ffi.buffer(pointer[0], size), np.uint8)
+        return Buffer(handle[0], memory[0], size, mapped, next(self._buffers))
+
+    def _destroy_buffer(self, buf: Buffer) -> None:
+        if buf.mapped is not None:
+            buf.mapped = None
+            self.lib.vkUnmapMemory(self.device, buf.memory)
+        self.lib.vkDestroyBuffer(self.device, buf.handle, self.ffi.NULL)
+        self.lib.vkFreeMemory(self.device, buf.memory, self.ffi.NULL)
+
+    def allocate(self, nbytes: int) -> Allocation:
+        if nbytes < 0:
+            raise ValueError(f"cannot allocate {nbytes} bytes")
+        buf = self._create_buffer(nbytes, self._device_type)
+        if buf.mapped is not None:
+            buf.mapped[:] = 0  # new memory: no submitted work can use it yet
+        else:
+            self._submit_commands(lambda cb: self.lib.vkCmdFillBuffer(cb, buf.handle, 0, buf.size, 0), [], [buf])
+        address = self._next_address
+        self._next_address += -(-max(buf.size, 1) // ADDRESS_ALIGN) * ADDRESS_ALIGN + ADDRESS_ALIGN
+        buf.address = address
+        alloc = Allocation(address, nbytes, None, buf)
+        bisect.insort(self._bases, address)
+        self._by_base[address] = alloc
+        return alloc
+
+    def free(self, alloc: Allocation) -> None:
+        buf = alloc.handle
+        if buf is None:
+            return
+        alloc.handle = None
+        del self._by_base[buf.address]
+        del self._bases[bisect.bisect_left(self._bases, buf.address)]
+        self._destroy_buffer(buf)
+
+    def free_after_fence(self, alloc: Allocation) -> None:
+        self._retire()
+        buf = alloc.handle
+        if buf is None:
+            return
+        if buf.last_use <= self._completed:
+            self.free(alloc)
+        else:
+            self._pending_frees.append((self._last_submitted, alloc))
+
+    def copy_to_device(self, alloc: Allocation, src: np.ndarray, offset: int = 0) -> None:
+        data = np.ascontiguousarray(src).view(np.uint8).reshape(-1)
+        buf = _check_range(alloc, offset, data.size)
+        if data.size == 0:
+            return
+        if buf.mapped is not None and self._idle_for(buf):
+            buf.mapped[offset:offset + data.size] = data
+            return
+        staging = self._create_buffer(data.size, self._host_type, host=True)
+        staging.mapped[:data.size] = data
+        region = self.ffi.new("VkBufferCopy*", {"srcOffset": 0, "dstOffset": offset, "size": data.size})
+        self._submit_commands(lambda cb: self.lib.vkCmdCopyBuffer(cb, staging.handle, buf.handle, 1, region),
+                              [staging], [buf])
+
+    def copy_to_host(self, alloc: Allocation, dst: np.ndarray, offset: int = 0) -> None:
+        out = dst.view(np.uint8).reshape(-1)
+        buf = _check_range(alloc, offset, out.size)
+        if out.size == 0:
+            return
+        self._wait_for(buf.last_use)
+        if buf.mapped is not None:
+            out[:] = buf.mapped[offset:offset + out.size]
+            return
+        staging = self._create_buffer(out.size, self._host_type, host=True)
+        region = self.ffi.new("VkBufferCopy*", {"srcOffset": offset, "dstOffset": 0, "size": out.size})
+        serial = self._submit_commands(lambda cb: self.lib.vkCmdCopyBuffer(cb, buf.handle, staging.handle, 1, region),
+                                       [], [buf])
+        self._wait_for(serial)
+        out[:] = staging.mapped[:out.size]
+        self._destroy_buffer(staging)
+
+    def _idle_for(self, buf: Buffer) -> bool:
+        if buf.last_use > self._completed:
+            self._retire()
+        return buf.last_use <= self._completed
+
+    def lookup(self, address: int):
+        """(Allocation, byte offset) of a device address of this device; None if it is none."""
+        i = bisect.bisect_right(self._bases, address) - 1
+        if i < 0:
+            return None
+        alloc = self._by_base[self._bases[i]]
+        offset = address - alloc.ptr
+        return (alloc, offset) if offset < max(alloc.handle.size, 1) else None
+
+    # ---- submissions ---------------------------------------------------------------------------
+    def _command_buffer(self):
+        if self._spare:
+            return self._spare.pop()
+        ffi, vk = self.ffi, self.vk
+        info = ffi.new("VkCommandBufferAllocateInfo*", {
+            "sType": vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO, "commandPool": self._command_pool,
+            "level": vk.VK_COMMAND_BUFFER_LEVEL_PRIMARY, "commandBufferCount": 1})
+        command = ffi.new("VkCommandBuffer*")
+        self._check(self.lib.vkAllocateCommandBuffers(self.device, info, command), "vkAllocateCommandBuffers")
+        fence_info = ffi.new("VkFenceCreateInfo*", {"sType": vk.VK_STRUCTURE_TYPE_FENCE_CREATE_INFO})
+        fence = ffi.new("VkFence[1]")
+        self._check(self.lib.vkCreateFence(self.device, fence_info, ffi.NULL, fence), "vkCreateFence")
+        return command[0], fence
+
+    def _begin(self):
+        command, fence = self._command_buffer()
+        lib, vk = self.lib, self.vk
+        self._check(lib.vkBeginCommandBuffer(command, self._begin_info), "vkBeginCommandBuffer")
+        all_commands = vk.VK_PIPELINE_STAGE_ALL_COMMANDS_BIT
+        lib.vkCmdPipelineBarrier(command, all_commands, all_commands, 0, 1, self._barrier_in, 0, self.ffi.NULL,
+                                 0, self.ffi.NULL)
+        return command, fence
+
+    def _submit(self, command, fence, keep: list, uses) -> int:
+        lib, vk = self.lib, self.vk
+        lib.vkCmdPipelineBarrier(command, vk.VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, vk.VK_PIPELINE_STAGE_HOST_BIT, 0, 1,
+                                 self._barrier_out, 0, self.ffi.NULL, 0, self.ffi.NULL)
+        self._check(lib.vkEndCommandBuffer(command), "vkEndCommandBuffer")
+        self._command_slot[0] = command
+        self._check(lib.vkQueueSubmit(self.queue, 1, self._submit_info, fence[0]), "vkQueueSubmit")
+        serial = self._last_submitted = next(self._serials)
+        for buf in uses:
+            buf.last_use = serial
+        self._in_flight.append(Submission(serial, command, fence, keep))
+        return serial
+
+    def _submit_commands(self, record, keep: list, uses) -> int:
+        command, fence = self._begin()
+        record(command)
+        return self._submit(command, fence, keep, uses)
+
+    def _retire(self, until: int = 0) -> None:
+        """Retire finished submissions oldest first; block for those up to serial `until`."""
+        lib = self.lib
+        while self._in_flight:
+            sub = self._in_flight[0]
+            if sub.serial <= until:
+                self._check(lib.vkWaitForFences(self.device, 1, sub.fence, 1, U64_MAX), "vkWaitForFences")
+            elif lib.vkGetFenceStatus(self.device, sub.fence[0]) != 0:
+                break
+            self._in_flight.popleft()
+            self._check(lib.vkResetFences(self.device, 1, sub.fence), "vkResetFences")
+            lib.vkResetCommandBuffer(sub.command, 0)
+            self._spare.append((sub.command, sub.fence))
+            for buf in sub.keep:
+                self._destroy_buffer(buf)
+            self._completed = sub.serial
+        if not self._in_flight:
+            self._completed = self._last_submitted
+        if self._pending_frees:
+            done = [a for s, a in self._pending_frees if s <= self._completed]
+            self._pending_frees = [(s, a) for s, a in self._pending_frees if s > self._completed]
+            for alloc in done:
+                self.free(alloc)
+
+    def _wait_for(self, serial: int) -> None:
+        if serial > self._completed:
+            self._retire(serial)
+
+    def wait(self) -> None:
+        self._retire(self._last_submitted)
+
+    # ---- kernels -------------------------------------------------------------------------------
+    def load_kernel(self, artifacts: dict, meta) -> VulkanKernel:
+        from .pipelines import build_task_pipeline
+        tasks = [build_task_pipeline(self, artifacts, meta, i) for i in range(len(meta.tasks))]
+        return VulkanKernel(meta, tasks, kernels.ArgsPlan(meta))
+
+    def block_dim(self, launch: dict) -> int:
+        return launch.get("block_dim") or self.capabilities.default_block_dim
+
+    def task_slices(self, launch: dict, iterations: int | None) -> int:
+        """The invocations that run iterations: the real count (invocations past it, up to the
+        end of the last workgroup, leave at once); unknown: a fixed grid the shader's grid-stride
+        loop covers the range with."""
+        if launch["policy"] != "grid":
+            raise ValueError(f"the vulkan device cannot launch a task with launch policy {launch['policy']!r}")
+        if iterations is None:
+            return self.max_grid_groups * self.block_dim(launch)
+        return max(iterations, 0)
+
+    def launch_task(self, loaded: VulkanKernel, task: int, ctx_address: int, slices: int) -> None:
+        from .pipelines import record_dispatch
+        if slices <= 0:
+            return
+        ctx = loaded.ctx_views.get(ctx_address)
+        if ctx is None:
+            words = max(loaded.meta.ctx_words, 1)
+            ctx = loaded.ctx_views[ctx_address] = np.frombuffer((ctypes.c_uint64 * words).from_address(ctx_address),
+                                                                np.uint64)
+        record_dispatch(self, loaded, loaded.tasks[task], ctx, slices)
+
+    def args_space(self, nbytes: int) -> int:
+        """A byte offset in the args ring for one launch's args; wraps once nothing uses it."""
+        size = -(-nbytes // self._args_align) * self._args_align
+        if self._args_offset + size > ARGS_RING_BYTES:
+            self._wait_for(self._args_ring.last_use)  # everything still reading the ring
+            self._args_offset = 0
+        offset = self._args_offset
+        self._args_offset += size
+        return offset
+
+    def close(self) -> None:
+        """Wait for the queue and release every Vulkan object of this device."""
+        if getattr(self, "device", None) is None:
+            return
+        self.lib.vkDeviceWaitIdle(self.device)
+        self._retire()
+        for alloc in list(self._by_base.values()):
+            self.free(alloc)
+        self._destroy_buffer(self._args_ring)
+        from .pipelines import destroy_pipelines
+        destroy_pipelines(self)
+        for command, fence in self._spare:
+            self.lib.vkDestroyFence(self.device, fence[0], self.ffi.NULL)
+        self.lib.vkDestroyDescriptorPool(self.device, self._descriptor_pool, self.ffi.NULL)
+        self.lib.vkDestroyCommandPool(self.device, self._command_pool, self.ffi.NULL)
+        self.lib.vkDestroyDevice(self.device, self.ffi.NULL)
+        self.lib.vkDestroyInstance(self.instance, self.ffi.NULL)
+        self.device = None
+
+
+def _first(types: list, want, what):
+    for i, (flags, _) in enumerate(types):
+        if want(flags):
+            return i
+    if what is None:
+        return None
+    raise driver.VulkanUnavailableError(f"vulkan: the device has no {what} memory type")
+
+
+def _check_range(alloc: Allocation, offset: int, nbytes: int) -> Buffer:
+    if alloc.handle is None:
+        raise ValueError("a copy to or from a freed allocation")
+    if offset < 0 or offset + nbytes > alloc.nbytes:
+        raise ValueError(f"a copy of {nbytes} bytes at offset {offset} does not fit an allocation of "
+                         f"{alloc.nbytes} bytes")
+    return alloc.handle

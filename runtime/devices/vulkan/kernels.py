@@ -1,0 +1,134 @@
+"""Kernels on Vulkan: a compute pipeline per task from its SPIR-V (`spirv_t<i>`), built once
+per loaded kernel, and the per-launch pieces the ABI fixes (DESIGN.md "Backends"; the task
+record's "bindings", runtime/contract/artifact.py):
+
+- descriptor set layouts from the bindings: every buffer a storage buffer; "args" and
+  "errors" are *dynamic* storage buffers, so a launch only changes their dynamic offsets (the
+  args ring, the launch's error slot) and a descriptor set is reused across launches that bind
+  the same fields, ndarrays and temporaries;
+- the workgroup size through specialization constant 0 (the task's block_dim, 0 = the device's
+  default);
+- the "args" words: per parameter, a scalar of 8/16/32 bits is one 32-bit word (sign- or
+  zero-extended), a 64-bit scalar two (low first), an ndarray one word per dimension (shape);
+  built from the launcher's ctx words, which already hold every argument;
+- capabilities: a module declaring a capability the device lacks is refused at load.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ...contract.errors import QdcError
+from ...device import BOUNDS_WORD, ERROR_SLOT_WORDS, OVERFLOW_WORD
+
+SPIRV_MAGIC = 0x07230203
+OP_CAPABILITY = 17
+# SPIR-V capability id -> (VulkanCapabilities field, what it is) for those a device may lack.
+CAPABILITY_NEEDS = {
+    9: ("float16", "Float16 (16-bit floats)"),
+    10: ("float64", "Float64 (64-bit floats)"),
+    11: ("int64", "Int64 (64-bit integers)"),
+    12: ("int64_atomics", "Int64Atomics (64-bit integer atomics)"),
+    22: ("int16", "Int16 (16-bit integers)"),
+    39: ("int8", "Int8 (8-bit integers)"),
+    4433: ("storage_16bit", "StorageBuffer16BitAccess (16-bit values in buffers)"),
+    4448: ("storage_8bit", "StorageBuffer8BitAccess (8-bit values in buffers)"),
+    6033: ("atomic_float32_add", "AtomicFloat32AddEXT (atomic add on f32)"),
+    6034: ("atomic_float64_add", "AtomicFloat64AddEXT (atomic add on f64)"),
+}
+DYNAMIC_RESOURCES = ("args", "errors")
+ERROR_SLOT_BYTES = 8 * ERROR_SLOT_WORDS
+
+
+class UnsupportedKernelError(QdcError, ValueError):
+    """A kernel's code needs something this Vulkan device does not have."""
+
+
+def spirv_words(blob: bytes, what: str) -> np.ndarray:
+    if len(blob) < 20 or len(blob) % 4:
+        raise UnsupportedKernelError(f"{what}: not a SPIR-V module ({len(blob)} bytes)")
+    words = np.frombuffer(blob, np.uint32)
+    if int(words[0]) != SPIRV_MAGIC:
+        raise UnsupportedKernelError(f"{what}: not a SPIR-V module (magic {int(words[0]):#x})")
+    return words
+
+
+def declared_capabilities(words: np.ndarray) -> list:
+    """The OpCapability operands of a module (the layout rules put them first, after the header)."""
+    caps, i = [], 5
+    while i < len(words):
+        head = int(words[i])
+        count, opcode = head >> 16, head & 0xFFFF
+        if count == 0 or opcode != OP_CAPABILITY:
+            break
+        caps.append(int(words[i + 1]))
+        i += count
+    return caps
+
+
+def check_capabilities(words: np.ndarray, caps, what: str) -> None:
+    for cap in declared_capabilities(words):
+        need = CAPABILITY_NEEDS.get(cap)
+        if need is not None and not getattr(caps, need[0]):
+            raise UnsupportedKernelError(f"{what} needs {need[1]}, which the Vulkan device '{caps.name}' does not "
+                                         f"support; run it on another device (QDC_VULKAN_DEVICE=N) or on arch=cpu")
+
+
+class ArgsPlan:
+    """How the "args" words come from the launcher's ctx words (which hold each scalar in its
+    word's low bytes, zero above, and each ndarray's shape after its pointer)."""
+
+    def __init__(self, meta):
+        self.gather, self.wide, self.narrow = [], [], []
+        for p in meta.params:
+            if p.kind == "ndarray":
+                self.gather += range(p.slot + 1, p.slot + 1 + p.ndim)
+                continue
+            if p.dtype in ("i64", "u64", "f64"):  # two words, low first: filled in by `pack`
+                self.wide.append((len(self.gather), p.slot))
+                self.gather += [p.slot, p.slot]
+                continue
+            if p.dtype in ("i8", "i16"):  # sign-extended to 32 bits
+                self.narrow.append((len(self.gather), 8 if p.dtype == "i8" else 16))
+            self.gather.append(p.slot)
+        self.gather = np.array(self.gather, np.intp)
+        self.nbytes = max(4 * len(self.gather), 4)
+
+    def pack(self, ctx: np.ndarray) -> np.ndarray:
+        """The args words (np.uint32) for the ctx words `ctx` (np.uint64)."""
+        out = ctx[self.gather].astype(np.uint32)  # the low 32 bits of each word
+        for position, slot in self.wide:
+            out[position + 1] = int(ctx[slot]) >> 32
+        for position, nbits in self.narrow:
+            v = int(out[position]) & ((1 << nbits) - 1)
+            out[position] = (v - (1 << nbits)) & 0xFFFFFFFF if v >> (nbits - 1) else v
+        return out
+
+
+def resolve_binding_word(meta, resource: str, index: int):
+    """(ctx word, byte adjustment) whose value is the device address a binding refers to; None for
+    the device-owned "args" and adstack buffers that have no ctx word of their own."""
+    if resource == "field":
+        return meta.field_slot0 + index, 0
+    if resource == "ndarray":
+        return meta.params[index].slot, 0
+    if resource == "ndarray_grad":
+        p = meta.params[index]
+        return p.slot + 1 + p.ndim, 0
+    if resource == "temps":
+        return meta.temps_slot, 0
+    if resource == "errors":  # the slot's start, from whichever error word pointer the kernel has
+        if meta.debug_slot is not None:
+            return meta.debug_slot, -8 * BOUNDS_WORD
+        if meta.adstack_slot is not None:
+            return meta.adstack_slot + 2, -8 * OVERFLOW_WORD
+        return None
+    return None
+
+
+def dispatch_grid(groups: int, max_count: tuple) -> tuple:
+    """(x, y) workgroups covering `groups`: 1-D up to maxComputeWorkGroupCount[0], then 2-D
+    (the shader folds y into its invocation id); beyond x*y the grid-stride loop covers the rest."""
+    if groups <= max_count[0]:
+        return groups, 1
+    x = max_count[0]
+    return x, min(-(-groups // x), max_count[1])

@@ -1,0 +1,245 @@
+"""Pipelines (one per task, built at load) and the recording of one launch (kernels.py has the
+ABI's pure parts: capabilities, args words, the grid)."""
+from __future__ import annotations
+
+from ...device import ERROR_SLOT_WORDS
+from . import kernels
+from .kernels import UnsupportedKernelError
+
+# Resources whose buffers the runtime does not hand a Vulkan launch yet (SPIR-V adstack heaps).
+UNSUPPORTED_RESOURCES = ("adstack_meta", "adstack_float", "adstack_int")
+
+
+class BindingPlan:
+    """One binding of a task: where its buffer comes from at launch."""
+    __slots__ = ("set", "binding", "resource", "index", "word", "adjust", "dynamic")
+
+    def __init__(self, meta, b):
+        self.set, self.binding, self.resource, self.index = b
+        self.dynamic = self.resource in kernels.DYNAMIC_RESOURCES
+        found = kernels.resolve_binding_word(meta, self.resource, self.index)
+        self.word, self.adjust = found if found is not None else (None, 0)
+
+    def what(self, meta) -> str:
+        if self.resource == "field":
+            return f"field '{meta.fields[self.index].name}'"
+        if self.resource in ("ndarray", "ndarray_grad"):
+            grad = ".grad" if self.resource == "ndarray_grad" else ""
+            return f"ndarray argument '{meta.params[self.index].name}{grad}'"
+        return self.resource
+
+
+def build_task_pipeline(dev, artifacts: dict, meta, i: int):
+    from .device import TaskPipeline
+    task = meta.tasks[i]
+    what = f"kernel '{meta.name}' (task {i}, {task.name})"
+    blob = artifacts.get(f"spirv_t{i}")
+    if not isinstance(blob, (bytes, bytearray)):
+        raise UnsupportedKernelError(f"{what}: its cache entry has no SPIR-V for this task (artifact 'spirv_t{i}'); "
+                                     f"build the kernel for arch=vulkan")
+    words = kernels.spirv_words(bytes(blob), what)
+    kernels.check_capabilities(words, dev.capabilities, what)
+    if task.launch.get("policy") != "grid":
+        raise UnsupportedKernelError(f"{what}: launch policy {task.launch.get('policy')!r} is not a GPU grid")
+    block = dev.block_dim(task.launch)
+    caps = dev.capabilities
+    if block > min(caps.max_workgroup_size[0], caps.max_workgroup_invocations):
+        raise UnsupportedKernelError(f"{what}: block_dim {block} exceeds the device's workgroup size limit "
+                                     f"{min(caps.max_workgroup_size[0], caps.max_workgroup_invocations)}")
+    plans = sorted((BindingPlan(meta, b) for b in task.bindings), key=lambda p: (p.set, p.binding))
+    for p in plans:
+        if p.resource in UNSUPPORTED_RESOURCES:
+            raise UnsupportedKernelError(f"{what}: binds '{p.resource}': adstacks are not supported by the vulkan "
+                                         f"runtime yet")
+    set_layouts = [_set_layout(dev, [p for p in plans if p.set == s]) for s in range(max((p.set for p in plans),
+                                                                                           default=-1) + 1)]
+    layout = _pipeline_layout(dev, set_layouts)
+    pipeline = _pipeline(dev, bytes(blob), layout, block, what)
+    ffi = dev.ffi
+    tp = TaskPipeline(name=what, pipeline=pipeline, layout=layout, set_layouts=set_layouts, bindings=plans,
+                      block_dim=block, serial=task.kind == "serial" or bool(task.serial),
+                      sets=ffi.new("VkDescriptorSet[]", max(len(set_layouts), 1)),
+                      set_numbers=len(set_layouts),
+                      dynamic=ffi.new("uint32_t[]", max(sum(p.dynamic for p in plans), 1)))
+    dev.__dict__.setdefault("_pipeline_objects", []).append(tp)
+    return tp
+
+
+def _set_layout(dev, plans: list):
+    vk, ffi = dev.vk, dev.ffi
+    entries = ffi.new("VkDescriptorSetLayoutBinding[]", max(len(plans), 1))
+    for j, p in enumerate(plans):
+        entries[j].binding = p.binding
+        entries[j].descriptorType = (vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER_DYNAMIC if p.dynamic
+                                     else vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER)
+        entries[j].descriptorCount = 1
+        entries[j].stageFlags = vk.VK_SHADER_STAGE_COMPUTE_BIT
+    info = ffi.new("VkDescriptorSetLayoutCreateInfo*", {
+        "sType": vk.VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO, "bindingCount": len(plans),
+        "pBindings": entries})
+    out = ffi.new("VkDescriptorSetLayout*")
+    dev._check(dev.lib.vkCreateDescriptorSetLayout(dev.device, info, ffi.NULL, out), "vkCreateDescriptorSetLayout")
+    return out[0]
+
+
+def _pipeline_layout(dev, set_layouts: list):
+    vk, ffi = dev.vk, dev.ffi
+    layouts = ffi.new("VkDescriptorSetLayout[]", set_layouts or [ffi.NULL])
+    info = ffi.new("VkPipelineLayoutCreateInfo*", {
+        "sType": vk.VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO, "setLayoutCount": len(set_layouts),
+        "pSetLayouts": layouts})
+    out = ffi.new("VkPipelineLayout*")
+    dev._check(dev.lib.vkCreatePipelineLayout(dev.device, info, ffi.NULL, out), "vkCreatePipelineLayout")
+    return out[0]
+
+
+def _pipeline(dev, blob: bytes, layout, block: int, what: str):
+    vk, ffi, lib = dev.vk, dev.ffi, dev.lib
+    code = ffi.from_buffer(blob)
+    module_info = ffi.new("VkShaderModuleCreateInfo*", {
+        "sType": vk.VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, "codeSize": len(blob),
+        "pCode": ffi.cast("uint32_t*", code)})
+    module = ffi.new("VkShaderModule*")
+    dev._check(lib.vkCreateShaderModule(dev.device, module_info, ffi.NULL, module), f"{what}: vkCreateShaderModule")
+    entry = ffi.new("char[]", b"main")
+    spec_entry = ffi.new("VkSpecializationMapEntry*", {"constantID": 0, "offset": 0, "size": 4})
+    spec_data = ffi.new("uint32_t[1]", [block])
+    spec = ffi.new("VkSpecializationInfo*", {"mapEntryCount": 1, "pMapEntries": spec_entry, "dataSize": 4,
+                                             "pData": spec_data})
+    info = ffi.new("VkComputePipelineCreateInfo*", {
+        "sType": vk.VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO, "layout": layout,
+        "stage": {"sType": vk.VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
+                  "stage": vk.VK_SHADER_STAGE_COMPUTE_BIT, "module": module[0], "pName": entry,
+                  "pSpecializationInfo": spec}})
+    out = ffi.new("VkPipeline*")
+    try:
+        dev._check(lib.vkCreateComputePipelines(dev.device, ffi.NULL, 1, info, ffi.NULL, out),
+                   f"{what}: vkCreateComputePipelines")
+    finally:
+        lib.vkDestroyShaderModule(dev.device, module[0], ffi.NULL)
+    return out[0]
+
+
+def destroy_pipelines(dev) -> None:
+    ffi, lib = dev.ffi, dev.lib
+    for tp in dev.__dict__.pop("_pipeline_objects", []):
+        lib.vkDestroyPipeline(dev.device, tp.pipeline, ffi.NULL)
+        lib.vkDestroyPipelineLayout(dev.device, tp.layout, ffi.NULL)
+        for layout in tp.set_layouts:
+            lib.vkDestroyDescriptorSetLayout(dev.device, layout, ffi.NULL)
+
+
+# ---- one launch ------------------------------------------------------------------------------
+
+def record_dispatch(dev, loaded, tp, ctx, slices: int) -> None:
+    meta = loaded.meta
+    buffers, dynamic_offsets, uses = [], [], []
+    args_offset = None
+    for p in tp.bindings:
+        if p.resource == "args":
+            args_offset = dev.args_space(loaded.args.nbytes)
+            buffers.append((dev._args_ring, 0, loaded.args.nbytes))
+            dynamic_offsets.append(args_offset)
+            uses.append(dev._args_ring)
+            continue
+        alloc, offset = _bound_allocation(dev, meta, tp, p, ctx)
+        buf = alloc.handle
+        uses.append(buf)
+        if p.dynamic:  # the launch's error slot: the block's descriptor, the slot by offset
+            buffers.append((buf, 0, 8 * ERROR_SLOT_WORDS))
+            dynamic_offsets.append(offset)
+        else:
+            _check_bindable(dev, meta, tp, p, alloc, offset)
+            buffers.append((buf, offset, alloc.nbytes - offset))
+    if args_offset is not None:
+        words = loaded.args.pack(ctx)
+        dev._args_ring.mapped[args_offset:args_offset + words.nbytes] = words.view(dev._args_ring.mapped.dtype)
+    _bind_sets(dev, tp, buffers)
+    for j, off in enumerate(dynamic_offsets):
+        tp.dynamic[j] = off
+    groups = 1 if tp.serial else -(-slices // tp.block_dim)
+    x, y = kernels.dispatch_grid(groups, dev.capabilities.max_workgroup_count)
+    lib, vk = dev.lib, dev.vk
+    command, fence = dev._begin()
+    lib.vkCmdBindPipeline(command, vk.VK_PIPELINE_BIND_POINT_COMPUTE, tp.pipeline)
+    if tp.set_numbers:
+        lib.vkCmdBindDescriptorSets(command, vk.VK_PIPELINE_BIND_POINT_COMPUTE, tp.layout, 0, tp.set_numbers,
+                                    tp.sets, len(dynamic_offsets), tp.dynamic)
+    lib.vkCmdDispatch(command, x, y, 1)
+    dev._submit(command, fence, [], uses)
+
+
+def _bound_allocation(dev, meta, tp, p, ctx):
+    """(Allocation, offset) the binding's ctx word points at."""
+    if p.word is None:  # an error binding in a kernel that reports none: a slot nobody reads
+        slot = dev.__dict__.get("_scratch_errors")
+        if slot is None:
+            slot = dev._scratch_errors = dev.acquire_error_slot()
+        return slot.alloc, slot.offset
+    address = int(ctx[p.word]) + p.adjust
+    found = dev.lookup(address)
+    if found is None:
+        hint = (": pass a qd.ndarray (numpy arrays are not copied to the device by this runtime yet)"
+                if p.resource.startswith("ndarray") else "")
+        raise ValueError(f"{tp.name}: its {p.what(meta)} is not in the Vulkan device's memory "
+                         f"(address {address:#x}){hint}")
+    return found
+
+
+def _check_bindable(dev, meta, tp, p, alloc, offset) -> None:
+    caps = dev.capabilities
+    if alloc.nbytes - offset > caps.max_storage_buffer_range:
+        raise ValueError(f"{tp.name}: its {p.what(meta)} takes {alloc.nbytes - offset} bytes, more than the Vulkan "
+                         f"device's maxStorageBufferRange ({caps.max_storage_buffer_range} bytes)")
+    if offset % caps.min_storage_buffer_offset_alignment:
+        raise ValueError(f"{tp.name}: its {p.what(meta)} starts at offset {offset}, not a multiple of the device's "
+                         f"minStorageBufferOffsetAlignment")
+
+
+def _bind_sets(dev, tp, buffers: list) -> None:
+    """Point tp.sets at descriptor sets holding `buffers` (in tp.bindings order): cached per
+    task and buffers (dynamic ones by buffer only), so steady launches write no descriptors."""
+    key = (id(tp),) + tuple((b.serial, off, rng) for b, off, rng in buffers)
+    sets = dev._set_cache.get(key)
+    if sets is None:
+        sets = _allocate_sets(dev, tp)
+        _write_sets(dev, tp, sets, buffers)
+        dev._set_cache[key] = sets
+    for s, handle in enumerate(sets):
+        tp.sets[s] = handle
+
+
+def _allocate_sets(dev, tp) -> list:
+    vk, ffi, lib = dev.vk, dev.ffi, dev.lib
+    if not tp.set_layouts:
+        return []
+    layouts = ffi.new("VkDescriptorSetLayout[]", tp.set_layouts)
+    info = ffi.new("VkDescriptorSetAllocateInfo*", {
+        "sType": vk.VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO, "descriptorPool": dev._descriptor_pool,
+        "descriptorSetCount": len(tp.set_layouts), "pSetLayouts": layouts})
+    out = ffi.new("VkDescriptorSet[]", len(tp.set_layouts))
+    if lib.vkAllocateDescriptorSets(dev.device, info, out) != 0:
+        # The pool is full: once nothing in flight uses its sets, start it afresh.
+        dev.wait()
+        dev._check(lib.vkResetDescriptorPool(dev.device, dev._descriptor_pool, 0), "vkResetDescriptorPool")
+        dev._set_cache.clear()
+        dev._check(lib.vkAllocateDescriptorSets(dev.device, info, out), "vkAllocateDescriptorSets")
+    return [out[i] for i in range(len(tp.set_layouts))]
+
+
+def _write_sets(dev, tp, sets: list, buffers: list) -> None:
+    vk, ffi = dev.vk, dev.ffi
+    n = len(buffers)
+    if not n:
+        return
+    infos = ffi.new("VkDescriptorBufferInfo[]", n)
+    writes = ffi.new("VkWriteDescriptorSet[]", n)
+    for j, (p, (buf, offset, size)) in enumerate(zip(tp.bindings, buffers)):
+        infos[j].buffer, infos[j].offset, infos[j].range = buf.handle, offset, max(size, 4)
+        w = writes[j]
+        w.sType = vk.VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET
+        w.dstSet, w.dstBinding, w.descriptorCount = sets[p.set], p.binding, 1
+        w.descriptorType = (vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER_DYNAMIC if p.dynamic
+                            else vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER)
+        w.pBufferInfo = infos + j
+    dev.lib.vkUpdateDescriptorSets(dev.device, n, writes, 0, ffi.NULL)
