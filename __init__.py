@@ -14,6 +14,7 @@ from qdc.runtime.contract.types import f16, f32, f64, i8, i16, i32, i64, u1, u8,
 __version__ = "0.1.0"
 
 cpu, cuda, vulkan, metal, amdgpu = "cpu", "cuda", "vulkan", "metal", "amdgpu"
+gpu = "gpu"  # qd.init(arch=qd.gpu): the first of cuda, vulkan, metal, amdgpu that works here
 
 # Kernel-language names defined in qdc.compiler.language.lang, loaded on first access.
 _LANG = {"kernel", "func", "static", "ndrange", "loop_config", "types", "sin", "cos", "tan", "asin",

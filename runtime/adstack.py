@@ -58,10 +58,10 @@ def log(message: str) -> None:
 
 
 class AdStackHeap:
-    """The adstack memory of one runtime, and its overflow word."""
+    """One adstack heap buffer of a runtime (`name`: which one, for messages)."""
 
-    def __init__(self, device):
-        self.device = device
+    def __init__(self, device, name: str = "adstack heap"):
+        self.device, self.name = device, name
         self.alloc = None
         self.nbytes = 0
 
@@ -69,24 +69,29 @@ class AdStackHeap:
     def ptr(self) -> int:
         return self.alloc.ptr if self.alloc is not None else 0
 
-    def ensure(self, required: int, kernel: str) -> None:
+    def ensure(self, required: int, kernel: str, cost=None) -> bool:
+        """Grow to at least `required` bytes: max(required, 2 * current), else exactly
+        `required`; whether the allocation changed. `cost()`: the memory-cost breakdown for
+        the error message."""
         if required <= self.nbytes:
-            return
+            return False
         size = max(required, 2 * self.nbytes)
         alloc = self._try_allocate(size)
         if alloc is None and size > required:
             size = required
             alloc = self._try_allocate(size)
         if alloc is None:
+            breakdown = f" Memory cost: {cost()}." if cost is not None else ""
             raise MemoryError(
-                f"kernel '{kernel}': cannot allocate {required} bytes for its adstacks (heap now {self.nbytes} "
-                f"bytes). Reduce the capacity (qd.init(ad_stack_size=N) or a smaller default_ad_stack_size), "
-                f"the number of loop-carried variables in dynamic loops, or the worker threads "
-                f"(qd.init(cpu_max_num_threads=N))")
+                f"kernel '{kernel}': cannot allocate {required} bytes for its adstacks ({self.name} now {self.nbytes} "
+                f"bytes).{breakdown} Remedies, in order: reduce the capacity (qd.init(ad_stack_size=N) or a smaller "
+                f"default_ad_stack_size), the number of loop-carried variables in dynamic loops, or the "
+                f"iterations launched at once (on the CPU the worker threads, qd.init(cpu_max_num_threads=N))")
         old, self.alloc, self.nbytes = self.alloc, alloc, size
         if old is not None:
             self.device.free_after_fence(old)  # launches in flight may still use it
-        log(f"heap grown to {size} bytes for kernel '{kernel}' (needed {required})")
+        log(f"{self.name} grown to {size} bytes for kernel '{kernel}' (needed {required})")
+        return True
 
     def _try_allocate(self, size: int):
         try:
@@ -95,17 +100,50 @@ class AdStackHeap:
             return None
 
 
-def heap_for(rt) -> AdStackHeap:
-    heap = _heaps.get(rt)
+class SpirvHeaps:
+    """The float and int heaps of a SPIR-V runtime (adstack_layout.SPIRV_HEAP_*). `alloc` is a
+    token replaced whenever either heap is, so the sizing code's `_heap.alloc is _bound` works
+    as with one heap."""
+
+    def __init__(self, device):
+        self.heaps = tuple(AdStackHeap(device, name) for name in layout.SPIRV_HEAP_NAMES)
+        self.alloc = None
+
+    @property
+    def ptr(self) -> int:
+        return self.heaps[0].ptr
+
+    @property
+    def ptr1(self) -> int:
+        return self.heaps[1].ptr
+
+    @property
+    def nbytes(self) -> int:
+        return sum(h.nbytes for h in self.heaps)
+
+
+def heap_for(rt, heap_layout=layout.LLVM_HEAP):
+    """The runtime's heap(s) for code of `heap_layout`."""
+    heaps = _heaps.get(rt)
+    if heaps is None:
+        heaps = _heaps[rt] = {}
+    key = "spirv" if isinstance(heap_layout, layout.SpirvHeapLayout) else "llvm"
+    heap = heaps.get(key)
     if heap is None:
-        heap = _heaps[rt] = AdStackHeap(rt.device)
+        heap = heaps[key] = SpirvHeaps(rt.device) if key == "spirv" else AdStackHeap(rt.device)
     return heap
 
 
-def adstack_heap_bytes() -> int:
-    """Bytes held by the current runtime's adstack heap (0 until a kernel needs one)."""
-    heap = _heaps.get(context.current())
-    return heap.nbytes if heap is not None else 0
+def adstack_heap_bytes(name: str | None = None) -> int:
+    """Bytes held by the current runtime's adstack heaps (0 until a kernel needs one); `name`
+    ("adstack_float", "adstack_int"): that SPIR-V heap only."""
+    heaps = _heaps.get(context.current()) or {}
+    if name is None:
+        return sum(h.nbytes for h in heaps.values())
+    spirv = heaps.get("spirv")
+    if spirv is None:
+        return 0
+    return spirv.heaps[layout.SPIRV_HEAP_NAMES.index(name)].nbytes
 
 
 class KernelStacks:
@@ -119,12 +157,14 @@ class KernelStacks:
         records = meta.adstack.get("stacks") or []
         for i, r in enumerate(records):
             check_adstack_record(d, i, r)
-        layout.check_record(meta.adstack.get("layout"), meta.name)  # code laid out as this runtime sizes
+        # code laid out as this runtime sizes it
+        self.layout = layout.layout_of_record(meta.adstack.get("layout"), meta.name)
         self.records = records
         self.task_order: list = []  # kernel task indices holding stacks, in first-use order
         self.tasks: list = []  # (iterations, launch policy) per entry of task_order
         self.stack_task: list = []  # per stack: its position in task_order
         self.entry_bytes: list = []
+        self.heap_of: list = []  # per stack: its heap's position in layout.heaps
         self.capacities: list = []  # int or SizeExpr
         for r in records:
             if r["task"] not in self.task_order:
@@ -133,7 +173,8 @@ class KernelStacks:
                 iterations = se.from_nodes(task.iterations)
                 self.tasks.append((None if se.reads_temps(iterations) else iterations, task.launch))
             self.stack_task.append(self.task_order.index(r["task"]))
-            self.entry_bytes.append(layout.LLVM_HEAP.entry_bytes(r["dtype"], r["adjoint"]))
+            self.entry_bytes.append(self.layout.entry_bytes(r["dtype"], r["adjoint"]))
+            self.heap_of.append(self.layout.heap_of(r["dtype"]))
             tree = se.from_nodes(r.get("size_expr", []))
             self.capacities.append(r["max_size"] if tree is None else tree)
 
@@ -161,7 +202,8 @@ class AdStackHooks:
         self.fields_read, self.field_readers = sorted(gen.fields_read), gen.field_readers
         g = self.namespace = {
             "_hooks": self,  # the functions keep the hooks alive (context.on_reset holds them weakly)
-            "_stale": True, "_rebind": self.rebind, "_grow": self.grow, "_overflow": self.raise_overflow,
+            "_stale": True, "_rebind": self.rebind, "_overflow": self.raise_overflow,
+            "_grow": self.grow if len(self.stacks.layout.heaps) == 1 else self.grow_heaps,
             "_too_large": self.too_large, "_log": self.log_layout, "_mor": self.max_over, "_env": self.env,
             "_index": sizing.index, "_read": sizing.ndarray_read,
             "_heap": None, "_bound": _UNSET, "_ovf": None, "_errors": None, "_w": None,
@@ -180,7 +222,7 @@ class AdStackHooks:
     def rebind(self, lctx):
         """Bind the current runtime (heap, worker threads, field memory), then prepare."""
         rt = context.current()
-        heap = heap_for(rt)
+        heap = heap_for(rt, self.stacks.layout)
         g = self.namespace
         errors = lctx.errors  # the launcher's error slot: word OVERFLOW_WORD is the overflow word
         g["_heap"], g["_bound"], g["_errors"] = heap, _UNSET, errors
@@ -218,6 +260,32 @@ class AdStackHooks:
         heap = self.namespace["_heap"]
         heap.ensure(required, self.meta.name)
         return heap.alloc
+
+    def grow_heaps(self, stride: int, stride1: int, slices: int):
+        """The SPIR-V heaps grown for `slices` invocations of the strides (bytes); their token.
+        With 32-bit indices, a launch whose heaps a u32 cannot index is refused first."""
+        heaps, heap_layout = self.namespace["_heap"], self.stacks.layout
+        if heap_layout.index_bits == 32:
+            for stride_bytes in (stride, stride1):
+                problem = layout.index_range_problem(stride_bytes // 4, slices)
+                if problem is not None:
+                    raise ValueError(f"kernel '{self.meta.name}': {problem}")
+        changed = False
+        for which, (heap, stride_bytes) in enumerate(zip(heaps.heaps, (stride, stride1))):
+            changed |= heap.ensure(stride_bytes * slices, self.meta.name,
+                                   lambda which=which: self.memory_cost(which, slices))
+        if changed or heaps.alloc is None:
+            heaps.alloc = object()
+        return heaps.alloc
+
+    def memory_cost(self, heap: int, invocations: int) -> str:
+        """invocations x capacity x element bytes x stacks, for the stacks of `heap`."""
+        caps = self.namespace["_caps"]
+        terms = [f"{c} x {e}" for i, (c, e) in enumerate(zip(caps, self.stacks.entry_bytes))
+                 if self.stacks.heap_of[i] == heap]
+        per = sum(c * e for i, (c, e) in enumerate(zip(caps, self.stacks.entry_bytes)) if self.stacks.heap_of[i] == heap)
+        return (f"invocations x capacity x element bytes x stacks = {invocations} x ({' + '.join(terms) or '0'}) "
+                f"= {invocations * per} bytes (the largest task's stacks; stacks of different tasks share space)")
 
     def log_layout(self, capacities: tuple, threads: tuple, slices: int, stride: int) -> None:
         names = ", ".join(f"'{r['name']}' {c}" for r, c in zip(self.stacks.records, capacities))

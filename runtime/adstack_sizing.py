@@ -57,10 +57,8 @@ import operator
 
 from .contract import sizeexpr as se
 from .contract.artifact import MAX_ADSTACK_CAPACITY as MAX_CAPACITY
-from .contract.adstack_layout import LLVM_HEAP
 from .contract.types import by_name
 
-HEAP = LLVM_HEAP  # the heap layout the code was generated for (contract/adstack_layout.py)
 INT64_MAX = se.INT64_MAX
 INT64_MIN = se.INT64_MIN
 FIELD_FORMAT = {"i8": "b", "i16": "h", "i32": "i", "i64": "q", "u8": "B", "u16": "H", "u32": "I", "u64": "Q",
@@ -143,17 +141,23 @@ class SizingSource:
         """Each task's stacks one after another in a thread's slice (tasks run one at a time,
         so they share it): offsets, the stride (the largest task), the slices (the most
         threads of any task, at least one); then the heap and the ctx words."""
-        used = ["0"] * len(threads)
+        heaps = len(stacks.layout.heaps)
+        used = [["0"] * len(threads) for _ in range(heaps)]
         offsets = []
-        for cap, task, entry in zip(caps, stacks.stack_task, stacks.entry_bytes):
-            offsets.append(used[task])
+        for cap, task, entry, heap in zip(caps, stacks.stack_task, stacks.entry_bytes, stacks.heap_of):
+            offsets.append(used[heap][task])
             if _is_literal(cap):
-                size = str(HEAP.stack_bytes(int(cap), entry))
+                size = str(stacks.layout.stack_bytes(int(cap), entry))
             else:
-                size = self._assign(HEAP.stack_bytes_source(cap, entry))
-            used[task] = self._sum(used[task], size)
-        lines = [f"stride = {self._max_of(used)}", f"slices = {self._max_of(threads + ['1'])}",
-                 "_bound = _grow(stride * slices)", "w = _w", f"w[{slot}] = _heap.ptr", f"w[{slot + 1}] = stride"]
+                size = self._assign(stacks.layout.stack_bytes_source(cap, entry))
+            used[heap][task] = self._sum(used[heap][task], size)
+        if heaps == 1:
+            lines = [f"stride = {self._max_of(used[0])}", f"slices = {self._max_of(threads + ['1'])}",
+                     "_bound = _grow(stride * slices)", "w = _w", f"w[{slot}] = _heap.ptr", f"w[{slot + 1}] = stride"]
+        else:  # SPIR-V: a float and an int heap, their addresses in the first two words; no slices, no heap
+            lines = [f"stride = {self._max_of(used[0])}", f"stride1 = {self._max_of(used[1])}",
+                     f"slices = {self._max_of(threads + ['0'])}", "_bound = _grow(stride, stride1, slices)",
+                     "w = _w", f"w[{slot}] = _heap.ptr", f"w[{slot + 1}] = _heap.ptr1"]
         for i, (offset, cap) in enumerate(zip(offsets, caps)):
             lines += [f"w[{slot + 3 + 2 * i}] = {offset}", f"w[{slot + 4 + 2 * i}] = {cap}"]
         self.lines += lines + [f"w[{slot + 3 + 2 * len(caps)}] = slices"]

@@ -40,12 +40,28 @@ def reset(arch: str = "cpu", cpu_max_num_threads: int | None = None) -> Runtime:
     """Replace the active runtime: fields and ndarrays re-materialise, zeroed, on first use."""
     global _current
     new = Runtime(arch, cpu_max_num_threads)  # may raise (unknown arch): keep the old one then
-    if _current is not None:
-        _current.device.sync()
-    _current = new
+    old, _current = _current, new
     for dependent in list(_dependents):
         dependent.invalidate()
+    if old is not None:
+        _retire(old.device)
     return _current
+
+
+def _retire(device: Device) -> None:
+    """Finish the replaced device's work and release it (a GPU device holds driver objects and
+    threads, which tests that re-initialise hundreds of times must not pile up). Its errors
+    still raise here, after the new runtime is in place: a launch's error is never lost."""
+    try:
+        device.sync()
+    finally:
+        close = getattr(device, "close", None)
+        if close is not None:
+            close()
+
+
+def has_runtime() -> bool:
+    return _current is not None
 
 
 def on_reset(dependent) -> None:

@@ -47,6 +47,14 @@ own (`Device.launch_task`) with the thread slices the device dispatches for its 
 count (evaluated per launch; a temporary is read back from device memory), the launch's own
 error slot is handed to the device, and errors surface at `Device.sync` (`report` hooks)
 instead of in `finish`. Kernel temporaries live in device memory (one allocation per launcher).
+
+Numpy arguments on a device without host memory (capabilities.host_memory false: Vulkan,
+CUDA): each ndarray parameter has a device buffer of its own (`_DeviceCopies`, reused while
+the array fits) whose address goes into the ctx instead of the array's. The launch code copies
+the array in on *every* launch (after the identity test, which only skips re-validation: the
+host data may have changed since) and, for a parameter the kernel writes (ParamMeta.writes),
+back out right after queueing the tasks, which waits for them: such a launch is synchronous.
+On host-memory devices (the CPU) none of this is in the generated code.
 - Nothing is tested per launch for runtime changes (`qd.init`): the runtime calls every
   live launcher's `invalidate` (`context.on_reset`), which swaps the function's `__code__`
   for a stub, `def k(a, s, n): return _q_slow(a, s, n)`; the slow path rebinds, swaps the
@@ -233,6 +241,9 @@ class _Launcher:
                        "_q_scalar_errors": _SCALAR_ERRORS, "_q_bad_scalars": self.bad_scalars,
                        "_q_len": len, "_q_bool": bool})  # builtins by names no parameter can shadow
         self.hooks = hooks
+        self.copies = None if device.capabilities.host_memory else _DeviceCopies(device)
+        if self.copies is not None:
+            self.g["_q_copy_in"], self.g["_q_copy_out"] = self.copies.copy_in, self.copies.copy_out
         if hooks is not None:
             self.g["_q_prepare"], self.g["_q_finish"] = hooks.prepare, hooks.finish
             self.g["_q_lctx"] = LaunchContext(meta, device, fields, self.words, self.errors)
@@ -334,6 +345,7 @@ class _Launcher:
         offset, with_grad = 8 * p.slot, bool(p.needs_grad)
         arr, probe = f"_q_arr{index}", f"_q_len{index}" if ndim in (1, 2) else f"_q_shape{index}"
         numpy_flag = f"_q_numpy{index}"
+        copies, device_buffer = self.copies, f"_q_dev{index}"
 
         def bind(a):
             if isinstance(a, np.ndarray):
@@ -341,7 +353,11 @@ class _Launcher:
                 if grad_kernel_needs_grad or a.dtype != np_dtype or a.ndim != ndim or not flags.c_contiguous \
                         or writes and not flags.writeable:
                     check_ndarray(meta, index, a)  # raises, naming what is wrong
-                ptr, grad = numpy_address(a), 0
+                if copies is None:
+                    ptr, grad = numpy_address(a), 0
+                else:  # the launch code copies it in (and out) at every launch
+                    alloc = g[device_buffer] = copies.buffer(index, a.nbytes)
+                    ptr, grad = alloc.ptr, 0
             elif isinstance(a, Ndarray) and a.dtype.name == p.dtype and a.ndim == ndim and (
                     a.grad is not None or not grad_kernel_needs_grad) and (a.grad is None or not refuse_grad):
                 ptr = a.allocation().ptr
@@ -393,6 +409,8 @@ class _Launcher:
                     probe += f" or not {p.name}.flags.writeable"
                 probe = {True: f" or {probe}", False: "", None: f" or _q_numpy{i} and ({probe})"}[kinds[i]]
                 body += [f"    if {p.name} is not _q_arr{i}{probe}:", f"        _q_bind{i}({p.name})"]
+                if self.copies is not None:  # not specialised: a bind in this very call may change the kind
+                    body += [f"    if _q_numpy{i}:", f"        _q_copy_in(_q_dev{i}, {p.name})"]
             elif p.dtype == "u1":
                 body += [f"    if {p.name}.__class__ is not _q_bool:",
                          f"        {p.name} = _q_as_bool{i}({p.name})"]
@@ -406,6 +424,7 @@ class _Launcher:
             body += [f"    _q_lctx.args = {args}", "    _q_prepare(_q_lctx)"]
         if not self.fused:  # the asynchronous path: the error hooks report at sync, not from `finish`
             body.append(f"    _q_call({args})")
+            body += self.copy_out_statements()
             if hooks is not None and hooks.finish is not None and hooks.report is None:
                 body.append("    _q_finish()")  # a hook of the caller's own: run once the tasks are queued
             return body
@@ -413,6 +432,13 @@ class _Launcher:
         if hooks is not None and hooks.finish is not None:
             body.append("    _q_finish()")
         return body
+
+    def copy_out_statements(self) -> list[str]:
+        """Copy each numpy array the kernel writes back from its device buffer (waits for the launch)."""
+        if self.copies is None:
+            return []
+        return [line for i, p in enumerate(self.meta.params) if p.kind == "ndarray" and p.writes
+                for line in (f"    if _q_numpy{i}:", f"        _q_copy_out(_q_dev{i}, {p.name})")]
 
     def build(self) -> None:
         """Generate `launch`, the stale stub's code, and (unless the owner gave one) `function`."""
@@ -457,6 +483,30 @@ class _Launcher:
             else:
                 runs.append((i, [p]))
         return runs
+
+
+class _DeviceCopies:
+    """The device buffers that numpy arguments are copied through on a device without host
+    memory: one per ndarray parameter, reused while the array fits, replaced (the old one freed
+    once the launches using it are done) when a larger one comes."""
+
+    def __init__(self, device):
+        self.device = device
+        self.buffers: dict = {}  # parameter index -> Allocation
+
+    def buffer(self, index: int, nbytes: int):
+        alloc = self.buffers.get(index)
+        if alloc is None or alloc.nbytes < nbytes:
+            if alloc is not None:
+                self.device.free_after_fence(alloc)
+            alloc = self.buffers[index] = self.device.allocate(nbytes)
+        return alloc
+
+    def copy_in(self, alloc, a: np.ndarray) -> None:
+        self.device.copy_to_device(alloc, a.reshape(-1))  # 1-d: a 0-d array has no byte view
+
+    def copy_out(self, alloc, a: np.ndarray) -> None:
+        self.device.copy_to_host(alloc, a.reshape(-1))  # a view of `a` (C-contiguous): fills `a`
 
 
 def _check_names(name: str, params: list[str]) -> None:

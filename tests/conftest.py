@@ -63,3 +63,95 @@ def fresh_runtime(session_cache_dir):
 @pytest.fixture
 def rng():
     return np.random.default_rng()
+
+
+# ---- the suite by arch ----------------------------------------------------------------------
+# A test that takes the `arch` fixture runs once per selected arch (`--archs=cpu,vulkan`; by
+# default the CPU, plus vulkan when a Vulkan device starts here), in a fresh runtime of that
+# arch. `@pytest.mark.skip_arch("vulkan", reason=...)` skips one arch's case, saying why (what
+# that target refuses today): never a silent pass.
+
+def pytest_addoption(parser):
+    parser.addoption("--archs", default=None,
+                     help="comma-separated archs the arch-parametrised tests run on (default: cpu, plus "
+                          "vulkan when a Vulkan device exists here)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "skip_arch(arch, reason): skip this test's case on `arch`, for `reason`")
+    config.addinivalue_line("markers", "xfail_arch(arch, reason, strict=True): a known wrong result on `arch` "
+                                       "(strict: the case fails once it is fixed, so the mark goes)")
+
+
+_VULKAN_PROBE: list = []
+
+
+def vulkan_unavailable_reason() -> str | None:
+    """None when a Vulkan device starts here (probed once per session), else why not."""
+    if not _VULKAN_PROBE:
+        try:
+            from qdc.runtime.devices.vulkan.device import VulkanDevice
+            VulkanDevice().close()
+            _VULKAN_PROBE.append(None)
+        except Exception as e:  # noqa: BLE001 (no binding, no loader, no device: all mean "skip")
+            _VULKAN_PROBE.append(f"{type(e).__name__}: {e}")
+    return _VULKAN_PROBE[0]
+
+
+def selected_archs(config) -> list:
+    from qdc.runtime.contract.arches import ARCHES
+    value = config.getoption("--archs")
+    if value is None:
+        return ["cpu"] + (["vulkan"] if vulkan_unavailable_reason() is None else [])
+    archs = [a.strip() for a in value.split(",") if a.strip()]
+    unknown = [a for a in archs if a not in ARCHES]
+    if unknown or not archs:
+        raise pytest.UsageError(f"--archs: unknown arch {', '.join(unknown) or '(none given)'} "
+                                f"(choose from {', '.join(ARCHES)})")
+    return archs
+
+
+def pytest_generate_tests(metafunc):
+    if "arch" in metafunc.fixturenames:
+        metafunc.parametrize("arch", selected_archs(metafunc.config), indirect=True)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        arch = getattr(getattr(item, "callspec", None), "params", {}).get("arch")
+        for mark in item.iter_markers("skip_arch"):
+            if arch is not None and arch in mark.args:
+                item.add_marker(pytest.mark.skip(reason=f"{arch}: {mark.kwargs.get('reason', 'not supported')}"))
+        for mark in item.iter_markers("xfail_arch"):
+            if arch is not None and arch in mark.args:
+                item.add_marker(pytest.mark.xfail(reason=f"{arch}: {mark.kwargs['reason']}",
+                                                  strict=mark.kwargs.get("strict", True)))
+
+
+@pytest.fixture
+def arch(request, session_cache_dir, fresh_runtime):
+    """The arch this case runs on, initialised (default options); the CPU again afterwards, so
+    that a device error still pending is raised by this test, not the next one."""
+    name = request.param
+    if name == "vulkan" and vulkan_unavailable_reason() is not None:
+        pytest.skip(f"vulkan: no Vulkan device ({vulkan_unavailable_reason()})")
+    qd.init(arch=name, cache_dir=session_cache_dir)
+    yield name
+    qd.init(arch=qd.cpu, cache_dir=session_cache_dir)
+
+
+@pytest.fixture
+def same_as_cpu(arch, session_cache_dir):
+    """`same_as_cpu(run)`: `run()` (which declares, fills, launches and returns numpy arrays)
+    on this case's arch, then on the CPU; asserts the two agree and returns this arch's result."""
+    def check(run, rtol=1e-5, atol=1e-6):
+        got = run()
+        if arch == "cpu":
+            return got
+        qd.init(arch=qd.cpu, cache_dir=session_cache_dir)
+        want = run()
+        qd.init(arch=arch, cache_dir=session_cache_dir)
+        for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+            np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, err_msg=f"{arch} differs from cpu")
+        return got
+    return check

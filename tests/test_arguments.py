@@ -48,7 +48,7 @@ def raises_naming(exc, kernel, param, *fragments):
                                                      (f"'{kernel}'", f"'{param}'") + fragments))
 
 
-def test_numpy_arguments_are_zero_copy(rng):
+def test_numpy_arguments_are_zero_copy(arch, rng):
     y, x = rng.random(1000, dtype=np.float32), rng.random(1000, dtype=np.float32)
     expected = axpy_reference(y, x, 1.5, 3)
     y_id = y.ctypes.data
@@ -57,7 +57,7 @@ def test_numpy_arguments_are_zero_copy(rng):
     assert y.ctypes.data == y_id  # written in place, not into a copy
 
 
-def test_same_array_passed_again_sees_host_writes(rng):
+def test_same_array_passed_again_sees_host_writes(arch, rng):
     y, x = np.zeros(100, np.float32), rng.random(100, dtype=np.float32)
     for _ in range(3):
         y[:] = rng.random(100, dtype=np.float32)  # changes the data, not the object
@@ -66,7 +66,7 @@ def test_same_array_passed_again_sees_host_writes(rng):
         np.testing.assert_allclose(y, expected, rtol=1e-6)
 
 
-def test_alternating_arrays_rebind_every_time(rng):
+def test_alternating_arrays_rebind_every_time(arch, rng):
     arrays = [rng.random(n, dtype=np.float32) for n in (10, 300, 10)]
     xs = [rng.random(len(a), dtype=np.float32) for a in arrays]
     for _ in range(2):
@@ -76,7 +76,7 @@ def test_alternating_arrays_rebind_every_time(rng):
             np.testing.assert_allclose(y, expected, rtol=1e-6)
 
 
-def test_keyword_arguments_and_scalar_conversions(rng):
+def test_keyword_arguments_and_scalar_conversions(arch, rng):
     y, x = rng.random(50, dtype=np.float32), rng.random(50, dtype=np.float32)
     for alpha, shift in [(2, True), (np.float32(0.25), np.int64(-7)), (np.float64(1.75), np.int8(3))]:
         expected = axpy_reference(y, x, float(alpha), int(shift))
@@ -84,7 +84,7 @@ def test_keyword_arguments_and_scalar_conversions(rng):
         np.testing.assert_allclose(y, expected, rtol=1e-6)
 
 
-def test_scalar_types_reach_the_kernel_exactly():
+def test_scalar_types_reach_the_kernel_exactly(arch):
     out = np.zeros(3, np.float64)
     pick(out, True, 2**40 + 3, 255, 0.1)
     assert out.tolist() == [0.1, float(2**40 + 3), 255.0]
@@ -94,7 +94,7 @@ def test_scalar_types_reach_the_kernel_exactly():
     assert out[0] == -1.0
 
 
-def test_inplace_reshape_of_a_cached_array_is_seen():
+def test_inplace_reshape_of_a_cached_array_is_seen(arch):
     a = np.zeros((4, 6), np.int32)
     stamp(a)
     np.testing.assert_array_equal(a, stamp_reference((4, 6)))
@@ -109,7 +109,7 @@ def test_inplace_reshape_of_a_cached_array_is_seen():
     np.testing.assert_array_equal(b, i * 10000 + j * 100 + k)
 
 
-def test_inplace_reshape_to_another_rank_is_rejected(rng):
+def test_inplace_reshape_to_another_rank_is_rejected(arch, rng):
     y, x = rng.random(16, dtype=np.float32), rng.random(16, dtype=np.float32)
     axpy(y, x, 1.0, 0)
     y.shape = (4, 4)
@@ -117,7 +117,7 @@ def test_inplace_reshape_to_another_rank_is_rejected(rng):
         axpy(y, x, 1.0, 0)
 
 
-def test_ndarray_dtype_and_rank_errors(rng):
+def test_ndarray_dtype_and_rank_errors(arch, rng):
     y32, x32 = rng.random(8, dtype=np.float32), rng.random(8, dtype=np.float32)
     with raises_naming(TypeError, "axpy", "x", "float64"):
         axpy(y32, x32.astype(np.float64), 1.0, 0)
@@ -135,7 +135,7 @@ def test_ndarray_dtype_and_rank_errors(rng):
         axpy(y32, qd.field(qd.f32, 8), 1.0, 0)
 
 
-def test_non_contiguous_arrays_are_rejected(rng):
+def test_non_contiguous_arrays_are_rejected(arch, rng):
     y, x = rng.random(16, dtype=np.float32), rng.random(32, dtype=np.float32)
     with raises_naming(ValueError, "axpy", "x", "contiguous"):
         axpy(y, x[::2], 1.0, 0)
@@ -145,7 +145,7 @@ def test_non_contiguous_arrays_are_rejected(rng):
         stamp(np.zeros((6, 5), np.int32)[:, 1:])
 
 
-def test_scalar_errors(rng):
+def test_scalar_errors(arch, rng):
     y, x = rng.random(8, dtype=np.float32), rng.random(8, dtype=np.float32)
     with raises_naming(TypeError, "axpy", "alpha", "str"):
         axpy(y, x, "2.0", 0)
@@ -168,7 +168,7 @@ def test_scalar_errors(rng):
         pick(out, 2, 1, 1, 1.0)
 
 
-def test_argument_count_errors(rng):
+def test_argument_count_errors(arch, rng):
     y, x = rng.random(8, dtype=np.float32), rng.random(8, dtype=np.float32)
     with pytest.raises(TypeError, match=r"axpy\(\) missing 1 required positional argument: 'shift'"):
         axpy(y, x, 1.0)  # Python's own message: it costs the launch nothing
@@ -180,7 +180,7 @@ def test_argument_count_errors(rng):
         axpy(y, x, 1.0, 0, y=y)
 
 
-def test_rejected_launch_runs_nothing_and_the_next_one_works(rng):
+def test_rejected_launch_runs_nothing_and_the_next_one_works(arch, rng):
     y, x = rng.random(64, dtype=np.float32), rng.random(64, dtype=np.float32)
     axpy(y, x, 1.0, 1)  # y is now the cached array of parameter 'y'
     before = y.copy()
@@ -195,7 +195,7 @@ def test_rejected_launch_runs_nothing_and_the_next_one_works(rng):
     np.testing.assert_array_equal(other, other_before)
 
 
-def test_qd_ndarray_arguments(rng):
+def test_qd_ndarray_arguments(arch, rng):
     y, x = qd.ndarray(qd.f32, 100), qd.ndarray(qd.f32, (100,), needs_grad=True)
     yn, xn = rng.random(100, dtype=np.float32), rng.random(100, dtype=np.float32)
     y.from_numpy(yn)
@@ -213,7 +213,7 @@ def shadowing(len: qd.types.ndarray(dtype=qd.i32, ndim=1), bool: qd.u1):
         len[i] = i if bool else -i
 
 
-def test_parameters_named_like_builtins_the_launcher_uses(rng):
+def test_parameters_named_like_builtins_the_launcher_uses(arch, rng):
     n = int(rng.integers(3, 50))
     a = np.zeros(n, np.int32)
     for flag in (True, 0, np.bool_(True), False):

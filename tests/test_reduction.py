@@ -23,7 +23,7 @@ def assert_reduced(text: str, op: str):
 
 
 @pytest.mark.parametrize("n", SIZES)
-def test_f32_sum_matches_float64_numpy(rng, n):
+def test_f32_sum_matches_float64_numpy(arch, rng, n):
     y = qd.field(qd.f32, shape=())
 
     @qd.kernel
@@ -35,10 +35,11 @@ def test_f32_sum_matches_float64_numpy(rng, n):
     assert_reduced(inspect_ir(total, a), "add")
     y[None] = 0.25
     total(a)
-    np.testing.assert_allclose(y[None], 0.25 + a.astype(np.float64).sum(), rtol=1e-5)
+    # a GPU adds one f32 partial per workgroup (~400 here) into the total: more rounding than 2 CPU chunks
+    np.testing.assert_allclose(y[None], 0.25 + a.astype(np.float64).sum(), rtol=1e-5 if arch == "cpu" else 4e-5)
 
 
-def test_f32_sum_of_integers_is_exact(rng):
+def test_f32_sum_of_integers_is_exact(arch, rng):
     """Small integers in f32 add exactly in any order: one lost or doubled element shows."""
     y = qd.field(qd.f32, shape=())
 
@@ -53,7 +54,7 @@ def test_f32_sum_of_integers_is_exact(rng):
 
 
 @pytest.mark.parametrize("dtype", [qd.i32, qd.i64, qd.u32, qd.f64])
-def test_sum_and_difference_by_type(rng, dtype):
+def test_sum_and_difference_by_type(arch, rng, dtype):
     npt = dtype.np_dtype
     s = qd.field(dtype, shape=(2,))
 
@@ -75,7 +76,9 @@ def test_sum_and_difference_by_type(rng, dtype):
 
 @pytest.mark.parametrize("dtype", [qd.f32, qd.i32, qd.u8])
 @pytest.mark.parametrize("n", SIZES)
-def test_min_and_max(rng, dtype, n):
+def test_min_and_max(arch, rng, dtype, n):
+    if arch != "cpu" and dtype is qd.u8:
+        pytest.skip(f"{arch}: 8/16-bit atomics (u8 atomic_min) are refused by the SPIR-V target (32/64-bit only)")
     lo = qd.field(dtype, shape=())
     hi = qd.field(dtype, shape=())
 
@@ -96,7 +99,7 @@ def test_min_and_max(rng, dtype, n):
     assert lo[None] == min(a.min(), 100) and hi[None] == max(a.max(), 50)
 
 
-def test_bitwise_reductions(rng):
+def test_bitwise_reductions(arch, rng):
     r = qd.field(qd.u32, shape=(3,))
 
     @qd.kernel
@@ -113,7 +116,7 @@ def test_bitwise_reductions(rng):
                                                  np.bitwise_xor.reduce(a) ^ 0x5])
 
 
-def test_target_index_from_an_argument_conditionals_and_inner_loops(rng):
+def test_target_index_from_an_argument_conditionals_and_inner_loops(arch, rng):
     hist = qd.field(qd.f64, shape=(4,))
 
     @qd.kernel
@@ -131,7 +134,7 @@ def test_target_index_from_an_argument_conditionals_and_inner_loops(rng):
     np.testing.assert_allclose(hist.to_numpy(), expect, rtol=1e-12)
 
 
-def test_ndarray_target(rng):
+def test_ndarray_target(arch, rng):
     @qd.kernel
     def total(a: qd.types.ndarray(dtype=qd.i64, ndim=1), out: qd.types.ndarray(dtype=qd.i64, ndim=1)):
         for i in range(a.shape[0]):
@@ -144,7 +147,7 @@ def test_ndarray_target(rng):
     np.testing.assert_array_equal(out, [5 + (a * a).sum(), 0])
 
 
-def test_empty_range_leaves_the_target_alone():
+def test_empty_range_leaves_the_target_alone(arch):
     m = qd.field(qd.f32, shape=())
 
     @qd.kernel
@@ -157,7 +160,7 @@ def test_empty_range_leaves_the_target_alone():
     assert np.isnan(m[None])
 
 
-def test_varying_or_observed_targets_keep_their_atomics(rng):
+def test_varying_or_observed_targets_keep_their_atomics(arch, rng):
     h = qd.field(qd.i32, shape=(4,))
     c = qd.field(qd.i32, shape=())
     y = qd.field(qd.f32, shape=())
@@ -192,7 +195,7 @@ def test_varying_or_observed_targets_keep_their_atomics(rng):
     assert y[None] == 8 and set(seen.to_numpy()) <= set(range(1, 9))
 
 
-def test_serialized_loop_keeps_ordered_atomics():
+def test_serialized_loop_keeps_ordered_atomics(arch):
     y = qd.field(qd.i32, shape=())
     trace = qd.field(qd.i32, shape=(6,))
 
@@ -209,7 +212,7 @@ def test_serialized_loop_keeps_ordered_atomics():
 
 
 @pytest.mark.parametrize("begin, end", [(3, 100_003), (-50_000, 50_001), (0, 40_000)])
-def test_parallel_chunks_cover_the_range_exactly_once(begin, end):
+def test_parallel_chunks_cover_the_range_exactly_once(arch, begin, end):
     """Chunks are handed out dynamically: every index runs once, and the per-chunk partial
     sums add up to the whole."""
     total = qd.field(qd.i64, shape=())

@@ -1,6 +1,8 @@
 """Direct-mode entry points: `qd.init`, `qd.reset`, `qd.sync`."""
 from __future__ import annotations
 
+import warnings
+
 from qdc.runtime import context
 
 from ..driver import options as options_mod
@@ -19,11 +21,47 @@ def init(arch=None, **options):
     opts = options_mod.Options()
     if arch is not None:
         options["arch"] = arch
+    gpu = options.get("arch") == GPU
+    if gpu:
+        options["arch"] = GPU_ARCHES[0]  # validated with the rest; the one that works is chosen below
     opts.update(**options)
     check_cache_dir(opts)
-    context.reset(opts.arch, opts.cpu_max_num_threads)
-    options_mod.current = opts
+    before = context.current().generation if context.has_runtime() else None
+    try:
+        if gpu:
+            _start_first_gpu(opts)
+        else:
+            context.reset(opts.arch, opts.cpu_max_num_threads)
+    finally:  # the replaced device's pending error may raise once the new runtime is in place
+        if context.has_runtime() and context.current().generation != before:
+            opts.arch = context.current().arch  # qd.gpu: the one chosen
+            options_mod.current = opts
     return opts
+
+
+GPU = "gpu"
+GPU_ARCHES = ("cuda", "vulkan", "metal", "amdgpu")
+
+
+def _start_first_gpu(opts) -> None:
+    """`qd.gpu`: the first of GPU_ARCHES with a code generator and a device that starts here;
+    none: the CPU, with a warning saying why each was passed over (as Quadrants falls back)."""
+    from .. import targets
+    from qdc.runtime import devices
+    reasons = []
+    for arch in GPU_ARCHES:
+        if arch not in targets.available() or arch not in devices.available():
+            reasons.append(f"{arch}: not supported by this build of qdc")
+            continue
+        try:
+            context.reset(arch)
+            return arch
+        except Exception as e:  # noqa: BLE001 (any failure to start means: not this one)
+            reasons.append(f"{arch}: {e}")
+    warnings.warn("qd.init(arch=qd.gpu): no GPU backend works on this machine, using the CPU ("
+                  + "; ".join(reasons) + ")", RuntimeWarning, stacklevel=3)
+    context.reset("cpu", opts.cpu_max_num_threads)
+    return "cpu"
 
 
 def reset():

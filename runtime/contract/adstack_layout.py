@@ -19,6 +19,25 @@ The unsigned max keeps the largest requirement seen, which is what the error rep
 whose task or stack indices do not fit is refused at compile time (`check_overflow_site`).
 `LLVM_HEAP.record()` goes into KernelMeta.adstack["layout"] so that a runtime can tell a
 kernel compiled for another layout (`check_record`).
+
+Heaps (SPIR-V: vulkan), `SPIRV_HEAP_64` / `SPIRV_HEAP_32` (64- or 32-bit index arithmetic,
+by whether the target has Int64). Two storage buffers of 4-byte elements: "adstack_float"
+(f32 stacks; an entry is the primal then, stacks with an adjoint, its adjoint: interleaved)
+and "adstack_int" (i32 stacks, u1 widened to i32; primal only). No other element type fits
+(a compile error, compiler/targets/base.py). Invocation i's stack s starts at element
+`i * stride[heap] + offset[s]` of its heap; its count is a private variable of the shader,
+not heap memory. The strides, offsets and capacities reach the shader through the
+"adstack_meta" buffer, u32 words (`SPIRV_META`):
+
+    word 0  float heap stride, in elements        word 1  int heap stride, in elements
+    word 2  invocations the heaps hold (an invocation at or past it runs no iteration)
+    word 3 + 2s, 4 + 2s   stack s: offset in its heap's elements, capacity in entries
+
+The overflow word is the launch's error-slot word (runtime/device.py), encoded as above: with
+Int64, one 64-bit atomic unsigned max; without, an unsigned max on each 32-bit half (then
+the task/stack half may come from another failing push than the required half).
+With 32-bit indices the runtime refuses, before dispatch, a launch whose
+`stride * invocations` does not fit in u32 (`check_index_range`).
 """
 from __future__ import annotations
 
@@ -62,9 +81,14 @@ class HeapLayout:
     name: str
     header_bytes: int  # the count at the head of each stack
     align: int         # every stack's bytes are a multiple of this
+    heaps: tuple = ("heap",)  # the heap buffers; `heap_of` says where a stack lives
+    index_bits: int = 64      # width of the index arithmetic the code uses
 
     def element_bytes(self, dtype: DataType | str) -> int:
         return (by_name(dtype) if isinstance(dtype, str) else dtype).nbytes
+
+    def heap_of(self, dtype: DataType | str) -> int:
+        return 0
 
     def adjoint_offset(self, dtype: DataType | str) -> int:
         """Bytes from an entry's primal to its adjoint (interleaved)."""
@@ -91,10 +115,86 @@ class HeapLayout:
 
 LLVM_HEAP = HeapLayout("llvm", header_bytes=8, align=8)
 
+# ---- SPIR-V ------------------------------------------------------------------------------------
+SPIRV_ELEMENT = {"f32": 0, "i32": 1, "u1": 1}  # storable dtype -> heap (0 float, 1 int)
+SPIRV_HEAP_NAMES = ("adstack_float", "adstack_int")
+
+
+class SpirvMeta:
+    """Word positions of the "adstack_meta" buffer (u32 words)."""
+    FLOAT_STRIDE, INT_STRIDE, INVOCATIONS = 0, 1, 2
+
+    @staticmethod
+    def offset(stack: int) -> int:
+        return 3 + 2 * stack
+
+    @staticmethod
+    def capacity(stack: int) -> int:
+        return 4 + 2 * stack
+
+    @staticmethod
+    def words(stacks: int) -> int:
+        return 3 + 2 * stacks
+
+
+SPIRV_META = SpirvMeta()
+
+
+@dataclass(frozen=True)
+class SpirvHeapLayout(HeapLayout):
+    def element_bytes(self, dtype: DataType | str) -> int:
+        name = dtype if isinstance(dtype, str) else dtype.name
+        if name not in SPIRV_ELEMENT:
+            raise ValueError(f"a SPIR-V adstack cannot hold {name} (only {', '.join(SPIRV_ELEMENT)})")
+        return 4
+
+    def heap_of(self, dtype: DataType | str) -> int:
+        name = dtype if isinstance(dtype, str) else dtype.name
+        self.element_bytes(name)
+        return SPIRV_ELEMENT[name]
+
+    def record(self) -> dict:
+        return {"heap": self.name, "heaps": list(self.heaps), "index_bits": self.index_bits,
+                "header_bytes": self.header_bytes, "align": self.align, "adjoint": "interleaved",
+                "element_bytes": {name: 4 for name in SPIRV_ELEMENT}, "count": "private",
+                "meta": {"float_stride": SpirvMeta.FLOAT_STRIDE, "int_stride": SpirvMeta.INT_STRIDE,
+                         "invocations": SpirvMeta.INVOCATIONS, "stack": [3, 2]},
+                "overflow": {"required": [REQUIRED_SHIFT, REQUIRED_BITS], "task": [TASK_SHIFT, TASK_BITS],
+                             "stack": [STACK_SHIFT, STACK_BITS]}}
+
+
+SPIRV_HEAP_64 = SpirvHeapLayout("spirv", header_bytes=0, align=4, heaps=SPIRV_HEAP_NAMES, index_bits=64)
+SPIRV_HEAP_32 = SpirvHeapLayout("spirv", header_bytes=0, align=4, heaps=SPIRV_HEAP_NAMES, index_bits=32)
+U32_INDEX_LIMIT = 1 << 32  # elements a heap may span with 32-bit indices (tests lower it)
+
+
+def spirv_heap(int64: bool) -> SpirvHeapLayout:
+    return SPIRV_HEAP_64 if int64 else SPIRV_HEAP_32
+
+
+def index_range_problem(stride_elements: int, invocations: int) -> str | None:
+    """Why `invocations` slices of `stride_elements` cannot be indexed with 32 bits, or None."""
+    span = stride_elements * invocations
+    if span <= U32_INDEX_LIMIT:
+        return None
+    return (f"its adstack heap would span {invocations} invocations x {stride_elements} elements = {span} "
+            f"elements, beyond the {U32_INDEX_LIMIT} a 32-bit index reaches (this device has no Int64): "
+            f"launch fewer iterations at once or lower the adstack capacity (qd.init(ad_stack_size=N))")
+
+
+def layout_of_record(record, kernel: str) -> HeapLayout:
+    """The layout a kernel's code was generated for (entries written before the record existed
+    have none, and were compiled for LLVM_HEAP); ValueError for one this runtime cannot lay out."""
+    if not record:
+        return LLVM_HEAP
+    for known in (LLVM_HEAP, SPIRV_HEAP_64, SPIRV_HEAP_32):
+        if record == known.record():
+            return known
+    raise ValueError(f"kernel '{kernel}' was compiled for another adstack heap layout ({record}); this "
+                     f"runtime lays out {LLVM_HEAP.record()} (or a SPIR-V layout). Recompile it with this "
+                     f"version of qdc")
+
 
 def check_record(record, kernel: str) -> None:
-    """ValueError if a kernel's recorded layout is not the one this runtime lays out (entries
-    written before the record existed have none, and were compiled for LLVM_HEAP)."""
-    if record and record != LLVM_HEAP.record():
-        raise ValueError(f"kernel '{kernel}' was compiled for another adstack heap layout ({record}); this "
-                         f"runtime lays out {LLVM_HEAP.record()}. Recompile it with this version of qdc")
+    """ValueError if a kernel's recorded layout is not one this runtime lays out."""
+    layout_of_record(record, kernel)

@@ -9,6 +9,7 @@ from ..contract.arches import ARCHES
 
 # arch -> (module, class) of its device.
 DEVICES = {"cpu": ("qdc.runtime.devices.cpu.device", "CpuDevice"),
+           "cuda": ("qdc.runtime.devices.cuda.device", "CudaDevice"),
            "vulkan": ("qdc.runtime.devices.vulkan.device", "VulkanDevice")}
 assert set(DEVICES) <= set(ARCHES)
 

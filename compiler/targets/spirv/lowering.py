@@ -20,11 +20,13 @@ from qdc.runtime.contract.errors import QdcCompileError
 
 from ... import ir
 from ...passes.bounds_checks import checked_accesses
+from ...ir.adstack import AdStackAlloca
 from ..base import Capabilities, Unsupported, codegen_error
+from .adstack import AdStackLowering
 from .arith import ValueLowering
 from .builder import FunctionBuilder, ModuleBuilder
 from .memory import MemoryLowering
-from .spec import BuiltIn, Decoration, Op, StorageClass
+from .spec import GLSL, BuiltIn, Decoration, Op, StorageClass
 
 DESCRIPTOR_SET = 0
 DEFAULT_SPEC_BLOCK_DIM = 128  # the WorkgroupSize's default; the device always specialises it
@@ -39,7 +41,7 @@ def arg_words(params: list) -> list[int]:
     return offsets
 
 
-class TaskLowering(ValueLowering, MemoryLowering):
+class TaskLowering(ValueLowering, MemoryLowering, AdStackLowering):
     def __init__(self, kernel: ir.KernelIR, task: ir.Task, capabilities: Capabilities, arch: str,
                  block_dim: int | None, debug: bool = False):
         self.k, self.task, self.caps, self.arch = kernel, task, capabilities, arch
@@ -53,7 +55,11 @@ class TaskLowering(ValueLowering, MemoryLowering):
         self.pointers: dict = {}       # GlobalPtr -> ((resource, index), linear index id)
         self.arg_word = arg_words(kernel.params)
         self.block_dim = block_dim or DEFAULT_SPEC_BLOCK_DIM
-        self.check_ids = set(checked_accesses(kernel)) if debug else set()  # bounds checks: not lowered yet
+        # debug=True: GlobalPtr -> its check id (runtime/contract/bounds.py); `guards`: the
+        # in-range condition of a checked pointer, which its store or atomic waits for
+        self.check_ids = {p: i for i, p in enumerate(checked_accesses(kernel))} if debug else {}
+        self.guards: dict = {}
+        self.has_adstacks = any(isinstance(s, AdStackAlloca) for s in ir.walk_nested(task))
 
     # ---- types ----------------------------------------------------------------------------------
     def ty(self, t: T.DataType) -> int:
@@ -112,13 +118,18 @@ class TaskLowering(ValueLowering, MemoryLowering):
         it = task.index.type
         begin, end = self.v(task.begin), self.v(task.end)
         n = self.op(Op.ISub, it, end, begin)
+        total = self.total
         if task.serial:
             start, step = self.c(it, 0), self.c(it, 1)
             active = self.boolean(Op.LogicalAnd, self.boolean(Op.IEqual, self.invocation, self.c(T.u32, 0)),
                                   self.boolean(Op.SLessThan, start, n))
         else:
-            start, step = self.convert(self.invocation, T.u32, it), self.convert(self.total, T.u32, it)
+            start = self.convert(self.invocation, T.u32, it)
             active = self.boolean(Op.SLessThan, start, n)
+            if self.has_adstacks:  # only invocations the heaps hold a slice for run iterations
+                total = self.glsl(T.u32, GLSL.UMin, total, self.adstack_invocations())
+                active = self.boolean(Op.LogicalAnd, self.boolean(Op.ULessThan, self.invocation, total), active)
+            step = self.convert(total, T.u32, it)
 
         def iterations():
             self.block(task.chunk_init)

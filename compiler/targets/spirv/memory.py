@@ -12,6 +12,8 @@ the element's bits.
 from __future__ import annotations
 
 from qdc.runtime.contract import types as T
+from qdc.runtime.contract.bounds import MAX_AXES
+from qdc.runtime.device import BOUNDS_WORD
 
 from ... import ir
 from ..base import Unsupported
@@ -134,8 +136,6 @@ class MemoryLowering:
 
     # ---- fields and ndarrays ------------------------------------------------------------------------
     def s_GlobalPtr(self, s):
-        if self.check_ids and s in self.check_ids:
-            raise Unsupported(f"debug bounds checks are not implemented on target '{self.arch}' yet")
         target = s.target
         if isinstance(target, ir.FieldRef):
             key = ("field", target.slot)
@@ -147,14 +147,77 @@ class MemoryLowering:
         wide = any(i.type.bits == 64 for i in s.indices)
         it = T.i64 if wide else T.i32
         linear = self.c(T.i32, 0)
+        indices = []
         for n, (idx, dim) in enumerate(zip(s.indices, dims)):
             i = self.convert(self.v(idx), idx.type, it) if idx.type is not T.u1 else self.convert(self.v(idx), T.u1, it)
+            indices.append(i)
             if n == 0:
                 linear = i
             else:
                 linear = self.op(Op.IAdd, it, self.op(Op.IMul, it, linear, self.convert(dim, T.i32, it)), i)
+        if s in self.check_ids:
+            linear = self.bounds_checked(s, it, linear, indices, [self.convert(d, T.i32, it) for d in dims])
         self.pointers[s] = (key, linear)
         return self.element(*key, self.mem_type(s.type), linear)
+
+    # ---- debug bounds checks (runtime/contract/bounds.py) -----------------------------------------
+    def bounds_checked(self, s, it: T.DataType, linear: int, indices: list, dims: list) -> int:
+        """`linear` when every index is below its dimension (one unsigned compare each, which
+        also catches negative ones), else 0 after recording the first failing axis and its
+        index in the launch's bounds words; the store or atomic through the pointer is skipped
+        (`guards`), a load reads element 0: memory outside the array is never touched."""
+        unsigned = T.u64 if it is T.i64 else T.u32
+        as_u = lambda v: self.op(Op.Bitcast, unsigned, v)  # noqa: E731
+        in_range = [self.boolean(Op.ULessThan, as_u(i), as_u(d)) for i, d in zip(indices, dims)]
+        ok = in_range[0]
+        for r in in_range[1:]:
+            ok = self.boolean(Op.LogicalAnd, ok, r)
+        self.guards[s] = ok
+        check = self.check_ids[s]
+
+        def fail():
+            code, value = self.c(T.u32, 0), self.c(it, 0)
+            for axis in reversed(range(len(indices))):  # the first failing axis is reported
+                bad = self.boolean(Op.LogicalNot, in_range[axis])
+                code = self.select(T.u32, bad, self.c(T.u32, check * MAX_AXES + axis + 1), code)
+                value = self.select(it, bad, indices[axis], value)
+            self.record_bounds_failure(code, value, it)
+        self.if_then(ok, lambda: None, fail)
+        return self.select(it, ok, linear, self.c(it, 0))
+
+    def record_bounds_failure(self, code: int, value: int, it: T.DataType) -> None:
+        """The first failure of a launch (compare-and-swap from 0) stores its code and index."""
+        scope, relaxed = self.c(T.u32, SCOPE_DEVICE), self.c(T.u32, SEMANTICS_RELAXED)
+        if self.caps.int64:
+            self.m.require(Capability.Int64Atomics)
+            word = self.element("errors", 0, T.u64, self.c(T.u32, BOUNDS_WORD))
+            seen = self.fb.emit(Op.AtomicCompareExchange, self.ty(T.u64), word, scope, relaxed, relaxed,
+                                self.op(Op.UConvert, T.u64, code), self.c(T.u64, 0))
+            won = self.boolean(Op.IEqual, seen, self.c(T.u64, 0))
+            index = self.op(Op.Bitcast, T.u64, self.convert(value, it, T.i64))
+            self.if_then(won, lambda: self.fb.emit_void(
+                Op.Store, self.element("errors", 0, T.u64, self.c(T.u32, BOUNDS_WORD + 1)), index))
+            return
+        word = self.element("errors", 0, T.u32, self.c(T.u32, 2 * BOUNDS_WORD))
+        seen = self.fb.emit(Op.AtomicCompareExchange, self.ty(T.u32), word, scope, relaxed, relaxed, code,
+                            self.c(T.u32, 0))
+        won = self.boolean(Op.IEqual, seen, self.c(T.u32, 0))
+        negative = self.boolean(Op.SLessThan, value, self.c(T.i32, 0))
+
+        def store():
+            low = self.element("errors", 0, T.u32, self.c(T.u32, 2 * BOUNDS_WORD + 2))
+            high = self.element("errors", 0, T.u32, self.c(T.u32, 2 * BOUNDS_WORD + 3))
+            self.fb.emit_void(Op.Store, low, self.op(Op.Bitcast, T.u32, value))
+            self.fb.emit_void(Op.Store, high, self.select(T.u32, negative, self.c(T.u32, 0xFFFFFFFF),
+                                                          self.c(T.u32, 0)))
+        self.if_then(won, store)
+
+    def guarded(self, ptr_stmt, emit):
+        """`emit()` only where the checked pointer `ptr_stmt` is in range."""
+        ok = self.guards.get(ptr_stmt)
+        if ok is None:
+            return emit()
+        self.if_then(ok, emit)
 
     def s_GlobalLoad(self, s):
         v = self.fb.emit(Op.Load, self.ty(self.mem_type(s.type)), self.v(s.ptr))
@@ -164,11 +227,20 @@ class MemoryLowering:
         v = self.v(s.value)
         if s.value.type is T.u1:
             v = self.select(T.u8, v, self.c(T.u8, 1), self.c(T.u8, 0))
-        self.fb.emit_void(Op.Store, self.v(s.ptr), v)
+        self.guarded(s.ptr, lambda: self.fb.emit_void(Op.Store, self.v(s.ptr), v))
 
     def s_AtomicRMW(self, s):
         key, linear = self.pointers[s.ptr]
-        return self.atomic(s.op, s.type, self.v(s.value), lambda view: self.element(*key, view, linear))
+        if s.ptr not in self.guards:
+            return self.atomic(s.op, s.type, self.v(s.value), lambda view: self.element(*key, view, linear))
+        result = self.fb.local_variable(self.ty(s.type))  # the old value; 0 where the access is skipped
+        self.fb.emit_void(Op.Store, result, self.c(s.type, 0))
+
+        def run():
+            old = self.atomic(s.op, s.type, self.v(s.value), lambda view: self.element(*key, view, linear))
+            self.fb.emit_void(Op.Store, result, old)
+        self.guarded(s.ptr, run)
+        return self.fb.emit(Op.Load, self.ty(s.type), result)
 
     # ---- atomics ---------------------------------------------------------------------------------------
     def atomic(self, op: str, t: T.DataType, value: int, locate) -> int:

@@ -21,6 +21,8 @@
 """
 from __future__ import annotations
 
+from qdc.runtime.contract.adstack_layout import spirv_heap
+
 from ... import ir
 from ..base import Capabilities, Target, codegen_error
 
@@ -57,6 +59,8 @@ class VulkanTarget(Target):
                                                       f"fails validation: {problem}", kernel.loc)
             artifacts[f"spirv_t{i}"] = module
             record.bindings = bindings
+        if meta.adstack.get("stacks"):  # the layout the code was generated for, which the runtime checks
+            meta.adstack["layout"] = spirv_heap(self.capabilities.int64).record()
         return artifacts
 
 

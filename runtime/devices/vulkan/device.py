@@ -239,7 +239,7 @@ class VulkanDevice(Device):
             self._pending_frees.append((self._last_submitted, alloc))
 
     def copy_to_device(self, alloc: Allocation, src: np.ndarray, offset: int = 0) -> None:
-        data = np.ascontiguousarray(src).view(np.uint8).reshape(-1)
+        data = np.ascontiguousarray(src).reshape(-1).view(np.uint8)  # 1-d first: a 0-d array has no byte view
         buf = _check_range(alloc, offset, data.size)
         if data.size == 0:
             return
@@ -253,7 +253,7 @@ class VulkanDevice(Device):
                               [staging], [buf])
 
     def copy_to_host(self, alloc: Allocation, dst: np.ndarray, offset: int = 0) -> None:
-        out = dst.view(np.uint8).reshape(-1)
+        out = dst.reshape(-1).view(np.uint8)  # a view of `dst` (contiguous), 1-d first as above
         buf = _check_range(alloc, offset, out.size)
         if out.size == 0:
             return

@@ -2,12 +2,18 @@
 ABI's pure parts: capabilities, args words, the grid)."""
 from __future__ import annotations
 
+import numpy as np
+
+from ...contract import adstack_layout
 from ...device import ERROR_SLOT_WORDS
 from . import kernels
 from .kernels import UnsupportedKernelError
 
-# Resources whose buffers the runtime does not hand a Vulkan launch yet (SPIR-V adstack heaps).
-UNSUPPORTED_RESOURCES = ("adstack_meta", "adstack_float", "adstack_int")
+# Adstack resources (adstack_layout's SPIR-V record): the heaps' addresses are the ctx words
+# adstack_slot + 0 / + 1 (runtime/adstack_sizing.py writes them); "adstack_meta" is written per
+# launch into the args ring (a dynamic storage buffer, like "args"), from the ctx words.
+HEAP_WORDS = {"adstack_float": 0, "adstack_int": 1}
+LAUNCH_WRITTEN = ("args", "adstack_meta")
 
 
 class BindingPlan:
@@ -16,8 +22,11 @@ class BindingPlan:
 
     def __init__(self, meta, b):
         self.set, self.binding, self.resource, self.index = b
-        self.dynamic = self.resource in kernels.DYNAMIC_RESOURCES
-        found = kernels.resolve_binding_word(meta, self.resource, self.index)
+        self.dynamic = self.resource in kernels.DYNAMIC_RESOURCES or self.resource == "adstack_meta"
+        if self.resource in HEAP_WORDS and meta.adstack_slot is not None:
+            found = meta.adstack_slot + HEAP_WORDS[self.resource], 0
+        else:
+            found = kernels.resolve_binding_word(meta, self.resource, self.index)
         self.word, self.adjust = found if found is not None else (None, 0)
 
     def what(self, meta) -> str:
@@ -48,9 +57,8 @@ def build_task_pipeline(dev, artifacts: dict, meta, i: int):
                                      f"{min(caps.max_workgroup_size[0], caps.max_workgroup_invocations)}")
     plans = sorted((BindingPlan(meta, b) for b in task.bindings), key=lambda p: (p.set, p.binding))
     for p in plans:
-        if p.resource in UNSUPPORTED_RESOURCES:
-            raise UnsupportedKernelError(f"{what}: binds '{p.resource}': adstacks are not supported by the vulkan "
-                                         f"runtime yet")
+        if (p.resource in HEAP_WORDS or p.resource == "adstack_meta") and meta.adstack_slot is None:
+            raise UnsupportedKernelError(f"{what}: binds '{p.resource}' but its metadata lists no adstacks")
     set_layouts = [_set_layout(dev, [p for p in plans if p.set == s]) for s in range(max((p.set for p in plans),
                                                                                            default=-1) + 1)]
     layout = _pipeline_layout(dev, set_layouts)
@@ -134,13 +142,15 @@ def destroy_pipelines(dev) -> None:
 def record_dispatch(dev, loaded, tp, ctx, slices: int) -> None:
     meta = loaded.meta
     buffers, dynamic_offsets, uses = [], [], []
-    args_offset = None
+    ring_writes = []
     for p in tp.bindings:
-        if p.resource == "args":
-            args_offset = dev.args_space(loaded.args.nbytes)
-            buffers.append((dev._args_ring, 0, loaded.args.nbytes))
-            dynamic_offsets.append(args_offset)
+        if p.resource in LAUNCH_WRITTEN:  # this launch's words in the args ring, by dynamic offset
+            words = loaded.args.pack(ctx) if p.resource == "args" else adstack_meta_words(meta, ctx, tp.name)
+            offset = dev.args_space(words.nbytes)
+            buffers.append((dev._args_ring, 0, words.nbytes))
+            dynamic_offsets.append(offset)
             uses.append(dev._args_ring)
+            ring_writes.append((offset, words))
             continue
         alloc, offset = _bound_allocation(dev, meta, tp, p, ctx)
         buf = alloc.handle
@@ -148,12 +158,13 @@ def record_dispatch(dev, loaded, tp, ctx, slices: int) -> None:
         if p.dynamic:  # the launch's error slot: the block's descriptor, the slot by offset
             buffers.append((buf, 0, 8 * ERROR_SLOT_WORDS))
             dynamic_offsets.append(offset)
+        elif p.resource in HEAP_WORDS:
+            buffers.append((buf, 0, _heap_range(dev, meta, tp, p, alloc, ctx)))
         else:
             _check_bindable(dev, meta, tp, p, alloc, offset)
             buffers.append((buf, offset, alloc.nbytes - offset))
-    if args_offset is not None:
-        words = loaded.args.pack(ctx)
-        dev._args_ring.mapped[args_offset:args_offset + words.nbytes] = words.view(dev._args_ring.mapped.dtype)
+    for offset, words in ring_writes:
+        dev._args_ring.mapped[offset:offset + words.nbytes] = words.view(dev._args_ring.mapped.dtype)
     _bind_sets(dev, tp, buffers)
     for j, off in enumerate(dynamic_offsets):
         tp.dynamic[j] = off
@@ -167,6 +178,48 @@ def record_dispatch(dev, loaded, tp, ctx, slices: int) -> None:
                                     tp.sets, len(dynamic_offsets), tp.dynamic)
     lib.vkCmdDispatch(command, x, y, 1)
     dev._submit(command, fence, [], uses)
+
+
+_META_PLANS: dict = {}  # id(meta) -> (meta, slot, per stack (heap, entry bytes), invocations word)
+
+
+def _meta_plan(meta):
+    plan = _META_PLANS.get(id(meta))
+    if plan is None or plan[0] is not meta:
+        heap_layout = adstack_layout.layout_of_record(meta.adstack.get("layout"), meta.name)
+        stacks = [(heap_layout.heap_of(r["dtype"]), heap_layout.entry_bytes(r["dtype"], r["adjoint"]))
+                  for r in meta.adstack.get("stacks") or []]
+        plan = _META_PLANS[id(meta)] = (meta, meta.adstack_slot, stacks, meta.adstack_threads_slot)
+    return plan
+
+
+def adstack_meta_words(meta, ctx, what: str) -> np.ndarray:
+    """The "adstack_meta" u32 words (adstack_layout.SPIRV_META) of a launch, from the ctx words
+    the adstack sizing wrote: per heap the stride (the largest offset + size of its stacks), the
+    invocations the heaps hold, per stack its offset (elements) and capacity."""
+    _, slot, stacks, invocations_word = _meta_plan(meta)
+    words = [0, 0, int(ctx[invocations_word])]
+    for s, (heap, entry) in enumerate(stacks):
+        offset, capacity = int(ctx[slot + 3 + 2 * s]), int(ctx[slot + 4 + 2 * s])
+        words[heap] = max(words[heap], (offset + capacity * entry) // 4)
+        words += [offset // 4, capacity]
+    if max(words) > 0xFFFFFFFF:
+        raise ValueError(f"{what}: its adstack layout ({words[:3]}...) does not fit the 32-bit words of "
+                         f"adstack_meta: lower the adstack capacity (qd.init(ad_stack_size=N))")
+    return np.array(words, np.uint32)
+
+
+def _heap_range(dev, meta, tp, p, alloc, ctx) -> int:
+    """The bytes of an adstack heap a launch binds: the whole allocation up to the device's
+    maxStorageBufferRange, which must cover what the launch uses."""
+    limit = dev.capabilities.max_storage_buffer_range
+    words = adstack_meta_words(meta, ctx, tp.name)
+    needed = 4 * words[HEAP_WORDS[p.resource]] * int(words[2])
+    if needed > limit:
+        raise ValueError(f"{tp.name}: its {p.resource} heap needs {needed} bytes, more than the Vulkan device's "
+                         f"maxStorageBufferRange ({limit} bytes): launch fewer iterations at once or lower the "
+                         f"adstack capacity (qd.init(ad_stack_size=N))")
+    return min(alloc.nbytes, limit)
 
 
 def _bound_allocation(dev, meta, tp, p, ctx):
