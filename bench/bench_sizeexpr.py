@@ -78,8 +78,9 @@ def launch_cost(rounds: int) -> dict:
 
     def hook(meta):
         h = adstack.AdStackHooks(meta)
-        lctx = LaunchContext(meta, context.current().device, compiled.field_objects,
-                             np.zeros(meta.ctx_words, np.uint64))
+        device = context.current().device
+        lctx = LaunchContext(meta, device, compiled.field_objects, np.zeros(meta.ctx_words, np.uint64),
+                             errors=device.acquire_error_slot())
         h.prepare(lctx)
         return h.prepare, lctx
 

@@ -194,7 +194,7 @@ def copy_bandwidth(dev: VulkanDevice, repeat: int, nbytes: int = 64 << 20) -> fl
     t = median_time(copy, repeat)
     dev.free(src)
     dev.free(dst)
-    return nbytes / t / 1e9
+    return 2 * nbytes / t / 1e9  # bytes moved: each byte is read once and written once
 
 
 def saxpy_bandwidth(dev: VulkanDevice, block_dim: int, repeat: int, n: int = 1 << 22) -> float:
@@ -225,18 +225,20 @@ def main() -> None:
     global SAXPY_BLOB
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=15)
-    repeat = parser.parse_args().repeat
+    parser.add_argument("--log2n", type=int, default=22, help="saxpy size: 2^N f32 (26 on a big GPU)")
+    args = parser.parse_args()
+    repeat, n = args.repeat, 1 << args.log2n
     dev = VulkanDevice()
     SAXPY_BLOB = assemble(SAXPY)
     print(f"device: {dev.capabilities.name}, Vulkan {'.'.join(map(str, dev.capabilities.api_version))}")
     ours, raw = empty_dispatch(dev, repeat), raw_submit(dev, repeat)
     print(f"| empty dispatch through VulkanDevice (launch_task + wait) | {ours * 1e6:.1f} µs | {ours / raw:.2f}x raw |")
     print(f"| raw vkQueueSubmit + vkWaitForFences, empty command buffer | {raw * 1e6:.1f} µs | 1.00x |")
-    copy = copy_bandwidth(dev, repeat)
-    print(f"| vkCmdCopyBuffer 64 MiB | {copy:.1f} GB/s | |")
+    copy = copy_bandwidth(dev, repeat, 8 * n)
+    print(f"| vkCmdCopyBuffer of {8 * n >> 20} MiB (bytes read + written) | {copy:.1f} GB/s | |")
     for block in (32, 64, 128, 256, 512, 1024):
-        gbs = saxpy_bandwidth(dev, block, max(repeat // 3, 3))
-        print(f"| saxpy 2^22 f32, block_dim {block} | {gbs:.1f} GB/s | {gbs / copy:.2f}x copy |")
+        gbs = saxpy_bandwidth(dev, block, max(repeat // 3, 3), n)
+        print(f"| saxpy 2^{args.log2n} f32, block_dim {block} | {gbs:.1f} GB/s | {gbs / copy:.2f}x copy |")
     dev.close()
 
 

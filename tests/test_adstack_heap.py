@@ -67,8 +67,8 @@ def test_capacity_4096_with_eight_f64_loop_carried_variables(rng, session_cache_
     n[None] = 3000
     from autodiff_util import check_against_central_diff
     check_against_central_diff(eight, y, [x], rtol=1e-4, atol=1e-8)
-    threads = context.current().device.num_threads
-    assert qd.adstack_heap_bytes() >= threads * 8 * (8 + 4096 * 16)
+    slices = min(context.current().device.num_threads, 8)  # never more slices than iterations
+    assert qd.adstack_heap_bytes() >= slices * 8 * (8 + 4096 * 16)
 
 
 def test_heap_grows_on_demand_and_is_reused():
