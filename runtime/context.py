@@ -51,13 +51,18 @@ def reset(arch: str = "cpu", cpu_max_num_threads: int | None = None) -> Runtime:
 def _retire(device: Device) -> None:
     """Finish the replaced device's work and release it (a GPU device holds driver objects and
     threads, which tests that re-initialise hundreds of times must not pile up). Its errors
-    still raise here, after the new runtime is in place: a launch's error is never lost."""
+    still raise here, after the new runtime is in place: a launch's error is never lost (nor
+    hidden by a failing close, which still destroys the device)."""
+    close = getattr(device, "close", None) or (lambda: None)
     try:
         device.sync()
-    finally:
-        close = getattr(device, "close", None)
-        if close is not None:
+    except BaseException:
+        try:
             close()
+        except Exception:  # noqa: BLE001 (the launch's error is the one to report)
+            pass
+        raise
+    close()
 
 
 def has_runtime() -> bool:

@@ -53,10 +53,13 @@ def _start_first_gpu(opts) -> None:
         if arch not in targets.available() or arch not in devices.available():
             reasons.append(f"{arch}: not supported by this build of qdc")
             continue
+        before = context.current().generation if context.has_runtime() else None
         try:
             context.reset(arch)
             return arch
         except Exception as e:  # noqa: BLE001 (any failure to start means: not this one)
+            if context.has_runtime() and context.current().generation != before:
+                raise  # it started: the error is the replaced device's, raised once it is closed
             reasons.append(f"{arch}: {e}")
     warnings.warn("qd.init(arch=qd.gpu): no GPU backend works on this machine, using the CPU ("
                   + "; ".join(reasons) + ")", RuntimeWarning, stacklevel=3)

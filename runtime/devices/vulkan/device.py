@@ -81,13 +81,23 @@ class VulkanDevice(Device):
     def __init__(self, device_index: int | None = None):
         vk = self.vk = driver.load_binding()
         self.ffi, self.lib = vk.ffi, vk.lib
-        self.instance = driver.create_instance(vk)
+        self.device = None
+        self.instance = driver.shared_instance(vk)  # the process's; never destroyed here
         self.physical, self.family = driver.select_physical_device(vk, self.instance, device_index)
         atomic = driver.ATOMIC_FLOAT_EXTENSION in driver.device_extensions(vk, self.physical)
         chain = driver.FeatureChain(vk, atomic).query(vk, self.physical)
         self.capabilities = driver.read_capabilities(vk, self.physical, chain)
         self.device, self.queue = driver.create_device(vk, self.physical, self.family, chain,
                                                        [driver.ATOMIC_FLOAT_EXTENSION] if atomic else [])
+        try:
+            self._set_up()
+        except BaseException:  # nobody else can close a device whose __init__ failed
+            self.close()
+            raise
+
+    def _set_up(self) -> None:
+        """Everything made on the logical device at creation: pools, the args ring, reused structs."""
+        vk = self.vk
         self._choose_memory_types()
         self._serials = itertools.count(1)
         self._buffers = itertools.count(1)
@@ -397,23 +407,45 @@ class VulkanDevice(Device):
         return offset
 
     def close(self) -> None:
-        """Wait for the queue and release every Vulkan object of this device."""
-        if getattr(self, "device", None) is None:
+        """Wait for the queue and release every Vulkan object of this device; the device itself
+        is destroyed even when releasing its children fails half-way (a driver caps how many
+        devices a process may hold). Safe to call again, and on a half-built device."""
+        device = self.device
+        if device is None:
             return
-        self.lib.vkDeviceWaitIdle(self.device)
-        self._retire()
-        for alloc in list(self._by_base.values()):
+        try:
+            self.lib.vkDeviceWaitIdle(device)
+            self._destroy_children()
+        finally:
+            self.device = None
+            driver.destroy_device(self.vk, device)
+
+    def _destroy_children(self) -> None:
+        """Destroy what was made on the (idle) device, as far as __init__ got."""
+        ffi, lib = self.ffi, self.lib
+        in_flight = getattr(self, "_in_flight", ())
+        while in_flight:  # the device is idle: every submission has finished
+            sub = in_flight.popleft()
+            self._spare.append((sub.command, sub.fence))
+            for buf in sub.keep:
+                self._destroy_buffer(buf)
+        self._pending_frees = []
+        for alloc in list(getattr(self, "_by_base", {}).values()):
             self.free(alloc)
-        self._destroy_buffer(self._args_ring)
+        if getattr(self, "_args_ring", None) is not None:
+            self._destroy_buffer(self._args_ring)
+            self._args_ring = None
         from .pipelines import destroy_pipelines
         destroy_pipelines(self)
-        for command, fence in self._spare:
-            self.lib.vkDestroyFence(self.device, fence[0], self.ffi.NULL)
-        self.lib.vkDestroyDescriptorPool(self.device, self._descriptor_pool, self.ffi.NULL)
-        self.lib.vkDestroyCommandPool(self.device, self._command_pool, self.ffi.NULL)
-        self.lib.vkDestroyDevice(self.device, self.ffi.NULL)
-        self.lib.vkDestroyInstance(self.instance, self.ffi.NULL)
-        self.device = None
+        for _command, fence in getattr(self, "_spare", ()):  # command buffers go with their pool
+            lib.vkDestroyFence(self.device, fence[0], ffi.NULL)
+        self._spare = []
+        if getattr(self, "_descriptor_pool", None) is not None:
+            lib.vkDestroyDescriptorPool(self.device, self._descriptor_pool, ffi.NULL)
+            self._descriptor_pool = None
+        if getattr(self, "_command_pool", None) is not None:
+            lib.vkDestroyCommandPool(self.device, self._command_pool, ffi.NULL)
+            self._command_pool = None
 
 
 def _first(types: list, want, what):

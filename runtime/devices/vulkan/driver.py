@@ -7,6 +7,7 @@ are used directly where the package's wrappers would allocate per call or hide p
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 
 from ...contract.errors import QdcError
@@ -70,6 +71,23 @@ def check(vk, result: int, what: str) -> None:
         raise VulkanUnavailableError(f"vulkan: {what} failed (VkResult {result})")
 
 
+# Vulkan objects this process holds, counted where they are created and destroyed: every device
+# has exactly one owner (its VulkanDevice, which destroys it in close() and on every failure
+# path of its __init__), and tests read the counts through live_objects() (at most 1 of each).
+# The instance is one per process (shared_instance), never destroyed: NVIDIA's driver refuses
+# new instances (VK_ERROR_INCOMPATIBLE_DRIVER) and corrupts subgroup builtins after a few dozen
+# vkCreateInstance/vkDestroyInstance cycles (Quadrants keeps its VkInstance for the process for
+# the same reason), and test suites re-initialise hundreds of times.
+_live = {"instances": 0, "devices": 0}
+_shared_instance: list = []  # [VkInstance] once created
+_instance_lock = threading.Lock()
+
+
+def live_objects() -> dict:
+    """{"instances": n, "devices": n}: those created here and not destroyed yet."""
+    return dict(_live)
+
+
 def create_instance(vk):
     ffi, lib = vk.ffi, vk.lib
     keep = [ffi.new("char[]", b"qdc")]
@@ -82,7 +100,22 @@ def create_instance(vk):
     if result != vk.VK_SUCCESS:
         raise VulkanUnavailableError(f"vulkan: no Vulkan driver (ICD) could create an instance (VkResult {result}): "
                                      f"{INSTALL_HINT}")
+    _live["instances"] += 1
     return out[0]
+
+
+def destroy_instance(vk, instance) -> None:
+    vk.lib.vkDestroyInstance(instance, vk.ffi.NULL)
+    _live["instances"] -= 1
+
+
+def shared_instance(vk):
+    """The process's one VkInstance, created on first use (VulkanUnavailableError when no driver
+    can create one; the next call tries again). Callers never destroy it."""
+    with _instance_lock:
+        if not _shared_instance:
+            _shared_instance.append(create_instance(vk))
+        return _shared_instance[0]
 
 
 def physical_devices(vk, instance) -> list:
@@ -221,9 +254,15 @@ def create_device(vk, physical, family: int, chain: FeatureChain, extensions: li
                                            "ppEnabledExtensionNames": name_array})
     out = ffi.new("VkDevice*")
     check(vk, lib.vkCreateDevice(physical, info, ffi.NULL, out), "vkCreateDevice")
+    _live["devices"] += 1
     queue = ffi.new("VkQueue*")
     lib.vkGetDeviceQueue(out[0], family, 0, queue)
     return out[0], queue[0]
+
+
+def destroy_device(vk, device) -> None:
+    vk.lib.vkDestroyDevice(device, vk.ffi.NULL)
+    _live["devices"] -= 1
 
 
 def memory_types(vk, physical) -> list:
