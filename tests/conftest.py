@@ -79,11 +79,18 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "skip_arch(arch, reason): skip this test's case on `arch`, for `reason`")
-    config.addinivalue_line("markers", "xfail_arch(arch, reason, strict=True): a known wrong result on `arch` "
-                                       "(strict: the case fails once it is fixed, so the mark goes)")
+    config.addinivalue_line("markers", "xfail_arch(arch, reason, strict=True, device=None): a known wrong result on "
+                                       "`arch` (on devices whose name contains `device`, if given; strict: the case "
+                                       "fails once it is fixed, so the mark goes)")
 
 
 _VULKAN_PROBE: list = []
+_VULKAN_NAME: list = []  # the probed Vulkan device's name (lavapipe: "llvmpipe ...")
+
+
+def on_vulkan_device(substring: str) -> bool:
+    """Whether the Vulkan device the tests run on has `substring` in its name."""
+    return vulkan_unavailable_reason() is None and substring in _VULKAN_NAME[0]
 
 
 def vulkan_unavailable_reason() -> str | None:
@@ -91,7 +98,9 @@ def vulkan_unavailable_reason() -> str | None:
     if not _VULKAN_PROBE:
         try:
             from qdc.runtime.devices.vulkan.device import VulkanDevice
-            VulkanDevice().close()
+            device = VulkanDevice()
+            _VULKAN_NAME.append(device.capabilities.name)
+            device.close()
             _VULKAN_PROBE.append(None)
         except Exception as e:  # noqa: BLE001 (no binding, no loader, no device: all mean "skip")
             _VULKAN_PROBE.append(f"{type(e).__name__}: {e}")
@@ -123,6 +132,9 @@ def pytest_collection_modifyitems(config, items):
             if arch is not None and arch in mark.args:
                 item.add_marker(pytest.mark.skip(reason=f"{arch}: {mark.kwargs.get('reason', 'not supported')}"))
         for mark in item.iter_markers("xfail_arch"):
+            only_on = mark.kwargs.get("device")  # a driver's bug, e.g. device="llvmpipe"
+            if only_on and not (arch == "vulkan" and on_vulkan_device(only_on)):
+                continue
             if arch is not None and arch in mark.args:
                 item.add_marker(pytest.mark.xfail(reason=f"{arch}: {mark.kwargs['reason']}",
                                                   strict=mark.kwargs.get("strict", True)))

@@ -184,7 +184,10 @@ class ValueLowering:
             overflow = self.boolean(Op.LogicalAnd, self.boolean(Op.IEqual, y, self.c(t, -1)),
                                     self.boolean(Op.IEqual, x, self.c(t, -(1 << (t.bits - 1)))))
             safe_y = self.select(t, overflow, one, safe_y)
-            q, r = self.op(Op.SDiv, t, x, safe_y), self.op(Op.SRem, t, x, safe_y)
+            # r = x - q*y rather than OpSRem: NVIDIA's driver gave remainders of the wrong sign
+            # for negative operands (floor division off by one), lavapipe did not.
+            q = self.op(Op.SDiv, t, x, safe_y)
+            r = self.op(Op.ISub, t, x, self.op(Op.IMul, t, q, safe_y))
             adjust = self.boolean(Op.LogicalAnd, self.boolean(Op.INotEqual, r, zero),
                                   self.boolean(Op.LogicalNotEqual, self.boolean(Op.SLessThan, r, zero),
                                                self.boolean(Op.SLessThan, safe_y, zero)))
