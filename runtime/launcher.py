@@ -228,6 +228,13 @@ class _Launcher:
         else:
             call, arg = self.launch_tasks, None
             self.iterations = [_iterations(t) for t in meta.tasks]
+            # A task whose trip count is a constant (or unknown) dispatches the same slices at
+            # every launch: worked out once here, not per launch (None: evaluated per launch).
+            no_args = se.LaunchEnv((), fields, self.read_temp)
+            self.fixed_slices = [device.task_slices(t.launch, self.trip_count(i, no_args))
+                                 if self.iterations[i] is None or isinstance(self.iterations[i], se.Const) else None
+                                 for i, t in enumerate(meta.tasks)]
+            self.sync_each_launch = getattr(device, "sync_each_launch", False)
         self.function = function  # the launch function: its code is fast_code or, while stale, stale_code
         self.launch = self.fast_code = self.stale_code = None
         self.kinds = {i: None for i, p in enumerate(meta.params) if p.kind == "ndarray"}  # see `body`
@@ -284,13 +291,18 @@ class _Launcher:
         if self.errors is not None:
             slot = device.acquire_error_slot()
             self.point_errors_at(slot)
-        env = se.LaunchEnv(args, self.fields, self.read_temp)
+        env = None
         ctx = ctypes.addressof(self.buf)
         for i, task in enumerate(meta.tasks):
-            device.launch_task(self.loaded, i, ctx, device.task_slices(task.launch, self.trip_count(i, env)))
+            slices = self.fixed_slices[i]
+            if slices is None:
+                if env is None:
+                    env = se.LaunchEnv(args, self.fields, self.read_temp)
+                slices = device.task_slices(task.launch, self.trip_count(i, env))
+            device.launch_task(self.loaded, i, ctx, slices)
         if slot is not None:
             device.watch(slot, self.reporter())
-        if getattr(device, "sync_each_launch", False):
+        if self.sync_each_launch:
             device.sync()
 
     def trip_count(self, task: int, env) -> int | None:
