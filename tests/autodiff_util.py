@@ -2,7 +2,38 @@
 
 Kernels may overwrite their inputs (in-place updates), so every forward run starts from the
 same snapshot of the inputs (and of the further buffers named in `overwrites`)."""
+import inspect
+
 import numpy as np
+import pytest
+
+import qdc as qd
+
+
+def line_of(kernel, text: str) -> int:
+    """The source line of `kernel` that holds `text` (exactly one must)."""
+    lines, first = inspect.getsourcelines(kernel.fn)
+    hits = [first + i for i, line in enumerate(lines) if text in line]
+    assert len(hits) == 1, hits
+    return hits[0]
+
+
+def grad_error(kernel, *args) -> qd.QdcCompileError:
+    """The compile error that building `kernel`'s gradient raises."""
+    with pytest.raises(qd.QdcCompileError) as info:
+        kernel.grad(*args)
+    return info.value
+
+
+def run_grad(kernel, x, y):
+    """x's gradient of the scalar y that `kernel` accumulates: forward, then reverse with y.grad = 1."""
+    y[None] = 0
+    kernel()
+    x.grad.fill(0)
+    y.grad[None] = 1
+    kernel.grad()
+    qd.sync()
+    return x.grad.to_numpy()
 
 
 class Snapshot:

@@ -9,6 +9,7 @@ import pytest
 
 import qdc as qd
 from qdc.runtime import adstack, context
+from autodiff_util import run_grad
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*trip count is only known at run time")
 
@@ -34,15 +35,6 @@ def make_sin_chain(size, dtype=qd.f32):
             y[None] += v
 
     return chain, x, trips, y
-
-
-def run_grad(kernel, x, y):
-    y[None] = 0
-    kernel()
-    x.grad.fill(0)
-    y.grad[None] = 1
-    kernel.grad()
-    return x.grad.to_numpy()
 
 
 def test_capacity_4096_with_eight_f64_loop_carried_variables(rng, session_cache_dir):

@@ -3,29 +3,15 @@ of the value it overwrote, so in-place updates, stores in either branch of an `i
 stores and dependencies carried by serial loops differentiate exactly, with respect to the
 overwritten initial values too. Every accepted case is checked against float64 central
 differences for every input; what cannot be exact is refused at the right line."""
-import inspect
 
 import numpy as np
 import pytest
 
 import qdc as qd
-from autodiff_util import Snapshot, check_against_central_diff, central_diff
+from autodiff_util import Snapshot, check_against_central_diff, central_diff, grad_error, line_of
 
 F64_1D = qd.types.ndarray(dtype=qd.f64, ndim=1, needs_grad=True)
 F64_2D = qd.types.ndarray(dtype=qd.f64, ndim=2, needs_grad=True)
-
-
-def line_of(kernel, text: str) -> int:
-    lines, first = inspect.getsourcelines(kernel.fn)
-    hits = [first + i for i, line in enumerate(lines) if text in line]
-    assert len(hits) == 1, hits
-    return hits[0]
-
-
-def grad_error(kernel, *args) -> qd.QdcCompileError:
-    with pytest.raises(qd.QdcCompileError) as info:
-        kernel.grad(*args)
-    return info.value
 
 
 def fields(rng, *shapes):

@@ -1,24 +1,9 @@
 """Kernels whose gradient would be silently wrong are refused at compile time, at the right line."""
-import inspect
-
 import numpy as np
-
 import pytest
 
 import qdc as qd
-
-
-def line_of(kernel, text: str) -> int:
-    lines, first = inspect.getsourcelines(kernel.fn)
-    hits = [first + i for i, line in enumerate(lines) if text in line]
-    assert len(hits) == 1, hits
-    return hits[0]
-
-
-def grad_error(kernel, *args) -> qd.QdcCompileError:
-    with pytest.raises(qd.QdcCompileError) as info:
-        kernel.grad(*args)
-    return info.value
+from autodiff_util import grad_error, line_of
 
 
 x = qd.field(qd.f32, shape=8, needs_grad=True)

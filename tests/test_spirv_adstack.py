@@ -16,6 +16,7 @@ from qdc.compiler.targets.spirv import tools
 from qdc.runtime import adstack, context
 from qdc.runtime.contract import adstack_layout as layout
 from qdc.runtime.contract.errors import QdcCompileError
+from autodiff_util import run_grad
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*trip count is only known at run time",
                                         "ignore:.*default_ad_stack_size")
@@ -95,16 +96,6 @@ def many_loops_kernel():
             y[None] += v
 
     return many, x, trips, y
-
-
-def run_grad(kernel, x, y):
-    y[None] = 0
-    kernel()
-    x.grad.fill(0)
-    y.grad[None] = 1
-    kernel.grad()
-    qd.sync()
-    return x.grad.to_numpy()
 
 
 # ---- compile side: no GPU ----------------------------------------------------------------------
