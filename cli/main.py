@@ -7,6 +7,7 @@ defaults. Only `build`, `inspect --llvm` and `inspect --spirv` import the compil
 from __future__ import annotations
 
 import datetime
+import importlib
 import os
 import sys
 
@@ -54,24 +55,16 @@ def cli():
 
 # ---- build -------------------------------------------------------------------------------------
 
-def _cpu_target(value):
-    """--cpu-target, checked here so that a bad value is a usage error."""
-    from qdc.compiler.targets.cpu.isa_levels import check_cpu_target
-    try:
-        check_cpu_target(value)
-    except ValueError as e:
-        raise click.BadParameter(str(e)) from None
-    return value
-
-
-def _cuda_arch(value):
-    """--cuda-arch, checked here so that a bad value is a usage error."""
-    from qdc.compiler.targets.cuda.arch import check_cuda_arch
-    try:
-        check_cuda_arch(value)
-    except ValueError as e:
-        raise click.BadParameter(str(e)) from None
-    return value
+def _checked_by(module: str, check: str):
+    """A click callback running the compiler's own check of an option (imported only when the
+    option is parsed), so that a bad value is a usage error."""
+    def callback(ctx, param, value):
+        try:
+            getattr(importlib.import_module(module), check)(value)
+        except ValueError as e:
+            raise click.BadParameter(str(e)) from None
+        return value
+    return callback
 
 
 @cli.command()
@@ -89,10 +82,10 @@ def _cuda_arch(value):
 @click.option("--ad-stack-size", type=click.IntRange(min=0), help="Force N adstack slots (0: sized by the compiler).")
 @click.option("--default-ad-stack-size", type=click.IntRange(min=1), help="Fallback adstack capacity (256).")
 @click.option("--ad-stack-strict/--no-ad-stack-strict", default=None, help="Unsized adstacks are errors.")
-@click.option("--cpu-target", callback=lambda ctx, param, value: _cpu_target(value),
+@click.option("--cpu-target", callback=_checked_by("qdc.compiler.targets.cpu.isa_levels", "check_cpu_target"),
               help="CPU code: portable (default: x86-64-v2/v3/v4, the best picked at load), native (this machine) "
                    "or an ISA level / LLVM CPU name.")
-@click.option("--cuda-arch", callback=lambda ctx, param, value: _cuda_arch(value),
+@click.option("--cuda-arch", callback=_checked_by("qdc.compiler.targets.cuda.arch", "check_cuda_arch"),
               help="GPU generation of CUDA code, sm_XY (default sm_70: the driver compiles it for newer GPUs).")
 def build(paths, arch, cache_dir, jobs, force, verbose, **flags):
     """Compile every kernel in PATHS (.py files or folders) into the cache."""
