@@ -361,7 +361,8 @@ def describe_launch(launch: dict) -> str:
         pf = launch.get("parallel_from", 0)
         return "one thread" if pf == 0 else f"several threads from {pf} iterations"
     if launch.get("policy") == "grid":
-        return f"a grid of blocks of {launch.get('block_dim')} threads"
+        block = launch.get("block_dim")
+        return f"a grid of blocks of {block} threads" if block else "a grid of blocks of the device's default size"
     return str(launch)
 
 
