@@ -20,13 +20,19 @@ gpu = "gpu"  # qd.init(arch=qd.gpu): the first of cuda, vulkan, metal, amdgpu th
 _LANG = {"kernel", "func", "static", "ndrange", "loop_config", "types", "sin", "cos", "tan", "asin",
          "acos", "atan", "atan2", "tanh", "exp", "log", "sqrt", "rsqrt", "floor", "ceil", "round", "pow",
          "select", "cast", "atomic_add", "atomic_sub", "atomic_min", "atomic_max", "atomic_and",
-         "atomic_or", "atomic_xor"}
+         "atomic_or", "atomic_xor", "template", "Template", "abs", "min", "max"}
 _API = {"init", "sync", "reset"}
 
 
 def __getattr__(name):
     if name == "ad":  # qd.ad.Tape
         return importlib.import_module("qdc.compiler.language.ad")
+    if name == "aot":  # qd.aot.instantiate
+        return importlib.import_module("qdc.compiler.language.aot")
+    if name == "math":  # qd.math.vec3, qd.math.dot, ...
+        return importlib.import_module("qdc.compiler.language.mathlib")
+    if name in ("Vector", "Matrix"):
+        return getattr(importlib.import_module("qdc.compiler.language.matrix"), name)
     if name == "adstack_heap_bytes":
         return importlib.import_module("qdc.runtime.adstack").adstack_heap_bytes
     if name in _LANG:

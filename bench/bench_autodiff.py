@@ -1,6 +1,6 @@
 """Reverse mode through a dynamic loop: qdc against Quadrants and PyTorch, on one kernel.
 
-    python3 bench/bench_autodiff.py [--rounds N]
+    python3 bench/bench_autodiff.py [--rounds N] [--threads T]
 
 The kernel (2^16 f32 elements, 64 iterations of `v = sin(v) * 0.95 + 0.01` per element, the
 results summed into a scalar) is the same source for qdc and Quadrants; its trip count comes
@@ -29,6 +29,7 @@ import warnings
 
 N, ITERS = 1 << 16, 64
 PEERS = ("qdc", "quadrants", "torch")
+THREADS = int(os.environ.get("QDC_BENCH_THREADS", "0"))  # --threads, passed on to the workers (0: all cores)
 
 
 def reference(xs):
@@ -89,7 +90,8 @@ def measure_qdc(rounds: int) -> dict:
     from qdc.compiler.driver.kernel import compile_kernel
     from qdc.runtime import context
     from qdc.runtime.launcher import make_launcher
-    qd.init(arch=qd.cpu, cache_dir=tempfile.mkdtemp(prefix="qdc-bench-ad-"))
+    qd.init(arch=qd.cpu, cache_dir=tempfile.mkdtemp(prefix="qdc-bench-ad-"), **({"cpu_max_num_threads": THREADS}
+                                                                              if THREADS else {}))
     x, n, y = kernel_fields(qd)
     compute = define_kernel(qd, x, n, y)
     xs = inputs()
@@ -121,7 +123,8 @@ def measure_quadrants(rounds: int) -> dict:
         import quadrants as qd
     except ImportError:
         return {"missing": "quadrants is not installed (pip install quadrants)"}
-    qd.init(arch=qd.cpu, ad_stack_experimental_enabled=True, log_level="error")
+    qd.init(arch=qd.cpu, ad_stack_experimental_enabled=True, log_level="error",
+            **({"cpu_max_num_threads": THREADS} if THREADS else {}))
     x, n, y = kernel_fields(qd)
     compute = define_kernel(qd, x, n, y)
     xs = inputs()
@@ -148,7 +151,7 @@ def measure_torch(rounds: int) -> dict:
         import torch
     except ImportError:
         return {"missing": "torch is not installed (pip install torch==2.13.0)"}
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(THREADS or os.cpu_count() or 1)
     xs = torch.from_numpy(inputs())
 
     def forward(x):
@@ -221,7 +224,10 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--worker", choices=PEERS)
+    parser.add_argument("--threads", type=int, default=0, help="CPU threads of every peer (default: all cores)")
     args = parser.parse_args()
+    if args.threads:
+        os.environ["QDC_BENCH_THREADS"] = str(args.threads)
     if args.worker:
         measure = {"qdc": measure_qdc, "quadrants": measure_quadrants, "torch": measure_torch}[args.worker]
         print(json.dumps(measure(args.rounds)))

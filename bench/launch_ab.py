@@ -1,16 +1,20 @@
 """Launch overhead before and after a change: `python3 bench/launch_ab.py REV [--rounds 3]`.
 
-Checks REV out into a temporary git worktree and times the same empty-kernel launches with
+Exports REV into a temporary folder (`git archive`: the repository is left alone) and times the same empty-kernel launches with
 that qdc and with this checkout's, in alternating worker processes (so load drifts hit both
 alike), each as a median ratio to a ctypes call of a no-op C function in the same process.
 Rows: 0 args; 4 args with the same numpy array / qd.ndarray every call; 4 args alternating
-two numpy arrays (per launch). The figure to compare is the ratio, not the nanoseconds.
+two numpy arrays (per launch); 4 args with a different numpy array on every call (a cycle of
+64, `next()` included in the time); the reference ctypes call keeping the GIL (PyDLL, as
+qdc's launch does). The figure to compare is the ratio, not the nanoseconds. The load average
+of the machine is printed with the table.
 """
 from __future__ import annotations
 
 import argparse
 import ast
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -19,11 +23,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 WORKER = r'''
-import ctypes, statistics, sys, timeit
+import ctypes, itertools, statistics, sys, timeit
 import numpy as np
 import qdc as qd
 qd.init(arch=qd.cpu, cache_dir=sys.argv[2])
 noop = ctypes.CDLL(sys.argv[1]).noop
+noop_gil = ctypes.PyDLL(sys.argv[1]).noop
 
 @qd.kernel
 def empty0():
@@ -35,10 +40,12 @@ def empty4(a: qd.types.ndarray(dtype=qd.f32, ndim=1), x: qd.f32, n: qd.i32, y: q
 
 a, b = np.zeros(16, np.float32), np.zeros(16, np.float32)
 d = qd.ndarray(qd.f32, shape=(16,))
+fresh = itertools.cycle([np.zeros(16, np.float32) for _ in range(64)])
 empty0(); empty4(a, 1.0, 2, 3.0); empty4(d, 1.0, 2, 3.0); empty4(b, 1.0, 2, 3.0)
-stmts = {"noop": "noop()", "0 args": "empty0()", "4 args, numpy": "empty4(a, 1.0, 2, 3.0)",
-         "4 args, qd.ndarray": "empty4(d, 1.0, 2, 3.0)",
-         "4 args, alternating arrays": "empty4(a, 1.0, 2, 3.0); empty4(b, 1.0, 2, 3.0)"}
+stmts = {"noop": "noop()", "noop keeping the GIL (PyDLL)": "noop_gil()", "0 args": "empty0()",
+         "4 args, numpy": "empty4(a, 1.0, 2, 3.0)", "4 args, qd.ndarray": "empty4(d, 1.0, 2, 3.0)",
+         "4 args, alternating arrays": "empty4(a, 1.0, 2, 3.0); empty4(b, 1.0, 2, 3.0)",
+         "4 args, a different array every call": "empty4(next(fresh), 1.0, 2, 3.0)"}
 timers = {k: timeit.Timer(s, globals=globals()) for k, s in stmts.items()}
 rounds = {k: [] for k in stmts}
 for _ in range(30):
@@ -65,22 +72,22 @@ def main() -> None:
     ap.add_argument("rev")
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
+    load = Path("/proc/loadavg").read_text().split()[:3]
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         (tmp / "worker.py").write_text(WORKER)
         (tmp / "noop.c").write_text("void noop(void) {}\n")
         subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(tmp / "libnoop.so"), str(tmp / "noop.c")], check=True)
-        tree = tmp / "old"
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach", str(tree), args.rev], check=True)
-        (tmp / "path").mkdir()
-        (tmp / "path" / "qdc").symlink_to(tree)  # the package `qdc` is the checkout's root folder
-        try:
-            results = {"before": [], "after": []}
-            for _ in range(args.rounds):
-                results["before"].append(_worker(tmp, tmp / "path", str(tmp / "cache-before")))
-                results["after"].append(_worker(tmp, None, str(tmp / "cache-after")))
-        finally:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=True)
+        tree = tmp / "path" / "qdc"  # the package `qdc` is the checkout's root folder
+        tree.mkdir(parents=True)
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.rev], capture_output=True, check=True)
+        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+        results = {"before": [], "after": []}
+        for _ in range(args.rounds):
+            results["before"].append(_worker(tmp, tmp / "path", str(tmp / "cache-before")))
+            results["after"].append(_worker(tmp, None, str(tmp / "cache-after")))
+    print(f"load average before: {load}, after: {Path('/proc/loadavg').read_text().split()[:3]}; "
+          f"noop {statistics.median(r['noop ns'] for r in results['after']):.0f} ns")
     rows = [k for k in results["after"][0] if k not in ("noop", "noop ns")]
     print(f"| launch (median ratio to a ctypes no-op; min over {args.rounds} alternating rounds) "
           f"| before ({args.rev}) | after | after / before |\n|---|---|---|---|")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import io
+import itertools
 import json
 import statistics
 import sys
@@ -29,6 +30,7 @@ LAUNCH_ROUNDS = 25   # rounds of interleaved batches per launch figure (median)
 ALPHA = np.float32(0.5)
 LAUNCHES = {"empty0": ("empty0()", None),
             "empty4_numpy": ("empty4(a, 1.0, 2, 3.0)", "numpy"),
+            "empty4_fresh": ("empty4(next(a), 1.0, 2, 3.0)", "fresh"),  # a cycle of 64 arrays, next() timed too
             "empty4_device": ("empty4(a, 1.0, 2, 3.0)", "device")}
 # Bytes each workload must move at least (read once, write once).
 BYTES = {"saxpy": 3 * 4 * N, "stencil": 2 * 4 * GRID * GRID, "sum": 4 * N}
@@ -157,7 +159,8 @@ def measure_kernels(name: str, lib: str) -> dict:
     device_small = qd.ndarray(qd.f32, small.shape)
     stmts = noop_calls(lib)
     for launch, (stmt, array) in LAUNCHES.items():
-        namespace = dict(kernels, a=small if array == "numpy" else device_small)
+        arrays = {"numpy": small, "device": device_small, "fresh": itertools.cycle([small.copy() for _ in range(64)])}
+        namespace = dict(kernels, a=arrays.get(array), next=next)
         exec(stmt, namespace)  # compile outside the timing
         qd.sync()
         stmts[launch] = (stmt, namespace)

@@ -38,6 +38,7 @@ REFERENCES = [("noop", "ctypes call of `void noop(void)` (**the launch reference
               ("noop_ptr_pydll", "the same through `ctypes.PyDLL` (keeps the GIL: qdc's own launch call)")]
 LAUNCH_ROWS = [("empty0", "launch, empty kernel, 0 args"),
                ("empty4_numpy", "launch, empty kernel, 4 args (numpy array + 3 scalars)"),
+               ("empty4_fresh", "the same with a different numpy array every call (a cycle of 64)"),
                ("empty4_device", "launch, empty kernel, 4 args (qd.ndarray + 3 scalars)")]
 BANDWIDTH_ROWS = [("saxpy", "saxpy y = a*x + y, 2^24 f32 (192 MiB moved)"),
                   ("stencil", "5-point stencil, 4096x4096 f32 (128 MiB moved)"),
@@ -78,6 +79,13 @@ def machine() -> str:
     return f"{model}, {os.cpu_count()} logical cores{llc}, {platform.system()} {platform.release()}"
 
 
+def _load() -> str:
+    """The 1, 5 and 15 minute load averages (bandwidth and launch figures move with them)."""
+    with contextlib.suppress(OSError, AttributeError):
+        return " / ".join(f"{x:.2f}" for x in os.getloadavg())
+    return "unknown"
+
+
 def table(numpy: dict, peers: dict) -> list[str]:
     """`peers`: display name -> worker result, qdc first."""
     names = list(peers)
@@ -113,6 +121,7 @@ def table(numpy: dict, peers: dict) -> list[str]:
 
 def main() -> int:
     t0 = time.perf_counter()
+    load_before = _load()
     with tempfile.TemporaryDirectory(prefix="qdc-bench-") as tmp:
         lib = build_noop(Path(tmp))
         numpy = run_worker("numpy", lib)
@@ -131,7 +140,8 @@ def main() -> int:
         "of 9 runs after a warm-up. 'qdc vs X': how many times faster qdc is.", "",
         *table(numpy, peers), "",
         *(f"Note: {n}" for n in notes),
-        f"Measured by `make bench` (bench/run.py) in {time.perf_counter() - t0:.0f} s.",
+        f"Measured by `make bench` (bench/run.py) in {time.perf_counter() - t0:.0f} s; load average "
+        f"{load_before} before, {_load()} after.",
     ]
     text = "\n".join(report) + "\n"
     print(text)

@@ -87,6 +87,8 @@ def _checked_by(module: str, check: str):
                    "or an ISA level / LLVM CPU name.")
 @click.option("--cuda-arch", callback=_checked_by("qdc.compiler.targets.cuda.arch", "check_cuda_arch"),
               help="GPU generation of CUDA code, sm_XY (default sm_70: the driver compiles it for newer GPUs).")
+@click.option("--amdgpu-targets", callback=_checked_by("qdc.compiler.targets.amdgpu.arch", "check_amdgpu_targets"),
+              help="AMD GPUs to build code objects for, comma-separated gfx names (default gfx90a,gfx942,gfx1100).")
 def build(paths, arch, cache_dir, jobs, force, verbose, **flags):
     """Compile every kernel in PATHS (.py files or folders) into the cache."""
     from qdc.compiler.driver import build as build_mod
@@ -99,8 +101,11 @@ def build(paths, arch, cache_dir, jobs, force, verbose, **flags):
     try:
         opts = resolve(flags, file_values, source or "configuration file")
         arches = build_mod.resolve_arches(arch_spec)
+        # `all` means every arch that can express each kernel: the others skip it (an arch named
+        # explicitly must build every kernel)
         report = build_mod.build(list(paths), arches, opts, cache_dir, jobs or os.cpu_count() or 1, force,
-                                 log=lambda text: click.echo(text, err=True), out=click.echo, verbose=verbose)
+                                 log=lambda text: click.echo(text, err=True), out=click.echo, verbose=verbose,
+                                 skip_unexpressible=build_mod.means_every_arch(arch_spec))
     except (ConfigError, build_mod.BuildUsageError) as e:
         raise click.UsageError(str(e)) from None
     sys.exit(0 if report.ok else 1)
@@ -129,6 +134,9 @@ def ls_cmd(cache_dir):
             referenced.add(key)
             size, created = _entry_size_and_date(store, key)
             rows.append(f"  {kernel:<24} {_human(size):>10}  {_date(created)}  {key[:12]}")
+        skipped = record.get("skipped")  # by `qdc build --arch all`: the arch cannot express them
+        for kernel, reason in sorted(skipped.items() if isinstance(skipped, dict) else []):
+            rows.append(f"  {kernel:<24} {'skipped':>10}  {reason}")
         total = sum(_entry_size_and_date(store, k)[0] for k in record["kernels"].values())
         click.echo(f"{module} ({arch}): {len(record['kernels'])} kernels, {len(record['fields'])} fields, "
                    f"{_human(total)}, built {_date(record.get('built', 0))}")
@@ -186,6 +194,7 @@ VIEWS = {"ir": "ir", "llvm": "bc", "spirv": "spv", "msl": "msl", "ptx": "ptx"}
 @click.option("--spirv", "view", flag_value="spirv", help="SPIR-V (via spirv-dis).")
 @click.option("--msl", "view", flag_value="msl", help="Metal shading language.")
 @click.option("--ptx", "view", flag_value="ptx", help="PTX.")
+@click.option("--amdgcn", "view", flag_value="amdgcn", help="AMDGPU assembly of each code object.")
 @click.option("--size-expr", "view", flag_value="size-expr", help="Adstack sizing (SizeExpr trees).")
 def inspect(target, arch, cache_dir, view):
     """Show a built kernel's metadata, or one of its artifacts in readable form.
@@ -215,6 +224,8 @@ def inspect(target, arch, cache_dir, view):
 def _artifact_text(entry, view: str, arch: str) -> str:
     if view == "spirv":
         return _spirv_text(entry, arch)
+    if view in ("msl", "amdgcn"):
+        return _per_target_text(entry, view, arch)
     kind = VIEWS[view]
     data = entry.artifacts.get(kind)
     if data is None:
@@ -239,6 +250,21 @@ def _spirv_text(entry, arch: str) -> str:
             _fail(str(e))
         parts.append(f"; task {i} ({entry.meta.tasks[i].name})\n{text}")
     return "\n".join(parts)
+
+
+def _per_target_text(entry, view: str, arch: str) -> str:
+    """Metal: every task's MSL (`msl_t<i>`) under a comment naming its task; AMDGPU: every code
+    object's assembly."""
+    kinds = entry.record["artifacts"]
+    if view == "amdgcn":
+        from qdc.compiler.targets.amdgpu.disassemble import code_objects, disassembly
+        if not code_objects(kinds):
+            _fail(f"no amdgcn code object for arch '{arch}' (stored: {', '.join(sorted(kinds))})")
+        return disassembly(entry.artifacts)
+    sources = sorted((int(k[len("msl_t"):]), k) for k in kinds if k.startswith("msl_t"))
+    if not sources:
+        _fail(f"no msl artifact for arch '{arch}' (stored: {', '.join(sorted(kinds))})")
+    return "\n".join(f"// task {i} ({entry.meta.tasks[i].name})\n{entry.artifacts[k].decode()}" for i, k in sources)
 
 
 def _describe_entry(entry) -> str:

@@ -1,6 +1,7 @@
 """The qdc runtime: loads artifacts and launches them. It never imports the compiler.
 
-`load` is resolved on first use so that `import qdc` stays light.
+`load` (and `FwdMode`, forward mode for loaded modules as for direct mode) are resolved on
+first use so that `import qdc` stays light.
 """
 
 
@@ -8,4 +9,7 @@ def __getattr__(name):
     if name == "load":
         from .loader import load
         return load
+    if name == "FwdMode":
+        from .forward_mode import FwdMode
+        return FwdMode
     raise AttributeError(f"module 'qdc.runtime' has no attribute '{name}'")

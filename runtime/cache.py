@@ -64,11 +64,7 @@ def module_path(module: str, arch: str) -> str:
     return f"{MODULES}/{arch}/{module}.msgpack"
 
 
-def split_variant(name: str) -> tuple[str, str]:
-    """A module record's kernel name -> (kernel, variant): 'f.grad' is the reverse-mode variant of f."""
-    if name.endswith(A.GRAD_SUFFIX):
-        return name[:-len(A.GRAD_SUFFIX)], "grad"
-    return name, "forward"
+split_variant = A.split_variant
 
 
 def check_module_name(module) -> str:
@@ -477,7 +473,7 @@ def _params_text(params) -> str:
 
 def _field_problem(name: str, entry: Entry, fields: dict) -> str | None:
     for fm in entry.meta.fields:
-        base = fm.name[:-len(A.GRAD_SUFFIX)] if fm.is_grad and fm.name.endswith(A.GRAD_SUFFIX) else fm.name
+        base, secondary = A.secondary_field(fm.name) if fm.is_grad else (fm.name, None)
         declared = fields.get(base)
         used = f"{fm.dtype}{list(fm.shape)}"
         if declared is None:
@@ -485,9 +481,9 @@ def _field_problem(name: str, entry: Entry, fields: dict) -> str | None:
         if declared[1] != fm.dtype or list(declared[2]) != list(fm.shape):
             return (f"kernel '{name}' uses field '{base}' as {used}, but the module declares it "
                     f"{declared[1]}{list(declared[2])} (rebuild)")
-        if fm.is_grad and not declared[3]:
+        if secondary == "grad" and not declared[3] or secondary == "dual" and not declared[4:5] == [True]:
             return (f"kernel '{name}' uses '{fm.name}', but the module declares field '{base}' without "
-                    f"needs_grad (rebuild)")
+                    f"needs_{secondary} (rebuild)")
     return None
 
 

@@ -9,6 +9,7 @@ from the end); values are converted to the element type as numpy assignment does
 from __future__ import annotations
 
 import itertools
+import weakref
 
 import numpy as np
 
@@ -16,6 +17,7 @@ from . import context
 from .contract.types import DataType, from_numpy as dtype_from_numpy
 
 _ids = itertools.count()
+DUAL_FIELDS: "weakref.WeakSet[Field]" = weakref.WeakSet()  # what a FwdMode clears on entry, as Quadrants does
 
 
 def _normalise_shape(shape) -> tuple:
@@ -44,6 +46,23 @@ def _dimension(d, shape) -> int:
     return int(d)
 
 
+class ElementType:
+    """A vector/matrix element type as the runtime sees it: a scalar type and the element's
+    shape, stored as trailing axes (a field of `qd.math.vec3` is an f32 array of shape (..., 3)).
+    The compiler's `MatrixType` (compiler/language/matrix.py) has the same two attributes."""
+
+    def __init__(self, scalar_dtype: DataType, element_shape: tuple):
+        self.scalar_dtype, self.element_shape = scalar_dtype, tuple(element_shape)
+
+
+def _element_type(dtype) -> tuple:
+    """(scalar type, element shape) of a field/ndarray dtype: () for a scalar type."""
+    shape = getattr(dtype, "element_shape", None)
+    if shape is not None and not isinstance(dtype, DataType):
+        return _data_type(dtype.scalar_dtype), tuple(int(s) for s in shape)
+    return _data_type(dtype), ()
+
+
 def _data_type(dtype) -> DataType:
     if isinstance(dtype, DataType):
         return dtype
@@ -60,7 +79,7 @@ class _DeviceArray:
     """Shared host-side API of fields and ndarrays."""
 
     def __init__(self, dtype, shape):
-        self._dtype = _data_type(dtype)
+        self._dtype, self._element_shape = _element_type(dtype)
         self._shape = _normalise_shape(shape)
         self._alloc = None
         self._gen = 0
@@ -79,12 +98,27 @@ class _DeviceArray:
         return len(self._shape)
 
     @property
+    def element_shape(self) -> tuple:
+        """The shape of one element: () for scalars, (n,) for vectors, (n, m) for matrices."""
+        return self._element_shape
+
+    @property
+    def storage_shape(self) -> tuple:
+        """`shape` followed by `element_shape`: the shape of the scalar array in memory (and of
+        to_numpy()); kernels index it with the element's components as trailing indices."""
+        return self._shape + self._element_shape
+
+    def _element_spec(self):
+        """What a buffer of the same elements (a .grad, a .dual) is declared with."""
+        return ElementType(self._dtype, self._element_shape) if self._element_shape else self._dtype
+
+    @property
     def size(self) -> int:
         return int(np.prod(self._shape, dtype=np.int64)) if self._shape else 1
 
     @property
     def nbytes(self) -> int:
-        return self.size * self._dtype.nbytes
+        return self.size * int(np.prod(self._element_shape, dtype=np.int64)) * self._dtype.nbytes
 
     def __len__(self) -> int:
         if not self._shape:
@@ -98,7 +132,7 @@ class _DeviceArray:
             self._alloc = rt.device.allocate(self.nbytes)
             self._gen = rt.generation
             host = self._alloc.host
-            self._view = None if host is None else host.view(self._dtype.np_dtype).reshape(self._shape)
+            self._view = None if host is None else host.view(self._dtype.np_dtype).reshape(self.storage_shape)
         return self._alloc
 
     def _host_view(self):
@@ -118,16 +152,16 @@ class _DeviceArray:
         if view is not None:
             out = view.copy()
         else:
-            out = np.empty(self._shape, self._dtype.np_dtype)
+            out = np.empty(self.storage_shape, self._dtype.np_dtype)
             context.current().device.copy_to_host(self.allocation(), out)
         return out if dtype is None else out.astype(dtype)
 
     def from_numpy(self, arr) -> None:
         """Overwrite the contents with `arr` (same shape; converted within its kind)."""
         arr = np.asarray(arr)
-        if arr.shape != self._shape:
+        if arr.shape != self.storage_shape:
             raise ValueError(f"{self._what()}: from_numpy got an array of shape {arr.shape}, "
-                             f"expected {self._shape}")
+                             f"expected {self.storage_shape}")
         want = self._dtype.np_dtype
         if arr.dtype != want and not np.can_cast(arr.dtype, want, "same_kind"):
             raise TypeError(f"{self._what()} holds {self._dtype}: from_numpy cannot convert {arr.dtype} "
@@ -142,15 +176,18 @@ class _DeviceArray:
         """Set every element to `value`."""
         view = self._synced_view()
         if view is None:
-            self.from_numpy(np.full(self._shape, self._element(value), self._dtype.np_dtype))
+            self.from_numpy(np.broadcast_to(self._element(value), self.storage_shape))
             return
-        view.fill(self._element(value))
+        view[...] = self._element(value)
 
     def _element(self, value):
         """`value` as this array's element type (as numpy assignment converts it: floats into
         an integer type truncate, integers out of its range are an error)."""
         try:
-            return np.array(value, dtype=self._dtype.np_dtype).reshape(())
+            element = np.array(value, dtype=self._dtype.np_dtype)
+            if element.shape != self._element_shape:  # a scalar fills a vector element
+                element = np.broadcast_to(element, self._element_shape).copy()
+            return element
         except OverflowError:
             raise ValueError(f"{self._what()}: {value!r} is out of range for {self._dtype}"[:300]) from None
         except (TypeError, ValueError):
@@ -183,14 +220,17 @@ class _DeviceArray:
         if view is not None:
             view[key] = element
         else:  # a ranged write of that one element
-            context.current().device.copy_to_device(self.allocation(), element.reshape(1), self._byte_offset(key))
+            context.current().device.copy_to_device(self.allocation(), element.reshape(-1), self._byte_offset(key))
 
     def _byte_offset(self, idx: tuple) -> int:
         """Where element `idx` (in range; negative indices count from the end) starts."""
         flat = 0
         for i, n in zip(idx, self._shape):
             flat = flat * n + (i + n if i < 0 else i)
-        return flat * self._dtype.np_dtype.itemsize
+        return flat * self._element_count() * self._dtype.np_dtype.itemsize
+
+    def _element_count(self) -> int:
+        return int(np.prod(self._element_shape, dtype=np.int64))
 
     def _read_element(self, idx: tuple):
         """Element `idx` (checked by the caller) as a Python scalar: read through the host view
@@ -198,30 +238,37 @@ class _DeviceArray:
         copy of the whole array)."""
         view = self._synced_view()
         if view is not None:
-            return view[idx].item()
-        out = np.empty(1, self._dtype.np_dtype)
+            return view[idx].copy() if self._element_shape else view[idx].item()
+        out = np.empty(self._element_count(), self._dtype.np_dtype)
         context.current().device.copy_to_host(self.allocation(), out, self._byte_offset(idx))
-        return out[0].item()
+        return out.reshape(self._element_shape) if self._element_shape else out[0].item()
 
     def _what(self) -> str:
         return type(self).__name__.lower()
 
 
 class Field(_DeviceArray):
-    """`qd.field(dtype, shape=(), needs_grad=False, name=None)`: a dense global array."""
+    """`qd.field(dtype, shape=(), needs_grad=False, name=None, needs_dual=False)`: a dense global array."""
 
-    def __init__(self, dtype, shape=(), needs_grad=False, name=None, _is_grad=False):
+    def __init__(self, dtype, shape=(), needs_grad=False, name=None, _is_grad=False, needs_dual=False):
         super().__init__(dtype, shape)
         self.id = next(_ids)
         self.name = name or f"field{self.id}"
         self.is_grad = _is_grad
         self.needs_grad = bool(needs_grad)
-        self.grad = Field(self._dtype, self._shape, name=self.name + ".grad", _is_grad=True) if needs_grad else None
+        self.grad = Field(self._element_spec(), self._shape, name=self.name + ".grad", _is_grad=True) if needs_grad else None
+        # Forward mode's tangents (runtime/forward_mode.py); a dual is a buffer of its field, as a .grad is
+        self.needs_dual = bool(needs_dual)
+        self.dual = Field(self._element_spec(), self._shape, name=self.name + ".dual", _is_grad=True) if needs_dual else None
+        if needs_dual:
+            DUAL_FIELDS.add(self)
 
     def set_name(self, name: str) -> None:
         self.name = name
         if self.grad is not None:
             self.grad.name = name + ".grad"
+        if self.dual is not None:
+            self.dual.name = name + ".dual"
 
     def _what(self):
         return f"field '{self.name}'"
@@ -231,12 +278,14 @@ class Field(_DeviceArray):
 
 
 class Ndarray(_DeviceArray):
-    """`qd.ndarray(dtype, shape, needs_grad=False)`: a device-resident array passed to kernels."""
+    """`qd.ndarray(dtype, shape, needs_grad=False, needs_dual=False)`: a device-resident array passed to kernels."""
 
-    def __init__(self, dtype, shape, needs_grad=False):
+    def __init__(self, dtype, shape, needs_grad=False, needs_dual=False):
         super().__init__(dtype, shape)
         self.needs_grad = bool(needs_grad)
-        self.grad = Ndarray(self._dtype, self._shape) if needs_grad else None
+        self.grad = Ndarray(self._element_spec(), self._shape) if needs_grad else None
+        self.needs_dual = bool(needs_dual)
+        self.dual = Ndarray(self._element_spec(), self._shape) if needs_dual else None
 
     def _what(self):
         return f"qd.ndarray {self._dtype}{list(self._shape)}"
@@ -245,9 +294,9 @@ class Ndarray(_DeviceArray):
         return f"<qdc ndarray {self._dtype}{list(self._shape)}>"
 
 
-def field(dtype, shape=(), needs_grad=False, name=None) -> Field:
-    return Field(dtype, shape, needs_grad, name)
+def field(dtype, shape=(), needs_grad=False, name=None, needs_dual=False) -> Field:
+    return Field(dtype, shape, needs_grad, name, needs_dual=needs_dual)
 
 
-def ndarray(dtype, shape, needs_grad=False) -> Ndarray:
-    return Ndarray(dtype, shape, needs_grad)
+def ndarray(dtype, shape, needs_grad=False, needs_dual=False) -> Ndarray:
+    return Ndarray(dtype, shape, needs_grad, needs_dual)

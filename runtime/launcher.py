@@ -38,6 +38,11 @@ Why it is fast:
   The shape test is in the code only while the cached array is a numpy array: `_q_bind<i>`
   swaps in code specialised to whether each cached array is one (`body`'s `kinds`; the
   generic form tests `_q_numpy<i> and ...`), so neither kind pays for the other's test.
+  In the numpy-specialised code another numpy array is bound by the launch code itself
+  (`rebind_numpy`: class, dtype by identity, ndim, then the pointer through the buffer
+  protocol, which refuses non-C-contiguous and read-only arrays), falling back to
+  `_q_bind<i>` for anything else: a launch with a different array every call costs about
+  half what a `_q_bind<i>` call did.
 - The native call is `_q_call(_q_arg)` as the device hands it out (`Device.launch_call`):
   on the CPU the ctypes function itself applied to a `byref` of the ctx buffer.
 
@@ -83,6 +88,10 @@ Either may be None. A kernel without hooks gets generated code without any trace
 Kernels with adstacks get the hooks of runtime/adstack.py, kernels compiled with debug=True
 a `finish` that reports bounds-check failures (runtime/contract/bounds.py), run after any other.
 
+Return values. The launch code of a kernel whose metadata has `returns` ends with `return
+_q_result()`, a runtime/returns.py ResultReader that reads the returned temporaries once the
+launch is done; the code of any other kernel has no trace of it.
+
 Only identifiers that pass `str.isidentifier` and integers reach the generated source, so
 metadata from a cache can never inject code.
 
@@ -103,6 +112,7 @@ from .contract.artifact import KernelMeta
 from .contract.bounds import ERROR_WORDS
 from .device import BOUNDS_WORD, OVERFLOW_WORD
 from .fields import Field, Ndarray
+from .returns import ResultReader
 from .contract.types import by_name
 
 _PACK_CODE = {"i8": "b", "i16": "h", "i32": "i", "i64": "q", "u8": "B", "u16": "H", "u32": "I",
@@ -178,6 +188,12 @@ def check_ndarray(meta: KernelMeta, index: int, value) -> None:
     p = meta.params[index]
     where = _where(meta, index)
     want = f"an ndarray of {p.dtype} with ndim={p.ndim}"
+    if p.element_shape:
+        want += f" ending in the element's axes {p.element_shape}"
+    storage = value.shape if isinstance(value, np.ndarray) else getattr(value, "storage_shape", ())
+    if p.element_shape and isinstance(value, (np.ndarray, Ndarray)) and len(storage) == p.ndim \
+            and tuple(storage[p.ndim - len(p.element_shape):]) != p.element_shape:
+        raise ValueError(f"{where}: expected {want}, got an array of shape {tuple(storage)}")
     if isinstance(value, np.ndarray):
         if value.dtype != by_name(p.dtype).np_dtype:
             raise TypeError(f"{where}: expected {want}, got a numpy array of dtype {value.dtype}")
@@ -195,8 +211,8 @@ def check_ndarray(meta: KernelMeta, index: int, value) -> None:
     if isinstance(value, Ndarray):
         if value.dtype.name != p.dtype:
             raise TypeError(f"{where}: expected {want}, got a qd.ndarray of {value.dtype}")
-        if value.ndim != p.ndim:
-            raise ValueError(f"{where}: expected {want}, got a qd.ndarray with ndim={value.ndim}")
+        if len(value.storage_shape) != p.ndim:  # an ndarray of vectors counts its element's axes too
+            raise ValueError(f"{where}: expected {want}, got a qd.ndarray with ndim={len(value.storage_shape)}")
         if p.needs_grad and value.grad is None:
             raise ValueError(f"{where}: the kernel uses this array's gradient: pass a qd.ndarray created with "
                              f"needs_grad=True")
@@ -246,7 +262,9 @@ class _Launcher:
         # costs more than the packing.
         self.g.update({"_q_mem": memoryview(self.buf).cast("B"), "_q_call": call, "_q_arg": arg,
                        "_q_scalar_errors": _SCALAR_ERRORS, "_q_bad_scalars": self.bad_scalars,
-                       "_q_len": len, "_q_bool": bool})  # builtins by names no parameter can shadow
+                       "_q_len": len, "_q_bool": bool,  # builtins by names no parameter can shadow
+                       "_q_ndarray": np.ndarray, "_q_address": ctypes.addressof, "_q_from_buffer": ctypes.c_char.from_buffer,
+                       "_q_buffer_errors": (TypeError, ValueError, BufferError)})
         self.hooks = hooks
         self.copies = None if device.capabilities.host_memory else _DeviceCopies(device)
         if self.copies is not None:
@@ -254,6 +272,8 @@ class _Launcher:
         if hooks is not None:
             self.g["_q_prepare"], self.g["_q_finish"] = hooks.prepare, hooks.finish
             self.g["_q_lctx"] = LaunchContext(meta, device, fields, self.words, self.errors)
+        if meta.returns:  # only kernels that return have this in their launch code
+            self.g["_q_result"] = ResultReader(meta.returns, device, self.temps)
 
     # ---- slow paths -----------------------------------------------------------------------
 
@@ -352,6 +372,7 @@ class _Launcher:
         grad_kernel_needs_grad = bool(p.needs_grad)
         refuse_grad = _built_without_its_gradient(meta, p)  # then only arrays without one
         writes = bool(p.writes)  # then only writable numpy arrays
+        element_axes = slice(ndim - len(p.element_shape), ndim) if p.element_shape else None  # vectors: their shape
         # pointer, shape..., [gradient pointer]: one pack into consecutive ctx words
         pack = struct.Struct("=" + "Q" * (1 + ndim + bool(p.needs_grad))).pack_into
         offset, with_grad = 8 * p.slot, bool(p.needs_grad)
@@ -363,21 +384,23 @@ class _Launcher:
             if isinstance(a, np.ndarray):
                 flags = a.flags
                 if grad_kernel_needs_grad or a.dtype != np_dtype or a.ndim != ndim or not flags.c_contiguous \
-                        or writes and not flags.writeable:
+                        or writes and not flags.writeable \
+                        or element_axes is not None and a.shape[element_axes] != p.element_shape:
                     check_ndarray(meta, index, a)  # raises, naming what is wrong
                 if copies is None:
                     ptr, grad = numpy_address(a), 0
                 else:  # the launch code copies it in (and out) at every launch
                     alloc = g[device_buffer] = copies.buffer(index, a.nbytes)
                     ptr, grad = alloc.ptr, 0
-            elif isinstance(a, Ndarray) and a.dtype.name == p.dtype and a.ndim == ndim and (
-                    a.grad is not None or not grad_kernel_needs_grad) and (a.grad is None or not refuse_grad):
+            elif isinstance(a, Ndarray) and a.dtype.name == p.dtype and len(a.storage_shape) == ndim and (
+                    a.grad is not None or not grad_kernel_needs_grad) and (a.grad is None or not refuse_grad) and (
+                    element_axes is None or a.storage_shape[element_axes] == p.element_shape):
                 ptr = a.allocation().ptr
                 grad = a.grad.allocation().ptr if a.grad is not None else 0
             else:
                 check_ndarray(meta, index, a)
                 raise AssertionError(f"{_where(meta, index)}: {a!r} passed no check")  # check_ndarray raises
-            shape = a.shape
+            shape = a.shape if isinstance(a, np.ndarray) else a.storage_shape
             if with_grad:
                 pack(mem, offset, ptr, *shape, grad)
             else:
@@ -403,6 +426,8 @@ class _Launcher:
         for i, p in enumerate(self.meta.params):
             if p.kind == "ndarray":
                 g[f"_q_arr{i}"], g[f"_q_bind{i}"] = _UNBOUND, self.binder(i)
+                g[f"_q_dtype{i}"] = by_name(p.dtype).np_dtype
+                g[f"_q_pack_array{i}"] = struct.Struct("=" + "Q" * (1 + p.ndim)).pack_into  # see rebind_numpy
             elif p.dtype == "u1":
                 g[f"_q_as_bool{i}"] = self.bool_converter(i)
         for first, run in self.scalar_runs():
@@ -420,7 +445,8 @@ class _Launcher:
                 if p.writes:  # a numpy array made read-only in place since it was bound: bind refuses it
                     probe += f" or not {p.name}.flags.writeable"
                 probe = {True: f" or {probe}", False: "", None: f" or _q_numpy{i} and ({probe})"}[kinds[i]]
-                body += [f"    if {p.name} is not _q_arr{i}{probe}:", f"        _q_bind{i}({p.name})"]
+                body += [f"    if {p.name} is not _q_arr{i}{probe}:"]
+                body += self.rebind_numpy(i) if kinds[i] and self.inline_rebind(i) else [f"        _q_bind{i}({p.name})"]
                 if self.copies is not None:  # not specialised: a bind in this very call may change the kind
                     body += [f"    if _q_numpy{i}:", f"        _q_copy_in(_q_dev{i}, {p.name})"]
             elif p.dtype == "u1":
@@ -430,6 +456,9 @@ class _Launcher:
             values = ", ".join(p.name for p in run)
             body += ["    try:", f"        _q_pack{first}(_q_mem, {8 * run[0].slot}, {values})",
                      "    except _q_scalar_errors:", f"        _q_bad_scalars({first}, ({values},))"]
+        rebound = [i for i in kinds if kinds[i] and self.inline_rebind(i)]
+        if rebound:  # rebind_numpy updates the cache
+            body.insert(0, "    global " + ", ".join(f"_q_arr{i}, {self.probe_name(i)}" for i in rebound))
         hooks = self.hooks  # not looked up in the namespace: an owner's may hold an earlier launcher's names
         args = f"({''.join(n + ', ' for n in names)})"
         if hooks is not None and hooks.prepare is not None:
@@ -439,11 +468,48 @@ class _Launcher:
             body += self.copy_out_statements()
             if hooks is not None and hooks.finish is not None and hooks.report is None:
                 body.append("    _q_finish()")  # a hook of the caller's own: run once the tasks are queued
-            return body
+            return body + self.return_statements()
         body.append("    _q_call(_q_arg)")
         if hooks is not None and hooks.finish is not None:
             body.append("    _q_finish()")
-        return body
+        return body + self.return_statements()
+
+    def return_statements(self) -> list[str]:
+        """A kernel with a return value reads it back (runtime/returns.py) once the launch is done."""
+        return ["    return _q_result()"] if self.meta.returns else []
+
+    def inline_rebind(self, index: int) -> bool:
+        """Whether a numpy array other than the cached one is bound by the launch code itself
+        (`rebind_numpy`) rather than by a call of `_q_bind<i>`: on host-memory devices, for
+        parameters whose gradient the kernel does not use (a numpy array has none)."""
+        p = self.meta.params[index]
+        return self.copies is None and not p.needs_grad and not p.element_shape  # vectors: bind checks their shape
+
+    def probe_name(self, index: int) -> str:
+        return f"_q_len{index}" if self.meta.params[index].ndim in (1, 2) else f"_q_shape{index}"
+
+    def rebind_numpy(self, index: int) -> list[str]:
+        """Statements binding a numpy array `a` other than the cached one, in the code specialised
+        to a cached numpy array: a launch with a different array every call (double buffers,
+        arrays made per call) then costs about a third of a `_q_bind<i>` call. Every check of
+        `bind` is kept: the class (a subclass goes to `_q_bind<i>`), the dtype by identity (the
+        builtin dtypes are singletons; any other equal dtype goes to `_q_bind<i>`), ndim, and
+        the pointer through the buffer protocol, which also refuses an array that is not
+        C-contiguous, a read-only one and an empty one (TypeError/ValueError: then `_q_bind<i>`
+        accepts what it should and names what is wrong otherwise)."""
+        p = self.meta.params[index]
+        a = p.name
+        shape = {0: "", 1: f", _q_len({a})"}.get(p.ndim, f", *{a}.shape")
+        probe = f"_q_len({a})" if p.ndim in (1, 2) else f"{a}.shape"
+        return [f"        if {a}.__class__ is _q_ndarray and {a}.dtype is _q_dtype{index} and {a}.ndim == {p.ndim}:",
+                "            try:",
+                f"                _q_pack_array{index}(_q_mem, {8 * p.slot}, _q_address(_q_from_buffer({a})){shape})",
+                "            except _q_buffer_errors:",
+                f"                _q_bind{index}({a})",
+                "            else:",
+                f"                _q_arr{index}, {self.probe_name(index)} = {a}, {probe}",
+                "        else:",
+                f"            _q_bind{index}({a})"]
 
     def copy_out_statements(self) -> list[str]:
         """Copy each numpy array the kernel writes back from its device buffer (waits for the launch)."""

@@ -11,14 +11,15 @@ turns checked identifiers into its generated binding code.
 from __future__ import annotations
 
 import os
+import weakref
 
-from . import context
+from . import context, forward_mode
 from .contract.arches import ARCHES
-from .contract.artifact import GRAD_SUFFIX
+from .contract.artifact import VARIANT_SUFFIXES, secondary_field, split_variant
 from .adstack import launch_hooks
 from .cache import cache_error, module_path, module_problems, open_store, read_entry, read_module
 from .contract.errors import QdcError
-from .fields import Field
+from .fields import ElementType, Field
 from .launcher import make_launcher, stub_function
 from .contract.types import by_name
 
@@ -48,21 +49,45 @@ def load(cache_dir_or_bundle, module: str, arch: str = "cpu") -> "LoadedModule":
     problems = module_problems(where, record, entries)  # e.g. a record naming the wrong variant's entry
     if problems:
         raise cache_error(*problems[0])
+    skipped = record.get("skipped", {})  # `qdc build --arch all`: variant name -> why the arch cannot express it
+    if not (isinstance(skipped, dict) and all(isinstance(r, str) and isinstance(n, str) and n not in entries
+                                              and split_variant(n)[0].isidentifier() for n, r in skipped.items())):
+        raise cache_error(where, "malformed metadata: skipped")
     context.for_arch(arch)
     return LoadedModule(record, entries, store.location)
+
+
+_LOADED: "weakref.WeakSet[LoadedKernel]" = weakref.WeakSet()
+
+
+def _suspend_loaded_kernels() -> None:
+    """On entering a FwdMode: every loaded kernel's next call takes its slow path (forward_ad)."""
+    for k in list(_LOADED):
+        k.function.__code__ = k.stub_code
+
+
+forward_mode.on_enter(_suspend_loaded_kernels)
 
 
 class LoadedKernel:
     """A prebuilt kernel. The module exposes its `function`, called like the `@qd.kernel` it was
     built from and, like that one, the launch function itself (launcher.py, "Owners"): bound
     to the active runtime, a call goes straight to the native code; after `qd.init` its first
-    call loads the kernel on the new runtime."""
+    call loads the kernel on the new runtime. Inside a `FwdMode` (runtime/forward_mode.py) a
+    call runs the forward_ad variant, when the build has one (`function.forward_ad`)."""
 
-    def __init__(self, name: str, entry, fields: list, arch: str, grad: "LoadedKernel | None" = None):
+    def __init__(self, name: str, entry, fields: list, arch: str, grad: "LoadedKernel | None" = None,
+                 forward_ad: "LoadedKernel | None" = None, skipped: dict | None = None):
         self.__name__ = name
         self._entry, self._fields, self._arch = entry, fields, arch
+        self._skipped = skipped or {}  # variant -> why `qdc build --arch all` skipped it
         self.function = stub_function(name, [p.name for p in entry.meta.params], self._slow_call)
+        self.stub_code = self.function.__code__
         self.function.grad = grad.function if grad is not None else self._no_grad
+        self.function.forward_ad = forward_ad.function if forward_ad is not None else self._no_forward_ad
+        self._forward_ad = forward_ad
+        self._state = None  # (runtime generation, launcher state) of the last load
+        _LOADED.add(self)
 
     def _launcher(self):
         """Load the kernel on the active runtime and make `function` its launch function."""
@@ -75,17 +100,77 @@ class LoadedKernel:
         # Built ahead of time: an adstack overflow's remedy is a rebuild, not qd.init options.
         hooks = launch_hooks(meta, prebuilt=True) if meta.adstack.get("stacks") else None
         launch = make_launcher(meta, rt.device, loaded, self._fields, hooks=hooks, function=self.function)
+        self._state = (rt.generation, launch.__qdc_launcher__)
         return launch.__qdc_launcher__
 
+    def _current(self):
+        """The launcher state on the active runtime (loaded now if the runtime changed)."""
+        state = self._state
+        if state is None or state[0] != context.current().generation:
+            return self._launcher()
+        return state[1]
+
     def _slow_call(self, *args):
-        return self._launcher().launch(*args)
+        if forward_mode.active is not None and self._forward_ad is not None:  # a Jacobian-vector product
+            fwd = self._forward_ad
+            args, _ = forward_mode.dual_arguments(fwd._entry.meta, args, None)
+            return fwd._current().launch(*args)
+        state = self._current()
+        if forward_mode.active is None:  # back from a FwdMode: the function launches on its own again
+            self.function.__code__ = state.fast_code
+        return state.launch(*args)
+
+    def _no_forward_ad(self, *args, **kwargs):
+        if "forward_ad" in self._skipped:
+            raise QdcError(skipped_message(f"{self.__name__}.forward_ad", self._arch, self._skipped["forward_ad"]))
+        raise QdcError(f"kernel '{self.__name__}' has no forward-mode variant in this build (it is built only for "
+                       f"kernels that touch a needs_dual field)")
 
     def _no_grad(self, *args, **kwargs):
+        if "grad" in self._skipped:
+            raise QdcError(skipped_message(f"{self.__name__}.grad", self._arch, self._skipped["grad"]))
         raise QdcError(f"kernel '{self.__name__}' has no reverse-mode variant in this build (it is built "
                        f"only for kernels that touch a needs_grad field or ndarray)")
 
     def __repr__(self):
         return f"<qdc loaded kernel {self.__name__} ({self._arch})>"
+
+
+class SkippedKernel:
+    """A kernel that `qdc build --arch all` skipped for this arch because the target cannot
+    express it (f64 on Metal, say): calling it, its `grad` or its `forward_ad` says so and why."""
+
+    def __init__(self, name: str, arch: str, reason: str):
+        self.__name__ = name
+        self.message = skipped_message(name, arch, reason)
+
+    def __call__(self, *args, **kwargs):
+        raise QdcError(self.message)
+
+    @property
+    def grad(self):
+        return self
+
+    @property
+    def forward_ad(self):
+        return self
+
+    def __repr__(self):
+        return f"<qdc kernel {self.__name__}, not built for this arch>"
+
+
+def skipped_message(name: str, arch: str, reason: str) -> str:
+    return (f"kernel '{name}' was not built for arch '{arch}': `qdc build --arch all` skipped it because the "
+            f"target cannot express it: {reason}")
+
+
+def _module_field(record: list, element_shape: list) -> Field:
+    """The Field of a module record's [name, dtype, storage shape, needs_grad(, needs_dual)]; a
+    field of vectors/matrices (`element_shape`) has the element's axes last in the storage shape."""
+    name, dtype, storage = record[0], by_name(record[1]), record[2]
+    shape = tuple(storage[:len(storage) - len(element_shape)])
+    element = ElementType(dtype, tuple(element_shape)) if element_shape else dtype
+    return Field(element, shape, record[3], name, needs_dual=record[4:5] == [True])
 
 
 class LoadedModule:
@@ -94,15 +179,21 @@ class LoadedModule:
     def __init__(self, record: dict, entries: dict, location: str):
         self.__name__ = record["module"]
         self._arch, self._location = record["arch"], location
-        self._fields = {name: Field(by_name(dtype), tuple(shape), needs_grad, name)
-                        for name, dtype, shape, needs_grad in record["fields"]}
+        # [name, dtype, shape, needs_grad(, needs_dual)]
+        element_shapes = record.get("element_shapes", {})
+        self._fields = {f[0]: _module_field(f, element_shapes.get(f[0], [])) for f in record["fields"]}
         self._kernels = {}
-        for name in sorted(entries, key=lambda n: n.endswith(GRAD_SUFFIX), reverse=True):
-            base = name[:-len(GRAD_SUFFIX)] if name.endswith(GRAD_SUFFIX) else name
-            grad = self._kernels.get(base + GRAD_SUFFIX) if base == name else None
+        skipped = record.get("skipped", {})
+        for name in sorted(entries, key=_is_primary):  # the variants first: each kernel takes its own
+            base, variant = split_variant(name)
+            variants = {v: self._kernels.get(base + suffix) for v, suffix in VARIANT_SUFFIXES.items()} \
+                if variant == "forward" else {}
+            reasons = {v: skipped[base + suffix] for v, suffix in VARIANT_SUFFIXES.items() if base + suffix in skipped}
             self._kernels[name] = LoadedKernel(base, entries[name], self._bind_fields(entries[name]),
-                                               self._arch, grad)
-        exposed = {**self._fields, **{n: k.function for n, k in self._kernels.items() if not n.endswith(GRAD_SUFFIX)}}
+                                               self._arch, variants.get("grad"), variants.get("forward_ad"), reasons)
+        exposed = {**self._fields, **{n: k.function for n, k in self._kernels.items() if _is_primary(n)},
+                   **{n: SkippedKernel(f"{self.__name__}.{n}", self._arch, r) for n, r in skipped.items()
+                      if _is_primary(n)}}
         for name, value in exposed.items():
             if name in self.__dict__ or hasattr(type(self), name):  # would replace the module object's own state
                 raise QdcError(f"module '{self.__name__}' ({location}) defines '{name}', which clashes with an "
@@ -115,11 +206,11 @@ class LoadedModule:
         """The module's Field objects for the entry's field table, checked against its metadata."""
         out = []
         for fm in entry.meta.fields:
-            base = fm.name[:-len(GRAD_SUFFIX)] if fm.is_grad and fm.name.endswith(GRAD_SUFFIX) else fm.name
+            base, secondary = secondary_field(fm.name) if fm.is_grad else (fm.name, None)
             f = self._fields.get(base)
             if f is not None and fm.is_grad:
-                f = f.grad
-            if f is None or f.dtype.name != fm.dtype or tuple(f.shape) != tuple(fm.shape):
+                f = getattr(f, secondary or "grad")
+            if f is None or f.dtype.name != fm.dtype or tuple(f.storage_shape) != tuple(fm.shape):
                 raise cache_error(entry.where, f"kernel '{entry.meta.name}' uses field '{fm.name}' "
                                                f"({fm.dtype}{list(fm.shape)}), which module '{self.__name__}' "
                                                f"does not declare that way: rebuild the module")
@@ -132,6 +223,11 @@ class LoadedModule:
         return adstack_heap_bytes()
 
     def __repr__(self):
-        kernels = sorted(n for n in self._kernels if not n.endswith(GRAD_SUFFIX))
+        kernels = sorted(n for n in self._kernels if _is_primary(n))
         return (f"<qdc module {self.__name__} ({self._arch}) from {self._location}: "
                 f"kernels {', '.join(kernels)}; fields {', '.join(sorted(self._fields))}>")
+
+
+def _is_primary(name: str) -> bool:
+    """A module record's kernel name that is a kernel itself, not one of its variants."""
+    return split_variant(name)[1] == "forward"

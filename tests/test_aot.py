@@ -188,7 +188,7 @@ def test_load_argument_errors_are_clear(built, tmp_path):
         load(None, "saxpy")
     with pytest.raises(ValueError, match="unknown arch 'tpu'"):
         load(built, "saxpy", arch="tpu")
-    with pytest.raises(FileNotFoundError, match="not found .*available: demo, heat, nbody"):
+    with pytest.raises(FileNotFoundError, match="not found .*available: demo, diffmpm, heat, nbody"):
         load(built, "nosuch")
     with pytest.raises(FileNotFoundError, match="not built for arch 'cuda'.*built for: cpu"):
         load(built, "saxpy", arch="cuda")

@@ -92,7 +92,6 @@ def test_usage_errors_exit_2(tmp_path):
     src = _write(tmp_path / "k", good=GOOD)
     runner = CliRunner()
     for args, message in [(["build", src, "--arch", "tpu"], "unknown arch 'tpu'"),
-                          (["build", src, "--arch", "amdgpu"], "no code generator"),
                           (["build", str(tmp_path / "nothing")], "no such file or folder"),
                           (["clean", "--cache", str(tmp_path)], "--max-size SIZE or --all"),
                           (["clean", "--cache", str(tmp_path), "--max-size", "lots"], "invalid size"),

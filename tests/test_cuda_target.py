@@ -239,15 +239,22 @@ def test_adstack_slice_is_the_64_bit_global_thread_id(kernels):
     from qdc.compiler.targets.cuda.target import TARGET
     ll = str(generate_llvm(compiled.ir, compiled.meta, "sm_70", False, TARGET))
     assert "omp_get_thread_num" not in ll
-    # blockIdx.x * blockDim.x + threadIdx.x in i64, times the stride in i64, as the slice's byte offset
-    slice_offset = re.search(r'(%"[.\d]+") = add nuw i64 (%"[.\d]+"), %"[.\d]+"\n\s*(%"[.\d]+") = mul nuw i64 \1, '
-                             r'%"[.\d]+"\n\s*%"[.\d]+" = getelementptr i8, ptr %"[.\d]+", i64 \3', ll)
+    # blockIdx.x * blockDim.x + threadIdx.x in i64, times the 8-byte granule of the interleaved
+    # slices (adstack_layout.LLVM_HEAP_INTERLEAVED), as the thread's byte offset in the heap
+    assert compiled.meta.adstack["layout"]["slices"] == {"interleave": 8}
+    slice_offset = re.search(r'(%"[.\d]+") = add nuw i64 (%"[.\d]+"), %"[.\d]+"\n\s*(%"[.\d]+") = mul nuw i64 \1, 8\n'
+                             r'\s*%"[.\d]+" = getelementptr i8, ptr %"[.\d]+", i64 \3', ll)
     assert slice_offset, ll
     product = re.search(re.escape(slice_offset.group(2)) + r' = mul nuw i64 (%"[.\d]+"), (%"[.\d]+")', ll)
     registers = {m.group(1): m.group(2) for m in re.finditer(
         r'(%"[.\d]+") = call i32 @"llvm\.nvvm\.read\.ptx\.sreg\.(\w+\.x)"', ll)}
     widened = dict(re.findall(r'(%"[.\d]+") = zext i32 (%"[.\d]+") to i64', ll))
     assert {registers[widened[product.group(1)]], registers[widened[product.group(2)]]} == {"ctaid.x", "ntid.x"}
+    # granule g of the slice is g * (threads * 8) bytes further: the threads word is the ctx word
+    # after the stacks' words
+    threads_word = compiled.meta.adstack_threads_slot
+    assert re.search(rf'(%"[.\d]+") = getelementptr i64, ptr %"[.\d]+", i64 {threads_word}\n\s*(%"[.\d]+") = load i64, '
+                     rf'ptr \1\n\s*%"[.\d]+" = mul nuw i64 \2, 8', ll), ll
     assert "mul.lo.s64" in _ptx(compiled) or "mad.lo.s64" in _ptx(compiled)
 
 

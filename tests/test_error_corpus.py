@@ -297,7 +297,7 @@ ARGS["bad_match"] = (1,)
 @qd.kernel
 def bad_return_in_kernel():
     x[0] = 1.0
-    return 1  # <- bad_return_in_kernel | return | return is not allowed in a kernel
+    return 1  # <- bad_return_in_kernel | return | returns a value but declares no return type
 
 @qd.kernel
 def bad_break_parallel():
@@ -344,7 +344,7 @@ def bad_assign_loop_variable():
 
 @qd.kernel
 def bad_matmul(v: qd.f32):
-    x[0] = v @ v  # <- bad_matmul | v @ v | operator MatMult is not supported
+    x[0] = v @ v  # <- bad_matmul | v @ v | both operands of '@' must be vectors or matrices
 
 ARGS["bad_matmul"] = (1.0,)
 

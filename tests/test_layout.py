@@ -112,7 +112,9 @@ def test_devices_import_no_other_device():
 
 @pytest.mark.parametrize("folder", ["compiler/language", "compiler/frontend", "compiler/ir", "compiler/passes",
                                     "compiler/autodiff", "compiler/driver", "compiler/targets/llvm",
-                                    "compiler/targets/cpu", "runtime/contract", "runtime/devices/cpu"])
+                                    "compiler/targets/cpu", "compiler/targets/metal", "compiler/targets/amdgpu",
+                                    "runtime/contract", "runtime/devices/cpu", "runtime/devices/metal",
+                                    "runtime/devices/amdgpu"])
 def test_each_stage_and_backend_has_its_folder(folder):
     assert os.path.isfile(os.path.join(ROOT, folder, "__init__.py"))
 

@@ -143,7 +143,6 @@ def test_serialized_rows_break_out_of_the_whole_loop(arch, rng):
     np.testing.assert_array_equal(seen.to_numpy(), expect)
 
 
-@pytest.mark.skip_arch("vulkan", reason="debug=True bounds checks are not in the SPIR-V target yet")
 def test_debug_bounds_check_reports_the_coordinates(arch, session_cache_dir):
     qd.init(arch=arch, cache_dir=session_cache_dir, debug=True, cpu_max_num_threads=3)
     x = qd.field(qd.f32, shape=(20, 30))
@@ -156,3 +155,4 @@ def test_debug_bounds_check_reports_the_coordinates(arch, session_cache_dir):
     shifted(20, 29)
     with pytest.raises(IndexError, match="index 30 out of range on axis 1 for field 'x'"):
         shifted(20, 30)
+        qd.sync()  # a GPU reports the device-side error at the next sync

@@ -89,7 +89,7 @@ class _KernelContext:
         ref = self._grad_refs.get(target.slot)
         if ref is None:
             grad_field = self.field_objects[target.slot].grad
-            ref = ir.FieldRef(len(self.grad.fields), grad_field.name, grad_field.dtype, tuple(grad_field.shape), True)
+            ref = ir.FieldRef(len(self.grad.fields), grad_field.name, grad_field.dtype, tuple(grad_field.storage_shape), True)
             self.grad.fields.append(ref)
             self.field_objects.append(grad_field)
             self._grad_refs[target.slot] = ref

@@ -5,7 +5,9 @@ first binding in sorted file order wins), every `@qd.kernel` it defines gets a c
 per arch, hits are skipped and misses compiled — in this process, or with `-j N` in N
 worker processes fed one job at a time over a pipe (JSON lines; nothing is pickled). A
 module record listing the module's fields and kernel entries is written once all of its
-kernels are built; a module with a failed kernel keeps its previous record.
+kernels are built; a module with a failed kernel keeps its previous record. With `--arch all`
+a kernel an arch cannot express (targets.base.TargetCannotExpress: f64 on Metal) is skipped
+for that arch: the record lists it under "skipped" with the reason, which loading reports.
 """
 from __future__ import annotations
 
@@ -20,13 +22,16 @@ import threading
 import time
 import traceback
 
-from qdc.runtime.contract.artifact import GRAD_SUFFIX
+from qdc.runtime.contract.artifact import VARIANT_SUFFIXES, VARIANTS
 from qdc.runtime.cache import Cache, check_cache_folder, writable_problem
 from qdc.runtime.contract.errors import QdcCompileError
 from qdc.runtime.fields import Field
 
 from . import cache_key, options as options_mod
 from .. import targets
+from ..language import forward
+from ..targets.base import TargetCannotExpress
+from ..language.aot import Instantiation
 from .kernel import Kernel, compile_recording_warnings, kernel_of, store
 
 # A worker process takes about as long to start (imports, llvmlite) as compiling a few
@@ -93,9 +98,19 @@ def load_sources(files: list[str]) -> list[ModuleSource]:
                     value.set_name(name)
                     named.add(id(value))
                 src.fields.setdefault(value.name, value)
-            elif (kernel := kernel_of(value)) is not None and kernel.fn.__module__ == src.module.__name__:
+            elif (kernel := kernel_of(value)) is not None and kernel.fn.__module__ == src.module.__name__ \
+                    and not _has_templates(kernel):  # built only as the instantiations a module declares
                 src.kernels.setdefault(name, kernel)
+            elif isinstance(value, Instantiation):  # `name = qd.aot.instantiate(kernel, ...)`
+                src.kernels.setdefault(name, value)
     return sources
+
+
+def _has_templates(kernel: Kernel) -> bool:
+    try:
+        return kernel.template_params is not None
+    except QdcCompileError:  # a bad annotation: the kernel's job reports it
+        return False
 
 
 def _import_file(path: str, stem: str):
@@ -156,15 +171,26 @@ def _params_for_aot(kernel: Kernel):
     return params
 
 
+def _variant_params(params: list, variant: str) -> list:
+    """The forward_ad variant is built without ndarray duals: there is no argument to follow."""
+    return forward.dual_params((), None, (), params)[1] if variant == "forward_ad" else params
+
+
+def _templates_of(kernel):
+    """The bound template arguments of an instantiation (`qd.aot.instantiate`), else None."""
+    return kernel.templates if isinstance(kernel, Instantiation) else None
+
+
 def run_job(src: ModuleSource, job: Job, opts, cache: Cache, force: bool) -> dict:
     """Compile one kernel variant and store it: {"status": "built"|"failed", "key", "error", "seconds"}."""
     t0 = time.perf_counter()
     kernel = src.kernels[job.kernel]
     arch_opts = _options_for(opts, job.arch)
     try:
-        params = _params_for_aot(kernel)
-        deps = cache_key.kernel_key(kernel.fn, params, arch_opts, job.arch, job.variant)
-        compiled = compile_recording_warnings(kernel.fn, params, arch_opts, job.arch, job.variant)
+        params = _variant_params(_params_for_aot(kernel), job.variant)
+        templates = _templates_of(kernel)
+        deps = cache_key.kernel_key(kernel.fn, params, arch_opts, job.arch, job.variant, templates)
+        compiled = compile_recording_warnings(kernel.fn, params, arch_opts, job.arch, job.variant, templates)
         try:
             stored = store(cache, deps, compiled, kernel.fn, job.arch, job.variant, arch_opts, replace=force,
                            raise_errors=True)
@@ -174,8 +200,13 @@ def run_job(src: ModuleSource, job: Job, opts, cache: Cache, force: bool) -> dic
             raise RuntimeError("the kernel reaches a field through an expression the cache key cannot follow "
                                "(bind the field to a module-level name)")
         return {"status": "built", "key": deps.key, "seconds": time.perf_counter() - t0}
+    except TargetCannotExpress as e:  # skipped by `--arch all`, a failure otherwise (`_Outcome`)
+        return {"status": CANNOT_EXPRESS, "error": str(e), "reason": f"{e.filename}:{e.line}:{e.col}: {e.raw_message}"}
     except Exception as e:  # noqa: BLE001  (reported per kernel; the build goes on)
         return {"status": "failed", "error": _job_error(src, job, e)}
+
+
+CANNOT_EXPRESS = "cannot_express"  # a job's status before the build decides: skipped or failed
 
 
 class CacheWriteError(Exception):
@@ -196,9 +227,11 @@ def _job_error(src: ModuleSource, job: Job, e: Exception) -> str:
 class BuildReport:
     built: int = 0
     cached: int = 0
+    skipped: int = 0      # kernel variants the target cannot express (`--arch all` only)
     failed: int = 0
     kernels: int = 0      # forward variants among those (built, cached or failed)
     gradients: int = 0    # reverse-mode variants among those
+    forward_modes: int = 0  # forward-mode (forward_ad) variants among those
     modules: int = 0
     seconds: float = 0.0
     errors: list = dataclasses.field(default_factory=list)
@@ -208,11 +241,17 @@ class BuildReport:
         return self.failed == 0 and not self.errors
 
 
+def means_every_arch(spec) -> bool:
+    """Whether an --arch value is `all` (as resolve_arches reads it)."""
+    items = spec if isinstance(spec, (list, tuple)) else str(spec).split(",")
+    return [str(a).strip() for a in items if str(a).strip()] == ["all"]
+
+
 def resolve_arches(spec) -> list[str]:
+    if means_every_arch(spec):
+        return list(targets.available())
     items = spec if isinstance(spec, (list, tuple)) else str(spec).split(",")
     items = [str(a).strip() for a in items if str(a).strip()]
-    if items == ["all"]:
-        return list(targets.available())
     for a in items:
         if a not in options_mod.ARCHES:
             raise BuildUsageError(f"unknown arch '{a}' (choose from {', '.join(options_mod.ARCHES)} or all)")
@@ -225,10 +264,12 @@ def resolve_arches(spec) -> list[str]:
 
 
 def build(paths, arches, opts, cache_dir: str, jobs: int = 1, force: bool = False,
-          log=None, out=None, verbose: bool = False) -> BuildReport:
+          log=None, out=None, verbose: bool = False, skip_unexpressible: bool = False) -> BuildReport:
     """Build every kernel under `paths` for `arches` into `cache_dir`. `log(text)` gets errors
     (default: stderr); `out(text)` a numbered line per kernel variant compiled (`verbose`: a
-    line per cache hit too) and the summary (default: stdout)."""
+    line per cache hit too) and the summary (default: stdout). `skip_unexpressible` (`--arch
+    all`): a kernel variant an arch cannot express (TargetCannotExpress) is skipped for that
+    arch, with its reason in the module record, instead of failing the build."""
     log = log or (lambda text: print(text, file=sys.stderr, flush=True))
     out = out or (lambda text: print(text, flush=True))
     t0 = time.perf_counter()
@@ -239,7 +280,8 @@ def build(paths, arches, opts, cache_dir: str, jobs: int = 1, force: bool = Fals
     imported_before = set(sys.modules)
     try:
         sources = load_sources(files)
-        report = _build_sources(sources, files, arches, opts, cache, jobs, force, log, out, verbose)
+        report = _build_sources(sources, files, arches, opts, cache, jobs, force, log, out, verbose,
+                                skip_unexpressible)
     finally:
         options_mod.current = previous_options
         _forget_modules(imported_before, files)  # a later build in this process imports afresh
@@ -271,7 +313,7 @@ def _forget_modules(imported_before: set, files: list[str]) -> None:
 
 
 def _build_sources(sources, files, arches, opts, cache: Cache, jobs: int, force: bool, log, out,
-                   verbose: bool) -> BuildReport:
+                   verbose: bool, skip_unexpressible: bool = False) -> BuildReport:
     report = BuildReport()
     todo, results = [], {}
     by_name = {s.name: s for s in sources if s.error is None}
@@ -288,6 +330,8 @@ def _build_sources(sources, files, arches, opts, cache: Cache, jobs: int, force:
     progress = _Progress(len(todo), out, log)
 
     def finished(job: Job, result: dict):
+        if result["status"] == CANNOT_EXPRESS:
+            result = {**result, "status": "skipped" if skip_unexpressible else "failed"}
         results[_job_id(job)] = result
         progress.step(job, result)
 
@@ -295,7 +339,8 @@ def _build_sources(sources, files, arches, opts, cache: Cache, jobs: int, force:
         return run_job(by_name[job.module], job, opts, cache, force)
 
     if jobs > 1 and len(todo) >= MIN_JOBS_FOR_WORKERS:
-        _run_in_workers(todo, files, opts, cache.root, force, min(jobs, len(todo)) - 1, finished, here)
+        _run_in_workers(todo, files, opts, cache.root, force, min(jobs, len(todo)) - 1, finished, here,
+                        _forked_workers(by_name, opts, cache, force, min(jobs, len(todo)) - 1))
     else:
         for job in todo:
             finished(job, here(job))
@@ -303,6 +348,8 @@ def _build_sources(sources, files, arches, opts, cache: Cache, jobs: int, force:
     for job_id in results:
         if job_id[2] == "grad":
             report.gradients += 1
+        elif job_id[2] == "forward_ad":
+            report.forward_modes += 1
         else:
             report.kernels += 1
     for src in by_name.values():
@@ -339,10 +386,14 @@ def _variant_keys(kernel: Kernel, opts, arch: str) -> tuple[dict, list]:
     compiles and reports the real error."""
     try:
         params = _params_for_aot(kernel)
-        deps = cache_key.kernel_key(kernel.fn, params, opts, arch, "forward")
+        templates = _templates_of(kernel)
+        deps = cache_key.kernel_key(kernel.fn, params, opts, arch, "forward", templates)
         keys = {"forward": deps.key}
         if deps.needs_grad:
-            keys["grad"] = cache_key.kernel_key(kernel.fn, params, opts, arch, "grad").key
+            keys["grad"] = cache_key.kernel_key(kernel.fn, params, opts, arch, "grad", templates).key
+        if deps.needs_dual:  # forward mode (qd.ad.FwdMode) through a field with needs_dual
+            keys["forward_ad"] = cache_key.kernel_key(kernel.fn, _variant_params(params, "forward_ad"), opts, arch,
+                                                      "forward_ad", templates).key
         return keys, deps.fields
     except Exception:  # noqa: BLE001
         return {}, []
@@ -353,27 +404,38 @@ def _tally(report: BuildReport, todo: list[Job], results: dict) -> None:
         r = results.get(_job_id(job)) or {"status": "failed", "error": f"kernel '{job.kernel}': no result"}
         if r["status"] == "built":
             report.built += 1
+        elif r["status"] == "skipped":
+            report.skipped += 1
         else:
             report.failed += 1
 
 
 def _write_module_record(cache: Cache, src: ModuleSource, arch: str, results: dict, report, log) -> None:
-    kernels = {}
+    kernels, skipped = {}, {}
     for name in src.kernels:
-        for variant in ("forward", "grad"):
+        for variant in VARIANTS:
             r = results.get((src.name, name, variant, arch))
             if r is None:
                 continue
+            if r["status"] == "skipped":  # loading says why it is missing (runtime/loader.py)
+                skipped[name + VARIANT_SUFFIXES.get(variant, "")] = r["reason"]
+                continue
             if r["status"] not in ("built", "cached"):
                 return  # a failed kernel: keep the module's previous record, if any
-            kernels[name + (GRAD_SUFFIX if variant == "grad" else "")] = r["key"]
+            kernels[name + VARIANT_SUFFIXES.get(variant, "")] = r["key"]
     fields = _module_fields(src)
     if isinstance(fields, str):
         report.errors.append(fields)
         log(fields)
         return
-    cache.write_module(src.name, arch, {"source": src.path, "fields": fields, "kernels": kernels,
-                                        "compiler": cache_key.compiler_version(arch), "built": time.time()})
+    record = {"source": src.path, "fields": fields, "kernels": kernels,
+              "compiler": cache_key.compiler_version(arch), "built": time.time()}
+    element_shapes = {f.name: list(f.element_shape) for f in _declared_fields(src) if f.element_shape}
+    if element_shapes:  # fields of vectors/matrices; absent otherwise, as in records from before them
+        record["element_shapes"] = element_shapes
+    if skipped:  # kernel variant name -> why the arch cannot express it; absent otherwise
+        record["skipped"] = skipped
+    cache.write_module(src.name, arch, record)
 
 
 def _module_fields(src: ModuleSource):
@@ -387,16 +449,27 @@ def _module_fields(src: ModuleSource):
             return f"{src.path}: error: field name '{f.name}' is not a Python identifier"
         seen[f.name] = f
     for f in seen.values():
-        out.append([f.name, f.dtype.name, list(f.shape), bool(f.needs_grad)])
+        # needs_dual only where set: a module without duals keeps the 4-wide records of before
+        dual = [True] if getattr(f, "needs_dual", False) else []
+        out.append([f.name, f.dtype.name, list(f.storage_shape), bool(f.needs_grad)] + dual)
     return out
 
 
+def _declared_fields(src: ModuleSource) -> list:
+    return [*src.fields.values(), *(f for f in src.reached if not f.is_grad)]
+
+
 def _summary(report: BuildReport, arches) -> str:
-    """'qdc build: 3 kernels + 1 gradient in 2 modules for cpu: 4 built, 0 cached, 0 failed in 1.20 s'."""
+    """'qdc build: 3 kernels + 1 gradient in 2 modules for cpu: 4 built, 0 cached, 0 failed in 1.20 s'
+    ('4 built, 0 cached, 1 skipped (target cannot express them), 0 failed' when some were)."""
     what = _count(report.kernels, "kernel")
     if report.gradients:
         what += f" + {_count(report.gradients, 'gradient')}"
+    if report.forward_modes:
+        what += f" + {_count(report.forward_modes, 'forward-mode variant')}"
     parts = [f"{report.built} built", f"{report.cached} cached", f"{report.failed} failed"]
+    if report.skipped:
+        parts.insert(2, f"{report.skipped} skipped (target cannot express them)")
     if report.errors:
         parts.append(_count(len(report.errors), "module error"))
     return (f"qdc build: {what} in {_count(report.modules, 'module')} for {', '.join(arches)}: "
@@ -408,7 +481,7 @@ def _count(n: int, noun: str) -> str:
 
 
 def _variant_name(module: str, kernel: str, variant: str) -> str:
-    return f"{module}.{kernel}{GRAD_SUFFIX if variant == 'grad' else ''}"
+    return f"{module}.{kernel}{VARIANT_SUFFIXES.get(variant, '')}"
 
 
 class _Progress:
@@ -425,6 +498,8 @@ class _Progress:
             if result["status"] == "failed":
                 self.log(result["error"])
             took = f" in {result['seconds']:.2f} s" if "seconds" in result else ""
+            if result["status"] == "skipped":
+                took = f": {result['reason']}"
             self.out(f"[{self.done}/{self.total}] {result['status']} "
                      f"{_variant_name(job.module, job.kernel, job.variant)} ({job.arch}){took}")
 
@@ -436,20 +511,22 @@ def _options_wire(opts) -> dict:
                      else getattr(opts, f.name)) for f in dataclasses.fields(opts)}
 
 
-def _run_in_workers(todo, files, opts, cache_dir, force, n, finished, here) -> None:
+def _run_in_workers(todo, files, opts, cache_dir, force, n, finished, here, forked=None) -> None:
     """Share `todo` between this process (`here`) and `n` worker processes, one job at a time;
-    this process starts compiling while the workers are still starting up."""
+    this process starts compiling while the workers are still starting up. `forked`: workers
+    already running (`_forked_workers`), else each is a new interpreter."""
     pending: queue.Queue = queue.Queue()
     for job in todo:
         pending.put(job)
     hello = json.dumps({"files": files, "options": _options_wire(opts), "cache": cache_dir, "force": force})
 
-    def drive():
-        proc = subprocess.Popen([sys.executable, "-m", "qdc.compiler.driver.build", "--worker"], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, text=True, bufsize=1)
+    def drive(proc=None):
+        if proc is None:
+            proc = subprocess.Popen([sys.executable, "-m", "qdc.compiler.driver.build", "--worker"],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+            proc.stdin.write(hello + "\n")
         job = None
         try:
-            proc.stdin.write(hello + "\n")
             while True:
                 try:
                     job = pending.get_nowait()
@@ -474,7 +551,7 @@ def _run_in_workers(todo, files, opts, cache_dir, force, n, finished, here) -> N
                     pass
                 proc.wait()
 
-    threads = [threading.Thread(target=drive, daemon=True) for _ in range(n)]
+    threads = [threading.Thread(target=drive, args=(proc,), daemon=True) for proc in (forked or [None] * n)]
     for t in threads:
         t.start()
     while True:
@@ -488,6 +565,71 @@ def _run_in_workers(todo, files, opts, cache_dir, force, n, finished, here) -> N
     while not pending.empty():  # every worker died
         job = pending.get_nowait()
         finished(job, {"status": "failed", "error": f"kernel '{job.module}.{job.kernel}': no build worker left"})
+
+
+class _ForkedWorker:
+    """A build worker forked from this process once its kernel modules are imported, so that it
+    starts in about a millisecond instead of the ~0.5 s an interpreter takes to import qdc,
+    llvmlite and the modules (which kept `-j` from scaling). It speaks the protocol of
+    `worker_main` (minus the hello line: it has everything already) over two pipes, through
+    the `stdin`/`stdout`/`poll`/`wait` that `_run_in_workers` uses of a Popen."""
+
+    def __init__(self, serve, earlier: list):
+        job_read, job_write = os.pipe()
+        result_read, result_write = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:  # the worker: serve jobs until the pipe closes, then leave without cleanup
+            code = 0
+            try:
+                # Only the parent may hold an earlier worker's job pipe open, or that worker
+                # would never see it close.
+                for fd in [job_write, result_read] + [f.fileno() for w in earlier for f in (w.stdin, w.stdout)]:
+                    os.close(fd)
+                with os.fdopen(job_read) as jobs, os.fdopen(result_write, "w", buffering=1) as results:
+                    serve(jobs, results)
+            except BaseException:  # noqa: BLE001 (the parent reports the job as failed)
+                traceback.print_exc()
+                code = 1
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)  # not the parent's atexit handlers or temporary folders
+        os.close(job_read)
+        os.close(result_write)
+        self.stdin = os.fdopen(job_write, "w", buffering=1)
+        self.stdout = os.fdopen(result_read)
+        self.returncode = None
+
+    def poll(self):
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self):
+        if self.returncode is None:
+            self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+        return self.returncode
+
+
+def _forked_workers(by_name: dict, opts, cache: Cache, force: bool, n: int) -> list | None:
+    """`n` workers forked now, before this process starts threads or compiles (a fork copies
+    only the calling thread, so no lock may be held elsewhere), on Linux; else None: new
+    interpreters (macOS forbids some system frameworks after fork; Windows has none)."""
+    if not sys.platform.startswith("linux") or n < 1:
+        return None
+
+    def serve(jobs, results):
+        for line in jobs:
+            job = Job(**json.loads(line))
+            results.write(json.dumps(run_job(by_name[job.module], job, opts, cache, force)) + "\n")
+    sys.stdout.flush()
+    sys.stderr.flush()  # else both processes would write what is buffered
+    workers: list = []
+    for _ in range(n):
+        workers.append(_ForkedWorker(serve, workers))
+    return workers
 
 
 def worker_main() -> None:

@@ -53,16 +53,22 @@ class UncacheableKernel(Exception):
 class KernelDeps:
     """A kernel's cache key and the fields it can reach, in walk order."""
 
-    def __init__(self, key: str, fields: list, needs_grad: bool):
+    def __init__(self, key: str, fields: list, needs_grad: bool, dual: bool = False):
         self.key, self.fields, self.needs_grad = key, fields, needs_grad
+        # forward_ad entries: a field table's secondary buffers are duals, not gradients
+        self.dual = dual
+        self.needs_dual = any(getattr(f, "dual", None) is not None for f in fields)
+
+    def _secondary(self, f):
+        return getattr(f, "dual", None) if self.dual else f.grad
 
     def refs_for(self, field_objects) -> list | None:
         """`field_refs` for the front end's field table, or None if a field was reached by a
         route the walk did not follow (then the kernel is compiled but not cached)."""
         index = {id(f): [i, False] for i, f in enumerate(self.fields)}
         for i, f in enumerate(self.fields):
-            if f.grad is not None:
-                index.setdefault(id(f.grad), [i, True])
+            if self._secondary(f) is not None:
+                index.setdefault(id(self._secondary(f)), [i, True])
         refs = [index.get(id(f)) for f in field_objects]
         return None if any(r is None for r in refs) else refs
 
@@ -72,18 +78,25 @@ class KernelDeps:
             if i >= len(self.fields):
                 raise IndexError("field_refs index out of range")
             f = self.fields[i]
-            out.append(f.grad if is_grad else f)
+            out.append(self._secondary(f) if is_grad else f)
         return out
 
 
-def kernel_key(fn, params, opts, arch: str, variant: str = "forward") -> KernelDeps:
+def kernel_key(fn, params, opts, arch: str, variant: str = "forward", templates=None) -> KernelDeps:
+    """`templates`: the TemplateArgs of a kernel with qd.template() parameters, each keyed by
+    what it is, as a captured global is (a field by its declaration, a value by its content)."""
     walk = _Walk(debug=bool(opts.debug))
     walk.function(fn, fn.__name__)
-    decls = [[f.name, f.dtype.name, list(f.shape), bool(f.needs_grad), bool(f.is_grad)] for f in walk.fields]
+    for name, value in (templates.values.items() if templates else ()):
+        walk.value(f"<template {name}>", value)  # not an identifier: never names an unnamed field
+    decls = [[f.name, f.dtype.name, list(f.shape), bool(f.needs_grad), bool(f.is_grad),
+              bool(getattr(f, "needs_dual", False))] + ([list(f.element_shape)] if f.element_shape else [])
+             for f in walk.fields]
     material = ["qdc-kernel-key", FORMAT_VERSION, compiler_fingerprint(arch), arch,
                 targets.get(arch).cache_description(opts),
                 sorted(opts.key().items()), variant, fn.__name__,
-                [[p.name, p.kind, p.dtype.name, p.ndim or 0, p.needs_grad] for p in params],  # None: AOT, no argument
+                [[p.name, p.kind, p.dtype.name, p.ndim or 0, p.needs_grad]
+                 + ([list(p.element_shape)] if p.element_shape else []) for p in params],  # None: AOT, no argument
                 walk.material, decls]
     try:
         packed = msgpack.packb(material, use_bin_type=True)
@@ -91,7 +104,7 @@ def kernel_key(fn, params, opts, arch: str, variant: str = "forward") -> KernelD
         raise UncacheableKernel(f"its key material cannot be serialised ({e})") from None
     key = hashlib.sha256(packed).hexdigest()
     needs_grad = any(f.needs_grad or f.is_grad for f in walk.fields) or any(p.needs_grad for p in params)
-    return KernelDeps(key, walk.fields, needs_grad)
+    return KernelDeps(key, walk.fields, needs_grad, dual=variant == "forward_ad")
 
 
 # ---- the dependency walk -----------------------------------------------------------------

@@ -28,9 +28,10 @@ from qdc.runtime.fields import Ndarray
 from qdc.runtime.launcher import make_launcher, stub_function
 
 from ..autodiff.sizeexpr_builder import SizeExprBuilder
-from ..language import ad, lang
+from ..language import ad, forward, lang
 from ..passes import bounds_checks
 from . import cache_key, options as options_mod
+from .templates import TemplateArgs, TemplateDispatch, TemplateParams
 from .. import ir, targets
 
 # Artifacts kept in memory but not written to the cache (textual LLVM IR: `qdc inspect --llvm`
@@ -48,8 +49,9 @@ class CompiledKernel:
         self.warnings: list = []  # [category name, message, filename, line] issued while compiling
 
 
-def parse_params(fn) -> list[ir.Param]:
-    """Kernel parameters from annotations; an ndarray whose dtype/ndim is omitted is templated."""
+def parse_params(fn, templates: list | None = None) -> list[ir.Param]:
+    """Kernel parameters from annotations; an ndarray whose dtype/ndim is omitted is templated.
+    `qd.template()` parameters are not among them: their names go to `templates`."""
     sig = inspect.signature(fn)
     params = []
     for name, p in sig.parameters.items():
@@ -63,15 +65,21 @@ def parse_params(fn) -> list[ir.Param]:
                 raise _param_error(fn, name, f"has an annotation that cannot be evaluated: "
                                              f"{type(e).__name__}: {e}") from None
         if ann is inspect.Parameter.empty:
-            raise _param_error(fn, name, "needs a type annotation (a qd scalar type or qd.types.ndarray(...))")
+            raise _param_error(fn, name, "needs a type annotation (a qd scalar type, qd.types.ndarray(...) or "
+                                         "qd.template())")
         if ann is int:
             ann = options_mod.current.default_ip
         elif ann is float:
             ann = options_mod.current.default_fp
-        if isinstance(ann, T.DataType):
+        if lang.is_template_annotation(ann):
+            if templates is not None:
+                templates.append(name)
+        elif isinstance(ann, T.DataType):
             params.append(ir.Param(name, "scalar", ann))
         elif isinstance(ann, lang.NdarrayType):
-            params.append(ir.Param(name, "ndarray", ann.dtype, ann.ndim, ann.needs_grad))
+            es = ann.element_shape  # an ndarray of vectors: its components are trailing axes
+            ndim = None if ann.ndim is None else ann.ndim + len(es)
+            params.append(ir.Param(name, "ndarray", ann.dtype, ndim, ann.needs_grad, es))
         else:
             raise _param_error(fn, name, f"has unsupported annotation {ann!r}")
     return params
@@ -109,11 +117,13 @@ def build_meta(kir: ir.KernelIR, entry: str, is_grad: bool = False, adstack: dic
     grads = None if is_grad else _grad_buffers_used(kir)
     return KernelMeta(
         kir.name, entry,
-        [ParamMeta(p.name, p.kind, p.dtype.name, p.ndim or 0, _needs_grad_meta(p, i, grads), i in written)
+        [ParamMeta(p.name, p.kind, p.dtype.name, p.ndim or 0, _needs_grad_meta(p, i, grads), i in written,
+                   p.element_shape)
          for i, p in enumerate(kir.params)],
         [FieldMeta(f.name, f.dtype.name, f.shape, f.is_grad) for f in kir.fields],
         task_records(kir, entry, adstack, launch_policy),
-        kir.num_temps, is_grad, adstack, bounds_checks.records(kir) if debug else None)
+        kir.num_temps, is_grad, adstack, bounds_checks.records(kir) if debug else None,
+        returns=kir.returns)
 
 
 def _needs_grad_meta(p: ir.Param, index: int, grads: set | None):
@@ -173,26 +183,38 @@ def _iterations(builder: SizeExprBuilder, t: ir.Task):
     return builder.trip_count(t)
 
 
-def compile_kernel(fn, params, opts, arch="cpu", dump=None, variant="forward") -> CompiledKernel:
-    """Front end → passes → codegen for one (specialised) kernel variant. No cache involved."""
+def compile_kernel(fn, params, opts, arch="cpu", dump=None, variant="forward", templates=None) -> CompiledKernel:
+    """Front end → passes → codegen for one (specialised) kernel variant. No cache involved.
+    `templates`: the TemplateArgs of a kernel with qd.template() parameters."""
     from ..frontend.ast_to_ir import FrontEnd
     from ..passes.pipeline import run_pipeline
     target = targets.get(arch)
-    fe = FrontEnd(fn, params, opts)
+    # The grad kernel returns nothing: its forward sweep need not compute the return value.
+    fe = FrontEnd(fn, params, opts, templates.values if templates else None, returns=variant != "grad")
     kir = fe.build()
     if variant == "grad":  # the adjoint of the offloaded kernel (compiler/autodiff)
         from ..autodiff import PIPELINE_STOP, make_grad_kernel
         run_pipeline(kir, dump=dump, stop_after=PIPELINE_STOP)
         grad = make_grad_kernel(kir, fe.field_objects, opts)
         kir, field_objects, adstack = grad.kernel, grad.field_objects, {"stacks": grad.stacks}
-    else:
-        run_pipeline(kir, dump=dump)
+    else:  # forward_ad: the pipeline's forward_mode pass adds tangents (autodiff/forward_mode.py)
         field_objects, adstack = fe.field_objects, None
-    meta = build_meta(kir, f"qdc_{kir.name}" + ("_grad" if variant == "grad" else ""), variant == "grad", adstack,
+        run_pipeline(kir, dump=dump, variant_passes=_variant_passes(variant, field_objects))
+    meta = build_meta(kir, f"qdc_{kir.name}" + _ENTRY_SUFFIX.get(variant, ""), variant == "grad", adstack,
                       bool(opts.debug), target.launch_policy)
     artifacts = target.compile(kir, meta, opts)
     artifacts["ir"] = ir.print_kernel(kir).encode()
     return CompiledKernel(kir, meta, artifacts, field_objects, None)
+
+
+_ENTRY_SUFFIX = {"grad": "_grad", "forward_ad": "_fwd"}
+
+
+def _variant_passes(variant: str, field_objects: list) -> dict:
+    if variant != "forward_ad":
+        return {}
+    from ..autodiff.forward_mode import ForwardModePass
+    return {"forward_mode": ForwardModePass(field_objects)}
 
 
 # ---- through the offline cache --------------------------------------------------------------
@@ -223,30 +245,31 @@ def check_cache_dir(opts) -> None:
                   f"compiled on every run. Set qd.init(cache_dir=...) to a writable folder.", stacklevel=3)
 
 
-def obtain(fn, params, opts, arch: str, variant: str = "forward") -> CompiledKernel:
+def obtain(fn, params, opts, arch: str, variant: str = "forward", templates=None) -> CompiledKernel:
     """The kernel variant from the cache when its key hits, else compiled and stored."""
     cache = cache_for(opts)
     try:
-        deps = cache_key.kernel_key(fn, params, opts, arch, variant)
+        deps = cache_key.kernel_key(fn, params, opts, arch, variant, templates)
     except cache_key.UncacheableKernel as e:  # compiled, never stored: better than a shared entry
         cache_key.log(f"kernel '{fn.__name__}' ({variant}) is compiled but not cached: {e}")
-        return compile_kernel(fn, params, opts, arch, variant=variant)  # the front end explains why
+        # the front end explains why
+        return compile_kernel(fn, params, opts, arch, variant=variant, templates=templates)
     hit = load_cached(cache, deps)
     if hit is not None:
         replay_warnings(hit.warnings, fn)
         return hit
-    compiled = compile_recording_warnings(fn, params, opts, arch, variant)
+    compiled = compile_recording_warnings(fn, params, opts, arch, variant, templates)
     compiled.deps = deps
     store(cache, deps, compiled, fn, arch, variant, opts)
     return compiled
 
 
-def compile_recording_warnings(fn, params, opts, arch: str, variant: str) -> CompiledKernel:
+def compile_recording_warnings(fn, params, opts, arch: str, variant: str, templates=None) -> CompiledKernel:
     """compile_kernel, keeping the warnings it issues so a cache hit can issue them again
     (a kernel warns the same whether it was compiled now or fetched)."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        compiled = compile_kernel(fn, params, opts, arch, variant=variant)
+        compiled = compile_kernel(fn, params, opts, arch, variant=variant, templates=templates)
     compiled.warnings = [[f"{w.category.__module__}.{w.category.__qualname__}", str(w.message),
                           *_user_location(w.filename, w.lineno, fn)] for w in caught]
     replay_warnings(compiled.warnings)
@@ -296,7 +319,7 @@ def load_cached(cache: Cache, deps) -> CompiledKernel | None:
         return None
     try:
         fields = deps.bind(entry.field_refs)
-        stale = any(f.dtype.name != fm.dtype or tuple(f.shape) != tuple(fm.shape)
+        stale = any(f.dtype.name != fm.dtype or tuple(f.storage_shape) != tuple(fm.shape)
                     for f, fm in zip(fields, entry.meta.fields))
     except IndexError:
         stale = True
@@ -355,7 +378,9 @@ class Kernel:
     runtime, the function
     becomes that variant's launch function (qdc.runtime.launcher, "Owners"): its `__code__`
     is the launch code, which runs in the function's own globals. `qd.init` and Tapes put a
-    stub back, sending calls to `_slow_call` again (recompile, record)."""
+    stub back, sending calls to `_slow_call` again (recompile, record). The function of a
+    kernel with qd.template() parameters becomes a dispatch instead (templates.TemplateDispatch):
+    one dict lookup on the template arguments, then that variant's launch function."""
 
     def __init__(self, fn):
         self.fn = fn
@@ -363,6 +388,8 @@ class Kernel:
         self.__doc__ = fn.__doc__
         self._params = None
         self._templated = self._forward_templated = self._annotated = None  # set with `params`
+        self._template_params = None  # TemplateParams when some parameter is a qd.template(); set with `params`
+        self._dispatch = None  # TemplateDispatch: the launch code of a template kernel, made at its first launch
         self._launchers: dict = {}  # (variant, specialisation key) -> (generation, launch, compiled)
         self.grad = ad.GradKernel(self)  # `kernel.grad(*args)`: the reverse-mode variant
         names = _plain_parameters(fn)
@@ -389,7 +416,10 @@ class Kernel:
         (built without a gradient) unless the kernel uses its `.grad`, then True; an integer
         one's is False. `specialise` resolves them from the arguments."""
         if self._params is None:
-            annotated = [_no_integer_gradient(p) for p in parse_params(self.fn)]
+            template_names: list = []
+            annotated = [_no_integer_gradient(p) for p in parse_params(self.fn, template_names)]
+            if template_names:
+                self._template_params = TemplateParams(self.fn, template_names)
             shaped = [i for i, p in enumerate(annotated)
                       if p.kind == "ndarray" and (p.dtype is None or p.ndim is None)]
             follow = [i for i, p in enumerate(annotated) if p.kind == "ndarray" and p.needs_grad is None]
@@ -399,7 +429,7 @@ class Kernel:
             # the grad variant always does. `_templated`: what some variant specialises on.
             self._forward_templated = sorted({*shaped, *(i for i in follow if annotated[i].name in read)})
             self._templated = sorted({*shaped, *follow})
-            self._params = [ir.Param(p.name, p.kind, p.dtype, p.ndim, True) if p.name in read else p
+            self._params = [ir.Param(p.name, p.kind, p.dtype, p.ndim, True, p.element_shape) if p.name in read else p
                             for p in annotated]
         return self._params
 
@@ -409,6 +439,8 @@ class Kernel:
         float qd.ndarray with a gradient (for the grad variant; for the forward one only where
         the kernel uses `.grad`, see `params`). Without the argument (`k.grad.compile()`), a
         needs_grad=None is resolved as `params` does."""
+        if variant == "forward_ad":  # duals follow the arguments (language/forward.py)
+            return forward.dual_params(args, kwargs, *self.specialise(args, "forward", kwargs))
         params = self.params
         templated = self._forward_templated if variant == "forward" else self._templated
         if not templated:
@@ -427,16 +459,20 @@ class Kernel:
                 dt = T.from_numpy(a.dtype.np_dtype if isinstance(a, Ndarray) else a.dtype)
                 if dt is None:
                     raise TypeError(f"kernel '{self.__name__}', argument '{p.name}': unsupported dtype {a.dtype}")
-                ndim = len(a.shape)
+                ndim = len(a.storage_shape) if isinstance(a, Ndarray) else len(a.shape)
             else:
                 raise TypeError(f"kernel '{self.__name__}', argument '{p.name}': expected an ndarray, "
                                 f"got {type(a).__name__}")
-            dt, ndim = p.dtype or dt, p.ndim if p.ndim is not None else ndim
+            element_shape = p.element_shape
+            if p.dtype is None and isinstance(a, Ndarray) and a.element_shape:  # a qd.ndarray of vectors
+                element_shape = a.element_shape
+            dt = p.dtype or dt
+            ndim = p.ndim + len(element_shape) - len(p.element_shape) if p.ndim is not None else ndim
             needs_grad = p.needs_grad
             if needs_grad is None:
                 needs_grad = dt.is_float and isinstance(a, Ndarray) and a.grad is not None
-            out[i] = ir.Param(p.name, "ndarray", dt, ndim, needs_grad)
-            key.append((dt.name, ndim, needs_grad))
+            out[i] = ir.Param(p.name, "ndarray", dt, ndim, needs_grad, element_shape)
+            key.append((dt.name, ndim, needs_grad, element_shape))
         return tuple(key), out
 
     def _argument(self, i: int, args, kwargs):
@@ -446,19 +482,38 @@ class Kernel:
         name = self._annotated[i].name
         return kwargs[name] if kwargs and name in kwargs else _MISSING
 
-    def compile(self, args=(), variant: str = "forward") -> CompiledKernel:
-        return self._launcher(args, variant)[1]
+    @property
+    def template_params(self) -> TemplateParams | None:
+        """The qd.template() parameters, None when there are none."""
+        self.params  # noqa: B018  (parses the annotations)
+        return self._template_params
 
-    def _launcher(self, args, variant: str = "forward", kwargs=None):
+    def runtime_arguments(self, args, kwargs=None) -> tuple[tuple, dict | None]:
+        """(args, kwargs) as the launch function takes them: without the template arguments."""
+        if self.template_params is None:
+            return args, kwargs
+        return self._template_params.split(args, kwargs)[1], None
+
+    def compile(self, args=(), variant: str = "forward", kwargs=None) -> CompiledKernel:
+        return self._launcher(args, variant, kwargs)[1]
+
+    def _launcher(self, args, variant: str = "forward", kwargs=None, templates: TemplateArgs | None = None):
         """(launch function, CompiledKernel) of `variant` for `args` on the current runtime,
         compiled (through the cache) if needed. The forward variant of a kernel without
-        templated parameters launches through the kernel function itself."""
+        templated parameters launches through the kernel function itself. A kernel with
+        qd.template() parameters takes them from `args`/`kwargs` (or bound already, as
+        `templates`, with `args` the other arguments); its launch function takes the others."""
         rt = context.current()
+        if templates is None and self.template_params is not None:
+            templates, args = self._template_params.split(args, kwargs)
+            kwargs = None
         key, params = self.specialise(args, variant, kwargs)
-        own = variant == "forward" and not self._forward_templated and self._plain
+        if templates is not None:
+            key = (templates.key, key)
+        own = variant == "forward" and not self._forward_templated and self._plain and templates is None
         entry = self._launchers.get((variant, key))
         if entry is None or entry[0] != rt.generation:
-            compiled = obtain(self.fn, params, options_mod.current, rt.arch, variant)
+            compiled = obtain(self.fn, params, options_mod.current, rt.arch, variant, templates)
             loaded = rt.device.load_kernel(compiled.artifacts, compiled.meta)
             launch = make_launcher(compiled.meta, rt.device, loaded, compiled.field_objects,
                                    function=self.function if own else None)
@@ -469,17 +524,45 @@ class Kernel:
                 _FAST.add(self)
             else:
                 self.function.__code__ = self._stub
+        elif templates is not None and variant == "forward":
+            self._dispatch_to(templates, entry[1])
         return entry[1], entry[2]
+
+    def _dispatch_to(self, templates: TemplateArgs, launch) -> None:
+        """Let the kernel function find this template variant's launch itself (TemplateDispatch),
+        unless a Tape or FwdMode must see the calls."""
+        if self._forward_templated or not self._plain:  # the ndarray specialisation needs the slow path
+            return
+        if self._dispatch is None:
+            self._dispatch = TemplateDispatch(self.function, self._template_params)
+            context.on_reset(self._dispatch)
+        self._dispatch.add(templates, launch)
+        if ad.recording is None and not forward.is_active():
+            self.function.__code__ = self._dispatch.code
+            _FAST.add(self)
 
     def _slow_call(self, *args, **kwargs):
         """A launch the kernel function does not make on its own: the first one (compiling),
-        the first after `qd.init`, every one under a Tape and every one of a templated kernel."""
+        the first after `qd.init`, every one under a Tape, and those of a template kernel whose
+        template arguments its dispatch cannot key (see TemplateDispatch)."""
         if ad.recording is not None:  # inside `with qd.ad.Tape(...)`
             ad.recording.record(self, args, kwargs)
-        return self._launcher(args, kwargs=kwargs)[0].__qdc_launcher__.launch(*args, **kwargs)
+        if forward.is_active():  # inside `with qd.ad.FwdMode(...)`: the Jacobian-vector product
+            return forward.launch(self, args, kwargs)
+        return self.launch_unrecorded(args, kwargs)
+
+    def launch_unrecorded(self, args, kwargs=None):
+        """Launch the forward variant, unseen by a Tape (its grad_check re-runs recorded launches)."""
+        if self.template_params is not None:
+            templates, args = self._template_params.split(args, kwargs)
+            return self._launcher(args, templates=templates)[0].__qdc_launcher__.launch(*args)
+        return self._launcher(args, kwargs=kwargs)[0].__qdc_launcher__.launch(*args, **(kwargs or {}))
 
     def launches_on_its_own(self) -> bool:
-        """Whether the kernel function's next call goes straight to the native code."""
+        """Whether the kernel function's next call goes straight to the native code (for a
+        template kernel: through its dispatch, see TemplateDispatch)."""
+        if self._dispatch is not None:
+            return self.function.__code__ is self._dispatch.code and bool(self._dispatch.variants)
         entry = self._launchers.get(("forward", ()))
         return entry is not None and self.function.__code__ is entry[1].__qdc_launcher__.fast_code
 
@@ -493,7 +576,7 @@ _MISSING = object()
 def _no_integer_gradient(p: ir.Param) -> ir.Param:
     """An integer ndarray has no gradient to follow: its needs_grad=None is False."""
     if p.kind == "ndarray" and p.needs_grad is None and p.dtype is not None and not p.dtype.is_float:
-        return ir.Param(p.name, p.kind, p.dtype, p.ndim, False)
+        return ir.Param(p.name, p.kind, p.dtype, p.ndim, False, p.element_shape)
     return p
 
 

@@ -31,6 +31,10 @@ class Options:
     # The PTX target of arch "cuda" (None: DEFAULT_CUDA_ARCH, sm_70); it enters the cache key
     # through the CUDA target's cache_description.
     cuda_arch: str | None = None
+    # The gfx processors arch "amdgpu" builds a code object for (None: DEFAULT_AMDGPU_TARGETS,
+    # gfx90a,gfx942,gfx1100; a comma-separated string or a list); in the AMDGPU target's
+    # cache_description.
+    amdgpu_targets: str | list | None = None
 
     # Options that change generated code: part of every cache key.
     CODE_AFFECTING = ("opt_level", "fast_math", "default_fp", "default_ip", "debug",
@@ -63,6 +67,8 @@ class Options:
         check_cpu_target(self.cpu_target)
         from ..targets.cuda.arch import check_cuda_arch  # pure data too
         check_cuda_arch(self.cuda_arch)
+        from ..targets.amdgpu.arch import check_amdgpu_targets  # pure data too
+        check_amdgpu_targets(self.amdgpu_targets)
 
     def effective_cpu_target(self) -> str:
         return self.cpu_target or DIRECT_CPU_TARGET

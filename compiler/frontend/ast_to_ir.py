@@ -27,6 +27,10 @@ from qdc.runtime.fields import Field
 from .. import ir
 from .calls import CallLowering
 from .loops import LoopLowering
+from .returns import ReturnLowering
+from .vector_math import VectorMath
+from .vectors import VectorLowering, VectorValue, VectorVar, element_shape
+from ..language import matrix as M
 from .objects import GLOBAL_ARRAYS, NdarrayHandle, Shape
 from .source import source_info
 from .values import ValueBuilder, is_number, is_runtime, not_a_value_message, short_number
@@ -107,10 +111,12 @@ _UNSUPPORTED = {
 }
 
 
-class FrontEnd(LoopLowering, CallLowering):
-    """Lowers one `@qd.kernel` into a KernelIR."""
+class FrontEnd(LoopLowering, CallLowering, ReturnLowering, VectorLowering, VectorMath):
+    """Lowers one `@qd.kernel` into a KernelIR. `templates`: name -> argument of its
+    qd.template() parameters (compile-time objects); `returns`: whether to store the return
+    value (the grad variant returns nothing)."""
 
-    def __init__(self, fn, params: list[ir.Param], options):
+    def __init__(self, fn, params: list[ir.Param], options, templates: dict | None = None, returns: bool = True):
         self.src = source_info(fn)
         self.kernel = ir.KernelIR(fn.__name__, params, self.src.loc(self.src.fn_def))
         self.field_objects: list[Field] = []
@@ -124,6 +130,8 @@ class FrontEnd(LoopLowering, CallLowering):
         self.converting = None  # the expression node whose value convert() is converting
         self.constants_used: dict = {}  # name -> value of captured compile-time constants (cache key)
         self.funcs_used: list = []
+        self.templates = templates or {}
+        self.init_returns(fn, returns)
 
     # ---- infrastructure -------------------------------------------------------------
     @property
@@ -162,6 +170,7 @@ class FrontEnd(LoopLowering, CallLowering):
         for s in stmts:
             if self.pending_loop_config is not None and not isinstance(s, ast.For):
                 self.error("qd.loop_config() must be followed directly by the for loop it configures", s)
+            self.check_after_return(s)
             self.visit(s)
 
     def in_block(self, block: ir.Block, stmts: list[ast.stmt]):
@@ -209,10 +218,14 @@ class FrontEnd(LoopLowering, CallLowering):
                 self.emit(ir.LocalStore(var, self.emit(ir.ArgLoad(i, p.dtype, self.src.loc(fdef)))))
                 scope[p.name] = var
             else:
-                scope[p.name] = NdarrayHandle(i, p.name, p.dtype, p.ndim, p.needs_grad)
+                es = p.element_shape
+                scope[p.name] = NdarrayHandle(i, p.name, p.dtype, p.ndim - len(es), p.needs_grad, element_shape=es)
+        for name, value in self.templates.items():  # compile-time objects, like captured globals
+            scope[name] = self.capture(name, value)
         self.visit_body(fdef.body)
         if self.pending_loop_config is not None:
             self.error("qd.loop_config() must be followed directly by the for loop it configures")
+        self.finish_returns()
         return self.kernel
 
     # ---- names ----------------------------------------------------------------------
@@ -248,6 +261,8 @@ class FrontEnd(LoopLowering, CallLowering):
         v = self.lookup(node.id, node)
         if isinstance(v, ir.Alloca):
             return self.emit(ir.LocalLoad(v))
+        if isinstance(v, VectorVar):
+            return self.load_vector_var(v)
         return v
 
     def visit_Constant(self, node: ast.Constant):
@@ -263,6 +278,8 @@ class FrontEnd(LoopLowering, CallLowering):
     def visit_Attribute(self, node: ast.Attribute):
         base = self.visit(node.value)
         attr = node.attr
+        if isinstance(base, VectorValue):
+            return self.vector_attribute(base, attr)
         if isinstance(base, NdarrayHandle):
             return self.ndarray_attribute(base, attr)
         if isinstance(base, Field):
@@ -291,7 +308,8 @@ class FrontEnd(LoopLowering, CallLowering):
         if attr == "grad":
             if not base.needs_grad:
                 self.error(f"ndarray parameter '{base.name}' has no .grad: annotate it with needs_grad=True")
-            return NdarrayHandle(base.arg_index, base.name, base.dtype, base.ndim, True, grad=True)
+            return NdarrayHandle(base.arg_index, base.name, base.dtype, base.ndim, True, grad=True,
+                                 element_shape=base.element_shape)
         if attr == "dtype":
             return base.dtype
         self.error(f"ndarray has no attribute '{attr}' in kernels (use .shape, .dtype or .grad)")
@@ -307,18 +325,24 @@ class FrontEnd(LoopLowering, CallLowering):
             self.error("a field or ndarray must be indexed to be used as a value", node)
         if isinstance(v, tuple):
             self.error("a tuple cannot be used as a scalar value", node)
+        if isinstance(v, VectorValue):
+            self.error(f"a vector/matrix of shape {v.shape} cannot be used where a scalar is needed", node)
         self.error(not_a_value_message(v), node)
 
     def visit_BinOp(self, node: ast.BinOp):
-        op = _BINOPS.get(type(node.op))
+        op = "matmul" if isinstance(node.op, ast.MatMult) else _BINOPS.get(type(node.op))
         if op is None:
             self.error(f"operator {type(node.op).__name__} is not supported")
-        a = self.scalar(self.visit(node.left), node.left)
-        b = self.scalar(self.visit(node.right), node.right)
-        return self.values.binary(op, a, b)
+        a, b = self.visit(node.left), self.visit(node.right)
+        if isinstance(a, VectorValue) or isinstance(b, VectorValue) or op == "matmul":
+            return self.vector_binary(op, self.vector_operand(a, node.left), self.vector_operand(b, node.right), node)
+        return self.values.binary(op, self.scalar(a, node.left), self.scalar(b, node.right))
 
     def visit_UnaryOp(self, node: ast.UnaryOp):
-        x = self.scalar(self.visit(node.operand), node.operand)
+        x = self.visit(node.operand)
+        if isinstance(x, VectorValue) and not isinstance(node.op, ast.Not):
+            return x if isinstance(node.op, ast.UAdd) else self.vector_unary(_UNARY[type(node.op)], x)
+        x = self.scalar(x, node.operand)
         if isinstance(node.op, ast.UAdd):
             return x
         return self.values.unary(_UNARY[type(node.op)], x)
@@ -337,6 +361,11 @@ class FrontEnd(LoopLowering, CallLowering):
         """One comparison. Between compile-time values any Python comparison works (e.g.
         `qd.static(a is None)`, `qd.static(x.dtype == qd.f32)`); run-time values support
         the six ordering and equality comparisons."""
+        if isinstance(left, VectorValue) or isinstance(right, VectorValue):
+            op = _CMPOPS.get(type(op_node))
+            if op is None:
+                self.error(f"comparison '{_PY_COMPARE_SYMBOL[type(op_node)]}' is not defined on vectors", node)
+            return self.vector_compare(op, self.vector_operand(left, node), self.vector_operand(right, node), node)
         if not _holds_runtime(left) and not _holds_runtime(right):
             try:
                 return _PY_COMPARE[type(op_node)](left, right)
@@ -387,8 +416,10 @@ class FrontEnd(LoopLowering, CallLowering):
         if not is_runtime(cond):
             return self.visit(node.body if cond else node.orelse)
         branch = self.emit(ir.If(self.values.to_bool(cond)))
-        a = self.emit_into(branch.then_block, lambda: self.scalar(self.visit(node.body), node.body))
-        b = self.emit_into(branch.else_block, lambda: self.scalar(self.visit(node.orelse), node.orelse))
+        a = self.emit_into(branch.then_block, lambda: self.vector_operand(self.visit(node.body), node.body))
+        b = self.emit_into(branch.else_block, lambda: self.vector_operand(self.visit(node.orelse), node.orelse))
+        if isinstance(a, VectorValue) or isinstance(b, VectorValue):
+            return self.vector_if_exp(branch, a, b, node)
         result = ir.Alloca(self.values.common_type(a, b), "", self.frame.src.loc(node))
         _insert_before(branch, result)
         for block, value in ((branch.then_block, a), (branch.else_block, b)):
@@ -398,8 +429,12 @@ class FrontEnd(LoopLowering, CallLowering):
     # ---- subscripts and globals ----------------------------------------------------------
     def visit_Subscript(self, node: ast.Subscript):
         base = self.visit(node.value)
+        if isinstance(base, GLOBAL_ARRAYS) and element_shape(base):
+            return self.load_global_vector(base, node)
         if isinstance(base, GLOBAL_ARRAYS):
             return self.emit(ir.GlobalLoad(self.global_ptr(base, node)))
+        if isinstance(base, VectorValue):
+            return self.vector_subscript(base, node)
         if isinstance(base, (tuple, list)):
             idx = self.visit(node.slice)
             if is_runtime(idx) or not isinstance(idx, int):
@@ -414,6 +449,14 @@ class FrontEnd(LoopLowering, CallLowering):
         self.error(f"{what} is not subscriptable in kernels")
 
     def global_ptr(self, base, node: ast.Subscript) -> ir.GlobalPtr:
+        if element_shape(base):
+            self.error(f"'{base.name}' holds vectors/matrices: its element is not a scalar here", node)
+        ref, indices = self.global_address(base, node)
+        return self.emit(ir.GlobalPtr(ref, indices))
+
+    def global_address(self, base, node: ast.Subscript) -> tuple:
+        """(reference, index values) of element `base[...]`; a vector index (`grid[base + offset]`)
+        gives one index per component."""
         index_nodes = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
         if isinstance(node.slice, ast.Constant) and node.slice.value is None:
             index_nodes = []
@@ -423,14 +466,19 @@ class FrontEnd(LoopLowering, CallLowering):
         else:
             ref = base.ref()
             rank, what = base.ndim, f"ndarray '{base.name}'"
-        if len(index_nodes) != rank:
+        indices = []
+        for n in index_nodes:
+            v = self.visit(n)
+            indices += [self.index_value(n, what, c) for c in v.components] if isinstance(v, VectorValue) \
+                else [self.index_value(n, what, v)]
+        if len(indices) != rank:
             hint = f" (index a 0-d array with {base.name}[None])" if rank == 0 else ""
-            self.error(f"{what} has {rank} dimension(s) but is indexed with {len(index_nodes)} "
+            self.error(f"{what} has {rank} dimension(s) but is indexed with {len(indices)} "
                        f"index(es){hint}", node)
-        return self.emit(ir.GlobalPtr(ref, [self.index_value(n, what) for n in index_nodes]))
+        return ref, indices
 
-    def index_value(self, node, what: str) -> ir.Stmt:
-        i = self.scalar(self.visit(node), node)
+    def index_value(self, node, what: str, value) -> ir.Stmt:
+        i = self.scalar(value, node)
         t = i.type if is_runtime(i) else (T.u1 if isinstance(i, bool) else self.values.literal_type(i))
         if t.is_float or t is T.u1:
             self.error(f"index into {what} must be an integer, got {t}", node)
@@ -440,7 +488,7 @@ class FrontEnd(LoopLowering, CallLowering):
         for i, f in enumerate(self.field_objects):
             if f is field:
                 return self.kernel.fields[i]
-        ref = ir.FieldRef(len(self.kernel.fields), field.name, field.dtype, tuple(field.shape), field.is_grad)
+        ref = ir.FieldRef(len(self.kernel.fields), field.name, field.dtype, tuple(field.storage_shape), field.is_grad)
         self.kernel.fields.append(ref)
         self.field_objects.append(field)
         return ref
@@ -466,6 +514,8 @@ class FrontEnd(LoopLowering, CallLowering):
         if not isinstance(node.target, ast.Name):
             self.error("only simple names can be annotated", node.target)
         dtype = self.visit(node.annotation)
+        if isinstance(dtype, M.MatrixType) and node.value is not None:
+            return self.annotated_vector(node, dtype)
         if dtype is int or dtype is float:
             dtype = self.values.default_ip if dtype is int else self.values.default_fp
         if not isinstance(dtype, T.DataType):
@@ -480,6 +530,8 @@ class FrontEnd(LoopLowering, CallLowering):
     def assign(self, target, value, value_node=None):
         """Assign `value` (computed from `value_node`, where errors about it point) to `target`."""
         if isinstance(target, (ast.Tuple, ast.List)):
+            if isinstance(value, VectorValue):  # unpacking: a vector's components, a matrix's rows
+                value = value.rows()
             if not isinstance(value, (tuple, list)):
                 self.error("cannot unpack a non-tuple value", target)
             if len(value) != len(target.elts):
@@ -490,6 +542,8 @@ class FrontEnd(LoopLowering, CallLowering):
                 self.assign(t, v, n)
         elif isinstance(target, ast.Name):
             self.assign_name(target, value, value_node)
+        elif isinstance(target, (ast.Subscript, ast.Attribute)) and (places := self.vector_target(target)) is not None:
+            self.store_target(places, value, value_node)
         elif isinstance(target, ast.Subscript):
             base = self.visit(target.value)
             if not isinstance(base, GLOBAL_ARRAYS):
@@ -540,6 +594,8 @@ class FrontEnd(LoopLowering, CallLowering):
                        f"with {name}[i] = ... ({name}[None] = ... for a 0-d field)", target)
         if is_runtime(current) and not isinstance(current, ir.Alloca):
             self.error(f"cannot assign to loop variable '{name}'; copy it into a new variable first", target)
+        if isinstance(value, VectorValue) or isinstance(current, VectorVar):
+            return self.assign_vector_name(target, current, value, value_node)
         is_value = is_runtime(value) or is_number(value)
         if scope is not None and scope is not self.frame.scopes[-1] and is_number(current) and is_value:
             current = self.promote_to_variable(scope, name, current)
@@ -587,6 +643,9 @@ class FrontEnd(LoopLowering, CallLowering):
         if op is None:
             self.error(f"operator {type(node.op).__name__}= is not supported")
         target = node.target
+        vector_target = self.vector_target(target)
+        if vector_target is not None:
+            return self.aug_assign_target(op, vector_target, node.value)
         if isinstance(target, ast.Subscript):
             base = self.visit(target.value)
             if isinstance(base, GLOBAL_ARRAYS):
@@ -638,6 +697,8 @@ class FrontEnd(LoopLowering, CallLowering):
         cond = self.visit(node.test)
         if isinstance(cond, GLOBAL_ARRAYS):
             self.error("a field or ndarray is not a condition; index it", node.test)
+        if isinstance(cond, VectorValue):
+            self.error("a vector is not a condition; use .any() or .all()", node.test)
         if not is_runtime(cond):  # compile-time branch (qd.static or a constant): no new scope
             self.visit_body(node.body if cond else node.orelse)
             return

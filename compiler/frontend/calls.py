@@ -21,6 +21,9 @@ from ..driver.kernel import kernel_of
 from .objects import GLOBAL_ARRAYS, NdarrayHandle, RangeSpec
 from .source import is_tail_return, source_info
 from .values import is_runtime
+from .vector_math import MATH_FUNCTIONS, BoundMethod
+from .vectors import VectorValue, flatten, unflatten
+from ..language import matrix as M
 
 _MAX_INLINE_DEPTH = 64
 _LOCAL_ATOMIC_OP = {"add": "add", "sub": "sub", "min": "min", "max": "max",
@@ -56,6 +59,9 @@ class CallLowering:
         callee = self.visit(node.func)
         if isinstance(callee, lang.Func):
             return self.inline_func(callee, node)
+        vector = self.vector_call(callee, node)
+        if vector is not None:
+            return vector
         kind = lang.INTRINSICS.get(callee) if _hashable(callee) else None
         if kind is not None:
             return self.call_intrinsic(kind, node)
@@ -71,6 +77,26 @@ class CallLowering:
             return self.inline_func(_as_func(callee), node)
         hint = " (decorate it with @qd.func)" if inspect.isfunction(callee) else ""
         self.error(f"'{name}' is not a qd.func or a qd intrinsic and cannot be called in a kernel{hint}")
+
+    def vector_call(self, callee, node):
+        """A call that makes or works on vectors and matrices (compiler/frontend/vectors.py), else None."""
+        if isinstance(callee, BoundMethod):
+            return self.call_vector_method(callee, node)
+        if isinstance(callee, M.MatrixType):
+            return self.construct(callee, node)
+        if callee is M.Vector or callee is M.Matrix:
+            return self.vector_literal(callee, node)
+        helper = _MATRIX_HELPERS.get(callee) if _hashable(callee) else None
+        if helper is not None:
+            return self.matrix_helper(helper, node)
+        if _hashable(callee) and callee in MATH_FUNCTIONS:
+            return self.call_math(callee, node)
+        if callee is M.vector or callee is M.matrix:  # qd.types.vector(n, dtype): a type, made now
+            args = self.call_args(node, 2, 3, callee.__name__)
+            if any(is_runtime(a) for a in args):
+                self.error(f"qd.types.{callee.__name__}() needs compile-time arguments")
+            return callee(*args)
+        return None
 
     def call_args(self, node, lo: int, hi: int, name: str) -> list:
         self.reject_unpacking(node)
@@ -97,16 +123,17 @@ class CallLowering:
         if fn is builtins.len:
             return self.length(self.call_args(node, 1, 1, "len")[0])
         if fn in (builtins.min, builtins.max):
-            args = self.scalar_args(node, 2, 64, name)
+            args = self.call_args(node, 2, 64, name)
             acc = args[0]
-            for a in args[1:]:
-                acc = self.values.binary(name, acc, a)
+            for a, n in zip(args[1:], node.args[1:]):
+                acc = self.elementwise(lambda x, y: self.values.binary(name, x, y), [acc, a], [node.args[0], n])
             return acc
         if fn is builtins.pow:
-            return self.values.binary("pow", *self.scalar_args(node, 2, 2, "pow"))
-        (arg,) = self.scalar_args(node, 1, 1, name)
+            return self.elementwise(lambda x, y: self.values.binary("pow", x, y), self.call_args(node, 2, 2, "pow"),
+                                    node.args)
         if fn is builtins.abs:
-            return self.values.unary("abs", arg)
+            return self.elementwise(lambda x: self.values.unary("abs", x), self.call_args(node, 1, 1, name), node.args)
+        (arg,) = self.scalar_args(node, 1, 1, name)
         if not is_runtime(arg):
             return fn(arg)  # int(), float(), bool() of a compile-time number
         target = {builtins.int: self.values.default_ip, builtins.float: self.values.default_fp}.get(fn, T.u1)
@@ -131,32 +158,39 @@ class CallLowering:
             return self.emit(ir.NdarrayShape(a.arg_index, 0, T.i32))
         if isinstance(a, (tuple, list)):
             return len(a)
-        self.error("len() needs a field, an ndarray or a tuple")
+        if isinstance(a, VectorValue):
+            return a.shape[0]
+        self.error("len() needs a field, an ndarray, a vector or a tuple")
 
     # ---- qd intrinsics ---------------------------------------------------------------------
     def call_intrinsic(self, kind, node):
         what, op = kind
         fname = getattr(node.func, "attr", getattr(node.func, "id", what))
-        if what == "unary":
-            (x,) = self.scalar_args(node, 1, 1, fname)
-            return self.values.unary(op, x)
+        if what == "unary":  # element-wise on vectors, as every math function below
+            return self.elementwise(lambda x: self.values.unary(op, x), self.call_args(node, 1, 1, fname), node.args)
         if what == "binary":
-            return self.values.binary(op, *self.scalar_args(node, 2, 2, fname))
+            return self.elementwise(lambda x, y: self.values.binary(op, x, y), self.call_args(node, 2, 2, fname),
+                                    node.args)
         if what == "select":
-            c, a, b = self.scalar_args(node, 3, 3, "select")
-            if not is_runtime(c):
-                return a if c else b
-            return self.values.select(c, a, b)
+            def select(c, a, b):
+                return (a if c else b) if not is_runtime(c) else self.values.select(c, a, b)
+            return self.elementwise(select, self.call_args(node, 3, 3, "select"), node.args)
         if what == "cast":
             x, dtype = self.call_args(node, 2, 2, "cast")
             if not isinstance(dtype, T.DataType):
                 self.error("qd.cast() needs a qd type as its second argument", node.args[1])
+            if isinstance(x, VectorValue):
+                return x.map(lambda c: self.convert(c, dtype, node.args[0]))
             return self.convert(self.scalar(x, node.args[0]), dtype, node.args[0])
         if what == "static":
             return self.static_value(self.call_args(node, 1, 8, "static"), node)
         if what == "atomic":
             if node.keywords or len(node.args) != 2:
                 self.error(f"{fname}() takes 2 arguments: a field/ndarray element (or local) and a value")
+            target = self.vector_target(node.args[0])
+            if target is not None:
+                value = self.vector_operand(self.visit(node.args[1]), node.args[1])
+                return self.atomic_target(op, target, value, node.args[1])
             return self.atomic(op, node.args[0], self.scalar(self.visit(node.args[1]), node.args[1]))
         if what == "ndrange":
             if node.keywords:
@@ -264,6 +298,8 @@ class CallLowering:
                     var = self.new_local(value.type, name)
                     self.emit(ir.LocalStore(var, value))
                     value = var
+                elif isinstance(value, VectorValue):
+                    value = self.new_vector_var(value, name)
                 frame.scopes[0][name] = value
             self.visit_body(src.func_body)
             return self.func_result(frame)
@@ -272,7 +308,7 @@ class CallLowering:
 
     def visit_Return(self, node: ast.Return):
         if self.frame.is_kernel:
-            self.error("return is not allowed in a kernel; write results to a field or ndarray")
+            return self.kernel_return(node)  # returns.py
         if not is_tail_return(node):
             self.error("return must be the last statement of a qd.func, or end an if/else branch "
                        "(returns inside loops or followed by code are not supported)")
@@ -287,12 +323,23 @@ class CallLowering:
             return None
         if len(returns) == 1 and returns[0][0] is frame.base_block:
             return returns[0][1]
+        if any(_holds_vector(v) for _, v, _ in returns):  # vectors travel as their scalar components
+            flat = [flatten(v) for _, v, _ in returns]
+            if any(layout != flat[0][0] for layout, _ in flat):
+                self.error("all returns of a qd.func must return values of the same shapes", returns[-1][2])
+            returns = [(block, tuple(scalars), ret) for (block, _, ret), (_, scalars) in zip(returns, flat)]
+            return unflatten(flat[0][0], self.merge_returns(frame, returns, len(flat[0][1])))
         shapes = {_return_shape(v) for _, v, _ in returns}
         if len(shapes) != 1:
             self.error("all returns of a qd.func must return the same number of values", returns[-1][2])
         (shape,) = shapes
         if shape is None:
             return None
+        results = self.merge_returns(frame, returns, shape)
+        return tuple(results) if shape != "scalar" else results[0]
+
+    def merge_returns(self, frame, returns, shape) -> list:
+        """One shared local per returned scalar, stored by each return: their loads, in order."""
         columns = zip(*[v if isinstance(v, tuple) else (v,) for _, v, _ in returns])
         results = []
         for column in columns:
@@ -307,10 +354,11 @@ class CallLowering:
                 finally:
                     self.node_stack.pop()
             results.append(self.emit(ir.LocalLoad(var)))
-        return tuple(results) if shape != "scalar" else results[0]
+        return results
 
 
 LOOP_CONFIG_KEYS = ("serialize", "block_dim")
+_MATRIX_HELPERS = {M.Matrix.identity: "identity", M.Matrix.diag: "diag", M.Matrix.zero: "zero"}
 
 
 class LoopConfig:
@@ -327,6 +375,10 @@ def _unknown_key_message(key) -> str:
     close = difflib.get_close_matches(key, LOOP_CONFIG_KEYS, n=1)
     hint = f" (did you mean '{close[0]}'?)" if close else ""
     return f"qd.loop_config() has no option '{key}'{hint}; it accepts serialize= and block_dim="
+
+
+def _holds_vector(v) -> bool:
+    return isinstance(v, VectorValue) or isinstance(v, tuple) and any(_holds_vector(e) for e in v)
 
 
 def _return_shape(v):

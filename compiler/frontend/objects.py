@@ -10,12 +10,15 @@ from .. import ir
 class NdarrayHandle:
     """An ndarray parameter as seen inside a kernel."""
 
-    def __init__(self, arg_index: int, name: str, dtype: T.DataType, ndim: int, needs_grad: bool, grad=False):
+    def __init__(self, arg_index: int, name: str, dtype: T.DataType, ndim: int, needs_grad: bool, grad=False,
+                 element_shape: tuple = ()):
+        """`ndim` counts the array's own axes; an ndarray of vectors adds `element_shape`'s."""
         self.arg_index, self.name, self.dtype, self.ndim = arg_index, name, dtype, ndim
         self.needs_grad, self.is_grad = needs_grad, grad
+        self.element_shape = tuple(element_shape)
 
     def ref(self) -> ir.NdarrayRef:
-        return ir.NdarrayRef(self.arg_index, self.name, self.dtype, self.ndim, self.is_grad)
+        return ir.NdarrayRef(self.arg_index, self.name, self.dtype, self.ndim + len(self.element_shape), self.is_grad)
 
 
 GLOBAL_ARRAYS = (Field, NdarrayHandle)

@@ -421,11 +421,13 @@ class Task(Stmt):
 # ---- kernel -----------------------------------------------------------------------------
 
 class Param:
-    """A kernel parameter: kind "scalar" or "ndarray"."""
-    __slots__ = ("name", "kind", "dtype", "ndim", "needs_grad")
+    """A kernel parameter: kind "scalar" or "ndarray". An ndarray of vectors/matrices has its
+    `element_shape` as trailing axes, counted in `ndim` (the scalar array's rank)."""
+    __slots__ = ("name", "kind", "dtype", "ndim", "needs_grad", "element_shape")
 
-    def __init__(self, name, kind, dtype, ndim=0, needs_grad=False):
+    def __init__(self, name, kind, dtype, ndim=0, needs_grad=False, element_shape=()):
         self.name, self.kind, self.dtype, self.ndim, self.needs_grad = name, kind, dtype, ndim, needs_grad
+        self.element_shape = tuple(element_shape)
 
     def __repr__(self):
         if self.kind == "scalar":
@@ -445,13 +447,16 @@ class KernelIR:
         self.loc = loc
         self.num_temps = 0
         self.temp_types: list[DataType] = []
+        # What the kernel returns: the artifact's "returns" record (frontend/returns.py), whose
+        # "slots" are temporaries read after the launch; None when it returns nothing.
+        self.returns: dict | None = None
 
     def field_ref(self, field, is_grad: bool) -> FieldRef:
         """The kernel's reference to `field` (a runtime Field object), allocated on first use."""
         for ref in self.fields:
             if ref.name == field.name and ref.is_grad == is_grad:
                 return ref
-        ref = FieldRef(len(self.fields), field.name, field.dtype, tuple(field.shape), is_grad)
+        ref = FieldRef(len(self.fields), field.name, field.dtype, tuple(field.storage_shape), is_grad)
         self.fields.append(ref)
         return ref
 

@@ -8,6 +8,10 @@ from __future__ import annotations
 from qdc.runtime import context
 from qdc.runtime.fields import Field, Ndarray
 
+from . import grad_check as grad_check_mod
+from .forward import FwdMode  # noqa: F401  (qd.ad.FwdMode: forward mode, language/forward.py)
+from .grad_check import GradCheckError  # noqa: F401  (qd.ad.GradCheckError)
+
 recording = None  # the Tape whose `with` body is running, if any
 
 
@@ -25,6 +29,9 @@ class GradKernel:
     def __call__(self, *args, **kwargs):
         gen, launch = self._fast
         if gen is None or gen != context.current().generation:
+            if self.kernel.template_params is not None:  # compiled per template argument
+                templates, args = self.kernel.template_params.split(args, kwargs)
+                return self.kernel._launcher(args, "grad", templates=templates)[0](*args)
             launch = self.kernel._launcher(args, "grad")[0]
             if not self.kernel._templated:
                 self._fast = (context.current().generation, launch)
@@ -40,9 +47,14 @@ class Tape:
 
     As in Quadrants: `loss` is a 0-d field (or one-element ndarray) with a gradient, zeroed on
     entry; with `clear_gradients` (the default) the gradients the recorded kernels write are
-    zeroed before the replay, so the result is the gradient of this tape alone."""
+    zeroed before the replay, so the result is the gradient of this tape alone.
 
-    def __init__(self, loss=None, clear_gradients: bool = True):
+    `grad_check=[fields]` checks the gradients of those fields against central finite
+    differences after the backward pass (language/grad_check.py). `validation` is accepted as
+    in Quadrants, where it turns on checks of the global data access rules in debug mode: qdc
+    applies those rules to every kernel it compiles, so there is nothing more to turn on."""
+
+    def __init__(self, loss=None, clear_gradients: bool = True, validation: bool = False, grad_check=None):
         if loss is not None:
             if not isinstance(loss, (Field, Ndarray)):
                 raise TypeError(f"Tape(loss=...) needs a qd field or ndarray, got {type(loss).__name__}")
@@ -51,9 +63,11 @@ class Tape:
                                  f"{loss.shape}")
             if loss.grad is None:
                 raise ValueError("the loss of a Tape needs a gradient: create it with needs_grad=True")
-        self.loss, self.clear_gradients = loss, clear_gradients
+        self.loss, self.clear_gradients, self.validation = loss, clear_gradients, bool(validation)
         self.calls: list = []
         self.entered = self.evaluated = False
+        self.grad_check = grad_check_mod.check_fields(grad_check, loss) if grad_check else None
+        self.initial_state = grad_check_mod.StateSnapshot() if self.grad_check else None
 
     def __enter__(self):
         global recording
@@ -64,6 +78,8 @@ class Tape:
         self.entered = True
         if self.loss is not None:
             self.loss.fill(0)
+            if self.initial_state is not None:
+                self.initial_state.save(self.loss)
         from ..driver.kernel import suspend_fast_launches
         suspend_fast_launches()  # every kernel call in the body must reach the recording slow path
         recording = self
@@ -76,6 +92,8 @@ class Tape:
             self.grad()
 
     def record(self, kernel, args, kwargs) -> None:
+        if self.initial_state is not None:  # what the finite differences start from
+            self.initial_state.save_launch(kernel, args, kwargs)
         self.calls.append((kernel, args, kwargs))
 
     def grad(self) -> None:
@@ -89,10 +107,12 @@ class Tape:
             self.loss.grad.fill(1)
         for kernel, args, kwargs in reversed(self.calls):
             kernel.grad(*args, **kwargs)
+        if self.grad_check:
+            grad_check_mod.run_check(self.grad_check, self.loss, self.calls, self.initial_state)
 
     def _clear_gradients(self) -> None:
         for kernel, args, kwargs in self.calls:
-            for f in kernel.compile(args, variant="grad").field_objects:
+            for f in kernel.compile(args, variant="grad", kwargs=kwargs).field_objects:
                 if getattr(f, "is_grad", False):
                     f.fill(0)
             for a in list(args) + list(kwargs.values()):

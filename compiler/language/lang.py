@@ -6,6 +6,7 @@ identity through the INTRINSICS table and emits IR instead of calling them.
 """
 from __future__ import annotations
 
+import builtins
 import itertools
 import math
 import operator
@@ -13,6 +14,8 @@ import operator
 import numpy as np
 
 from qdc.runtime.contract import types as T
+
+from . import matrix as _matrix
 
 
 # ---- annotations ---------------------------------------------------------------------
@@ -23,6 +26,9 @@ class NdarrayType:
     a `qd.ndarray(..., needs_grad=True)` gets its gradient (the kernel is specialised on it)."""
 
     def __init__(self, dtype=None, ndim=None, needs_grad=None):
+        self.element_shape = ()  # an ndarray of vectors/matrices (dtype=qd.math.vec3): its element's shape
+        if getattr(dtype, "element_shape", None) is not None and not isinstance(dtype, T.DataType):
+            self.element_shape, dtype = tuple(dtype.element_shape), dtype.dtype
         if dtype is not None and not isinstance(dtype, T.DataType):
             dtype = T.from_numpy(dtype)
         if needs_grad is not None:
@@ -31,7 +37,8 @@ class NdarrayType:
 
     def __repr__(self):
         grad = "" if self.needs_grad is None else f", needs_grad={self.needs_grad}"
-        return f"ndarray(dtype={self.dtype}, ndim={self.ndim}{grad})"
+        element = f", element_shape={self.element_shape}" if self.element_shape else ""
+        return f"ndarray(dtype={self.dtype}{element}, ndim={self.ndim}{grad})"
 
 
 class _NdarraySubscript(NdarrayType):
@@ -48,9 +55,30 @@ class _NdarraySubscript(NdarrayType):
         return "NDArray"
 
 
+class Template:
+    """`qd.template()` (also the class itself, `qd.Template`) parameter annotation: the argument
+    is a field, or a Python value that becomes a compile-time constant; the kernel is compiled
+    once per distinct template argument (compiler/driver/templates.py)."""
+
+    def __repr__(self):
+        return "template()"
+
+
+def template() -> Template:
+    return Template()
+
+
+def is_template_annotation(ann) -> bool:
+    return ann is Template or isinstance(ann, Template)
+
+
 class _TypesNamespace:
     ndarray = NdarrayType
     NDArray = _NdarraySubscript()
+    template = staticmethod(template)
+    Template = Template
+    vector = staticmethod(_matrix.vector)  # qd.types.vector(n, dtype)
+    matrix = staticmethod(_matrix.matrix)  # qd.types.matrix(n, m, dtype)
 
     def __init__(self):
         for t in T.ALL_TYPES:
@@ -138,6 +166,9 @@ def _atomic(name):
 
 atomic_add, atomic_sub, atomic_min, atomic_max = map(_atomic, ("atomic_add", "atomic_sub", "atomic_min", "atomic_max"))
 atomic_and, atomic_or, atomic_xor = map(_atomic, ("atomic_and", "atomic_or", "atomic_xor"))
+
+# `qd.abs`, `qd.min`, `qd.max` are the builtins themselves (n-ary min/max), as in Quadrants.
+abs, min, max = builtins.abs, builtins.min, builtins.max  # noqa: A001
 
 # What the front end emits for each intrinsic: ("unary", op) | ("binary", op) | ("atomic", op) | kind
 INTRINSICS = {

@@ -12,7 +12,7 @@ def eliminate_dead_code(k: ir.KernelIR) -> bool:
     changed_any = False
     while True:
         uses = ir.users_count(k.body)
-        read_vars, read_temps = set(), set()
+        read_vars, read_temps = set(), set(k.returns["slots"] if k.returns else ())  # the launcher reads those
         for s in ir.walk(k.body):
             if isinstance(s, ir.LocalLoad):
                 read_vars.add(s.var)

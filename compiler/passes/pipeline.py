@@ -10,6 +10,10 @@ Each pass is a function `pass(kernel) -> changed` in its own module, mutating th
 place. Reverse-mode passes (autodiff, adstacks) belong after `simplify_tasks` and before
 `thread_local_reductions`, which rewrites atomics into per-chunk accumulators.
 
+A pass listed with None runs only in the kernel variants that supply it (`variant_passes`):
+it needs what the front end resolved for this compilation (the runtime Field objects).
+`forward_mode` is the forward-mode variant's tangent transform (autodiff/forward_mode.py).
+
 `run_pipeline` verifies the IR after every pass when asked to, or when the environment
 variable QDC_VERIFY_IR=1 is set (the test suite sets it, so every kernel it compiles is
 checked between passes); `dump(name, text)` receives the printed IR after each pass
@@ -31,6 +35,7 @@ PIPELINE = [
     ("type_check", type_check),                # the verifier's type rules on the front end's output
     ("constant_fold", constant_fold),          # `2*3+1` -> const 7
     ("simplify", simplify),                    # store forwarding, folding, CSE, DCE to a fixed point
+    ("forward_mode", None),                    # variant forward_ad: a tangent beside every active value
     ("offload", offload),                      # top-level loops -> range-for tasks, the rest -> serial
     ("simplify_tasks", simplify),              # per task: offload recomputes and imports values
     ("thread_local_reductions", thread_local_reductions),  # one atomic per chunk, not per iteration
@@ -43,8 +48,9 @@ def verify_requested() -> bool:
 
 
 def run_pipeline(k: ir.KernelIR, verify_each: bool = False, dump=None,
-                 stop_after: str | None = None) -> ir.KernelIR:
-    """Run PIPELINE over `k` (up to and including pass `stop_after`, if given)."""
+                 stop_after: str | None = None, variant_passes: dict | None = None) -> ir.KernelIR:
+    """Run PIPELINE over `k` (up to and including pass `stop_after`, if given); the entries
+    listed with None run the function `variant_passes` gives for their name, if any."""
     names = [name for name, _ in PIPELINE]
     if stop_after is not None and stop_after not in names:
         raise ValueError(f"unknown pass '{stop_after}' (passes: {', '.join(names)})")
@@ -53,6 +59,9 @@ def run_pipeline(k: ir.KernelIR, verify_each: bool = False, dump=None,
         _verify(k, "the front end", offloaded=False)
     offloaded = False
     for name, pass_fn in PIPELINE:
+        pass_fn = pass_fn or (variant_passes or {}).get(name)
+        if pass_fn is None:
+            continue
         pass_fn(k)
         offloaded = offloaded or name == "offload"
         if verify_each:

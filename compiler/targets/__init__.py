@@ -14,7 +14,8 @@ from .base import Capabilities, Target  # noqa: F401
 
 # arch -> module defining `TARGET`, imported on first use (a target may pull in heavy toolchains).
 TARGETS = {"cpu": "qdc.compiler.targets.cpu.target", "cuda": "qdc.compiler.targets.cuda.target",
-           "vulkan": "qdc.compiler.targets.vulkan.target"}
+           "vulkan": "qdc.compiler.targets.vulkan.target", "metal": "qdc.compiler.targets.metal.target",
+           "amdgpu": "qdc.compiler.targets.amdgpu.target"}
 assert set(TARGETS) <= set(ARCHES)
 
 

@@ -6,8 +6,9 @@ description that enters the cache key, the source folders its code comes from (t
 fingerprint of its cache entries covers those and the backend-neutral stages, nothing else),
 and how it launches a task (which adstack sizing needs, without importing any target).
 
-`compile` first checks what the kernel needs against the capabilities (an adstack of a type
-the target cannot store is an error at that stack's line), then calls the target's `generate`.
+`compile` first checks what the kernel needs against the capabilities (a 64-bit value on a
+target without 64-bit types, an adstack of a type the target cannot store: a
+`TargetCannotExpress` error at that statement's line), then calls the target's `generate`.
 Errors found while generating code are `QdcCompileError`s at the statement's source line
 (`codegen_error`), never a bare exception from deep inside a code generator.
 """
@@ -31,6 +32,8 @@ class Capabilities:
     adstack_dtypes: frozenset | None = None
     max_workgroup_size: int | None = None
     subgroup_size: int | None = None
+    # chunk_final's atomics combine the partials of a subgroup/warp first (one atomic per group)
+    subgroup_reductions: bool = False
 
 
 class Target:
@@ -62,18 +65,47 @@ class Target:
         raise NotImplementedError
 
     def check_capabilities(self, kernel: ir.KernelIR) -> None:
-        """QdcCompileError at the first adstack whose element type this target cannot store."""
+        """TargetCannotExpress at the first statement whose type the target lacks, or the first
+        adstack whose element type it cannot store."""
         storable = self.capabilities.adstack_dtypes
-        if storable is None:
-            return
         for task in kernel.tasks:
-            for s in ir.walk_nested(task):
-                if isinstance(s, AdStackAlloca) and s.type.name not in storable:
+            for s, where in _located(task, task.loc or kernel.loc):
+                lacking = self._lacking_type(s)
+                if lacking is not None:
+                    raise codegen_error(
+                        kernel, s, f"type {lacking.name} needs {'Float64' if lacking.is_float else 'Int64'}, which "
+                        f"target '{self.arch}' does not have: this kernel cannot be built for it (use "
+                        f"{'f32' if lacking.is_float else 'i32/u32'} for this value, or another arch)",
+                        where, error=TargetCannotExpress)
+                if storable is not None and isinstance(s, AdStackAlloca) and s.type.name not in storable:
                     raise codegen_error(
                         kernel, s, f"the {s.type.name} value of '{s.var_name}' must be kept on an adstack (it "
                         f"changes in a dynamic loop of a kernel that needs a gradient), but target "
                         f"'{self.arch}' stores only {', '.join(sorted(storable))} there: use one of those "
-                        f"types for it", describe=False)
+                        f"types for it", describe=False, error=TargetCannotExpress)
+
+    def _lacking_type(self, s: ir.Stmt):
+        """The 64-bit type of `s`'s value if the target has none (a loop index is typed by its
+        lowering, not by the IR)."""
+        t = s.type
+        if t is None or isinstance(s, ir.LoopIndex) or getattr(t, "bits", None) != 64:
+            return None
+        return None if (self.capabilities.float64 if t.is_float else self.capabilities.int64) else t
+
+
+def _located(stmt: ir.Stmt, loc):
+    """(statement, its location or its nearest located enclosing statement's) for every
+    statement inside `stmt`, in program order."""
+    for block in stmt.blocks():
+        for s in block.stmts:
+            yield s, s.loc or loc
+            yield from _located(s, s.loc or loc)
+
+
+class TargetCannotExpress(QdcCompileError):
+    """The kernel needs what the target does not have (a 64-bit type on Metal, an adstack of a
+    type it cannot store): no fault of the code generator. `qdc build --arch all` reports such
+    a kernel as skipped for that arch instead of failing the build."""
 
 
 class Unsupported(Exception):
@@ -82,9 +114,9 @@ class Unsupported(Exception):
 
 
 def codegen_error(kernel: ir.KernelIR, s: ir.Stmt, message: str, loc: ir.SourceLoc | None = None,
-                  describe: bool = True) -> QdcCompileError:
-    """A QdcCompileError at `s`'s source line (else `loc`, the nearest enclosing one), naming the
-    kernel and (`describe`) the statement as the IR printer shows it."""
+                  describe: bool = True, error: type = QdcCompileError) -> QdcCompileError:
+    """A QdcCompileError (or subclass `error`) at `s`'s source line (else `loc`, the nearest
+    enclosing one), naming the kernel and (`describe`) the statement as the IR printer shows it."""
     from ..ir.printer import Printer
     where = s.loc or loc
     if describe:
@@ -92,6 +124,6 @@ def codegen_error(kernel: ir.KernelIR, s: ir.Stmt, message: str, loc: ir.SourceL
     else:
         message = f"kernel '{kernel.name}': {message}"
     if where is None:
-        return QdcCompileError(message)
+        return error(message)
     source = linecache.getline(where.filename, where.line) or None
-    return QdcCompileError(message, where.filename, where.line, where.col, source)
+    return error(message, where.filename, where.line, where.col, source)

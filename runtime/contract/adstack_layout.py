@@ -1,7 +1,7 @@
 """The adstack heap layout and the overflow word: the one record codegen and runtime both read.
 
 Heap (LLVM backends: cpu, cuda, amdgpu). One heap per runtime; thread t's slice starts at
-`heap + t * stride`, stack s of the slice at `offset[s]` (stride and offsets are computed by
+`heap + t * stride` (GPUs interleave the slices instead: `HeapLayout.interleave`), stack s of the slice at `offset[s]` (stride and offsets are computed by
 the runtime per launch, runtime/adstack_sizing.py, and reach the code as ctx words). A stack is
 a `header_bytes` count (u64) followed by `capacity` entries; an entry is the primal value,
 then (stacks with an adjoint) its adjoint right after it: interleaved, so a push or a pop
@@ -24,8 +24,9 @@ Heaps (SPIR-V: vulkan), `SPIRV_HEAP_64` / `SPIRV_HEAP_32` (64- or 32-bit index a
 by whether the target has Int64). Two storage buffers of 4-byte elements: "adstack_float"
 (f32 stacks; an entry is the primal then, stacks with an adjoint, its adjoint: interleaved)
 and "adstack_int" (i32 stacks, u1 widened to i32; primal only). No other element type fits
-(a compile error, compiler/targets/base.py). Invocation i's stack s starts at element
-`i * stride[heap] + offset[s]` of its heap; its count is a private variable of the shader,
+(a compile error, compiler/targets/base.py). Invocation i's slice is `stride[heap]` elements,
+stack s at `offset[s]` in it, the slices interleaved element by element (`interleave`: element
+r of invocation i at heap element `r * invocations + i`); a stack's count is a private variable of the shader,
 not heap memory. The strides, offsets and capacities reach the shader through the
 "adstack_meta" buffer, u32 words (`SPIRV_META`):
 
@@ -83,6 +84,14 @@ class HeapLayout:
     align: int         # every stack's bytes are a multiple of this
     heaps: tuple = ("heap",)  # the heap buffers; `heap_of` says where a stack lives
     index_bits: int = 64      # width of the index arithmetic the code uses
+    # 0: each thread's slice is `stride` contiguous bytes. G > 0: slices are interleaved in
+    # granules of G bytes, so that the threads of a warp pushing entry j touch adjacent
+    # addresses (coalesced): byte o of thread t's slice is at
+    #     heap + (o // G) * (threads * G) + t * G + o % G,
+    # `threads` being the slices the heap holds (the ctx word after the stacks' words). Same
+    # bytes in all (threads * stride); no element straddles a granule (elements are aligned to
+    # their size, stacks to `align`).
+    interleave: int = 0
 
     def element_bytes(self, dtype: DataType | str) -> int:
         return (by_name(dtype) if isinstance(dtype, str) else dtype).nbytes
@@ -106,14 +115,19 @@ class HeapLayout:
 
     def record(self) -> dict:
         """What KernelMeta.adstack["layout"] holds (msgpack-able)."""
-        return {"heap": self.name, "header_bytes": self.header_bytes, "align": self.align,
-                "adjoint": "interleaved",
-                "element_bytes": {t.name: self.element_bytes(t) for t in ALL_TYPES},
-                "overflow": {"required": [REQUIRED_SHIFT, REQUIRED_BITS], "task": [TASK_SHIFT, TASK_BITS],
-                             "stack": [STACK_SHIFT, STACK_BITS]}}
+        record = {"heap": self.name, "header_bytes": self.header_bytes, "align": self.align,
+                  "adjoint": "interleaved",
+                  "element_bytes": {t.name: self.element_bytes(t) for t in ALL_TYPES},
+                  "overflow": {"required": [REQUIRED_SHIFT, REQUIRED_BITS], "task": [TASK_SHIFT, TASK_BITS],
+                               "stack": [STACK_SHIFT, STACK_BITS]}}
+        if self.interleave:
+            record["slices"] = {"interleave": self.interleave}
+        return record
 
 
 LLVM_HEAP = HeapLayout("llvm", header_bytes=8, align=8)
+# GPUs (cuda, amdgpu): the same stacks, slices interleaved in 8-byte granules (coalesced pushes)
+LLVM_HEAP_INTERLEAVED = HeapLayout("llvm", header_bytes=8, align=8, interleave=8)
 
 # ---- SPIR-V ------------------------------------------------------------------------------------
 SPIRV_ELEMENT = {"f32": 0, "i32": 1, "u1": 1}  # storable dtype -> heap (0 float, 1 int)
@@ -160,11 +174,11 @@ class SpirvHeapLayout(HeapLayout):
                 "meta": {"float_stride": SpirvMeta.FLOAT_STRIDE, "int_stride": SpirvMeta.INT_STRIDE,
                          "invocations": SpirvMeta.INVOCATIONS, "stack": [3, 2]},
                 "overflow": {"required": [REQUIRED_SHIFT, REQUIRED_BITS], "task": [TASK_SHIFT, TASK_BITS],
-                             "stack": [STACK_SHIFT, STACK_BITS]}}
+                             "stack": [STACK_SHIFT, STACK_BITS]}, "slices": {"interleave": self.interleave}}
 
 
-SPIRV_HEAP_64 = SpirvHeapLayout("spirv", header_bytes=0, align=4, heaps=SPIRV_HEAP_NAMES, index_bits=64)
-SPIRV_HEAP_32 = SpirvHeapLayout("spirv", header_bytes=0, align=4, heaps=SPIRV_HEAP_NAMES, index_bits=32)
+SPIRV_HEAP_64 = SpirvHeapLayout("spirv", header_bytes=0, align=4, heaps=SPIRV_HEAP_NAMES, index_bits=64, interleave=4)
+SPIRV_HEAP_32 = SpirvHeapLayout("spirv", header_bytes=0, align=4, heaps=SPIRV_HEAP_NAMES, index_bits=32, interleave=4)
 U32_INDEX_LIMIT = 1 << 32  # elements a heap may span with 32-bit indices (tests lower it)
 
 
@@ -187,7 +201,7 @@ def layout_of_record(record, kernel: str) -> HeapLayout:
     have none, and were compiled for LLVM_HEAP); ValueError for one this runtime cannot lay out."""
     if not record:
         return LLVM_HEAP
-    for known in (LLVM_HEAP, SPIRV_HEAP_64, SPIRV_HEAP_32):
+    for known in (LLVM_HEAP, LLVM_HEAP_INTERLEAVED, SPIRV_HEAP_64, SPIRV_HEAP_32):
         if record == known.record():
             return known
     raise ValueError(f"kernel '{kernel}' was compiled for another adstack heap layout ({record}); this "

@@ -67,6 +67,13 @@ code needs, LLVM names}. The CPU device loads the last one whose features the ho
 (runtime/devices/cpu/device.py; compiler/targets/cpu/isa_levels.py says what `cpu_target` builds).
 Each library exports `entry` and every task's entry.
 
+`returns` (only in kernels that return a value) is {"values": [[dtype, shape], ...], "tuple":
+bool, "slots": [...]}: per returned item its type and element shape ([] a scalar, [n] a
+vector, [n, m] a matrix), whether the items form a tuple (else there is exactly one), and
+the kernel temporary holding each returned scalar (items in order, each row-major). The
+serial top-level task stores them; the launch function reads them back after the launch
+(runtime/returns.py). A grad kernel returns nothing.
+
 `debug_checks` (only with `debug=True`) has one record per checked global access, its id
 being its position: [kind, name, is_grad, extent, where] with kind "field" (extent: its
 shape) or "ndarray" (extent: the argument index), where = "file:line:col" or "".
@@ -103,9 +110,31 @@ ENTRY_RECORD = "kernel-entry"
 MODULE_RECORD = "module"
 
 DTYPE_NAMES = frozenset(("i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "f16", "f32", "f64", "u1"))
-# A kernel is compiled in variants; the reverse-mode one is stored as "<kernel>.grad".
-VARIANTS = ("forward", "grad")
+# A kernel is compiled in variants; the reverse-mode one is stored as "<kernel>.grad", the
+# forward-mode one (Jacobian-vector products) as "<kernel>.forward_ad". In a forward_ad
+# entry, a field record named "<field>.dual" (is_grad true) is that field's dual, and an
+# ndarray's gradient word carries the argument's dual.
+VARIANTS = ("forward", "grad", "forward_ad")
 GRAD_SUFFIX = ".grad"
+FORWARD_AD_SUFFIX = ".forward_ad"
+DUAL_SUFFIX = ".dual"
+VARIANT_SUFFIXES = {"grad": GRAD_SUFFIX, "forward_ad": FORWARD_AD_SUFFIX}
+
+
+def split_variant(name: str) -> tuple[str, str]:
+    """A module record's kernel name -> (kernel, variant): 'f.grad' is the reverse-mode variant of f."""
+    for variant, suffix in VARIANT_SUFFIXES.items():
+        if name.endswith(suffix):
+            return name[:-len(suffix)], variant
+    return name, "forward"
+
+
+def secondary_field(name: str) -> tuple[str, str | None]:
+    """A field record's name -> (the declared field, None | "grad" | "dual")."""
+    for kind, suffix in (("grad", GRAD_SUFFIX), ("dual", DUAL_SUFFIX)):
+        if name.endswith(suffix):
+            return name[:-len(suffix)], kind
+    return name, None
 
 
 class ParamMeta:
@@ -113,12 +142,14 @@ class ParamMeta:
     that follows the argument, built without one (ahead of time: there was no argument to
     follow). `writes`: whether the kernel stores into the ndarray's own elements (not its
     .grad), so a read-only array must be refused; metadata written before it existed reads
-    as True."""
-    __slots__ = ("name", "kind", "dtype", "ndim", "needs_grad", "writes", "slot")
+    as True. `element_shape`: an ndarray of vectors/matrices has it as its last axes (counted in
+    `ndim`); the record's 7th entry, absent for scalar elements."""
+    __slots__ = ("name", "kind", "dtype", "ndim", "needs_grad", "writes", "element_shape", "slot")
 
-    def __init__(self, name, kind, dtype, ndim=0, needs_grad=False, writes=True, slot=0):
+    def __init__(self, name, kind, dtype, ndim=0, needs_grad=False, writes=True, element_shape=(), slot=0):
         self.name, self.kind, self.dtype, self.ndim = name, kind, dtype, ndim
         self.needs_grad, self.writes, self.slot = needs_grad, writes, slot
+        self.element_shape = tuple(element_shape)
 
     @property
     def words(self) -> int:
@@ -166,8 +197,9 @@ class KernelMeta:
 
     def __init__(self, name: str, entry: str, params: list, fields: list, tasks: list,
                  num_temps: int = 0, is_grad: bool = False, adstack: dict | None = None,
-                 debug_checks: list | None = None, cpu_libraries: list | None = None):
+                 debug_checks: list | None = None, cpu_libraries: list | None = None, returns: dict | None = None):
         self.name, self.entry = name, entry
+        self.returns = returns  # the "returns" record, None when the kernel returns nothing
         self.cpu_libraries = cpu_libraries or []  # CPU entries: one record per library, see the docstring
         self.params, self.fields, self.tasks = params, fields, tasks
         self.num_temps, self.is_grad = num_temps, is_grad
@@ -192,7 +224,8 @@ class KernelMeta:
         d = {
             "name": self.name, "entry": self.entry, "num_temps": self.num_temps,
             "is_grad": self.is_grad, "adstack": self.adstack,
-            "params": [[p.name, p.kind, p.dtype, p.ndim, p.needs_grad, p.writes] for p in self.params],
+            "params": [[p.name, p.kind, p.dtype, p.ndim, p.needs_grad, p.writes]
+                       + ([list(p.element_shape)] if p.element_shape else []) for p in self.params],
             "fields": [[f.name, f.dtype, list(f.shape), f.is_grad] for f in self.fields],
             "tasks": [t.to_dict() for t in self.tasks],
         }
@@ -200,6 +233,8 @@ class KernelMeta:
             d["debug_checks"] = self.debug_checks
         if self.cpu_libraries:
             d["cpu_libraries"] = self.cpu_libraries
+        if self.returns:  # absent when the kernel returns nothing: such metadata reads as before
+            d["returns"] = self.returns
         return d
 
     @classmethod
@@ -212,7 +247,7 @@ class KernelMeta:
                    [FieldMeta(*f) for f in d["fields"]],
                    [TaskMeta.from_dict(t) for t in d["tasks"]],
                    d["num_temps"], d["is_grad"], d.get("adstack") or {}, d.get("debug_checks") or [],
-                   d.get("cpu_libraries") or [])
+                   d.get("cpu_libraries") or [], d.get("returns"))
 
 
 # ---- records ------------------------------------------------------------------------------
@@ -285,11 +320,13 @@ def check_kernel_meta(d) -> None:
     _need(isinstance(d.get("adstack", {}).get("stacks", []), list), "adstack stacks")
     _need(isinstance(d.get("params"), list), "params")
     for p in d["params"]:  # 5 wide: written before `writes` existed (then True)
-        _need(isinstance(p, list) and len(p) in (5, 6), "an entry of params")
+        _need(isinstance(p, list) and len(p) in (5, 6, 7), "an entry of params")
         _need(isinstance(p[0], str) and _IDENT.match(p[0]) and p[1] in ("scalar", "ndarray")
               and p[2] in DTYPE_NAMES and _is_int(p[3]) and 0 <= p[3] <= 16
               and (p[4] is None or isinstance(p[4], bool)) and (len(p) == 5 or isinstance(p[5], bool)),
               f"parameter {p[0]!r}")
+        _need(len(p) < 7 or (p[1] == "ndarray" and isinstance(p[6], list) and 0 < len(p[6]) <= min(2, p[3])
+                             and all(_is_int(s) and s > 0 for s in p[6])), f"element shape of parameter {p[0]!r}")
     for f in _list(d, "fields", 4):
         check_field(f[0], f[1], f[2], module_attribute=False)
         _need(isinstance(f[3], bool), f"field {f[0]!r}")
@@ -305,6 +342,33 @@ def check_kernel_meta(d) -> None:
     _need(isinstance(d.get("cpu_libraries", []), list) and len(d.get("cpu_libraries", [])) <= 16, "cpu_libraries")
     for i, r in enumerate(d.get("cpu_libraries", [])):
         check_cpu_library_record(i, r)
+    if "returns" in d:
+        check_returns_record(d, d["returns"])
+
+
+MAX_RETURN_VALUES = 4096
+
+
+def check_returns_record(d: dict, r) -> None:
+    """The "returns" record: per returned item [dtype, element shape] (shape [] for a scalar,
+    [n] for a vector, [n, m] for a matrix), whether the items form a tuple, and the temporary
+    slot of every scalar, items in order and each element row-major."""
+    _need(isinstance(r, dict) and set(r) == {"values", "tuple", "slots"} and isinstance(r["tuple"], bool)
+          and isinstance(r["values"], list) and 0 < len(r["values"]) <= MAX_RETURN_VALUES
+          and (r["tuple"] or len(r["values"]) == 1), "returns")
+    counts = []
+    for v in r["values"]:
+        _need(isinstance(v, list) and len(v) == 2 and v[0] in DTYPE_NAMES and isinstance(v[1], list)
+              and len(v[1]) <= 2 and all(_is_int(n) and 0 < n <= 64 for n in v[1]), f"returns: value {v!r:.60}")
+        counts.append(v[1][0] * (v[1][1] if len(v[1]) == 2 else 1) if v[1] else 1)
+    slots = r["slots"]
+    _need(isinstance(slots, list) and len(slots) == sum(counts) and len(set(slots)) == len(slots)
+          and all(_is_int(s) and 0 <= s < d["num_temps"] for s in slots), "returns: slots")
+    start = 0
+    for count in counts:  # the scalars of one value are in consecutive temporaries
+        _need(slots[start:start + count] == list(range(slots[start], slots[start] + count)),
+              "returns: the slots of a value are not consecutive")
+        start += count
 
 
 _FEATURE_NAME = re.compile(r"^[a-z0-9][a-z0-9._+-]{0,63}$")
@@ -467,6 +531,18 @@ def check_field(name, dtype, shape, module_attribute=True) -> None:
           f"shape of field {name!r}")
 
 
+def check_element_shapes(body: dict) -> None:
+    """Optional "element_shapes" of a module record: {field name: element shape} for fields of
+    vectors/matrices, whose records give the full (storage) shape ending in the element's."""
+    shapes = body.get("element_shapes", {})
+    _need(isinstance(shapes, dict), "element_shapes")
+    storage = {f[0]: f[2] for f in body["fields"]}
+    for name, shape in shapes.items():
+        _need(name in storage, f"element_shapes names no field {name!r:.60}")
+        _need(isinstance(shape, list) and 0 < len(shape) <= 2 and all(_is_int(s) and s > 0 for s in shape)
+              and storage[name][len(storage[name]) - len(shape):] == shape, f"element shape of field {name!r}")
+
+
 def _list(d, key, width):
     items = d.get(key)
     _need(isinstance(items, list), key)
@@ -503,12 +579,15 @@ def check_module_record(body: dict) -> None:
     """A module record: the module's fields and, per kernel variant, its entry key."""
     _need(isinstance(body.get("module"), str), "module name")
     _need(isinstance(body.get("arch"), str), "arch")
-    for f in _list(body, "fields", 4):
+    _need(isinstance(body.get("fields"), list), "fields")
+    for f in body["fields"]:  # [name, dtype, shape, needs_grad(, needs_dual)]: 4 wide before forward mode
+        _need(isinstance(f, list) and len(f) in (4, 5), "an entry of fields")
         check_field(f[0], f[1], f[2])
-        _need(isinstance(f[3], bool), f"field {f[0]!r}")
+        _need(all(isinstance(v, bool) for v in f[3:]), f"field {f[0]!r}")
+    check_element_shapes(body)
     kernels = body.get("kernels")
     _need(isinstance(kernels, dict), "kernels")
     for name, key in kernels.items():
-        base = name[:-len(GRAD_SUFFIX)] if name.endswith(GRAD_SUFFIX) else name
+        base = split_variant(name)[0] if isinstance(name, str) else name
         _need(isinstance(name, str) and _IDENT.match(base), f"kernel name {name!r}")
         _need(isinstance(key, str) and KEY_RE.match(key), f"entry key of kernel {name!r}")

@@ -10,7 +10,9 @@ from ..contract.arches import ARCHES
 # arch -> (module, class) of its device.
 DEVICES = {"cpu": ("qdc.runtime.devices.cpu.device", "CpuDevice"),
            "cuda": ("qdc.runtime.devices.cuda.device", "CudaDevice"),
-           "vulkan": ("qdc.runtime.devices.vulkan.device", "VulkanDevice")}
+           "vulkan": ("qdc.runtime.devices.vulkan.device", "VulkanDevice"),
+           "metal": ("qdc.runtime.devices.metal.device", "MetalDevice"),
+           "amdgpu": ("qdc.runtime.devices.amdgpu.device", "AmdgpuDevice")}
 assert set(DEVICES) <= set(ARCHES)
 
 

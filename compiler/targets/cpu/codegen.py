@@ -10,7 +10,9 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import shutil
 import subprocess
+import sys
 import tempfile
 
 import llvmlite.binding as llvm
@@ -90,6 +92,11 @@ def _dispatch(builder: ll.IRBuilder, ctx, task: ir.Task, chunk, begin, end, cost
         builder.branch(done)
         builder.position_at_end(done)
         return
+    if "noinline" not in chunk.attributes:
+        # Called from the serial path, from the worker threads' body, and (through both) from
+        # the task entry and the fused entry: inlined, LLVM optimised, vectorised and emitted
+        # the loop up to four times; one copy costs one call per chunk (issue 14: build time).
+        chunk.attributes.add("noinline")
     n64 = builder.sext(n, I64) if it.width < 64 else n
     threads = builder.load(builder.gep(ctx, [ll.Constant(I64, meta.threads_slot)], source_etype=I64), typ=I64)
     if any(isinstance(s, AdStackAlloca) for s in task.body.stmts):  # at most the heap's thread slices
@@ -187,35 +194,66 @@ def optimise(module, opt_level: int, level: CpuLevel | None = None):
     return module, tm
 
 
+# Whether linking with `ld` itself works here (None: not tried yet). A kernel library needs
+# nothing the C compiler driver adds (no C runtime start files: no constructors, no main), and
+# calling `ld` directly skips the driver and collect2: about 6 ms a link instead of 18 on the
+# development machine, three links per kernel for portable code. Where it fails (no GNU-style
+# ld, libgomp.so.1 not in its search path), every later link goes through `cc`.
+_direct_ld_works: bool | None = None
+
+
+def _direct_ld_command(o: str, so: str) -> list | None:
+    if _direct_ld_works is False or "CC" in os.environ or not sys.platform.startswith("linux"):
+        return None
+    ld = shutil.which("ld")
+    if ld is None:
+        return None
+    return [ld, "-shared", "--eh-frame-hdr", "--hash-style=gnu", "-z", "relro", "-z", "noexecstack",
+            "-o", so, o, "-l:libgomp.so.1", "-l:libm.so.6"]
+
+
 class _Linker:
-    """Links objects into shared libraries with the system C compiler driver, each link in the
-    background as soon as its object is there, so linking one level overlaps optimising the next."""
+    """Links objects into shared libraries with `ld` (else the system C compiler driver), each
+    link in the background as soon as its object is there, so linking one level overlaps
+    optimising the next."""
 
     def __init__(self):
         self.cc = os.environ.get("CC", "cc")
         self.folder = tempfile.TemporaryDirectory(prefix="qdc-link-")
         self.jobs: list = []
 
+    def cc_command(self, o: str, so: str) -> list:
+        return [self.cc, "-shared", "-o", so, o, "-lgomp", "-lm"]
+
     def start(self, obj: bytes) -> None:
         i = len(self.jobs)
         o, so = os.path.join(self.folder.name, f"k{i}.o"), os.path.join(self.folder.name, f"k{i}.so")
         with open(o, "wb") as f:
             f.write(obj)
+        command = _direct_ld_command(o, so)
+        direct = command is not None
         try:
-            proc = subprocess.Popen([self.cc, "-shared", "-o", so, o, "-lgomp", "-lm"], stdout=subprocess.PIPE,
+            proc = subprocess.Popen(command or self.cc_command(o, so), stdout=subprocess.PIPE,
                                     stderr=subprocess.STDOUT, text=True)
         except FileNotFoundError:
             self.close()
             raise RuntimeError(f"the CPU backend needs a C compiler driver to link ('{self.cc}' not found; "
                                f"set CC)") from None
-        self.jobs.append((so, proc))
+        self.jobs.append((so, proc, o, direct))
 
     def finish(self) -> list:
         """The libraries, in the order their objects were started."""
+        global _direct_ld_works
         try:
-            outputs = [(so, proc.communicate()[0], proc.returncode) for so, proc in self.jobs]
+            outputs = [(so, proc.communicate()[0], proc.returncode, o, direct) for so, proc, o, direct in self.jobs]
             libraries = []
-            for so, output, code in outputs:
+            for so, output, code, o, direct in outputs:
+                if direct:
+                    _direct_ld_works = code == 0
+                if code != 0 and direct:  # then with the driver, as every later link
+                    done = subprocess.run(self.cc_command(o, so), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                          text=True)
+                    output, code = done.stdout, done.returncode
                 if code != 0:
                     raise RuntimeError(f"linking the kernel library failed:\n{output}")
                 with open(so, "rb") as f:
@@ -225,7 +263,7 @@ class _Linker:
             self.close()
 
     def close(self) -> None:
-        for _, proc in self.jobs:
+        for _, proc, _, _ in self.jobs:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()

@@ -6,7 +6,8 @@ shared lowering reads arguments, fields, temporaries and adstack words exactly a
 - A range-for task is a grid-stride loop: thread g = blockIdx.x * blockDim.x + threadIdx.x
   (64-bit) runs indices begin + g, begin + g + G, ... below end, G = gridDim.x * blockDim.x,
   between its chunk_init and chunk_final (the per-thread partials the reduction passes make
-  are per grid-stride thread here). The counter is 64-bit, so `end + G` cannot overflow.
+  are per grid-stride thread here, combined across the block before one atomic:
+  block_reduce.py). The counter is 64-bit, so `end + G` cannot overflow.
 - A serial task, and a range-for task that must run in order (serialized loops), runs on
   thread 0 only; its launch policy asks for one thread (target.py).
 - The adstack slice of a thread is g (target.py, `emit_slice_index`).
@@ -24,9 +25,10 @@ from llvmlite import ir as ll
 from qdc.runtime.contract.artifact import KernelMeta
 
 from ... import ir
-from ..llvm.llvm_ir import I32, I64, PTR, VOID, KernelCodegen, ModuleBuilder, _ChunkEnv, _Env, lltype, \
-    start_function
+from ..llvm.grid import GridKernelCodegen, internalize
+from ..llvm.llvm_ir import I32, I64, ModuleBuilder
 from . import toolkit
+from .block_reduce import BlockReduceEnv, flushable
 
 TRIPLE = "nvptx64-nvidia-cuda"
 LIBDEVICE_PREFIX = "__nv_"
@@ -59,76 +61,25 @@ def grid_threads(mb: ModuleBuilder, builder: ll.IRBuilder):
                        flags=("nuw",))
 
 
-def _widen(builder: ll.IRBuilder, value):
-    return builder.sext(value, I64) if value.type.width < 64 else value
+class CudaKernelCodegen(GridKernelCodegen):
+    """The shared grid entries (llvm/grid.py) as ptx_kernels, on NVPTX's special registers."""
+    calling_convention = "ptx_kernel"
+    chunk_env = BlockReduceEnv
 
+    def thread_id(self, b: ll.IRBuilder):
+        return global_thread_id(self.mb, b)
 
-class CudaKernelCodegen(KernelCodegen):
-    """The shared lowering with GPU entries: one ptx_kernel per task, grid-stride chunks."""
+    def finish_chunk(self, env, task: ir.Task, first, end) -> None:
+        """A chunk_final that only flushes partials runs in every thread (an empty chunk's
+        partial is the identity), its atomics as block reductions (block_reduce.py)."""
+        if not flushable(task):
+            return super().finish_chunk(env, task, first, end)
+        env.flushing = True
+        env.block(task.chunk_final)
+        env.flushing = False
 
-    def emit_task_kernels(self) -> list:
-        return [self.emit_task_kernel(task, record.entry) for task, record in zip(self.k.tasks, self.meta.tasks)]
-
-    def emit_task_kernel(self, task: ir.Task, name: str) -> ll.Function:
-        """`void @<name>(ptr ctx)` as a ptx_kernel: the task's range computed from the ctx and
-        walked by the grid; a task that runs in order runs on thread 0 alone."""
-        fn = ll.Function(self.mb.module, ll.FunctionType(VOID, [PTR]), name=name)
-        fn.calling_convention = "ptx_kernel"
-        b = start_function(fn)
-        ctx = fn.args[0]
-        ctx.add_attribute("noalias")
-        thread = global_thread_id(self.mb, b)
-        if task.kind == "serial" or task.serial:
-            chunk = self.emit_chunk(task)  # the shared in-order chunk
-            with b.if_then(b.icmp_unsigned("==", thread, ll.Constant(I64, 0))):
-                if task.kind == "serial":
-                    b.call(chunk, [ctx])
-                else:
-                    begin, end = self._range(task, b, ctx)
-                    b.call(chunk, [ctx, begin, end])
-        else:
-            chunk = self.emit_strided_chunk(task)
-            begin, end = self._range(task, b, ctx)
-            first = b.add(_widen(b, begin), thread, flags=("nsw",))
-            b.call(chunk, [ctx, first, _widen(b, end), grid_threads(self.mb, b)])
-        b.ret_void()
-        return fn
-
-    def _range(self, task: ir.Task, b: ll.IRBuilder, ctx):
-        env = _Env(self, b, ctx)
-        env.block(task.prologue)
-        return env.v(task.begin), env.v(task.end)
-
-    def emit_strided_chunk(self, task: ir.Task) -> ll.Function:
-        """`<task>_grid(ctx, i64 first, i64 end, i64 step)`: chunk_init, the body for indices
-        first, first + step, ... below end, then (if there was one) chunk_final. The
-        coordinates of a multi-dimensional range are divided out of each index: grid-stride
-        threads do not walk rows."""
-        fn = ll.Function(self.mb.module, ll.FunctionType(VOID, [PTR, I64, I64, I64]), name=task.task_name + "_grid")
-        fn.linkage = "internal"
-        fn.args[0].add_attribute("noalias")
-        b = start_function(fn)
-        env = _ChunkEnv(self, b, fn.args[0])
-        first, end, step = fn.args[1:]
-        env.block(task.chunk_init)
-        it = lltype(task.index.type)
-        extents = [env.v(a) for a in task.axes]
-
-        def bind(i):
-            index = b.trunc(i, it) if it.width < 64 else i
-            env.vals[task.index] = index
-            if task.axis_index:
-                rest = index
-                for coord, extent in zip(reversed(task.axis_index[1:]), reversed(extents)):
-                    env.vals[coord] = b.srem(rest, extent)
-                    rest = b.sdiv(rest, extent)
-                env.vals[task.axis_index[0]] = rest
-        env.loop(first, end, task.body, bind, name="grid", step=step)
-        if task.chunk_final.stmts:
-            with b.if_then(b.icmp_signed("<", first, end)):
-                env.block(task.chunk_final)
-        b.ret_void()
-        return fn
+    def grid_threads(self, b: ll.IRBuilder):
+        return grid_threads(self.mb, b)
 
 
 def generate_llvm(kernel: ir.KernelIR, meta: KernelMeta, cuda_arch: str, fast_math: bool, target) -> ll.Module:
@@ -146,17 +97,6 @@ def link_libdevice(module) -> None:
     libdevice = llvm.parse_bitcode(toolkit.libdevice_bitcode())  # link_in consumes it: parse per module
     libdevice.triple, libdevice.data_layout = module.triple, module.data_layout
     module.link_in(libdevice)
-
-
-def internalize(module, entries: set) -> None:
-    """Everything but the task entries internal, so the optimiser drops the libdevice functions
-    the kernel does not call and inlines the rest."""
-    for f in module.functions:
-        if not f.is_declaration and f.name not in entries:
-            f.linkage = "internal"
-    for g in module.global_variables:
-        if not g.is_declaration:
-            g.linkage = "internal"
 
 
 def compile_ptx(kernel: ir.KernelIR, meta: KernelMeta, cuda_arch: str, opt_level: int = 3,

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from ... import ir
 from ..base import Capabilities, codegen_error
+from qdc.runtime.contract.adstack_layout import LLVM_HEAP_INTERLEAVED
+
 from ..llvm.target import PORTABLE_MATH, External, LlvmTarget
 
 # sqrt, floor, ceil, rint and fabs are PTX instructions (PORTABLE_MATH's intrinsics); the
@@ -19,9 +21,10 @@ MAX_BLOCK_DIM = 1024      # CUDA's limit on threads per block
 
 class CudaTarget(LlvmTarget):
     arch = "cuda"
-    capabilities = Capabilities(max_workgroup_size=MAX_BLOCK_DIM, subgroup_size=32)
+    capabilities = Capabilities(max_workgroup_size=MAX_BLOCK_DIM, subgroup_size=32, subgroup_reductions=True)
     source_folders = ("llvm", "cuda")
     math_table = CUDA_MATH
+    heap_layout = LLVM_HEAP_INTERLEAVED  # a warp's pushes of entry j land side by side
 
     def emit_slice_index(self, mb, builder):
         """The global thread id: each grid-stride thread owns one heap slice (the runtime sizes

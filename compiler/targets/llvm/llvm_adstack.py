@@ -2,7 +2,8 @@
 
 Storage is a heap owned by the runtime, never the thread's stack, laid out as
 runtime/contract/adstack_layout.py records (`LLVM_HEAP`): thread t's slice starts at
-`heap + t * stride`; stack s of the slice at `offset[s]` holds a count header then
+`heap + t * stride` (GPU targets interleave the slices in 8-byte granules instead, so that
+a warp's pushes coalesce: `HeapLayout.interleave`, `_at`); stack s of the slice at `offset[s]` holds a count header then
 `capacity[s]` entries, each the primal value followed (stacks with adjoints) by its adjoint.
 `heap`, `stride`, `offset[]` and `capacity[]` are ctx words written by the runtime before
 each launch (runtime/adstack.py), so one binary serves every launch size. They are loaded
@@ -34,7 +35,8 @@ _UNCHECKED_FOR_BENCHMARK = False
 
 
 class _StackRef:
-    """A lowered stack: its base address, capacity, element layout."""
+    """A lowered stack: where it starts (`base`: its address, or with interleaved slices its
+    byte offset in the thread's slice), capacity, element layout."""
     __slots__ = ("base", "capacity", "last", "dtype", "entry_bytes", "adjoint", "stack_id", "task")
 
     def __init__(self, base, capacity, last, dtype: T.DataType, adjoint: bool, stack_id: int, task: int):
@@ -66,43 +68,67 @@ class AdStackLowering:
         entry = self.b.function.entry_basic_block
         eb = ll.IRBuilder(entry)
         eb.position_before(entry.terminator)
-        slot = self.cg.meta.adstack_slot
+        meta, granule = self.cg.meta, self._granule()
+        slot = meta.adstack_slot
         if "slice" not in cache:
             heap = self._entry_word(eb, slot, PTR)
-            stride = self._entry_word(eb, slot + 1, I64)
             index = self.cg.target.emit_slice_index(self.mb, eb)
-            cache["slice"] = eb.gep(heap, [eb.mul(index, stride, flags=("nuw",))], source_etype=I8)
+            if granule:  # thread t's granule g at heap + g * pitch + t * granule
+                cache["slice"] = eb.gep(heap, [eb.mul(index, ll.Constant(I64, granule), flags=("nuw",))],
+                                        source_etype=I8)
+                threads = self._entry_word(eb, meta.adstack_threads_slot, I64)
+                cache["pitch"] = eb.mul(threads, ll.Constant(I64, granule), flags=("nuw",))
+            else:
+                stride = self._entry_word(eb, slot + 1, I64)
+                cache["slice"] = eb.gep(heap, [eb.mul(index, stride, flags=("nuw",))], source_etype=I8)
             cache["overflow"] = self._entry_word(eb, slot + 2, PTR)
         offset = self._entry_word(eb, slot + 3 + 2 * stack_id, I64)
         capacity = self._entry_word(eb, slot + 4 + 2 * stack_id, I64)
-        base = eb.gep(cache["slice"], [offset], source_etype=I8)
+        base = offset if granule else eb.gep(cache["slice"], [offset], source_etype=I8)
         cache[stack_id] = (base, capacity, eb.sub(capacity, ll.Constant(I64, 1)))
         return cache[stack_id]
 
     # ---- addressing ------------------------------------------------------------------------
-    def _entry_ptr(self, st: _StackRef, index):
-        off = self.b.add(ll.Constant(I64, HEAP.header_bytes), self.b.mul(index, ll.Constant(I64, st.entry_bytes),
-                                                                      flags=("nuw",)), flags=("nuw",))
-        return self.b.gep(st.base, [off], source_etype=I8)
+    def _granule(self) -> int:
+        return self.cg.target.heap_layout.interleave
 
-    def _top_ptr(self, st: _StackRef):
-        """The top entry, at count-1 clamped to capacity-1 (unsigned, so an empty stack's top is
-        the last entry too): never outside the stack's slice."""
+    def _at(self, st: _StackRef, rel):
+        """The address of byte `rel` (an i64) of stack `st` in this thread's slice."""
+        b, granule = self.b, self._granule()
+        if not granule:
+            return b.gep(st.base, [rel], source_etype=I8)
+        cache = self._adstack_cache()
+        o = b.add(st.base, rel, flags=("nuw",))
+        shift = granule.bit_length() - 1
+        within = b.and_(o, ll.Constant(I64, granule - 1))
+        off = b.add(b.mul(b.lshr(o, ll.Constant(I64, shift)), cache["pitch"], flags=("nuw",)), within, flags=("nuw",))
+        return b.gep(cache["slice"], [off], source_etype=I8)
+
+    def _entry_rel(self, index, st: _StackRef):
+        return self.b.add(ll.Constant(I64, HEAP.header_bytes), self.b.mul(index, ll.Constant(I64, st.entry_bytes),
+                                                                      flags=("nuw",)), flags=("nuw",))
+
+    def _top_rel(self, st: _StackRef):
+        """The top entry's byte in the stack, at count-1 clamped to capacity-1 (unsigned, so an
+        empty stack's top is the last entry too): never outside the stack's slice."""
         b = self.b
         index = b.sub(self._load_count(st), ll.Constant(I64, 1))
         if not _UNCHECKED_FOR_BENCHMARK:
             umin = self.mb.declare("llvm.umin.i64", I64, [I64, I64])
             index = b.call(umin, [index, st.last])
-        return self._entry_ptr(st, index)
+        return self._entry_rel(index, st)
+
+    def _top_ptr(self, st: _StackRef):
+        return self._at(st, self._top_rel(st))
 
     # The count, the entries and the overflow word are told apart for LLVM's alias analysis
     # (TBAA), so that a loop keeps the count and the pushed values in registers instead of
     # reloading them after every entry access.
     def _load_count(self, st: _StackRef):
-        return self._tag(self.b.load(st.base, typ=I64), "count")
+        return self._tag(self.b.load(self._at(st, ll.Constant(I64, 0)), typ=I64), "count")
 
     def _store_count(self, st: _StackRef, value):
-        self._tag(self.b.store(value, st.base), "count")
+        self._tag(self.b.store(value, self._at(st, ll.Constant(I64, 0))), "count")
 
     def _tag(self, instr, what: str):
         cache = self._adstack_cache()
@@ -116,8 +142,9 @@ class AdStackLowering:
         instr.set_metadata("tbaa", cache[key])
         return instr
 
-    def _adjoint_ptr(self, st: _StackRef, entry):
-        return self.b.gep(entry, [ll.Constant(I64, HEAP.adjoint_offset(st.dtype))], source_etype=I8)
+    def _adjoint_ptr(self, st: _StackRef, entry_rel):
+        """The adjoint of the entry at byte `entry_rel` of the stack."""
+        return self._at(st, self.b.add(entry_rel, ll.Constant(I64, HEAP.adjoint_offset(st.dtype)), flags=("nuw",)))
 
     def _to_memory(self, value, dtype: T.DataType):
         return self.b.zext(value, I8) if dtype is T.u1 else value
@@ -143,10 +170,10 @@ class AdStackLowering:
         n = self._load_count(st)
 
         def write():
-            entry = self._entry_ptr(st, n)
-            self._tag(b.store(self._to_memory(self.v(s.value), st.dtype), entry), "entry")
+            rel = self._entry_rel(n, st)
+            self._tag(b.store(self._to_memory(self.v(s.value), st.dtype), self._at(st, rel)), "entry")
             if st.adjoint:
-                self._tag(b.store(ll.Constant(memtype(st.dtype), 0.0), self._adjoint_ptr(st, entry)), "entry")
+                self._tag(b.store(ll.Constant(memtype(st.dtype), 0.0), self._adjoint_ptr(st, rel)), "entry")
 
         if _UNCHECKED_FOR_BENCHMARK:
             write()
@@ -180,12 +207,12 @@ class AdStackLowering:
     def s_AdStackLoadTopAdj(self, s):
         from .llvm_ir import memtype
         st = self.v(s.stack)
-        return self._tag(self.b.load(self._adjoint_ptr(st, self._top_ptr(st)), typ=memtype(st.dtype)), "entry")
+        return self._tag(self.b.load(self._adjoint_ptr(st, self._top_rel(st)), typ=memtype(st.dtype)), "entry")
 
     def s_AdStackAccAdjoint(self, s):
         from .llvm_ir import memtype
         b, st = self.b, self.v(s.stack)
-        p = self._adjoint_ptr(st, self._top_ptr(st))
+        p = self._adjoint_ptr(st, self._top_rel(st))
         old = self._tag(b.load(p, typ=memtype(st.dtype)), "entry")
         self._tag(b.store(b.fadd(old, self.v(s.value)), p), "entry")
 

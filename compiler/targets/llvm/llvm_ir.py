@@ -243,7 +243,14 @@ class _Env(AdStackLowering):
         if self.alloca_builder is None:
             self.alloca_builder = ll.IRBuilder(blk)
         self.alloca_builder.position_before(blk.terminator)
-        return self.alloca_builder.alloca(typ, name=name)
+        space = getattr(self.cg.target, "alloca_addrspace", 0)
+        if not space:
+            return self.alloca_builder.alloca(typ, name=name)
+        # a target whose stack is an address space of its own (AMDGPU: 5): cast to the flat
+        # pointer every other access uses; the optimiser infers the address space back
+        slot = _SpacedAlloca(self.alloca_builder.block, typ, space, name)
+        self.alloca_builder._insert(slot)
+        return self.alloca_builder.addrspacecast(slot, PTR)
 
     # ---- structure ------------------------------------------------------------------------
     def block(self, block: ir.Block):
@@ -691,6 +698,18 @@ class _ChunkEnv(_Env):
         else:
             new = {"add": b.add, "and": b.and_, "or": b.or_, "xor": b.xor}[s.op](old, x)
         b.store(new, var)
+
+
+class _SpacedAlloca(ll.instructions.AllocaInstr):
+    """An alloca in address space `space` (llvmlite's IRBuilder.alloca has no address space)."""
+
+    def __init__(self, parent, typ, space: int, name: str):
+        super().__init__(parent, typ, None, name)
+        self.type, self.space = ll.PointerType(addrspace=space), space
+
+    def descr(self, buf):
+        super().descr(buf)
+        buf.append(f", addrspace({self.space})")
 
 
 def _fsuffix(t) -> str:

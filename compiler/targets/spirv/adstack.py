@@ -1,10 +1,13 @@
 """Adstacks in SPIR-V (a mixin of lowering.TaskLowering), laid out as
 runtime/contract/adstack_layout.py's SPIR-V record says: a float heap ("adstack_float", f32,
-primal and adjoint interleaved) and an int heap ("adstack_int", i32, u1 widened; primal only),
-invocation i's stack s at element `i * stride[heap] + offset[s]`, the strides, offsets and
-capacities read from "adstack_meta". A stack's count is a private (Function) variable.
+primal and adjoint interleaved) and an int heap ("adstack_int", i32, u1 widened; primal only).
+Each invocation owns a slice of `stride[heap]` elements in which stack s starts at `offset[s]`,
+the slices interleaved element by element so that neighbouring invocations pushing entry j
+write neighbouring words (coalesced): element r of invocation i's slice is heap element
+`r * H + i`, H the invocations the heaps hold; the strides, offsets, capacities and H are read
+from "adstack_meta". A stack's count is a private (Function) variable.
 
-The per-invocation base `i * stride + offset` is emitted where the stack is allocated, never
+The per-invocation base `offset * H + i` is emitted where the stack is allocated, never
 at a first use: the allocation dominates every push, pop and top of the stack, while a value
 made inside a first loop would not dominate a sibling loop after it (SPIR-V §2.16).
 
@@ -28,13 +31,16 @@ _HEAP_TYPES = (T.f32, T.i32)  # element type of the float and int heap
 
 
 class _Stack:
-    """A lowered stack: its base element (index type), capacity and last entry (index type),
-    count variable (u32), heap, entry size in elements."""
-    __slots__ = ("base", "capacity", "last", "count", "heap", "entry", "dtype", "adjoint", "site")
+    """A lowered stack: the heap element of its first entry for this invocation (index type),
+    `pitch` (index type: elements from one element of an invocation's slice to the next, the
+    invocations the heaps hold) and `step` (pitch times the entry's elements), capacity and
+    last entry (u32), count variable (u32), heap."""
+    __slots__ = ("base", "pitch", "step", "capacity", "last", "count", "heap", "dtype", "adjoint", "site")
 
-    def __init__(self, base, capacity, last, count, heap, entry, dtype, adjoint, site):
-        self.base, self.capacity, self.last, self.count = base, capacity, last, count
-        self.heap, self.entry, self.dtype, self.adjoint, self.site = heap, entry, dtype, adjoint, site
+    def __init__(self, base, pitch, step, capacity, last, count, heap, dtype, adjoint, site):
+        self.base, self.pitch, self.step = base, pitch, step
+        self.capacity, self.last, self.count = capacity, last, count
+        self.heap, self.dtype, self.adjoint, self.site = heap, dtype, adjoint, site
 
 
 class AdStackLowering:
@@ -65,16 +71,16 @@ class AdStackLowering:
                               f"split the kernel")
         heap = heap_layout.heap_of(s.type)
         it = self.index_type
-        stride = self._meta_word(META.FLOAT_STRIDE if heap == 0 else META.INT_STRIDE)
         offset = self._meta_word(META.offset(s.stack_id))
         capacity = self._meta_word(META.capacity(s.stack_id))
-        base = self.op(Op.IAdd, it, self.op(Op.IMul, it, self._index(self.invocation), self._index(stride)),
-                       self._index(offset))
+        pitch = self._index(self.adstack_invocations())
+        base = self.op(Op.IAdd, it, self.op(Op.IMul, it, self._index(offset), pitch), self._index(self.invocation))
+        entry = heap_layout.entry_bytes(s.type, s.adjoint) // 4
+        step = self.op(Op.IMul, it, pitch, self.c(it, entry))
         last = self.op(Op.ISub, T.u32, capacity, self.c(T.u32, 1))
         count = self.fb.local_variable(self.ty(T.u32))
         self.fb.emit_void(Op.Store, count, self.c(T.u32, 0))
-        entry = heap_layout.entry_bytes(s.type, s.adjoint) // 4
-        return _Stack(base, capacity, last, count, heap, entry, s.type, s.adjoint,
+        return _Stack(base, pitch, step, capacity, last, count, heap, s.type, s.adjoint,
                       layout.overflow_site(task, s.stack_id))
 
     def s_AdStackPush(self, s):
@@ -85,7 +91,7 @@ class AdStackLowering:
             at = self._entry_index(st, n)
             self.fb.emit_void(Op.Store, self._heap_element(st, at), self._to_heap(self.v(s.value), st))
             if st.adjoint:
-                self.fb.emit_void(Op.Store, self._heap_element(st, self._adjoint_index(at)), self.c(T.f32, 0.0))
+                self.fb.emit_void(Op.Store, self._heap_element(st, self._adjoint_index(st, at)), self.c(T.f32, 0.0))
 
         self.if_then(self.boolean(Op.ULessThan, n, st.capacity), write, lambda: self._report_overflow(st, n))
         self.fb.emit_void(Op.Store, st.count, self.op(Op.IAdd, T.u32, n, self.c(T.u32, 1)))
@@ -104,11 +110,11 @@ class AdStackLowering:
 
     def s_AdStackLoadTopAdj(self, s):
         st = self.v(s.stack)
-        return self.fb.emit(Op.Load, self.ty(T.f32), self._heap_element(st, self._adjoint_index(self._top_index(st))))
+        return self.fb.emit(Op.Load, self.ty(T.f32), self._heap_element(st, self._adjoint_index(st, self._top_index(st))))
 
     def s_AdStackAccAdjoint(self, s):
         st = self.v(s.stack)
-        p = self._heap_element(st, self._adjoint_index(self._top_index(st)))
+        p = self._heap_element(st, self._adjoint_index(st, self._top_index(st)))
         old = self.fb.emit(Op.Load, self.ty(T.f32), p)
         self.fb.emit_void(Op.Store, p, self.op(Op.FAdd, T.f32, old, self.v(s.value)))
 
@@ -121,7 +127,7 @@ class AdStackLowering:
     def _entry_index(self, st: _Stack, position: int) -> int:
         """The heap element of entry `position` (u32) of the stack."""
         it = self.index_type
-        return self.op(Op.IAdd, it, st.base, self.op(Op.IMul, it, self._index(position), self.c(it, st.entry)))
+        return self.op(Op.IAdd, it, st.base, self.op(Op.IMul, it, self._index(position), st.step))
 
     def _top_index(self, st: _Stack) -> int:
         """The top entry, count - 1 clamped (unsigned) to capacity - 1: an empty stack's top is
@@ -130,9 +136,8 @@ class AdStackLowering:
         top = self.glsl(T.u32, GLSL.UMin, self.op(Op.ISub, T.u32, n, self.c(T.u32, 1)), st.last)
         return self._entry_index(st, top)
 
-    def _adjoint_index(self, at: int) -> int:
-        it = self.index_type
-        return self.op(Op.IAdd, it, at, self.c(it, 1))
+    def _adjoint_index(self, st: _Stack, at: int) -> int:
+        return self.op(Op.IAdd, self.index_type, at, st.pitch)
 
     def _heap_element(self, st: _Stack, at: int) -> int:
         return self.element(layout.SPIRV_HEAP_NAMES[st.heap], 0, _HEAP_TYPES[st.heap], at)

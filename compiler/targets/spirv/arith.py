@@ -13,13 +13,15 @@ import math
 from qdc.runtime.contract import types as T
 
 from .. import base
-from .spec import GLSL, GLSL_NO_FLOAT64, Op
+from .math64 import Float64Math, SpirvOps
+from .spec import GLSL, GLSL_NO_FLOAT64, Decoration, Op
 
 _UNARY_GLSL = {"sin": GLSL.Sin, "cos": GLSL.Cos, "tan": GLSL.Tan, "asin": GLSL.Asin, "acos": GLSL.Acos,
                "atan": GLSL.Atan, "tanh": GLSL.Tanh, "exp": GLSL.Exp, "log": GLSL.Log, "sqrt": GLSL.Sqrt,
                "rsqrt": GLSL.InverseSqrt, "floor": GLSL.Floor, "ceil": GLSL.Ceil, "round": GLSL.RoundEven,
                "abs": GLSL.FAbs}
 _FLOAT_ARITH = {"add": Op.FAdd, "sub": Op.FSub, "mul": Op.FMul, "truediv": Op.FDiv}
+_CONTRACTIBLE = frozenset((Op.FAdd, Op.FSub, Op.FMul, Op.FDiv, Op.FNegate))
 _INT_ARITH = {"add": Op.IAdd, "sub": Op.ISub, "mul": Op.IMul, "bit_and": Op.BitwiseAnd,
               "bit_or": Op.BitwiseOr, "bit_xor": Op.BitwiseXor}
 _FLOAT_CMP = {"lt": Op.FOrdLessThan, "le": Op.FOrdLessThanEqual, "gt": Op.FOrdGreaterThan,
@@ -36,7 +38,12 @@ class ValueLowering:
         return self.m.const(self.ty(t), value)
 
     def op(self, opcode: int, t: T.DataType, *operands) -> int:
-        return self.fb.emit(opcode, self.ty(t), *operands)
+        result = self.fb.emit(opcode, self.ty(t), *operands)
+        if opcode in _CONTRACTIBLE and not self.fast_math:
+            # Drivers fuse a*b+c into an FMA unless told not to (NVIDIA does): results would
+            # differ from the CPU's in the last bit, and `x*y - x*y` would not be 0.
+            self.m.decorate(result, Decoration.NoContraction)
+        return result
 
     def boolean(self, opcode: int, *operands) -> int:
         return self.fb.emit(opcode, self.m.bool(), *operands)
@@ -78,8 +85,10 @@ class ValueLowering:
             wide = [self.op(Op.FConvert, T.f32, a) for a in args]
             return self.op(Op.FConvert, T.f16, self.float_math(op, T.f32, *wide))
         if t.bits == 64 and number in GLSL_NO_FLOAT64:
-            raise base.Unsupported(f"'{op}' of f64 is not available on SPIR-V (GLSL.std.450 computes it for "
-                                   f"16- and 32-bit floats only): cast the operand to f32")
+            if not self.caps.int64:
+                raise base.Unsupported(f"'{op}' of f64 on target '{self.arch}' needs Int64, which it does not "
+                                       f"have (the f64 math reads the bits of its operands): cast to f32")
+            return Float64Math(SpirvOps(self))(op, *args)
         if op == "pow":
             return self.float_pow(t, *args)
         return self.glsl(t, number, *args)

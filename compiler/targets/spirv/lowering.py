@@ -5,8 +5,8 @@ Shape of every module: entry point "main", GLCompute, WorkgroupSize = (spec 0, s
 2). The task prologue computes [begin, end); invocation `id` runs iterations id, id + total,
 ... of the n = end - begin (grid-stride: correct for any grid), `total` being the dispatched
 invocation count. A task's `chunk_init` / `chunk_final` run once per invocation around its
-iterations: per-invocation partials, then one atomic each (a workgroup reduction would cut
-the atomics further; not done yet). A serial task, and a serial range-for, run on invocation
+iterations: per-invocation partials, combined across the subgroup, then one atomic per
+subgroup (memory.py, flush_partial). A serial task, and a serial range-for, run on invocation
 0 only.
 
 Buffers are storage buffers in descriptor set 0, bound as the task record's "bindings" says.
@@ -43,8 +43,9 @@ def arg_words(params: list) -> list[int]:
 
 class TaskLowering(ValueLowering, MemoryLowering, AdStackLowering):
     def __init__(self, kernel: ir.KernelIR, task: ir.Task, capabilities: Capabilities, arch: str,
-                 block_dim: int | None, debug: bool = False):
+                 block_dim: int | None, debug: bool = False, fast_math: bool = False):
         self.k, self.task, self.caps, self.arch = kernel, task, capabilities, arch
+        self.fast_math = fast_math
         self.m = ModuleBuilder()
         self.fb = FunctionBuilder(self.m, self.m.void(), "main")
         self.vals: dict = {}
@@ -59,6 +60,7 @@ class TaskLowering(ValueLowering, MemoryLowering, AdStackLowering):
         # in-range condition of a checked pointer, which its store or atomic waits for
         self.check_ids = {p: i for i, p in enumerate(checked_accesses(kernel))} if debug else {}
         self.guards: dict = {}
+        self.flushing_partials = False  # lowering chunk_final's atomics (memory.py, flush_partial)
         self.has_adstacks = any(isinstance(s, AdStackAlloca) for s in ir.walk_nested(task))
 
     # ---- types ----------------------------------------------------------------------------------
@@ -131,10 +133,16 @@ class TaskLowering(ValueLowering, MemoryLowering, AdStackLowering):
                 active = self.boolean(Op.LogicalAnd, self.boolean(Op.ULessThan, self.invocation, total), active)
             step = self.convert(total, T.u32, it)
 
+        uses = ir.users_count(task.chunk_final)
+        flush = self.caps.subgroup_reductions and not any(uses.get(s) for s in task.chunk_final.stmts
+                                                          if isinstance(s, (ir.AtomicRMW, ir.TempAtomic)))
+
         def iterations():
             self.block(task.chunk_init)
             self.counted_loop(it, start, n, step, lambda i: self.bind_index(task, begin, i), task.body)
+            self.flushing_partials = flush
             self.block(task.chunk_final)
+            self.flushing_partials = False
         self.if_then(active, iterations)
 
     def bind_index(self, task: ir.Task, begin: int, offset: int) -> None:

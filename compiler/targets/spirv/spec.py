@@ -115,6 +115,16 @@ class Op:
     BranchConditional = 250
     Return = 253
     Unreachable = 255
+    GroupNonUniformElect = 333
+    GroupNonUniformIAdd = 349
+    GroupNonUniformFAdd = 350
+    GroupNonUniformSMin = 353
+    GroupNonUniformUMin = 354
+    GroupNonUniformSMax = 356
+    GroupNonUniformUMax = 357
+    GroupNonUniformBitwiseAnd = 359
+    GroupNonUniformBitwiseOr = 360
+    GroupNonUniformBitwiseXor = 361
     AtomicFAddEXT = 6035  # SPV_EXT_shader_atomic_float_add
 
 
@@ -126,6 +136,8 @@ class Capability:  # §3.31
     Int64Atomics = 12
     Int16 = 22
     Int8 = 39
+    GroupNonUniform = 61
+    GroupNonUniformArithmetic = 63
     StorageBuffer16BitAccess = 4433
     StorageBuffer8BitAccess = 4448
     AtomicFloat32AddEXT = 6033
@@ -148,6 +160,7 @@ class Decoration:  # §3.20
     ArrayStride = 6
     BuiltIn = 11
     NonWritable = 24
+    NoContraction = 42
     Binding = 33
     DescriptorSet = 34
     Offset = 35
@@ -160,6 +173,8 @@ class BuiltIn:  # §3.21
 
 
 SCOPE_DEVICE = 1             # §3.27
+SCOPE_SUBGROUP = 3
+GROUP_OPERATION_REDUCE = 0   # §3.28
 SEMANTICS_RELAXED = 0        # §3.25
 SELECTION_CONTROL_NONE = 0   # §3.22
 LOOP_CONTROL_NONE = 0        # §3.23
@@ -169,6 +184,7 @@ FUNCTION_CONTROL_NONE = 0    # §3.24
 class GLSL:  # GLSL.std.450 §2 instruction numbers
     Round = 1
     RoundEven = 2
+    Trunc = 3
     FAbs = 4
     SAbs = 5
     Floor = 8

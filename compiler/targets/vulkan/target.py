@@ -33,13 +33,14 @@ class VulkanTarget(Target):
     arch = "vulkan"
     # What the generated code may use. lavapipe and NVIDIA have all of these (GPU.md); a device
     # without one refuses the module at load.
-    capabilities = Capabilities(int64=True, float64=True, float_atomic_add=True,
+    capabilities = Capabilities(int64=True, float64=True, float_atomic_add=True, subgroup_reductions=True,
                                 adstack_dtypes=frozenset(("f32", "i32", "u1")), max_workgroup_size=1024)
     source_folders = ("spirv", "vulkan")
 
     def cache_description(self, opts) -> str:
         c = self.capabilities
-        return f"{SPIRV_ENV}/int64={c.int64}/float64={c.float64}/float_atomic_add={c.float_atomic_add}"
+        return (f"{SPIRV_ENV}/int64={c.int64}/float64={c.float64}/float_atomic_add={c.float_atomic_add}"
+                f"/subgroup_reductions={c.subgroup_reductions}")
 
     def launch_policy(self, task: ir.Task) -> dict:
         """block_dim 0: the device's default (256 on NVIDIA)."""
@@ -51,7 +52,7 @@ class VulkanTarget(Target):
         artifacts = {}
         for i, (task, record) in enumerate(zip(kernel.tasks, meta.tasks)):
             module, bindings = TaskLowering(kernel, task, self.capabilities, self.arch, task.block_dim,
-                                            bool(meta.debug_checks)).lower()
+                                            bool(meta.debug_checks), bool(opts.fast_math)).lower()
             if tools.have_validator():  # the vulkan extra installs it; a failure is a compiler bug
                 problem = tools.validate(module)
                 if problem is not None:

@@ -95,6 +95,7 @@ class CpuDevice(Device):
         """dlopen a verified shared library (see load_verified_library)."""
         lib = self._libs.get(digest)
         if lib is None:
+            prepare_libgomp()
             lib = self._libs[digest] = load_verified_library(lib_bytes, digest)
         return lib
 
@@ -133,6 +134,49 @@ def _check_range(alloc: Allocation, offset: int, nbytes: int) -> None:
     if offset < 0 or offset + nbytes > alloc.nbytes:
         raise ValueError(f"a copy of {nbytes} bytes at offset {offset} does not fit an allocation of "
                          f"{alloc.nbytes} bytes")
+
+
+# ---- how long idle worker threads spin (issue 14) -------------------------------------------
+#
+# After a parallel task libgomp's workers spin before sleeping on a futex: by default 300000
+# iterations of `pause`, about 9 ms on the development machine's AMD EPYC (~28 ns each), so
+# every launch left a core busy for 9 ms, halving a numpy copy running beside it. 1500
+# iterations (about 45 µs there; shorter on CPUs with a cheaper `pause`) still catch
+# back-to-back launches, which would otherwise pay a futex wake-up each (measured by
+# bench/bench_idle_threads.py). libgomp reads the setting once, when it is loaded, so it is
+# set for the loading of libgomp only, before the first kernel library needs it, and only
+# where neither the user (GOMP_SPINCOUNT, OMP_WAIT_POLICY) nor an earlier import (libgomp
+# already loaded, e.g. by PyTorch) decided it. QDC_GOMP_SPINCOUNT overrides the count;
+# QDC_GOMP_SPINCOUNT=libgomp leaves libgomp's own default.
+GOMP_SPINCOUNT = 1500
+_LIBGOMP = "libgomp.so.1"
+_libgomp_prepared = False
+
+
+def prepare_libgomp() -> None:
+    global _libgomp_prepared
+    if _libgomp_prepared:
+        return
+    _libgomp_prepared = True
+    count = os.environ.get("QDC_GOMP_SPINCOUNT", str(GOMP_SPINCOUNT))
+    if count == "libgomp" or "GOMP_SPINCOUNT" in os.environ or "OMP_WAIT_POLICY" in os.environ \
+            or not sys.platform.startswith("linux") or _libgomp_loaded():
+        return
+    os.environ["GOMP_SPINCOUNT"] = count
+    try:
+        ctypes.CDLL(_LIBGOMP)  # stays loaded: the kernel libraries' dependency resolves to it
+    except OSError:
+        pass  # then the kernel library's own load reports what is missing
+    finally:
+        del os.environ["GOMP_SPINCOUNT"]
+
+
+def _libgomp_loaded() -> bool:
+    try:
+        ctypes.CDLL(_LIBGOMP, mode=os.RTLD_NOLOAD)
+    except OSError:
+        return False
+    return True
 
 
 # ---- which library of a kernel this CPU can run (cpu_target, API.md §5) ---------------------

@@ -7,6 +7,7 @@ naming the package to install, never a raw traceback.
 from __future__ import annotations
 
 from ...contract.errors import QdcError
+from ...stream_device import StatusDriver
 
 PACKAGE = "cuda-bindings"
 
@@ -43,28 +44,32 @@ def _name(cu, err) -> str:
         return str(err)
 
 
-class Driver:
-    """The binding, its success code and `check`."""
+class Driver(StatusDriver):
+    """The binding, its status codes, `check` (runtime/stream_device.py) and the stream device's calls."""
+    arch = "cuda"
 
     def __init__(self):
         self.cu = load_binding()
         self.ok = self.cu.CUresult.CUDA_SUCCESS
+        self.not_ready = self.cu.CUresult.CUDA_ERROR_NOT_READY
+        self.out_of_memory = self.cu.CUresult.CUDA_ERROR_OUT_OF_MEMORY
 
-    def check(self, result, what: str):
-        """The call's values after its CUresult (one value, a tuple of several, or None)."""
-        err = result[0]
-        if err != self.ok:
-            self.fail(err, what)
-        if len(result) == 1:
-            return None
-        return result[1] if len(result) == 2 else result[1:]
+    def error_name(self, err) -> str:
+        return _name(self.cu, err)
 
-    def fail(self, err, what: str):
+    def calls(self):
+        """The driver calls of a stream device (runtime/stream_device.py CALLS), by role."""
+        from types import SimpleNamespace
         cu = self.cu
-        name = _name(cu, err)
-        if err == cu.CUresult.CUDA_ERROR_OUT_OF_MEMORY:
-            raise MemoryError(f"cuda: {what}: out of device memory ({name})")
-        raise RuntimeError(f"cuda: {what} failed ({name})")
+        flags = cu.CUevent_flags.CU_EVENT_DISABLE_TIMING
+        return SimpleNamespace(
+            mem_alloc=cu.cuMemAlloc, mem_free=cu.cuMemFree, memset_d8_async=cu.cuMemsetD8Async,
+            memcpy_htod_async=cu.cuMemcpyHtoDAsync, memcpy_dtoh_async=cu.cuMemcpyDtoHAsync,
+            stream_synchronize=cu.cuStreamSynchronize, event_create=lambda: cu.cuEventCreate(flags),
+            event_record=cu.cuEventRecord, event_query=cu.cuEventQuery, event_synchronize=cu.cuEventSynchronize,
+            event_destroy=cu.cuEventDestroy, module_load_data=cu.cuModuleLoadData,
+            module_get_function=cu.cuModuleGetFunction, launch_kernel=cu.cuLaunchKernel,
+            host_alloc=cu.cuMemHostAlloc, host_free=cu.cuMemFreeHost)
 
     def attribute(self, device, name: str) -> int:
         attr = getattr(self.cu.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{name}")

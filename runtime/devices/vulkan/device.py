@@ -23,18 +23,16 @@ reads each launch's error slot (runtime/device.py), raising the first error nami
 """
 from __future__ import annotations
 
-import bisect
 import ctypes
 import collections
 import itertools
 
 import numpy as np
 
+from ...address_space import AddressSpace
 from ...device import Allocation, Device
 from . import driver, kernels
 
-ADDRESS_BASE = 1 << 48
-ADDRESS_ALIGN = 1 << 12
 ARGS_RING_BYTES = 1 << 20
 DESCRIPTOR_POOL_SETS = 1024
 U64_MAX = (1 << 64) - 1
@@ -101,9 +99,7 @@ class VulkanDevice(Device):
         self._choose_memory_types()
         self._serials = itertools.count(1)
         self._buffers = itertools.count(1)
-        self._next_address = ADDRESS_BASE
-        self._bases: list = []          # sorted allocation addresses
-        self._by_base: dict = {}        # address -> Allocation
+        self._addresses = AddressSpace()
         self._in_flight = collections.deque()
         self._completed = 0             # every submission up to this serial has completed
         self._last_submitted = 0
@@ -221,12 +217,9 @@ class VulkanDevice(Device):
             buf.mapped[:] = 0  # new memory: no submitted work can use it yet
         else:
             self._submit_commands(lambda cb: self.lib.vkCmdFillBuffer(cb, buf.handle, 0, buf.size, 0), [], [buf])
-        address = self._next_address
-        self._next_address += -(-max(buf.size, 1) // ADDRESS_ALIGN) * ADDRESS_ALIGN + ADDRESS_ALIGN
-        buf.address = address
-        alloc = Allocation(address, nbytes, None, buf)
-        bisect.insort(self._bases, address)
-        self._by_base[address] = alloc
+        buf.address = self._addresses.reserve(buf.size)
+        alloc = Allocation(buf.address, nbytes, None, buf)
+        self._addresses.add(alloc)
         return alloc
 
     def free(self, alloc: Allocation) -> None:
@@ -234,8 +227,7 @@ class VulkanDevice(Device):
         if buf is None:
             return
         alloc.handle = None
-        del self._by_base[buf.address]
-        del self._bases[bisect.bisect_left(self._bases, buf.address)]
+        self._addresses.remove(buf.address)
         self._destroy_buffer(buf)
 
     def free_after_fence(self, alloc: Allocation) -> None:
@@ -286,12 +278,7 @@ class VulkanDevice(Device):
 
     def lookup(self, address: int):
         """(Allocation, byte offset) of a device address of this device; None if it is none."""
-        i = bisect.bisect_right(self._bases, address) - 1
-        if i < 0:
-            return None
-        alloc = self._by_base[self._bases[i]]
-        offset = address - alloc.ptr
-        return (alloc, offset) if offset < max(alloc.handle.size, 1) else None
+        return self._addresses.lookup(address, lambda alloc: max(alloc.handle.size, 1))
 
     # ---- submissions ---------------------------------------------------------------------------
     def _command_buffer(self):
@@ -430,7 +417,8 @@ class VulkanDevice(Device):
             for buf in sub.keep:
                 self._destroy_buffer(buf)
         self._pending_frees = []
-        for alloc in list(getattr(self, "_by_base", {}).values()):
+        addresses = getattr(self, "_addresses", None)
+        for alloc in addresses.allocations() if addresses is not None else ():
             self.free(alloc)
         if getattr(self, "_args_ring", None) is not None:
             self._destroy_buffer(self._args_ring)

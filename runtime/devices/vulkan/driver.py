@@ -63,6 +63,8 @@ class VulkanCapabilities(DeviceCapabilities):
     max_storage_buffer_range: int = 1 << 27
     min_storage_buffer_offset_alignment: int = 256
     subgroup_size: int = 1
+    subgroup_basic: bool = False
+    subgroup_arithmetic: bool = False
     default_block_dim: int = FALLBACK_BLOCK_DIM
 
 
@@ -213,6 +215,12 @@ class FeatureChain:
         return self
 
 
+def _subgroup_has(vk, v11, operation: int) -> bool:
+    """Whether compute shaders may use the subgroup operations of class `operation`."""
+    return bool(v11.subgroupSupportedStages & vk.VK_SHADER_STAGE_COMPUTE_BIT
+                and v11.subgroupSupportedOperations & operation)
+
+
 def read_capabilities(vk, physical, chain: FeatureChain) -> VulkanCapabilities:
     ffi, lib = vk.ffi, vk.lib
     v11 = ffi.new("VkPhysicalDeviceVulkan11Properties*", {"sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_PROPERTIES})
@@ -237,6 +245,8 @@ def read_capabilities(vk, physical, chain: FeatureChain) -> VulkanCapabilities:
         max_storage_buffer_range=limits.maxStorageBufferRange,
         min_storage_buffer_offset_alignment=int(limits.minStorageBufferOffsetAlignment),
         subgroup_size=v11.subgroupSize,
+        subgroup_basic=_subgroup_has(vk, v11, vk.VK_SUBGROUP_FEATURE_BASIC_BIT),
+        subgroup_arithmetic=_subgroup_has(vk, v11, vk.VK_SUBGROUP_FEATURE_ARITHMETIC_BIT),
         default_block_dim=min(DEFAULT_BLOCK_DIM.get(p.vendorID, FALLBACK_BLOCK_DIM), limits.maxComputeWorkGroupSize[0]))
 
 

@@ -18,7 +18,8 @@ from __future__ import annotations
 import numpy as np
 
 from ...contract.errors import QdcError
-from ...device import BOUNDS_WORD, ERROR_SLOT_WORDS, OVERFLOW_WORD
+from ...device import ERROR_SLOT_WORDS
+from ...spirv_abi import ArgsPlan, dispatch_grid, resolve_binding_word  # noqa: F401 (the ABI's shared part)
 
 SPIRV_MAGIC = 0x07230203
 OP_CAPABILITY = 17
@@ -30,6 +31,8 @@ CAPABILITY_NEEDS = {
     12: ("int64_atomics", "Int64Atomics (64-bit integer atomics)"),
     22: ("int16", "Int16 (16-bit integers)"),
     39: ("int8", "Int8 (8-bit integers)"),
+    61: ("subgroup_basic", "GroupNonUniform (subgroup operations in compute shaders)"),
+    63: ("subgroup_arithmetic", "GroupNonUniformArithmetic (subgroup reductions in compute shaders)"),
     4433: ("storage_16bit", "StorageBuffer16BitAccess (16-bit values in buffers)"),
     4448: ("storage_8bit", "StorageBuffer8BitAccess (8-bit values in buffers)"),
     6033: ("atomic_float32_add", "AtomicFloat32AddEXT (atomic add on f32)"),
@@ -71,64 +74,3 @@ def check_capabilities(words: np.ndarray, caps, what: str) -> None:
         if need is not None and not getattr(caps, need[0]):
             raise UnsupportedKernelError(f"{what} needs {need[1]}, which the Vulkan device '{caps.name}' does not "
                                          f"support; run it on another device (QDC_VULKAN_DEVICE=N) or on arch=cpu")
-
-
-class ArgsPlan:
-    """How the "args" words come from the launcher's ctx words (which hold each scalar in its
-    word's low bytes, zero above, and each ndarray's shape after its pointer)."""
-
-    def __init__(self, meta):
-        self.gather, self.wide, self.narrow = [], [], []
-        for p in meta.params:
-            if p.kind == "ndarray":
-                self.gather += range(p.slot + 1, p.slot + 1 + p.ndim)
-                continue
-            if p.dtype in ("i64", "u64", "f64"):  # two words, low first: filled in by `pack`
-                self.wide.append((len(self.gather), p.slot))
-                self.gather += [p.slot, p.slot]
-                continue
-            if p.dtype in ("i8", "i16"):  # sign-extended to 32 bits
-                self.narrow.append((len(self.gather), 8 if p.dtype == "i8" else 16))
-            self.gather.append(p.slot)
-        self.gather = np.array(self.gather, np.intp)
-        self.nbytes = max(4 * len(self.gather), 4)
-
-    def pack(self, ctx: np.ndarray) -> np.ndarray:
-        """The args words (np.uint32) for the ctx words `ctx` (np.uint64)."""
-        out = ctx[self.gather].astype(np.uint32)  # the low 32 bits of each word
-        for position, slot in self.wide:
-            out[position + 1] = int(ctx[slot]) >> 32
-        for position, nbits in self.narrow:
-            v = int(out[position]) & ((1 << nbits) - 1)
-            out[position] = (v - (1 << nbits)) & 0xFFFFFFFF if v >> (nbits - 1) else v
-        return out
-
-
-def resolve_binding_word(meta, resource: str, index: int):
-    """(ctx word, byte adjustment) whose value is the device address a binding refers to; None for
-    the device-owned "args" and adstack buffers that have no ctx word of their own."""
-    if resource == "field":
-        return meta.field_slot0 + index, 0
-    if resource == "ndarray":
-        return meta.params[index].slot, 0
-    if resource == "ndarray_grad":
-        p = meta.params[index]
-        return p.slot + 1 + p.ndim, 0
-    if resource == "temps":
-        return meta.temps_slot, 0
-    if resource == "errors":  # the slot's start, from whichever error word pointer the kernel has
-        if meta.debug_slot is not None:
-            return meta.debug_slot, -8 * BOUNDS_WORD
-        if meta.adstack_slot is not None:
-            return meta.adstack_slot + 2, -8 * OVERFLOW_WORD
-        return None
-    return None
-
-
-def dispatch_grid(groups: int, max_count: tuple) -> tuple:
-    """(x, y) workgroups covering `groups`: 1-D up to maxComputeWorkGroupCount[0], then 2-D
-    (the shader folds y into its invocation id); beyond x*y the grid-stride loop covers the rest."""
-    if groups <= max_count[0]:
-        return groups, 1
-    x = max_count[0]
-    return x, min(-(-groups // x), max_count[1])

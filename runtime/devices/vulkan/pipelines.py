@@ -2,17 +2,13 @@
 ABI's pure parts: capabilities, args words, the grid)."""
 from __future__ import annotations
 
-import numpy as np
-
-from ...contract import adstack_layout
 from ...device import ERROR_SLOT_WORDS
+from ...spirv_abi import HEAP_WORDS, adstack_meta_words
 from . import kernels
 from .kernels import UnsupportedKernelError
 
-# Adstack resources (adstack_layout's SPIR-V record): the heaps' addresses are the ctx words
-# adstack_slot + 0 / + 1 (runtime/adstack_sizing.py writes them); "adstack_meta" is written per
-# launch into the args ring (a dynamic storage buffer, like "args"), from the ctx words.
-HEAP_WORDS = {"adstack_float": 0, "adstack_int": 1}
+# "adstack_meta" is written per launch into the args ring (a dynamic storage buffer, like
+# "args"), from the ctx words (spirv_abi.py).
 LAUNCH_WRITTEN = ("args", "adstack_meta")
 
 
@@ -178,35 +174,6 @@ def record_dispatch(dev, loaded, tp, ctx, slices: int) -> None:
                                     tp.sets, len(dynamic_offsets), tp.dynamic)
     lib.vkCmdDispatch(command, x, y, 1)
     dev._submit(command, fence, [], uses)
-
-
-_META_PLANS: dict = {}  # id(meta) -> (meta, slot, per stack (heap, entry bytes), invocations word)
-
-
-def _meta_plan(meta):
-    plan = _META_PLANS.get(id(meta))
-    if plan is None or plan[0] is not meta:
-        heap_layout = adstack_layout.layout_of_record(meta.adstack.get("layout"), meta.name)
-        stacks = [(heap_layout.heap_of(r["dtype"]), heap_layout.entry_bytes(r["dtype"], r["adjoint"]))
-                  for r in meta.adstack.get("stacks") or []]
-        plan = _META_PLANS[id(meta)] = (meta, meta.adstack_slot, stacks, meta.adstack_threads_slot)
-    return plan
-
-
-def adstack_meta_words(meta, ctx, what: str) -> np.ndarray:
-    """The "adstack_meta" u32 words (adstack_layout.SPIRV_META) of a launch, from the ctx words
-    the adstack sizing wrote: per heap the stride (the largest offset + size of its stacks), the
-    invocations the heaps hold, per stack its offset (elements) and capacity."""
-    _, slot, stacks, invocations_word = _meta_plan(meta)
-    words = [0, 0, int(ctx[invocations_word])]
-    for s, (heap, entry) in enumerate(stacks):
-        offset, capacity = int(ctx[slot + 3 + 2 * s]), int(ctx[slot + 4 + 2 * s])
-        words[heap] = max(words[heap], (offset + capacity * entry) // 4)
-        words += [offset // 4, capacity]
-    if max(words) > 0xFFFFFFFF:
-        raise ValueError(f"{what}: its adstack layout ({words[:3]}...) does not fit the 32-bit words of "
-                         f"adstack_meta: lower the adstack capacity (qd.init(ad_stack_size=N))")
-    return np.array(words, np.uint32)
 
 
 def _heap_range(dev, meta, tp, p, alloc, ctx) -> int:

@@ -1,0 +1,186 @@
+"""Template parameters (`x: qd.template()` / `qd.Template`): what a call binds to them.
+
+A template argument is a field (the kernel is compiled per distinct field declaration and
+bound to the field passed) or a Python value that becomes a compile-time constant. Direct
+mode compiles once per distinct template argument: `specialisation_key` says which
+arguments are the same (a field by identity, a value by type and value), and the cache key
+(cache_key.kernel_key) keys each by what it is, as it does captured globals. The launch
+function of a template kernel takes only the other parameters: `split` separates them.
+"""
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+
+from qdc.runtime.contract import types as T
+from qdc.runtime.fields import Field, Ndarray
+
+_VALUES = (bool, int, float, complex, str, bytes, type(None))
+
+
+class _Identity:
+    """An object in a specialisation key by identity (it also keeps the object alive, so its
+    id cannot be reused by another object while the compiled variant exists)."""
+    __slots__ = ("obj",)
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def __hash__(self):
+        return id(self.obj)
+
+    def __eq__(self, other):
+        return isinstance(other, _Identity) and other.obj is self.obj
+
+
+class TemplateArgs:
+    """The template arguments of one call: `values` (name -> object, in signature order) and
+    `key`, equal for two calls exactly when they may share a compiled variant."""
+    __slots__ = ("values", "key")
+
+    def __init__(self, values: dict, kernel_name: str):
+        self.values = values
+        self.key = tuple((name, specialisation_key(v, f"template argument '{name}' of kernel '{kernel_name}'"))
+                         for name, v in values.items())
+
+
+def specialisation_key(v, what: str):
+    """A hashable stand-in for template argument `v`: fields and other objects by identity,
+    numbers, strings and dtypes by type and value, tuples and lists element by element."""
+    if isinstance(v, Field):
+        return ("field", _Identity(v))
+    if isinstance(v, _VALUES):
+        return (type(v).__qualname__, _value_key(v))
+    if isinstance(v, np.generic):
+        return ("numpy", v.dtype.str, _value_key(v.item()))
+    if isinstance(v, T.DataType):
+        return ("dtype", v.name)
+    if isinstance(v, (tuple, list)):
+        return (type(v).__qualname__, tuple(specialisation_key(e, what) for e in v))
+    if isinstance(v, Ndarray):
+        raise TypeError(f"{what}: a qd.ndarray is passed through a qd.types.ndarray() parameter, not a template")
+    if isinstance(v, np.ndarray):
+        raise TypeError(f"{what}: a numpy array cannot be a template argument (its contents could change "
+                        f"after compiling); pass it as a qd.types.ndarray() parameter, or a tuple of values")
+    try:
+        hash(v)
+    except TypeError:
+        raise TypeError(f"{what}: a {type(v).__name__} cannot be a template argument (it is not hashable); "
+                        f"pass a field, a number, a string or a tuple of them") from None
+    return ("object", _Identity(v))
+
+
+def _value_key(v):
+    """A number as the cache key sees it (by repr): -0.0 is not 0.0, and a NaN is one value."""
+    return repr(v) if isinstance(v, (float, complex)) else v
+
+
+class TemplateParams:
+    """A kernel's template parameters (`names`, in signature order) and how to split a call's
+    arguments into the template ones and the rest (`runtime`, the launch function's)."""
+
+    def __init__(self, fn, names: list[str]):
+        self.signature = inspect.signature(fn)
+        self.kernel_name = fn.__name__
+        self.names = list(names)
+        self.runtime = [n for n in self.signature.parameters if n not in self.names]
+        order = list(self.signature.parameters)
+        # positions, for the common call that passes every argument positionally (the kernel
+        # function always does): no signature binding needed
+        self._count = len(order)
+        self._template_at = [(n, order.index(n)) for n in self.names]
+        self._runtime_at = [order.index(n) for n in self.runtime]
+
+    def split(self, args, kwargs=None) -> tuple[TemplateArgs, tuple]:
+        """(template arguments, the other arguments positionally); TypeError naming the kernel
+        for a missing, extra or unknown argument."""
+        if not kwargs and len(args) == self._count:
+            return (TemplateArgs({n: args[i] for n, i in self._template_at}, self.kernel_name),
+                    tuple(args[i] for i in self._runtime_at))
+        try:
+            bound = self.signature.bind(*args, **(kwargs or {}))
+        except TypeError as e:
+            raise TypeError(f"kernel '{self.kernel_name}': {e}") from None
+        bound.apply_defaults()
+        values = {n: bound.arguments[n] for n in self.names}
+        return TemplateArgs(values, self.kernel_name), tuple(bound.arguments[n] for n in self.runtime)
+
+    def bind(self, values: dict) -> TemplateArgs:
+        """`qd.aot.instantiate(kernel, **values)`: every template parameter and nothing else."""
+        unknown = sorted(set(values) - set(self.names))
+        if unknown:
+            raise TypeError(f"kernel '{self.kernel_name}' has no template parameter '{unknown[0]}' "
+                            f"(template parameters: {', '.join(self.names)})")
+        missing = [n for n in self.names if n not in values and
+                   self.signature.parameters[n].default is inspect.Parameter.empty]
+        if missing:
+            raise TypeError(f"kernel '{self.kernel_name}': template parameter '{missing[0]}' needs a value")
+        ordered = {n: values[n] if n in values else self.signature.parameters[n].default for n in self.names}
+        return TemplateArgs(ordered, self.kernel_name)
+
+
+class TemplateDispatch:
+    """The launch code of a kernel with template parameters: one dict lookup, keyed by the
+    template arguments, finds the launch function of their variant, which takes the others.
+
+    For `k(x: template, n: template, a: f32)` the kernel function's code becomes
+
+        def k(x, n, a):
+            try:
+                _q_launch = _q_variants[x.__class__, x, n.__class__, n]
+            except _q_miss:
+                return _q_slow(x, n, a)
+            return _q_launch(a)
+
+    A key may stand for a variant only if every argument equal to it (same class, `==`) has
+    the same specialisation_key. `add` therefore enters a variant only when each template
+    argument is of a class for which that holds: `==` is identity (fields, dtypes, functions,
+    plain objects: an entry keeps its object alive, so its id is not reused), or an exact
+    builtin or numpy int, bool, str, bytes or None, or a float that is neither zero nor NaN
+    (-0.0 == 0.0, and a NaN equals nothing). A lookup that hits then has arguments of those
+    same classes. Anything else (tuples, whose `==` ignores element types: (1, 2) == (1.0, 2);
+    classes with an `__eq__` of their own; unhashable values) misses and takes the slow path,
+    which compiles, reports or launches as before."""
+
+    def __init__(self, function, params: TemplateParams):
+        name = function.__code__.co_name
+        every = ", ".join(params.signature.parameters)
+        key = ", ".join(f"{n}.__class__, {n}" for n in params.names)
+        src = (f"def {name}({every}):\n"
+               f"    try:\n"
+               f"        _q_launch = _q_variants[{key}]\n"
+               f"    except _q_miss:\n"
+               f"        return _q_slow({every})\n"
+               f"    return _q_launch({', '.join(params.runtime)})\n")
+        self.function, self.stub = function, function.__code__
+        self.names = params.names
+        self.variants: dict = {}
+        function.__globals__.update({"_q_variants": self.variants, "_q_miss": (KeyError, TypeError)})
+        namespace: dict = {}
+        exec(compile(src, f"<qdc template dispatch {name}>", "exec"), function.__globals__, namespace)  # noqa: S102
+        self.code = namespace[name].__code__
+
+    def add(self, templates: TemplateArgs, launch) -> None:
+        """Let calls with these template arguments go straight to `launch`, if their key can say so."""
+        values = [templates.values[n] for n in self.names]
+        if all(_fast_keyable(v) for v in values):
+            self.variants[tuple(x for v in values for x in (v.__class__, v))] = launch
+
+    def invalidate(self) -> None:
+        """At `qd.init` (context.on_reset): the launch functions belong to the old runtime."""
+        self.variants.clear()
+        self.function.__code__ = self.stub
+
+
+_EXACT = frozenset({bool, int, str, bytes, type(None), np.bool_})
+
+
+def _fast_keyable(v) -> bool:
+    """Whether arguments equal to `v` by class and `==` all have v's specialisation_key."""
+    cls = v.__class__
+    if cls in _EXACT or (isinstance(v, np.integer) and cls.__module__ == "numpy"):
+        return True
+    if cls is float or (isinstance(v, np.floating) and cls.__module__ == "numpy"):
+        return v == v and v != 0
+    return cls.__eq__ is object.__eq__ and cls.__hash__ is object.__hash__

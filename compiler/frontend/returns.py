@@ -1,0 +1,177 @@
+"""Kernel return values (API.md §2): `-> qd.f32` (any scalar type), a vector/matrix type, or a
+tuple of them (`-> tuple[qd.f32, qd.i32]`, or Quadrants' `-> (qd.f32, qd.i32)`).
+
+A kernel returns from its top-level code, once, as its last statement (as in Quadrants, a
+`return` inside a loop or a run-time `if` is an error). Each returned scalar (each component
+of a vector or matrix) is converted to the declared type and stored into a kernel temporary
+of its own, in device memory like every temporary; the launcher reads them back after the
+launch (which waits for it on a GPU) and the call returns Python scalars, numpy arrays for
+vectors and matrices, or a tuple of those. `KernelIR.returns` (the artifact's "returns"
+record, runtime/contract/artifact.py) says which temporaries hold which values. The grad
+variant returns nothing: its front end evaluates the expression and stores nothing.
+
+A mixin of FrontEnd (see ast_to_ir.py).
+"""
+from __future__ import annotations
+
+import ast
+import inspect
+import typing
+
+from qdc.runtime.contract import types as T
+
+from .. import ir
+from .values import is_runtime
+
+
+class ReturnType:
+    """What a kernel's annotation says it returns: per item (dtype, element shape: () for a
+    scalar, (n,) for a vector, (n, m) for a matrix), and whether the items form a tuple."""
+
+    def __init__(self, items: list[tuple[T.DataType, tuple]], is_tuple: bool):
+        self.items, self.is_tuple = items, is_tuple
+
+    def record(self, slots: list[int]) -> dict:
+        """The artifact's "returns" record."""
+        return {"values": [[dtype.name, list(shape)] for dtype, shape in self.items], "tuple": self.is_tuple,
+                "slots": slots}
+
+
+def return_type(fn, default_ip: T.DataType, default_fp: T.DataType, error) -> ReturnType | None:
+    """The kernel's declared return type, None without an annotation (or `-> None`). `error(msg)`
+    raises a located compile error."""
+    ann = inspect.signature(fn).return_annotation
+    if ann is inspect.Signature.empty or ann is None:
+        return None
+    if isinstance(ann, str):
+        try:
+            ann = eval(ann, fn.__globals__)  # noqa: S307  (the user's own annotation, as typing does)
+        except Exception as e:  # noqa: BLE001  (reported at the annotation)
+            error(f"the return annotation cannot be evaluated: {type(e).__name__}: {e}")
+        if ann is None:
+            return None
+    if typing.get_origin(ann) is tuple:
+        parts, is_tuple = typing.get_args(ann), True
+        if len(parts) == 2 and parts[1] is Ellipsis:
+            error("a kernel's return tuple needs one type per value (tuple[qd.f32, qd.i32]), not `...`")
+    elif isinstance(ann, (tuple, list)):
+        parts, is_tuple = tuple(ann), True
+    else:
+        parts, is_tuple = (ann,), False
+    if is_tuple and not parts:
+        error("a kernel's return tuple needs at least one type")
+    return ReturnType([_item(p, default_ip, default_fp, error) for p in parts], is_tuple)
+
+
+def _item(ann, default_ip, default_fp, error) -> tuple[T.DataType, tuple]:
+    if ann is int or ann is float:
+        return (default_ip if ann is int else default_fp), ()
+    if isinstance(ann, T.DataType):
+        return ann, ()
+    element_dtype = getattr(ann, "element_dtype", None)  # a vector/matrix type (language/matrix.py)
+    if callable(element_dtype) and isinstance(getattr(ann, "shape", None), tuple):
+        return element_dtype(default_ip, default_fp), tuple(ann.shape)
+    error(f"unsupported return type {ann!r}: a kernel returns a qd scalar type (qd.f32, ...), a vector or "
+          f"matrix type, or a tuple of them")
+
+
+class ReturnLowering:
+    """`return` at a kernel's top level (funcs' returns are inlined: calls.py)."""
+
+    def init_returns(self, fn, store: bool) -> None:
+        self.store_returns = store
+        self.kernel_returned = False
+        self.declared_return = return_type(fn, self.values.default_ip, self.values.default_fp,
+                                           lambda msg: self.error(msg, self.src.fn_def.returns or self.src.fn_def))
+
+    def kernel_return(self, node: ast.Return) -> None:
+        declared = self.declared_return
+        if declared is None:
+            self.error("this kernel returns a value but declares no return type: annotate it, e.g. "
+                       "`def k(...) -> qd.f32:`" if node.value is not None else
+                       "a kernel has no return value to leave early with; a bare return is not supported")
+        if len(self.blocks) > 1:
+            self.error("a kernel returns only from its top-level code: not inside a loop (a parallel loop's "
+                       "iterations cannot return) or a run-time if; store into a variable and return it at the end")
+        if self.kernel_returned:
+            self.error("a kernel returns once")
+        if node.value is None:
+            self.error(f"this kernel declares a return type ({_describe(declared)}) but returns no value")
+        value = self.visit(node.value)
+        if declared.is_tuple:
+            if not isinstance(value, tuple) or len(value) != len(declared.items):
+                got = f"{len(value)} values" if isinstance(value, tuple) else "one value"
+                self.error(f"the kernel declares {len(declared.items)} return values ({_describe(declared)}) but "
+                           f"returns {got}", node.value)
+            items = value
+            nodes = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value] * len(items)
+        else:
+            items, nodes = (value,), (node.value,)
+        scalars = []
+        for (dtype, shape), v, n in zip(declared.items, items, nodes):
+            scalars += self.return_components(v, dtype, shape, n)
+        slots = []
+        if self.store_returns:
+            k = self.kernel
+            for v in scalars:
+                slots.append(k.num_temps)
+                k.num_temps += 1
+                k.temp_types.append(v.type)
+                self.emit(ir.TempStore(slots[-1], v))
+            k.returns = declared.record(slots)
+        self.kernel_returned = True
+
+    def return_components(self, v, dtype: T.DataType, shape: tuple, node) -> list[ir.Stmt]:
+        """The scalars of returned value `v` (row-major), each converted to `dtype`."""
+        if not shape:
+            if isinstance(v, tuple) or (not is_runtime(v) and hasattr(v, "shape")):
+                self.error(f"the kernel declares a {dtype} return value but returns "
+                           f"{_what(v)}", node)
+            with self.at(node):
+                return [self.values.materialize(self.convert(self.scalar(v, node), dtype, node))]
+        components = self.vector_components(v, shape, node)
+        with self.at(node):
+            return [self.values.materialize(self.convert(self.scalar(c, node), dtype, node)) for c in components]
+
+    def vector_components(self, v, shape: tuple, node) -> list:
+        """The scalars of a vector/matrix value of `shape`, row-major (a vector value of the
+        front end, or nested tuples/lists of scalars)."""
+        components = getattr(v, "components", None)  # a VectorValue (vectors.py): shape and components
+        if isinstance(components, list):
+            if tuple(v.shape) != shape:
+                self.error(f"the kernel declares a return value of shape {shape} but returns one of shape "
+                           f"{tuple(v.shape)}", node)
+            return components
+        rows = list(v) if isinstance(v, (tuple, list)) else None
+        if rows is not None and len(shape) == 1 and len(rows) == shape[0]:
+            return rows
+        if rows is not None and len(shape) == 2 and len(rows) == shape[0] \
+                and all(isinstance(r, (tuple, list)) and len(r) == shape[1] for r in rows):
+            return [c for r in rows for c in r]
+        self.error(f"the kernel declares a return value of shape {shape} but returns {_what(v)}", node)
+
+    def finish_returns(self) -> None:
+        if self.declared_return is not None and not self.kernel_returned:
+            self.error(f"this kernel declares a return type ({_describe(self.declared_return)}) but its top-level "
+                       f"code does not end with a return", self.src.fn_def.returns or self.src.fn_def)
+
+    def check_after_return(self, stmt) -> None:
+        """Nothing runs after a kernel's return."""
+        if self.kernel_returned and self.frame.is_kernel:
+            self.error("a kernel's return must be its last statement: this code would never run", stmt)
+
+
+def _describe(rt: ReturnType) -> str:
+    names = [dtype.name if not shape else f"{dtype.name}{list(shape)}" for dtype, shape in rt.items]
+    return f"({', '.join(names)})" if rt.is_tuple else names[0]
+
+
+def _what(v) -> str:
+    if isinstance(v, tuple):
+        return f"a tuple of {len(v)}"
+    if is_runtime(v):
+        return f"a {v.type} scalar"
+    shape = getattr(v, "shape", None)
+    if shape is not None:
+        return f"a value of shape {tuple(shape)}"
+    return f"a {type(v).__name__}"

@@ -1,0 +1,528 @@
+"""Vectors and matrices in kernels, lowered to scalars here so that the IR stays scalar.
+
+A vector or matrix value is a `VectorValue`: its shape and its components, row-major, each a
+scalar front-end value (a run-time Stmt or a compile-time number). A vector local is a
+`VectorVar`: one scalar variable per component, so a vector carried by a dynamic loop gets one
+adstack per component from autodiff without it knowing about vectors. A field or ndarray of
+vectors stores the components as trailing axes: `x[i]` loads `x[i, 0], x[i, 1], ...`.
+
+A mixin of FrontEnd (see ast_to_ir.py); the visitor methods there hand vector operands here.
+"""
+from __future__ import annotations
+
+import ast
+import itertools
+
+from qdc.runtime.contract import types as T
+
+from .. import ir
+from ..language import matrix as M
+from .objects import GLOBAL_ARRAYS
+from .values import is_runtime
+
+_SWIZZLE = {c: i for group in ("xyzw", "rgba") for i, c in enumerate(group)}
+_OP_SYMBOL = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "floordiv": "//", "mod": "%", "pow": "**",
+              "bit_and": "&", "bit_or": "|", "bit_xor": "^", "shl": "<<", "shr": ">>", "min": "min", "max": "max",
+              "atan2": "atan2", "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+_ATOMIC_AUG = {"add": "add", "sub": "sub", "bit_and": "and", "bit_or": "or", "bit_xor": "xor"}
+
+
+class VectorValue:
+    """A vector (shape `(n,)`) or matrix (shape `(n, m)`) in a kernel: `components` row-major.
+
+    Kernel return values and anything else that must pass a vector through scalar machinery
+    use `flatten` / `unflatten` below: `components` lists the scalars, and
+    `VectorValue(shape, components)` rebuilds the value from them."""
+
+    __slots__ = ("shape", "components")
+
+    def __init__(self, shape, components):
+        self.shape = tuple(shape)
+        self.components = list(components)
+        assert len(self.components) == component_count(self.shape), (self.shape, len(self.components))
+
+    @property
+    def is_matrix(self) -> bool:
+        return len(self.shape) == 2
+
+    def at(self, i: int, j: int | None = None):
+        return self.components[i] if j is None else self.components[i * self.shape[1] + j]
+
+    def rows(self) -> tuple:
+        """What unpacking yields: a vector's components, a matrix's rows (as vectors)."""
+        if not self.is_matrix:
+            return tuple(self.components)
+        m = self.shape[1]
+        return tuple(VectorValue((m,), self.components[i * m:(i + 1) * m]) for i in range(self.shape[0]))
+
+    def map(self, fn) -> "VectorValue":
+        return VectorValue(self.shape, [fn(c) for c in self.components])
+
+    def __repr__(self):
+        return f"VectorValue{self.shape}"
+
+
+class VectorVar:
+    """A vector/matrix local variable: one scalar Alloca per component (row-major)."""
+
+    __slots__ = ("shape", "variables")
+
+    def __init__(self, shape, variables: list):
+        self.shape, self.variables = tuple(shape), list(variables)
+
+
+class Target:
+    """The scalar places an assignment writes: Allocas, GlobalPtrs or `RuntimeComponent`s,
+    row-major, forming `shape` (() for a single component)."""
+
+    def __init__(self, shape, places: list):
+        self.shape, self.places = tuple(shape), list(places)
+
+
+class RuntimeComponent:
+    """`v[i]` of a vector local with `i` known only at run time: a write tests each component."""
+
+    def __init__(self, index: ir.Stmt, variables: list):
+        self.index, self.variables = index, variables
+        self.type = variables[0].type
+
+
+def flatten(value):
+    """(layout, scalars) of a value made of scalars, vectors and tuples of them; `unflatten`
+    inverts it. For passing vectors through scalar-only machinery (returns of funcs and kernels)."""
+    if isinstance(value, VectorValue):
+        return ("vector", value.shape), list(value.components)
+    if isinstance(value, tuple):
+        layouts, scalars = [], []
+        for v in value:
+            layout, s = flatten(v)
+            layouts.append(layout)
+            scalars += s
+        return ("tuple", layouts), scalars
+    return "scalar", [value]
+
+
+def unflatten(layout, scalars: list):
+    it = iter(scalars)
+
+    def build(lay):
+        if lay == "scalar":
+            return next(it)
+        if lay[0] == "vector":
+            return VectorValue(lay[1], [next(it) for _ in range(component_count(lay[1]))])
+        return tuple(build(sub) for sub in lay[1])
+    return build(layout)
+
+
+def component_count(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def element_shape(base) -> tuple:
+    """The element shape of a field or ndarray handle (() for scalars)."""
+    return tuple(getattr(base, "element_shape", ()))
+
+
+class VectorLowering:
+    # ---- construction --------------------------------------------------------------------
+    def vector_of(self, shape, components, dtype: T.DataType | None = None) -> VectorValue:
+        """A vector from scalar components; with `dtype`, each converted to it."""
+        parts = [self.vector_scalar(c) for c in components]
+        if dtype is not None:
+            parts = [self.values.cast(c, dtype) for c in parts]
+        return VectorValue(shape, parts)
+
+    def vector_scalar(self, v):
+        if isinstance(v, VectorValue):
+            self.error("a vector/matrix cannot be a component of a vector (write its components)")
+        return self.scalar(v, self.node_stack[-1] if self.node_stack else None)
+
+    def vector_literal(self, callee, node: ast.Call):
+        """`qd.Vector([a, b])`, `qd.Matrix([[a, b], [c, d]])` (also `qd.Matrix([v0, v1])`, rows
+        given as vectors), with an optional `dt=`/`dtype=` element type."""
+        self.reject_unpacking(node)
+        dtype = None
+        for kw in node.keywords:
+            if kw.arg not in ("dt", "dtype"):
+                self.error(f"{callee.__name__}() takes no keyword argument '{kw.arg}' in kernels", kw)
+            dtype = self.visit(kw.value)
+            if not isinstance(dtype, T.DataType):
+                self.error(f"{callee.__name__}(..., {kw.arg}=) must be a qd scalar type", kw.value)
+        if len(node.args) not in (1, 2):
+            self.error(f"{callee.__name__}() takes a list of components in kernels")
+        if len(node.args) == 2:
+            dtype = self.visit(node.args[1])
+            if not isinstance(dtype, T.DataType):
+                self.error(f"the second argument of {callee.__name__}() must be a qd scalar type", node.args[1])
+        value = self.visit(node.args[0])
+        if isinstance(value, VectorValue):
+            return self.vector_of(value.shape, value.components, dtype)
+        if not isinstance(value, (tuple, list)) or not value:
+            self.error(f"{callee.__name__}() needs a non-empty list of components", node.args[0])
+        if callee is M.Vector:
+            return self.vector_of((len(value),), value, dtype)
+        rows = [r.components if isinstance(r, VectorValue) and not r.is_matrix else r for r in value]
+        if all(isinstance(r, (tuple, list)) for r in rows):
+            if len({len(r) for r in rows}) != 1 or not rows[0]:
+                self.error("qd.Matrix() rows must all have the same, non-zero length", node.args[0])
+            return self.vector_of((len(rows), len(rows[0])), [c for r in rows for c in r], dtype)
+        if any(isinstance(r, (tuple, list)) for r in rows):
+            self.error("qd.Matrix() needs a list of rows, each a list of the same length", node.args[0])
+        return self.vector_of((len(rows), 1), rows, dtype)  # qd.Matrix([a, b]): a column
+
+    def construct(self, mtype: M.MatrixType, node: ast.Call) -> VectorValue:
+        """`qd.math.vec3(1, 2, 3)`, `vec3(0)` (filled), `vec3(v2, z)` (concatenated),
+        `mat2([[a, b], [c, d]])`: converted to the type's element type."""
+        args = self.call_args(node, 1, 16, repr(mtype))
+        flat = []
+        for v in args:
+            flat += _flatten_components(v)
+        size = component_count(mtype.shape)
+        if len(flat) == 1:
+            flat = flat * size
+        if len(flat) != size:
+            self.error(f"{mtype!r} needs {size} component(s) (or one to fill it), got {len(flat)}")
+        dtype = mtype.element_dtype(self.values.default_ip, self.values.default_fp)
+        return self.vector_of(mtype.shape, flat, dtype)
+
+    def matrix_helper(self, kind: str, node: ast.Call) -> VectorValue:
+        """`qd.Matrix.identity(dtype, n)`, `qd.Matrix.diag(n, value)`, `qd.Matrix.zero(dtype, n, m)`."""
+        args = self.call_args(node, 2, 3, f"qd.Matrix.{kind}")
+        if kind == "diag":
+            n, value = args[0], self.vector_scalar(args[1])
+            if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+                self.error("qd.Matrix.diag(dim, value) needs a compile-time positive dim")
+            return VectorValue((n, n), [value if i == j else 0 for i in range(n) for j in range(n)])
+        dtype, *dims = args
+        if not isinstance(dtype, T.DataType) or any(not isinstance(d, int) for d in dims):
+            self.error(f"qd.Matrix.{kind}() takes a qd type and compile-time sizes")
+        if kind == "identity":
+            (n,) = dims
+            return self.vector_of((n, n), [1 if i == j else 0 for i in range(n) for j in range(n)], dtype)
+        shape = tuple(dims) if len(dims) == 2 else (dims[0],)
+        return self.vector_of(shape, [0] * component_count(shape), dtype)
+
+    # ---- locals --------------------------------------------------------------------------
+    def new_vector_var(self, value: VectorValue, name: str, dtype: T.DataType | None = None) -> VectorVar:
+        """A vector local holding `value`: one scalar variable per component, all of one type
+        (the components' common type, or `dtype`)."""
+        dtype = dtype or self.values.common_type_of(value.components)
+        variables = []
+        for c in value.components:
+            var = self.new_local(dtype, name)
+            self.emit(ir.LocalStore(var, self.values.cast(c, dtype)))
+            variables.append(var)
+        return VectorVar(value.shape, variables)
+
+    def annotated_vector(self, node: ast.AnnAssign, mtype: M.MatrixType) -> None:
+        """`v: qd.math.vec3 = value`: a vector local of that type (a scalar value fills it)."""
+        value = self.vector_operand(self.visit(node.value), node.value)
+        if not isinstance(value, VectorValue):
+            value = VectorValue(mtype.shape, [value] * component_count(mtype.shape))
+        if value.shape != mtype.shape:
+            self.error(f"cannot assign a {kind_of(value.shape)} of shape {shape_text(value.shape)} to "
+                       f"'{node.target.id}' of type {mtype!r}", node.value)
+        dtype = mtype.element_dtype(self.values.default_ip, self.values.default_fp)
+        self.frame.scopes[-1][node.target.id] = self.new_vector_var(value, node.target.id, dtype)
+
+    def load_vector_var(self, var: VectorVar) -> VectorValue:
+        return VectorValue(var.shape, [self.emit(ir.LocalLoad(v)) for v in var.variables])
+
+    def assign_vector_name(self, target: ast.Name, current, value, value_node) -> None:
+        """`v = <vector>` (a new vector local, or a store into the visible one of that name)."""
+        name = target.id
+        if isinstance(current, VectorVar):
+            if not isinstance(value, VectorValue):
+                self.error(f"'{name}' is a {kind_of(current.shape)} of shape {shape_text(current.shape)}: cannot "
+                           f"assign a scalar to it (assign a vector, or one component: {name}[0] = ...)", target)
+            self.store_target(Target(current.shape, current.variables), value, value_node)
+            return
+        self.frame.scopes[-1][name] = self.new_vector_var(value, name)
+
+    # ---- operators ------------------------------------------------------------------------
+    def vector_operand(self, v, node):
+        return v if isinstance(v, VectorValue) else self.scalar(v, node)
+
+    def vector_binary(self, op: str, a, b, node=None) -> VectorValue:
+        """Element-wise `a op b`; a scalar operand is broadcast."""
+        if op == "matmul":
+            return self.matmul(a, b)
+        if isinstance(a, VectorValue) and isinstance(b, VectorValue) and a.shape != b.shape:
+            self.error(f"operands of '{_OP_SYMBOL.get(op, op)}' have different shapes: {shape_text(a.shape)} "
+                       f"and {shape_text(b.shape)}", node)
+        shape = a.shape if isinstance(a, VectorValue) else b.shape
+        size = component_count(shape)
+        xs = a.components if isinstance(a, VectorValue) else [a] * size
+        ys = b.components if isinstance(b, VectorValue) else [b] * size
+        return VectorValue(shape, [self.values.binary(op, x, y) for x, y in zip(xs, ys)])
+
+    def vector_unary(self, op: str, v: VectorValue) -> VectorValue:
+        return v.map(lambda c: self.values.unary(op, c))
+
+    def matmul(self, a, b):
+        """`a @ b`: matrix-matrix, matrix-vector, vector-matrix (a row vector), vector-vector (dot)."""
+        if not isinstance(a, VectorValue) or not isinstance(b, VectorValue):
+            self.error("both operands of '@' must be vectors or matrices")
+        sa, sb = a.shape, b.shape
+        inner_a, inner_b = sa[-1], sb[0]
+        if inner_a != inner_b:
+            self.error(f"'@' needs the inner dimensions to agree: {shape_text(sa)} @ {shape_text(sb)}")
+        rows = sa[0] if len(sa) == 2 else None
+        cols = sb[1] if len(sb) == 2 else None
+        k = inner_a
+
+        def entry(i, j):
+            xs = [a.at(i, t) if rows is not None else a.at(t) for t in range(k)]
+            ys = [b.at(t, j) if cols is not None else b.at(t) for t in range(k)]
+            return self.sum_of_products(xs, ys)
+        if rows is None and cols is None:
+            return entry(None, None)
+        if rows is None:
+            return VectorValue((cols,), [entry(None, j) for j in range(cols)])
+        if cols is None:
+            return VectorValue((rows,), [entry(i, None) for i in range(rows)])
+        return VectorValue((rows, cols), [entry(i, j) for i in range(rows) for j in range(cols)])
+
+    def sum_of_products(self, xs, ys):
+        acc = None
+        for x, y in zip(xs, ys):
+            p = self.values.binary("mul", x, y)
+            acc = p if acc is None else self.values.binary("add", acc, p)
+        return acc
+
+    def vector_compare(self, op: str, a, b, node) -> VectorValue:
+        return self.vector_binary(op, a, b, node)
+
+    def vector_if_exp(self, branch: ir.If, a, b, node) -> VectorValue:
+        """`a if c else b` with vector sides (same shape, or a scalar broadcast): one variable per
+        component, declared before the branch and stored in each side."""
+        shape = a.shape if isinstance(a, VectorValue) else b.shape
+        sides = [self.target_components(Target(shape, [None] * component_count(shape)), v, node) for v in (a, b)]
+        result = []
+        for x, y in zip(*sides):
+            var = ir.Alloca(self.values.common_type(x, y), "", self.frame.src.loc(node))
+            var.block = branch.block
+            branch.block.stmts.insert(branch.block.stmts.index(branch), var)
+            for block, v in ((branch.then_block, x), (branch.else_block, y)):
+                self.emit_into(block, lambda v=v, var=var: self.emit(ir.LocalStore(var, self.values.cast(v, var.type))))
+            result.append(self.emit(ir.LocalLoad(var)))
+        return VectorValue(shape, result)
+
+    # ---- indexing and attributes -----------------------------------------------------------
+    def vector_subscript(self, v: VectorValue, node: ast.Subscript):
+        index = self.visit(node.slice)
+        indices = list(index) if isinstance(index, tuple) else [index]
+        if len(indices) == 1 and v.is_matrix:  # m[i]: row i
+            i = self.component_index(indices[0], v.shape[0], node.slice)
+            if is_runtime(i):
+                self.error("a matrix row can only be selected with a compile-time index", node.slice)
+            return v.rows()[i]
+        if len(indices) != len(v.shape):
+            self.error(f"a {kind_of(v.shape)} of shape {shape_text(v.shape)} is indexed with "
+                       f"{len(indices)} index(es)", node.slice)
+        checked = [self.component_index(i, n, node.slice) for i, n in zip(indices, v.shape)]
+        if any(is_runtime(i) for i in checked):
+            return self.runtime_component(v, checked)
+        return v.at(*checked)
+
+    def component_index(self, i, n: int, node):
+        i = self.scalar(i, node)
+        if is_runtime(i):
+            if not i.type.is_integral or i.type is T.u1:
+                self.error(f"a vector index must be an integer, got {i.type}", node)
+            return i
+        if isinstance(i, bool) or not isinstance(i, int):
+            self.error(f"a vector index must be an integer, got {i!r}", node)
+        if not -n <= i < n:
+            self.error(f"index {i} is out of range for a dimension of size {n}", node)
+        return i % n
+
+    def runtime_component(self, v: VectorValue, indices):
+        """`v[i]` with `i` known at run time: a chain of selects over the components."""
+        flat = self.flat_index(indices, v.shape)
+        result = v.components[-1]
+        for k in reversed(range(len(v.components) - 1)):
+            hit = self.values.binary("eq", flat, k)
+            result = self.values.select(hit, v.components[k], result)
+        return result
+
+    def flat_index(self, indices, shape):
+        flat = indices[0]
+        for i, n in zip(indices[1:], shape[1:]):
+            flat = self.values.binary("add", self.values.binary("mul", flat, n), i)
+        return flat
+
+    def swizzle_indices(self, shape, attr: str) -> list:
+        if len(shape) != 1 or not attr or len(attr) > 4 or any(c not in _SWIZZLE for c in attr):
+            self.error(f"a {kind_of(shape)} has no attribute '{attr}'")
+        if len({c in "xyzw" for c in attr}) != 1:
+            self.error(f"swizzle '{attr}' mixes xyzw and rgba")
+        indices = [_SWIZZLE[c] for c in attr]
+        if max(indices) >= shape[0]:
+            self.error(f"swizzle '{attr}' is out of range for a vector of {shape[0]} component(s)")
+        return indices
+
+    # ---- calls ----------------------------------------------------------------------------
+    def elementwise(self, fn, args: list, nodes: list):
+        """`fn` over scalars, applied component by component when some argument is a vector
+        (the others broadcast); every vector argument must have the same shape."""
+        shapes = {a.shape for a in args if isinstance(a, VectorValue)}
+        if not shapes:
+            return fn(*[self.scalar(a, n) for a, n in zip(args, nodes)])
+        if len(shapes) > 1:
+            self.error("vector arguments have different shapes: " + " and ".join(shape_text(s) for s in shapes))
+        (shape,) = shapes
+        columns = [a.components if isinstance(a, VectorValue) else [self.scalar(a, n)] * component_count(shape)
+                   for a, n in zip(args, nodes)]
+        return VectorValue(shape, [fn(*c) for c in zip(*columns)])
+
+    # ---- writes ---------------------------------------------------------------------------
+    def vector_target(self, node) -> Target | None:
+        """The places `node` names when it is a vector local, a vector element of a field or
+        ndarray, or a part of either (`v[i]`, `m[i, j]`, `x[i][j]`, `v.xy`); None otherwise."""
+        if isinstance(node, ast.Name):
+            scope = self.binding_scope(node.id)
+            value = scope[node.id] if scope is not None else None
+            return Target(value.shape, value.variables) if isinstance(value, VectorVar) else None
+        if not isinstance(node, (ast.Subscript, ast.Attribute)):
+            return None
+        inner = self.vector_target(node.value)
+        if inner is None:
+            if isinstance(node, ast.Subscript) and isinstance(node.value, (ast.Name, ast.Attribute)):
+                base = self.visit(node.value)
+                if isinstance(base, GLOBAL_ARRAYS) and element_shape(base):
+                    return Target(element_shape(base), self.global_vector_ptrs(base, node))
+            return None
+        if isinstance(node, ast.Attribute):
+            indices = self.swizzle_indices(inner.shape, node.attr)
+            if len(indices) == 1:
+                return Target((), [inner.places[indices[0]]])
+            return Target((len(indices),), [inner.places[i] for i in indices])
+        return self.index_target(inner, node)
+
+    def index_target(self, inner: Target, node: ast.Subscript) -> Target:
+        index = self.visit(node.slice)
+        indices = list(index) if isinstance(index, tuple) else [index]
+        shape = inner.shape
+        if len(indices) == 1 and len(shape) == 2:  # m[i]: a row
+            i = self.component_index(indices[0], shape[0], node.slice)
+            if is_runtime(i):
+                self.error("a matrix row can only be selected with a compile-time index", node.slice)
+            return Target((shape[1],), inner.places[i * shape[1]:(i + 1) * shape[1]])
+        if len(indices) != len(shape):
+            self.error(f"a {kind_of(shape)} of shape {shape_text(shape)} is indexed with {len(indices)} index(es)",
+                       node.slice)
+        checked = [self.component_index(i, n, node.slice) for i, n in zip(indices, shape)]
+        if not any(is_runtime(i) for i in checked):
+            flat = checked[0] if len(checked) == 1 else checked[0] * shape[1] + checked[1]
+            return Target((), [inner.places[flat]])
+        flat = self.values.cast(self.flat_index(checked, shape), T.i32)
+        first = inner.places[0]
+        if isinstance(first, ir.GlobalPtr):  # a run-time index into a field element: address it directly
+            n_element = len(shape)
+            field_indices = first.indices[:len(first.indices) - n_element]
+            indices_rt = [self.values.cast(i, T.i32) for i in checked]
+            return Target((), [self.emit(ir.GlobalPtr(first.target, [*field_indices, *indices_rt]))])
+        if not all(isinstance(p, ir.Alloca) for p in inner.places):
+            self.error("a run-time index cannot select part of this vector")
+        return Target((), [RuntimeComponent(flat, inner.places)])
+
+    def global_vector_ptrs(self, base, node: ast.Subscript) -> list:
+        """One GlobalPtr per component of the vector element `base[...]`, row-major."""
+        ref, indices = self.global_address(base, node)
+        return [self.emit(ir.GlobalPtr(ref, [*indices, *(self.values.const(c, T.i32) for c in comp)]))
+                for comp in itertools.product(*(range(n) for n in element_shape(base)))]
+
+    def load_global_vector(self, base, node: ast.Subscript) -> VectorValue:
+        return VectorValue(element_shape(base), [self.emit(ir.GlobalLoad(p)) for p in self.global_vector_ptrs(base, node)])
+
+    def load_place(self, place):
+        if isinstance(place, ir.Alloca):
+            return self.emit(ir.LocalLoad(place))
+        if isinstance(place, RuntimeComponent):
+            return self.runtime_component(VectorValue((len(place.variables),),
+                                                      [self.emit(ir.LocalLoad(v)) for v in place.variables]),
+                                          [place.index])
+        return self.emit(ir.GlobalLoad(place))
+
+    def load_target(self, target: Target):
+        values = [self.load_place(p) for p in target.places]
+        return values[0] if not target.shape else VectorValue(target.shape, values)
+
+    def target_components(self, target: Target, value, node) -> list:
+        """`value` spread over the target's places: a vector of the same shape, or a scalar broadcast."""
+        if isinstance(value, VectorValue):
+            if value.shape != target.shape:
+                self.error(f"cannot assign a {kind_of(value.shape)} of shape {shape_text(value.shape)} to a "
+                           f"{kind_of(target.shape)} of shape {shape_text(target.shape)}", node)
+            return value.components
+        return [self.scalar(value, node)] * len(target.places)
+
+    def store_target(self, target: Target, value, value_node=None) -> None:
+        for place, v in zip(target.places, self.target_components(target, value, value_node)):
+            self.store_place(place, v, value_node)
+
+    def store_place(self, place, value, value_node=None) -> None:
+        v = self.convert(value, place.type, value_node)
+        if isinstance(place, ir.Alloca):
+            self.emit(ir.LocalStore(place, v))
+        elif isinstance(place, RuntimeComponent):
+            for k, var in enumerate(place.variables):
+                branch = self.emit(ir.If(self.values.binary("eq", place.index, k)))
+                self.emit_into(branch.then_block, lambda var=var: self.emit(ir.LocalStore(var, v)))
+        else:
+            self.emit(ir.GlobalStore(place, v))
+
+    def aug_assign_target(self, op: str, target: Target, value_node) -> None:
+        """`t op= value`: atomic on field/ndarray components (add, sub, and integer bit ops) and
+        on kernel-scope locals shared by a parallel loop, as for scalars."""
+        value = self.vector_operand(self.visit(value_node), value_node)
+        parts = self.target_components(target, value, value_node)
+        atomic = _ATOMIC_AUG.get(op)
+        for place, v in zip(target.places, parts):
+            usable = atomic is not None and (place.type.is_integral or atomic in ("add", "sub"))
+            if usable and isinstance(place, ir.GlobalPtr):
+                self.emit(ir.AtomicRMW(atomic, place, self.convert(v, place.type, value_node)))
+            elif usable and self.shared_by_iterations(place):
+                self.emit(ir.LocalAtomic(atomic, place, self.convert(v, place.type, value_node)))
+            else:
+                self.store_place(place, self.values.binary(op, self.load_place(place), v), value_node)
+
+    def atomic_target(self, op: str, target: Target, value, node):
+        """`qd.atomic_op(t, value)` on a vector target: per component; returns the old values."""
+        olds = []
+        for place, v in zip(target.places, self.target_components(target, value, node)):
+            if op in ("and", "or", "xor") and place.type.is_float:
+                self.error(f"atomic {op} needs an integer target, got {place.type}", node)
+            v = self.values.cast(v, place.type)
+            if isinstance(place, ir.GlobalPtr):
+                olds.append(self.emit(ir.AtomicRMW(op, place, v)))
+            elif self.shared_by_iterations(place):
+                olds.append(self.emit(ir.LocalAtomic(op, place, v)))
+            else:
+                old = self.load_place(place)
+                self.store_place(place, self.values.binary(_LOCAL_OP[op], old, v))
+                olds.append(old)
+        return olds[0] if not target.shape else VectorValue(target.shape, olds)
+
+def shape_text(shape) -> str:
+    return "scalar" if not shape else "x".join(map(str, shape)) if len(shape) == 2 else f"({shape[0]},)"
+
+
+def kind_of(shape) -> str:
+    return {0: "scalar", 1: "vector"}.get(len(shape), "matrix")
+
+
+def _flatten_components(v) -> list:
+    if isinstance(v, VectorValue):
+        return list(v.components)
+    if isinstance(v, (tuple, list)):
+        return [c for e in v for c in _flatten_components(e)]
+    return [v]
+
+
+_LOCAL_OP = {"add": "add", "sub": "sub", "min": "min", "max": "max", "and": "bit_and", "or": "bit_or",
+             "xor": "bit_xor"}

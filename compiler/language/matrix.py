@@ -1,0 +1,180 @@
+"""Vector and matrix types of the kernel language (API.md §2, "Vectors and matrices").
+
+`qd.types.vector(n, dtype)`, `qd.types.matrix(n, m, dtype)`, `qd.math.vec3`... are
+`MatrixType`s: field and ndarray element types, annotations, and constructors (in kernels
+`qd.math.vec3(1, 2, 3)`, in Python scope a numpy array). `qd.Vector` / `qd.Matrix` build
+literals in kernels and declare fields (`qd.Vector.field(3, qd.f32, shape=n)`).
+
+A field or ndarray of vectors is a scalar array with the element's shape as trailing axes
+(runtime/fields.py); inside kernels every vector operation is lowered to scalars by the
+front end (compiler/frontend/vectors.py), so nothing past the front end knows about vectors.
+"""
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+
+from qdc.runtime.contract import types as T
+from qdc.runtime.fields import Field, Ndarray
+
+
+def _size(v, what: str) -> int:
+    try:
+        n = operator.index(v)
+    except TypeError:
+        raise TypeError(f"{what} must be a positive integer, got {v!r}") from None
+    if n <= 0:
+        raise ValueError(f"{what} must be a positive integer, got {n}")
+    return n
+
+
+class MatrixType:
+    """A vector (shape `(n,)`) or matrix (shape `(n, m)`) element type. `dtype` None means the
+    default float (or, for `ivec`, the default integer) type, resolved from the options in
+    force: at compile time in kernels, at creation for fields and ndarrays."""
+
+    def __init__(self, shape: tuple, dtype=None, default: str = "fp", name: str | None = None):
+        self.shape = tuple(_size(s, "a vector/matrix dimension") for s in shape)
+        if dtype is int or dtype is float:  # Python's types mean the defaults, as for scalars
+            default, dtype = ("ip" if dtype is int else "fp"), None
+        if dtype is not None and not isinstance(dtype, T.DataType):
+            try:
+                converted = T.from_numpy(dtype)
+            except TypeError:
+                converted = None
+            if converted is None:
+                raise TypeError(f"unsupported vector/matrix element type {dtype!r}")
+            dtype = converted
+        self.declared_dtype, self.default = dtype, default
+        self.name = name
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def n(self) -> int:
+        return self.shape[0]
+
+    @property
+    def m(self) -> int:
+        return self.shape[1] if len(self.shape) > 1 else 1
+
+    def element_dtype(self, default_ip: T.DataType, default_fp: T.DataType) -> T.DataType:
+        return self.declared_dtype or (default_ip if self.default == "ip" else default_fp)
+
+    @property
+    def dtype(self) -> T.DataType:
+        """The element type under the current options (how fields and ndarrays resolve it)."""
+        if self.declared_dtype is not None:
+            return self.declared_dtype
+        from ..driver import options
+        opts = options.current
+        return self.element_dtype(opts.default_ip, opts.default_fp)
+
+    # fields and ndarrays read these two (runtime/fields.py, by duck typing)
+    @property
+    def element_shape(self) -> tuple:
+        return self.shape
+
+    @property
+    def scalar_dtype(self) -> T.DataType:
+        return self.dtype
+
+    def __call__(self, *args):
+        """Python scope: a numpy array (`vec3(1, 2, 3)`, `vec3(0)` fills, vectors concatenate)."""
+        flat = np.concatenate([np.ravel(np.asarray(a)) for a in args]) if args else np.zeros(0)
+        size = int(np.prod(self.shape))
+        if flat.size == 1:
+            flat = np.repeat(flat, size)
+        if flat.size != size:
+            raise ValueError(f"{self!r} needs {size} values, got {flat.size}")
+        return flat.astype(self.dtype.np_dtype).reshape(self.shape)
+
+    def field(self, shape=(), needs_grad=False, name=None, needs_dual=False) -> Field:
+        return Field(self, shape, needs_grad, name, needs_dual=needs_dual)
+
+    def ndarray(self, shape, needs_grad=False, needs_dual=False) -> Ndarray:
+        return Ndarray(self, shape, needs_grad, needs_dual)
+
+    def _spec(self):
+        dtype = self.declared_dtype.name if self.declared_dtype is not None else f"default_{self.default}"
+        return (self.shape, dtype)
+
+    def __qdc_key__(self):  # the cache key identifies a captured type by what it is
+        shape, dtype = self._spec()
+        return [list(shape), dtype]
+
+    def __eq__(self, other):
+        return isinstance(other, MatrixType) and self._spec() == other._spec()
+
+    def __hash__(self):
+        return hash(self._spec())
+
+    def __repr__(self):
+        if self.name:
+            return self.name
+        dtype = self.declared_dtype or f"default_{self.default}"
+        if len(self.shape) == 1:
+            return f"vector({self.shape[0]}, {dtype})"
+        return f"matrix({self.shape[0]}, {self.shape[1]}, {dtype})"
+
+
+def vector(n, dtype=None) -> MatrixType:
+    """`qd.types.vector(n, dtype)`."""
+    return MatrixType((n,), dtype)
+
+
+def matrix(n, m, dtype=None) -> MatrixType:
+    """`qd.types.matrix(n, m, dtype)`."""
+    return MatrixType((n, m), dtype)
+
+
+class Vector:
+    """`qd.Vector([a, b, c])` in kernels (a vector literal) and in Python scope (a numpy array);
+    `qd.Vector.field(n, dtype, shape, needs_grad=...)` declares a field of vectors."""
+
+    def __new__(cls, values, dtype=None):
+        arr = np.asarray(values)
+        return arr.astype(dtype.np_dtype) if isinstance(dtype, T.DataType) else arr
+
+    @staticmethod
+    def field(n, dtype, shape=(), needs_grad=False, name=None, needs_dual=False) -> Field:
+        return MatrixType((n,), dtype).field(shape, needs_grad, name, needs_dual)
+
+    @staticmethod
+    def ndarray(n, dtype, shape, needs_grad=False, needs_dual=False) -> Ndarray:
+        return MatrixType((n,), dtype).ndarray(shape, needs_grad, needs_dual)
+
+
+class Matrix:
+    """`qd.Matrix([[a, b], [c, d]])` in kernels and Python scope; `qd.Matrix.field(n, m, dtype,
+    shape, needs_grad=...)` declares a field of n x m matrices."""
+
+    def __new__(cls, values, dtype=None):
+        arr = np.asarray(values)
+        return arr.astype(dtype.np_dtype) if isinstance(dtype, T.DataType) else arr
+
+    @staticmethod
+    def field(n, m, dtype, shape=(), needs_grad=False, name=None, needs_dual=False) -> Field:
+        return MatrixType((n, m), dtype).field(shape, needs_grad, name, needs_dual)
+
+    @staticmethod
+    def ndarray(n, m, dtype, shape, needs_grad=False, needs_dual=False) -> Ndarray:
+        return MatrixType((n, m), dtype).ndarray(shape, needs_grad, needs_dual)
+
+    @staticmethod
+    def identity(dtype, n):
+        """The n x n identity matrix (also in kernels)."""
+        return np.eye(n, dtype=dtype.np_dtype)
+
+    @staticmethod
+    def diag(dim, val):
+        """`val` on the diagonal of a dim x dim matrix (also in kernels)."""
+        return np.eye(dim) * val
+
+    @staticmethod
+    def zero(dtype, n, m=None):
+        """A zero vector (n) or matrix (n x m) (also in kernels)."""
+        return np.zeros((n,) if m is None else (n, m), dtype=dtype.np_dtype)

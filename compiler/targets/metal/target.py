@@ -1,0 +1,85 @@
+"""The Metal target: each task's SPIR-V module (the shared compiler/targets/spirv/ lowering,
+as for Vulkan) translated to Metal Shading Language by spirv-cross (msl.py); artifact `msl_t<i>`
+for task i (its SPIR-V kept as `spirv_t<i>` for inspection). The ABI, which the Metal device
+(runtime/devices/metal/) follows:
+
+- One MSL source per task, holding one `kernel` function named as the task record's entry.
+- Buffers: the task record's "bindings" [set, binding, resource, index], exactly as on Vulkan
+  (compiler/targets/vulkan/target.py), with buffer binding N at Metal buffer index N
+  (`[[buffer(N)]]`); "args" holds the same u32 words. Metal has 31 buffer slots per function,
+  so a task may use at most 31 buffers.
+- Workgroup size: fixed at compile time and recorded as the task's launch policy
+  {"policy": "grid", "block_dim": B} (B from qd.loop_config, else 256; 1 for a task that runs in
+  order), also the default of MSL function constant 0; the device dispatches threadgroups of B
+  threads, ceil(N / B) of them (2-D beyond 65535, folded into the invocation id as on Vulkan).
+- Float atomics are compare-and-swap loops (see `capabilities`), valid in every MSL version.
+- No 64-bit types: MSL has no double, and no 64-bit atomics (which the error words and 64-bit
+  atomics would need), so the code uses 32-bit heap index arithmetic (the runtime checks that
+  stride x threads fits 32 bits) and a kernel using f64, i64 or u64 is a compile error at the
+  statement that does.
+- The adstack uses the float and int heaps of the SPIR-V layout (adstack_layout.spirv_heap).
+"""
+from __future__ import annotations
+
+from qdc.runtime.contract.adstack_layout import spirv_heap
+
+from ... import ir
+from ..base import Capabilities, Target, codegen_error
+
+DEFAULT_BLOCK_DIM = 256
+MAX_BLOCK_DIM = 1024       # maxTotalThreadsPerThreadgroup on every Metal GPU
+MAX_BUFFERS = 31           # Metal's buffer argument table
+
+
+class MetalTarget(Target):
+    arch = "metal"
+    # float_atomic_add=False: an f32 atomic add is a compare-and-swap loop on its bits (spirv-cross
+    # releases before 2023 translate OpAtomicFAddEXT to GLSL's atomicAdd, which is no MSL).
+    capabilities = Capabilities(int64=False, float64=False, float_atomic_add=False,
+                                adstack_dtypes=frozenset(("f32", "i32", "u1")), max_workgroup_size=MAX_BLOCK_DIM)
+    source_folders = ("spirv", "metal")
+
+    def cache_description(self, opts) -> str:
+        from .msl import MSL_VERSION, spirv_cross_version
+        c = self.capabilities
+        return (f"msl{MSL_VERSION}/spirv-cross-{spirv_cross_version()}/int64={c.int64}/float64={c.float64}/"
+                f"float_atomic_add={c.float_atomic_add}")
+
+    def block_dim(self, task: ir.Task) -> int:
+        if task.kind == "serial" or task.serial:
+            return 1
+        return task.block_dim or DEFAULT_BLOCK_DIM
+
+    def launch_policy(self, task: ir.Task) -> dict:
+        return {"policy": "grid", "block_dim": self.block_dim(task)}
+
+    def generate(self, kernel: ir.KernelIR, meta, opts) -> dict:
+        from ..spirv import tools
+        from ..spirv.lowering import TaskLowering
+        from .msl import translate
+        artifacts = {}
+        for i, (task, record) in enumerate(zip(kernel.tasks, meta.tasks)):
+            block = self.block_dim(task)
+            if block > MAX_BLOCK_DIM:
+                raise codegen_error(kernel, task, f"qd.loop_config(block_dim={block}) is more threads per "
+                                    f"threadgroup than Metal allows ({MAX_BLOCK_DIM})", kernel.loc, describe=False)
+            module, bindings = TaskLowering(kernel, task, self.capabilities, self.arch, block,
+                                            bool(meta.debug_checks)).lower()
+            if len(bindings) > MAX_BUFFERS:
+                raise codegen_error(kernel, task, f"task {i} uses {len(bindings)} buffers, more than the "
+                                    f"{MAX_BUFFERS} a Metal function can bind: split the loop", kernel.loc,
+                                    describe=False)
+            if tools.have_validator():  # a failure is a compiler bug
+                problem = tools.validate(module)
+                if problem is not None:
+                    raise codegen_error(kernel, task, f"internal compiler error: the SPIR-V of task {i} "
+                                                      f"fails validation: {problem}", kernel.loc)
+            artifacts[f"spirv_t{i}"] = module
+            artifacts[f"msl_t{i}"] = translate(module, record.entry, f"task {i} of kernel '{kernel.name}'").encode()
+            record.bindings = bindings
+        if meta.adstack.get("stacks"):  # the layout the code was generated for, which the runtime checks
+            meta.adstack["layout"] = spirv_heap(self.capabilities.int64).record()
+        return artifacts
+
+
+TARGET = MetalTarget()

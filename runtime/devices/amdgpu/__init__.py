@@ -1,0 +1,1 @@
+"""AMDGPU device on HIP through hip-python (device.py, driver.py)."""

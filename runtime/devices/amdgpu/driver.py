@@ -1,0 +1,89 @@
+"""HIP through `hip-python` (`hip.hip`), and nothing else. The binding imports without ROCm
+and dlopens libamdhip64.so at its first call: a missing binding, runtime or GPU is
+`AmdgpuUnavailableError` saying which, never a raw traceback. Every call returns a tuple
+whose first item is a hipError_t; `check` (runtime/stream_device.py's StatusDriver) turns a
+failure into an exception naming the call."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from ...contract.errors import QdcError
+from ...stream_device import StatusDriver
+
+PACKAGE = "hip-python"
+
+
+class AmdgpuUnavailableError(QdcError, RuntimeError):
+    """No usable HIP: the binding, the ROCm runtime or an AMD GPU is missing."""
+
+
+def load_binding():
+    """`hip.hip`, initialised (hipInit); AmdgpuUnavailableError when it cannot be."""
+    try:
+        from hip import hip
+    except ImportError as e:
+        raise AmdgpuUnavailableError(f"arch 'amdgpu' needs the '{PACKAGE}' package: pip install {PACKAGE}  "
+                                     f"(or pip install 'qdc[amdgpu]') ({e})") from None
+    try:
+        (err,) = hip.hipInit(0)
+    except Exception as e:  # the binding raises its own error when libamdhip64.so is absent
+        raise AmdgpuUnavailableError(f"arch 'amdgpu': no ROCm HIP runtime found ({type(e).__name__}: {e}); install "
+                                     f"ROCm (libamdhip64.so) or use another arch") from None
+    if err != hip.hipError_t.hipSuccess:
+        raise AmdgpuUnavailableError(f"arch 'amdgpu': hipInit failed ({_name(hip, err)}): no usable AMD GPU")
+    err, count = hip.hipGetDeviceCount()
+    if err != hip.hipError_t.hipSuccess or count == 0:
+        raise AmdgpuUnavailableError("arch 'amdgpu': the HIP runtime sees no GPU")
+    return hip
+
+
+def _name(hip, err) -> str:
+    try:
+        text = hip.hipGetErrorName(err)
+        text = text[-1] if isinstance(text, tuple) else text
+        return text.decode() if isinstance(text, bytes) else str(text)
+    except Exception:  # noqa: BLE001 - only for the message
+        return str(err)
+
+
+def base_gfx(arch_name) -> str:
+    """"gfx90a" of a gcnArchName such as "gfx90a:sramecc+:xnack-"."""
+    if isinstance(arch_name, bytes):
+        arch_name = arch_name.split(b"\0", 1)[0].decode(errors="replace")
+    return str(arch_name).split(":", 1)[0].strip()
+
+
+class Driver(StatusDriver):
+    """The binding, its status codes, `check` (runtime/stream_device.py) and the stream device's calls."""
+    arch = "amdgpu"
+
+    def __init__(self, hip=None):
+        self.hip = hip if hip is not None else load_binding()
+        self.ok = self.hip.hipError_t.hipSuccess
+        self.not_ready = self.hip.hipError_t.hipErrorNotReady
+        self.out_of_memory = self.hip.hipError_t.hipErrorOutOfMemory
+
+    def error_name(self, err) -> str:
+        return _name(self.hip, err)
+
+    def calls(self):
+        """The driver calls of a stream device (runtime/stream_device.py CALLS), by role."""
+        h = self.hip
+        return SimpleNamespace(
+            mem_alloc=h.hipMalloc, mem_free=h.hipFree, memset_d8_async=h.hipMemsetD8Async,
+            memcpy_htod_async=h.hipMemcpyHtoDAsync, memcpy_dtoh_async=h.hipMemcpyDtoHAsync,
+            stream_synchronize=h.hipStreamSynchronize,
+            event_create=lambda: h.hipEventCreateWithFlags(h.hipEventDisableTiming), event_record=h.hipEventRecord,
+            event_query=h.hipEventQuery, event_synchronize=h.hipEventSynchronize, event_destroy=h.hipEventDestroy,
+            module_load_data=h.hipModuleLoadData, module_get_function=h.hipModuleGetFunction,
+            launch_kernel=h.hipModuleLaunchKernel, host_alloc=h.hipHostMalloc, host_free=h.hipHostFree)
+
+    def attribute(self, device: int, name: str) -> int:
+        attr = getattr(self.hip.hipDeviceAttribute_t, f"hipDeviceAttribute{name}")
+        return int(self.check(self.hip.hipDeviceGetAttribute(attr, device), f"hipDeviceGetAttribute({name})"))
+
+    def gfx(self, device: int) -> str:
+        """The device's processor, e.g. "gfx90a"."""
+        props = self.hip.hipDeviceProp_t()
+        self.check(self.hip.hipGetDeviceProperties(props, device), "hipGetDeviceProperties")
+        return base_gfx(props.gcnArchName)

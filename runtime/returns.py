@@ -1,0 +1,49 @@
+"""Reading a kernel's return value after its launch (the artifact's "returns" record).
+
+The kernel stores each returned scalar into a kernel temporary (device memory, the low bytes
+of its 8-byte word); the launch function of a kernel that returns ends with a call of a
+`ResultReader`, which reads the temporaries back (on a GPU a ranged copy, which waits for the
+launch as any host read does; on a synchronous host-memory device such as the CPU straight
+from memory) and builds the Python value: a Python scalar per scalar, a numpy array per
+vector or matrix, a tuple when the kernel's annotation is a tuple.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .contract.types import by_name
+
+
+class ResultReader:
+    """`reader()` is the return value of the launch that just ran on `temps`."""
+
+    def __init__(self, record: dict, device, temps):
+        self.device, self.temps = device, temps
+        caps = device.capabilities
+        direct = temps.host is not None and caps.synchronous
+        # the words read: device memory itself when the host may read it now, else a copy of it
+        self.copy = None if direct else np.zeros(max(record["slots"]) + 1, np.uint64)
+        words = temps.host.view(np.uint64) if direct else self.copy
+        self.is_tuple = record["tuple"]
+        self.items = []  # per item: (typed view of its words' low bytes, element shape)
+        slots = iter(record["slots"])
+        for dtype, shape in record["values"]:
+            count = int(np.prod(shape)) if shape else 1
+            self.items.append((_low_bytes(words, [next(slots) for _ in range(count)], by_name(dtype).np_dtype),
+                               tuple(shape)))
+
+    def __call__(self):
+        if self.copy is not None:
+            self.device.copy_to_host(self.temps, self.copy)
+        values = [view.item() if not shape else view.reshape(shape).copy() for view, shape in self.items]
+        return tuple(values) if self.is_tuple else values[0]
+
+
+def _low_bytes(words: np.ndarray, slots: list[int], np_dtype: np.dtype) -> np.ndarray:
+    """A view of the values of type `np_dtype` in the low bytes of `words[slots]` (little-endian,
+    as every target here), or a gathered copy's view when the slots are not consecutive."""
+    first = slots[0]
+    if slots != list(range(first, first + len(slots))):
+        raise ValueError("returns: the temporaries of one returned value must be consecutive")
+    block = words[first:first + len(slots)].view(np.uint8).reshape(len(slots), 8)
+    return block[:, :np_dtype.itemsize].view(np_dtype).reshape(len(slots))

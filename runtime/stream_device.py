@@ -1,0 +1,321 @@
+"""The asynchronous protocol (runtime/device.py) on a GPU driver API of the CUDA shape: one
+stream, device pointers, events, modules of task entries taking one pointer. The CUDA device
+(cuda-bindings) and the HIP device (hip-python) are this class with their driver's calls.
+
+Memory. `allocate` is a device allocation plus a memset on the stream (zeroed, ordered before
+any later launch); `ptr` is the real device address, written into ctx words as is.
+`copy_to_device` / `copy_to_host` are ranged asynchronous copies on the stream followed by a
+stream synchronise, so the source may change and the destination is complete when they
+return. `free_after_fence` records an event: the allocation is freed once the event completed
+(checked at every later free_after_fence and at `wait`), so a buffer replaced while launches
+that use it are in flight (an adstack heap) is never freed under them: an allocator could hand
+its address out again, as the adstack heap's, to a kernel still running (seed 001's AMDGPU
+lesson).
+
+Launches. A kernel's module is loaded once, with one function per task (its record's entry).
+The kernel reads its ctx words from device memory: each (kernel, ctx buffer) pair has a device
+copy, re-uploaded only when the words changed since the last upload (staged through a pinned
+ring whose two halves are reused only after an event says the copies reading them ran).
+Stream order makes the overwrite safe: the copy runs after the launches before it. Grid =
+slices / block_dim blocks; `task_slices` is min(ceil(N / block_dim), a cap) blocks, and the
+task's grid-stride loop covers the rest.
+
+Adstacks. The kernel indexes the heap by the global thread id, so a launch needs a slice per
+thread it really runs. Before a task holding stacks is launched, the heap is grown (through
+the runtime's heap, runtime/adstack.py: max(required, 2 x current), retry at exactly
+required, then a clear MemoryError; the old heap freed after the fence) to `slices * stride`
+bytes when smaller, and the ctx words (heap pointer, slices held) follow.
+"""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from .device import Allocation, Device, DeviceCapabilities
+
+WAVES = 16                       # grid cap: this many waves of resident blocks on every multiprocessor
+RING_BYTES = 1 << 20             # pinned staging for ctx uploads (two halves)
+CTX_ALIGN = 256
+# The driver calls a stream device makes, by role; each returns (status, values...) as the
+# cuda-bindings and hip-python functions do. `event_create` takes no arguments (its flags bound).
+CALLS = ("mem_alloc", "mem_free", "memset_d8_async", "memcpy_htod_async", "memcpy_dtoh_async", "stream_synchronize",
+         "event_create", "event_record", "event_query", "event_synchronize", "event_destroy", "module_load_data",
+         "module_get_function", "launch_kernel", "host_alloc", "host_free")
+
+
+class StatusDriver:
+    """`check` and `fail` for a binding whose calls return (status, values...): a subclass sets
+    `arch`, its `ok`, `not_ready` and `out_of_memory` statuses and `error_name(status)`."""
+    arch = ""
+    ok = not_ready = out_of_memory = None
+
+    def error_name(self, err) -> str:
+        return str(err)
+
+    def check(self, result, what: str):
+        """The call's values after its status (one value, a tuple of several, or None)."""
+        err = result[0]
+        if err != self.ok:
+            self.fail(err, what)
+        if len(result) == 1:
+            return None
+        return result[1] if len(result) == 2 else result[1:]
+
+    def fail(self, err, what: str):
+        name = self.error_name(err)
+        if err == self.out_of_memory:
+            raise MemoryError(f"{self.arch}: {what}: out of device memory ({name})")
+        raise RuntimeError(f"{self.arch}: {what} failed ({name})")
+
+
+class StreamTask:
+    """One task's function, block size and whether it holds adstacks."""
+    __slots__ = ("function", "block_dim", "stacks", "name")
+
+    def __init__(self, function, block_dim, stacks, name):
+        self.function, self.block_dim, self.stacks, self.name = function, block_dim, stacks, name
+
+
+class CtxCopy:
+    """The device copy of one ctx buffer: its allocation, the bytes last uploaded, the
+    kernel-parameter array (void* to a u64 holding the device address), a numpy view of the
+    host words."""
+    __slots__ = ("alloc", "last", "param", "params", "words", "nbytes")
+
+    def __init__(self, alloc, nbytes, host_address):
+        self.alloc, self.nbytes, self.last = alloc, nbytes, None
+        self.param = ctypes.c_uint64(alloc.ptr)
+        self.params = (ctypes.c_void_p * 1)(ctypes.addressof(self.param))
+        self.words = np.frombuffer((ctypes.c_uint64 * (nbytes // 8)).from_address(host_address), np.uint64)
+
+
+class StreamKernel:
+    """A loaded kernel: its module, a StreamTask per task, its ctx copies."""
+
+    def __init__(self, meta, module, tasks):
+        self.meta, self.module, self.tasks = meta, module, tasks
+        self.ctx_copies: dict = {}  # host ctx address -> CtxCopy
+        self.ctx_bytes = 8 * max(meta.ctx_words, 1)
+
+
+class StreamDevice(Device):
+    """Subclasses set `arch`, `default_block_dim`, `module_artifact(artifacts, meta)`, and call
+    `_set_up_stream` once their context and stream exist."""
+    capabilities = DeviceCapabilities(host_memory=False, synchronous=False, fused_launch=False)
+    default_block_dim = 256
+
+    def _set_up_stream(self, driver, calls, stream, sm_count: int, threads_per_sm: int, max_grid_x: int) -> None:
+        """`driver`: check(result, what) / fail(status, what) / ok; `calls`: the CALLS by role."""
+        self.driver, self.calls, self.stream = driver, calls, stream
+        self.sm_count, self.threads_per_sm, self.max_grid_x = sm_count, threads_per_sm, max_grid_x
+        self._pending_frees: list = []  # (event, Allocation)
+        self._ring_host = driver.check(calls.host_alloc(RING_BYTES, 0), "allocating pinned host memory")
+        self._ring_offset = 0
+        self._ring_events = [None, None]  # per half: recorded when the ring last left it
+        self._ring_half = 0
+        self._launch = calls.launch_kernel
+        self._upload = calls.memcpy_htod_async
+        self._grid_caps: dict = {}
+        self._closed = False
+
+    # ---- memory --------------------------------------------------------------------------------
+    def allocate(self, nbytes: int) -> Allocation:
+        if nbytes < 0:
+            raise ValueError(f"cannot allocate {nbytes} bytes")
+        c, d = self.calls, self.driver
+        size = max(-(-nbytes // 8) * 8, 8)
+        ptr = d.check(c.mem_alloc(size), f"allocating {nbytes} bytes of device memory")
+        d.check(c.memset_d8_async(ptr, 0, size, self.stream), "zeroing new device memory")
+        return Allocation(int(ptr), nbytes, None, ptr)
+
+    def free(self, alloc: Allocation) -> None:
+        if alloc.handle is None:
+            return
+        handle, alloc.handle = alloc.handle, None
+        self.driver.check(self.calls.mem_free(handle), "freeing device memory")
+
+    def free_after_fence(self, alloc: Allocation) -> None:
+        self._retire()
+        if alloc.handle is None:
+            return
+        self._pending_frees.append((self._record_event(), alloc))
+
+    def copy_to_device(self, alloc: Allocation, src: np.ndarray, offset: int = 0) -> None:
+        data = np.ascontiguousarray(src).reshape(-1).view(np.uint8)  # 1-d first: a 0-d array has no byte view
+        _check_range(alloc, offset, data.size)
+        if data.size == 0:
+            return
+        d = self.driver
+        d.check(self.calls.memcpy_htod_async(alloc.ptr + offset, data.ctypes.data, data.size, self.stream),
+                "copying to the device")
+        d.check(self.calls.stream_synchronize(self.stream), "synchronising the stream (after a copy to the device)")
+
+    def copy_to_host(self, alloc: Allocation, dst: np.ndarray, offset: int = 0) -> None:
+        out = dst.reshape(-1).view(np.uint8)  # a view of `dst` (contiguous), 1-d first as above
+        _check_range(alloc, offset, out.size)
+        if out.size == 0:
+            return
+        d = self.driver
+        d.check(self.calls.memcpy_dtoh_async(out.ctypes.data, alloc.ptr + offset, out.size, self.stream),
+                "copying to the host")
+        d.check(self.calls.stream_synchronize(self.stream), "synchronising the stream (a copy to the host)")
+
+    # ---- events and completion -----------------------------------------------------------------
+    def _record_event(self):
+        d = self.driver
+        event = d.check(self.calls.event_create(), "creating an event")
+        d.check(self.calls.event_record(event, self.stream), "recording an event")
+        return event
+
+    def _event_done(self, event, block: bool = False) -> bool:
+        if block:
+            self.driver.check(self.calls.event_synchronize(event), "waiting for an event")
+            return True
+        (err,) = self.calls.event_query(event)
+        if err == self.driver.not_ready:
+            return False
+        if err != self.driver.ok:
+            self.driver.fail(err, "querying an event")
+        return True
+
+    def _retire(self, block: bool = False) -> None:
+        """Free what waited for events that completed (all of them when `block`)."""
+        keep = []
+        for event, alloc in self._pending_frees:
+            if self._event_done(event, block):
+                self.calls.event_destroy(event)
+                self.free(alloc)
+            else:
+                keep.append((event, alloc))
+        self._pending_frees = keep
+
+    def wait(self) -> None:
+        self.driver.check(self.calls.stream_synchronize(self.stream), "synchronising the stream (a kernel failed)")
+        self._retire(block=True)
+
+    # ---- kernels -------------------------------------------------------------------------------
+    def module_image(self, artifacts: dict, meta) -> bytes:
+        """The artifact the driver loads as this kernel's module."""
+        raise NotImplementedError
+
+    def load_kernel(self, artifacts: dict, meta) -> StreamKernel:
+        c, d = self.calls, self.driver
+        module = d.check(c.module_load_data(self.module_image(artifacts, meta)),
+                         f"loading the module of kernel '{meta.name}'")
+        stack_tasks = {r["task"] for r in (meta.adstack.get("stacks") or [])}
+        tasks = []
+        for i, t in enumerate(meta.tasks):
+            fn = d.check(c.module_get_function(module, t.entry.encode()), f"kernel '{meta.name}': entry {t.entry}")
+            tasks.append(StreamTask(fn, self.block_dim(t.launch), i in stack_tasks, t.name))
+        return StreamKernel(meta, module, tasks)
+
+    def block_dim(self, launch: dict) -> int:
+        return launch.get("block_dim") or self.default_block_dim
+
+    def grid_cap(self, block_dim: int) -> int:
+        """The most blocks a launch of `block_dim`-thread blocks gets: WAVES waves of the blocks
+        every multiprocessor holds at once (the grid-stride loop covers larger ranges)."""
+        cap = self._grid_caps.get(block_dim)
+        if cap is None:
+            cap = self._grid_caps[block_dim] = min(self.max_grid_x,
+                                                   self.sm_count * max(self.threads_per_sm // block_dim, 1) * WAVES)
+        return cap
+
+    def task_slices(self, launch: dict, iterations: int | None) -> int:
+        """The threads launched for `iterations`: ceil(N / block_dim) blocks up to the grid cap
+        (None: the cap); 0 iterations launch nothing."""
+        if launch["policy"] != "grid":
+            raise ValueError(f"the {self.arch} device cannot launch a task with launch policy {launch['policy']!r}")
+        block = self.block_dim(launch)
+        cap = self.grid_cap(block)
+        if iterations is None:
+            return cap * block
+        if iterations <= 0:
+            return 0
+        return min(-(-iterations // block), cap) * block
+
+    def launch_task(self, loaded: StreamKernel, task: int, ctx_address: int, slices: int) -> None:
+        if slices <= 0:
+            return
+        t = loaded.tasks[task]
+        copy = loaded.ctx_copies.get(ctx_address)
+        if copy is None:
+            copy = loaded.ctx_copies[ctx_address] = CtxCopy(self.allocate(loaded.ctx_bytes), loaded.ctx_bytes,
+                                                            ctx_address)
+        if t.stacks:
+            self._size_heap(loaded, copy.words, slices)
+        data = ctypes.string_at(ctx_address, copy.nbytes)
+        if data != copy.last:
+            self._upload_ctx(copy, data)
+        block = t.block_dim
+        err = self._launch(t.function, -(-slices // block), 1, 1, block, 1, 1, 0, self.stream,
+                           ctypes.addressof(copy.params), 0)[0]
+        if err != self.driver.ok:
+            self.driver.fail(err, f"launching task '{t.name}' of kernel '{loaded.meta.name}'")
+
+    def _upload_ctx(self, copy: CtxCopy, data: bytes) -> None:
+        """Stage `data` in the pinned ring and copy it to the ctx's device copy on the stream."""
+        host = int(self._ring_host) + self._stage(-(-len(data) // CTX_ALIGN) * CTX_ALIGN)
+        ctypes.memmove(host, data, len(data))
+        err = self._upload(copy.alloc.ptr, host, len(data), self.stream)[0]
+        if err != self.driver.ok:
+            self.driver.fail(err, "uploading a launch's ctx words")
+        copy.last = data
+
+    def _stage(self, size: int) -> int:
+        """Ring offset of `size` staging bytes. Entering a half waits for the event recorded when
+        the ring last left it (the copies reading it ran); leaving one records its event."""
+        half = RING_BYTES // 2
+        start = self._ring_offset
+        if start + size > RING_BYTES:
+            start = 0
+        elif start < half < start + size:
+            start = half  # a staging never straddles the halves
+        entered = start // half
+        if entered != self._ring_half:
+            self._ring_events[self._ring_half] = self._record_event()
+            old = self._ring_events[entered]
+            if old is not None:
+                self._event_done(old, block=True)
+                self.calls.event_destroy(old)
+                self._ring_events[entered] = None
+            self._ring_half = entered
+        self._ring_offset = start + size
+        return start
+
+    def _size_heap(self, loaded: StreamKernel, words: np.ndarray, slices: int) -> None:
+        """Grow the runtime's adstack heap to a slice per launched thread and point the ctx at it."""
+        from . import context
+        from .adstack import heap_for
+        meta = loaded.meta
+        slot = meta.adstack_slot
+        stride = int(words[slot + 1])
+        if stride == 0:
+            return
+        heap = heap_for(context.current())
+        required = slices * stride
+        if heap.nbytes >= required and int(words[slot]) == heap.ptr and int(words[meta.adstack_threads_slot]) >= slices:
+            return
+        heap.ensure(required, meta.name)
+        words[slot] = heap.ptr
+        words[meta.adstack_threads_slot] = heap.nbytes // stride
+
+    def close_stream(self) -> bool:
+        """Wait for the stream, free what waited for it and the staging ring (the subclass then
+        releases its stream and context); False when already closed."""
+        if self._closed:
+            return False
+        self._closed = True
+        self.calls.stream_synchronize(self.stream)
+        self._retire(block=True)
+        self.calls.host_free(self._ring_host)
+        return True
+
+
+def _check_range(alloc: Allocation, offset: int, nbytes: int) -> None:
+    if alloc.handle is None:
+        raise ValueError("a copy to or from a freed allocation")
+    if offset < 0 or offset + nbytes > alloc.nbytes:
+        raise ValueError(f"a copy of {nbytes} bytes at offset {offset} does not fit an allocation of "
+                         f"{alloc.nbytes} bytes")
