@@ -1,6 +1,6 @@
 """Reverse mode through a dynamic loop: qdc against Quadrants and PyTorch, on one kernel.
 
-    python3 bench/bench_autodiff.py [--rounds N] [--threads T]
+    python3 bench/bench_autodiff.py [--rounds N] [--threads T] [--against REV [--processes P]]
 
 The kernel (2^16 f32 elements, 64 iterations of `v = sin(v) * 0.95 + 0.01` per element, the
 results summed into a scalar) is the same source for qdc and Quadrants; its trip count comes
@@ -14,6 +14,12 @@ Each peer runs in its own process, one after the other, so no thread pool compet
 another. Within a process the variants are timed in interleaved rounds; the table shows the
 best round (the least disturbed by other work on the machine) and the median. Every peer's
 gradient is checked against a float64 reference before it is timed.
+
+`--against REV` compares qdc with itself at another revision instead: REV is exported with
+`git archive` into a temporary folder (the repository is left alone) and the qdc worker runs
+P times with each tree, alternating old and new processes so that load drifts hit both alike;
+the table shows each variant's best over all processes and the median of the processes' bests,
+with the load average before and after.
 """
 from __future__ import annotations
 
@@ -115,7 +121,7 @@ def measure_qdc(rounds: int) -> dict:
         grad()
         check(x.grad.to_numpy(), reference(xs)[1], "qdc")
     t = timed_rounds({"forward": compute, "grad": compute.grad, "grad_unchecked": grad_unchecked}, rounds)
-    return {"version": qd.__version__, "threads": rt.device.num_threads, **t}
+    return {"version": qd.__version__, "threads": rt.device.num_threads, "path": os.path.dirname(qd.__file__), **t}
 
 
 def measure_quadrants(rounds: int) -> dict:
@@ -174,10 +180,13 @@ def measure_torch(rounds: int) -> dict:
     return {"version": torch.__version__, "threads": torch.get_num_threads(), **t}
 
 
-def run_worker(peer: str, rounds: int) -> dict:
-    """Measure one peer in a fresh process."""
+def run_worker(peer: str, rounds: int, qdc_parent: str | None = None) -> dict:
+    """Measure one peer in a fresh process (`qdc_parent`: a folder holding another `qdc` tree to import)."""
+    env = dict(os.environ)
+    if qdc_parent is not None:
+        env["PYTHONPATH"] = qdc_parent + os.pathsep + env.get("PYTHONPATH", "")
     done = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", peer, "--rounds", str(rounds)],
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, env=env)
     if done.returncode != 0:
         return {"missing": f"worker failed: {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else '?'}"}
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -220,17 +229,58 @@ def table(r: dict) -> str:
     return "\n".join(lines)
 
 
+def load_average() -> str:
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
+def against(rev: str, rounds: int, processes: int) -> str:
+    """qdc at `rev` against this checkout, in alternating worker processes."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    load_before = load_average()
+    results: dict = {"before": [], "after": []}
+    with tempfile.TemporaryDirectory(prefix="qdc-bench-ad-rev-") as d:
+        tree = os.path.join(d, "qdc")  # the package `qdc` is the checkout's root folder
+        os.mkdir(tree)
+        archive = subprocess.run(["git", "-C", root, "archive", rev], capture_output=True, check=True)
+        subprocess.run(["tar", "-x", "-C", tree], input=archive.stdout, check=True)
+        for i in range(processes):
+            order = (("before", d), ("after", None)) if i % 2 == 0 else (("after", None), ("before", d))
+            for name, parent in order:
+                r = run_worker("qdc", rounds, parent)
+                if "missing" in r:
+                    return f"qdc ({name}) could not be measured: {r['missing']}"
+                if (r["path"] == tree) != (name == "before"):
+                    return f"the {name} worker imported qdc from {r['path']}"
+                results[name].append(r)
+    lines = [f"Load average before: {load_before}; after: {load_average()}. qdc threads: "
+             f"{results['after'][0]['threads']}; {processes} processes per side, {rounds} rounds each.", "",
+             f"| | before ({rev}) | after | after / before |", "|---|---|---|---|"]
+    for variant in ("forward", "grad", "grad_unchecked"):
+        best = {k: min(r[variant]["best"] for r in v) for k, v in results.items()}
+        median = {k: statistics.median(r[variant]["best"] for r in v) for k, v in results.items()}
+        lines.append(f"| {variant} | {best['before'] * 1e3:.1f} ms (median {median['before'] * 1e3:.1f}) | "
+                     f"{best['after'] * 1e3:.1f} ms (median {median['after'] * 1e3:.1f}) | "
+                     f"{best['after'] / best['before']:.2f} |")
+    return "\n".join(lines)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--worker", choices=PEERS)
     parser.add_argument("--threads", type=int, default=0, help="CPU threads of every peer (default: all cores)")
+    parser.add_argument("--against", metavar="REV", help="compare qdc with qdc at git revision REV")
+    parser.add_argument("--processes", type=int, default=6, help="with --against: worker processes per side")
     args = parser.parse_args()
     if args.threads:
         os.environ["QDC_BENCH_THREADS"] = str(args.threads)
     if args.worker:
         measure = {"qdc": measure_qdc, "quadrants": measure_quadrants, "torch": measure_torch}[args.worker]
         print(json.dumps(measure(args.rounds)))
+        return
+    if args.against:
+        print(against(args.against, args.rounds, args.processes))
         return
     print(table({peer: run_worker(peer, args.rounds) for peer in PEERS}))
 

@@ -16,47 +16,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 import warnings
 
-ITERS = 64
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_autodiff import ITERS, check, reference, timed_rounds  # noqa: E402  (the CPU benchmark's)
+
 PEERS = ("qdc", "quadrants", "torch")
-
-
-def reference(xs):
-    import numpy as np
-    v, d = xs.astype(np.float64), np.ones(len(xs))
-    for _ in range(ITERS):
-        d, v = d * np.cos(v) * 0.95, np.sin(v) * 0.95 + 0.01
-    return v.sum(), d
 
 
 def inputs(n: int):
     import numpy as np
     return np.random.default_rng(0).random(n, dtype=np.float32)
-
-
-def timed_rounds(variants: dict, rounds: int) -> dict:
-    for run in variants.values():
-        run()  # warm-up (and compilation)
-    times = {name: [] for name in variants}
-    for _ in range(rounds):
-        for name, run in variants.items():
-            t0 = time.perf_counter()
-            run()
-            times[name].append(time.perf_counter() - t0)
-    return {name: {"best": min(ts), "median": statistics.median(ts)} for name, ts in times.items()}
-
-
-def check(grad, want, peer: str) -> None:
-    import numpy as np
-    err = float(np.max(np.abs(grad - want) / np.maximum(np.abs(want), 1e-3)))
-    if err > 1e-3:
-        raise SystemExit(f"{peer}: wrong gradient (max relative error {err:.2e})")
 
 
 def define(qd, n: int):

@@ -190,5 +190,16 @@ def host_memory(device: Device) -> bool:
     return caps.host_memory and caps.synchronous
 
 
+def check_copy_range(alloc: Allocation, offset: int, nbytes: int):
+    """The allocation's handle, once a copy of `nbytes` bytes at byte `offset` is known to fit
+    the (not freed) allocation."""
+    if alloc.handle is None:
+        raise ValueError("a copy to or from a freed allocation")
+    if offset < 0 or offset + nbytes > alloc.nbytes:
+        raise ValueError(f"a copy of {nbytes} bytes at offset {offset} does not fit an allocation of "
+                         f"{alloc.nbytes} bytes")
+    return alloc.handle
+
+
 __all__ = ["Allocation", "Device", "DeviceCapabilities", "ErrorSlot", "OVERFLOW_WORD", "BOUNDS_WORD",
-           "ERROR_SLOT_WORDS", "host_memory"]
+           "ERROR_SLOT_WORDS", "check_copy_range", "host_memory"]

@@ -42,7 +42,11 @@ Why it is fast:
   (`rebind_numpy`: class, dtype by identity, ndim, then the pointer through the buffer
   protocol, which refuses non-C-contiguous and read-only arrays), falling back to
   `_q_bind<i>` for anything else: a launch with a different array every call costs about
-  half what a `_q_bind<i>` call did.
+  half what a `_q_bind<i>` call did. Where the kernel's library binds numpy arrays itself
+  (CPU, `device.numpy_binding`, runtime/devices/cpu/numpy_binding.py) that branch only writes
+  the array's address and a sentinel shape word, the entry checks and binds the array and
+  returns nonzero, having run nothing, when it refuses one: `_q_native_refused` then binds in
+  Python (raising, or accepting what the entry leaves to Python) and launches again.
 - The native call is `_q_call(_q_arg)` as the device hands it out (`Device.launch_call`):
   on the CPU the ctypes function itself applied to a `byref` of the ctx buffer.
 
@@ -120,6 +124,7 @@ _PACK_CODE = {"i8": "b", "i16": "h", "i32": "i", "i64": "q", "u8": "B", "u16": "
 _SCALAR_ERRORS = (struct.error, TypeError, ValueError, OverflowError)
 _RESERVED = "_q_"
 _UNBOUND = object()  # the cached array of a parameter before its first launch: matches nothing
+_PACK_OBJECT = struct.Struct("=Qq").pack_into  # an array's address, and -1 (numpy_binding.SENTINEL) for its shape
 
 
 class LaunchHooks:
@@ -233,7 +238,11 @@ class _Launcher:
 
     def __init__(self, meta: KernelMeta, device, loaded, fields: list, hooks, function):
         self.meta, self.device, self.fields, self.loaded = meta, device, fields, loaded
-        self.buf = (ctypes.c_uint64 * max(meta.ctx_words, 1))()
+        # numpy arrays bound by the kernel's own entry (runtime/devices/cpu/numpy_binding.py):
+        # not with hooks, which read the bound words before the call
+        self.binding = device.numpy_binding(loaded, meta) if hooks is None and device.capabilities.fused_launch \
+            and device.capabilities.host_memory and hasattr(device, "numpy_binding") else None
+        self.buf = (ctypes.c_uint64 * max(meta.ctx_words, 1, self.binding.ctx_words if self.binding else 0))()
         self.words = np.frombuffer(self.buf, np.uint64)
         self.temps = device.allocate(8 * max(meta.num_temps, 1))  # values crossing tasks: device memory
         # Where a synchronous launch writes its errors; an asynchronous one gets a slot per launch.
@@ -241,6 +250,9 @@ class _Launcher:
         self.fused = device.capabilities.fused_launch
         if self.fused:
             call, arg = device.launch_call(loaded, self.buf)
+            if self.binding is not None:
+                self.binding.fill(self.words)
+                call = self.binding.call
         else:
             call, arg = self.launch_tasks, None
             self.iterations = [_iterations(t) for t in meta.tasks]
@@ -264,7 +276,8 @@ class _Launcher:
                        "_q_scalar_errors": _SCALAR_ERRORS, "_q_bad_scalars": self.bad_scalars,
                        "_q_len": len, "_q_bool": bool,  # builtins by names no parameter can shadow
                        "_q_ndarray": np.ndarray, "_q_address": ctypes.addressof, "_q_from_buffer": ctypes.c_char.from_buffer,
-                       "_q_buffer_errors": (TypeError, ValueError, BufferError)})
+                       "_q_buffer_errors": (TypeError, ValueError, BufferError),
+                       "_q_id": id, "_q_pack_object": _PACK_OBJECT, "_q_native_refused": self.native_refused})
         self.hooks = hooks
         self.copies = None if device.capabilities.host_memory else _DeviceCopies(device)
         if self.copies is not None:
@@ -356,6 +369,21 @@ class _Launcher:
         report, ctx_words = self.hooks.report, self.words.copy()
         return lambda words: report(words, ctx_words)
 
+    def native_params(self) -> list:
+        return self.binding.params if self.binding is not None else []
+
+    def native_refused(self, args: tuple) -> None:
+        """The kernel's entry refused a numpy array and ran nothing: bind each array it was to
+        bind in Python (which raises naming what is wrong, or accepts what the entry leaves to
+        it: a subclass, an equal dtype that is not the builtin one, a read-only array the kernel
+        only reads) and launch again."""
+        for i in self.binding.params:
+            if self.words[self.meta.params[i].slot + 1] == self.binding.sentinel:
+                self.g[f"_q_arr{i}"] = _UNBOUND  # a refused array must not stay cached
+                self.g[f"_q_bind{i}"](args[i])
+        if self.binding.call(self.g["_q_arg"]):
+            raise AssertionError(f"kernel '{self.meta.name}': an argument bound in Python was refused")
+
     def bad_scalars(self, first: int, values: tuple):
         for i, v in enumerate(values):
             explain_scalar(self.meta, first + i, v)
@@ -446,6 +474,15 @@ class _Launcher:
                     probe += f" or not {p.name}.flags.writeable"
                 probe = {True: f" or {probe}", False: "", None: f" or _q_numpy{i} and ({probe})"}[kinds[i]]
                 body += [f"    if {p.name} is not _q_arr{i}{probe}:"]
+                if self.binding is not None and i in self.binding.params and kinds[i]:
+                    # the kernel's entry binds the numpy array from its address (and the words
+                    # then hold it, so it is cached); anything else goes to `_q_bind<i>`
+                    body += [f"        if {p.name}.__class__ is _q_ndarray:",
+                             f"            _q_pack_object(_q_mem, {8 * p.slot}, _q_id({p.name}), -1)",
+                             f"            _q_arr{i}, {self.probe_name(i)} = {p.name}, "
+                             + (f"_q_len({p.name})" if p.ndim in (1, 2) else f"{p.name}.shape"),
+                             "        else:", f"            _q_bind{i}({p.name})"]
+                    continue
                 body += self.rebind_numpy(i) if kinds[i] and self.inline_rebind(i) else [f"        _q_bind{i}({p.name})"]
                 if self.copies is not None:  # not specialised: a bind in this very call may change the kind
                     body += [f"    if _q_numpy{i}:", f"        _q_copy_in(_q_dev{i}, {p.name})"]
@@ -456,8 +493,8 @@ class _Launcher:
             values = ", ".join(p.name for p in run)
             body += ["    try:", f"        _q_pack{first}(_q_mem, {8 * run[0].slot}, {values})",
                      "    except _q_scalar_errors:", f"        _q_bad_scalars({first}, ({values},))"]
-        rebound = [i for i in kinds if kinds[i] and self.inline_rebind(i)]
-        if rebound:  # rebind_numpy updates the cache
+        rebound = [i for i in kinds if kinds[i] and (self.inline_rebind(i) or i in self.native_params())]
+        if rebound:  # rebind_numpy and the native path update the cache
             body.insert(0, "    global " + ", ".join(f"_q_arr{i}, {self.probe_name(i)}" for i in rebound))
         hooks = self.hooks  # not looked up in the namespace: an owner's may hold an earlier launcher's names
         args = f"({''.join(n + ', ' for n in names)})"
@@ -469,7 +506,10 @@ class _Launcher:
             if hooks is not None and hooks.finish is not None and hooks.report is None:
                 body.append("    _q_finish()")  # a hook of the caller's own: run once the tasks are queued
             return body + self.return_statements()
-        body.append("    _q_call(_q_arg)")
+        if self.binding is not None:
+            body += ["    if _q_call(_q_arg):", f"        _q_native_refused({args})"]
+        else:
+            body.append("    _q_call(_q_arg)")
         if hooks is not None and hooks.finish is not None:
             body.append("    _q_finish()")
         return body + self.return_statements()

@@ -32,7 +32,7 @@ import ctypes
 
 import numpy as np
 
-from .device import Allocation, Device, DeviceCapabilities
+from .device import Allocation, Device, DeviceCapabilities, check_copy_range
 
 WAVES = 16                       # grid cap: this many waves of resident blocks on every multiprocessor
 RING_BYTES = 1 << 20             # pinned staging for ctx uploads (two halves)
@@ -143,7 +143,7 @@ class StreamDevice(Device):
 
     def copy_to_device(self, alloc: Allocation, src: np.ndarray, offset: int = 0) -> None:
         data = np.ascontiguousarray(src).reshape(-1).view(np.uint8)  # 1-d first: a 0-d array has no byte view
-        _check_range(alloc, offset, data.size)
+        check_copy_range(alloc, offset, data.size)
         if data.size == 0:
             return
         d = self.driver
@@ -153,7 +153,7 @@ class StreamDevice(Device):
 
     def copy_to_host(self, alloc: Allocation, dst: np.ndarray, offset: int = 0) -> None:
         out = dst.reshape(-1).view(np.uint8)  # a view of `dst` (contiguous), 1-d first as above
-        _check_range(alloc, offset, out.size)
+        check_copy_range(alloc, offset, out.size)
         if out.size == 0:
             return
         d = self.driver
@@ -312,10 +312,3 @@ class StreamDevice(Device):
         self.calls.host_free(self._ring_host)
         return True
 
-
-def _check_range(alloc: Allocation, offset: int, nbytes: int) -> None:
-    if alloc.handle is None:
-        raise ValueError("a copy to or from a freed allocation")
-    if offset < 0 or offset + nbytes > alloc.nbytes:
-        raise ValueError(f"a copy of {nbytes} bytes at offset {offset} does not fit an allocation of "
-                         f"{alloc.nbytes} bytes")

@@ -55,6 +55,11 @@ class NumpyOps:
         return np.where(cond, a, b).astype(np.float64)
 
     @staticmethod
+    def branch(cond, then, otherwise):
+        """Both sides, each value taken from the side `cond` picks."""
+        return tuple(np.where(cond, t, e).astype(np.float64) for t, e in zip(then(), otherwise()))
+
+    @staticmethod
     def isel(cond, a, b):
         return np.where(cond, a, b).astype(np.int32)
 

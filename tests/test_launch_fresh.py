@@ -88,3 +88,41 @@ def test_an_array_made_read_only_after_a_fresh_bind_is_refused(rng):
     out.flags.writeable = False
     with pytest.raises(ValueError, match="read-only"):
         scale_into(out, a, 1.0)
+
+
+def test_the_kernel_entry_binds_numpy_arrays_and_refuses_to_python_what_it_cannot(rng):
+    """runtime/devices/cpu/numpy_binding.py: the launch code passes a numpy array's address and
+    the library's entry checks and binds it; an array it refuses is bound in Python."""
+    from qdc.runtime.devices.cpu.numpy_binding import numpy_layout_matches
+    assert numpy_layout_matches()
+    a, out = rng.random(8, dtype=np.float32), np.zeros(8, np.float32)
+    scale_into(out, a, 1.0)
+    launcher = scale_into.__qdc_launcher__
+    assert launcher.binding is not None and launcher.binding.params == [0, 1]
+    assert "_q_pack_object(_q_mem, 0, _q_id(out), -1)" in "\n".join(launcher.body({0: True, 1: True}))
+    tagged = np.dtype(np.float32, metadata={"unit": "m"})  # equal to f32, but not numpy's own object
+    b = a.astype(tagged)
+    assert b.dtype == np.float32 and b.dtype is not np.dtype(np.float32)
+    scale_into(out, b, 2.0)
+    np.testing.assert_allclose(out, np.float32(2.0) * a, rtol=1e-6)
+    for n in [3, 8, 1]:  # fresh arrays after a refusal
+        x, o = rng.random(n, dtype=np.float32), np.zeros(n, np.float32)
+        scale_into(o, x, 3.0)
+        np.testing.assert_allclose(o, np.float32(3.0) * x, rtol=1e-6)
+    with pytest.raises(TypeError, match="dtype float64"):
+        scale_into(out, a.astype(np.float64), 2.0)
+    scale_into(out, a, 4.0)  # the refused array did not stay bound
+    np.testing.assert_allclose(out, np.float32(4.0) * a, rtol=1e-6)
+
+
+def test_an_array_bound_by_the_entry_is_rechecked_after_an_in_place_change(rng):
+    a = rng.random(12, dtype=np.float32)
+    out = np.zeros(12, np.float32)
+    scale_into(np.zeros(12, np.float32), a, 1.0)
+    scale_into(out, a, 1.0)  # bound by the entry, then cached
+    out.shape = (3, 4)  # same object, now 2-d
+    with pytest.raises(ValueError, match="ndim=2"):
+        scale_into(out, a, 1.0)
+    out.shape = (12,)
+    scale_into(out, a, 5.0)
+    np.testing.assert_allclose(out, np.float32(5.0) * a, rtol=1e-6)

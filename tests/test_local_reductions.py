@@ -259,7 +259,6 @@ def _grad_kernel_fixture():
     return n, x, out, k
 
 
-@pytest.mark.skip_arch("vulkan", reason="its f64 qd.sin: f64 transcendental math is refused by the SPIR-V target")
 def test_the_gradient_through_a_local_reduction_is_exact(arch, launch):
     n, x, out, k = _grad_kernel_fixture()
 

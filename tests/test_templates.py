@@ -7,6 +7,8 @@ so the key and the results are checked for every kind of difference.
 """
 from __future__ import annotations
 
+import enum
+
 import numpy as np
 import pytest
 
@@ -446,3 +448,36 @@ def test_the_dispatch_after_qd_init_and_under_tapes(session_cache_dir, rng):
     qd.init(arch=qd.cpu, cache_dir=session_cache_dir)  # fields re-materialise; old launches must not run
     assert not kernel_of(energy).launches_on_its_own()
     forward_and_gradients(rng.random(16).astype(np.float32), rng.random(8).astype(np.float32))
+
+
+class _Mode(enum.Enum):  # enum members: keyed by identity, as the slow path keys them
+    SUM = 1
+    SQUARES = 2
+
+
+def test_the_dispatch_returns_values_and_takes_keywords(arch, rng):
+    x = qd.field(qd.f32, shape=16)
+    y = qd.field(qd.f32, shape=16)
+
+    @qd.kernel
+    def reduce(f: qd.template(), mode: qd.template(), scale: qd.f32) -> qd.f32:
+        s = 0.0
+        for i in f:
+            if qd.static(mode is _Mode.SQUARES):
+                s += f[i] * f[i] * scale
+            else:
+                s += f[i] * scale
+        return s
+
+    data = {x: rng.random(16).astype(np.float32), y: rng.random(16).astype(np.float32)}
+    for f, v in data.items():
+        f.from_numpy(v)
+    for _ in range(50):
+        f = x if rng.random() < 0.5 else y
+        mode = _Mode.SUM if rng.random() < 0.5 else _Mode.SQUARES
+        scale = float(rng.random())
+        v = data[f].astype(np.float64)
+        want = ((v * v) if mode is _Mode.SQUARES else v).sum() * np.float32(scale)
+        np.testing.assert_allclose(reduce(f, mode, scale), want, rtol=1e-5)
+        np.testing.assert_allclose(reduce(scale=scale, mode=mode, f=f), want, rtol=1e-5)
+    assert len(kernel_of(reduce)._dispatch.variants) == 4  # every (field, mode) dispatched

@@ -19,6 +19,7 @@ from .activity import Activity
 from . import checks
 from .checks import check_kernel, error
 from .cleanup import remove_dead_adstacks
+from .companions import CompanionBuffers
 from .sizing import size_stacks
 from .task_adjoint import NeedStack, TaskAdjoint
 
@@ -73,27 +74,14 @@ class _KernelContext:
         self.grad.num_temps, self.grad.temp_types = k.num_temps, list(k.temp_types)
         self.activity = None
         self.adjoint_temps: dict = {}  # temp slot -> slot of its adjoint
-        self._grad_refs: dict = {}
+        self._grads = CompanionBuffers(self.grad, self.field_objects, "grad")
 
     def differentiable(self, target) -> bool:
-        if target.is_grad:
-            return False
-        if isinstance(target, ir.FieldRef):
-            return self.field_objects[target.slot].grad is not None
-        return bool(self.k.params[target.arg_index].needs_grad)
+        return self._grads.has(target)
 
     def grad_target(self, target):
         """The gradient buffer of a differentiable field or ndarray (added to the field table)."""
-        if isinstance(target, ir.NdarrayRef):
-            return ir.NdarrayRef(target.arg_index, target.name, target.dtype, target.ndim, True)
-        ref = self._grad_refs.get(target.slot)
-        if ref is None:
-            grad_field = self.field_objects[target.slot].grad
-            ref = ir.FieldRef(len(self.grad.fields), grad_field.name, grad_field.dtype, tuple(grad_field.storage_shape), True)
-            self.grad.fields.append(ref)
-            self.field_objects.append(grad_field)
-            self._grad_refs[target.slot] = ref
-        return ref
+        return self._grads.of(target)
 
     def new_temp(self, dtype) -> int:
         g = self.grad

@@ -26,6 +26,7 @@ from .. import ir
 from . import rules
 from .activity import gradient_operands
 from .checks import error
+from .companions import CompanionBuffers
 
 DUAL_SUFFIX = ".dual"
 _LINEAR_ATOMICS = ("add", "sub")
@@ -46,31 +47,14 @@ class ForwardModePass:
         return True
 
 
-class _DualBuffers:
-    """Which globals have a dual, and the references that address it."""
+class _DualBuffers(CompanionBuffers):
+    """Which globals have a dual (float ones only), and the references that address it."""
 
     def __init__(self, k: ir.KernelIR, field_objects: list):
-        self.k, self.field_objects = k, field_objects
-        self._field_refs: dict = {}
+        super().__init__(k, field_objects, "dual")
 
-    def has_dual(self, target) -> bool:
-        if target.is_grad or not target.dtype.is_float:
-            return False
-        if isinstance(target, ir.FieldRef):
-            return getattr(self.field_objects[target.slot], "dual", None) is not None
-        return bool(self.k.params[target.arg_index].needs_grad)
-
-    def dual_of(self, target):
-        if isinstance(target, ir.NdarrayRef):
-            return ir.NdarrayRef(target.arg_index, target.name, target.dtype, target.ndim, True)
-        ref = self._field_refs.get(target.slot)
-        if ref is None:
-            dual = self.field_objects[target.slot].dual
-            ref = ir.FieldRef(len(self.k.fields), dual.name, dual.dtype, tuple(dual.storage_shape), True)
-            self.k.fields.append(ref)
-            self.field_objects.append(dual)
-            self._field_refs[target.slot] = ref
-        return ref
+    def has(self, target) -> bool:
+        return target.dtype.is_float and super().has(target)
 
 
 def _reject_gradient_buffers(k: ir.KernelIR) -> None:
@@ -102,7 +86,7 @@ def _varied(k: ir.KernelIR, duals: _DualBuffers) -> tuple[set, set]:
 
 def _varies(s: ir.Stmt, duals: _DualBuffers, varied: set, varied_vars: set) -> bool:
     if isinstance(s, ir.GlobalLoad):
-        return duals.has_dual(s.ptr.target)
+        return duals.has(s.ptr.target)
     if isinstance(s, (ir.LocalLoad, ir.LocalAtomic)):
         return s.var in varied_vars
     return any(o in varied for o in gradient_operands(s))
@@ -171,11 +155,11 @@ class _Tangents:
             self.tangent[s] = self.emit(ir.GlobalLoad(self.dual_ptr(s.ptr), s.loc))
 
     def visit_GlobalStore(self, s: ir.GlobalStore) -> None:
-        if self.duals.has_dual(s.ptr.target):
+        if self.duals.has(s.ptr.target):
             self.emit(ir.GlobalStore(self.dual_ptr(s.ptr), self.tangent_or_zero(s.value), s.loc))
 
     def visit_AtomicRMW(self, s: ir.AtomicRMW) -> None:
-        if not self.duals.has_dual(s.ptr.target):
+        if not self.duals.has(s.ptr.target):
             return
         if s.op not in _LINEAR_ATOMICS:
             raise error(s.loc, f"an atomic {s.op} on '{s.ptr.target.name}', which has a dual, has no forward-mode "
@@ -213,7 +197,7 @@ class _Tangents:
         return self.cur.append(s)
 
     def dual_ptr(self, ptr: ir.GlobalPtr) -> ir.GlobalPtr:
-        return self.emit(ir.GlobalPtr(self.duals.dual_of(ptr.target), ptr.indices, ptr.loc))
+        return self.emit(ir.GlobalPtr(self.duals.of(ptr.target), ptr.indices, ptr.loc))
 
     def tangent_or_zero(self, value: ir.Stmt) -> ir.Stmt:
         t = self.tangent.get(value)

@@ -136,7 +136,7 @@ class TemplateDispatch:
     A key may stand for a variant only if every argument equal to it (same class, `==`) has
     the same specialisation_key. `add` therefore enters a variant only when each template
     argument is of a class for which that holds: `==` is identity (fields, dtypes, functions,
-    plain objects: an entry keeps its object alive, so its id is not reused), or an exact
+    enum members, plain objects; an entry keeps its object alive), or an exact
     builtin or numpy int, bool, str, bytes or None, or a float that is neither zero nor NaN
     (-0.0 == 0.0, and a NaN equals nothing). A lookup that hits then has arguments of those
     same classes. Anything else (tuples, whose `==` ignores element types: (1, 2) == (1.0, 2);
@@ -183,4 +183,4 @@ def _fast_keyable(v) -> bool:
         return True
     if cls is float or (isinstance(v, np.floating) and cls.__module__ == "numpy"):
         return v == v and v != 0
-    return cls.__eq__ is object.__eq__ and cls.__hash__ is object.__hash__
+    return cls.__eq__ is object.__eq__  # a hit is then the very object, whatever its hash (Enum members)

@@ -65,24 +65,25 @@ class Target:
         raise NotImplementedError
 
     def check_capabilities(self, kernel: ir.KernelIR) -> None:
-        """TargetCannotExpress at the first statement whose type the target lacks, or the first
-        adstack whose element type it cannot store."""
+        """TargetCannotExpress at the first adstack whose element type the target cannot store
+        (the more specific message), else at the first statement whose type it lacks."""
         storable = self.capabilities.adstack_dtypes
-        for task in kernel.tasks:
-            for s, where in _located(task, task.loc or kernel.loc):
-                lacking = self._lacking_type(s)
-                if lacking is not None:
-                    raise codegen_error(
-                        kernel, s, f"type {lacking.name} needs {'Float64' if lacking.is_float else 'Int64'}, which "
-                        f"target '{self.arch}' does not have: this kernel cannot be built for it (use "
-                        f"{'f32' if lacking.is_float else 'i32/u32'} for this value, or another arch)",
-                        where, error=TargetCannotExpress)
-                if storable is not None and isinstance(s, AdStackAlloca) and s.type.name not in storable:
-                    raise codegen_error(
-                        kernel, s, f"the {s.type.name} value of '{s.var_name}' must be kept on an adstack (it "
-                        f"changes in a dynamic loop of a kernel that needs a gradient), but target "
-                        f"'{self.arch}' stores only {', '.join(sorted(storable))} there: use one of those "
-                        f"types for it", describe=False, error=TargetCannotExpress)
+        located = [pair for task in kernel.tasks for pair in _located(task, task.loc or kernel.loc)]
+        for s, where in located:
+            if storable is not None and isinstance(s, AdStackAlloca) and s.type.name not in storable:
+                raise codegen_error(
+                    kernel, s, f"the {s.type.name} value of '{s.var_name}' must be kept on an adstack (it "
+                    f"changes in a dynamic loop of a kernel that needs a gradient), but target "
+                    f"'{self.arch}' stores only {', '.join(sorted(storable))} there: use one of those "
+                    f"types for it", where, describe=False, error=TargetCannotExpress)
+        for s, where in located:
+            lacking = self._lacking_type(s)
+            if lacking is not None:
+                raise codegen_error(
+                    kernel, s, f"type {lacking.name} needs {'Float64' if lacking.is_float else 'Int64'}, which "
+                    f"target '{self.arch}' does not have: this kernel cannot be built for it (use "
+                    f"{'f32' if lacking.is_float else 'i32/u32'} for this value, or another arch)",
+                    where, error=TargetCannotExpress)
 
     def _lacking_type(self, s: ir.Stmt):
         """The 64-bit type of `s`'s value if the target has none (a loop index is typed by its

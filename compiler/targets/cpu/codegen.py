@@ -23,6 +23,7 @@ from qdc.runtime.devices.cpu.device import HOST_FEATURE_SOURCES, host_machine
 
 from ... import ir
 from ...ir.adstack import AdStackAlloca
+from .numpy_prologue import add_numpy_entry
 from .isa_levels import CPU_LEVEL_OF, GENERIC, LEVELS, NATIVE, PORTABLE, CpuLevel, check_cpu_target, level_by_name
 from ..llvm.llvm_ir import I32, I64, PTR, VOID, KernelCodegen, ModuleBuilder
 
@@ -174,6 +175,7 @@ def generate_llvm(kernel: ir.KernelIR, meta: KernelMeta, fast_math: bool = False
     mb = ModuleBuilder(kernel.name, llvm.get_process_triple(), str(tm.target_data))
     cg = KernelCodegen(mb, kernel, meta, fast_math, target=target)
     cg.emit_kernel(lambda b, ctx, task, chunk, begin, end, cost: _dispatch(b, ctx, task, chunk, begin, end, cost, meta))
+    add_numpy_entry(mb.module, meta)
     return mb.module
 
 

@@ -1,7 +1,8 @@
 """Scalar values in SPIR-V: constants, arithmetic, comparisons, conversions and math, with the
 same semantics as the LLVM lowering (compiler/targets/llvm/llvm_ir.py): Python's floor
 division and modulo, division by zero giving 0 for integers, shifts masked to the width,
-saturating float -> int conversion, round half to even, numpy's pow for negative bases.
+saturating float -> int conversion, round half to even, numpy's pow for negative bases. f64
+transcendental functions, which GLSL.std.450 lacks, are qdc's own (math64.py).
 
 A mixin of the task lowering (lowering.py), which provides `fb` (the FunctionBuilder), `m` (the
 module), `ty(DataType)` and `v(stmt)`.

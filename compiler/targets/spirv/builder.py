@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import struct
 
-from .spec import (ADDRESSING_LOGICAL, EXECUTION_MODEL_GLCOMPUTE, FUNCTION_CONTROL_NONE, GENERATOR, MAGIC,
+from .spec import (ADDRESSING_LOGICAL, EXECUTION_MODE_SIGNED_ZERO_INF_NAN_PRESERVE, EXECUTION_MODEL_GLCOMPUTE,
+                   FUNCTION_CONTROL_NONE, GENERATOR, MAGIC,
                    MEMORY_MODEL_GLSL450, VERSION_1_5, Capability, Decoration, Op, StorageClass)
 
 
@@ -38,6 +39,9 @@ class ModuleBuilder:
         self._glsl: int | None = None
         self.entry_points: list = []
         self.execution_modes: list = []
+        # IEEE signed zeros, infinities and NaNs kept (SignedZeroInfNanPreserve for every float
+        # width the module uses): without it a driver may fold -0.0 to 0.0 or `isnan` to false
+        self.preserve_ieee = True
         self.names: list = []
         self.annotations: list = []
         self.globals: list = []      # types, constants and global variables, in definition order
@@ -121,8 +125,9 @@ class ModuleBuilder:
         if info[0] == "bool":
             return self._const(("const", type_id, bool(value)), Op.ConstantTrue if value else Op.ConstantFalse,
                                type_id)
-        return self._const(("const", type_id, value if info[0] == "float" else int(value)), Op.Constant, type_id,
-                           *self.literal_words(info, value))
+        words = self.literal_words(info, value)
+        # keyed by the bits: -0.0 == 0.0 (and NaN != NaN) as Python floats, but not as constants
+        return self._const(("const", type_id, tuple(words)), Op.Constant, type_id, *words)
 
     @staticmethod
     def literal_words(info, value) -> list[int]:
@@ -183,6 +188,9 @@ class ModuleBuilder:
 
     # ---- output --------------------------------------------------------------------------------
     def to_words(self) -> list[int]:
+        float_widths = sorted(k[1] for k in self._cache if k[0] == "float") if self.preserve_ieee else []
+        if float_widths:
+            self.require(Capability.SignedZeroInfNanPreserve)
         words = [MAGIC, VERSION_1_5, GENERATOR, self.bound, 0]
         for cap in self.capabilities:
             words += instruction(Op.Capability, cap)
@@ -193,6 +201,9 @@ class ModuleBuilder:
         words += instruction(Op.MemoryModel, ADDRESSING_LOGICAL, MEMORY_MODEL_GLSL450)
         for fn, name in self.entry_points:
             words += instruction(Op.EntryPoint, EXECUTION_MODEL_GLCOMPUTE, fn, name, *self.interface)
+        for fn, _ in self.entry_points:
+            for bits in float_widths:
+                words += instruction(Op.ExecutionMode, fn, EXECUTION_MODE_SIGNED_ZERO_INF_NAN_PRESERVE, bits)
         for section in (self.execution_modes, self.names, self.annotations, self.globals):
             for inst in section:
                 words += inst

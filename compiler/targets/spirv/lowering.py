@@ -47,6 +47,7 @@ class TaskLowering(ValueLowering, MemoryLowering, AdStackLowering):
         self.k, self.task, self.caps, self.arch = kernel, task, capabilities, arch
         self.fast_math = fast_math
         self.m = ModuleBuilder()
+        self.m.preserve_ieee = not fast_math
         self.fb = FunctionBuilder(self.m, self.m.void(), "main")
         self.vals: dict = {}
         self.loops: list = []          # (continue label, break label), innermost last

@@ -13,12 +13,12 @@ They need IEEE double arithmetic: correctly rounded +, -, *, /, sqrt, no contrac
 (every float operation here is decorated NoContraction, fast_math or not: the error-free
 transformations depend on it), and integer access to the bits (Int64).
 
-sin, cos and tan reduce x by multiples of pi/2 exactly for |x| < 2^30 (about 1.07e9): pi/2 is
-split into four 23-bit parts and a fifth full one, so that n * part is exact for n < 2^30
-(Cody-Waite). Beyond 2^30 n * part rounds: the absolute error of the result grows to about
-|x| * 2^-53 (1e-7 at 2^30, 1e-4 at 1e12: as if x were off by half an ulp). From 2^53 on
-(where doubles are even integers) that reduction means nothing, and the result is NaN.
-Payne-Hanek reduction would give numpy's values there; it is not done.
+sin, cos and tan reduce x by multiples of pi/2 (Cody-Waite): pi/2 is split into four 23-bit
+parts and a fifth full one, so that n * part is exact for n < 2^30; for 2^30 <= |x| < 2^53 (a
+branch) n is split in two such halves and the partial sums compensated twice: the reduced
+argument is exact to ~2^-110 everywhere below 2^53, and the results within an ulp. From 2^53
+on (doubles are even integers there) sin, cos and tan give NaN: Payne-Hanek reduction, with
+a table of 2/pi's bits, would give numpy's values; it is not done.
 """
 from __future__ import annotations
 
@@ -65,8 +65,7 @@ INV_PIO2 = 6.36619772367581382433e-01
 PIO2_PARTS = (float.fromhex("0x1.921fb40000000p+0"), float.fromhex("0x1.4442d00000000p-24"),
               float.fromhex("0x1.8469880000000p-48"), float.fromhex("0x1.8cc5140000000p-72"),
               float.fromhex("0x1.80dc1cd129025p-95"))
-EXACT_REDUCTION_LIMIT = 2.0 ** 30
-TRIG_LIMIT = 2.0 ** 53
+TRIG_LIMIT = 2.0 ** 53  # from here on sin, cos and tan give NaN
 ATAN_HI = (4.63647609000806093515e-01, 7.85398163397448278999e-01, 9.82793723247329054082e-01,
            1.57079632679489655800e+00)
 ATAN_LO = (2.26987774529616870924e-17, 3.06161699786838301793e-17, 1.39033110312309984516e-17,
@@ -90,9 +89,6 @@ POW_CP, POW_CP_H, POW_CP_L = 9.61796693925975554329e-01, 9.61796700954437255859e
 # ~300 ulp in pow(1 + 2e-7, -2.7e9) (mpmath: 1/ln 2 truncated to 20 bits, then the rest).
 POW_IVLN2 = 1.44269504088896338700e+00
 POW_IVLN2_H, POW_IVLN2_L = float.fromhex("0x1.7154600000000p+0"), float.fromhex("0x1.652b82fe1777dp-20")
-
-TWO_ARG = frozenset(("pow", "atan2"))
-OPS = ("sin", "cos", "tan", "asin", "acos", "atan", "atan2", "tanh", "exp", "log", "pow")
 
 
 class Float64Math:
@@ -165,6 +161,8 @@ class Float64Math:
 
     # ---- exp, log, expm1 -------------------------------------------------------------------
     def f_exp(self, x):
+        """e^x = 2^k e^r, x = k ln2 + r, |r| <= ln2/2; e^r by a rational form of a minimax
+        polynomial in r^2."""
         o = self.o
         nan = o.isnan(x)
         xc = self.cases([(nan, self.k(0.0)), (o.gt(x, self.k(710.0)), self.k(710.0)),
@@ -181,6 +179,7 @@ class Float64Math:
                            (o.lt(x, self.k(EXP_UNDERFLOW)), self.k(0.0))], result)
 
     def f_log(self, x):
+        """log x = k ln2 + log m, log m = f - f^2/2 + s (f^2/2 + R(s^2)), f = m - 1, s = f/(2 + f)."""
         o = self.o
         subnormal = o.lt(x, self.k(from_words(0x00100000)))
         xs = o.fsel(subnormal, o.mul(x, self.k(2.0 ** 54)), x)
@@ -221,8 +220,8 @@ class Float64Math:
                       o.add(self.k(1.0), o.mul(self.k(2.0), o.sub(xr, e))))
         kk = o.to_i32(kf)
         two_k, two_minus_k = self.pow2(kk), self.pow2(o.isub(o.ci(0), kk))
-        one_minus_e = o.add(o.sub(xr, e), self.k(1.0))
-        far = o.sub(o.mul(one_minus_e, two_k), self.k(1.0))
+        y = o.add(o.sub(xr, e), self.k(1.0))  # e^x = 2^k y
+        far = o.sub(o.mul(y, two_k), self.k(1.0))
         below_20 = o.mul(o.add(o.sub(xr, e), o.sub(self.k(1.0), two_minus_k)), two_k)
         from_20 = o.mul(o.add(o.sub(xr, o.add(e, two_minus_k)), self.k(1.0)), two_k)
         return self.cases([(o.ieq(kk, o.ci(0)), at_k0), (o.ieq(kk, o.ci(-1)), at_minus1), (o.ieq(kk, o.ci(1)), at_1),
@@ -230,6 +229,7 @@ class Float64Math:
                            (o.ilt(kk, o.ci(20)), below_20)], from_20)
 
     def f_tanh(self, x):
+        """From expm1(+-2|x|), three forms by |x| (musl's), 1 from |x| > 20."""
         o = self.o
         ax = o.fabs(x)
         above_mid = o.ge(ax, self.k(from_words(0x3FE193EB)))  # |x| > log(3)/2
@@ -245,24 +245,59 @@ class Float64Math:
 
     # ---- sin, cos, tan -------------------------------------------------------------------------
     def reduce_pio2(self, x):
-        """(y0, y1, n): x = n pi/2 + y0 + y1, |y0 + y1| <~ pi/4, n mod 4 as an i32 in 0..3.
-        x must be finite. Exact below EXACT_REDUCTION_LIMIT (see the module's docstring)."""
+        """(y0, y1, n): x = n pi/2 + y0 + y1, |y0 + y1| <~ pi/4, n mod 4 as an i32 in 0..3, for a
+        finite x; the long way only where |x| >= 2^30 (a branch: arguments that size are rare)."""
+        o = self.o
+        y0, y1, fn = o.branch(o.lt(o.fabs(x), self.k(2.0 ** 30)), lambda: self.reduce_medium(x),
+                              lambda: self.reduce_large(x))
+        quarter = o.mul(fn, self.k(0.25))
+        n = o.to_i32(o.mul(o.sub(quarter, o.floor(quarter)), self.k(4.0)))
+        return y0, y1, n
+
+    def two_sum(self, a, b):
+        """(s, e): s = a + b rounded, e its exact error (Knuth)."""
+        o = self.o
+        s = o.add(a, b)
+        virtual = o.sub(s, a)
+        return s, o.add(o.sub(a, o.sub(s, virtual)), o.sub(b, virtual))
+
+    def reduce_medium(self, x):
+        """|x| < 2^30: n < 2^30, so n * part is exact for each 23-bit part of pi/2."""
         o = self.o
         fn = o.rint(o.mul(x, self.k(INV_PIO2)))
         p1, *rest = PIO2_PARTS
         hi = o.sub(x, o.mul(fn, self.k(p1)))  # exact (Sterbenz)
         lo = self.k(0.0)
-        for part in rest:  # compensated: hi + lo is x - fn * (parts so far), to ~2^-110
-            term = o.neg(o.mul(fn, self.k(part)))
-            total = o.add(hi, term)
-            virtual = o.sub(total, hi)
-            error = o.add(o.sub(hi, o.sub(total, virtual)), o.sub(term, virtual))
-            hi, lo = total, o.add(lo, error)
+        for part in rest:  # hi + lo is x - fn * (parts so far), to ~2^-110
+            hi, error = self.two_sum(hi, o.neg(o.mul(fn, self.k(part))))
+            lo = o.add(lo, error)
+        y0 = o.add(hi, lo)
+        return y0, o.sub(lo, o.sub(y0, hi)), fn
+
+    def reduce_large(self, x):
+        """2^30 <= |x| < 2^53: n = a + b, a a multiple of 2^30 (at most 23 significant bits) and
+        |b| < 2^30, so that a * part and b * part are exact; their sum is compensated twice (the
+        partial sums are large before they cancel). n from x * 2/pi may be one off: corrected."""
+        o = self.o
+        fn = o.rint(o.mul(x, self.k(INV_PIO2)))
+        a = o.mul(o.trunc(o.mul(fn, self.k(2.0 ** -30))), self.k(2.0 ** 30))
+        b = o.sub(fn, a)
+        p1, p2, p3, p4, p5 = (self.k(p) for p in PIO2_PARTS)
+        hi = o.sub(x, o.mul(a, p1))  # exact (Sterbenz)
+        lo, lo_tail = self.k(0.0), self.k(0.0)
+        for term in (o.mul(b, p1), o.mul(a, p2), o.mul(b, p2), o.mul(a, p3), o.mul(b, p3), o.mul(a, p4),
+                     o.mul(b, p4), o.mul(fn, p5)):
+            hi, error = self.two_sum(hi, o.neg(term))
+            lo, error = self.two_sum(lo, error)
+            lo_tail = o.add(lo_tail, error)
+        lo = o.add(lo, lo_tail)
         y0 = o.add(hi, lo)
         y1 = o.sub(lo, o.sub(y0, hi))
-        quarter = o.mul(fn, self.k(0.25))
-        n = o.to_i32(o.mul(o.sub(quarter, o.floor(quarter)), self.k(4.0)))
-        return y0, y1, n
+        d = o.rint(o.mul(y0, self.k(INV_PIO2)))  # -1, 0 or 1
+        hi, error = self.two_sum(y0, o.neg(o.mul(d, p1)))
+        lo = o.add(o.add(y1, error), o.neg(o.add(o.mul(d, p2), o.mul(d, p3))))
+        y0 = o.add(hi, lo)
+        return y0, o.sub(lo, o.sub(y0, hi)), o.add(fn, d)
 
     def k_sin(self, x, y):
         o = self.o
@@ -630,6 +665,21 @@ class SpirvOps:
 
     def isel(self, cond, a, b):
         return self.fb.emit(Op.Select, self.i32, cond, a, b)
+
+    def branch(self, cond, then, otherwise):
+        """An if/else: `then()` or `otherwise()` (each emits code and returns f64 values) runs,
+        and the values of the side that ran come back through Function variables."""
+        variables: list = []
+
+        def run(side):
+            values = side()
+            if not variables:
+                variables.extend(self.fb.local_variable(self.f64) for _ in values)
+            for variable, value in zip(variables, values):
+                self.fb.emit_void(Op.Store, variable, value)
+
+        self.low.if_then(cond, lambda: run(then), lambda: run(otherwise))
+        return tuple(self.fb.emit(Op.Load, self.f64, variable) for variable in variables)
 
     def lt(self, a, b):
         return self._bool(Op.FOrdLessThan, a, b)

@@ -138,6 +138,7 @@ class Capability:  # §3.31
     Int8 = 39
     GroupNonUniform = 61
     GroupNonUniformArithmetic = 63
+    SignedZeroInfNanPreserve = 4466
     StorageBuffer16BitAccess = 4433
     StorageBuffer8BitAccess = 4448
     AtomicFloat32AddEXT = 6033
@@ -146,6 +147,7 @@ class Capability:  # §3.31
 ADDRESSING_LOGICAL = 0      # §3.4
 MEMORY_MODEL_GLSL450 = 1    # §3.5
 EXECUTION_MODEL_GLCOMPUTE = 5  # §3.3
+EXECUTION_MODE_SIGNED_ZERO_INF_NAN_PRESERVE = 4461  # §3.6 (SPIR-V 1.4)
 
 
 class StorageClass:  # §3.7

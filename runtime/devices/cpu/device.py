@@ -28,6 +28,7 @@ import tempfile
 
 import numpy as np
 
+from . import numpy_binding
 from ...device import Allocation, Device, DeviceCapabilities
 from ...contract.errors import CacheError, QdcError
 
@@ -36,12 +37,17 @@ LAUNCH_MODES = ("fused", "tasks", "tasks-deferred")
 
 
 class CpuKernel:
-    """A loaded kernel: its fused entry and (resolved on first use) its task entries."""
-    __slots__ = ("fused", "lib", "task_symbols", "_tasks")
+    """A loaded kernel: its fused entry, the entry that binds numpy arrays itself (None in
+    libraries built without it; numpy_binding.py) and (resolved on first use) its task entries."""
+    __slots__ = ("fused", "numpy_entry", "lib", "task_symbols", "_tasks")
 
     def __init__(self, lib, meta):
         self.lib = lib
         self.fused = _function(lib, meta.entry)
+        self.numpy_entry = None
+        if _exports(lib, numpy_binding.MARKER) and any(numpy_binding.eligible(p) for p in meta.params):
+            self.numpy_entry = _function(lib, meta.entry + "_np")
+            self.numpy_entry.restype = ctypes.c_int
         self.task_symbols = [t.entry for t in meta.tasks]
         self._tasks = None
 
@@ -49,6 +55,14 @@ class CpuKernel:
         if self._tasks is None:
             self._tasks = [_function(self.lib, name) for name in self.task_symbols]
         return self._tasks[index]
+
+
+def _exports(lib, symbol: str) -> bool:
+    try:
+        lib[symbol]
+    except AttributeError:
+        return False
+    return True
 
 
 def _function(lib, symbol: str):
@@ -107,6 +121,13 @@ class CpuDevice(Device):
 
     def launch_call(self, loaded: CpuKernel, ctx: ctypes.Array) -> tuple:
         return loaded.fused, ctypes.byref(ctx)
+
+    def numpy_binding(self, loaded: CpuKernel, meta) -> numpy_binding.NumpyBinding | None:
+        """The kernel's numpy-binding entry (numpy_binding.py) when its library has one and this
+        numpy's arrays are laid out as the entry reads them; else None."""
+        if loaded.numpy_entry is None or not numpy_binding.numpy_layout_matches():
+            return None
+        return numpy_binding.NumpyBinding(loaded.numpy_entry, meta)
 
     def launch_task(self, loaded: CpuKernel, task: int, ctx_address: int, slices: int) -> None:
         # The task entry computes its range and splits it over the worker threads itself (the

@@ -23,16 +23,12 @@ waits for them and raises the first kernel error (a command buffer in error stat
 """
 from __future__ import annotations
 
-import collections
-import ctypes
-import itertools
-
 import numpy as np
 
 from ...contract.errors import QdcError
-from ...address_space import AddressSpace
-from ...device import Allocation, Device, DeviceCapabilities
+from ...device import Allocation, DeviceCapabilities, check_copy_range
 from ...spirv_abi import HEAP_WORDS, ArgsPlan, adstack_meta_words, dispatch_grid, resolve_binding_word
+from ...submission_device import QueuedKernel, SubmissionDevice
 from . import driver
 
 BUFFER_ALIGN = 16
@@ -85,13 +81,7 @@ class MetalTask:
                                                                                block_dim, serial)
 
 
-class MetalKernel:
-    def __init__(self, meta, tasks, args_plan):
-        self.meta, self.tasks, self.args = meta, tasks, args_plan
-        self.ctx_views: dict = {}  # ctx address -> np.uint64 view of the launcher's ctx words
-
-
-class MetalDevice(Device):
+class MetalDevice(SubmissionDevice):
     arch = "metal"
     capabilities = DeviceCapabilities(host_memory=False, synchronous=False, fused_launch=False)
 
@@ -104,19 +94,14 @@ class MetalDevice(Device):
         self.name = str(mtl_device.name())
         self.max_buffer_length = int(mtl_device.maxBufferLength())
         self.queue = mtl_device.newCommandQueue()
-        self._serials = itertools.count(1)
-        self._addresses = AddressSpace()
-        self._in_flight = collections.deque()  # (serial, command buffer, buffers kept alive for it)
-        self._completed = 0
-        self._last_submitted = 0
-        self._pending_frees: list = []         # (serial, Allocation)
+        self._set_up_submissions()
         self._empty = None                     # bound where a heap is not allocated (a launch that needs none)
 
     def __repr__(self) -> str:
         return f"MetalDevice({self.name!r})"
 
     # ---- memory --------------------------------------------------------------------------------
-    def _new_buffer(self, nbytes: int) -> Buffer:
+    def _new_zeroed_buffer(self, nbytes: int) -> Buffer:
         size = max(-(-nbytes // BUFFER_ALIGN) * BUFFER_ALIGN, BUFFER_ALIGN)
         if size > self.max_buffer_length:
             raise MemoryError(f"metal: {nbytes} bytes is more than this GPU's maxBufferLength "
@@ -129,81 +114,36 @@ class MetalDevice(Device):
         view[:] = 0
         return Buffer(buffer, size, view, 0)
 
-    def allocate(self, nbytes: int) -> Allocation:
-        if nbytes < 0:
-            raise ValueError(f"cannot allocate {nbytes} bytes")
-        buf = self._new_buffer(nbytes)
-        buf.address = self._addresses.reserve(buf.size)
-        alloc = Allocation(buf.address, nbytes, None, buf)
-        self._addresses.add(alloc)
-        return alloc
-
-    def free(self, alloc: Allocation) -> None:
-        buf = alloc.handle
-        if buf is None:
-            return
-        alloc.handle = None
-        self._addresses.remove(buf.address)
+    def _destroy_buffer(self, buf: Buffer) -> None:
         buf.view = buf.buffer = None  # the last reference: PyObjC releases the MTLBuffer
-
-    def free_after_fence(self, alloc: Allocation) -> None:
-        self._retire()
-        buf = alloc.handle
-        if buf is None:
-            return
-        if buf.last_use <= self._completed:
-            self.free(alloc)
-        else:
-            self._pending_frees.append((self._last_submitted, alloc))
 
     def copy_to_device(self, alloc: Allocation, src: np.ndarray, offset: int = 0) -> None:
         data = np.ascontiguousarray(src).reshape(-1).view(np.uint8)
-        buf = _check_range(alloc, offset, data.size)
+        buf = check_copy_range(alloc, offset, data.size)
         self._wait_for(buf.last_use)  # the launches before this copy must not see its bytes
         buf.view[offset:offset + data.size] = data
 
     def copy_to_host(self, alloc: Allocation, dst: np.ndarray, offset: int = 0) -> None:
         out = dst.reshape(-1).view(np.uint8)
-        buf = _check_range(alloc, offset, out.size)
+        buf = check_copy_range(alloc, offset, out.size)
         self._wait_for(buf.last_use)
         out[:] = buf.view[offset:offset + out.size]
 
-    def lookup(self, address: int):
-        """(Allocation, byte offset) of an address of this device; None if it is none."""
-        return self._addresses.lookup(address, lambda alloc: alloc.handle.size)
+    # ---- completion (a command buffer is its own fence) ------------------------------------------
+    def _block_on(self, sub) -> None:
+        sub.command.waitUntilCompleted()
 
-    # ---- completion ----------------------------------------------------------------------------
-    def _retire(self, until: int = 0) -> None:
-        """Retire finished command buffers oldest first (blocking for those up to `until`); a
-        command buffer that ended in error raises, naming its error."""
-        while self._in_flight:
-            serial, command, _keep = self._in_flight[0]
-            if serial <= until:
-                command.waitUntilCompleted()
-            elif command.status() < driver.COMMAND_BUFFER_COMPLETED:
-                break
-            self._in_flight.popleft()
-            self._completed = serial
-            if command.status() == driver.COMMAND_BUFFER_ERROR:
-                raise RuntimeError(f"metal: a kernel failed on the GPU: {command.error()}")
-        if not self._in_flight:
-            self._completed = self._last_submitted
-        if self._pending_frees:
-            done = [a for s, a in self._pending_frees if s <= self._completed]
-            self._pending_frees = [(s, a) for s, a in self._pending_frees if s > self._completed]
-            for alloc in done:
-                self.free(alloc)
+    def _finished(self, sub) -> bool:
+        return sub.command.status() >= driver.COMMAND_BUFFER_COMPLETED
 
-    def _wait_for(self, serial: int) -> None:
-        if serial > self._completed:
-            self._retire(serial)
-
-    def wait(self) -> None:
-        self._retire(self._last_submitted)
+    def _recycle(self, sub) -> None:
+        """Nothing to give back (the buffers it kept go with it); one that ended in error raises."""
+        if sub.command.status() == driver.COMMAND_BUFFER_ERROR:
+            raise RuntimeError(f"metal: a kernel failed on the GPU: {sub.command.error()}")
 
     # ---- kernels -------------------------------------------------------------------------------
-    def load_kernel(self, artifacts: dict, meta) -> MetalKernel:
-        return MetalKernel(meta, [self._build_task(artifacts, meta, i) for i in range(len(meta.tasks))],
+    def load_kernel(self, artifacts: dict, meta) -> QueuedKernel:
+        return QueuedKernel(meta, [self._build_task(artifacts, meta, i) for i in range(len(meta.tasks))],
                            ArgsPlan(meta))
 
     def _build_task(self, artifacts: dict, meta, i: int) -> MetalTask:
@@ -238,15 +178,11 @@ class MetalDevice(Device):
             return UNKNOWN_TRIP_GROUPS * (launch.get("block_dim") or 1)
         return max(iterations, 0)
 
-    def launch_task(self, loaded: MetalKernel, task: int, ctx_address: int, slices: int) -> None:
+    def launch_task(self, loaded: QueuedKernel, task: int, ctx_address: int, slices: int) -> None:
         if slices <= 0:
             return
         meta, t = loaded.meta, loaded.tasks[task]
-        ctx = loaded.ctx_views.get(ctx_address)
-        if ctx is None:
-            words = max(meta.ctx_words, 1)
-            ctx = loaded.ctx_views[ctx_address] = np.frombuffer((ctypes.c_uint64 * words).from_address(ctx_address),
-                                                                np.uint64)
+        ctx = loaded.ctx_words(ctx_address)
         command = self.queue.commandBuffer()
         encoder = command.computeCommandEncoder()
         encoder.setComputePipelineState_(t.pipeline)
@@ -265,10 +201,7 @@ class MetalDevice(Device):
                                                             driver.size(self.metal, t.block_dim))
         encoder.endEncoding()
         command.commit()
-        serial = self._last_submitted = next(self._serials)
-        for buf in uses + keep:
-            buf.last_use = serial
-        self._in_flight.append((serial, command, keep))
+        self._track(command, None, keep, uses + keep)
 
     def _adstack_words(self, meta, ctx, name: str) -> np.ndarray:
         """adstack_meta's words; the code indexes the heaps in 32 bits (Metal has no 64-bit
@@ -286,7 +219,7 @@ class MetalDevice(Device):
         if len(data) <= SET_BYTES_LIMIT:
             encoder.setBytes_length_atIndex_(data, len(data), index)
             return
-        buf = self._new_buffer(len(data))  # kept alive until the command buffer completed
+        buf = self._new_zeroed_buffer(len(data))  # kept alive until the command buffer completed
         buf.view[:len(data)] = np.frombuffer(data, np.uint8)
         encoder.setBuffer_offset_atIndex_(buf.buffer, 0, index)
         keep.append(buf)
@@ -297,7 +230,7 @@ class MetalDevice(Device):
         address = int(ctx[b.word])
         if address == 0 and b.resource in HEAP_WORDS:
             if self._empty is None:
-                self._empty = self._new_buffer(BUFFER_ALIGN)
+                self._empty = self._new_zeroed_buffer(BUFFER_ALIGN)
             return self._empty, 0
         found = self.lookup(address + b.adjust)
         if found is None:
@@ -317,11 +250,3 @@ class MetalDevice(Device):
                 self.free(alloc)
             self._pending_frees, self._empty, self.queue = [], None, None
 
-
-def _check_range(alloc: Allocation, offset: int, nbytes: int) -> Buffer:
-    if alloc.handle is None:
-        raise ValueError("a copy to or from a freed allocation")
-    if offset < 0 or offset + nbytes > alloc.nbytes:
-        raise ValueError(f"a copy of {nbytes} bytes at offset {offset} does not fit an allocation of "
-                         f"{alloc.nbytes} bytes")
-    return alloc.handle

@@ -23,14 +23,12 @@ reads each launch's error slot (runtime/device.py), raising the first error nami
 """
 from __future__ import annotations
 
-import ctypes
-import collections
 import itertools
 
 import numpy as np
 
-from ...address_space import AddressSpace
-from ...device import Allocation, Device
+from ...device import Allocation, check_copy_range
+from ...submission_device import QueuedKernel, SubmissionDevice
 from . import driver, kernels
 
 ARGS_RING_BYTES = 1 << 20
@@ -48,13 +46,6 @@ class Buffer:
         self.last_use, self.serial, self.address = 0, serial, address
 
 
-class Submission:
-    __slots__ = ("serial", "command", "fence", "keep")
-
-    def __init__(self, serial, command, fence, keep):
-        self.serial, self.command, self.fence, self.keep = serial, command, fence, keep
-
-
 class TaskPipeline:
     """A task's pipeline and how a launch binds it."""
     __slots__ = ("name", "pipeline", "layout", "set_layouts", "bindings", "block_dim", "serial", "sets",
@@ -65,15 +56,7 @@ class TaskPipeline:
             setattr(self, k, v)
 
 
-class VulkanKernel:
-    """A loaded kernel: one TaskPipeline per task, its args plan, its metadata."""
-
-    def __init__(self, meta, tasks, args_plan):
-        self.meta, self.tasks, self.args = meta, tasks, args_plan
-        self.ctx_views: dict = {}  # ctx address -> np.uint64 view of the launcher's ctx words
-
-
-class VulkanDevice(Device):
+class VulkanDevice(SubmissionDevice):
     arch = "vulkan"
 
     def __init__(self, device_index: int | None = None):
@@ -97,13 +80,8 @@ class VulkanDevice(Device):
         """Everything made on the logical device at creation: pools, the args ring, reused structs."""
         vk = self.vk
         self._choose_memory_types()
-        self._serials = itertools.count(1)
+        self._set_up_submissions()
         self._buffers = itertools.count(1)
-        self._addresses = AddressSpace()
-        self._in_flight = collections.deque()
-        self._completed = 0             # every submission up to this serial has completed
-        self._last_submitted = 0
-        self._pending_frees: list = []  # (serial, Allocation): free once it has completed
         self._spare = []                # (command buffer, fence) ready for reuse
         self._command_pool = self._create_command_pool()
         self._descriptor_pool = self._create_descriptor_pool()
@@ -209,40 +187,17 @@ class VulkanDevice(Device):
         self.lib.vkDestroyBuffer(self.device, buf.handle, self.ffi.NULL)
         self.lib.vkFreeMemory(self.device, buf.memory, self.ffi.NULL)
 
-    def allocate(self, nbytes: int) -> Allocation:
-        if nbytes < 0:
-            raise ValueError(f"cannot allocate {nbytes} bytes")
+    def _new_zeroed_buffer(self, nbytes: int) -> Buffer:
         buf = self._create_buffer(nbytes, self._device_type)
         if buf.mapped is not None:
             buf.mapped[:] = 0  # new memory: no submitted work can use it yet
         else:
             self._submit_commands(lambda cb: self.lib.vkCmdFillBuffer(cb, buf.handle, 0, buf.size, 0), [], [buf])
-        buf.address = self._addresses.reserve(buf.size)
-        alloc = Allocation(buf.address, nbytes, None, buf)
-        self._addresses.add(alloc)
-        return alloc
-
-    def free(self, alloc: Allocation) -> None:
-        buf = alloc.handle
-        if buf is None:
-            return
-        alloc.handle = None
-        self._addresses.remove(buf.address)
-        self._destroy_buffer(buf)
-
-    def free_after_fence(self, alloc: Allocation) -> None:
-        self._retire()
-        buf = alloc.handle
-        if buf is None:
-            return
-        if buf.last_use <= self._completed:
-            self.free(alloc)
-        else:
-            self._pending_frees.append((self._last_submitted, alloc))
+        return buf
 
     def copy_to_device(self, alloc: Allocation, src: np.ndarray, offset: int = 0) -> None:
         data = np.ascontiguousarray(src).reshape(-1).view(np.uint8)  # 1-d first: a 0-d array has no byte view
-        buf = _check_range(alloc, offset, data.size)
+        buf = check_copy_range(alloc, offset, data.size)
         if data.size == 0:
             return
         if buf.mapped is not None and self._idle_for(buf):
@@ -256,7 +211,7 @@ class VulkanDevice(Device):
 
     def copy_to_host(self, alloc: Allocation, dst: np.ndarray, offset: int = 0) -> None:
         out = dst.reshape(-1).view(np.uint8)  # a view of `dst` (contiguous), 1-d first as above
-        buf = _check_range(alloc, offset, out.size)
+        buf = check_copy_range(alloc, offset, out.size)
         if out.size == 0:
             return
         self._wait_for(buf.last_use)
@@ -276,9 +231,6 @@ class VulkanDevice(Device):
             self._retire()
         return buf.last_use <= self._completed
 
-    def lookup(self, address: int):
-        """(Allocation, byte offset) of a device address of this device; None if it is none."""
-        return self._addresses.lookup(address, lambda alloc: max(alloc.handle.size, 1))
 
     # ---- submissions ---------------------------------------------------------------------------
     def _command_buffer(self):
@@ -311,53 +263,32 @@ class VulkanDevice(Device):
         self._check(lib.vkEndCommandBuffer(command), "vkEndCommandBuffer")
         self._command_slot[0] = command
         self._check(lib.vkQueueSubmit(self.queue, 1, self._submit_info, fence[0]), "vkQueueSubmit")
-        serial = self._last_submitted = next(self._serials)
-        for buf in uses:
-            buf.last_use = serial
-        self._in_flight.append(Submission(serial, command, fence, keep))
-        return serial
+        return self._track(command, fence, keep, uses)
 
     def _submit_commands(self, record, keep: list, uses) -> int:
         command, fence = self._begin()
         record(command)
         return self._submit(command, fence, keep, uses)
 
-    def _retire(self, until: int = 0) -> None:
-        """Retire finished submissions oldest first; block for those up to serial `until`."""
-        lib = self.lib
-        while self._in_flight:
-            sub = self._in_flight[0]
-            if sub.serial <= until:
-                self._check(lib.vkWaitForFences(self.device, 1, sub.fence, 1, U64_MAX), "vkWaitForFences")
-            elif lib.vkGetFenceStatus(self.device, sub.fence[0]) != 0:
-                break
-            self._in_flight.popleft()
-            self._check(lib.vkResetFences(self.device, 1, sub.fence), "vkResetFences")
-            lib.vkResetCommandBuffer(sub.command, 0)
-            self._spare.append((sub.command, sub.fence))
-            for buf in sub.keep:
-                self._destroy_buffer(buf)
-            self._completed = sub.serial
-        if not self._in_flight:
-            self._completed = self._last_submitted
-        if self._pending_frees:
-            done = [a for s, a in self._pending_frees if s <= self._completed]
-            self._pending_frees = [(s, a) for s, a in self._pending_frees if s > self._completed]
-            for alloc in done:
-                self.free(alloc)
+    def _block_on(self, sub) -> None:
+        self._check(self.lib.vkWaitForFences(self.device, 1, sub.fence, 1, U64_MAX), "vkWaitForFences")
 
-    def _wait_for(self, serial: int) -> None:
-        if serial > self._completed:
-            self._retire(serial)
+    def _finished(self, sub) -> bool:
+        return self.lib.vkGetFenceStatus(self.device, sub.fence[0]) == 0
 
-    def wait(self) -> None:
-        self._retire(self._last_submitted)
+    def _recycle(self, sub) -> None:
+        """Its command buffer and fence are reused; the staging buffers it kept are destroyed."""
+        self._check(self.lib.vkResetFences(self.device, 1, sub.fence), "vkResetFences")
+        self.lib.vkResetCommandBuffer(sub.command, 0)
+        self._spare.append((sub.command, sub.fence))
+        for buf in sub.keep:
+            self._destroy_buffer(buf)
 
     # ---- kernels -------------------------------------------------------------------------------
-    def load_kernel(self, artifacts: dict, meta) -> VulkanKernel:
+    def load_kernel(self, artifacts: dict, meta) -> QueuedKernel:
         from .pipelines import build_task_pipeline
         tasks = [build_task_pipeline(self, artifacts, meta, i) for i in range(len(meta.tasks))]
-        return VulkanKernel(meta, tasks, kernels.ArgsPlan(meta))
+        return QueuedKernel(meta, tasks, kernels.ArgsPlan(meta))
 
     def block_dim(self, launch: dict) -> int:
         return launch.get("block_dim") or self.capabilities.default_block_dim
@@ -372,16 +303,11 @@ class VulkanDevice(Device):
             return self.max_grid_groups * self.block_dim(launch)
         return max(iterations, 0)
 
-    def launch_task(self, loaded: VulkanKernel, task: int, ctx_address: int, slices: int) -> None:
+    def launch_task(self, loaded: QueuedKernel, task: int, ctx_address: int, slices: int) -> None:
         from .pipelines import record_dispatch
         if slices <= 0:
             return
-        ctx = loaded.ctx_views.get(ctx_address)
-        if ctx is None:
-            words = max(loaded.meta.ctx_words, 1)
-            ctx = loaded.ctx_views[ctx_address] = np.frombuffer((ctypes.c_uint64 * words).from_address(ctx_address),
-                                                                np.uint64)
-        record_dispatch(self, loaded, loaded.tasks[task], ctx, slices)
+        record_dispatch(self, loaded, loaded.tasks[task], loaded.ctx_words(ctx_address), slices)
 
     def args_space(self, nbytes: int) -> int:
         """A byte offset in the args ring for one launch's args; wraps once nothing uses it."""
@@ -444,11 +370,3 @@ def _first(types: list, want, what):
         return None
     raise driver.VulkanUnavailableError(f"vulkan: the device has no {what} memory type")
 
-
-def _check_range(alloc: Allocation, offset: int, nbytes: int) -> Buffer:
-    if alloc.handle is None:
-        raise ValueError("a copy to or from a freed allocation")
-    if offset < 0 or offset + nbytes > alloc.nbytes:
-        raise ValueError(f"a copy of {nbytes} bytes at offset {offset} does not fit an allocation of "
-                         f"{alloc.nbytes} bytes")
-    return alloc.handle

@@ -65,6 +65,7 @@ class VulkanCapabilities(DeviceCapabilities):
     subgroup_size: int = 1
     subgroup_basic: bool = False
     subgroup_arithmetic: bool = False
+    ieee_preserve: bool = False  # SignedZeroInfNanPreserve for f32 (and f64 where it has Float64)
     default_block_dim: int = FALLBACK_BLOCK_DIM
 
 
@@ -223,7 +224,9 @@ def _subgroup_has(vk, v11, operation: int) -> bool:
 
 def read_capabilities(vk, physical, chain: FeatureChain) -> VulkanCapabilities:
     ffi, lib = vk.ffi, vk.lib
-    v11 = ffi.new("VkPhysicalDeviceVulkan11Properties*", {"sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_PROPERTIES})
+    v12 = ffi.new("VkPhysicalDeviceVulkan12Properties*", {"sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_PROPERTIES})
+    v11 = ffi.new("VkPhysicalDeviceVulkan11Properties*", {"sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_PROPERTIES,
+                                                          "pNext": v12})
     props2 = ffi.new("VkPhysicalDeviceProperties2*", {"sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
                                                       "pNext": v11})
     lib.vkGetPhysicalDeviceProperties2(physical, props2)
@@ -247,6 +250,8 @@ def read_capabilities(vk, physical, chain: FeatureChain) -> VulkanCapabilities:
         subgroup_size=v11.subgroupSize,
         subgroup_basic=_subgroup_has(vk, v11, vk.VK_SUBGROUP_FEATURE_BASIC_BIT),
         subgroup_arithmetic=_subgroup_has(vk, v11, vk.VK_SUBGROUP_FEATURE_ARITHMETIC_BIT),
+        ieee_preserve=bool(v12.shaderSignedZeroInfNanPreserveFloat32
+                           and (v12.shaderSignedZeroInfNanPreserveFloat64 or not f.shaderFloat64)),
         default_block_dim=min(DEFAULT_BLOCK_DIM.get(p.vendorID, FALLBACK_BLOCK_DIM), limits.maxComputeWorkGroupSize[0]))
 
 

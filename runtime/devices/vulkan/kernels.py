@@ -33,6 +33,7 @@ CAPABILITY_NEEDS = {
     39: ("int8", "Int8 (8-bit integers)"),
     61: ("subgroup_basic", "GroupNonUniform (subgroup operations in compute shaders)"),
     63: ("subgroup_arithmetic", "GroupNonUniformArithmetic (subgroup reductions in compute shaders)"),
+    4466: ("ieee_preserve", "SignedZeroInfNanPreserve (IEEE signed zeros, infinities and NaNs kept)"),
     4433: ("storage_16bit", "StorageBuffer16BitAccess (16-bit values in buffers)"),
     4448: ("storage_8bit", "StorageBuffer8BitAccess (8-bit values in buffers)"),
     6033: ("atomic_float32_add", "AtomicFloat32AddEXT (atomic add on f32)"),
