@@ -9,21 +9,17 @@ retrying at exactly the required size, and never freeing a buffer a launch in fl
 from __future__ import annotations
 
 import ctypes
-import os
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
 import qdc as qd
-from qdc.compiler.driver import kernel as K
-from qdc.compiler.driver.options import Options
 from qdc.compiler.targets.amdgpu import linker
 from qdc.runtime.adstack import AdStackHeap
 from qdc.runtime.devices.amdgpu import driver
 from qdc.runtime.devices.amdgpu.device import AmdgpuDevice, UnsupportedKernelError
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from backend_util import build_kernels, check_zeroed_ranged_copies, compile_saxpy, hide_package
 
 
 def _no_hip_here() -> bool:
@@ -37,14 +33,7 @@ def _no_hip_here() -> bool:
 # ---- failing cleanly ---------------------------------------------------------------------------
 
 def test_missing_binding_names_the_package(monkeypatch):
-    import builtins
-    real = builtins.__import__
-
-    def no_hip(name, *a, **k):
-        if name == "hip" or name.startswith("hip."):
-            raise ImportError("No module named 'hip'")
-        return real(name, *a, **k)
-    monkeypatch.setattr(builtins, "__import__", no_hip)
+    hide_package(monkeypatch, "hip")
     with pytest.raises(driver.AmdgpuUnavailableError, match="pip install hip-python"):
         driver.load_binding()
 
@@ -55,11 +44,9 @@ def test_qd_init_and_load_fail_cleanly_without_rocm(tmp_path):
         qd.init(arch=qd.amdgpu)
     if not linker.find_lld():
         return
-    from qdc.cli.main import cli
     from qdc.runtime import load
     cache = str(tmp_path / "cache")
-    built = CliRunner().invoke(cli, ["build", os.path.join(ROOT, "kernels", "saxpy.py"), "--arch", "amdgpu",
-                                     "--amdgpu-targets", "gfx90a", "--cache", cache, "-j", "1"])
+    built = build_kernels(cache, "amdgpu", "--amdgpu-targets", "gfx90a")
     assert built.exit_code == 0, built.output
     with pytest.raises(driver.AmdgpuUnavailableError, match="arch 'amdgpu'"):
         load(cache, "saxpy", arch="amdgpu")
@@ -180,30 +167,13 @@ def _device(**kw) -> AmdgpuDevice:
 def _amdgpu_kernel(targets="gfx90a,gfx1100"):
     if not linker.find_lld():
         pytest.skip(f"no ld.lld to link code objects ({linker.INSTALL_HINT})")
-    qd.init(arch=qd.cpu)
-
-    @qd.kernel
-    def saxpy(a: qd.f32, xs: qd.types.ndarray(qd.f32, ndim=1), ys: qd.types.ndarray(qd.f32, ndim=1)):
-        for i in xs:
-            ys[i] = a * xs[i] + ys[i]
-
-    k = saxpy._primal
-    return K.compile_kernel(k.fn, k.params, Options(arch="amdgpu", amdgpu_targets=targets), arch="amdgpu")
+    return compile_saxpy("amdgpu", amdgpu_targets=targets)
 
 
 def test_allocations_are_zeroed_and_copies_are_ranged():
     dev = _device()
     assert dev.gfx == "gfx90a"
-    a = dev.allocate(1000)
-    out = np.full(1000, 7, np.uint8)
-    dev.copy_to_host(a, out)
-    assert not out.any()
-    dev.copy_to_device(a, np.arange(10, dtype=np.float32), offset=40)
-    one = np.zeros(1, np.float32)
-    dev.copy_to_host(a, one, offset=40 + 4 * 3)
-    assert one[0] == 3.0
-    with pytest.raises(ValueError, match="does not fit"):
-        dev.copy_to_host(a, np.zeros(2, np.float32), offset=996)
+    check_zeroed_ranged_copies(dev)
     with pytest.raises(MemoryError, match="out of device memory"):
         dev.allocate(1 << 27)
 

@@ -15,13 +15,10 @@
 from __future__ import annotations
 
 import ctypes
-import os
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
-from qdc.cli.main import cli
 from qdc.compiler.driver import kernel as K
 from qdc.compiler.driver.options import Options
 from qdc.compiler.targets.amdgpu import linker
@@ -30,8 +27,7 @@ from qdc.compiler.targets.amdgpu.arch import DEFAULT_AMDGPU_TARGETS
 from qdc.compiler.targets.amdgpu.code_object import EM_AMDGPU, CodeObject
 from qdc.runtime.contract.errors import QdcCompileError
 from test_cuda_target import CASES, kernels  # noqa: F401 (the fixture: the kernels the suite compiles)
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from backend_util import build_and_list, refused_build_option
 
 
 def _need_lld():
@@ -170,19 +166,8 @@ def test_missing_lld_names_the_package(kernels, monkeypatch):
 
 def test_qdc_build_and_inspect_amdgcn_without_a_gpu(tmp_path):
     _need_lld()
-    runner = CliRunner()
-    cache = str(tmp_path / "cache")
-    result = runner.invoke(cli, ["build", os.path.join(ROOT, "kernels", "saxpy.py"), os.path.join(ROOT, "kernels",
-                                 "regression.py"), "--arch", "amdgpu", "--amdgpu-targets", "gfx90a,gfx1100",
-                                 "--cache", cache, "-j", "1"])
-    assert result.exit_code == 0, result.output
-    shown = runner.invoke(cli, ["inspect", "saxpy.saxpy", "--arch", "amdgpu", "--amdgcn", "--cache", cache])
-    assert shown.exit_code == 0, shown.output
-    assert "; gfx1100 (hsaco_gfx1100)" in shown.output and "; gfx90a (hsaco_gfx90a)" in shown.output
-    assert shown.output.count("s_endpgm") >= 2
-    grad = runner.invoke(cli, ["inspect", "regression.mean_squared_error.grad", "--arch", "amdgpu", "--amdgcn",
-                               "--cache", cache])
-    assert grad.exit_code == 0 and "s_endpgm" in grad.output, grad.output
-    bad = runner.invoke(cli, ["build", os.path.join(ROOT, "kernels", "saxpy.py"), "--arch", "amdgpu",
-                              "--amdgpu-targets", "gfx1", "--cache", cache])
-    assert bad.exit_code == 2 and "amdgpu_targets" in bad.output
+    saxpy, grad = build_and_list(tmp_path, "amdgpu", "amdgcn", "--amdgpu-targets", "gfx90a,gfx1100")
+    assert "; gfx1100 (hsaco_gfx1100)" in saxpy and "; gfx90a (hsaco_gfx90a)" in saxpy
+    assert saxpy.count("s_endpgm") >= 2
+    assert "s_endpgm" in grad, grad
+    assert "amdgpu_targets" in refused_build_option(tmp_path, "amdgpu", "--amdgpu-targets", "gfx1")

@@ -10,6 +10,8 @@ import qdc as qd
 from qdc.runtime import adstack, context
 from qdc.runtime.devices.cuda import driver
 
+from backend_util import check_zeroed_ranged_copies, hide_package
+
 pytestmark = pytest.mark.filterwarnings("ignore:.*trip count is only known at run time")
 
 
@@ -40,14 +42,7 @@ def on_cuda(session_cache_dir):
 
 
 def test_missing_binding_or_driver_names_the_package(monkeypatch):
-    import builtins
-    real = builtins.__import__
-
-    def no_cuda(name, *a, **k):
-        if name.startswith("cuda"):
-            raise ImportError("No module named 'cuda'")
-        return real(name, *a, **k)
-    monkeypatch.setattr(builtins, "__import__", no_cuda)
+    hide_package(monkeypatch, "cuda")
     with pytest.raises(driver.CudaUnavailableError, match="pip install cuda-bindings"):
         driver.load_binding()
 
@@ -55,16 +50,7 @@ def test_missing_binding_or_driver_names_the_package(monkeypatch):
 # ---- the device itself -------------------------------------------------------------------------
 
 def test_allocations_are_zeroed_and_copies_are_ranged(dev):
-    a = dev.allocate(1000)
-    out = np.full(1000, 7, np.uint8)
-    dev.copy_to_host(a, out)
-    assert not out.any()
-    dev.copy_to_device(a, np.arange(10, dtype=np.float32), offset=40)
-    one = np.zeros(1, np.float32)
-    dev.copy_to_host(a, one, offset=40 + 4 * 3)
-    assert one[0] == 3.0
-    with pytest.raises(ValueError, match="does not fit"):
-        dev.copy_to_host(a, np.zeros(2, np.float32), offset=996)
+    a = check_zeroed_ranged_copies(dev)
     dev.free_after_fence(a)
     dev.sync()
     assert a.handle is None

@@ -13,20 +13,17 @@
 """
 from __future__ import annotations
 
-import os
 import re
 
 import pytest
-from click.testing import CliRunner
 
 import qdc as qd
-from qdc.cli.main import cli
 from qdc.compiler.driver import kernel as K
 from qdc.compiler.driver.options import Options
 from qdc.compiler.targets.cuda import toolkit
 from qdc.runtime.contract.errors import QdcCompileError
+from backend_util import build_and_list, refused_build_option
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GPUS = ("sm_70", "sm_90")
 N = 64
 F32_1D = qd.types.ndarray(qd.f32, ndim=1)
@@ -312,21 +309,10 @@ def test_block_dim_above_cuda_limit_is_an_error_at_the_loop():
 
 
 def test_qdc_build_and_inspect_ptx_without_a_gpu(tmp_path):
-    runner = CliRunner()
-    cache = str(tmp_path / "cache")
-    result = runner.invoke(cli, ["build", os.path.join(ROOT, "kernels", "saxpy.py"), os.path.join(ROOT, "kernels",
-                                 "regression.py"), "--arch", "cuda", "--cuda-arch", "sm_90", "--cache", cache,
-                                 "-j", "1"])
-    assert result.exit_code == 0, result.output
-    shown = runner.invoke(cli, ["inspect", "saxpy.saxpy", "--arch", "cuda", "--ptx", "--cache", cache])
-    assert shown.exit_code == 0, shown.output
-    assert ".target sm_90" in shown.output and ".visible .entry" in shown.output
-    grad = runner.invoke(cli, ["inspect", "regression.mean_squared_error.grad", "--arch", "cuda", "--ptx",
-                               "--cache", cache])
-    assert grad.exit_code == 0 and ".visible .entry" in grad.output, grad.output
-    bad = runner.invoke(cli, ["build", os.path.join(ROOT, "kernels", "saxpy.py"), "--arch", "cuda",
-                              "--cuda-arch", "sm_7", "--cache", cache])
-    assert bad.exit_code == 2 and "cuda_arch" in bad.output
+    saxpy, grad = build_and_list(tmp_path, "cuda", "ptx", "--cuda-arch", "sm_90")
+    assert ".target sm_90" in saxpy and ".visible .entry" in saxpy
+    assert ".visible .entry" in grad, grad
+    assert "cuda_arch" in refused_build_option(tmp_path, "cuda", "--cuda-arch", "sm_7")
 
 
 def test_bounds_checked_code_assembles(kernels):

@@ -228,11 +228,12 @@ def test_ndarray_arguments_with_duals(arch, rng):
     seed = rng.standard_normal(N)
     with qd.ad.FwdMode(loss=out, param=a, seed=seed):
         poly(a, b, out, 1.5)
-    np.testing.assert_allclose(out.dual.to_numpy(), 3 * a0 / b0 * seed, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out.dual.to_numpy(), 3 * a0 / b0 * seed, rtol=1e-4, atol=1e-5)
     # b's dual is zero but b has one: its tangent is read; a plain numpy array has none
     with qd.ad.FwdMode(loss=out, param=b, seed=seed):
         poly(a.to_numpy(), b, out, 1.5)
-    np.testing.assert_allclose(out.dual.to_numpy(), (-1.5 * a0 ** 2 / b0 ** 2 + np.exp(b0)) * seed, rtol=1e-5)
+    # f32, and Vulkan's exp and division are a few ulp (the terms may nearly cancel: atol)
+    np.testing.assert_allclose(out.dual.to_numpy(), (-1.5 * a0 ** 2 / b0 ** 2 + np.exp(b0)) * seed, rtol=1e-4, atol=1e-5)
 
 
 def test_vector_field_param_seeded_per_component(arch, rng):

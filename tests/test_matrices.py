@@ -1,13 +1,12 @@
 """Matrices in kernels: literals, `@` in every combination, transpose, trace, determinant and
 inverse up to 4x4, outer products, matrix locals and elements, checked against numpy on fresh
 random inputs; shape errors are located compile errors."""
-import importlib.util
-import textwrap
-
 import numpy as np
 import pytest
 
 import qdc as qd
+
+from module_util import compile_error_of
 
 
 def well_conditioned(rng, count, n):
@@ -117,29 +116,6 @@ def test_matrix_literals_locals_and_elements(arch, rng):
     np.testing.assert_allclose(got[3], np.eye(2) * s - mv.transpose(0, 2, 1), rtol=1e-5, atol=1e-6)
 
 
-def compile_bad(tmp_path, body: str, decls: str = ""):
-    text = textwrap.dedent('''
-        import qdc as qd
-        m = qd.Matrix.field(3, 3, qd.f32, shape=4)
-        big = qd.Matrix.field(5, 5, qd.f32, shape=4)
-        out = qd.field(qd.f32, shape=4)
-        {decls}
-
-        @qd.kernel
-        def bad(k: qd.i32):
-            for i in m:
-                {body}
-    ''').format(body=body, decls=decls)
-    path = tmp_path / "bad_matrices.py"
-    path.write_text(text)
-    spec = importlib.util.spec_from_file_location("bad_matrices", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    with pytest.raises(qd.QdcCompileError) as info:
-        mod.bad(1)
-    return info.value, path
-
-
 @pytest.mark.parametrize("body, message", [
     ("out[i] = (m[i] @ qd.Vector([1.0, 2.0])).sum()", "'@' needs the inner dimensions to agree: 3x3 @ (2,)"),
     ("out[i] = big[i].inverse().sum()", "inverse is supported up to 4x4, got 5x5"),
@@ -151,6 +127,16 @@ def compile_bad(tmp_path, body: str, decls: str = ""):
     ("m[i][k] = 1.0", "a matrix row can only be selected with a compile-time index"),
 ])
 def test_matrix_errors_are_located(tmp_path, body, message):
-    e, path = compile_bad(tmp_path, body)
+    e, path = compile_error_of(tmp_path, "bad_matrices", f'''
+        import qdc as qd
+        m = qd.Matrix.field(3, 3, qd.f32, shape=4)
+        big = qd.Matrix.field(5, 5, qd.f32, shape=4)
+        out = qd.field(qd.f32, shape=4)
+
+        @qd.kernel
+        def bad(k: qd.i32):
+            for i in m:
+                {body}
+    ''', 1)
     assert message in str(e), str(e)
-    assert e.filename == str(path) and e.line == 11, str(e)
+    assert e.filename == str(path) and e.line == 10, str(e)

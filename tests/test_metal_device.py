@@ -14,17 +14,14 @@ import os
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
 import qdc as qd
-from qdc.compiler.driver import kernel as K
-from qdc.compiler.driver.options import Options
 from qdc.compiler.targets.metal import msl
 from qdc.runtime.adstack import AdStackHeap
 from qdc.runtime.devices.metal import driver
 from qdc.runtime.devices.metal.device import MetalDevice, UnsupportedKernelError
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from backend_util import build_kernels, check_zeroed_ranged_copies, compile_saxpy, hide_package
 
 
 # ---- failing cleanly ---------------------------------------------------------------------------
@@ -35,25 +32,16 @@ def test_qd_init_and_load_refuse_metal_off_macos(tmp_path):
         qd.init(arch=qd.metal)
     if msl.spirv_cross_path() is None:
         return
-    from qdc.cli.main import cli
     from qdc.runtime import load
     cache = str(tmp_path / "cache")
-    built = CliRunner().invoke(cli, ["build", os.path.join(ROOT, "kernels", "saxpy.py"), "--arch", "metal",
-                                     "--cache", cache, "-j", "1"])
+    built = build_kernels(cache, "metal")
     assert built.exit_code == 0, built.output
     with pytest.raises(driver.MetalUnavailableError, match="runs only on macOS"):
         load(cache, "saxpy", arch="metal")
 
 
 def test_missing_pyobjc_names_the_package(monkeypatch):
-    import builtins
-    real = builtins.__import__
-
-    def no_metal(name, *a, **k):
-        if name == "Metal":
-            raise ImportError("No module named 'Metal'")
-        return real(name, *a, **k)
-    monkeypatch.setattr(builtins, "__import__", no_metal)
+    hide_package(monkeypatch, "Metal")
     with pytest.raises(driver.MetalUnavailableError, match="pip install pyobjc-framework-Metal"):
         driver.load_metal("darwin")
 
@@ -186,16 +174,7 @@ def _device(**kw) -> MetalDevice:
 
 def test_allocations_are_zeroed_and_copies_are_ranged():
     dev = _device()
-    a = dev.allocate(1000)
-    out = np.full(1000, 7, np.uint8)
-    dev.copy_to_host(a, out)
-    assert not out.any()
-    dev.copy_to_device(a, np.arange(10, dtype=np.float32), offset=40)
-    one = np.zeros(1, np.float32)
-    dev.copy_to_host(a, one, offset=40 + 4 * 3)
-    assert one[0] == 3.0
-    with pytest.raises(ValueError, match="does not fit"):
-        dev.copy_to_host(a, np.zeros(2, np.float32), offset=996)
+    a = check_zeroed_ranged_copies(dev)
     assert dev.lookup(a.ptr + 500) == (a, 500) and dev.lookup(a.ptr - 1) is None
 
 
@@ -224,15 +203,7 @@ def test_heap_growth_past_max_buffer_length_retries_at_exactly_required():
 def _metal_kernel(variant="forward"):
     if msl.spirv_cross_path() is None:
         pytest.skip(f"spirv-cross not installed ({msl.INSTALL_HINT})")
-    qd.init(arch=qd.cpu)
-
-    @qd.kernel
-    def saxpy(a: qd.f32, xs: qd.types.ndarray(qd.f32, ndim=1), ys: qd.types.ndarray(qd.f32, ndim=1)):
-        for i in xs:
-            ys[i] = a * xs[i] + ys[i]
-
-    k = saxpy._primal
-    return K.compile_kernel(k.fn, k.params, Options(arch="metal"), arch="metal", variant=variant)
+    return compile_saxpy("metal", variant)
 
 
 def test_a_failed_pipeline_or_msl_compile_raises_naming_the_task():

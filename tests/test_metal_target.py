@@ -13,22 +13,19 @@
 """
 from __future__ import annotations
 
-import os
 import re
 
 import pytest
-from click.testing import CliRunner
 
 import qdc as qd
-from qdc.cli.main import cli
 from qdc.compiler.driver import kernel as K
 from qdc.compiler.driver.options import Options
 from qdc.compiler.targets.metal import msl
 from qdc.runtime.contract.adstack_layout import spirv_heap
 from qdc.runtime.contract.errors import QdcCompileError
 from test_cuda_target import CASES, kernels  # noqa: F401 (the fixture: the kernels the suite compiles)
+from backend_util import build_and_list
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Kernels of CASES that use f64 / i64 / u64, which Metal cannot represent.
 NEEDS_64_BIT = {"math64", "every_dtype", "atomics", "dynamic_loop64"}
 
@@ -142,15 +139,7 @@ def test_missing_spirv_cross_names_the_package(kernels, monkeypatch):
 
 def test_qdc_build_and_inspect_msl_without_a_mac(tmp_path):
     _need_spirv_cross()
-    runner = CliRunner()
-    cache = str(tmp_path / "cache")
-    result = runner.invoke(cli, ["build", os.path.join(ROOT, "kernels", "saxpy.py"), os.path.join(ROOT, "kernels",
-                                 "regression.py"), "--arch", "metal", "--cache", cache, "-j", "1"])
-    assert result.exit_code == 0, result.output
-    shown = runner.invoke(cli, ["inspect", "saxpy.saxpy", "--arch", "metal", "--msl", "--cache", cache])
-    assert shown.exit_code == 0, shown.output
-    assert "// task 0 (saxpy_t0_range)" in shown.output and "[[buffer(0)]]" in shown.output
-    assert len(_kernel_functions(shown.output)) == 1
-    grad = runner.invoke(cli, ["inspect", "regression.mean_squared_error.grad", "--arch", "metal", "--msl",
-                               "--cache", cache])
-    assert grad.exit_code == 0 and "kernel void" in grad.output, grad.output
+    saxpy, grad = build_and_list(tmp_path, "metal", "msl")
+    assert "// task 0 (saxpy_t0_range)" in saxpy and "[[buffer(0)]]" in saxpy
+    assert len(_kernel_functions(saxpy)) == 1
+    assert "kernel void" in grad, grad

@@ -139,7 +139,7 @@ def test_gradient_through_vector_and_matrix_operations(arch, rng):
 
     x.from_numpy(rng.random((n, 3)) - 0.5)
     m.from_numpy(rng.random((n, 3, 3)) - 0.5 + np.eye(3) * 2)
-    check_against_central_diff(energy, loss, [x, m], rtol=1e-6, atol=1e-9)
+    check_against_central_diff(energy, loss, [x, m], rtol=1e-5, atol=1e-8)  # f64; the differences' own error ~1e-7
 
 
 def test_tape_and_a_vector_carried_through_a_dynamic_loop(arch, rng):

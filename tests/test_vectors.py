@@ -6,6 +6,8 @@ import pytest
 
 import qdc as qd
 
+from module_util import compile_error_of
+
 
 def vecs(rng, n, k=3, lo=-1.0, hi=1.0):
     return (rng.random((n, k)) * (hi - lo) + lo).astype(np.float32)
@@ -291,9 +293,7 @@ def test_field_indexed_by_a_vector(arch, rng):
     ("out[i] = 1.0 if a[i] else 2.0", "cannot be used where a scalar is needed"),
 ])
 def test_vector_errors_are_located(source, message, tmp_path):
-    import importlib.util
-    import textwrap
-    text = textwrap.dedent(f'''
+    e, path = compile_error_of(tmp_path, "bad_vectors", f'''
         import qdc as qd
         a = qd.Vector.field(3, qd.f32, shape=4)
         out = qd.Vector.field(3, qd.f32, shape=4)
@@ -303,13 +303,5 @@ def test_vector_errors_are_located(source, message, tmp_path):
             for i in a:
                 {source}
     ''')
-    path = tmp_path / "bad_vectors.py"
-    path.write_text(text)
-    spec = importlib.util.spec_from_file_location("bad_vectors", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    with pytest.raises(qd.QdcCompileError) as info:
-        mod.bad()
-    e = info.value
     assert message in str(e), str(e)
     assert e.filename == str(path) and e.line == 9, str(e)
