@@ -2,6 +2,7 @@
 device protocol's memory promises, a saxpy kernel compiled for an arch without its device, a
 package made missing, and `qdc build` / `qdc inspect` of the repository's example kernels."""
 import builtins
+import ctypes
 import os
 
 import numpy as np
@@ -43,6 +44,19 @@ def compile_saxpy(arch: str, variant: str = "forward", **options):
     qd.init(arch=qd.cpu)
     k = saxpy._primal
     return K.compile_kernel(k.fn, k.params, Options(arch=arch, **options), arch=arch, variant=variant)
+
+
+def saxpy_ctx(dev, meta, n: int, a: float = 2.5):
+    """Arrays xs and ys of `n` f32 on `dev`, and the ctx words of saxpy(a, xs, ys) as the
+    launcher writes them (a scalar in its word's low bytes; an ndarray's address, then its
+    extent): (ctx, xs, ys)."""
+    xs, ys = dev.allocate(4 * n), dev.allocate(4 * n)
+    ctx = (ctypes.c_uint64 * max(meta.ctx_words, 1))()
+    scalar, x, y = meta.params
+    ctx[scalar.slot] = int(np.float32(a).view(np.uint32))
+    ctx[x.slot], ctx[x.slot + 1] = xs.ptr, n
+    ctx[y.slot], ctx[y.slot + 1] = ys.ptr, n
+    return ctx, xs, ys
 
 
 def hide_package(monkeypatch, name: str) -> None:

@@ -19,7 +19,7 @@ from qdc.runtime.adstack import AdStackHeap
 from qdc.runtime.devices.amdgpu import driver
 from qdc.runtime.devices.amdgpu.device import AmdgpuDevice, UnsupportedKernelError
 
-from backend_util import build_kernels, check_zeroed_ranged_copies, compile_saxpy, hide_package
+from backend_util import build_kernels, check_zeroed_ranged_copies, compile_saxpy, hide_package, saxpy_ctx
 
 
 def _no_hip_here() -> bool:
@@ -193,10 +193,7 @@ def test_launches_are_whole_blocks_and_in_flight_buffers_are_never_freed(rng):
     meta, dev = compiled.meta, _device()
     loaded = dev.load_kernel(compiled.artifacts, meta)
     n = 1000
-    xs, ys = dev.allocate(4 * n), dev.allocate(4 * n)
-    ctx = (ctypes.c_uint64 * max(meta.ctx_words, 1))()
-    a, x, y = meta.params
-    ctx[x.slot], ctx[x.slot + 1], ctx[y.slot], ctx[y.slot + 1] = xs.ptr, n, ys.ptr, n
+    ctx, xs, ys = saxpy_ctx(dev, meta, n)
     block = meta.tasks[0].launch["block_dim"]
     slices = dev.task_slices(meta.tasks[0].launch, n)
     assert slices == -(-n // block) * block and dev.task_slices(meta.tasks[0].launch, 0) == 0

@@ -21,7 +21,7 @@ from qdc.runtime.adstack import AdStackHeap
 from qdc.runtime.devices.metal import driver
 from qdc.runtime.devices.metal.device import MetalDevice, UnsupportedKernelError
 
-from backend_util import build_kernels, check_zeroed_ranged_copies, compile_saxpy, hide_package
+from backend_util import build_kernels, check_zeroed_ranged_copies, compile_saxpy, hide_package, saxpy_ctx
 
 
 # ---- failing cleanly ---------------------------------------------------------------------------
@@ -222,12 +222,8 @@ def test_a_launch_binds_as_the_metadata_says_and_dispatches_whole_threadgroups(r
     meta, dev = compiled.meta, _device()
     loaded = dev.load_kernel(compiled.artifacts, meta)
     n = 1000
-    xs, ys = dev.allocate(4 * n), dev.allocate(4 * n)
-    ctx = (ctypes.c_uint64 * max(meta.ctx_words, 1))()
-    a, x, y = meta.params
-    ctx[a.slot] = int(np.float32(2.5).view(np.uint32))
-    ctx[x.slot], ctx[x.slot + 1] = xs.ptr, n
-    ctx[y.slot], ctx[y.slot + 1] = ys.ptr, n
+    ctx, xs, ys = saxpy_ctx(dev, meta, n, a=2.5)
+    _a, x, y = meta.params
     slices = dev.task_slices(meta.tasks[0].launch, n)
     dev.launch_task(loaded, 0, ctypes.addressof(ctx), slices)
     (command,) = dev.queue.committed
@@ -255,10 +251,7 @@ def test_a_command_buffer_in_error_raises_at_sync():
     compiled = _metal_kernel()
     dev = _device()
     loaded = dev.load_kernel(compiled.artifacts, compiled.meta)
-    buffers = [dev.allocate(64), dev.allocate(64)]
-    ctx = (ctypes.c_uint64 * max(compiled.meta.ctx_words, 1))()
-    for p, alloc in zip(compiled.meta.params[1:], buffers):
-        ctx[p.slot], ctx[p.slot + 1] = alloc.ptr, 16
+    ctx, _xs, _ys = saxpy_ctx(dev, compiled.meta, 16)
     dev.launch_task(loaded, 0, ctypes.addressof(ctx), 16)
     dev.queue.committed[0].state = driver.COMMAND_BUFFER_ERROR
     with pytest.raises(RuntimeError, match="fake GPU fault"):

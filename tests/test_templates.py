@@ -187,7 +187,9 @@ def test_no_wrong_cache_hit_across_runtimes(session_cache_dir, rng):
             np.testing.assert_array_equal(f.to_numpy(), int(v) + np.arange(4))
 
 
-def test_grad_and_tape_with_template_fields(arch, rng):
+def _weighted_energy():
+    """Fields x (16) and z (8) with gradients, a scalar loss, and a kernel adding
+    w * sin(f[i]) * f[i] over a template field f, with a template weight w, to the loss."""
     x = qd.field(qd.f32, shape=16, needs_grad=True)
     z = qd.field(qd.f32, shape=8, needs_grad=True)
     loss = qd.field(qd.f32, shape=(), needs_grad=True)
@@ -197,20 +199,34 @@ def test_grad_and_tape_with_template_fields(arch, rng):
         for i in f:
             loss[None] += w * qd.sin(f[i]) * f[i]
 
+    return x, z, loss, energy
+
+
+def _energy(w: float, v: np.ndarray) -> float:
+    """What energy(f, w) adds to the loss for f holding v."""
+    return float((w * np.sin(v) * v).sum())
+
+
+def _energy_grad(w: float, v: np.ndarray) -> np.ndarray:
+    """The gradient of _energy(w, v) by v, analytically."""
+    return w * (np.cos(v) * v + np.sin(v))
+
+
+def test_grad_and_tape_with_template_fields(arch, rng):
+    x, z, loss, energy = _weighted_energy()
     vx, vz = rng.random(16).astype(np.float32), rng.random(8).astype(np.float32)
     x.from_numpy(vx)
     z.from_numpy(vz)
     with qd.ad.Tape(loss=loss):
         energy(x, 2.0)
         energy(z, 0.5)
-    np.testing.assert_allclose(loss[None], float((2 * np.sin(vx) * vx).sum() + (0.5 * np.sin(vz) * vz).sum()),
-                               rtol=1e-5)
-    np.testing.assert_allclose(x.grad.to_numpy(), 2 * (np.cos(vx) * vx + np.sin(vx)), rtol=1e-5)
-    np.testing.assert_allclose(z.grad.to_numpy(), 0.5 * (np.cos(vz) * vz + np.sin(vz)), rtol=1e-5)
+    np.testing.assert_allclose(loss[None], _energy(2, vx) + _energy(0.5, vz), rtol=1e-5)
+    np.testing.assert_allclose(x.grad.to_numpy(), _energy_grad(2, vx), rtol=1e-5)
+    np.testing.assert_allclose(z.grad.to_numpy(), _energy_grad(0.5, vz), rtol=1e-5)
     x.grad.fill(0)
     loss.grad[None] = 1.0
     energy.grad(x, 3.0)
-    np.testing.assert_allclose(x.grad.to_numpy(), 3 * (np.cos(vx) * vx + np.sin(vx)), rtol=1e-5)
+    np.testing.assert_allclose(x.grad.to_numpy(), _energy_grad(3, vx), rtol=1e-5)
 
 
 def test_template_argument_mistakes():
@@ -413,14 +429,7 @@ def test_values_the_dispatch_cannot_key_take_the_slow_path(arch):
 
 
 def test_the_dispatch_after_qd_init_and_under_tapes(session_cache_dir, rng):
-    x = qd.field(qd.f32, shape=16, needs_grad=True)
-    z = qd.field(qd.f32, shape=8, needs_grad=True)
-    loss = qd.field(qd.f32, shape=(), needs_grad=True)
-
-    @qd.kernel
-    def energy(f: qd.template(), w: qd.template()):
-        for i in f:
-            loss[None] += w * qd.sin(f[i]) * f[i]
+    x, z, loss, energy = _weighted_energy()
 
     def forward_and_gradients(vx, vz):
         x.from_numpy(vx)
@@ -435,14 +444,13 @@ def test_the_dispatch_after_qd_init_and_under_tapes(session_cache_dir, rng):
             energy(x, 2.0)
             energy(z, 0.5)
             energy(x, 2.0)
-        np.testing.assert_allclose(loss[None], float((4 * np.sin(vx) * vx).sum() + (0.5 * np.sin(vz) * vz).sum()),
-                                   rtol=1e-5)
-        np.testing.assert_allclose(x.grad.to_numpy(), 4 * (np.cos(vx) * vx + np.sin(vx)), rtol=1e-5)
-        np.testing.assert_allclose(z.grad.to_numpy(), 0.5 * (np.cos(vz) * vz + np.sin(vz)), rtol=1e-5)
+        np.testing.assert_allclose(loss[None], _energy(4, vx) + _energy(0.5, vz), rtol=1e-5)
+        np.testing.assert_allclose(x.grad.to_numpy(), _energy_grad(4, vx), rtol=1e-5)
+        np.testing.assert_allclose(z.grad.to_numpy(), _energy_grad(0.5, vz), rtol=1e-5)
         loss[None] = 0
         energy(z, 0.5)  # after the Tape: dispatching again
         assert kernel_of(energy).launches_on_its_own()
-        np.testing.assert_allclose(loss[None], float((0.5 * np.sin(vz) * vz).sum()), rtol=1e-5)
+        np.testing.assert_allclose(loss[None], _energy(0.5, vz), rtol=1e-5)
 
     forward_and_gradients(rng.random(16).astype(np.float32), rng.random(8).astype(np.float32))
     qd.init(arch=qd.cpu, cache_dir=session_cache_dir)  # fields re-materialise; old launches must not run
