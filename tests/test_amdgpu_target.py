@@ -145,7 +145,7 @@ def test_own_math_agrees_with_numpy(host_math, rng, op, bits):
     ys = rng.uniform(-10, 10, 500).astype(dt)
     got = np.array([fn(*((x, y) if nargs == 2 else (x,))) for x, y in zip(xs, ys)], np.float64)
     want = REFERENCE[op](*((xs.astype(np.float64), ys.astype(np.float64)) if nargs == 2 else (xs.astype(np.float64),)))
-    eps = np.finfo(dt).eps
+    eps = float(np.finfo(dt).eps)
     tolerance = (64 if op == "pow" and bits == 64 else 8) * eps  # pow = exp(y log x): error grows with |y log x|
     np.testing.assert_allclose(got, want, rtol=tolerance, atol=8 * eps)
     specials = [0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 2.5, -2.0]

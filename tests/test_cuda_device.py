@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import qdc as qd
-from qdc.runtime import adstack, context
+from qdc.runtime import context
 from qdc.runtime.devices.cuda import driver
 
 from backend_util import check_zeroed_ranged_copies, hide_package
