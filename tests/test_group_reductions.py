@@ -95,3 +95,34 @@ def test_kernel_scope_local_sum_is_reduced_per_group(arch, rng):
     out = np.zeros(1, np.float32)
     mean(x, out)
     np.testing.assert_allclose(out[0], x.astype(np.float64).mean(), rtol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [qd.i8, qd.u8, qd.i16, qd.u16])
+def test_narrow_atomics_leave_their_neighbours_alone(arch, rng, dtype):
+    """8/16-bit atomics on elements that share a 32-bit word (SPIR-V: a compare-and-swap on the
+    word, compiler/targets/spirv/memory.py subword_atomic): each element gets its own updates
+    and nothing else, whatever the thread order."""
+    npt = dtype.np_dtype
+    bins = qd.field(dtype, shape=8)
+    lows = qd.field(dtype, shape=8)
+    bits = qd.field(dtype, shape=8)
+
+    @qd.kernel
+    def scatter(keys: qd.types.ndarray(dtype=qd.i32, ndim=1), v: qd.types.ndarray(dtype=dtype, ndim=1)):
+        for i in range(keys.shape[0]):
+            k = keys[i]
+            bins[k] += 1
+            qd.atomic_min(lows[k], v[i])
+            qd.atomic_or(bits[k], v[i])
+
+    n = 3000
+    keys = rng.integers(0, 8, n).astype(np.int32)
+    v = rng.integers(0, 100, n).astype(npt)
+    lows.from_numpy(np.full(8, 100, npt))
+    scatter(keys, v)
+    with np.errstate(over="ignore"):
+        counts = np.bincount(keys, minlength=8).astype(npt)  # wraps as the element type does
+    np.testing.assert_array_equal(bins.to_numpy(), counts)
+    np.testing.assert_array_equal(lows.to_numpy(), [min([100] + list(v[keys == k])) for k in range(8)])
+    np.testing.assert_array_equal(bits.to_numpy(), [np.bitwise_or.reduce(v[keys == k]) if (keys == k).any() else 0
+                                                    for k in range(8)])

@@ -352,7 +352,6 @@ def test_float_atomic_add_and_global_augmented_assignment(arch, rng, dtype):
     assert extremes.to_numpy().tolist() == [v.min(), -v.min()]
 
 
-@pytest.mark.skip_arch("vulkan", reason="8/16-bit atomics are refused by the SPIR-V target (32/64-bit only)")
 def test_f16_atomic_add(arch):
     h = qd.field(qd.f16, shape=())
 

@@ -77,8 +77,6 @@ def test_sum_and_difference_by_type(arch, rng, dtype):
 @pytest.mark.parametrize("dtype", [qd.f32, qd.i32, qd.u8])
 @pytest.mark.parametrize("n", SIZES)
 def test_min_and_max(arch, rng, dtype, n):
-    if arch != "cpu" and dtype is qd.u8:
-        pytest.skip(f"{arch}: 8/16-bit atomics (u8 atomic_min) are refused by the SPIR-V target (32/64-bit only)")
     lo = qd.field(dtype, shape=())
     hi = qd.field(dtype, shape=())
 

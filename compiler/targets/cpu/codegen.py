@@ -23,6 +23,7 @@ from qdc.runtime.devices.cpu.device import HOST_FEATURE_SOURCES, host_machine
 
 from ... import ir
 from ...ir.adstack import AdStackAlloca
+from .multiversion import level_assembly, multiversioned_ir
 from .numpy_prologue import add_numpy_entry
 from .isa_levels import CPU_LEVEL_OF, GENERIC, LEVELS, NATIVE, PORTABLE, CpuLevel, check_cpu_target, level_by_name
 from ..llvm.llvm_ir import I32, I64, PTR, VOID, KernelCodegen, ModuleBuilder
@@ -281,28 +282,26 @@ def link_shared_library(obj: bytes) -> bytes:
 
 def compile_kernel(kernel: ir.KernelIR, meta: KernelMeta, opt_level: int = 3, fast_math: bool = False,
                    cpu_target: str = NATIVE, keep_assembly: bool = False, target=None) -> dict:
-    """Artifacts of one kernel for the CPU: one shared library per level of `cpu_target`, their
-    records ("cpu_libraries", for KernelMeta.cpu_libraries), and the textual LLVM IR and bitcode
-    of the highest level. The LLVM IR is generated and parsed once, then optimised and emitted
-    per level. `keep_assembly` adds each level's assembly text as "asm:<level>" (for tests)."""
+    """Artifacts of one kernel for the CPU: one shared library ("so") holding code for every
+    level of `cpu_target` (multiversion.py: the runtime picks the level at load), the records
+    of its levels ("cpu_libraries", for KernelMeta.cpu_libraries), and its optimised textual
+    LLVM IR and bitcode. `keep_assembly` adds the assembly of each level's task bodies as
+    "asm:<level>" (for tests)."""
     levels = cpu_levels(cpu_target)
-    machine = host_machine()
-    parsed = llvm.parse_assembly(str(generate_llvm(kernel, meta, fast_math, target)))
+    module = generate_llvm(kernel, meta, fast_math, target)
+    task_bodies = [task.task_name + "_chunk" for task in kernel.tasks]  # KernelCodegen.emit_chunk's names
+    text = str(module) if len(levels) == 1 else multiversioned_ir(module, task_bodies, levels)
+    parsed = llvm.parse_assembly(text)
     parsed.verify()
-    out, linker = {}, _Linker()
-    try:
+    mod, tm = optimise(parsed, opt_level, levels[0])
+    so = link_shared_library(tm.emit_object(mod))
+    out = {"ll": str(mod).encode(), "bc": mod.as_bitcode(), "so": so, "so_sha256": hashlib.sha256(so).hexdigest()}
+    if keep_assembly:
+        assembly = tm.emit_assembly(mod)
         for i, level in enumerate(levels):
-            mod, tm = optimise(parsed if i == len(levels) - 1 else parsed.clone(), opt_level, level)
-            linker.start(tm.emit_object(mod))
-            if keep_assembly:
-                out[f"asm:{level.name}"] = tm.emit_assembly(mod)
-    except BaseException:
-        linker.close()
-        raise
-    out.update({"ll": str(mod).encode(), "bc": mod.as_bitcode(), "cpu_libraries": []})
-    for level, so in zip(levels, linker.finish()):
-        out[level.artifact] = so
-        out[level.artifact + "_sha256"] = hashlib.sha256(so).hexdigest()
-        out["cpu_libraries"].append({"artifact": level.artifact, "target": level.name, "machine": machine,
-                                     "features": sorted(level.requires)})
+            out[f"asm:{level.name}"] = assembly if len(levels) == 1 else level_assembly(assembly, task_bodies, i)
+    machine = host_machine()
+    out["cpu_libraries"] = [{"artifact": "so", "target": level.name, "machine": machine,
+                             "features": sorted(level.requires), **({"level": i} if len(levels) > 1 else {})}
+                            for i, level in enumerate(levels)]
     return out

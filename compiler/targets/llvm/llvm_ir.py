@@ -20,7 +20,8 @@ from ... import ir
 from ...passes.bounds_checks import checked_accesses
 from ..base import Unsupported, codegen_error
 from .llvm_adstack import AdStackLowering
-from .target import MATH_ARITY, Intrinsic
+from . import vector_math
+from .target import MATH_ARITY, Inline, Intrinsic
 
 PTR = ll.PointerType()
 I1, I8, I16, I32, I64 = ll.IntType(1), ll.IntType(8), ll.IntType(16), ll.IntType(32), ll.IntType(64)
@@ -66,6 +67,8 @@ class ModuleBuilder:
         says (llvm/target.py): an overloaded intrinsic or a function the target links."""
         if isinstance(impl, Intrinsic):
             return self.declare(f"{impl.name}.{_fsuffix(t)}", t, [t] * nargs)
+        if isinstance(impl, Inline):
+            return vector_math.define(self.module, impl.op, _FLOAT_BITS[str(t)])
         return self.declare(impl.name_for(_FLOAT_BITS[str(t)]), t, [t] * nargs)
 
 

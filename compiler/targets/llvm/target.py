@@ -5,7 +5,9 @@ runtime. A target deriving from `LlvmTarget` gives it
 - `math_table`: IR math op -> how to emit it, either an LLVM intrinsic every backend of the
   target lowers (`Intrinsic("llvm.sqrt")`, overloaded on the float type) or a function the
   target declares and links (`External(f32_name, f64_name)`: the CPU's C math library, CUDA's
-  libdevice). f16 math is computed in f32, so a table has f32 and f64 names only.
+  libdevice), or `Inline(op)`: branch-free code the lowering defines in the module itself
+  (vector_math.py), which the loop vectoriser can widen. f16 math is computed in f32, so a
+  table has f32 and f64 names only.
 - `emit_slice_index(mb, builder)`: the IR for "this thread's adstack heap slice number" (an
   i64, emitted once per function in its entry block): the worker thread number on the CPU,
   the global invocation id on GPUs.
@@ -39,6 +41,12 @@ class External:
 
     def name_for(self, bits: int) -> str:
         return self.f32 if bits == 32 else self.f64
+
+
+@dataclass(frozen=True)
+class Inline:
+    """`op` as branch-free IR defined in the kernel's module and inlined (vector_math.py)."""
+    op: str
 
 
 # round is round-half-to-even (numpy, Quadrants): llvm.rint in the default rounding mode.

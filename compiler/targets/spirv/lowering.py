@@ -55,6 +55,7 @@ class TaskLowering(ValueLowering, MemoryLowering, AdStackLowering):
         self.bindings: dict = {}       # (resource, index) -> binding number
         self.views: dict = {}          # (resource, index, element type id) -> variable
         self.pointers: dict = {}       # GlobalPtr -> ((resource, index), linear index id)
+        self.index_types: dict = {}    # GlobalPtr -> the type of its linear index (i32 or i64)
         self.arg_word = arg_words(kernel.params)
         self.block_dim = block_dim or DEFAULT_SPEC_BLOCK_DIM
         # debug=True: GlobalPtr -> its check id (runtime/contract/bounds.py); `guards`: the

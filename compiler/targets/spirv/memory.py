@@ -22,7 +22,9 @@ from .spec import GROUP_OPERATION_REDUCE, SCOPE_DEVICE, SCOPE_SUBGROUP, SEMANTIC
 _INT_ATOMICS = {"add": Op.AtomicIAdd, "sub": Op.AtomicISub, "and": Op.AtomicAnd, "or": Op.AtomicOr,
                 "xor": Op.AtomicXor, ("min", True): Op.AtomicSMin, ("min", False): Op.AtomicUMin,
                 ("max", True): Op.AtomicSMax, ("max", False): Op.AtomicUMax}
-_BITS_OF = {16: T.u16, 32: T.u32, 64: T.u64}
+_BITS_OF = {8: T.u8, 16: T.u16, 32: T.u32, 64: T.u64}
+# an atomic's update as `combine` computes it (a subtraction adds the negated value)
+_COMBINE_OF = {"add": "add", "sub": "add", "min": "min", "max": "max", "and": "and", "or": "or", "xor": "xor"}
 # (combination, kind) -> the subgroup reduction; float min/max are left out (their NaN rules
 # differ from the atomics'), and so are 64-bit values (shaderSubgroupExtendedTypes).
 _SUBGROUP_REDUCE = {("add", "float"): Op.GroupNonUniformFAdd, ("add", "int"): Op.GroupNonUniformIAdd,
@@ -169,6 +171,7 @@ class MemoryLowering:
         if s in self.check_ids:
             linear = self.bounds_checked(s, it, linear, indices, [self.convert(d, T.i32, it) for d in dims])
         self.pointers[s] = (key, linear)
+        self.index_types[s] = it if s.indices else T.i32
         return self.element(*key, self.mem_type(s.type), linear)
 
     # ---- debug bounds checks (runtime/contract/bounds.py) -----------------------------------------
@@ -242,16 +245,21 @@ class MemoryLowering:
 
     def s_AtomicRMW(self, s):
         key, linear = self.pointers[s.ptr]
-        if self.flushing_partials and s.ptr not in self.guards:
-            return self.flush_partial(s.op, s.type, self.v(s.value), lambda view: self.element(*key, view, linear))
+        if s.type is not T.u1 and s.type.bits < 32:
+            def update():
+                return self.subword_atomic(s.op, s.type, self.v(s.value), key, linear, self.index_types[s.ptr])
+        else:
+            def update():
+                return self.atomic(s.op, s.type, self.v(s.value), lambda view: self.element(*key, view, linear))
+            if self.flushing_partials and s.ptr not in self.guards:
+                return self.flush_partial(s.op, s.type, self.v(s.value), lambda view: self.element(*key, view, linear))
         if s.ptr not in self.guards:
-            return self.atomic(s.op, s.type, self.v(s.value), lambda view: self.element(*key, view, linear))
+            return update()
         result = self.fb.local_variable(self.ty(s.type))  # the old value; 0 where the access is skipped
         self.fb.emit_void(Op.Store, result, self.c(s.type, 0))
 
         def run():
-            old = self.atomic(s.op, s.type, self.v(s.value), lambda view: self.element(*key, view, linear))
-            self.fb.emit_void(Op.Store, result, old)
+            self.fb.emit_void(Op.Store, result, update())
         self.guarded(s.ptr, run)
         return self.fb.emit(Op.Load, self.ty(s.type), result)
 
@@ -275,8 +283,8 @@ class MemoryLowering:
     def atomic(self, op: str, t: T.DataType, value: int, locate) -> int:
         """`op` applied atomically at the element `locate(view type)` points to; the old value."""
         if t is T.u1 or t.bits < 32:
-            raise Unsupported(f"atomic '{op}' on {t.name} is not available on target '{self.arch}' (atomics "
-                              f"take 32- and 64-bit values there)")
+            raise Unsupported(f"atomic '{op}' on {t.name} is not available on target '{self.arch}' here (8- and "
+                              f"16-bit atomics are supported on field and ndarray elements only)")
         scope, relaxed = self.c(T.u32, SCOPE_DEVICE), self.c(T.u32, SEMANTICS_RELAXED)
         if t.bits == 64:
             self.m.require(Capability.Int64Atomics)
@@ -291,6 +299,53 @@ class MemoryLowering:
         if op not in ("add", "min", "max"):
             raise Unsupported(f"atomic '{op}' on {t.name}")
         return self.cas_loop(op, t, value, locate(_BITS_OF[t.bits]))
+
+    def subword_atomic(self, op: str, t: T.DataType, value: int, key, linear: int, it: T.DataType) -> int:
+        """An 8- or 16-bit element updated atomically: a compare-and-swap loop on the u32 word
+        that holds it (buffers are bound at word-aligned offsets; elements are little-endian in
+        their word), leaving the word's other elements as they are. The old value."""
+        if op not in _COMBINE_OF:
+            raise Unsupported(f"atomic '{op}' on {t.name}")
+        fb, u32 = self.fb, self.ty(T.u32)
+        per_word = 32 // t.bits
+        word_index = self.op(Op.ShiftRightLogical, it, linear, self.c(it, per_word.bit_length() - 1))
+        lane = self.convert(self.op(Op.BitwiseAnd, it, linear, self.c(it, per_word - 1)), it, T.u32)
+        shift = self.op(Op.IMul, T.u32, lane, self.c(T.u32, t.bits))
+        mask = self.c(T.u32, (1 << t.bits) - 1)
+        keep = self.op(Op.Not, T.u32, self.op(Op.ShiftLeftLogical, T.u32, mask, shift))
+        pointer = self.element(*key, T.u32, word_index)
+        scope, relaxed = self.c(T.u32, SCOPE_DEVICE), self.c(T.u32, SEMANTICS_RELAXED)
+        narrow = _BITS_OF[t.bits]
+
+        def element_of(word: int) -> int:
+            bits = self.op(Op.UConvert, narrow, self.op(Op.BitwiseAnd, T.u32,
+                                                         self.op(Op.ShiftRightLogical, T.u32, word, shift), mask))
+            return bits if t is narrow else self.op(Op.Bitcast, t, bits)
+
+        seen = fb.local_variable(u32)
+        fb.emit_void(Op.Store, seen, fb.emit(Op.AtomicLoad, u32, pointer, scope, relaxed))
+        header, body, cont, merge = (fb.new_label() for _ in range(4))
+        fb.branch(header)
+        fb.place(header)
+        fb.loop_header(merge, cont)
+        fb.branch(body)
+        fb.place(body)
+        expected = fb.emit(Op.Load, u32, seen)
+        old = element_of(expected)
+        operand = value
+        if op == "sub":
+            operand = self.op(Op.FNegate if t.is_float else Op.SNegate, t, value)
+        updated = self.combine(_COMBINE_OF[op], t, old, operand)
+        bits = updated if t is narrow else self.op(Op.Bitcast, narrow, updated)
+        placed = self.op(Op.ShiftLeftLogical, T.u32, self.op(Op.UConvert, T.u32, bits), shift)
+        desired = self.op(Op.BitwiseOr, T.u32, self.op(Op.BitwiseAnd, T.u32, expected, keep), placed)
+        found = fb.emit(Op.AtomicCompareExchange, u32, pointer, scope, relaxed, relaxed, desired, expected)
+        fb.emit_void(Op.Store, seen, found)
+        fb.branch_conditional(self.boolean(Op.IEqual, found, expected), merge, cont)
+        fb.place(cont)
+        fb.branch(header)
+        fb.place(merge)
+        return element_of(fb.emit(Op.Load, u32, seen))
 
     def cas_loop(self, op: str, t: T.DataType, value: int, pointer: int) -> int:
         """old = *p; until compare-and-swap(p, old, op(old, value)) sees `old`: retry with what it saw."""

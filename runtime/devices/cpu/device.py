@@ -34,6 +34,10 @@ from ...contract.errors import CacheError, QdcError
 
 _ALIGN = 64
 LAUNCH_MODES = ("fused", "tasks", "tasks-deferred")
+# Exported by a library built for several ISA levels (compiler/targets/cpu/multiversion.py):
+# `void qdc_set_cpu_level(int32 level)` selects the code of cpu_libraries[level]; the code of
+# level 0 runs until it is called.
+CPU_LEVEL_SETTER = "qdc_set_cpu_level"
 
 
 class CpuKernel:
@@ -117,6 +121,8 @@ class CpuDevice(Device):
         record = select_library(meta.cpu_libraries, meta.name)
         kind = record["artifact"]
         lib = self.load_library(artifacts[kind], artifacts[kind + "_sha256"])
+        if "level" in record:  # one library for several levels: it runs the chosen one's code
+            _function(lib, CPU_LEVEL_SETTER)(ctypes.c_int32(record["level"]))
         return CpuKernel(lib, meta)
 
     def launch_call(self, loaded: CpuKernel, ctx: ctypes.Array) -> tuple:
