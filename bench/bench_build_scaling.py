@@ -10,7 +10,10 @@ minima), of the whole command and of its build phase (less the one-kernel build)
 network; prints a table with the machine's CPU count and load average.
 
 Options: --kernels K (default 64), --rounds R (default 5), --cpu-target (default: qdc's,
-portable), --jobs 1,2,4 (which N).
+portable), --jobs 1,2,4 (which N). `--phases`: instead, build the module once in this process
+(after a one-kernel warm-up build) and print the CPU time per kernel of each phase (front end
+and driver, passes, llvmlite IR, LLVM parse/optimise/emit, ld, cache key), `ld`'s own CPU
+time included.
 """
 from __future__ import annotations
 
@@ -54,13 +57,71 @@ def build_seconds(folder: Path, kernels: int, jobs: int, cpu_target: str | None)
     return seconds
 
 
+def phases(kernels: int, cpu_target: str | None) -> None:
+    """CPU time per kernel of each phase of an in-process build (see the module docstring)."""
+    import collections
+    import functools
+
+    import llvmlite.binding as llvm
+
+    from qdc.compiler.driver import build as build_mod, cache_key, options
+    from qdc.compiler.passes import pipeline
+    from qdc.compiler.targets.cpu import codegen
+    spent: collections.Counter = collections.Counter()
+    nested: list = []
+
+    def timed(label, fn):  # self time: what nested timed calls spend is theirs
+        @functools.wraps(fn)
+        def run(*a, **k):
+            t0 = time.process_time()
+            nested.append(0.0)
+            try:
+                return fn(*a, **k)
+            finally:
+                took, inner = time.process_time() - t0, nested.pop()
+                spent[label] += took - inner
+                if nested:
+                    nested[-1] += took
+        return run
+    for owner, name, label in [(build_mod, "run_job", "front end, driver, cache write"),
+                               (cache_key, "kernel_key", "cache key"), (pipeline, "run_pipeline", "passes"),
+                               (codegen, "generate_llvm", "llvmlite IR"), (codegen, "multiversioned_ir", "IR text"),
+                               (llvm, "parse_assembly", "LLVM parse"), (codegen, "optimise", "LLVM optimise"),
+                               (codegen, "link_shared_library", "link (this process)")]:
+        if hasattr(owner, name):  # older revisions lack some (compared with PYTHONPATH=<checkout>)
+            setattr(owner, name, timed(label, getattr(owner, name)))
+    machine = type(codegen._target_machine(3))
+    machine.emit_object = timed("LLVM emit", machine.emit_object)
+    opts = options.Options().update(cpu_target=cpu_target or options.BUILD_CPU_TARGET)
+    with tempfile.TemporaryDirectory() as d:
+        for k, name in ((1, "warm"), (kernels, "mod")):
+            (Path(d) / name).mkdir()
+            (Path(d) / name / f"{name}.py").write_text(module_source(k).replace("def k", f"def {name}_k"))
+        build_mod.build([f"{d}/warm"], ["cpu"], opts, f"{d}/cache", out=lambda text: None)
+        spent.clear()
+        c0, t0 = os.times(), time.perf_counter()
+        build_mod.build([f"{d}/mod"], ["cpu"], opts, f"{d}/cache", out=lambda text: None)
+        c1, wall = os.times(), time.perf_counter() - t0
+    spent["ld (child processes)"] = c1.children_user + c1.children_system - c0.children_user - c0.children_system
+    total = c1.user + c1.system - c0.user - c0.system + spent["ld (child processes)"]
+    load = Path("/proc/loadavg").read_text().split()[0] if Path("/proc/loadavg").exists() else "?"
+    print(f"cpu_target {opts.cpu_target}, {kernels} kernels, load {load}: per kernel {1e3 * total / kernels:.1f} ms "
+          f"CPU, {1e3 * wall / kernels:.1f} ms wall\n\n| phase | CPU ms per kernel |\n|---|---|")
+    for label, seconds in spent.most_common():
+        print(f"| {label} | {1e3 * seconds / kernels:.1f} |")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kernels", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--cpu-target", default=None)
     ap.add_argument("--jobs", default=None, help="comma-separated N (default 1,2,4,8,16 up to the CPU count)")
+    ap.add_argument("--phases", action="store_true", help="CPU time per phase of one in-process -j1 build")
     args = ap.parse_args()
+    if args.phases:
+        phases(args.kernels, args.cpu_target)
+        return 0
     cpus = os.cpu_count() or 1
     jobs = [int(n) for n in args.jobs.split(",")] if args.jobs else [n for n in (1, 2, 4, 8, 16) if n <= cpus]
     load_before = Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else "?"

@@ -1,9 +1,12 @@
 """`make bench`: qdc beside numpy and Quadrants, every figure measured in one run.
 
-Prints a markdown table and writes it to bench/results/latest.md. Each peer is measured by
-its own worker process (bench/measure.py), one after the other, so that no peer's thread
-pool competes with another's. Figures are medians of repeated runs after a warm-up; results
-are checked against numpy before being timed, and a wrong one is marked in the table.
+Prints a markdown table and writes it to bench/results/latest.md. By default every peer is
+measured in one worker process (bench/measure.py `together`), interleaved round by round, so
+that a change of the machine's load hits every peer alike; `--separate` measures each peer in
+a process of its own instead, one after the other, so that no peer's thread pool is alive
+while another is timed. Figures are medians and bests of repeated runs after a warm-up (launches: median and
+minimum ratio to the no-op over interleaved rounds); results are checked against numpy before
+being timed, and a wrong one is marked in the table.
 Quadrants (`pip install quadrants`) compiles the very same kernel source (bench/kernels.py);
 when it is not installed the table says so.
 
@@ -38,6 +41,7 @@ REFERENCES = [("noop", "ctypes call of `void noop(void)` (**the launch reference
               ("noop_ptr_pydll", "the same through `ctypes.PyDLL` (keeps the GIL: qdc's own launch call)")]
 LAUNCH_ROWS = [("empty0", "launch, empty kernel, 0 args"),
                ("empty4_numpy", "launch, empty kernel, 4 args (numpy array + 3 scalars)"),
+               ("empty4_alternating", "the same with two numpy arrays in turn"),
                ("empty4_fresh", "the same with a different numpy array every call (a cycle of 64)"),
                ("empty4_device", "launch, empty kernel, 4 args (qd.ndarray + 3 scalars)")]
 BANDWIDTH_ROWS = [("saxpy", "saxpy y = a*x + y, 2^24 f32 (192 MiB moved)"),
@@ -50,6 +54,12 @@ def build_noop(tmp: Path) -> Path:
     src.write_text(NOOP_C)
     subprocess.run([os.environ.get("CC", "cc"), "-O2", "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
     return lib
+
+
+def run_together(lib: Path) -> dict:
+    """numpy's and every peer's results (display names), measured in one process."""
+    result = run_worker("together", lib)
+    return {"numpy": result["numpy"], **{display: result[peer] for peer, display in PEERS}}
 
 
 def run_worker(peer: str, lib: Path) -> dict:
@@ -103,13 +113,15 @@ def table(numpy: dict, peers: dict) -> list[str]:
         row([title, fmt_ns(refs[key]["ns"]) + ratio] + blank)
     for key, title in LAUNCH_ROWS:
         cells = {n: peers[n]["launch"][key] for n in names}
-        row([title, "—", *(f"{fmt_ns(c['ns'])} = **{c['ratio']:.1f}× noop**" for c in cells.values()), "—",
+        row([title, "—", *(f"{fmt_ns(c['ns'])} = **{c['ratio']:.2f}× noop** (min {c['ratio_min']:.2f}×)"
+                           for c in cells.values()), "—",
              *(f"{cells[n]['ratio'] / cells['qdc']['ratio']:.1f}×" for n in others)])
     copy = numpy["copy_gbps"]
-    row(["`np.copyto` of 64 MiB (bandwidth reference)", f"{copy:.1f} GB/s"] + blank)
+    row(["`np.copyto` of 64 MiB (bandwidth reference)", f"{copy:.1f} GB/s (best {numpy['copy_gbps_best']:.1f})"] + blank)
 
     def bw(c: dict) -> str:
-        return f"{c['gbps']:.1f} GB/s ({c['gbps'] / copy:.2f}× copy)" + ("" if c["ok"] else " **WRONG RESULT**")
+        return f"{c['gbps']:.1f} GB/s ({c['gbps'] / copy:.2f}× copy; best {c['gbps_best']:.1f})" \
+            + ("" if c["ok"] else " **WRONG RESULT**")
 
     for key, title in BANDWIDTH_ROWS:
         q = peers["qdc"]["bandwidth"][key]["gbps"]
@@ -120,12 +132,17 @@ def table(numpy: dict, peers: dict) -> list[str]:
 
 
 def main() -> int:
+    separate = "--separate" in sys.argv[1:]
     t0 = time.perf_counter()
     load_before = _load()
     with tempfile.TemporaryDirectory(prefix="qdc-bench-") as tmp:
         lib = build_noop(Path(tmp))
-        numpy = run_worker("numpy", lib)
-        results = {display: run_worker(peer, lib) for peer, display in PEERS}
+        if separate:
+            numpy = run_worker("numpy", lib)
+            results = {display: run_worker(peer, lib) for peer, display in PEERS}
+        else:
+            results = run_together(lib)
+            numpy = results.pop("numpy")
     peers = {name: r for name, r in results.items() if r["version"] is not None}
     notes = [f"{name} is not installed (`pip install {name.lower()}`): its column is left out."
              for name, r in results.items() if r["version"] is None]
@@ -135,9 +152,11 @@ def main() -> int:
         "# qdc benchmarks", "",
         f"Machine: {machine()}. {versions}.",
         f"qdc and Quadrants use all {os.cpu_count()} cores (CPU backend); numpy is single-threaded. "
-        "Each peer runs in its own process. Launches: medians of 25 rounds of interleaved batches "
+        + ("Each peer runs in its own process. " if separate else
+           "Every peer runs in one process, interleaved round by round. ")
+        + "Launches: medians (and minimum) of 25 rounds of interleaved batches "
         "(ratios taken per round, against the no-op call in the same process); bandwidth: medians "
-        "of 9 runs after a warm-up. 'qdc vs X': how many times faster qdc is.", "",
+        "(and best) of 9 runs after a warm-up. 'qdc vs X': how many times faster qdc is (medians).", "",
         *table(numpy, peers), "",
         *(f"Note: {n}" for n in notes),
         f"Measured by `make bench` (bench/run.py) in {time.perf_counter() - t0:.0f} s; load average "

@@ -47,6 +47,15 @@ Why it is fast:
   the array's address and a sentinel shape word, the entry checks and binds the array and
   returns nonzero, having run nothing, when it refuses one: `_q_native_refused` then binds in
   Python (raising, or accepting what the entry leaves to Python) and launches again.
+- The Python entry (CPU libraries that export it, numpy_binding.py `PythonEntry`): while every
+  cached array is a numpy array, the launch code is one call of a builtin function of the
+  kernel's library, `if _q_fast(a, s, n) is not None: return _q_fast_refused((a, s, n))`,
+  which checks and binds every argument itself (numpy arrays: type, ndim, dtype, flags, data
+  and shape read at every call; Python floats, ints and bools with struct's range checks) and
+  launches without releasing the GIL: about half a ctypes no-op call, whether the arrays are
+  new or not. Anything else it leaves to the generic code (`fast_refused`), which binds in
+  Python and raises naming what is wrong. Since these words change under it, nothing caches
+  a numpy array while the entry exists (`bind`, `specialise`).
 - The native call is `_q_call(_q_arg)` as the device hands it out (`Device.launch_call`):
   on the CPU the ctypes function itself applied to a `byref` of the ctx buffer.
 
@@ -107,6 +116,7 @@ from __future__ import annotations
 import ctypes
 import keyword
 import struct
+import sys
 
 import numpy as np
 
@@ -243,6 +253,8 @@ class _Launcher:
         self.binding = device.numpy_binding(loaded, meta) if hooks is None and device.capabilities.fused_launch \
             and device.capabilities.host_memory and hasattr(device, "numpy_binding") else None
         self.buf = (ctypes.c_uint64 * max(meta.ctx_words, 1, self.binding.ctx_words if self.binding else 0))()
+        # every argument bound by the library itself, in one builtin call (numpy_binding.py)
+        self.python = self.binding.python_entry(getattr(loaded, "lib", None), self.buf) if self.binding else None
         self.words = np.frombuffer(self.buf, np.uint64)
         self.temps = device.allocate(8 * max(meta.num_temps, 1))  # values crossing tasks: device memory
         # Where a synchronous launch writes its errors; an asynchronous one gets a slot per launch.
@@ -274,11 +286,12 @@ class _Launcher:
         # costs more than the packing.
         self.g.update({"_q_mem": memoryview(self.buf).cast("B"), "_q_call": call, "_q_arg": arg,
                        "_q_scalar_errors": _SCALAR_ERRORS, "_q_bad_scalars": self.bad_scalars,
-                       "_q_bad_scalars_at": self.bad_scalars_at,
                        "_q_len": len, "_q_bool": bool,  # builtins by names no parameter can shadow
                        "_q_ndarray": np.ndarray, "_q_address": ctypes.addressof, "_q_from_buffer": ctypes.c_char.from_buffer,
                        "_q_buffer_errors": (TypeError, ValueError, BufferError),
                        "_q_id": id, "_q_pack_object": _PACK_OBJECT, "_q_native_refused": self.native_refused})
+        if self.python is not None:
+            self.g["_q_fast"], self.g["_q_fast_refused"] = self.python.function, self.fast_refused
         self.hooks = hooks
         self.copies = None if device.capabilities.host_memory else _DeviceCopies(device)
         if self.copies is not None:
@@ -386,11 +399,8 @@ class _Launcher:
             raise AssertionError(f"kernel '{self.meta.name}': an argument bound in Python was refused")
 
     def bad_scalars(self, first: int, values: tuple):
-        self.bad_scalars_at(range(first, first + len(values)), values)
-
-    def bad_scalars_at(self, indices, values: tuple):
-        for i, v in zip(indices, values):
-            explain_scalar(self.meta, i, v)
+        for i, v in enumerate(values):
+            explain_scalar(self.meta, first + i, v)
         raise AssertionError("a scalar was rejected but none of them is invalid")  # unreachable
 
     def binder(self, index: int):
@@ -411,6 +421,7 @@ class _Launcher:
         arr, probe = f"_q_arr{index}", f"_q_len{index}" if ndim in (1, 2) else f"_q_shape{index}"
         numpy_flag = f"_q_numpy{index}"
         copies, device_buffer = self.copies, f"_q_dev{index}"
+        uncached = self.python is not None
 
         def bind(a):
             if isinstance(a, np.ndarray):
@@ -438,7 +449,9 @@ class _Launcher:
             else:
                 pack(mem, offset, ptr, *shape)
             numpy = isinstance(a, np.ndarray)
-            g[arr], g[probe], g[numpy_flag] = a, (shape[0] if ndim in (1, 2) else shape), numpy
+            # the Python entry rewrites a numpy array's words at its next launch: not cached
+            g[arr], g[probe], g[numpy_flag] = _UNBOUND if numpy and uncached else a, \
+                (shape[0] if ndim in (1, 2) else shape), numpy
             if numpy is not self.kinds[index]:
                 self.kinds[index] = numpy
                 self.specialise()
@@ -465,34 +478,41 @@ class _Launcher:
         for first, run in self.scalar_runs():
             fmt = "=" + "".join(_PACK_CODE[p.dtype] + "x" * (8 - by_name(p.dtype).nbytes) for p in run)
             g[f"_q_pack{first}"] = struct.Struct(fmt).pack_into
+        # A STORE_GLOBAL looks its name up at every launch: keyed by the very (interned) string
+        # the code holds, the lookup compares no characters (~40 ns less for a new array)
+        for i in self.kinds:
+            for name in (f"_q_arr{i}", self.probe_name(i)):
+                g[sys.intern(name)] = g.pop(name, None)
 
     def body(self, kinds: dict) -> list[str]:
         """The launch statements. `kinds[i]` says whether the array cached for ndarray parameter
         i is a numpy array (True: test its shape too), not one (False) or either (None)."""
         names = [p.name for p in self.meta.params]
+        if self.uses_python_entry(kinds):
+            args = f"({''.join(n + ', ' for n in names)})"
+            return [f"    if _q_fast{args} is not None:", f"        return _q_fast_refused({args})"] \
+                + self.return_statements()
         body = []
-        groups = self.native_groups(kinds)
-        grouped = {i for group in groups for i in group}
         for i, p in enumerate(self.meta.params):
             if p.kind == "ndarray":
                 probe = f"_q_len({p.name}) != _q_len{i}" if p.ndim in (1, 2) else f"{p.name}.shape != _q_shape{i}"
                 if p.writes:  # a numpy array made read-only in place since it was bound: bind refuses it
                     probe += f" or not {p.name}.flags.writeable"
                 probe = {True: f" or {probe}", False: "", None: f" or _q_numpy{i} and ({probe})"}[kinds[i]]
-                if i in grouped:
-                    continue
                 body += [f"    if {p.name} is not _q_arr{i}{probe}:"]
+                if kinds[i] and i in self.native_params():
+                    body += self.native_statements(i)
+                    continue
                 body += self.rebind_numpy(i) if kinds[i] and self.inline_rebind(i) else [f"        _q_bind{i}({p.name})"]
                 if self.copies is not None:  # not specialised: a bind in this very call may change the kind
                     body += [f"    if _q_numpy{i}:", f"        _q_copy_in(_q_dev{i}, {p.name})"]
             elif p.dtype == "u1":
                 body += [f"    if {p.name}.__class__ is not _q_bool:",
                          f"        {p.name} = _q_as_bool{i}({p.name})"]
-        for group in groups:
-            body += self.group_statements(group)
         for first, run in self.scalar_runs():
-            if first not in grouped:
-                body += self.scalar_pack_statements(first, run)
+            values = ", ".join(p.name for p in run)
+            body += ["    try:", f"        _q_pack{first}(_q_mem, {8 * run[0].slot}, {values})",
+                     "    except _q_scalar_errors:", f"        _q_bad_scalars({first}, ({values},))"]
         rebound = [i for i in kinds if kinds[i] and (self.inline_rebind(i) or i in self.native_params())]
         if rebound:  # rebind_numpy and the native path update the cache
             body.insert(0, "    global " + ", ".join(f"_q_arr{i}, {self.probe_name(i)}" for i in rebound))
@@ -514,89 +534,25 @@ class _Launcher:
             body.append("    _q_finish()")
         return body + self.return_statements()
 
-    def native_groups(self, kinds: dict) -> list[list[int]]:
-        """Runs of parameters in consecutive ctx words that one `pack_into` fills when every numpy
-        array among them is new: scalars, and numpy-cached arrays the kernel's entry binds
-        (their words: address, SENTINEL, the rest of the shape left to the entry). Only runs
-        with an array: the others are `scalar_runs`."""
-        if self.binding is None:
-            return []
-        groups, run, end = [], [], None
-        for i, p in enumerate(self.meta.params):
-            native = p.kind == "ndarray" and i in self.binding.params and kinds[i]
-            if not (native or p.kind == "scalar") or p.slot != end:
-                groups.append(run)
-                run = []
-            if native or p.kind == "scalar":
-                run.append(i)
-                end = p.slot + (1 + p.ndim if native else 1)
-            else:
-                end = None
-        groups.append(run)
-        return [g for g in groups if any(self.meta.params[i].kind == "ndarray" for i in g)]
+    def uses_python_entry(self, kinds: dict) -> bool:
+        """Whether the launch code for these kinds is one call of the library's Python entry:
+        when every cached array is a numpy array (a qd.ndarray keeps its cached words)."""
+        return self.python is not None and all(kinds.values())
 
-    def group_statements(self, group: list[int]) -> list[str]:
-        """Binding a native group (`native_groups`): the cached arrays again, so only the
-        scalars are packed; or all-new numpy arrays, packed with the scalars in one
-        `pack_into` (about 60 ns less than a pack per run); or anything else, array by array.
-        New arrays are cached before the pack: a bad scalar stops `pack_into` part way, with
-        an array's address already written, and the cache must then name that array (the
-        entry checks it, and `_q_native_refused` uncaches a refused one)."""
-        params = self.meta.params
-        arrays = [i for i in group if params[i].kind == "ndarray"]
-        runs = [(first, run) for first, run in self.scalar_runs() if first in group]
-        scalars = [line for first, run in runs for line in self.scalar_pack_statements(first, run)]
-        same = " and ".join(self.same_array(i) for i in arrays)
-        fmt, values = "=", []
-        for i in group:
-            p = params[i]
-            if p.kind == "ndarray":
-                fmt += "Qq" + "8x" * (p.ndim - 1)
-                values += [f"_q_id({p.name})", "-1"]
-            else:
-                fmt += _PACK_CODE[p.dtype] + "x" * (8 - by_name(p.dtype).nbytes)
-                values.append(p.name)
-        pack = f"_q_group{group[0]}_{group[-1]}"
-        self.g[pack] = struct.Struct(fmt).pack_into
-        packed = f"{pack}(_q_mem, {8 * params[group[0]].slot}, {', '.join(values)})"
-        if runs:
-            indices = [i for i in group if params[i].kind == "scalar"]
-            named = ", ".join(params[i].name for i in indices)
-            packed = ["        try:", f"            {packed}", "        except _q_scalar_errors:",
-                      f"            _q_bad_scalars_at({tuple(indices)}, ({named},))"]
-        else:
-            packed = [f"        {packed}"]
-        caches = ", ".join(f"_q_arr{i}, {self.probe_name(i)}" for i in arrays)
-        cached = ", ".join(f"{params[i].name}, {self.probe_value(i)}" for i in arrays)
-        return ([f"    if {same}:"] + ["    " + line for line in scalars or ["    pass"]]
-                + ["    elif " + " and ".join(f"{params[i].name}.__class__ is _q_ndarray" for i in arrays) + ":"]
-                + [f"        {caches} = {cached}"] + packed + ["    else:"]
-                + ["    " + line for i in arrays for line in self.native_statements(i)]
-                + ["    " + line for line in scalars])
-
-    def same_array(self, index: int) -> str:
-        """The condition under which a numpy-cached parameter's words still hold its argument."""
-        p = self.meta.params[index]
-        a = p.name
-        same = f"{a} is _q_arr{index} and " + (f"_q_len({a}) == _q_len{index}" if p.ndim in (1, 2)
-                                                 else f"{a}.shape == _q_shape{index}")
-        return same + (f" and {a}.flags.writeable" if p.writes else "")
+    def fast_refused(self, args: tuple):
+        """The Python entry ran nothing (an argument it does not bind, or a wrong one): launch
+        through the generic code, which binds in Python and raises naming what is wrong."""
+        return self.launch(*args)
 
     def native_statements(self, index: int) -> list[str]:
-        """A numpy-cached parameter the kernel's entry binds, on its own: a numpy array other
-        than the cached one is passed by address (and the words then hold it, so it is cached);
-        anything else goes to `_q_bind<i>`."""
+        """Binding a numpy-cached parameter's new argument where the kernel's library binds numpy
+        arrays: a numpy array's address goes into the words (which then hold it, so it is
+        cached); anything else goes to `_q_bind<i>`."""
         a, slot = self.meta.params[index].name, self.meta.params[index].slot
-        return [f"    if not ({self.same_array(index)}):",
-                f"        if {a}.__class__ is _q_ndarray:",
+        return [f"        if {a}.__class__ is _q_ndarray:",
                 f"            _q_pack_object(_q_mem, {8 * slot}, _q_id({a}), -1)",
                 f"            _q_arr{index}, {self.probe_name(index)} = {a}, {self.probe_value(index)}",
                 "        else:", f"            _q_bind{index}({a})"]
-
-    def scalar_pack_statements(self, first: int, run: list) -> list[str]:
-        values = ", ".join(p.name for p in run)
-        return ["    try:", f"        _q_pack{first}(_q_mem, {8 * run[0].slot}, {values})",
-                "    except _q_scalar_errors:", f"        _q_bad_scalars({first}, ({values},))"]
 
     def return_statements(self) -> list[str]:
         """A kernel with a return value reads it back (runtime/returns.py) once the launch is done."""
@@ -660,6 +616,9 @@ class _Launcher:
     def specialise(self) -> None:
         """Make `fast_code` the launch code for the kinds of arrays now cached (see `body`)."""
         key = tuple(self.kinds.values())
+        if self.uses_python_entry(self.kinds):  # arrays cached by other code: their words get rewritten
+            for i in self.kinds:
+                self.g[f"_q_arr{i}"] = _UNBOUND
         code = self.variants.get(key)
         if code is None:
             names = [p.name for p in self.meta.params]

@@ -1,11 +1,11 @@
-"""The operations compiler/targets/spirv/math64.py builds its f64 functions from, on numpy
+"""The operations compiler/targets/fdlibm.py builds its f64 functions from, on numpy
 arrays: the same algorithm evaluated with the same IEEE double rounding (numpy never fuses a*b+c),
 so that it can be checked against mpmath on many arguments without a device."""
 from __future__ import annotations
 
 import numpy as np
 
-from qdc.compiler.targets.spirv.math64 import Float64Math
+from qdc.compiler.targets.fdlibm import Float64Math
 
 
 class NumpyOps:

@@ -1,5 +1,5 @@
 """cpu_target (API.md §5, issue 8 item 4): `qdc build` makes portable CPU code, one library
-per ISA level, and the loader picks the best one the host runs; a host lacking what an entry
+with the code of every ISA level, and the loader picks the best level the host runs; a host lacking what an entry
 needs gets a CacheError naming the missing features, never an illegal instruction."""
 import os
 import platform
@@ -202,8 +202,8 @@ def test_llvm_accepts_every_level(capfd):
 # ---- choosing a library -----------------------------------------------------------------------
 
 def _records(machine="x86_64"):
-    return [{"artifact": lvl.artifact, "target": lvl.name, "machine": machine, "features": sorted(lvl.requires)}
-            for lvl in LEVELS[machine]]
+    return [{"artifact": "so", "target": lvl.name, "machine": machine, "features": sorted(lvl.requires), "level": i}
+            for i, lvl in enumerate(LEVELS[machine])]
 
 
 def test_selection_picks_the_best_level_the_host_runs():
@@ -304,3 +304,75 @@ def test_deployment_on_a_cpu_without_avx512(tmp_path, portable_cache):
 
     r = _under_qemu(tmp_path, portable_cache, "force-best")  # without the check: an illegal instruction
     assert r.returncode in (-signal.SIGILL, 128 + signal.SIGILL), r.stdout + r.stderr
+
+
+# ---- linking --------------------------------------------------------------------------------------
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or sys.byteorder != "little", reason="reads ELF objects")
+def test_libraries_are_linked_only_where_the_object_needs_them(monkeypatch):
+    """ld reads every library it is given (~2.5 ms each): libm only for code that calls it."""
+    import llvmlite.binding as llvm
+    tm = codegen._target_machine(3)
+    src = (f'target triple = "{llvm.get_process_triple()}"\ndeclare float @sinf(float)\n'
+           'declare void @GOMP_parallel(ptr, ptr, i32, i32)\n'
+           'define float @f(float %x) {\n  %s = call float @sinf(float %x)\n  ret float %s\n}\n'
+           'define void @g(ptr %p) {\n  call void @GOMP_parallel(ptr %p, ptr null, i32 0, i32 0)\n  ret void\n}\n')
+    assert codegen._undefined_symbols(tm.emit_object(llvm.parse_assembly(src))) == {"sinf", "GOMP_parallel"}
+    monkeypatch.setattr(codegen, "_direct_ld_works", None)
+    monkeypatch.delenv("CC", raising=False)
+    if shutil.which("ld") is None:
+        pytest.skip("no ld")
+    libs = lambda undefined: [a for a in codegen._direct_ld_command("k.o", "k.so", undefined) if a.startswith("-l")]  # noqa: E731
+    assert libs({"GOMP_parallel"}) == ["-l:libgomp.so.1"]
+    assert libs({"GOMP_parallel", "expf"}) == ["-l:libgomp.so.1", "-l:libm.so.6"]
+    assert libs(set()) == []
+    assert libs(None) == ["-l:libgomp.so.1", "-l:libm.so.6"]  # unknown: both, as before
+
+
+def test_multiversioned_module_compiles_for_every_architecture(capfd):
+    """One module with a task body per level (multiversion.py) is valid for LLVM on x86-64 and
+    aarch64 alike, and each level's body is emitted with that level's vector registers."""
+    import llvmlite.binding as llvm
+    from llvmlite import ir as ll
+
+    from qdc.compiler.targets.cpu import multiversion
+    llvm.initialize_all_targets()
+    llvm.initialize_all_asmprinters()
+    triples = {"x86_64": "x86_64-unknown-linux-gnu", "aarch64": "aarch64-unknown-linux-gnu"}
+    wide = {"x86_64": ["xmm", "ymm", "zmm"], "aarch64": ["v0.4s", "v0.4s", "z0"]}
+    for machine, levels in LEVELS.items():
+        module = ll.Module("mv")
+        module.triple = triples[machine]
+        f32p = ll.PointerType(ll.FloatType())
+        body = ll.Function(module, ll.FunctionType(ll.VoidType(), [f32p, ll.IntType(64)]), name="t_chunk")
+        body.linkage = "internal"
+        body.attributes.add("noinline")
+        b = ll.IRBuilder(body.append_basic_block("entry"))
+        loop, done = body.append_basic_block("loop"), body.append_basic_block("done")
+        b.cbranch(b.icmp_signed(">", body.args[1], ll.Constant(ll.IntType(64), 0)), loop, done)
+        b.position_at_end(loop)
+        i = b.phi(ll.IntType(64))
+        i.add_incoming(ll.Constant(ll.IntType(64), 0), body.blocks[0])
+        p = b.gep(body.args[0], [i], inbounds=True)
+        b.store(b.fmul(b.load(p), ll.Constant(ll.FloatType(), 3.0)), p)
+        nxt = b.add(i, ll.Constant(ll.IntType(64), 1))
+        i.add_incoming(nxt, loop)
+        b.cbranch(b.icmp_signed("<", nxt, body.args[1]), loop, done)
+        b.position_at_end(done)
+        b.ret_void()
+        entry = ll.Function(module, ll.FunctionType(ll.VoidType(), [f32p, ll.IntType(64)]), name="qdc_t")
+        eb = ll.IRBuilder(entry.append_basic_block("entry"))
+        eb.call(body, list(entry.args))
+        eb.ret_void()
+        parsed = llvm.parse_assembly(multiversion.multiversioned_ir(module, ["t_chunk"], levels))
+        parsed.verify()
+        tm = llvm.Target.from_triple(triples[machine]).create_target_machine(
+            cpu=levels[0].llvm_cpu, features=levels[0].llvm_features, opt=3, reloc="pic")
+        passes = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=3))
+        passes.getModulePassManager().run(parsed, passes)
+        assembly = tm.emit_assembly(parsed)
+        assert multiversion.CPU_LEVEL_SETTER in assembly
+        for i, register in enumerate(wide[machine]):
+            code = multiversion.level_assembly(assembly, ["t_chunk"], i)
+            assert register in code and (i == 2 or wide[machine][2] not in code), (machine, i)
+    assert "not a recognized" not in capfd.readouterr().err

@@ -226,7 +226,7 @@ def test_math_intrinsics_f32_and_f64(arch, rng, dtype):
     if arch not in ("cpu", "vulkan") and dtype is qd.f64:
         pytest.skip(f"{arch}: {F64_MATH}")
     # Vulkan's f32 precision for tanh, tan, pow, ... is "inherited from the formula": a few ulp
-    # more. Its f64 functions are qdc's own (spirv/math64.py), within 2 ulp of numpy (3 for
+    # more. Its f64 functions are qdc's own (targets/fdlibm.py), within 2 ulp of numpy (3 for
     # tanh): 1e-12 leaves a wide margin, and no absolute slack is needed.
     rtol = {qd.f32: 3e-6 if arch == "cpu" else 1e-4, qd.f64: 1e-12}[dtype]
     atol = 1e-300 if arch == "cpu" or dtype is qd.f64 else 1e-6

@@ -1,4 +1,4 @@
-"""f64 transcendental math on the SPIR-V target (compiler/targets/spirv/math64.py): GLSL.std.450
+"""f64 transcendental math on the SPIR-V target (compiler/targets/fdlibm.py, emitted by spirv/math64.py): GLSL.std.450
 has none, so the target emits fdlibm's algorithms. Checked three ways:
 - the algorithms themselves, evaluated on numpy arrays (tests/f64_math_numpy_ops.py), against
   numpy on many arguments across magnitudes and against mpmath (their true error);
@@ -177,7 +177,7 @@ def _run_binary(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 def _check_device(arch, name: str, got: np.ndarray, *args: np.ndarray) -> None:
     want = numpy_reference(name, *args)
     error = ulp_error(got, want)
-    if arch != "cpu":
+    if arch != "cpu":  # the CPU's f64 sin/cos/tan are libm's (its other f64 functions are these algorithms)
         error = trig_error(name, args[0], got, error)
     worst = int(np.argmax(error))
     assert error[worst] <= ULP_BOUND[name], (arch, name, [a[worst] for a in args], got[worst], want[worst])

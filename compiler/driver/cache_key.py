@@ -418,8 +418,9 @@ def compiler_fingerprint(arch: str = "cpu") -> str:
         tops = [os.path.join(compiler_dir, d) for d in _NEUTRAL]
         tops += [os.path.join(targets_dir, d) for d in target.source_folders]
         tops.append(os.path.join(os.path.dirname(compiler_dir), "runtime", "contract"))
-        paths = [os.path.join(compiler_dir, "__init__.py"), os.path.join(targets_dir, "__init__.py"),
-                 os.path.join(targets_dir, "base.py")]
+        # the modules at compiler/targets/'s top level (registry, base class, fdlibm.py) serve every target
+        paths = [os.path.join(compiler_dir, "__init__.py")]
+        paths += [os.path.join(targets_dir, f) for f in sorted(os.listdir(targets_dir)) if f.endswith(".py")]
         for top in tops:
             for dirpath, dirs, files in os.walk(top):
                 dirs[:] = sorted(d for d in dirs if d != "__pycache__")

@@ -1,5 +1,5 @@
-"""CPU backend: LLVM IR → optimised object → shared library the runtime dlopens, one per CPU
-level that `cpu_target` asks for (cpu_targets.py).
+"""CPU backend: LLVM IR → optimised object → shared library the runtime dlopens, with code for
+every CPU level that `cpu_target` asks for (isa_levels.py; several levels: multiversion.py).
 
 Range-for tasks are split over worker threads with libgomp's `GOMP_parallel` (a persistent
 thread pool), as contiguous chunks the threads take from a shared counter. Ranges too small
@@ -11,6 +11,7 @@ import functools
 import hashlib
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -59,20 +60,22 @@ def cpu_levels(cpu_target: str) -> tuple[CpuLevel, ...]:
         features = llvm.get_host_cpu_features().flatten()
         needed = sorted(f[1:] for f in features.split(",") if f[:1] == "+" and f[1:] in HOST_FEATURE_SOURCES)
         cpu = llvm.get_host_cpu_name()
-        return (CpuLevel(cpu, cpu, features, tuple(needed), "so"),)
+        return (CpuLevel(cpu, cpu, features, tuple(needed)),)
     check_cpu_target(cpu_target)  # an ISA level or a CPU name whose level is known, else ValueError
     level_machine, level = level_by_name(CPU_LEVEL_OF.get(cpu_target, cpu_target))
     if level_machine != machine:
         raise ValueError(f"cpu_target '{cpu_target}' is for {level_machine} CPUs, but this compiler generates "
                          f"{machine} code")
     if cpu_target == level.name:
-        return (level._replace(artifact="so"),)
-    return (CpuLevel(cpu_target, cpu_target, "", level.requires, "so"),)
+        return (level,)
+    return (CpuLevel(cpu_target, cpu_target, "", level.requires),)
 
 
+@functools.lru_cache(maxsize=None)
 def target_description(cpu_target: str = NATIVE) -> str:
     """Goes into the cache key: code built for one CPU is not reused on another. Portable code
-    does not depend on the build host's CPU, only on the triple and the levels it is built for."""
+    does not depend on the build host's CPU, only on the triple and the levels it is built for.
+    Kept per process (asking LLVM for the host's features takes ~0.5 ms, twice per kernel built)."""
     llvm.initialize_native_target()
     if cpu_target == NATIVE:
         return f"{llvm.get_process_triple()}/{llvm.get_host_cpu_name()}/{llvm.get_host_cpu_features().flatten()}"
@@ -200,84 +203,69 @@ def optimise(module, opt_level: int, level: CpuLevel | None = None):
 # Whether linking with `ld` itself works here (None: not tried yet). A kernel library needs
 # nothing the C compiler driver adds (no C runtime start files: no constructors, no main), and
 # calling `ld` directly skips the driver and collect2: about 6 ms a link instead of 18 on the
-# development machine, three links per kernel for portable code. Where it fails (no GNU-style
-# ld, libgomp.so.1 not in its search path), every later link goes through `cc`.
+# development machine. Where it fails (no GNU-style ld, libgomp.so.1 not in its search path),
+# every later link goes through `cc`.
 _direct_ld_works: bool | None = None
 
+# libgomp for the worker threads; the C math library for whatever else the code calls (sinf,
+# and the calls LLVM lowers some intrinsics to). ld reads each library it is given in full,
+# about 2.5 ms apiece, so a library no symbol of the object needs is left out.
+_LIBGOMP_SYMBOLS = ("GOMP_", "omp_")
 
-def _direct_ld_command(o: str, so: str) -> list | None:
+
+def _undefined_symbols(obj: bytes) -> set[str] | None:
+    """The symbols an ELF64 object leaves to other libraries; None if it has no symbol table."""
+    sections = {s.name(): s.data() for s in llvm.ObjectFileRef.from_data(obj).sections()}
+    symtab, strtab = sections.get(b".symtab"), sections.get(b".strtab")
+    if symtab is None or strtab is None:
+        return None
+    return {strtab[name:strtab.index(b"\0", name)].decode()
+            for name, _info, _other, section, _value, _size in struct.iter_unpack("<IBBHQQ", symtab)
+            if section == 0 and name}  # section 0: undefined here
+
+
+def _direct_ld_command(o: str, so: str, undefined: set[str] | None) -> list | None:
     if _direct_ld_works is False or "CC" in os.environ or not sys.platform.startswith("linux"):
         return None
     ld = shutil.which("ld")
     if ld is None:
         return None
+    libraries = []
+    if undefined is None or any(name.startswith(_LIBGOMP_SYMBOLS) for name in undefined):
+        libraries.append("-l:libgomp.so.1")
+    if undefined is None or any(not name.startswith(_LIBGOMP_SYMBOLS) for name in undefined):
+        libraries.append("-l:libm.so.6")
     return [ld, "-shared", "--eh-frame-hdr", "--hash-style=gnu", "-z", "relro", "-z", "noexecstack",
-            "-o", so, o, "-l:libgomp.so.1", "-l:libm.so.6"]
-
-
-class _Linker:
-    """Links objects into shared libraries with `ld` (else the system C compiler driver), each
-    link in the background as soon as its object is there, so linking one level overlaps
-    optimising the next."""
-
-    def __init__(self):
-        self.cc = os.environ.get("CC", "cc")
-        self.folder = tempfile.TemporaryDirectory(prefix="qdc-link-")
-        self.jobs: list = []
-
-    def cc_command(self, o: str, so: str) -> list:
-        return [self.cc, "-shared", "-o", so, o, "-lgomp", "-lm"]
-
-    def start(self, obj: bytes) -> None:
-        i = len(self.jobs)
-        o, so = os.path.join(self.folder.name, f"k{i}.o"), os.path.join(self.folder.name, f"k{i}.so")
-        with open(o, "wb") as f:
-            f.write(obj)
-        command = _direct_ld_command(o, so)
-        direct = command is not None
-        try:
-            proc = subprocess.Popen(command or self.cc_command(o, so), stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, text=True)
-        except FileNotFoundError:
-            self.close()
-            raise RuntimeError(f"the CPU backend needs a C compiler driver to link ('{self.cc}' not found; "
-                               f"set CC)") from None
-        self.jobs.append((so, proc, o, direct))
-
-    def finish(self) -> list:
-        """The libraries, in the order their objects were started."""
-        global _direct_ld_works
-        try:
-            outputs = [(so, proc.communicate()[0], proc.returncode, o, direct) for so, proc, o, direct in self.jobs]
-            libraries = []
-            for so, output, code, o, direct in outputs:
-                if direct:
-                    _direct_ld_works = code == 0
-                if code != 0 and direct:  # then with the driver, as every later link
-                    done = subprocess.run(self.cc_command(o, so), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                          text=True)
-                    output, code = done.stdout, done.returncode
-                if code != 0:
-                    raise RuntimeError(f"linking the kernel library failed:\n{output}")
-                with open(so, "rb") as f:
-                    libraries.append(f.read())
-            return libraries
-        finally:
-            self.close()
-
-    def close(self) -> None:
-        for _, proc, _, _ in self.jobs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        self.folder.cleanup()
+            "-o", so, o, *libraries]
 
 
 def link_shared_library(obj: bytes) -> bytes:
-    """Link one object into a shared library."""
-    linker = _Linker()
-    linker.start(obj)
-    return linker.finish()[0]
+    """Link one object into a shared library with `ld` (else the system C compiler driver)."""
+    global _direct_ld_works
+    cc = os.environ.get("CC", "cc")
+    with tempfile.TemporaryDirectory(prefix="qdc-link-") as folder:
+        o, so = os.path.join(folder, "k.o"), os.path.join(folder, "k.so")
+        with open(o, "wb") as f:
+            f.write(obj)
+        commands = [[cc, "-shared", "-o", so, o, "-lgomp", "-lm"]]
+        little_elf = sys.platform.startswith("linux") and sys.byteorder == "little"
+        direct = _direct_ld_command(o, so, _undefined_symbols(obj) if little_elf else None)
+        if direct is not None:
+            commands.insert(0, direct)
+        for command in commands:
+            try:
+                done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            except FileNotFoundError:
+                if command is direct:
+                    continue
+                raise RuntimeError(f"the CPU backend needs a C compiler driver to link ('{cc}' not found; "
+                                   f"set CC)") from None
+            if command is direct:
+                _direct_ld_works = done.returncode == 0
+            if done.returncode == 0:
+                with open(so, "rb") as f:
+                    return f.read()
+        raise RuntimeError(f"linking the kernel library failed:\n{done.stdout}")
 
 
 def compile_kernel(kernel: ir.KernelIR, meta: KernelMeta, opt_level: int = 3, fast_math: bool = False,

@@ -24,7 +24,6 @@ class CpuLevel(NamedTuple):
     llvm_cpu: str       # the CPU LLVM generates code for
     llvm_features: str  # extra LLVM feature flags on top of that CPU's own
     requires: tuple     # features the host must have to run the code (LLVM names)
-    artifact: str       # the artifact kind of its library: kernel.<artifact> in an entry
 
 
 _X86_V2 = ("cx16", "popcnt", "sahf", "sse3", "sse4.1", "sse4.2", "ssse3")
@@ -33,26 +32,25 @@ _X86_V4 = _X86_V3 + ("avx512bw", "avx512cd", "avx512dq", "avx512f", "avx512vl")
 _ARM_V8 = ("fp-armv8", "neon")
 _ARM_V82 = _ARM_V8 + ("crc", "dotprod", "fullfp16", "lse", "rdm")
 
-# Lowest first: the runtime takes the last one the host can run. The lowest keeps the artifact
-# kind "so", so tools that look for kernel.so find the library that runs everywhere.
+# Lowest first: the runtime takes the last one the host can run. One library holds the code
+# of every level (multiversion.py); the lowest is the code that runs until the runtime chooses.
 LEVELS = {
     "x86_64": (
-        CpuLevel("x86-64-v2", "x86-64-v2", "", _X86_V2, "so"),
-        CpuLevel("x86-64-v3", "x86-64-v3", "", _X86_V3, "so_x86_64_v3"),
+        CpuLevel("x86-64-v2", "x86-64-v2", "", _X86_V2),
+        CpuLevel("x86-64-v3", "x86-64-v3", "", _X86_V3),
         # LLVM tunes x86-64-v4 for 256-bit vectors (Skylake-X clocks down on zmm); the level
         # exists for AVX-512, and the CPUs that have it today (Zen 4/5, Sapphire Rapids on) run
         # 512-bit vectors at full speed, so let the vectoriser use zmm registers.
-        CpuLevel("x86-64-v4", "x86-64-v4", "-prefer-256-bit", _X86_V4, "so_x86_64_v4"),
+        CpuLevel("x86-64-v4", "x86-64-v4", "-prefer-256-bit", _X86_V4),
     ),
     "aarch64": (
-        CpuLevel("armv8-a", "generic", "+" + ",+".join(_ARM_V8), _ARM_V8, "so"),
-        CpuLevel("armv8.2-a", "generic", "+" + ",+".join(_ARM_V82), _ARM_V82, "so_armv8_2_a"),
-        CpuLevel("armv8.2-a+sve", "generic", "+" + ",+".join(_ARM_V82 + ("sve",)), _ARM_V82 + ("sve",),
-                 "so_armv8_2_a_sve"),
+        CpuLevel("armv8-a", "generic", "+" + ",+".join(_ARM_V8), _ARM_V8),
+        CpuLevel("armv8.2-a", "generic", "+" + ",+".join(_ARM_V82), _ARM_V82),
+        CpuLevel("armv8.2-a+sve", "generic", "+" + ",+".join(_ARM_V82 + ("sve",)), _ARM_V82 + ("sve",)),
     ),
 }
 # Other architectures: one library for the generic CPU of the family.
-GENERIC = CpuLevel("generic", "generic", "", (), "so")
+GENERIC = CpuLevel("generic", "generic", "", ())
 
 # LLVM CPU names by the ISA level whose features they have (their code is recorded as needing
 # that level's features; LLVM emits nothing beyond them for qdc's kernels). Not every name LLVM

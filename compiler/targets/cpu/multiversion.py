@@ -42,6 +42,8 @@ def multiversioned_ir(module: ll.Module, task_bodies: list[str], levels: tuple[C
     printed = {name: str(defined[name]) for name in [*task_bodies, *shared]}
     text = str(module)
     for name in task_bodies:
+        if printed[name] not in text:  # else every level would silently run the lowest one's code
+            raise AssertionError(f"task body {name!r} is not printed in the module as on its own")
         text = text.replace(printed[name], _dispatcher(defined[name], len(levels)), 1)
     copies = []
     for i, level in enumerate(levels):
@@ -64,8 +66,7 @@ def _level_copy(fn: ll.Function, text: str, i: int, level: CpuLevel, renamed: li
 
 
 def _dispatcher(fn: ll.Function, levels: int) -> str:
-    args = [f'{arg.type} %"a{k}"' for k, arg in enumerate(fn.args)]
-    passed = ", ".join(args)
+    passed = ", ".join(f'{arg.type} %"a{k}"' for k, arg in enumerate(fn.args))
     lines = [f'define internal void @"{fn.name}"({passed}) alwaysinline', "{", "entry:",
              f'  %"level" = load i32, ptr @"{LEVEL_VARIABLE}"',
              '  switch i32 %"level", label %"l0" [' + " ".join(f'i32 {i}, label %"l{i}"' for i in range(1, levels))

@@ -4,31 +4,39 @@ from __future__ import annotations
 
 from ... import ir
 from ..base import Capabilities
-from ..llvm.target import PORTABLE_MATH, External, Inline, Intrinsic, LlvmTarget
-from ..llvm.vector_math import OPS as INLINE_MATH_OPS
+from ..llvm.target import PORTABLE_MATH, External, Inline, Intrinsic, LlvmTarget, PerWidth
+from ..llvm.inline_math import OPS as INLINE_MATH_OPS
 
-# Transcendental functions are branch-free IR of the lowering's own (llvm/vector_math.py), so
+# Transcendental functions are branch-free IR of the lowering's own (llvm/inline_math.py), so
 # that the loop vectoriser widens loops calling them; a call to the C math library keeps a
 # loop scalar.
-CPU_MATH = {**PORTABLE_MATH, **{op: Inline(op) for op in INLINE_MATH_OPS}}
-# The C math library's scalar functions, as before vector_math.py: LLVM's CPU backends lower
+# Except f64 sin, cos and tan: fdlibm's branch-free reduction is exact below 2^53 only (NaN
+# beyond, targets/fdlibm.py), where libm gives numpy's values; those stay libm calls.
+CPU_MATH = {**PORTABLE_MATH, **{op: Inline(op) for op in INLINE_MATH_OPS},
+            **{op: PerWidth(Inline(op), Intrinsic(f"llvm.{op}")) for op in ("sin", "cos")},
+            "tan": PerWidth(Inline("tan"), External("tanf", "tan"))}
+# The C math library's scalar functions, as before inline_math.py: LLVM's CPU backends lower
 # these intrinsics to libm calls; the rest are libm's functions (f32 name, f64 name), -lm.
 LIBM_MATH = {**PORTABLE_MATH,
              **{op: Intrinsic(f"llvm.{op}") for op in ("sin", "cos", "exp", "log", "pow")},
              **{op: External(op + "f", op) for op in ("tan", "asin", "acos", "atan", "tanh", "atan2")}}
-# bench/bench_vector_math.py compiles kernels with LIBM_MATH to measure the difference (with
-# compiler.driver.kernel.compile_kernel, which no cache is involved in).
+# bench/bench_vector_math.py compiles kernels with LIBM_MATH everywhere to measure the difference
+# (with compiler.driver.kernel.compile_kernel, which no cache is involved in).
 _LIBM_FOR_BENCHMARK = False
 
 
 class CpuTarget(LlvmTarget):
     arch = "cpu"
     capabilities = Capabilities()  # every IR type, adstacks included
-    source_folders = ("llvm", "cpu", "spirv")  # spirv/math64.py: the f64 algorithms llvm/vector_math.py emits
+    source_folders = ("llvm", "cpu")
 
     @property
     def math_table(self) -> dict:
         return LIBM_MATH if _LIBM_FOR_BENCHMARK else CPU_MATH
+
+    # In a loop-carried chain (`v = sin(v)` in a serial loop) math is bound by latency, where
+    # the C library's branchy scalar functions are shorter than the inline code.
+    chain_math_table = LIBM_MATH
 
     def emit_slice_index(self, mb, builder):
         """The OpenMP thread number: a task with adstacks runs on at most as many threads as the

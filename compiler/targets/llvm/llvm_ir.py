@@ -20,8 +20,8 @@ from ... import ir
 from ...passes.bounds_checks import checked_accesses
 from ..base import Unsupported, codegen_error
 from .llvm_adstack import AdStackLowering
-from . import vector_math
-from .target import MATH_ARITY, Inline, Intrinsic
+from . import inline_math
+from .target import MATH_ARITY, Inline, Intrinsic, PerWidth
 
 PTR = ll.PointerType()
 I1, I8, I16, I32, I64 = ll.IntType(1), ll.IntType(8), ll.IntType(16), ll.IntType(32), ll.IntType(64)
@@ -65,10 +65,12 @@ class ModuleBuilder:
     def math(self, impl, t, nargs: int) -> ll.Function:
         """The function implementing a math op for float type `t`, as the target's math table
         says (llvm/target.py): an overloaded intrinsic or a function the target links."""
+        if isinstance(impl, PerWidth):
+            impl = impl.for_bits(_FLOAT_BITS[str(t)])
         if isinstance(impl, Intrinsic):
             return self.declare(f"{impl.name}.{_fsuffix(t)}", t, [t] * nargs)
         if isinstance(impl, Inline):
-            return vector_math.define(self.module, impl.op, _FLOAT_BITS[str(t)])
+            return inline_math.define(self.module, impl.op, _FLOAT_BITS[str(t)])
         return self.declare(impl.name_for(_FLOAT_BITS[str(t)]), t, [t] * nargs)
 
 
@@ -220,6 +222,25 @@ def start_function(fn: ll.Function) -> ll.IRBuilder:
     return ll.IRBuilder(body)
 
 
+def carries_state(loop: ir.Stmt) -> bool:
+    """Whether `loop`'s iterations hand a float on to the next: a float local declared outside
+    the loop that its body both reads and writes, or an adstack it pushes to or pops from
+    (reverse mode). LLVM vectorises no such loop (a float recurrence is not reassociable), so
+    its math is bound by latency, where the target's scalar library may do better
+    (`chain_math_table`)."""
+    declared, read, written = set(), set(), set()
+    for s in ir.walk_nested(loop):
+        if isinstance(s, (ir.AdStackPush, ir.AdStackPop)):
+            return True
+        if isinstance(s, ir.Alloca):
+            declared.add(s)
+        elif isinstance(s, ir.LocalLoad) and s.var.type.is_float:
+            read.add(s.var)
+        elif isinstance(s, ir.LocalStore) and s.var.type.is_float:
+            written.add(s.var)
+    return bool((read & written) - declared)
+
+
 class _Env(AdStackLowering):
     """Emission state inside one LLVM function."""
 
@@ -231,6 +252,7 @@ class _Env(AdStackLowering):
         self.alloca_builder = None
         self.flags = ("fast",) if cg.fast_math else ()
         self.where = None  # source location of the innermost statement being lowered that has one
+        self.chains = 0  # how many loops around the statement being lowered carry state (carries_state)
 
     def v(self, s):
         return self.vals[s]
@@ -365,7 +387,9 @@ class _Env(AdStackLowering):
 
     def math(self, op: str, *args):
         """`op` applied to float `args`, as the target's math table implements it."""
-        impl = self.cg.target.math_table.get(op)
+        target = self.cg.target
+        table = target.chain_math_table if self.chains and target.chain_math_table else target.math_table
+        impl = table.get(op)
         if impl is None or MATH_ARITY.get(op) != len(args):
             raise Unsupported(f"'{op}' of {_FLOAT_BITS[str(args[0].type)]}-bit floats is not available on "
                               f"target '{self.cg.target.arch}'")
@@ -655,9 +679,18 @@ class _Env(AdStackLowering):
         b.position_at_end(merge)
 
     def s_RangeFor(self, s):
+        chain = carries_state(s)
+        self.chains += chain
         self.loop(self.v(s.begin), self.v(s.end), s.body, self.binder(s.index))
+        self.chains -= chain
 
     def s_While(self, s):
+        chain = carries_state(s)
+        self.chains += chain
+        self.while_loop(s)
+        self.chains -= chain
+
+    def while_loop(self, s):
         b = self.b
         head = b.append_basic_block("while.body")
         exit_bb = b.append_basic_block("while.exit")

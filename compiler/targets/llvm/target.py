@@ -6,7 +6,7 @@ runtime. A target deriving from `LlvmTarget` gives it
   target lowers (`Intrinsic("llvm.sqrt")`, overloaded on the float type) or a function the
   target declares and links (`External(f32_name, f64_name)`: the CPU's C math library, CUDA's
   libdevice), or `Inline(op)`: branch-free code the lowering defines in the module itself
-  (vector_math.py), which the loop vectoriser can widen. f16 math is computed in f32, so a
+  (inline_math.py), which the loop vectoriser can widen. f16 math is computed in f32, so a
   table has f32 and f64 names only.
 - `emit_slice_index(mb, builder)`: the IR for "this thread's adstack heap slice number" (an
   i64, emitted once per function in its entry block): the worker thread number on the CPU,
@@ -44,8 +44,18 @@ class External:
 
 
 @dataclass(frozen=True)
+class PerWidth:
+    """One implementation for f32 and another for f64 (each an Intrinsic, External or Inline)."""
+    f32: object
+    f64: object
+
+    def for_bits(self, bits: int):
+        return self.f32 if bits == 32 else self.f64
+
+
+@dataclass(frozen=True)
 class Inline:
-    """`op` as branch-free IR defined in the kernel's module and inlined (vector_math.py)."""
+    """`op` as branch-free IR defined in the kernel's module and inlined (inline_math.py)."""
     op: str
 
 
@@ -57,6 +67,9 @@ PORTABLE_MATH = {"sqrt": Intrinsic("llvm.sqrt"), "floor": Intrinsic("llvm.floor"
 class LlvmTarget(Target):
     """A target built on the shared LLVM lowering (compiler/targets/llvm/llvm_ir.py)."""
     math_table: dict = PORTABLE_MATH
+    # The table for math inside a loop that carries state from one iteration to the next
+    # (llvm_ir.carries_state), which no vectoriser widens; None: `math_table` everywhere.
+    chain_math_table: dict | None = None
     heap_layout = LLVM_HEAP
 
     def emit_slice_index(self, mb, builder):

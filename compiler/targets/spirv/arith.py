@@ -14,7 +14,8 @@ import math
 from qdc.runtime.contract import types as T
 
 from .. import base
-from .math64 import Float64Math, SpirvOps
+from ..fdlibm import Float64Math
+from .math64 import SpirvOps
 from .spec import GLSL, GLSL_NO_FLOAT64, Decoration, Op
 
 _UNARY_GLSL = {"sin": GLSL.Sin, "cos": GLSL.Cos, "tan": GLSL.Tan, "asin": GLSL.Asin, "acos": GLSL.Acos,

@@ -19,10 +19,21 @@ address of its dtype object and E + 2 + 2i the flag bits it must have. The field
 numpy's array struct (PyArrayObject_fields, unchanged from numpy 1.7 through 2.x) are checked
 against a live array before the launcher uses this path (`numpy_layout_matches`); a kernel
 library carries the prologue when it exports MARKER.
+
+The Python entry goes further (issue 14: a launch costs less than a ctypes call of a no-op):
+`<entry>_py` is a METH_FASTCALL function that `PyCFunction_NewEx` makes a builtin of, with the
+launcher's ctx buffer (a ctypes object) for `self`. It binds every argument from the Python
+objects themselves: numpy arrays as above, Python floats (an f32 out of range is refused, as
+struct refuses it), ints (through PyLong_AsLongLongAndOverflow, range-checked per type) and
+True/False, then runs the fused entry, without releasing the GIL and without a ctypes call.
+It returns None, or the buffer, having run nothing, for an argument it leaves to Python. The
+interpreter's addresses it needs are ctx words (`PY_*`), so the library links against no
+Python; the object layouts it reads are checked on live objects (`python_layout_matches`).
 """
 from __future__ import annotations
 
 import ctypes
+import sys
 
 import numpy as np
 
@@ -34,8 +45,19 @@ OFFSET_TYPE, OFFSET_DATA, OFFSET_NDIM, OFFSET_DIMS, OFFSET_DESCR, OFFSET_FLAGS =
 C_CONTIGUOUS, WRITEABLE = 0x0001, 0x0400  # NPY_ARRAY_C_CONTIGUOUS, NPY_ARRAY_WRITEABLE
 
 
+# The Python entry (`<entry>_py`, a METH_FASTCALL function of its own: see PYTHON_ENTRY below)
+# reads these after the numpy words: the addresses of float, int, True, False, None, and of
+# Py_IncRef and PyLong_AsLongLongAndOverflow (the library links against no Python).
+PY_FLOAT, PY_LONG, PY_TRUE, PY_FALSE, PY_NONE, PY_INCREF, PY_AS_LONG = range(7)
+PY_WORDS = 7
+
+
 def extra_words(num_params: int) -> int:
-    return 1 + 2 * num_params
+    return 1 + 2 * num_params + PY_WORDS
+
+
+def python_word(ctx_words: int, num_params: int, which: int) -> int:
+    return ctx_words + 1 + 2 * num_params + which
 
 
 def type_word(ctx_words: int) -> int:
@@ -84,6 +106,75 @@ def numpy_layout_matches() -> bool:
     return _layout_checked
 
 
+PYTHON_MARKER = "qdc_python_entry_v1"
+PYTHON_ENTRY_SUFFIX = "_py"
+PYTHON_SCALARS = ("i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "f32", "f64", "u1")
+FLOAT_VALUE = 16  # PyFloatObject.ob_fval
+CDATA_POINTER = 16  # a ctypes object's b_ptr: the Python entry's `self` is the ctx buffer
+METH_FASTCALL = 0x0080
+
+
+def python_entry_possible(meta) -> bool:
+    """Whether a kernel gets the Python entry: every parameter bound by it (numpy arrays the
+    prologue binds, Python floats, ints and bools for scalars of these types)."""
+    return bool(meta.params) and all(eligible(p) if p.kind == "ndarray" else p.dtype in PYTHON_SCALARS
+                                     for p in meta.params)
+
+
+_python_layout: bool | None = None
+
+
+def python_layout_matches() -> bool:
+    """Whether this interpreter's objects have their type, a float's value and a ctypes
+    buffer's pointer where the Python entry reads them (tested once, on live objects)."""
+    global _python_layout
+    if _python_layout is None:
+        x, buf = 1.75, (ctypes.c_uint64 * 1)()
+        _python_layout = (sys.implementation.name == "cpython" and hasattr(ctypes, "pythonapi")
+                          and _read(id(x) + OFFSET_TYPE, ctypes.c_void_p) == id(float)
+                          and _read(id(x) + FLOAT_VALUE, ctypes.c_double) == x
+                          and _read(id(buf) + CDATA_POINTER, ctypes.c_void_p) == ctypes.addressof(buf)
+                          and numpy_layout_matches())
+    return _python_layout
+
+
+class _MethodDef(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("meth", ctypes.c_void_p), ("flags", ctypes.c_int),
+                ("doc", ctypes.c_char_p)]
+
+
+def _address(fn) -> int:
+    return ctypes.cast(fn, ctypes.c_void_p).value
+
+
+class PythonEntry:
+    """`function(*args)`: the kernel's Python entry as a builtin function whose `self` is the
+    launcher's ctx buffer: it binds every argument and launches, returning None, or returns
+    the buffer, having run nothing, when an argument is not one it binds (the launch code
+    then binds in Python). The method definition must outlive the function: kept here."""
+
+    def __init__(self, address: int, name: str, buf):
+        self.definition = _MethodDef(name.encode(), address, METH_FASTCALL, None)
+        new_function = ctypes.pythonapi.PyCFunction_NewEx
+        new_function.restype = ctypes.py_object
+        new_function.argtypes = [ctypes.c_void_p, ctypes.py_object, ctypes.py_object]
+        self.function = new_function(ctypes.addressof(self.definition), buf, None)
+        self.buf = buf
+
+
+def python_entry(lib, meta, buf) -> PythonEntry | None:
+    """The kernel's Python entry bound to `buf`, when its library has one and this interpreter
+    lays its objects out as the entry expects."""
+    try:
+        lib[PYTHON_MARKER]
+        fn = lib[meta.entry + PYTHON_ENTRY_SUFFIX]
+    except (AttributeError, TypeError):
+        return None
+    if not (python_entry_possible(meta) and python_layout_matches()):
+        return None
+    return PythonEntry(_address(fn), meta.name, buf)
+
+
 def eligible(param) -> bool:
     """Whether the prologue binds this parameter (a ParamMeta): an ndarray with a shape word,
     whose gradient the kernel does not use (a numpy array has none), of scalar elements (the
@@ -103,6 +194,9 @@ class NumpyBinding:
         self.ctx_words = meta.ctx_words + extra_words(len(meta.params))
         self.sentinel = SENTINEL
 
+    def python_entry(self, lib, buf) -> PythonEntry | None:
+        return python_entry(lib, self.meta, buf) if lib is not None else None
+
     def fill(self, words) -> None:
         from ...contract.types import by_name
         base = self.meta.ctx_words
@@ -111,3 +205,11 @@ class NumpyBinding:
             p = self.meta.params[i]
             words[dtype_word(base, i)] = id(by_name(p.dtype).np_dtype)  # a builtin dtype: lives as long as numpy
             words[flags_word(base, i)] = required_flags(bool(p.writes))
+        if not python_layout_matches():
+            return
+        api = ctypes.pythonapi
+        for which, address in ((PY_FLOAT, id(float)), (PY_LONG, id(int)), (PY_TRUE, id(True)),
+                               (PY_FALSE, id(False)), (PY_NONE, id(None)),
+                               (PY_INCREF, _address(api.Py_IncRef)),
+                               (PY_AS_LONG, _address(api.PyLong_AsLongLongAndOverflow))):
+            words[python_word(base, len(self.meta.params), which)] = address  # builtins: live as long as Python
