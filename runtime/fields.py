@@ -14,6 +14,7 @@ import weakref
 import numpy as np
 
 from . import context
+from .element_proxy import ElementProxy
 from .contract.types import DataType, from_numpy as dtype_from_numpy
 
 _ids = itertools.count()
@@ -146,8 +147,15 @@ class _DeviceArray:
         context.current().device.sync()
         return view
 
-    def to_numpy(self, dtype=None) -> np.ndarray:
-        """A copy of the contents (converted to `dtype` if given)."""
+    def to_numpy(self, dtype=None, keep_dims: bool = False) -> np.ndarray:
+        """A copy of the contents (converted to `dtype` if given). `keep_dims=True` gives a
+        vector element the shape (n, 1), as Quadrants does."""
+        out = self._copy_to_numpy(dtype)
+        if keep_dims and len(self._element_shape) == 1:
+            return out.reshape(self.storage_shape + (1,))
+        return out
+
+    def _copy_to_numpy(self, dtype) -> np.ndarray:
         view = self._synced_view()
         if view is not None:
             out = view.copy()
@@ -233,15 +241,18 @@ class _DeviceArray:
         return int(np.prod(self._element_shape, dtype=np.int64))
 
     def _read_element(self, idx: tuple):
-        """Element `idx` (checked by the caller) as a Python scalar: read through the host view
+        """Element `idx` (checked by the caller) as a Python scalar, or a vector/matrix element as
+        an ElementProxy that writes item assignments back: read through the host view
         where the device shares memory, else a ranged read of that element alone (never a
         copy of the whole array)."""
         view = self._synced_view()
         if view is not None:
-            return view[idx].copy() if self._element_shape else view[idx].item()
+            if not self._element_shape:
+                return view[idx].item()
+            return ElementProxy.of(view[idx].copy(), self, idx)
         out = np.empty(self._element_count(), self._dtype.np_dtype)
         context.current().device.copy_to_host(self.allocation(), out, self._byte_offset(idx))
-        return out.reshape(self._element_shape) if self._element_shape else out[0].item()
+        return ElementProxy.of(out.reshape(self._element_shape), self, idx) if self._element_shape else out[0].item()
 
     def _what(self) -> str:
         return type(self).__name__.lower()

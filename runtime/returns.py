@@ -2,10 +2,11 @@
 
 The kernel stores each returned scalar into a kernel temporary (device memory, the low bytes
 of its 8-byte word); the launch function of a kernel that returns ends with a call of a
-`ResultReader`, which reads the temporaries back (on a GPU a ranged copy, which waits for the
-launch as any host read does; on a synchronous host-memory device such as the CPU straight
-from memory) and builds the Python value: a Python scalar per scalar, a numpy array per
-vector or matrix, a tuple when the kernel's annotation is a tuple.
+`ResultReader`, which reads the temporaries back (on a GPU a ranged copy after `sync()`, which
+waits for the launch and raises a pending error as any host read does; on a synchronous
+host-memory device such as the CPU straight from memory) and builds the Python value: a
+Python scalar per scalar, a numpy array per vector or matrix, a tuple when the kernel's
+annotation is a tuple.
 """
 from __future__ import annotations
 
@@ -34,6 +35,9 @@ class ResultReader:
 
     def __call__(self):
         if self.copy is not None:
+            # a host read, like x[i]: an error of any launch still in flight (this one's or an
+            # earlier one's) is raised here rather than left for a later qd.sync()
+            self.device.sync()
             self.device.copy_to_host(self.temps, self.copy)
         values = [view.item() if not shape else view.reshape(shape).copy() for view, shape in self.items]
         return tuple(values) if self.is_tuple else values[0]

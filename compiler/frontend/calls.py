@@ -29,7 +29,7 @@ _MAX_INLINE_DEPTH = 64
 _LOCAL_ATOMIC_OP = {"add": "add", "sub": "sub", "min": "min", "max": "max",
                     "and": "bit_and", "or": "bit_or", "xor": "bit_xor"}
 _BUILTINS = (builtins.abs, builtins.min, builtins.max, builtins.int, builtins.float, builtins.bool,
-             builtins.range, builtins.len, builtins.pow)
+             builtins.range, builtins.len, builtins.pow, builtins.any, builtins.all)
 
 
 _PLAIN_FUNCS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -88,7 +88,7 @@ class CallLowering:
             return self.vector_literal(callee, node)
         helper = _MATRIX_HELPERS.get(callee) if _hashable(callee) else None
         if helper is not None:
-            return self.matrix_helper(helper, node)
+            return self.matrix_helper(helper, node, callee)
         if _hashable(callee) and callee in MATH_FUNCTIONS:
             return self.call_math(callee, node)
         if callee is M.vector or callee is M.matrix:  # qd.types.vector(n, dtype): a type, made now
@@ -133,6 +133,11 @@ class CallLowering:
                                     node.args)
         if fn is builtins.abs:
             return self.elementwise(lambda x: self.values.unary("abs", x), self.call_args(node, 1, 1, name), node.args)
+        if fn in (builtins.any, builtins.all):  # any(v) / all(v) of a vector or matrix, as in Quadrants
+            (v,) = self.call_args(node, 1, 1, name)
+            if not isinstance(v, VectorValue):
+                self.error(f"{name}() in a kernel takes a vector or matrix", node.args[0])
+            return self.reduce("bit_or" if fn is builtins.any else "bit_and", v.map(self.values.to_bool))
         (arg,) = self.scalar_args(node, 1, 1, name)
         if not is_runtime(arg):
             return fn(arg)  # int(), float(), bool() of a compile-time number
@@ -358,7 +363,9 @@ class CallLowering:
 
 
 LOOP_CONFIG_KEYS = ("serialize", "block_dim")
-_MATRIX_HELPERS = {M.Matrix.identity: "identity", M.Matrix.diag: "diag", M.Matrix.zero: "zero"}
+_MATRIX_HELPERS = {M.Matrix.identity: "identity", M.Matrix.diag: "diag", M.Matrix.zero: "zero",
+                   M.Matrix.one: "one", M.Matrix.rows: "rows", M.Matrix.cols: "cols",
+                   M.Vector.zero: "zero", M.Vector.one: "one", M.Vector.unit: "unit"}
 
 
 class LoopConfig:

@@ -156,6 +156,7 @@ _METHODS = {
     "norm": lambda fe, v, eps=0: fe.norm(v, eps),
     "norm_sqr": lambda fe, v: fe.norm_sqr(v),
     "normalized": lambda fe, v, eps=0: fe.normalized(v, eps),
+    "norm_inv": lambda fe, v, eps=0: fe.values.unary("rsqrt", fe.values.binary("add", fe.norm_sqr(v), eps)),
     "transpose": lambda fe, v: fe.transpose(v),
     "sum": lambda fe, v: fe.reduce("add", v),
     "max": lambda fe, v: fe.reduce("max", v),

@@ -11,6 +11,7 @@ A mixin of FrontEnd (see ast_to_ir.py); the visitor methods there hand vector op
 from __future__ import annotations
 
 import ast
+import inspect
 import itertools
 
 from qdc.runtime.contract import types as T
@@ -188,22 +189,43 @@ class VectorLowering:
         dtype = mtype.element_dtype(self.values.default_ip, self.values.default_fp)
         return self.vector_of(mtype.shape, flat, dtype)
 
-    def matrix_helper(self, kind: str, node: ast.Call) -> VectorValue:
-        """`qd.Matrix.identity(dtype, n)`, `qd.Matrix.diag(n, value)`, `qd.Matrix.zero(dtype, n, m)`."""
-        args = self.call_args(node, 2, 3, f"qd.Matrix.{kind}")
+    def matrix_helper(self, kind: str, node: ast.Call, callee) -> VectorValue:
+        """`qd.Matrix.identity(dtype, n)`, `.diag(dim, val)`, `.zero(dtype, n, m)`, `.one(...)`,
+        `.rows([v0, v1])`, `.cols([v0, v1])`, `qd.Vector.zero/one(dtype, n)`, `qd.Vector.unit(n, i)`:
+        all but rows, cols and diag take compile-time arguments only, so they are the Python
+        function's value as constants."""
+        self.reject_unpacking(node)
+        args = [self.visit(a) for a in node.args]
+        kwargs = {kw.arg: self.visit(kw.value) for kw in node.keywords}
+        name = f"qd.{callee.__qualname__}"
+        try:
+            bound = inspect.signature(callee).bind(*args, **kwargs)
+        except TypeError as e:
+            self.error(f"{name}(): {e}", node)
+        if kind in ("rows", "cols"):
+            return self.matrix_of_vectors(kind, bound.arguments[kind], node)
         if kind == "diag":
-            n, value = args[0], self.vector_scalar(args[1])
+            n, value = bound.arguments["dim"], self.vector_scalar(bound.arguments["val"])
             if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
-                self.error("qd.Matrix.diag(dim, value) needs a compile-time positive dim")
+                self.error("qd.Matrix.diag(dim, val) needs a compile-time positive dim", node)
             return VectorValue((n, n), [value if i == j else 0 for i in range(n) for j in range(n)])
-        dtype, *dims = args
-        if not isinstance(dtype, T.DataType) or any(not isinstance(d, int) for d in dims):
-            self.error(f"qd.Matrix.{kind}() takes a qd type and compile-time sizes")
-        if kind == "identity":
-            (n,) = dims
-            return self.vector_of((n, n), [1 if i == j else 0 for i in range(n) for j in range(n)], dtype)
-        shape = tuple(dims) if len(dims) == 2 else (dims[0],)
-        return self.vector_of(shape, [0] * component_count(shape), dtype)
+        if any(is_runtime(a) for a in [*args, *kwargs.values()]):
+            self.error(f"{name}() takes compile-time arguments (a qd type and sizes)", node)
+        try:
+            value = callee(*args, **kwargs)
+        except (TypeError, ValueError, IndexError, AttributeError) as e:
+            self.error(f"{name}(): {e}", node)
+        return self.vector_of(value.shape, value.ravel().tolist(), T.from_numpy(value.dtype))
+
+    def matrix_of_vectors(self, kind: str, value, node: ast.Call) -> VectorValue:
+        parts = value if isinstance(value, (tuple, list)) else [value]
+        lines = [p.components if isinstance(p, VectorValue) and not p.is_matrix else p for p in parts]
+        if not lines or any(not isinstance(v, (tuple, list)) for v in lines) or len({len(v) for v in lines}) != 1:
+            self.error(f"qd.Matrix.{kind}() needs a list of vectors (or lists) of one length", node)
+        n, m = len(lines), len(lines[0])
+        if kind == "rows":
+            return VectorValue((n, m), [self.scalar(c, node) for line in lines for c in line])
+        return VectorValue((m, n), [self.scalar(lines[j][i], node) for i in range(m) for j in range(n)])
 
     # ---- locals --------------------------------------------------------------------------
     def new_vector_var(self, value: VectorValue, name: str, dtype: T.DataType | None = None) -> VectorVar:
@@ -454,12 +476,21 @@ class VectorLowering:
 
     def target_components(self, target: Target, value, node) -> list:
         """`value` spread over the target's places: a vector of the same shape, or a scalar broadcast."""
+        if isinstance(value, (tuple, list)) and target.shape:  # `m[i] = [[1, 2], [3, 4]]`, as in Quadrants
+            value = self.list_as_vector(value, target.shape, node)
         if isinstance(value, VectorValue):
             if value.shape != target.shape:
                 self.error(f"cannot assign a {kind_of(value.shape)} of shape {shape_text(value.shape)} to a "
                            f"{kind_of(target.shape)} of shape {shape_text(target.shape)}", node)
             return value.components
         return [self.scalar(value, node)] * len(target.places)
+
+    def list_as_vector(self, value, shape: tuple, node) -> VectorValue:
+        """A list/tuple literal of the target's shape (nested for a matrix) as a vector value."""
+        if _nested_shape(value) != shape:
+            self.error(f"cannot assign a list of shape {_nested_shape(value)} to a {kind_of(shape)} of shape "
+                       f"{shape_text(shape)}", node)
+        return VectorValue(shape, [self.scalar(c, node) for c in _flatten_components(value)])
 
     def store_target(self, target: Target, value, value_node=None) -> None:
         for place, v in zip(target.places, self.target_components(target, value, value_node)):
@@ -479,8 +510,10 @@ class VectorLowering:
     def aug_assign_target(self, op: str, target: Target, value_node) -> None:
         """`t op= value`: atomic on field/ndarray components (add, sub, and integer bit ops) and
         on kernel-scope locals shared by a parallel loop, as for scalars."""
-        value = self.vector_operand(self.visit(value_node), value_node)
-        parts = self.target_components(target, value, value_node)
+        value = self.visit(value_node)
+        if isinstance(value, (tuple, list)) and target.shape:
+            value = self.list_as_vector(value, target.shape, value_node)
+        parts = self.target_components(target, self.vector_operand(value, value_node), value_node)
         atomic = _ATOMIC_AUG.get(op)
         for place, v in zip(target.places, parts):
             usable = atomic is not None and (place.type.is_integral or atomic in ("add", "sub"))
@@ -514,6 +547,18 @@ def shape_text(shape) -> str:
 
 def kind_of(shape) -> str:
     return {0: "scalar", 1: "vector"}.get(len(shape), "matrix")
+
+
+def _nested_shape(v) -> tuple | None:
+    """The shape of a nested list/tuple of scalars and vectors (None when ragged)."""
+    if isinstance(v, VectorValue):
+        return v.shape
+    if not isinstance(v, (tuple, list)):
+        return ()
+    inner = {_nested_shape(e) for e in v}
+    if len(inner) > 1 or None in inner:
+        return None
+    return (len(v),) + (inner.pop() if inner else ())
 
 
 def _flatten_components(v) -> list:

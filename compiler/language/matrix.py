@@ -147,6 +147,22 @@ class Vector:
     def ndarray(n, dtype, shape, needs_grad=False, needs_dual=False) -> Ndarray:
         return MatrixType((n,), dtype).ndarray(shape, needs_grad, needs_dual)
 
+    @staticmethod
+    def zero(dtype, n):
+        """A vector of n zeros (also in kernels)."""
+        return np.zeros(n, dtype=dtype.np_dtype)
+
+    @staticmethod
+    def one(dtype, n):
+        """A vector of n ones (also in kernels)."""
+        return np.ones(n, dtype=dtype.np_dtype)
+
+    @staticmethod
+    def unit(n, i, dtype=None):
+        """The i-th unit vector of length n, of integers unless `dtype` says otherwise (as in
+        Quadrants; also in kernels)."""
+        return np.eye(n, dtype=np.int32 if dtype is None else dtype.np_dtype)[i].copy()
+
 
 class Matrix:
     """`qd.Matrix([[a, b], [c, d]])` in kernels and Python scope; `qd.Matrix.field(n, m, dtype,
@@ -173,6 +189,21 @@ class Matrix:
     def diag(dim, val):
         """`val` on the diagonal of a dim x dim matrix (also in kernels)."""
         return np.eye(dim) * val
+
+    @staticmethod
+    def one(dtype, n, m=None):
+        """A vector (n) or matrix (n x m) of ones (also in kernels)."""
+        return np.ones((n,) if m is None else (n, m), dtype=dtype.np_dtype)
+
+    @staticmethod
+    def rows(rows):
+        """The matrix whose rows are the given vectors or lists (also in kernels)."""
+        return np.array([np.asarray(r) for r in rows])
+
+    @staticmethod
+    def cols(cols):
+        """The matrix whose columns are the given vectors or lists (also in kernels)."""
+        return np.array([np.asarray(c) for c in cols]).T.copy()
 
     @staticmethod
     def zero(dtype, n, m=None):
