@@ -12,33 +12,14 @@ import numpy as np
 import pytest
 
 import qdc as qd
+from acceptance_util import compile_error_checker, f32, line_of
 from conftest import vulkan_unavailable_reason
 
 HERE = os.path.abspath(__file__)
 
 
-def _line_of(marker: str) -> int:
-    lines = open(HERE, encoding="utf-8").read().splitlines()
-    hits = [i + 1 for i, t in enumerate(lines) if t.rstrip().endswith("# " + marker)]
-    assert len(hits) == 1, marker
-    return hits[0]
-
-
-def _assert_compile_error_at(fn, marker: str, *words):
-    with pytest.raises(qd.QdcCompileError) as info:
-        fn()
-    msg = str(info.value)
-    first = msg.splitlines()[0]
-    assert first.startswith(f"{HERE}:{_line_of(marker)}:"), msg
-    assert ": error: " in first, msg
-    assert "Traceback" not in msg
-    for w in words:
-        assert w.lower() in msg.lower(), (w, msg)
-    return msg
-
-
-def _f32(rng, *shape, lo=-1.0, hi=1.0):
-    return rng.uniform(lo, hi, shape).astype(np.float32)
+_assert_compile_error_at = compile_error_checker(HERE)
+_f32 = f32
 
 
 def test_inplace_update_gradient_wrt_initial_value(arch, rng):
@@ -73,7 +54,7 @@ def test_inplace_update_times_a_differentiated_factor_is_rejected_with_location(
 
     with pytest.raises(qd.QdcCompileError) as info:
         bad.grad()
-    assert f"{HERE}:{_line_of('INPLACE-NONLINEAR')}:" in str(info.value).splitlines()[0], str(info.value)
+    assert f"{HERE}:{line_of(HERE, 'INPLACE-NONLINEAR')}:" in str(info.value).splitlines()[0], str(info.value)
 
 
 def test_store_in_both_branches_of_if(arch, rng):
@@ -168,7 +149,7 @@ def test_rejection_cross_iteration_read_after_write():
 
     with pytest.raises(qd.QdcCompileError) as info:
         bad.grad()
-    assert f"{HERE}:{_line_of('RAW-CROSS')}:" in str(info.value).splitlines()[0], str(info.value)
+    assert f"{HERE}:{line_of(HERE, 'RAW-CROSS')}:" in str(info.value).splitlines()[0], str(info.value)
 
 
 def test_rejection_nonlinear_use_of_overwritten_value():
@@ -181,7 +162,7 @@ def test_rejection_nonlinear_use_of_overwritten_value():
 
     with pytest.raises(qd.QdcCompileError) as info:
         bad.grad()
-    assert f"{HERE}:{_line_of('NONLINEAR-OVERWRITE')}:" in str(info.value).splitlines()[0], str(info.value)
+    assert f"{HERE}:{line_of(HERE, 'NONLINEAR-OVERWRITE')}:" in str(info.value).splitlines()[0], str(info.value)
 
 
 def test_rejection_while_in_differentiated_kernel_but_forward_runs(rng):
@@ -207,7 +188,7 @@ def test_rejection_while_in_differentiated_kernel_but_forward_runs(rng):
     np.testing.assert_allclose(y[None], sum(ref(a) for a in v), rtol=1e-6)
     with pytest.raises(qd.QdcCompileError) as info:
         halve.grad()
-    assert f"{HERE}:{_line_of('WHILE-GRAD')}:" in str(info.value).splitlines()[0], str(info.value)
+    assert f"{HERE}:{line_of(HERE, 'WHILE-GRAD')}:" in str(info.value).splitlines()[0], str(info.value)
 
 
 def test_tape_grad_check_passes_on_a_correct_gradient(arch, rng):
@@ -405,7 +386,7 @@ def test_unbounded_adstack_warns_naming_line_and_uses_default_capacity(rng):
         with qd.ad.Tape(loss=y):
             k()
     text = " ".join(str(w.message) for w in caught)
-    assert f"{_line_of('UNBOUNDED')}" in text, text
+    assert f"{line_of(HERE, 'UNBOUNDED')}" in text, text
     np.testing.assert_allclose(x.grad.to_numpy(), _local_trips_grad64(x0), rtol=1e-4, atol=1e-7)
 
 
@@ -714,7 +695,7 @@ def test_rejection_every_iteration_stores_one_element():
 
     with pytest.raises(qd.QdcCompileError) as info:
         bad.grad()
-    assert f"{HERE}:{_line_of('ONE-ELEMENT')}:" in str(info.value).splitlines()[0], str(info.value)
+    assert f"{HERE}:{line_of(HERE, 'ONE-ELEMENT')}:" in str(info.value).splitlines()[0], str(info.value)
 
 
 def test_rejection_atomic_old_value_in_differentiated_kernel():
@@ -730,7 +711,7 @@ def test_rejection_atomic_old_value_in_differentiated_kernel():
 
     with pytest.raises(qd.QdcCompileError) as info:
         bad.grad()
-    assert f"{HERE}:{_line_of('OLD-VALUE')}:" in str(info.value).splitlines()[0], str(info.value)
+    assert f"{HERE}:{line_of(HERE, 'OLD-VALUE')}:" in str(info.value).splitlines()[0], str(info.value)
 
 
 def test_f64_adstack_on_vulkan_is_a_located_error_and_fine_on_cpu(arch, rng):
@@ -752,7 +733,7 @@ def test_f64_adstack_on_vulkan_is_a_located_error_and_fine_on_cpu(arch, rng):
     if arch == "vulkan":
         with pytest.raises(qd.QdcCompileError) as info:
             f64chain.grad()
-        assert f"{HERE}:{_line_of('F64-ADSTACK')}:" in str(info.value).splitlines()[0], str(info.value)
+        assert f"{HERE}:{line_of(HERE, 'F64-ADSTACK')}:" in str(info.value).splitlines()[0], str(info.value)
         assert "f64" in str(info.value)
         return
     with qd.ad.Tape(loss=loss):
@@ -776,7 +757,7 @@ def test_forward_mode_atomic_max_on_a_dual_is_a_located_error():
     with pytest.raises(qd.QdcCompileError) as info:
         with qd.ad.FwdMode(loss=y, param=x, seed=[1.0, 0.0, 0.0, 0.0]):
             peak()
-    assert f"{HERE}:{_line_of('FWD-ATOMIC-MAX')}:" in str(info.value).splitlines()[0], str(info.value)
+    assert f"{HERE}:{line_of(HERE, 'FWD-ATOMIC-MAX')}:" in str(info.value).splitlines()[0], str(info.value)
 
 
 def test_ad_context_misuse_is_refused():

@@ -11,32 +11,13 @@ import numpy as np
 import pytest
 
 import qdc as qd
+from acceptance_util import compile_error_checker, f32, line_of
 
 HERE = os.path.abspath(__file__)
 
 
-def _line_of(marker: str) -> int:
-    lines = open(HERE, encoding="utf-8").read().splitlines()
-    hits = [i + 1 for i, t in enumerate(lines) if t.rstrip().endswith("# " + marker)]
-    assert len(hits) == 1, marker
-    return hits[0]
-
-
-def _assert_compile_error_at(fn, marker: str, *words):
-    with pytest.raises(qd.QdcCompileError) as info:
-        fn()
-    msg = str(info.value)
-    first = msg.splitlines()[0]
-    assert first.startswith(f"{HERE}:{_line_of(marker)}:"), msg
-    assert ": error: " in first, msg
-    assert "Traceback" not in msg
-    for w in words:
-        assert w.lower() in msg.lower(), (w, msg)
-    return msg
-
-
-def _f32(rng, *shape, lo=-1.0, hi=1.0):
-    return rng.uniform(lo, hi, shape).astype(np.float32)
+_assert_compile_error_at = compile_error_checker(HERE)
+_f32 = f32
 
 
 def test_template_field_argument_compiles_per_field(arch, rng):
@@ -338,7 +319,7 @@ def test_missing_parameter_annotation_is_a_located_error():
 
     with pytest.raises(qd.QdcCompileError) as info:
         bad(1.0)
-    assert f"{HERE}:{_line_of('NO-ANNOTATION')}:" in str(info.value).splitlines()[0], str(info.value)
+    assert f"{HERE}:{line_of(HERE, 'NO-ANNOTATION')}:" in str(info.value).splitlines()[0], str(info.value)
 
 
 def test_vector_ndarray_parameter_trailing_axes(arch, rng):

@@ -306,7 +306,6 @@ class MemoryLowering:
         their word), leaving the word's other elements as they are. The old value."""
         if op not in _COMBINE_OF:
             raise Unsupported(f"atomic '{op}' on {t.name}")
-        fb, u32 = self.fb, self.ty(T.u32)
         per_word = 32 // t.bits
         word_index = self.op(Op.ShiftRightLogical, it, linear, self.c(it, per_word.bit_length() - 1))
         lane = self.convert(self.op(Op.BitwiseAnd, it, linear, self.c(it, per_word - 1)), it, T.u32)
@@ -314,7 +313,6 @@ class MemoryLowering:
         mask = self.c(T.u32, (1 << t.bits) - 1)
         keep = self.op(Op.Not, T.u32, self.op(Op.ShiftLeftLogical, T.u32, mask, shift))
         pointer = self.element(*key, T.u32, word_index)
-        scope, relaxed = self.c(T.u32, SCOPE_DEVICE), self.c(T.u32, SEMANTICS_RELAXED)
         narrow = _BITS_OF[t.bits]
 
         def element_of(word: int) -> int:
@@ -322,35 +320,29 @@ class MemoryLowering:
                                                          self.op(Op.ShiftRightLogical, T.u32, word, shift), mask))
             return bits if t is narrow else self.op(Op.Bitcast, t, bits)
 
-        seen = fb.local_variable(u32)
-        fb.emit_void(Op.Store, seen, fb.emit(Op.AtomicLoad, u32, pointer, scope, relaxed))
-        header, body, cont, merge = (fb.new_label() for _ in range(4))
-        fb.branch(header)
-        fb.place(header)
-        fb.loop_header(merge, cont)
-        fb.branch(body)
-        fb.place(body)
-        expected = fb.emit(Op.Load, u32, seen)
-        old = element_of(expected)
         operand = value
         if op == "sub":
             operand = self.op(Op.FNegate if t.is_float else Op.SNegate, t, value)
-        updated = self.combine(_COMBINE_OF[op], t, old, operand)
-        bits = updated if t is narrow else self.op(Op.Bitcast, narrow, updated)
-        placed = self.op(Op.ShiftLeftLogical, T.u32, self.op(Op.UConvert, T.u32, bits), shift)
-        desired = self.op(Op.BitwiseOr, T.u32, self.op(Op.BitwiseAnd, T.u32, expected, keep), placed)
-        found = fb.emit(Op.AtomicCompareExchange, u32, pointer, scope, relaxed, relaxed, desired, expected)
-        fb.emit_void(Op.Store, seen, found)
-        fb.branch_conditional(self.boolean(Op.IEqual, found, expected), merge, cont)
-        fb.place(cont)
-        fb.branch(header)
-        fb.place(merge)
-        return element_of(fb.emit(Op.Load, u32, seen))
+
+        def desired(expected: int) -> int:
+            updated = self.combine(_COMBINE_OF[op], t, element_of(expected), operand)
+            bits = updated if t is narrow else self.op(Op.Bitcast, narrow, updated)
+            placed = self.op(Op.ShiftLeftLogical, T.u32, self.op(Op.UConvert, T.u32, bits), shift)
+            return self.op(Op.BitwiseOr, T.u32, self.op(Op.BitwiseAnd, T.u32, expected, keep), placed)
+        return element_of(self.compare_and_swap_loop(T.u32, pointer, desired))
 
     def cas_loop(self, op: str, t: T.DataType, value: int, pointer: int) -> int:
-        """old = *p; until compare-and-swap(p, old, op(old, value)) sees `old`: retry with what it saw."""
-        fb, bits_t = self.fb, _BITS_OF[t.bits]
-        bits = self.ty(bits_t)
+        """`op(*p, value)` stored atomically at `p` (viewed as unsigned bits); the old value."""
+        bits_t = _BITS_OF[t.bits]
+
+        def desired(expected: int) -> int:
+            return self.op(Op.Bitcast, bits_t, self.combine(op, t, self.op(Op.Bitcast, t, expected), value))
+        return self.op(Op.Bitcast, t, self.compare_and_swap_loop(bits_t, pointer, desired))
+
+    def compare_and_swap_loop(self, bits_t: T.DataType, pointer: int, desired) -> int:
+        """old = *p; until compare-and-swap(p, old, desired(old)) sees `old`: retry with what it
+        saw. The word it replaced (an unsigned integer of type `bits_t`)."""
+        fb, bits = self.fb, self.ty(bits_t)
         scope, relaxed = self.c(T.u32, SCOPE_DEVICE), self.c(T.u32, SEMANTICS_RELAXED)
         seen = fb.local_variable(bits)
         fb.emit_void(Op.Store, seen, fb.emit(Op.AtomicLoad, bits, pointer, scope, relaxed))
@@ -361,12 +353,10 @@ class MemoryLowering:
         fb.branch(body)
         fb.place(body)
         expected = fb.emit(Op.Load, bits, seen)
-        updated = self.combine(op, t, self.op(Op.Bitcast, t, expected), value)
-        found = fb.emit(Op.AtomicCompareExchange, bits, pointer, scope, relaxed, relaxed,
-                        self.op(Op.Bitcast, bits_t, updated), expected)
+        found = fb.emit(Op.AtomicCompareExchange, bits, pointer, scope, relaxed, relaxed, desired(expected), expected)
         fb.emit_void(Op.Store, seen, found)
         fb.branch_conditional(self.boolean(Op.IEqual, found, expected), merge, cont)
         fb.place(cont)
         fb.branch(header)
         fb.place(merge)
-        return self.op(Op.Bitcast, t, fb.emit(Op.Load, bits, seen))
+        return fb.emit(Op.Load, bits, seen)
