@@ -79,14 +79,15 @@ class StreamTask:
 
 class CtxCopy:
     """The device copy of one ctx buffer: its allocation, the bytes last uploaded, the
-    kernel-parameter array (void* to a u64 holding the device address), a numpy view of the
-    host words."""
-    __slots__ = ("alloc", "last", "param", "params", "words", "nbytes")
+    kernel-parameter array (void* to a u64 holding the device address) and its address, a numpy
+    view of the host words."""
+    __slots__ = ("alloc", "last", "param", "params", "params_address", "words", "nbytes")
 
     def __init__(self, alloc, nbytes, host_address):
         self.alloc, self.nbytes, self.last = alloc, nbytes, None
         self.param = ctypes.c_uint64(alloc.ptr)
         self.params = (ctypes.c_void_p * 1)(ctypes.addressof(self.param))
+        self.params_address = ctypes.addressof(self.params)  # taken once: launches pass it
         self.words = np.frombuffer((ctypes.c_uint64 * (nbytes // 8)).from_address(host_address), np.uint64)
 
 
@@ -250,7 +251,7 @@ class StreamDevice(Device):
             self._upload_ctx(copy, data)
         block = t.block_dim
         err = self._launch(t.function, -(-slices // block), 1, 1, block, 1, 1, 0, self.stream,
-                           ctypes.addressof(copy.params), 0)[0]
+                           copy.params_address, 0)[0]
         if err != self.driver.ok:
             self.driver.fail(err, f"launching task '{t.name}' of kernel '{loaded.meta.name}'")
 

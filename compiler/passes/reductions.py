@@ -25,7 +25,7 @@ from .. import ir
 from .dce import eliminate_dead_code
 
 # Kind of update -> (accumulation, final atomic); a subtraction accumulates the negated value.
-_COMBINE = {"add": "add", "sub": "add", "min": "min", "max": "max", "and": "and", "or": "or", "xor": "xor"}
+COMBINE = {"add": "add", "sub": "add", "min": "min", "max": "max", "and": "and", "or": "or", "xor": "xor"}
 # Leaves an address may be computed from: they do not change while a task runs (TempLoad
 # only if the task does not write that temporary, checked separately).
 _INVARIANT_LEAVES = (ir.Const, ir.ArgLoad, ir.NdarrayShape)
@@ -56,7 +56,7 @@ def _reduce_task(t: ir.Task) -> bool:
             blocked.add(buffer)
     changed = False
     for (buffer, _), atomics in groups.items():
-        if buffer in blocked or len({_COMBINE[a.op] for a in atomics}) != 1:
+        if buffer in blocked or len({COMBINE[a.op] for a in atomics}) != 1:
             continue
         _accumulate_locally(t, atomics)
         changed = True
@@ -75,24 +75,24 @@ def _reduce_temporaries(t: ir.Task, uses: dict) -> bool:
             blocked.add(s.slot)
     changed = False
     for slot, atomics in by_slot.items():
-        if slot in blocked or len({_COMBINE[a.op] for a in atomics}) != 1:
+        if slot in blocked or len({COMBINE[a.op] for a in atomics}) != 1:
             continue
         acc = _chunk_accumulator(t, atomics[0], f"t{slot}_partial")
         for a in atomics:
-            _replace_with_accumulate(a, _COMBINE[a.op], acc)
+            _replace_with_accumulate(a, COMBINE[a.op], acc)
         total = t.chunk_final.append(ir.LocalLoad(acc, atomics[0].loc))
-        t.chunk_final.append(ir.TempAtomic(_COMBINE[atomics[0].op], slot, total, atomics[0].loc))
+        t.chunk_final.append(ir.TempAtomic(COMBINE[atomics[0].op], slot, total, atomics[0].loc))
         changed = True
     return changed
 
 
 def _is_temp_candidate(s: ir.TempAtomic, uses) -> bool:
-    return (not uses.get(s) and s.op in _COMBINE and s.type not in (T.u1, T.f16)
+    return (not uses.get(s) and s.op in COMBINE and s.type not in (T.u1, T.f16)
             and s.block is not None)
 
 
 def _is_candidate(s, uses, written_temps) -> bool:
-    return (isinstance(s, ir.AtomicRMW) and not uses.get(s) and s.op in _COMBINE
+    return (isinstance(s, ir.AtomicRMW) and not uses.get(s) and s.op in COMBINE
             and s.type not in (T.u1, T.f16) and s.block is not None
             and is_invariant(s.ptr, written_temps))
 
@@ -124,7 +124,7 @@ def _address_key(v: ir.Stmt) -> tuple:
 
 def _accumulate_locally(t: ir.Task, atomics: list[ir.AtomicRMW]) -> None:
     first = atomics[0]
-    combine, dtype = _COMBINE[first.op], first.type
+    combine = COMBINE[first.op]
     ptr = hoist(first.ptr, t.chunk_init, {})
     acc = _chunk_accumulator(t, first, f"{first.ptr.target.name}_partial")
     for a in atomics:
@@ -135,7 +135,7 @@ def _accumulate_locally(t: ir.Task, atomics: list[ir.AtomicRMW]) -> None:
 
 def _chunk_accumulator(t: ir.Task, first, name: str) -> ir.Alloca:
     """A local of `first`'s type in `t.chunk_init`, holding the identity of its combination."""
-    combine, dtype = _COMBINE[first.op], first.type
+    combine, dtype = COMBINE[first.op], first.type
     acc = t.chunk_init.append(ir.Alloca(dtype, name, first.loc))
     identity = _identity(combine, dtype)
     if identity != 0:  # an Alloca starts at zero

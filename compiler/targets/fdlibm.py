@@ -582,11 +582,23 @@ class Float64Math:
         certain = o.or_(o.and_(y_huge, far_from_one), o.not_(o.lt(ay, self.k(2.0 ** 64))))
         grows = o.same(o.lt(ax, one), o.lt(y, zero))
         magnitude = o.fsel(certain, o.fsel(grows, inf, zero), magnitude)
-        general = self.neg_if(odd_negative, magnitude)
-        # x in {+-0, +-inf, +-1}: |x| or 1/|x|, NaN for (-1)^non-integer, signed for odd y
-        z = o.fsel(y_positive, ax, o.div(one, ax))
+        # x in {+-0, +-inf, +-1}: |x| or 1/|x|
+        special = o.fsel(y_positive, ax, o.div(one, ax))
+        exact = [(o.eq(y, one), x), (o.eq(y, self.k(-1.0)), o.div(one, x)), (o.eq(y, self.k(2.0)), o.mul(x, x)),
+                 (o.and_(o.eq(y, self.k(0.5)), o.not_(x_negative)), o.sqrt(x))]
+        return self.pow_cases(x, y, ax, ay, x_negative, y_integer, odd_negative, y_positive, special,
+                              self.neg_if(odd_negative, magnitude), exact)
+
+    def pow_cases(self, x, y, ax, ay, x_negative, y_integer, odd_negative, y_positive, special, general,
+                  exact=()):
+        """C99's special cases of pow around `general` (the result for regular arguments):
+        `special` is |x| or 1/|x| for x in {+-0, +-inf, +-1}, signed for odd y, NaN for a
+        negative x to a non-integer power; `exact` are further (condition, value) shortcuts
+        taken before them. Shared by f64 pow and the CPU's f32 pow (llvm/inline_math.py)."""
+        o = self.o
+        one, zero, inf = self.k(1.0), self.k(0.0), self.k(math.inf)
         at_special_x = o.fsel(o.and_(x_negative, o.and_(o.eq(ax, one), o.not_(y_integer))), self.k(math.nan),
-                              self.neg_if(odd_negative, z))
+                              self.neg_if(odd_negative, special))
         special_x = o.or_(o.or_(o.eq(ax, zero), o.eq(ax, inf)), o.eq(ax, one))
         at_infinite_y = self.cases([(o.eq(ax, one), one), (o.gt(ax, one), o.fsel(y_positive, inf, zero))],
                                    o.fsel(y_positive, zero, inf))
@@ -594,7 +606,6 @@ class Float64Math:
             (o.eq(y, zero), one), (o.eq(x, one), one),
             (o.or_(o.isnan(x), o.isnan(y)), o.add(x, y)),
             (o.eq(ay, inf), at_infinite_y),
-            (o.eq(y, one), x), (o.eq(y, self.k(-1.0)), o.div(one, x)), (o.eq(y, self.k(2.0)), o.mul(x, x)),
-            (o.and_(o.eq(y, self.k(0.5)), o.not_(x_negative)), o.sqrt(x)),
+            *exact,
             (special_x, at_special_x),
             (o.and_(x_negative, o.not_(y_integer)), self.k(math.nan))], general)

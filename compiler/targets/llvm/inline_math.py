@@ -255,13 +255,6 @@ class Float32Math:
     def __init__(self, ops: LlvmOps, math64: Float64Math):
         self.o, self.m = ops, math64
 
-    def horner(self, x, coefficients):
-        o = self.o
-        acc = o.c(coefficients[-1])
-        for c in reversed(coefficients[:-1]):
-            acc = o.add(o.c(c), o.mul(x, acc))
-        return acc
-
     def round_to_integer(self, v):
         """(rint(v), rint(v) mod 4 as an i32) for |v| < 2^51: v + 1.5 * 2^52 rounds v to an
         integer held in the low bits of the sum. Shorter (in latency, what a loop-carried chain
@@ -383,7 +376,7 @@ class Float32Math:
                       (o.lt(t, o.c(-200.0)), o.c(-200.0))], t)
         kf = o.rint(o.mul(tc, o.c(1 / math.log(2))))
         r = o.sub(o.sub(tc, o.mul(kf, o.c(LN2_HI))), o.mul(kf, o.c(LN2_LO)))
-        e = o.mul(self.horner(r, [1 / math.factorial(i) for i in range(11)]), m.pow2(o.to_i32(kf)))
+        e = o.mul(self.m.poly(r, [1 / math.factorial(i) for i in range(11)]), m.pow2(o.to_i32(kf)))
         return o.fsel(o.isnan(t), t, e)
 
     def exp(self, x):
@@ -394,7 +387,7 @@ class Float32Math:
         (no cancellation), else from exp_short; u is clamped to 40 (tanh is 1 in float from 9.1)."""
         o = self.o
         u = o.fsel(o.lt(o.fabs(x), o.c(20.0)), o.mul(o.c(2.0), o.fabs(x)), o.c(40.0))
-        series = o.mul(u, self.horner(u, [1 / math.factorial(i + 1) for i in range(12)]))
+        series = o.mul(u, self.m.poly(u, [1 / math.factorial(i + 1) for i in range(12)]))
         em1 = o.fsel(o.lt(u, o.c(0.5)), series, o.sub(self.exp_short(u), o.c(1.0)))
         return o.fsel(o.isnan(x), x, o.copysign(o.div(em1, o.add(em1, o.c(2.0))), x))
 
@@ -414,18 +407,8 @@ class Float32Math:
         regular = o.and_(o.lt(ax, inf), o.gt(ax, zero))
         magnitude = self.exp_short(o.mul(o.fsel(o.lt(ay, inf), y, zero), m.f_log(o.fsel(regular, ax, one))))
         reciprocal = o.fsel(o.eq(ax, zero), inf, o.fsel(o.eq(ax, inf), zero, one))  # of ax in {0, inf, 1}
-        z = o.fsel(y_positive, ax, reciprocal)
-        at_special_x = o.fsel(o.and_(x_negative, o.and_(o.eq(ax, one), o.not_(y_integer))), o.c(math.nan),
-                              m.neg_if(odd_negative, z))
-        special_x = o.or_(o.or_(o.eq(ax, zero), o.eq(ax, inf)), o.eq(ax, one))
-        at_infinite_y = m.cases([(o.eq(ax, one), one), (o.gt(ax, one), o.fsel(y_positive, inf, zero))],
-                                o.fsel(y_positive, zero, inf))
-        return m.cases([
-            (o.eq(y, zero), one), (o.eq(x, one), one),
-            (o.or_(o.isnan(x), o.isnan(y)), o.add(x, y)),
-            (o.eq(ay, inf), at_infinite_y),
-            (special_x, at_special_x),
-            (o.and_(x_negative, o.not_(y_integer)), o.c(math.nan))], m.neg_if(odd_negative, magnitude))
+        return m.pow_cases(x, y, ax, ay, x_negative, y_integer, odd_negative, y_positive,
+                           o.fsel(y_positive, ax, reciprocal), m.neg_if(odd_negative, magnitude))
 
 
 def define(module: ll.Module, op: str, bits: int) -> ll.Function:

@@ -16,6 +16,7 @@ from qdc.runtime.contract.bounds import MAX_AXES
 from qdc.runtime.device import BOUNDS_WORD
 
 from ... import ir
+from ...passes.reductions import COMBINE  # an atomic's update as a combination (sub adds -v)
 from ..base import Unsupported
 from .spec import GROUP_OPERATION_REDUCE, SCOPE_DEVICE, SCOPE_SUBGROUP, SEMANTICS_RELAXED, Capability, Op, StorageClass
 
@@ -23,8 +24,6 @@ _INT_ATOMICS = {"add": Op.AtomicIAdd, "sub": Op.AtomicISub, "and": Op.AtomicAnd,
                 "xor": Op.AtomicXor, ("min", True): Op.AtomicSMin, ("min", False): Op.AtomicUMin,
                 ("max", True): Op.AtomicSMax, ("max", False): Op.AtomicUMax}
 _BITS_OF = {8: T.u8, 16: T.u16, 32: T.u32, 64: T.u64}
-# an atomic's update as `combine` computes it (a subtraction adds the negated value)
-_COMBINE_OF = {"add": "add", "sub": "add", "min": "min", "max": "max", "and": "and", "or": "or", "xor": "xor"}
 # (combination, kind) -> the subgroup reduction; float min/max are left out (their NaN rules
 # differ from the atomics'), and so are 64-bit values (shaderSubgroupExtendedTypes).
 _SUBGROUP_REDUCE = {("add", "float"): Op.GroupNonUniformFAdd, ("add", "int"): Op.GroupNonUniformIAdd,
@@ -304,7 +303,7 @@ class MemoryLowering:
         """An 8- or 16-bit element updated atomically: a compare-and-swap loop on the u32 word
         that holds it (buffers are bound at word-aligned offsets; elements are little-endian in
         their word), leaving the word's other elements as they are. The old value."""
-        if op not in _COMBINE_OF:
+        if op not in COMBINE:
             raise Unsupported(f"atomic '{op}' on {t.name}")
         per_word = 32 // t.bits
         word_index = self.op(Op.ShiftRightLogical, it, linear, self.c(it, per_word.bit_length() - 1))
@@ -325,7 +324,7 @@ class MemoryLowering:
             operand = self.op(Op.FNegate if t.is_float else Op.SNegate, t, value)
 
         def desired(expected: int) -> int:
-            updated = self.combine(_COMBINE_OF[op], t, element_of(expected), operand)
+            updated = self.combine(COMBINE[op], t, element_of(expected), operand)
             bits = updated if t is narrow else self.op(Op.Bitcast, narrow, updated)
             placed = self.op(Op.ShiftLeftLogical, T.u32, self.op(Op.UConvert, T.u32, bits), shift)
             return self.op(Op.BitwiseOr, T.u32, self.op(Op.BitwiseAnd, T.u32, expected, keep), placed)
