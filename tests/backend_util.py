@@ -95,3 +95,14 @@ def refused_build_option(tmp_path, arch: str, *options: str) -> str:
     refused = build_kernels(str(tmp_path / "cache"), arch, *options)
     assert refused.exit_code == 2, refused.output
     return refused.output
+
+
+def need_every_arch_toolchain() -> None:
+    """Skip, saying why, where `qdc build --arch all` cannot build every arch: Metal needs
+    spirv-cross, AMDGPU ld.lld 16+ (system packages `make test` installs; a GPU host may lack them)."""
+    from qdc.compiler.targets.amdgpu import linker
+    from qdc.compiler.targets.metal import msl
+    if msl.spirv_cross_path() is None:
+        pytest.skip(f"spirv-cross not installed ({msl.INSTALL_HINT}): no Metal build")
+    if not linker.find_lld():
+        pytest.skip(f"no ld.lld {linker.MIN_LLD}+ ({linker.INSTALL_HINT}): no AMDGPU build")

@@ -16,6 +16,8 @@ from qdc.runtime.cache import open_store, read_module
 from qdc.runtime.contract.errors import QdcCompileError, QdcError
 from qdc.runtime.loader import load
 
+from backend_util import need_every_arch_toolchain
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -24,6 +26,7 @@ def qdc_cli(*args):
 
 
 def test_arch_all_skips_what_metal_cannot_express_and_an_explicit_metal_fails(tmp_path):
+    need_every_arch_toolchain()
     cache = str(tmp_path / "cache")
     r = qdc_cli("build", "kernels/", "--arch", "all", "--cache", cache, "-j", "2")
     assert r.returncode == 0, r.stdout + r.stderr

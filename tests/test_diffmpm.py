@@ -10,6 +10,7 @@ import sys
 import numpy as np
 import pytest
 
+from backend_util import need_every_arch_toolchain
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOURCE = os.path.join(ROOT, "kernels", "diffmpm.py")
@@ -146,6 +147,7 @@ def test_built_ahead_of_time_and_loaded_without_the_compiler(tmp_path, mpm):
 
 def test_builds_for_every_arch(tmp_path):
     """Vectors are scalars past the front end: every backend compiles the workload and its gradients."""
+    need_every_arch_toolchain()
     r = subprocess.run([sys.executable, "-m", "qdc.cli.main", "build", SOURCE, "--arch", "all",
                         "--cache", str(tmp_path / "cache")], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr + r.stdout
