@@ -204,7 +204,8 @@ def optimise(module, opt_level: int, level: CpuLevel | None = None):
 # nothing the C compiler driver adds (no C runtime start files: no constructors, no main), and
 # calling `ld` directly skips the driver and collect2: about 6 ms a link instead of 18 on the
 # development machine. Where it fails (no GNU-style ld, libgomp.so.1 not in its search path),
-# every later link goes through `cc`.
+# every later link goes through `cc` (or `$CC`). `$CC` does not turn the direct link off: images
+# that set it for other builds (the lent GPU host's does) paid ~15 ms per kernel through it.
 _direct_ld_works: bool | None = None
 
 # libgomp for the worker threads; the C math library for whatever else the code calls (sinf,
@@ -225,7 +226,7 @@ def _undefined_symbols(obj: bytes) -> set[str] | None:
 
 
 def _direct_ld_command(o: str, so: str, undefined: set[str] | None) -> list | None:
-    if _direct_ld_works is False or "CC" in os.environ or not sys.platform.startswith("linux"):
+    if _direct_ld_works is False or not sys.platform.startswith("linux"):
         return None
     ld = shutil.which("ld")
     if ld is None:
