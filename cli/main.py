@@ -217,6 +217,12 @@ def inspect(target, arch, cache_dir, view):
     elif view == "size-expr":
         from qdc.runtime.adstack import describe_stacks
         click.echo(describe_stacks(entry.meta))
+        gradient = f"{kernel}.grad"
+        if gradient in record["kernels"]:  # adstacks live in the gradient: show them for KERNEL too
+            try:
+                click.echo(f"{target}.grad: " + describe_stacks(C.read_entry(store, record["kernels"][gradient]).meta))
+            except (FileNotFoundError, C.CacheError, ValueError) as e:
+                _fail(str(e))
     else:
         click.echo(_artifact_text(entry, view, arch), nl=False)
 
@@ -273,10 +279,11 @@ def _describe_entry(entry) -> str:
              f"  source    {r.get('source', '?')}", f"  compiler  {r.get('compiler', '?')}",
              f"  created   {_date(r.get('created', 0))}",
              "  options   " + ", ".join(f"{k}={v}" for k, v in sorted(r.get("options", {}).items()))]
-    for p in m.params:
+    from qdc.runtime.vector_arguments import describe_element_type
+    for p in (m.params[a.first] for a in m.arguments):  # a vector parameter's elements are one argument
         kind = p.dtype if p.kind == "scalar" else f"ndarray({p.dtype}, ndim={p.ndim}" + \
             (", needs_grad)" if p.needs_grad else ")")
-        lines.append(f"  param     {p.name}: {kind}")
+        lines.append(f"  param     {p.name}: {describe_element_type(p) if p.is_element else kind}")
     for f in m.fields:
         lines.append(f"  field     {f.name}: {f.dtype}{list(f.shape)}")
     for t in m.tasks:
@@ -295,7 +302,7 @@ def _describe_task(t, m) -> str:
     from qdc.runtime.adstack import describe_launch
     from qdc.runtime.contract import sizeexpr as se
     tree = se.from_nodes(t.iterations)
-    trip = "unknown" if tree is None else se.to_text(tree, [p.name for p in m.params], [f.name for f in m.fields])
+    trip = "unknown" if tree is None else se.to_text(tree, m.record_names(), [f.name for f in m.fields])
     serial = " serial" if t.serial and t.kind != "serial" else ""
     stacks = f", adstacks {t.adstacks}" if t.adstacks else ""
     return (f"  task      {t.name}: {t.kind}{serial}, entry {t.entry}, {trip} iterations, "
@@ -305,12 +312,15 @@ def _describe_task(t, m) -> str:
 # ---- verify / clean / pack ---------------------------------------------------------------------
 
 @cli.command()
+@click.argument("source", required=False, metavar="[DIR|BUNDLE]")
 @click.option("--cache", "cache_dir", help="Cache folder or bundle. Default: ./cache.")
-def verify(cache_dir):
+def verify(source, cache_dir):
     """Check every artifact against its recorded hash and format version, and every module
-    record against the entries it names (kernel, variant, fields)."""
+    record against the entries it names (kernel, variant, fields). DIR|BUNDLE: the same as --cache."""
     from qdc.runtime import cache as C
-    store = _open(cache_dir)
+    if source is not None and cache_dir is not None:
+        raise click.UsageError("name the cache or bundle once: either DIR|BUNDLE or --cache")
+    store = _open(source if source is not None else cache_dir)
     checked, problems = C.verify_store(store)
     for path, reason in problems:
         click.echo(f"{path}: {reason}", err=True)

@@ -294,7 +294,7 @@ class AdStackHooks:
 
     def too_large(self, i: int, cap: int):
         r = self.stacks.records[i]
-        names = [p.name for p in self.meta.params], [f.name for f in self.meta.fields]
+        names = self.meta.record_names(), [f.name for f in self.meta.fields]
         bound = se.to_text(self.stacks.capacities[i], *names)
         raise se.SizeExprError(
             f"kernel '{self.meta.name}': the adstack of '{r['name']}' (from {r.get('where', '?')}) would need "
@@ -371,7 +371,7 @@ def describe_stacks(meta) -> str:
     stacks = KernelStacks(meta)
     if not stacks.records:
         return f"kernel '{meta.name}' has no adstacks"
-    names = [p.name for p in meta.params], [f.name for f in meta.fields]
+    names = meta.record_names(), [f.name for f in meta.fields]
     lines = [f"kernel '{meta.name}': {len(stacks.records)} adstack(s); capacities in entries, evaluated before "
              f"every launch"]
     for pos, ti in enumerate(stacks.task_order):

@@ -34,7 +34,7 @@ import time
 import uuid
 
 from .contract import artifact as A
-from .contract.errors import CacheError
+from .contract.errors import CacheError, ModuleNotBuiltError
 
 ENTRIES, MODULES, TMP = "entries", "modules", "tmp"
 META_FILE, STAMP_FILE = "meta.msgpack", "last_use"
@@ -390,7 +390,7 @@ def read_module(store: Store, module: str, arch: str) -> dict:
     try:
         body = read_record(store, name, A.MODULE_RECORD)
     except FileNotFoundError:
-        raise FileNotFoundError(_missing_module_message(store, module, arch)) from None
+        raise ModuleNotBuiltError(_missing_module_message(store, module, arch)) from None
     if body["module"] != module or body["arch"] != arch:
         raise cache_error(store.where(name), f"record is for module '{body['module']}' on {body['arch']}")
     return body

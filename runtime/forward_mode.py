@@ -101,8 +101,9 @@ def dual_arguments(meta, args: tuple, kwargs: dict | None) -> tuple[tuple, dict 
     gradient word is its dual. An array with a dual where the kernel was built without one
     (ahead of time: a needs_grad=None parameter had no argument to follow) is refused, since
     its tangent would be ignored."""
-    index = {p.name: i for i, p in enumerate(meta.params)}
-    args = tuple(_dual_argument(meta, i, a) for i, a in enumerate(args))
+    index = {a.name: a.first for a in meta.arguments}  # a vector argument has several records
+    args = tuple(_dual_argument(meta, meta.arguments[i].first if i < len(meta.arguments) else len(meta.params), a)
+                 for i, a in enumerate(args))
     if kwargs:
         kwargs = {name: _dual_argument(meta, index[name], a) if name in index else a for name, a in kwargs.items()}
     return args, kwargs

@@ -91,15 +91,24 @@ its own, for the slow paths: it launches even while `f` has a stub for code.
 Hooks. `make_launcher(..., hooks=LaunchHooks(prepare=..., finish=...))` adds, around the
 native call, `prepare(ctx)` right before it and `finish()` right after it:
 - `prepare(ctx)` gets a `LaunchContext`: `meta`, `device`, `fields`, `args` (this launch's
-  arguments in parameter order, as passed) and `words` (a writable `np.uint64` view of the
-  ctx buffer, every argument already bound). It may read live data (scalars, ndarray shapes
-  and elements, fields) and write words of its own (e.g. an adstack heap pointer); it must
-  not replace argument words. The same context object is reused by every launch.
+  arguments as passed, one per parameter record: a vector argument's elements one by one)
+  and `words` (a writable `np.uint64` view of the ctx buffer, every argument already bound).
+  It may read live data (scalars, ndarray shapes and elements, fields) and write words of its
+  own (e.g. an adstack heap pointer); it must not replace argument words. The same context object is reused by every launch.
 - `finish()` runs after the native call returns; it may raise (e.g. AdStackOverflowError),
   which propagates to the caller. On the CPU the work is complete when it runs.
 Either may be None. A kernel without hooks gets generated code without any trace of them.
 Kernels with adstacks get the hooks of runtime/adstack.py, kernels compiled with debug=True
 a `finish` that reports bounds-check failures (runtime/contract/bounds.py), run after any other.
+
+Vector and matrix arguments (`v: qd.math.vec3`): the metadata has one scalar record per
+element (runtime/contract/artifact.py), the launch function one parameter per argument. The
+launch code turns the argument into its elements first, `_q_e3, _q_e4, _q_e5, =
+_q_elements3(v)` (a list or tuple of the right length as it is, anything else through numpy
+with its shape checked: runtime/vector_arguments.py), then packs them with the other scalars,
+so each element is converted and checked as a scalar argument is, and an error names the
+argument and the element. The library's Python entry binds one value per record, so such
+kernels have none (numpy_binding.python_entry_possible).
 
 Return values. The launch code of a kernel whose metadata has `returns` ends with `return
 _q_result()`, a runtime/returns.py ResultReader that reads the returned temporaries once the
@@ -127,6 +136,7 @@ from .contract.bounds import ERROR_WORDS
 from .device import BOUNDS_WORD, OVERFLOW_WORD
 from .fields import Field, Ndarray
 from .returns import ResultReader
+from .vector_arguments import element_reader
 from .contract.types import by_name
 
 _PACK_CODE = {"i8": "b", "i16": "h", "i32": "i", "i64": "q", "u8": "B", "u16": "H", "u32": "I",
@@ -165,7 +175,10 @@ def _built_without_its_gradient(meta: KernelMeta, p) -> bool:
 
 
 def _where(meta: KernelMeta, index: int) -> str:
-    return f"kernel '{meta.name}', argument '{meta.params[index].name}'"
+    p = meta.params[index]
+    if not p.is_element:
+        return f"kernel '{meta.name}', argument '{p.name}'"
+    return f"kernel '{meta.name}', argument '{p.name}', element {meta.record_names()[index][len(p.name):]}"
 
 
 def explain_scalar(meta: KernelMeta, index: int, value):
@@ -278,6 +291,11 @@ class _Launcher:
         self.function = function  # the launch function: its code is fast_code or, while stale, stale_code
         self.launch = self.fast_code = self.stale_code = None
         self.kinds = {i: None for i, p in enumerate(meta.params) if p.kind == "ndarray"}  # see `body`
+        # The launch function takes one argument per ArgumentMeta; the launch code binds one value
+        # per record: a vector/matrix argument's elements as locals `_q_e<record>`.
+        self.argument_names = [a.name for a in meta.arguments]
+        self.vectors = {a.first: a for a in meta.arguments if a.element_shape}
+        self.value_names = [f"_q_e{i}" if p.is_element else p.name for i, p in enumerate(meta.params)]
         self.variants: dict = {}  # tuple of kinds -> launch code specialised for them
         self.g = {"_q_slow": self.slow} if function is None else function.__globals__
         if "_q_slow" not in self.g:
@@ -475,6 +493,8 @@ class _Launcher:
                 g[f"_q_pack_array{i}"] = struct.Struct("=" + "Q" * (1 + p.ndim)).pack_into  # see rebind_numpy
             elif p.dtype == "u1":
                 g[f"_q_as_bool{i}"] = self.bool_converter(i)
+            if i in self.vectors:
+                g[f"_q_elements{i}"] = element_reader(self.meta, self.vectors[i])
         for first, run in self.scalar_runs():
             fmt = "=" + "".join(_PACK_CODE[p.dtype] + "x" * (8 - by_name(p.dtype).nbytes) for p in run)
             g[f"_q_pack{first}"] = struct.Struct(fmt).pack_into
@@ -487,13 +507,16 @@ class _Launcher:
     def body(self, kinds: dict) -> list[str]:
         """The launch statements. `kinds[i]` says whether the array cached for ndarray parameter
         i is a numpy array (True: test its shape too), not one (False) or either (None)."""
-        names = [p.name for p in self.meta.params]
         if self.uses_python_entry(kinds):
-            args = f"({''.join(n + ', ' for n in names)})"
+            args = f"({''.join(n + ', ' for n in self.argument_names)})"
             return [f"    if _q_fast{args} is not None:", f"        return _q_fast_refused({args})"] \
                 + self.return_statements()
         body = []
+        values = self.value_names
         for i, p in enumerate(self.meta.params):
+            if i in self.vectors:  # its elements into locals, packed and checked as scalars below
+                elements = "".join(values[k] + ", " for k in range(i, i + self.vectors[i].count))
+                body += [f"    {elements}= _q_elements{i}({p.name})"]
             if p.kind == "ndarray":
                 probe = f"_q_len({p.name}) != _q_len{i}" if p.ndim in (1, 2) else f"{p.name}.shape != _q_shape{i}"
                 if p.writes:  # a numpy array made read-only in place since it was bound: bind refuses it
@@ -507,17 +530,17 @@ class _Launcher:
                 if self.copies is not None:  # not specialised: a bind in this very call may change the kind
                     body += [f"    if _q_numpy{i}:", f"        _q_copy_in(_q_dev{i}, {p.name})"]
             elif p.dtype == "u1":
-                body += [f"    if {p.name}.__class__ is not _q_bool:",
-                         f"        {p.name} = _q_as_bool{i}({p.name})"]
+                body += [f"    if {values[i]}.__class__ is not _q_bool:",
+                         f"        {values[i]} = _q_as_bool{i}({values[i]})"]
         for first, run in self.scalar_runs():
-            values = ", ".join(p.name for p in run)
-            body += ["    try:", f"        _q_pack{first}(_q_mem, {8 * run[0].slot}, {values})",
-                     "    except _q_scalar_errors:", f"        _q_bad_scalars({first}, ({values},))"]
+            packed = ", ".join(values[first:first + len(run)])
+            body += ["    try:", f"        _q_pack{first}(_q_mem, {8 * run[0].slot}, {packed})",
+                     "    except _q_scalar_errors:", f"        _q_bad_scalars({first}, ({packed},))"]
         rebound = [i for i in kinds if kinds[i] and (self.inline_rebind(i) or i in self.native_params())]
         if rebound:  # rebind_numpy and the native path update the cache
             body.insert(0, "    global " + ", ".join(f"_q_arr{i}, {self.probe_name(i)}" for i in rebound))
         hooks = self.hooks  # not looked up in the namespace: an owner's may hold an earlier launcher's names
-        args = f"({''.join(n + ', ' for n in names)})"
+        args = f"({''.join(n + ', ' for n in values)})"  # one value per record: what size expressions index
         if hooks is not None and hooks.prepare is not None:
             body += [f"    _q_lctx.args = {args}", "    _q_prepare(_q_lctx)"]
         if not self.fused:  # the asynchronous path: the error hooks report at sync, not from `finish`
@@ -604,7 +627,7 @@ class _Launcher:
 
     def build(self) -> None:
         """Generate `launch`, the stale stub's code, and (unless the owner gave one) `function`."""
-        names = [p.name for p in self.meta.params]
+        names = self.argument_names
         self.fill_namespace()
         self.launch = self.define(names, self.body(self.kinds))
         self.fast_code = self.launch.__code__
@@ -621,8 +644,7 @@ class _Launcher:
                 self.g[f"_q_arr{i}"] = _UNBOUND
         code = self.variants.get(key)
         if code is None:
-            names = [p.name for p in self.meta.params]
-            code = self.variants[key] = self.define(names, self.body(self.kinds)).__code__
+            code = self.variants[key] = self.define(self.argument_names, self.body(self.kinds)).__code__
         if self.function.__code__ is self.fast_code:  # not while stale, nor while the owner holds a stub
             self.function.__code__ = code
         self.fast_code = code
@@ -699,7 +721,7 @@ def make_launcher(meta: KernelMeta, device, loaded, fields: list, hooks: LaunchH
                   function=None):
     """Return `launch(*args)` for `meta`; `fields` are the Field objects of meta.fields, in order.
     With `function`, that function of the caller's becomes the launch function (see "Owners")."""
-    _check_names(meta.name, [p.name for p in meta.params])
+    _check_names(meta.name, [a.name for a in meta.arguments])
     if hooks is None and meta.adstack.get("stacks"):  # the heap sizing and overflow check
         from .adstack import launch_hooks
         hooks = launch_hooks(meta)

@@ -81,7 +81,7 @@ class LoadedKernel:
         self.__name__ = name
         self._entry, self._fields, self._arch = entry, fields, arch
         self._skipped = skipped or {}  # variant -> why `qdc build --arch all` skipped it
-        self.function = stub_function(name, [p.name for p in entry.meta.params], self._slow_call)
+        self.function = stub_function(name, [a.name for a in entry.meta.arguments], self._slow_call)
         self.stub_code = self.function.__code__
         self.function.grad = grad.function if grad is not None else self._no_grad
         self.function.forward_ad = forward_ad.function if forward_ad is not None else self._no_forward_ad

@@ -557,8 +557,6 @@ def test_augmented_assignment_on_swizzles_and_elements(arch, rng):
     np.testing.assert_allclose(m.to_numpy(), mv, rtol=1e-6)
 
 
-@pytest.mark.xfail(strict=True, reason="finding: a vector/matrix type as a kernel parameter annotation "
-                                       "(Quadrants' `v: qd.math.vec3`) is refused as unsupported")
 def test_vector_kernel_parameter(arch, rng):
     out = qd.Vector.field(3, qd.f32, shape=4)
 

@@ -475,3 +475,21 @@ def test_overflow_in_a_loaded_module_advises_qdc_build(tmp_path):
     with pytest.raises(qd.AdStackOverflowError, match=r"rebuild it with `qdc build --ad-stack-size 7`") as e:
         mod.run.grad()
     assert "qd.init" not in str(e.value)
+
+
+def test_a_module_never_built_is_a_cache_error_and_a_missing_file(tmp_path):
+    """A module whose build failed (so no record) or was never built: both kinds of catcher see it."""
+    import qdc
+    from qdc.runtime import load
+    from qdc.runtime.cache import DirStore
+    (tmp_path / "cache").mkdir()
+    DirStore(str(tmp_path / "cache"))
+    for kind in (qdc.CacheError, FileNotFoundError):
+        with pytest.raises(kind, match="module 'nosuch' not found"):
+            load(str(tmp_path / "cache"), "nosuch")
+
+
+def test_an_error_without_a_source_location_prints_none():
+    from qdc.runtime.contract.errors import QdcCompileError
+    assert str(QdcCompileError("spirv-cross is not installed")) == "error: spirv-cross is not installed"
+    assert str(QdcCompileError("bad", "k.py", 3, 5)) == "k.py:3:5: error: bad"

@@ -21,14 +21,14 @@ import numpy as np
 from qdc.runtime import context
 from qdc.runtime.contract import sizeexpr as se
 from qdc.runtime.contract import types as T
-from qdc.runtime.contract.artifact import FieldMeta, KernelMeta, ParamMeta, TaskMeta
+from qdc.runtime.contract.artifact import MAX_ELEMENT_AXIS, FieldMeta, KernelMeta, ParamMeta, TaskMeta
 from qdc.runtime.cache import Cache, check_cache_folder, writable_problem
 from qdc.runtime.contract.errors import CacheError, QdcCompileError
 from qdc.runtime.fields import Ndarray
 from qdc.runtime.launcher import make_launcher, stub_function
 
 from ..autodiff.sizeexpr_builder import SizeExprBuilder
-from ..language import ad, forward, lang
+from ..language import ad, forward, lang, matrix as M
 from ..passes import bounds_checks
 from . import cache_key, options as options_mod
 from .templates import TemplateArgs, TemplateDispatch, TemplateParams
@@ -51,7 +51,10 @@ class CompiledKernel:
 
 def parse_params(fn, templates: list | None = None) -> list[ir.Param]:
     """Kernel parameters from annotations; an ndarray whose dtype/ndim is omitted is templated.
-    `qd.template()` parameters are not among them: their names go to `templates`."""
+    `qd.template()` parameters are not among them: their names go to `templates`. A vector or
+    matrix type (`v: qd.math.vec3`) is a parameter of kind "vector" with its element shape:
+    passed by value, its elements become scalar parameters in the IR (frontend/vectors.py,
+    element_params) and in the metadata."""
     sig = inspect.signature(fn)
     params = []
     for name, p in sig.parameters.items():
@@ -65,8 +68,8 @@ def parse_params(fn, templates: list | None = None) -> list[ir.Param]:
                 raise _param_error(fn, name, f"has an annotation that cannot be evaluated: "
                                              f"{type(e).__name__}: {e}") from None
         if ann is inspect.Parameter.empty:
-            raise _param_error(fn, name, "needs a type annotation (a qd scalar type, qd.types.ndarray(...) or "
-                                         "qd.template())")
+            raise _param_error(fn, name, "needs a type annotation (a qd scalar type, a vector/matrix type, "
+                                         "qd.types.ndarray(...) or qd.template())")
         if ann is int:
             ann = options_mod.current.default_ip
         elif ann is float:
@@ -76,6 +79,12 @@ def parse_params(fn, templates: list | None = None) -> list[ir.Param]:
                 templates.append(name)
         elif isinstance(ann, T.DataType):
             params.append(ir.Param(name, "scalar", ann))
+        elif isinstance(ann, M.MatrixType):  # passed by value: the front end makes a scalar of each element
+            dtype = ann.element_dtype(options_mod.current.default_ip, options_mod.current.default_fp)
+            if any(n > MAX_ELEMENT_AXIS for n in ann.shape):
+                raise _param_error(fn, name, f"is a {ann!r}: a vector or matrix parameter has at most "
+                                             f"{MAX_ELEMENT_AXIS} rows and columns; pass an ndarray")
+            params.append(ir.Param(name, "vector", dtype, 0, False, ann.shape))
         elif isinstance(ann, lang.NdarrayType):
             es = ann.element_shape  # an ndarray of vectors: its components are trailing axes
             ndim = None if ann.ndim is None else ann.ndim + len(es)
@@ -117,8 +126,8 @@ def build_meta(kir: ir.KernelIR, entry: str, is_grad: bool = False, adstack: dic
     grads = None if is_grad else _grad_buffers_used(kir)
     return KernelMeta(
         kir.name, entry,
-        [ParamMeta(p.name, p.kind, p.dtype.name, p.ndim or 0, _needs_grad_meta(p, i, grads), i in written,
-                   p.element_shape)
+        [ParamMeta(getattr(p, "argument", p.name), p.kind, p.dtype.name, p.ndim or 0, _needs_grad_meta(p, i, grads),
+                   i in written, p.element_shape)  # an element of a vector parameter: named as the parameter
          for i, p in enumerate(kir.params)],
         [FieldMeta(f.name, f.dtype.name, f.shape, f.is_grad) for f in kir.fields],
         task_records(kir, entry, adstack, launch_policy),

@@ -29,7 +29,7 @@ from .calls import CallLowering
 from .loops import LoopLowering
 from .returns import ReturnLowering
 from .vector_math import VectorMath
-from .vectors import VectorLowering, VectorValue, VectorVar, element_shape
+from .vectors import ElementParam, VectorLowering, VectorValue, VectorVar, element_params, element_shape
 from ..language import matrix as M
 from .objects import GLOBAL_ARRAYS, NdarrayHandle, Shape
 from .source import source_info
@@ -118,7 +118,7 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, VectorLowering, Vecto
 
     def __init__(self, fn, params: list[ir.Param], options, templates: dict | None = None, returns: bool = True):
         self.src = source_info(fn)
-        self.kernel = ir.KernelIR(fn.__name__, params, self.src.loc(self.src.fn_def))
+        self.kernel = ir.KernelIR(fn.__name__, element_params(params), self.src.loc(self.src.fn_def))
         self.field_objects: list[Field] = []
         self.options = options
         self.frames: list[Frame] = [Frame(fn, self.src, True, self.kernel.body, 0)]
@@ -216,7 +216,11 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, VectorLowering, Vecto
             if p.kind == "scalar":
                 var = self.emit(ir.Alloca(p.dtype, p.name, self.src.loc(fdef)))
                 self.emit(ir.LocalStore(var, self.emit(ir.ArgLoad(i, p.dtype, self.src.loc(fdef)))))
-                scope[p.name] = var
+                if isinstance(p, ElementParam):  # a vector parameter is a vector local, as a scalar one is a local
+                    elements = scope[p.argument].variables if p.argument in scope else []
+                    scope[p.argument] = VectorVar(p.element_shape, elements + [var])
+                else:
+                    scope[p.name] = var
             else:
                 es = p.element_shape
                 scope[p.name] = NdarrayHandle(i, p.name, p.dtype, p.ndim - len(es), p.needs_grad, element_shape=es)

@@ -115,6 +115,31 @@ def unflatten(layout, scalars: list):
     return build(layout)
 
 
+class ElementParam(ir.Param):
+    """One element of a vector/matrix kernel parameter (`v: qd.math.vec3`, passed by value): a
+    scalar parameter of the IR named `v[i]` (`m[i, j]`), so that dumps say which element an
+    argument load reads; `argument` is the parameter's own name, which the metadata records
+    under (runtime/contract/artifact.py)."""
+    __slots__ = ("argument",)
+
+    def __init__(self, argument: str, position: tuple, dtype: T.DataType, shape: tuple):
+        super().__init__(f"{argument}[{', '.join(map(str, position))}]", "scalar", dtype, 0, False, shape)
+        self.argument = argument
+
+
+def element_params(params: list) -> list:
+    """The IR's parameters for the kernel's `params` (compiler/driver/kernel.py, parse_params):
+    each of kind "vector" becomes one ElementParam per element, row-major; the others stay."""
+    out = []
+    for p in params:
+        if p.kind != "vector":
+            out.append(p)
+            continue
+        out += [ElementParam(p.name, position, p.dtype, p.element_shape)
+                for position in itertools.product(*(range(n) for n in p.element_shape))]
+    return out
+
+
 def component_count(shape) -> int:
     n = 1
     for s in shape:

@@ -41,7 +41,7 @@ def dual_params(args, kwargs, key: tuple, params: list) -> tuple[tuple, list]:
             has_dual = None if p.dtype.is_float else False
         else:
             has_dual = isinstance(a, Ndarray) and a.dual is not None and p.dtype.is_float
-        out[i] = ir.Param(p.name, p.kind, p.dtype, p.ndim, has_dual)
+        out[i] = ir.Param(p.name, p.kind, p.dtype, p.ndim, has_dual, p.element_shape)
         duals.append(has_dual)
     return (key, tuple(duals)), out
 

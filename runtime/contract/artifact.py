@@ -3,7 +3,8 @@
 A compiled kernel is a `KernelMeta` (msgpack-able dict) plus named binary artifacts. The
 launch context ("ctx") is an array of 64-bit words whose layout the metadata describes:
 
-    word  param.slot                 scalar argument (stored in the low bytes by its type)
+    word  param.slot                 scalar argument (stored in the low bytes by its type); a
+                                     vector/matrix argument is one scalar record per element
     word  param.slot                 ndarray data pointer, then one word per dimension (shape),
                                      then the gradient buffer pointer if needs_grad
     word  field_slot0 + i            base pointer of the kernel's i-th field
@@ -91,7 +92,14 @@ reports a CacheError asking for a rebuild). Records hold only str/int/float/bool
 list/dict: decoding one never runs code. Each binary artifact's sha256 is recorded in its
 kernel's entry record and checked before the artifact is used.
 
-Bump FORMAT_VERSION whenever this layout or the metadata schema changes. Version 4: task
+Vector and matrix parameters (`v: qd.math.vec3`, passed by value) are scalar records, one per
+element, row-major and consecutive, each with the parameter's name and its element shape as
+the 7th entry (absent on every other scalar record, so metadata without them reads as
+before); `KernelMeta.arguments` groups the records into the kernel's arguments. Everything
+indexed by parameter (ctx slots, `ScalarArg`, bindings, debug checks, SPIR-V "args" words)
+counts records, so backends see scalars only.
+
+Bump FORMAT_VERSION whenever this layout or the metadata schema changes incompatibly. Version 4: task
 records with entry, iterations, launch policy and adstack ids (version 3's `range` is gone);
 adstack records without "iterations"/"parallel_from"; temporaries and error words in device
 memory.
@@ -145,7 +153,8 @@ class ParamMeta:
     follow). `writes`: whether the kernel stores into the ndarray's own elements (not its
     .grad), so a read-only array must be refused; metadata written before it existed reads
     as True. `element_shape`: an ndarray of vectors/matrices has it as its last axes (counted in
-    `ndim`); the record's 7th entry, absent for scalar elements."""
+    `ndim`); a scalar record with one is an element of a vector/matrix parameter (see the module
+    docstring); the record's 7th entry, absent otherwise."""
     __slots__ = ("name", "kind", "dtype", "ndim", "needs_grad", "writes", "element_shape", "slot")
 
     def __init__(self, name, kind, dtype, ndim=0, needs_grad=False, writes=True, element_shape=(), slot=0):
@@ -156,6 +165,39 @@ class ParamMeta:
     @property
     def words(self) -> int:
         return 1 if self.kind == "scalar" else 1 + self.ndim + (1 if self.needs_grad else 0)
+
+    @property
+    def is_element(self) -> bool:
+        """Whether the record is one element of a vector/matrix parameter."""
+        return self.kind == "scalar" and bool(self.element_shape)
+
+
+class ArgumentMeta:
+    """One argument of the kernel's call: its records are `params[first:first + count]` (one
+    record, or a vector/matrix parameter's elements, row-major)."""
+    __slots__ = ("name", "first", "count", "element_shape")
+
+    def __init__(self, name: str, first: int, count: int, element_shape: tuple):
+        self.name, self.first, self.count, self.element_shape = name, first, count, element_shape
+
+
+def element_count(shape) -> int:
+    count = 1
+    for n in shape:
+        count *= n
+    return count
+
+
+def group_arguments(params: list) -> list[ArgumentMeta]:
+    """The kernel's arguments from its parameter records (ParamMeta; see the module docstring)."""
+    arguments, i = [], 0
+    while i < len(params):
+        p = params[i]
+        shape = p.element_shape if p.is_element else ()
+        count = element_count(shape)
+        arguments.append(ArgumentMeta(p.name, i, count, shape))
+        i += count
+    return arguments
 
 
 class FieldMeta:
@@ -204,6 +246,7 @@ class KernelMeta:
         self.returns = returns  # the "returns" record, None when the kernel returns nothing
         self.cpu_libraries = cpu_libraries or []  # CPU entries: one record per library, see the docstring
         self.params, self.fields, self.tasks = params, fields, tasks
+        self.arguments = group_arguments(params)
         self.num_temps, self.is_grad = num_temps, is_grad
         self.adstack = adstack or {}
         slot = 0
@@ -221,6 +264,21 @@ class KernelMeta:
         self.debug_checks = debug_checks or []
         self.debug_slot = self.ctx_words if self.debug_checks else None  # runtime/contract/bounds.py writes it
         self.ctx_words += 1 if self.debug_checks else 0
+
+    def record_names(self) -> list[str]:
+        """Each parameter record's name as messages show it: `v[1]` for an element of vector `v`."""
+        names = []
+        for a in self.arguments:
+            if not a.element_shape:
+                names.append(a.name)
+                continue
+            for k in range(a.count):
+                position, rest = [], k
+                for n in reversed(a.element_shape):
+                    position.insert(0, rest % n)
+                    rest //= n
+                names.append(f"{a.name}[{', '.join(map(str, position))}]")
+        return names
 
     def to_dict(self) -> dict:
         d = {
@@ -327,8 +385,12 @@ def check_kernel_meta(d) -> None:
               and p[2] in DTYPE_NAMES and _is_int(p[3]) and 0 <= p[3] <= 16
               and (p[4] is None or isinstance(p[4], bool)) and (len(p) == 5 or isinstance(p[5], bool)),
               f"parameter {p[0]!r}")
-        _need(len(p) < 7 or (p[1] == "ndarray" and isinstance(p[6], list) and 0 < len(p[6]) <= min(2, p[3])
-                             and all(_is_int(s) and s > 0 for s in p[6])), f"element shape of parameter {p[0]!r}")
+        # an ndarray's element axes are among its dimensions; a vector parameter's elements are records
+        axes, largest = (2, MAX_ELEMENT_AXIS) if p[1] == "scalar" else (min(2, p[3]), float("inf"))
+        _need(len(p) < 7 or (isinstance(p[6], list) and 0 < len(p[6]) <= axes
+                             and all(_is_int(s) and 0 < s <= largest for s in p[6])),
+              f"element shape of parameter {p[0]!r}")
+    _check_arguments(d["params"])
     for f in _list(d, "fields", 4):
         check_field(f[0], f[1], f[2], module_attribute=False)
         _need(isinstance(f[3], bool), f"field {f[0]!r}")
@@ -346,6 +408,26 @@ def check_kernel_meta(d) -> None:
         check_cpu_library_record(i, r)
     if "returns" in d:
         check_returns_record(d, d["returns"])
+
+
+MAX_ELEMENT_AXIS = 64  # a vector's length, a matrix's rows or columns
+
+
+def _check_arguments(params: list) -> None:
+    """A vector/matrix parameter's element records are consecutive, all of one dtype and
+    shape, as many as its elements; argument names are distinct."""
+    names, i = set(), 0
+    while i < len(params):
+        p = params[i]
+        shape = p[6] if len(p) == 7 and p[1] == "scalar" else []
+        count = element_count(shape)
+        if shape:
+            group = params[i:i + count]
+            _need(len(group) == count and all(len(q) == 7 and q[:4] == p[:4] and q[6] == shape for q in group),
+                  f"the element records of vector parameter {p[0]!r}")
+        _need(p[0] not in names, f"parameter {p[0]!r} appears twice")
+        names.add(p[0])
+        i += count
 
 
 MAX_RETURN_VALUES = 4096

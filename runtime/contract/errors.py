@@ -13,7 +13,9 @@ class QdcCompileError(QdcError):
         self.raw_message = message
         self.filename, self.line, self.col = filename, line, col
         self.source_line = source_line
-        text = f"{filename}:{line}:{col}: error: {message}"
+        # An error of the build rather than of a source line (a missing tool) has no location.
+        located = filename != "<unknown>" or line
+        text = f"{filename}:{line}:{col}: error: {message}" if located else f"error: {message}"
         if source_line is not None:
             text += "\n" + source_line.rstrip("\n") + "\n" + " " * max(col - 1, 0) + "^"
         super().__init__(text)
@@ -21,6 +23,12 @@ class QdcCompileError(QdcError):
 
 class CacheError(QdcError):
     """An artifact failed its integrity check or was built by an incompatible format version."""
+
+
+class ModuleNotBuiltError(CacheError, FileNotFoundError):
+    """The cache or bundle holds no record of the module for that arch (never built, or its last
+    build failed): a CacheError for those who catch qdc's errors, a FileNotFoundError for those who
+    catch a missing file."""
 
 
 class AdStackOverflowError(QdcError):

@@ -76,21 +76,22 @@ def generate_llvm(kernel: ir.KernelIR, meta: KernelMeta, fast_math: bool, target
     return str(mb.module)
 
 
-def link_math(module) -> None:
+def link_math(module, context) -> None:
     """Link in the own math functions `module` calls (math.py): a kernel without them links nothing."""
     wanted = {f.name for f in module.functions if f.is_declaration and f.name.startswith("__qdc_amdgcn_")}
     if not wanted:
         return
-    library = llvm.parse_assembly(str(math_library(wanted, module.data_layout, module.triple)))
+    library = llvm.parse_assembly(str(math_library(wanted, module.data_layout, module.triple)), context=context)
     module.link_in(library)
 
 
 def compile_for(text: str, gfx: str, entries: set, opt_level: int) -> tuple:
     """(relocatable object, (optimised IR text, its bitcode)) for processor `gfx` from the
     module text."""
-    module = llvm.parse_assembly(text)
+    context = llvm.create_context()  # the bitcode must not depend on earlier kernels (cpu/codegen.py)
+    module = llvm.parse_assembly(text, context=context)
     module.verify()  # llvmlite's LLVM aborts the process on bad IR given to a backend
-    link_math(module)
+    link_math(module, context)
     internalize(module, entries)
     tm = target_machine(gfx, opt_level)
     pto = llvm.create_pipeline_tuning_options(speed_level=opt_level)

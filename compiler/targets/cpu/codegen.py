@@ -280,7 +280,10 @@ def compile_kernel(kernel: ir.KernelIR, meta: KernelMeta, opt_level: int = 3, fa
     module = generate_llvm(kernel, meta, fast_math, target)
     task_bodies = [task.task_name + "_chunk" for task in kernel.tasks]  # KernelCodegen.emit_chunk's names
     text = str(module) if len(levels) == 1 else multiversioned_ir(module, task_bodies, levels)
-    parsed = llvm.parse_assembly(text)
+    # A context of its own: the shared one accumulates metadata kinds from earlier modules,
+    # which the bitcode writer records, so the same kernel's bitcode (and a `qdc pack` bundle)
+    # would depend on what the process compiled before it.
+    parsed = llvm.parse_assembly(text, context=llvm.create_context())
     parsed.verify()
     mod, tm = optimise(parsed, opt_level, levels[0])
     so = link_shared_library(tm.emit_object(mod))

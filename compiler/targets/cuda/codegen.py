@@ -89,12 +89,12 @@ def generate_llvm(kernel: ir.KernelIR, meta: KernelMeta, cuda_arch: str, fast_ma
     return mb.module
 
 
-def link_libdevice(module) -> None:
+def link_libdevice(module, context) -> None:
     """Link libdevice into `module` if it calls any of its functions (a kernel without math
     needs no toolkit at all)."""
     if not any(f.is_declaration and f.name.startswith(LIBDEVICE_PREFIX) for f in module.functions):
         return
-    libdevice = llvm.parse_bitcode(toolkit.libdevice_bitcode())  # link_in consumes it: parse per module
+    libdevice = llvm.parse_bitcode(toolkit.libdevice_bitcode(), context=context)  # link_in consumes it: parse per module
     libdevice.triple, libdevice.data_layout = module.triple, module.data_layout
     module.link_in(libdevice)
 
@@ -105,9 +105,10 @@ def compile_ptx(kernel: ir.KernelIR, meta: KernelMeta, cuda_arch: str, opt_level
     optimised module as "ll" and "bc"."""
     if target is None:
         from .target import TARGET as target
-    module = llvm.parse_assembly(str(generate_llvm(kernel, meta, cuda_arch, fast_math, target)))
+    context = llvm.create_context()  # the bitcode must not depend on earlier kernels (cpu/codegen.py)
+    module = llvm.parse_assembly(str(generate_llvm(kernel, meta, cuda_arch, fast_math, target)), context=context)
     module.verify()  # llvmlite's LLVM aborts the process on bad IR given to a backend
-    link_libdevice(module)
+    link_libdevice(module, context)
     internalize(module, {t.entry for t in meta.tasks})
     tm = target_machine(cuda_arch, opt_level)
     # libdevice asks __nvvm_reflect whether to flush denormals (no); NVVMReflect, a pass of the

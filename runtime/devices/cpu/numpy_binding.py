@@ -116,9 +116,10 @@ METH_FASTCALL = 0x0080
 
 def python_entry_possible(meta) -> bool:
     """Whether a kernel gets the Python entry: every parameter bound by it (numpy arrays the
-    prologue binds, Python floats, ints and bools for scalars of these types)."""
+    prologue binds, Python floats, ints and bools for scalars of these types; not the elements
+    of a vector argument, which is one value for several records)."""
     return bool(meta.params) and all(eligible(p) if p.kind == "ndarray" else p.dtype in PYTHON_SCALARS
-                                     for p in meta.params)
+                                     and not p.element_shape for p in meta.params)
 
 
 _python_layout: bool | None = None
