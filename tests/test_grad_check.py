@@ -33,8 +33,11 @@ def test_correct_gradients_pass_and_state_is_restored(arch, rng):
         forward(2.0)
         reduce()
     y64 = np.sin(v.astype(np.float64)) * 2 + v.astype(np.float64) ** 2
+    # Vulkan's f32 sin is the driver's, exact to an absolute error (README: NVIDIA's 2^-21 or so
+    # measured here, the spec allows 2^-11), which is a large relative one where y is small
+    atol = 2e-6 if arch == "vulkan" else 0
     np.testing.assert_allclose(loss[None], (y64 ** 2).sum(), rtol=1e-5)  # as the Tape left it
-    np.testing.assert_allclose(y.to_numpy(), y64, rtol=1e-5)
+    np.testing.assert_allclose(y.to_numpy(), y64, rtol=1e-5, atol=atol)
     np.testing.assert_array_equal(x.to_numpy(), v)
     np.testing.assert_allclose(x.grad.to_numpy(), 2 * y64 * (2 * np.cos(v) + 2 * v), rtol=1e-4)
     # y is overwritten by `forward`: its gradient is the one with respect to its initial value

@@ -136,6 +136,13 @@ def test_float_operators_follow_python(arch, rng, dtype, request):
               np.mod(a, npt(0.75)), np.floor_divide(a, npt(-0.75))]
     rtol = 1e-12 if dtype is qd.f64 else 2e-6
     for row, e in enumerate(expect):
+        # f32 `**` on Vulkan is the driver's pow, exp2(y log2 x) with GLSL.std.450's precision
+        # (3 + 2|y log2 x| ulp): NVIDIA's is 17 ulp off at |y log2 x| = 32 (measured)
+        if row == 6 and arch == "vulkan" and dtype is qd.f32:
+            allowed = np.maximum(rtol, 2.0 ** -23 * (3 + 2 * np.abs(b * np.log2(np.abs(a))))) * np.abs(e)
+            bad = np.flatnonzero(~(np.abs(out[row] - e) <= allowed))
+            assert bad.size == 0, ("row 6", a[bad[:5]], b[bad[:5]], out[row][bad[:5]], e[bad[:5]])
+            continue
         np.testing.assert_allclose(out[row], e.astype(npt), rtol=rtol, atol=0, err_msg=f"row {row}")
     assert out[4, 0] == np.floor_divide(npt(1.0), npt(0.1)) == 9.0  # Python's 1.0 // 0.1, not floor(1.0 / 0.1)
 
