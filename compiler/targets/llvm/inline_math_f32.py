@@ -232,7 +232,7 @@ class FloatMath:
         """(hi, lo, n): x = n pi/2 + hi + lo, |hi| <~ pi/4, n mod 4 as an i32; hi NaN for inf
         and NaN. A branch between the two reductions: a vectorised loop computes both (if-converted),
         scalar code (a loop LLVM does not widen) only the one it needs: selecting cost a
-        loop-carried `v = sin(v)` chain 3.7x the time of libm's sinf."""
+        loop-carried `v = sin(v)` chain 3.7x the time of the C library's float sine."""
         o = self.o
         small = o.lt(o.fabs(x), o.c(TRIG_FLOAT_LIMIT))
         return o.branch(small, lambda: tuple(self._reduce_float(x)), lambda: tuple(self._reduce_large(x)))
