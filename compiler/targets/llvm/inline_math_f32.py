@@ -118,18 +118,8 @@ class FloatMath:
         self.o = FloatOps(builder)
         self.b = builder
 
-    def poly(self, x, coefficients):
-        o = self.o
-        acc = o.c(coefficients[-1])
-        for c in reversed(coefficients[:-1]):
-            acc = o.add(o.c(c), o.mul(x, acc))
-        return acc
-
-    def cases(self, pairs, default):
-        """The value of the first (condition, value) that holds, else `default`."""
-        for cond, value in reversed(pairs):
-            default = self.o.fsel(cond, value, default)
-        return default
+    # Horner and the select chain are width-neutral (they go through self.o): fdlibm.py's own.
+    k, poly, cases = Float64Math.k, Float64Math.poly, Float64Math.cases
 
     def round_to_integer(self, v):
         """(rint(v) as a float, as an i32) for |v| < 2^22."""
