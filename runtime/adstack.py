@@ -179,6 +179,7 @@ class KernelStacks:
             self.capacities.append(r["max_size"] if tree is None else tree)
 
 
+UNLIMITED = 1 << 62  # Device.heap_range_limit of a device that binds a heap whole, however large
 _UNSET = object()  # `_bound` before the first layout on a runtime: never a heap allocation
 
 _FINISH = """
@@ -197,6 +198,7 @@ class AdStackHooks:
         self.meta, self.prebuilt = meta, prebuilt
         self.stacks = KernelStacks(meta)
         self.slot = meta.adstack_slot
+        self.range_limit = UNLIMITED
         gen = sizing.SizingSource(meta, self.stacks, self.slot, log=logging_enabled())
         self.max_overs = gen.max_overs
         self.fields_read, self.field_readers = sorted(gen.fields_read), gen.field_readers
@@ -204,6 +206,7 @@ class AdStackHooks:
             "_hooks": self,  # the functions keep the hooks alive (context.on_reset holds them weakly)
             "_stale": True, "_rebind": self.rebind, "_overflow": self.raise_overflow,
             "_grow": self.grow if len(self.stacks.layout.heaps) == 1 else self.grow_heaps,
+            "_fit": self.fit_invocations,
             "_too_large": self.too_large, "_log": self.log_layout, "_mor": self.max_over, "_env": self.env,
             "_index": sizing.index, "_read": sizing.ndarray_read,
             "_heap": None, "_bound": _UNSET, "_ovf": None, "_errors": None, "_w": None,
@@ -226,6 +229,7 @@ class AdStackHooks:
         g = self.namespace
         errors = lctx.errors  # the launcher's error slot: word OVERFLOW_WORD is the overflow word
         g["_heap"], g["_bound"], g["_errors"] = heap, _UNSET, errors
+        self.range_limit = getattr(rt.device, "heap_range_limit", lambda: UNLIMITED)()
         g["_ovf"] = memoryview(errors.host) if errors.host is not None else None
         g["_w"] = memoryview(lctx.words).cast("B").cast("Q")  # item writes: a tenth of numpy's cost
         g["_w"][self.slot + 2] = errors.word_address(OVERFLOW_WORD)
@@ -261,15 +265,28 @@ class AdStackHooks:
         heap.ensure(required, self.meta.name)
         return heap.alloc
 
+    def fit_invocations(self, stride: int, stride1: int, slices: int) -> int:
+        """The invocations the SPIR-V heaps hold for a launch dispatching `slices`: lowered so
+        that neither heap (`stride`/`stride1` bytes an invocation) spans more than one binding
+        of the device may (Device.heap_range_limit: Vulkan's maxStorageBufferRange) or, without
+        Int64, than a 32-bit element index reaches. The shader runs every iteration on the
+        invocations the heaps hold (grid-stride), so a lower count is slower, never wrong."""
+        widest = max(stride, stride1)
+        if widest == 0 or slices == 0:
+            return slices
+        limit = self.range_limit
+        if self.stacks.layout.index_bits == 32:
+            limit = min(limit, layout.U32_INDEX_LIMIT * 4)
+        fit = limit // widest
+        if fit < 1:
+            raise ValueError(f"kernel '{self.meta.name}': one invocation's adstacks need {widest} bytes, more than "
+                             f"an adstack heap may span on this device ({limit} bytes): lower the adstack "
+                             f"capacity (qd.init(ad_stack_size=N)) or bound the loops that push")
+        return min(slices, fit)
+
     def grow_heaps(self, stride: int, stride1: int, slices: int):
-        """The SPIR-V heaps grown for `slices` invocations of the strides (bytes); their token.
-        With 32-bit indices, a launch whose heaps a u32 cannot index is refused first."""
-        heaps, heap_layout = self.namespace["_heap"], self.stacks.layout
-        if heap_layout.index_bits == 32:
-            for stride_bytes in (stride, stride1):
-                problem = layout.index_range_problem(stride_bytes // 4, slices)
-                if problem is not None:
-                    raise ValueError(f"kernel '{self.meta.name}': {problem}")
+        """The SPIR-V heaps grown for `slices` invocations of the strides (bytes); their token."""
+        heaps = self.namespace["_heap"]
         changed = False
         for which, (heap, stride_bytes) in enumerate(zip(heaps.heaps, (stride, stride1))):
             changed |= heap.ensure(stride_bytes * slices, self.meta.name,

@@ -154,9 +154,12 @@ class SizingSource:
         if heaps == 1:
             lines = [f"stride = {self._max_of(used[0])}", f"slices = {self._max_of(threads + ['1'])}",
                      "_bound = _grow(stride * slices)", "w = _w", f"w[{slot}] = _heap.ptr", f"w[{slot + 1}] = stride"]
-        else:  # SPIR-V: a float and an int heap, their addresses in the first two words; no slices, no heap
+        else:  # SPIR-V: a float and an int heap, their addresses in the first two words; the invocations
+            # they hold lowered to what one binding spans (`_fit`: the shader's grid-stride loop
+            # gives the invocations past it no iteration)
             lines = [f"stride = {self._max_of(used[0])}", f"stride1 = {self._max_of(used[1])}",
-                     f"slices = {self._max_of(threads + ['0'])}", "_bound = _grow(stride, stride1, slices)",
+                     f"slices = _fit(stride, stride1, {self._max_of(threads + ['0'])})",
+                     "_bound = _grow(stride, stride1, slices)",
                      "w = _w", f"w[{slot}] = _heap.ptr", f"w[{slot + 1}] = _heap.ptr1"]
         for i, (offset, cap) in enumerate(zip(offsets, caps)):
             lines += [f"w[{slot + 3 + 2 * i}] = {offset}", f"w[{slot + 4 + 2 * i}] = {cap}"]

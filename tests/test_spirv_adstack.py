@@ -166,13 +166,6 @@ def test_spirv_layout_record_and_meta_words():
     assert list(words) == [16, 7, 6, 0, 5, 0, 7, 10, 3]
 
 
-def test_u32_index_range_check(monkeypatch):
-    assert layout.index_range_problem(1000, 1000) is None
-    monkeypatch.setattr(layout, "U32_INDEX_LIMIT", 100)
-    problem = layout.index_range_problem(20, 6)
-    assert "120 elements" in problem and "32-bit" in problem
-
-
 def test_heap_growth_doubles_then_retries_at_required_then_explains(monkeypatch):
     heaps = adstack.heap_for(context.current(), layout.SPIRV_HEAP_64)
     heap = heaps.heaps[0]
@@ -312,26 +305,6 @@ def test_exactly_at_capacity_succeeds_and_one_more_push_raises(session_cache_dir
         assert (e.kernel, e.allocated, e.required) == ("chain", capacity, capacity + 1) and e.task in str(e)
         trips[2] = capacity - 1  # the word was cleared: the next launch runs normally
     np.testing.assert_allclose(run_grad(chain, x, y), sin_chain_grad(xs, capacity - 1), rtol=1e-4)
-
-
-def test_u32_stride_check_refuses_the_launch_before_dispatch(session_cache_dir, monkeypatch):
-    from qdc.compiler import targets
-    module = __import__(targets.TARGETS["vulkan"], fromlist=["TARGET"])
-    narrow = type(module.TARGET)()
-    narrow.capabilities = dataclasses.replace(narrow.capabilities, int64=False)
-    monkeypatch.setattr(module, "TARGET", narrow)
-    vulkan_or_skip(cache_dir=session_cache_dir, ad_stack_size=8)
-    chain, x, trips, y = sin_chain()
-    x.from_numpy(np.full(4, 0.5, np.float32))
-    trips.fill(3)
-    monkeypatch.setattr(layout, "U32_INDEX_LIMIT", 4 * 8 * 2 - 1)  # one element short of 4 x (8 x 2)
-    y[None] = 0
-    chain()
-    with pytest.raises(ValueError, match="kernel 'chain'.*64 elements.*32-bit"):
-        chain.grad()
-    assert adstack.adstack_heap_bytes() == 0  # refused before any allocation or dispatch
-    monkeypatch.setattr(layout, "U32_INDEX_LIMIT", 4 * 8 * 2)
-    np.testing.assert_allclose(run_grad(chain, x, y), sin_chain_grad(np.full(4, 0.5), 3), rtol=1e-4)
 
 
 def test_allocation_failure_on_growth_is_retried_at_required(session_cache_dir, monkeypatch):

@@ -33,6 +33,8 @@ from . import driver, kernels
 
 ARGS_RING_BYTES = 1 << 20
 DESCRIPTOR_POOL_SETS = 1024
+WAVES = 4                  # grid cap: this many waves of the invocations the device runs at once
+FALLBACK_RESIDENT = 1 << 16  # invocations assumed to run at once where the driver does not say
 U64_MAX = (1 << 64) - 1
 
 
@@ -293,15 +295,29 @@ class VulkanDevice(SubmissionDevice):
     def block_dim(self, launch: dict) -> int:
         return launch.get("block_dim") or self.capabilities.default_block_dim
 
+    def grid_cap(self, block_dim: int) -> int:
+        """The most workgroups a launch of `block_dim`-invocation workgroups gets: WAVES waves of
+        what the device runs at once (where the driver says; else FALLBACK_RESIDENT). The
+        shader's grid-stride loop covers larger ranges, so an adstack heap holds the invocations
+        in flight, never one slice per iteration."""
+        resident = self.capabilities.resident_invocations or FALLBACK_RESIDENT
+        return min(max(resident // block_dim, 1) * WAVES, self.max_grid_groups)
+
     def task_slices(self, launch: dict, iterations: int | None) -> int:
-        """The invocations that run iterations: the real count (invocations past it, up to the
-        end of the last workgroup, leave at once); unknown: a fixed grid the shader's grid-stride
-        loop covers the range with."""
+        """The invocations a launch dispatches for `iterations`: one per iteration up to the grid
+        cap (None: the cap); 0 iterations dispatch nothing. Invocations past the count, up to the
+        end of the last workgroup, leave at once."""
         if launch["policy"] != "grid":
             raise ValueError(f"the vulkan device cannot launch a task with launch policy {launch['policy']!r}")
+        block = self.block_dim(launch)
+        cap = self.grid_cap(block) * block
         if iterations is None:
-            return self.max_grid_groups * self.block_dim(launch)
-        return max(iterations, 0)
+            return cap
+        return min(max(iterations, 0), cap)
+
+    def heap_range_limit(self) -> int:
+        """The most bytes one binding of an adstack heap may span (maxStorageBufferRange)."""
+        return self.capabilities.max_storage_buffer_range
 
     def launch_task(self, loaded: QueuedKernel, task: int, ctx_address: int, slices: int) -> None:
         from .pipelines import record_dispatch

@@ -22,6 +22,7 @@ VENDOR_NVIDIA = 0x10DE
 DEFAULT_BLOCK_DIM = {VENDOR_NVIDIA: 256}
 FALLBACK_BLOCK_DIM = 256
 ATOMIC_FLOAT_EXTENSION = b"VK_EXT_shader_atomic_float"
+SM_BUILTINS_EXTENSION = b"VK_NV_shader_sm_builtins"  # how many multiprocessors (NVIDIA)
 
 
 class VulkanUnavailableError(QdcError, RuntimeError):
@@ -67,6 +68,9 @@ class VulkanCapabilities(DeviceCapabilities):
     subgroup_arithmetic: bool = False
     ieee_preserve: bool = False  # SignedZeroInfNanPreserve for f32 (and f64 where it has Float64)
     default_block_dim: int = FALLBACK_BLOCK_DIM
+    # Invocations the device runs at once (multiprocessors x warps each x 32, from
+    # VK_NV_shader_sm_builtins); 0 where the driver does not say.
+    resident_invocations: int = 0
 
 
 def check(vk, result: int, what: str) -> None:
@@ -229,6 +233,11 @@ def read_capabilities(vk, physical, chain: FeatureChain) -> VulkanCapabilities:
                                                           "pNext": v12})
     props2 = ffi.new("VkPhysicalDeviceProperties2*", {"sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
                                                       "pNext": v11})
+    sm = None
+    if SM_BUILTINS_EXTENSION in device_extensions(vk, physical):
+        sm = ffi.new("VkPhysicalDeviceShaderSMBuiltinsPropertiesNV*", {
+            "sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_SM_BUILTINS_PROPERTIES_NV, "pNext": v11})
+        props2.pNext = sm
     lib.vkGetPhysicalDeviceProperties2(physical, props2)
     p, limits = props2.properties, props2.properties.limits
     f, f11, f12, fa = chain.root.features, chain.v11, chain.v12, chain.atomic
@@ -252,7 +261,8 @@ def read_capabilities(vk, physical, chain: FeatureChain) -> VulkanCapabilities:
         subgroup_arithmetic=_subgroup_has(vk, v11, vk.VK_SUBGROUP_FEATURE_ARITHMETIC_BIT),
         ieee_preserve=bool(v12.shaderSignedZeroInfNanPreserveFloat32
                            and (v12.shaderSignedZeroInfNanPreserveFloat64 or not f.shaderFloat64)),
-        default_block_dim=min(DEFAULT_BLOCK_DIM.get(p.vendorID, FALLBACK_BLOCK_DIM), limits.maxComputeWorkGroupSize[0]))
+        default_block_dim=min(DEFAULT_BLOCK_DIM.get(p.vendorID, FALLBACK_BLOCK_DIM), limits.maxComputeWorkGroupSize[0]),
+        resident_invocations=sm.shaderSMCount * sm.shaderWarpsPerSM * 32 if sm is not None else 0)
 
 
 def create_device(vk, physical, family: int, chain: FeatureChain, extensions: list):

@@ -178,14 +178,15 @@ def record_dispatch(dev, loaded, tp, ctx, slices: int) -> None:
 
 def _heap_range(dev, meta, tp, p, alloc, ctx) -> int:
     """The bytes of an adstack heap a launch binds: the whole allocation up to the device's
-    maxStorageBufferRange, which must cover what the launch uses."""
-    limit = dev.capabilities.max_storage_buffer_range
+    maxStorageBufferRange, which must cover what the launch uses (the sizing lowers the
+    invocations the heaps hold until it does: this is the last line of defence). Python ints:
+    the u32 words' product would wrap."""
+    limit = dev.heap_range_limit()
     words = adstack_meta_words(meta, ctx, tp.name)
-    needed = 4 * words[HEAP_WORDS[p.resource]] * int(words[2])
+    needed = 4 * int(words[HEAP_WORDS[p.resource]]) * int(words[2])
     if needed > limit:
         raise ValueError(f"{tp.name}: its {p.resource} heap needs {needed} bytes, more than the Vulkan device's "
-                         f"maxStorageBufferRange ({limit} bytes): launch fewer iterations at once or lower the "
-                         f"adstack capacity (qd.init(ad_stack_size=N))")
+                         f"maxStorageBufferRange ({limit} bytes)")
     return min(alloc.nbytes, limit)
 
 
