@@ -316,12 +316,14 @@ def _describe_task(t, m) -> str:
 @click.option("--cache", "cache_dir", help="Cache folder or bundle. Default: ./cache.")
 def verify(source, cache_dir):
     """Check every artifact against its recorded hash and format version, and every module
-    record against the entries it names (kernel, variant, fields). DIR|BUNDLE: the same as --cache."""
-    from qdc.runtime import cache as C
+    record against the entries it names (kernel, variant, fields), that each artifact defines
+    exactly the entry points its record names, and names stray files where they are. DIR|BUNDLE:
+    the same as --cache."""
+    from qdc.runtime.verify import verify_store
     if source is not None and cache_dir is not None:
         raise click.UsageError("name the cache or bundle once: either DIR|BUNDLE or --cache")
     store = _open(source if source is not None else cache_dir)
-    checked, problems = C.verify_store(store)
+    checked, problems = verify_store(store)
     for path, reason in problems:
         click.echo(f"{path}: {reason}", err=True)
     click.echo(f"qdc verify: {checked} files checked in {store.location}, {len(problems)} bad")

@@ -34,6 +34,7 @@ import time
 import uuid
 
 from .contract import artifact as A
+from .contract.entry_points import entry_points_problem
 from .contract.errors import CacheError, ModuleNotBuiltError
 
 ENTRIES, MODULES, TMP = "entries", "modules", "tmp"
@@ -75,10 +76,12 @@ def check_module_name(module) -> str:
 
 
 class Entry:
-    """A verified kernel entry: its record, rebuilt metadata and artifact bytes."""
+    """A verified kernel entry: its record, rebuilt metadata and artifact bytes; `where` names
+    its folder, `artifact_where` each artifact's file (kind -> path), for error messages."""
 
-    def __init__(self, key, record, meta, artifacts, where):
+    def __init__(self, key, record, meta, artifacts, where, artifact_where):
         self.key, self.record, self.meta, self.artifacts, self.where = key, record, meta, artifacts, where
+        self.artifact_where = artifact_where
 
     @property
     def field_refs(self) -> list:
@@ -328,7 +331,8 @@ def read_record(store: Store, name: str, kind: str) -> dict:
 
 
 def read_entry(store: Store, key: str) -> Entry:
-    """Read entry `key` and check every artifact's sha256 before handing any of it out.
+    """Read entry `key` and check every artifact's sha256, and that it defines exactly the
+    entry points its record names (contract/entry_points.py), before handing any of it out.
     FileNotFoundError if it is absent; CacheError if anything fails its check. A concurrent
     replacement of the entry is never seen as either (see the module docstring)."""
     deadline = time.monotonic() + REPLACE_WAIT_S
@@ -364,8 +368,8 @@ def _wait_for_replacement(store: Store, key: str, deadline: float) -> None:
 def _read_entry_files(store: Store, key: str, files: EntryFiles) -> Entry:
     record = decode(files.read(META_FILE, max_bytes=MAX_RECORD_BYTES), files.where(META_FILE), A.ENTRY_RECORD)
     if record["key"] != key:
-        raise cache_error(files.where(META_FILE), f"the record is for key {record['key'][:12]}…, "
-                          f"not {key[:12]}… (the cache was tampered with or mixed up)")
+        raise cache_error(files.where(META_FILE), f"the record is for key {record['key']}, not the key of its "
+                                                  f"folder (the cache was tampered with or mixed up)")
     artifacts = {}
     for kind, info in record["artifacts"].items():
         try:
@@ -381,8 +385,13 @@ def _read_entry_files(store: Store, key: str, files: EntryFiles) -> Entry:
         meta = A.KernelMeta.from_dict(record["meta"])
     except (ValueError, TypeError) as e:
         raise cache_error(files.where(META_FILE), str(e)) from None
+    for kind, info in record["artifacts"].items():
+        problem = entry_points_problem(kind, artifacts[kind], meta)
+        if problem is not None:
+            raise cache_error(files.where(info["file"]), problem)
     store.touch(key)
-    return Entry(key, record, meta, artifacts, store.where(files.base))
+    artifact_where = {kind: files.where(info["file"]) for kind, info in record["artifacts"].items()}
+    return Entry(key, record, meta, artifacts, store.where(files.base), artifact_where)
 
 
 def read_module(store: Store, module: str, arch: str) -> dict:
@@ -485,62 +494,6 @@ def _field_problem(name: str, entry: Entry, fields: dict) -> str | None:
             return (f"kernel '{name}' uses '{fm.name}', but the module declares field '{base}' without "
                     f"needs_{secondary} (rebuild)")
     return None
-
-
-# ---- checking a whole cache or bundle --------------------------------------------------------
-
-def verify_store(store: Store) -> tuple[int, list[tuple[str, str]]]:
-    """Check every record and artifact, and every module record against the entries it names:
-    (files checked, [(file, what is wrong)])."""
-    problems: list[tuple[str, str]] = []
-    entries: dict = {}  # key -> Entry, or None where the entry is bad
-    checked = _verify_entries(store, store.names(), entries, problems)
-    for module, arch in list_modules(store):
-        checked += _verify_module(store, module, arch, entries, problems)
-    return checked, problems
-
-
-def _verify_entries(store: Store, names: list, entries: dict, problems: list) -> int:
-    checked = 0
-    in_entries = [n for n in names if n.startswith(ENTRIES + "/")]
-    for name in in_entries:
-        if name.count("/") < 3:  # a file where a shard or entry folder belongs
-            problems.append((store.where(name), "not a cache entry folder"))
-    for key in sorted({n.split("/")[2] for n in in_entries if n.count("/") >= 3}):
-        base = entry_path(key)
-        entries[key] = None  # present, not (yet) good
-        if not A.KEY_RE.match(key):
-            problems.append((store.where(base), "not a cache entry name"))
-            continue
-        try:
-            entries[key] = entry = read_entry(store, key)
-            checked += 1 + len(entry.record["artifacts"])
-        except FileNotFoundError:
-            problems.append((store.where(f"{base}/{META_FILE}"), "entry has no metadata record"))
-        except CacheError as e:
-            problems.append((e.path, e.reason))
-    return checked
-
-
-def _verify_module(store: Store, module: str, arch: str, entries: dict, problems: list) -> int:
-    where = store.where(module_path(module, arch))
-    try:
-        body = read_module(store, module, arch)
-    except CacheError as e:
-        problems.append((e.path, e.reason))
-        return 0
-    except (ValueError, FileNotFoundError) as e:
-        problems.append((where, str(e)))
-        return 0
-    named = {}
-    for kernel, key in body["kernels"].items():
-        if entries.get(key) is not None:
-            named[kernel] = entries[key]
-        elif key not in entries:  # (a bad entry is reported once, as itself)
-            problems.append((where, f"kernel '{kernel}' refers to entry {key[:12]}…, which is missing "
-                                    f"(evicted?): rebuild the module"))
-    problems += module_problems(where, body, named)
-    return 1
 
 
 # ---- the writable cache ----------------------------------------------------------------------

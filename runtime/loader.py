@@ -19,6 +19,7 @@ from .contract.artifact import VARIANT_SUFFIXES, secondary_field, split_variant
 from .adstack import launch_hooks
 from .cache import cache_error, module_path, module_problems, open_store, read_entry, read_module
 from .contract.errors import QdcError
+from .devices.cpu.device import LibraryLoadError
 from .fields import ElementType, Field
 from .launcher import make_launcher, stub_function
 from .contract.types import by_name
@@ -96,12 +97,20 @@ class LoadedKernel:
             raise QdcError(f"kernel '{self.__name__}' was loaded for arch '{self._arch}' but the active runtime "
                            f"is '{rt.arch}': load the module again for '{rt.arch}'")
         meta = self._entry.meta
-        loaded = rt.device.load_kernel(self._entry.artifacts, meta)
+        try:
+            loaded = rt.device.load_kernel(self._entry.artifacts, meta)
+        except LibraryLoadError as e:  # it names no file: the library is loaded from a private copy
+            raise LibraryLoadError(f"{self._library_where()}: {e}") from None
         # Built ahead of time: an adstack overflow's remedy is a rebuild, not qd.init options.
         hooks = launch_hooks(meta, prebuilt=True) if meta.adstack.get("stacks") else None
         launch = make_launcher(meta, rt.device, loaded, self._fields, hooks=hooks, function=self.function)
         self._state = (rt.generation, launch.__qdc_launcher__)
         return launch.__qdc_launcher__
+
+    def _library_where(self) -> str:
+        """The cache file of the kernel's native library (its entry folder if it has several)."""
+        files = {self._entry.artifact_where[r["artifact"]] for r in self._entry.meta.cpu_libraries}
+        return files.pop() if len(files) == 1 else self._entry.where
 
     def _current(self):
         """The launcher state on the active runtime (loaded now if the runtime changed)."""

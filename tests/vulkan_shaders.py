@@ -3,11 +3,12 @@ for the Vulkan device's tests and bench/bench_vulkan.py: they exercise the devic
 compiler. Assemble them with qdc.compiler.targets.spirv.tools.assemble."""
 
 # The ABI's prologue: invocation id and total from the 2-D grid and the block size (SpecId 0).
+# The entry point is named as the task record that loads the shader names its entry.
 HEAD = """
 OpCapability Shader
 {caps}
 OpMemoryModel Logical GLSL450
-OpEntryPoint GLCompute %main "main" %gid %nwg {interface}
+OpEntryPoint GLCompute %main "{entry}" %gid %nwg {interface}
 OpDecorate %gid BuiltIn GlobalInvocationId
 OpDecorate %nwg BuiltIn NumWorkgroups
 OpDecorate %wgsize BuiltIn WorkgroupSize
@@ -64,7 +65,7 @@ OpMemberDecorate %FBlock 0 Offset 0
 """
 
 # y[i] = a * x[i] + y[i]; args: a (f32 bits), shape of x, shape of y; grid-stride loop.
-SAXPY = HEAD.format(caps="{caps}", interface="%args %x %y", decorations="""
+SAXPY = HEAD.format(caps="{caps}", entry="saxpy_t0", interface="%args %x %y", decorations="""
 OpDecorate %args DescriptorSet 0
 OpDecorate %args Binding 0
 OpDecorate %x DescriptorSet 0
@@ -108,7 +109,7 @@ OpFunctionEnd
 
 # Every invocation stores args[0] (a bounds failure code) and args[1] (the index) into the
 # launch's error slot: word BOUNDS_WORD (u32 index 2) and the next (u32 index 4).
-FAIL = HEAD.format(caps="", interface="%args %errors", decorations="""
+FAIL = HEAD.format(caps="", entry="fail_t0", interface="%args %errors", decorations="""
 OpDecorate %args DescriptorSet 0
 OpDecorate %args Binding 0
 OpDecorate %errors DescriptorSet 0
@@ -129,7 +130,7 @@ OpFunctionEnd
 
 
 # Does nothing: an empty dispatch, for launch overhead.
-EMPTY = HEAD.format(caps="", interface="%args", decorations="""
+EMPTY = HEAD.format(caps="", entry="empty_t0", interface="%args", decorations="""
 OpDecorate %args DescriptorSet 0
 OpDecorate %args Binding 0""", variables="""
 %args = OpVariable %p_ub StorageBuffer""") + """

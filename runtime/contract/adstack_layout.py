@@ -23,8 +23,12 @@ kernel compiled for another layout (`check_record`).
 Heaps (SPIR-V: vulkan), `SPIRV_HEAP_64` / `SPIRV_HEAP_32` (64- or 32-bit index arithmetic,
 by whether the target has Int64). Two storage buffers of 4-byte elements: "adstack_float"
 (f32 stacks; an entry is the primal then, stacks with an adjoint, its adjoint: interleaved)
-and "adstack_int" (i32 stacks, u1 widened to i32; primal only). No other element type fits
-(a compile error, compiler/targets/base.py). Invocation i's slice is `stride[heap]` elements,
+and "adstack_int" (u32 words: i32 stacks, u1 widened to a word, and the 64-bit stacks, f64
+and i64, each value two words, low then high; an f64 entry with an adjoint is four words,
+primal low/high then adjoint low/high). No other element type fits (a compile error,
+compiler/targets/base.py; f64/i64 only on targets with Float64/Int64). Every word of an entry
+is its own element of the slice, so the interleaving below keeps the pushes of neighbouring
+invocations coalesced word by word. Invocation i's slice is `stride[heap]` elements,
 stack s at `offset[s]` in it, the slices interleaved element by element (`interleave`: element
 r of invocation i at heap element `r * invocations + i`); a stack's count is a private variable of the shader,
 not heap memory. The strides, offsets and capacities reach the shader through the
@@ -130,7 +134,8 @@ LLVM_HEAP = HeapLayout("llvm", header_bytes=8, align=8)
 LLVM_HEAP_INTERLEAVED = HeapLayout("llvm", header_bytes=8, align=8, interleave=8)
 
 # ---- SPIR-V ------------------------------------------------------------------------------------
-SPIRV_ELEMENT = {"f32": 0, "i32": 1, "u1": 1}  # storable dtype -> heap (0 float, 1 int)
+# storable dtype -> (heap: 0 float, 1 int; bytes of one value: 4-byte words in the heap)
+SPIRV_ELEMENT = {"f32": (0, 4), "i32": (1, 4), "u1": (1, 4), "f64": (1, 8), "i64": (1, 8)}
 SPIRV_HEAP_NAMES = ("adstack_float", "adstack_int")
 
 
@@ -160,17 +165,19 @@ class SpirvHeapLayout(HeapLayout):
         name = dtype if isinstance(dtype, str) else dtype.name
         if name not in SPIRV_ELEMENT:
             raise ValueError(f"a SPIR-V adstack cannot hold {name} (only {', '.join(SPIRV_ELEMENT)})")
-        return 4
+        return SPIRV_ELEMENT[name][1]
 
     def heap_of(self, dtype: DataType | str) -> int:
         name = dtype if isinstance(dtype, str) else dtype.name
         self.element_bytes(name)
-        return SPIRV_ELEMENT[name]
+        return SPIRV_ELEMENT[name][0]
 
     def record(self) -> dict:
         return {"heap": self.name, "heaps": list(self.heaps), "index_bits": self.index_bits,
                 "header_bytes": self.header_bytes, "align": self.align, "adjoint": "interleaved",
-                "element_bytes": {name: 4 for name in SPIRV_ELEMENT}, "count": "private",
+                "element_bytes": {name: size for name, (_, size) in SPIRV_ELEMENT.items()},
+                "heap_of": {name: self.heaps[heap] for name, (heap, _) in SPIRV_ELEMENT.items()},
+                "wide_values": "u32 words low then high, each its own interleaved element", "count": "private",
                 "meta": {"float_stride": SpirvMeta.FLOAT_STRIDE, "int_stride": SpirvMeta.INT_STRIDE,
                          "invocations": SpirvMeta.INVOCATIONS, "stack": [3, 2]},
                 "overflow": {"required": [REQUIRED_SHIFT, REQUIRED_BITS], "task": [TASK_SHIFT, TASK_BITS],

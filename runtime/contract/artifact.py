@@ -29,6 +29,11 @@ an entry of its own, its record's "entry" (on the CPU `void task_entry(uint64_t 
 whole task, its range computed from the ctx and spread over threads as its launch policy
 says), which asynchronous devices launch one at a time. A task entry computes its iteration
 range itself and never runs outside it, so a launch's grid never decides correctness.
+Every artifact defines exactly the entries its record names (a SPIR-V module's one entry
+point is its task's entry; the per-kind rules are in runtime/contract/entry_points.py): the
+cache checks that on every read, so an artifact swapped between entries, or whose symbols
+were renamed, is refused even under a re-signed record. Version 4 entries written while
+every SPIR-V entry point was "main" fail that check, asking for a rebuild.
 
 `tasks` has one record per task, in launch order, a dict:
     "name", "kind" ("serial" | "range_for"), "serial" (a range-for run on one thread),
@@ -68,7 +73,8 @@ code needs, LLVM names}, and "level" where one library holds the code of several
 (a portable build): the device passes it to the library's `qdc_set_cpu_level` after loading.
 The CPU device loads the last one whose features the host has
 (runtime/devices/cpu/device.py; compiler/targets/cpu/isa_levels.py says what `cpu_target` builds).
-Each library exports `entry` and every task's entry.
+Each library exports `entry` and every task's entry, and no other function but `<entry>_np`,
+`<entry>_py` (runtime/devices/cpu/numpy_binding.py) and `qdc_set_cpu_level`.
 
 `returns` (only in kernels that return a value) is {"values": [[dtype, shape], ...], "tuple":
 bool, "slots": [...]}: per returned item its type and element shape ([] a scalar, [n] a

@@ -3,7 +3,9 @@ as for Vulkan) translated to Metal Shading Language by spirv-cross (msl.py); art
 for task i (its SPIR-V kept as `spirv_t<i>` for inspection). The ABI, which the Metal device
 (runtime/devices/metal/) follows:
 
-- One MSL source per task, holding one `kernel` function named as the task record's entry.
+- One MSL source per task, holding one `kernel` function named as the task record's entry
+  (spelled without a double underscore, which MSL reserves: msl.metal_entry), as is the entry
+  point of its SPIR-V.
 - Buffers: the task record's "bindings" [set, binding, resource, index], exactly as on Vulkan
   (compiler/targets/vulkan/target.py), with buffer binding N at Metal buffer index N
   (`[[buffer(N)]]`); "args" holds the same u32 words. Metal has 31 buffer slots per function,
@@ -56,14 +58,15 @@ class MetalTarget(Target):
     def generate(self, kernel: ir.KernelIR, meta, opts) -> dict:
         from ..spirv import tools
         from ..spirv.lowering import TaskLowering
-        from .msl import translate
+        from .msl import metal_entry, translate
         artifacts = {}
         for i, (task, record) in enumerate(zip(kernel.tasks, meta.tasks)):
             block = self.block_dim(task)
             if block > MAX_BLOCK_DIM:
                 raise codegen_error(kernel, task, f"qd.loop_config(block_dim={block}) is more threads per "
                                     f"threadgroup than Metal allows ({MAX_BLOCK_DIM})", kernel.loc, describe=False)
-            module, bindings = TaskLowering(kernel, task, self.capabilities, self.arch, block,
+            record.entry = metal_entry(record.entry)
+            module, bindings = TaskLowering(kernel, task, record.entry, self.capabilities, self.arch, block,
                                             bool(meta.debug_checks)).lower()
             if len(bindings) > MAX_BUFFERS:
                 raise codegen_error(kernel, task, f"task {i} uses {len(bindings)} buffers, more than the "

@@ -1,11 +1,15 @@
 """Adstacks in SPIR-V (a mixin of lowering.TaskLowering), laid out as
 runtime/contract/adstack_layout.py's SPIR-V record says: a float heap ("adstack_float", f32,
-primal and adjoint interleaved) and an int heap ("adstack_int", i32, u1 widened; primal only).
+primal and adjoint interleaved) and an int heap ("adstack_int", u32 words: an i32, a u1 widened,
+or an f64/i64 as two words, low then high, an f64's adjoint two more words after its primal).
 Each invocation owns a slice of `stride[heap]` elements in which stack s starts at `offset[s]`,
 the slices interleaved element by element so that neighbouring invocations pushing entry j
 write neighbouring words (coalesced): element r of invocation i's slice is heap element
 `r * H + i`, H the invocations the heaps hold; the strides, offsets, capacities and H are read
 from "adstack_meta". A stack's count is a private (Function) variable.
+
+A 64-bit value goes to and from its words as a two-component u32 vector (OpBitcast,
+component 0 the low word): no 64-bit integer arithmetic.
 
 The per-invocation base `offset * H + i` is emitted where the stack is allocated, never
 at a first use: the allocation dominates every push, pop and top of the stack, while a value
@@ -27,20 +31,21 @@ from ..base import Unsupported
 from .spec import GLSL, SCOPE_DEVICE, SEMANTICS_RELAXED, Capability, Op
 
 META = layout.SPIRV_META
-_HEAP_TYPES = (T.f32, T.i32)  # element type of the float and int heap
+FLOAT_HEAP = layout.SPIRV_ELEMENT["f32"][0]
+_HEAP_TYPES = (T.f32, T.u32)  # element type of the float and int heap
 
 
 class _Stack:
     """A lowered stack: the heap element of its first entry for this invocation (index type),
     `pitch` (index type: elements from one element of an invocation's slice to the next, the
     invocations the heaps hold) and `step` (pitch times the entry's elements), capacity and
-    last entry (u32), count variable (u32), heap."""
-    __slots__ = ("base", "pitch", "step", "capacity", "last", "count", "heap", "dtype", "adjoint", "site")
+    last entry (u32), count variable (u32), heap, `words` (heap elements of one value)."""
+    __slots__ = ("base", "pitch", "step", "capacity", "last", "count", "heap", "dtype", "adjoint", "site", "words")
 
-    def __init__(self, base, pitch, step, capacity, last, count, heap, dtype, adjoint, site):
+    def __init__(self, base, pitch, step, capacity, last, count, heap, dtype, adjoint, site, words):
         self.base, self.pitch, self.step = base, pitch, step
         self.capacity, self.last, self.count = capacity, last, count
-        self.heap, self.dtype, self.adjoint, self.site = heap, dtype, adjoint, site
+        self.heap, self.dtype, self.adjoint, self.site, self.words = heap, dtype, adjoint, site, words
 
 
 class AdStackLowering:
@@ -81,7 +86,7 @@ class AdStackLowering:
         count = self.fb.local_variable(self.ty(T.u32))
         self.fb.emit_void(Op.Store, count, self.c(T.u32, 0))
         return _Stack(base, pitch, step, capacity, last, count, heap, s.type, s.adjoint,
-                      layout.overflow_site(task, s.stack_id))
+                      layout.overflow_site(task, s.stack_id), heap_layout.element_bytes(s.type) // 4)
 
     def s_AdStackPush(self, s):
         st = self.v(s.stack)
@@ -89,9 +94,9 @@ class AdStackLowering:
 
         def write():
             at = self._entry_index(st, n)
-            self.fb.emit_void(Op.Store, self._heap_element(st, at), self._to_heap(self.v(s.value), st))
+            self._store_value(st, at, self.v(s.value))
             if st.adjoint:
-                self.fb.emit_void(Op.Store, self._heap_element(st, self._adjoint_index(st, at)), self.c(T.f32, 0.0))
+                self._store_value(st, self._adjoint_index(st, at), self.c(st.dtype, 0.0))
 
         self.if_then(self.boolean(Op.ULessThan, n, st.capacity), write, lambda: self._report_overflow(st, n))
         self.fb.emit_void(Op.Store, st.count, self.op(Op.IAdd, T.u32, n, self.c(T.u32, 1)))
@@ -105,18 +110,16 @@ class AdStackLowering:
 
     def s_AdStackLoadTop(self, s):
         st = self.v(s.stack)
-        return self._from_heap(self.fb.emit(Op.Load, self.ty(_HEAP_TYPES[st.heap]),
-                                            self._heap_element(st, self._top_index(st))), st)
+        return self._load_value(st, self._top_index(st))
 
     def s_AdStackLoadTopAdj(self, s):
         st = self.v(s.stack)
-        return self.fb.emit(Op.Load, self.ty(T.f32), self._heap_element(st, self._adjoint_index(st, self._top_index(st))))
+        return self._load_value(st, self._adjoint_index(st, self._top_index(st)))
 
     def s_AdStackAccAdjoint(self, s):
         st = self.v(s.stack)
-        p = self._heap_element(st, self._adjoint_index(st, self._top_index(st)))
-        old = self.fb.emit(Op.Load, self.ty(T.f32), p)
-        self.fb.emit_void(Op.Store, p, self.op(Op.FAdd, T.f32, old, self.v(s.value)))
+        at = self._adjoint_index(st, self._top_index(st))
+        self._store_value(st, at, self.op(Op.FAdd, st.dtype, self._load_value(st, at), self.v(s.value)))
 
     def s_TempAtomicAdd(self, s):
         def locate(view: T.DataType) -> int:
@@ -137,20 +140,55 @@ class AdStackLowering:
         return self._entry_index(st, top)
 
     def _adjoint_index(self, st: _Stack, at: int) -> int:
-        return self.op(Op.IAdd, self.index_type, at, st.pitch)
+        """The heap element of the adjoint of the entry at `at`: right after its primal's words."""
+        return self._word_index(st, at, st.words)
+
+    def _word_index(self, st: _Stack, at: int, word: int) -> int:
+        """The heap element of word `word` of the value at `at`: each word its own element of
+        the slice, so neighbouring invocations touch neighbouring words."""
+        if word == 0:
+            return at
+        it = self.index_type
+        return self.op(Op.IAdd, it, at, self.op(Op.IMul, it, st.pitch, self.c(it, word)))
 
     def _heap_element(self, st: _Stack, at: int) -> int:
         return self.element(layout.SPIRV_HEAP_NAMES[st.heap], 0, _HEAP_TYPES[st.heap], at)
 
-    def _to_heap(self, value: int, st: _Stack) -> int:
-        if st.dtype is T.u1:
-            return self.select(T.i32, value, self.c(T.i32, 1), self.c(T.i32, 0))
-        return value
+    def _store_value(self, st: _Stack, at: int, value: int) -> None:
+        """Store a value of the stack's type (a primal, or an adjoint) at `at` as its heap words."""
+        for word, bits in enumerate(self._to_heap(value, st)):
+            self.fb.emit_void(Op.Store, self._heap_element(st, self._word_index(st, at, word)), bits)
 
-    def _from_heap(self, value: int, st: _Stack) -> int:
+    def _load_value(self, st: _Stack, at: int) -> int:
+        """The value of the stack's type whose heap words start at `at`."""
+        element = self.ty(_HEAP_TYPES[st.heap])
+        words = [self.fb.emit(Op.Load, element, self._heap_element(st, self._word_index(st, at, word)))
+                 for word in range(st.words)]
+        return self._from_heap(words, st)
+
+    def _to_heap(self, value: int, st: _Stack) -> list:
+        """`value`'s heap words: an f32 as is, an i32 or a u1 (0/1) as one u32, a 64-bit value as
+        two (low first)."""
+        if st.heap == FLOAT_HEAP:
+            return [value]
         if st.dtype is T.u1:
-            return self.boolean(Op.INotEqual, value, self.c(T.i32, 0))
-        return value
+            return [self.select(T.u32, value, self.c(T.u32, 1), self.c(T.u32, 0))]
+        if st.words == 1:
+            return [self.op(Op.Bitcast, T.u32, value)]
+        pair = self.fb.emit(Op.Bitcast, self._word_pair(), value)
+        return [self.fb.emit(Op.CompositeExtract, self.ty(T.u32), pair, word) for word in range(2)]
+
+    def _from_heap(self, words: list, st: _Stack) -> int:
+        if st.heap == FLOAT_HEAP:
+            return words[0]
+        if st.dtype is T.u1:
+            return self.boolean(Op.INotEqual, words[0], self.c(T.u32, 0))
+        if st.words == 1:
+            return self.op(Op.Bitcast, st.dtype, words[0])
+        return self.op(Op.Bitcast, st.dtype, self.fb.emit(Op.CompositeConstruct, self._word_pair(), *words))
+
+    def _word_pair(self) -> int:
+        return self.m.vector(self.ty(T.u32), 2)
 
     def _report_overflow(self, st: _Stack, n: int) -> None:
         """Raise the overflow word to (required, task, stack) by an unsigned max: 64-bit where

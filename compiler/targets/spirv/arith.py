@@ -13,9 +13,11 @@ import math
 
 from qdc.runtime.contract import types as T
 
+from ... import ir
 from .. import base
 from ..fdlibm import Float64Math
 from .math64 import SpirvOps
+from .powers import IntegerPower
 from .spec import GLSL, GLSL_NO_FLOAT64, Decoration, Op
 
 _UNARY_GLSL = {"sin": GLSL.Sin, "cos": GLSL.Cos, "tan": GLSL.Tan, "asin": GLSL.Asin, "acos": GLSL.Acos,
@@ -120,8 +122,27 @@ class ValueLowering:
             table = _FLOAT_CMP if t.is_float else _SIGNED_CMP if t.kind == "int" else _UNSIGNED_CMP
             return self.boolean(table[op], x, y)
         if t.is_float:
+            if op == "pow":
+                power = self.integer_power(t, x, s.b)
+                if power is not None:
+                    return power
             return self.float_binary(op, x, y, t)
         return self.int_binary(op, x, y, t)
+
+    def integer_power(self, t: T.DataType, x: int, exponent) -> int | None:
+        """`x ** exponent` by repeated squaring (powers.py) where the exponent is an integer: a
+        constant of integral value (unrolled) or an integer converted to float (a loop over its
+        bits; the integer itself is used, so beyond 2^24 (f32) an odd exponent stays odd).
+        None for any other exponent, which takes C's pow."""
+        if isinstance(exponent, ir.Const):
+            k = exponent.value
+            if isinstance(k, (int, float)) and math.isfinite(k) and k == int(k) and abs(k) < 2 ** 64:
+                return IntegerPower(self).constant(t, x, int(k))
+            return None
+        if isinstance(exponent, ir.Cast) and not exponent.x.type.is_float:
+            n = exponent.x
+            return IntegerPower(self).runtime(t, x, self.v(n), n.type)
+        return None
 
     def bool_binary(self, op, x, y) -> int:
         logical = {"bit_and": Op.LogicalAnd, "min": Op.LogicalAnd, "mul": Op.LogicalAnd, "bit_or": Op.LogicalOr,

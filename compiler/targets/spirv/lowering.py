@@ -1,13 +1,14 @@
 """One task of an offloaded kernel -> one SPIR-V compute module, following the Vulkan ABI
 (compiler/targets/vulkan/target.py's docstring has it in full).
 
-Shape of every module: entry point "main", GLCompute, WorkgroupSize = (spec 0, spec 1, spec
-2). The task prologue computes [begin, end); invocation `id` runs iterations id, id + total,
-... of the n = end - begin (grid-stride: correct for any grid), `total` being the dispatched
-invocation count. A task's `chunk_init` / `chunk_final` run once per invocation around its
-iterations: per-invocation partials, combined across the subgroup, then one atomic per
-subgroup (memory.py, flush_partial). A serial task, and a serial range-for, run on invocation
-0 only.
+Shape of every module: one entry point, named as the task record's "entry" (so a module
+swapped into another task's place is refused at load: runtime/contract/entry_points.py),
+GLCompute, WorkgroupSize = (spec 0, spec 1, spec 2). The task prologue computes [begin,
+end); invocation `id` runs iterations id, id + total, ... of the n = end - begin
+(grid-stride: correct for any grid), `total` being the dispatched invocation count. A task's
+`chunk_init` / `chunk_final` run once per invocation around its iterations: per-invocation
+partials, combined across the subgroup, then one atomic per subgroup (memory.py,
+flush_partial). A serial task, and a serial range-for, run on invocation 0 only.
 
 Buffers are storage buffers in descriptor set 0, bound as the task record's "bindings" says.
 A buffer used through several element types (u32 words and an f32 atomic on the temporaries,
@@ -42,13 +43,13 @@ def arg_words(params: list) -> list[int]:
 
 
 class TaskLowering(ValueLowering, MemoryLowering, AdStackLowering):
-    def __init__(self, kernel: ir.KernelIR, task: ir.Task, capabilities: Capabilities, arch: str,
+    def __init__(self, kernel: ir.KernelIR, task: ir.Task, entry: str, capabilities: Capabilities, arch: str,
                  block_dim: int | None, debug: bool = False, fast_math: bool = False):
-        self.k, self.task, self.caps, self.arch = kernel, task, capabilities, arch
+        self.k, self.task, self.entry, self.caps, self.arch = kernel, task, entry, capabilities, arch
         self.fast_math = fast_math
         self.m = ModuleBuilder()
         self.m.preserve_ieee = not fast_math
-        self.fb = FunctionBuilder(self.m, self.m.void(), "main")
+        self.fb = FunctionBuilder(self.m, self.m.void(), entry)
         self.vals: dict = {}
         self.loops: list = []          # (continue label, break label), innermost last
         self.where = None              # source location of the innermost located statement
@@ -93,7 +94,7 @@ class TaskLowering(ValueLowering, MemoryLowering, AdStackLowering):
         if not self.fb.terminated:
             self.fb.ret()
         self.fb.finish()
-        self.m.compute_entry_point(self.fb.id, "main")
+        self.m.compute_entry_point(self.fb.id, self.entry)
         bindings = [[DESCRIPTOR_SET, b, resource, index] for (resource, index), b in self.bindings.items()]
         return self.m.to_bytes(), bindings
 

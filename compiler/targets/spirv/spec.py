@@ -44,6 +44,7 @@ class Op:
     AccessChain = 65
     Decorate = 71
     MemberDecorate = 72
+    CompositeConstruct = 80
     CompositeExtract = 81
     ConvertFToU = 109
     ConvertFToS = 110

@@ -1,8 +1,10 @@
 """The Vulkan target: one SPIR-V module per task (compiler/targets/spirv/), artifact
 `spirv_t<i>` for task i. The ABI, which the Vulkan device (runtime/devices/vulkan/) follows:
 
-- Module: entry point "main", GLCompute, Vulkan 1.2 environment (SPIR-V 1.5), Shader
-  capability, logical addressing, GLSL450 memory model, structured control flow. The
+- Module: one entry point, named as the task record's "entry" (the device creates the
+  pipeline with that name; loading refuses a module whose entry point is named otherwise),
+  GLCompute, Vulkan 1.2 environment (SPIR-V 1.5), Shader capability, logical addressing,
+  GLSL450 memory model, structured control flow. The
   WorkgroupSize built-in is a composite of spec constants SpecId 0, 1, 2 (x = block size, y =
   z = 1): the device sets SpecId 0 from the task's launch policy {"policy": "grid",
   "block_dim": B}; B = 0 means the device's default (qd.loop_config(block_dim=...) gives B).
@@ -34,7 +36,7 @@ class VulkanTarget(Target):
     # What the generated code may use. lavapipe and NVIDIA have all of these (GPU.md); a device
     # without one refuses the module at load.
     capabilities = Capabilities(int64=True, float64=True, float_atomic_add=True, subgroup_reductions=True,
-                                adstack_dtypes=frozenset(("f32", "i32", "u1")), max_workgroup_size=1024)
+                                adstack_dtypes=frozenset(("f32", "i32", "u1", "f64", "i64")), max_workgroup_size=1024)
     source_folders = ("spirv", "vulkan")
 
     def cache_description(self, opts) -> str:
@@ -51,8 +53,8 @@ class VulkanTarget(Target):
         from ..spirv.lowering import TaskLowering
         artifacts = {}
         for i, (task, record) in enumerate(zip(kernel.tasks, meta.tasks)):
-            module, bindings = TaskLowering(kernel, task, self.capabilities, self.arch, task.block_dim,
-                                            bool(meta.debug_checks), bool(opts.fast_math)).lower()
+            module, bindings = TaskLowering(kernel, task, record.entry, self.capabilities, self.arch,
+                                            task.block_dim, bool(meta.debug_checks), bool(opts.fast_math)).lower()
             if tools.have_validator():  # the vulkan extra installs it; a failure is a compiler bug
                 problem = tools.validate(module)
                 if problem is not None:

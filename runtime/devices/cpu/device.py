@@ -120,7 +120,10 @@ class CpuDevice(Device):
     def load_kernel(self, artifacts: dict, meta) -> CpuKernel:
         record = select_library(meta.cpu_libraries, meta.name)
         kind = record["artifact"]
-        lib = self.load_library(artifacts[kind], artifacts[kind + "_sha256"])
+        try:
+            lib = self.load_library(artifacts[kind], artifacts[kind + "_sha256"])
+        except LibraryLoadError as e:
+            raise LibraryLoadError(f"kernel '{meta.name}': {e}") from None
         if "level" in record:  # one library for several levels: it runs the chosen one's code
             _function(lib, CPU_LEVEL_SETTER)(ctypes.c_int32(record["level"]))
         return CpuKernel(lib, meta)
@@ -442,7 +445,8 @@ def _dlopen_temp_file(lib_bytes: bytes) -> ctypes.PyDLL:
                                    f"mounted noexec, so code written there cannot run (and this system offers no "
                                    f"in-memory alternative); set TMPDIR to a folder on an exec-mounted filesystem, "
                                    f"e.g. TMPDIR=$HOME/.cache/qdc-tmp") from None
-        raise LibraryLoadError(f"cannot load a kernel library written to {path}: {e}") from None
+        # dlopen's reason names the private copy, which is gone: the caller names the library
+        raise LibraryLoadError(f"cannot load a kernel library: {str(e).replace(path + ': ', '')}") from None
     finally:
         os.unlink(path)  # the mapping stays valid after unlink
 

@@ -2,6 +2,7 @@
 ABI's pure parts: capabilities, args words, the grid)."""
 from __future__ import annotations
 
+from ...contract.entry_points import spirv_entry_points
 from ...device import ERROR_SLOT_WORDS
 from ...spirv_abi import HEAP_WORDS, adstack_meta_words
 from . import kernels
@@ -58,7 +59,7 @@ def build_task_pipeline(dev, artifacts: dict, meta, i: int):
     set_layouts = [_set_layout(dev, [p for p in plans if p.set == s]) for s in range(max((p.set for p in plans),
                                                                                            default=-1) + 1)]
     layout = _pipeline_layout(dev, set_layouts)
-    pipeline = _pipeline(dev, bytes(blob), layout, block, what)
+    pipeline = _pipeline(dev, bytes(blob), task.entry, layout, block, what)
     ffi = dev.ffi
     tp = TaskPipeline(name=what, pipeline=pipeline, layout=layout, set_layouts=set_layouts, bindings=plans,
                       block_dim=block, serial=task.kind == "serial" or bool(task.serial),
@@ -97,7 +98,12 @@ def _pipeline_layout(dev, set_layouts: list):
     return out[0]
 
 
-def _pipeline(dev, blob: bytes, layout, block: int, what: str):
+def _pipeline(dev, blob: bytes, entry_point: str, layout, block: int, what: str):
+    """A compute pipeline of SPIR-V `blob`'s entry point `entry_point` (the task record's entry,
+    which loading checked the module defines), its WorkgroupSize x specialised to `block`."""
+    if entry_point not in spirv_entry_points(blob):  # a pName the module lacks is undefined behaviour
+        raise UnsupportedKernelError(f"{what}: its SPIR-V has no entry point '{entry_point}' (found "
+                                     f"{sorted(spirv_entry_points(blob))}): rebuild the kernel")
     vk, ffi, lib = dev.vk, dev.ffi, dev.lib
     code = ffi.from_buffer(blob)
     module_info = ffi.new("VkShaderModuleCreateInfo*", {
@@ -105,7 +111,7 @@ def _pipeline(dev, blob: bytes, layout, block: int, what: str):
         "pCode": ffi.cast("uint32_t*", code)})
     module = ffi.new("VkShaderModule*")
     dev._check(lib.vkCreateShaderModule(dev.device, module_info, ffi.NULL, module), f"{what}: vkCreateShaderModule")
-    entry = ffi.new("char[]", b"main")
+    entry = ffi.new("char[]", entry_point.encode())
     spec_entry = ffi.new("VkSpecializationMapEntry*", {"constantID": 0, "offset": 0, "size": 4})
     spec_data = ffi.new("uint32_t[1]", [block])
     spec = ffi.new("VkSpecializationInfo*", {"mapEntryCount": 1, "pMapEntries": spec_entry, "dataSize": 4,

@@ -1,0 +1,90 @@
+"""`qdc verify`: every record and artifact of a cache folder or bundle checked as loading
+checks them (runtime/cache.py: format version, sha256, the entries each artifact defines),
+every module record against the entries it names, and anything else under entries/ or
+modules/ reported by the path where it is."""
+from __future__ import annotations
+
+from .cache import (ENTRIES, META_FILE, MODULES, STAMP_FILE, Store, entry_path, list_modules, module_path,
+                    module_problems, read_entry, read_module)
+from .contract import artifact as A
+from .contract.errors import CacheError
+
+
+def verify_store(store: Store) -> tuple[int, list[tuple[str, str]]]:
+    """Check every record and artifact, and every module record against the entries it names:
+    (files checked, [(file, what is wrong)]). Anything else under entries/ or modules/ is named
+    by the path where it is."""
+    problems: list[tuple[str, str]] = []
+    entries: dict = {}  # key -> Entry, or None where the entry is bad
+    names = store.names()
+    checked = _verify_entries(store, names, entries, problems)
+    for name in names:
+        parts = name.split("/")
+        if parts[0] == MODULES and not (len(parts) == 3 and parts[2].endswith(".msgpack")):
+            problems.append((store.where(name), f"not a module record (they are {module_path('<module>', '<arch>')})"))
+    for module, arch in list_modules(store):
+        checked += _verify_module(store, module, arch, entries, problems)
+    return checked, problems
+
+
+def _verify_entries(store: Store, names: list, entries: dict, problems: list) -> int:
+    checked = 0
+    folders: dict = {}  # "<shard>/<name>" -> the names of the files in it
+    for name in names:
+        parts = name.split("/")
+        if parts[0] != ENTRIES:
+            continue
+        if len(parts) < 4:  # a file where a shard or entry folder belongs
+            problems.append((store.where(name), "not a cache entry folder"))
+        else:
+            folders.setdefault(f"{parts[1]}/{parts[2]}", set()).add("/".join(parts[3:]))
+    for folder, files in sorted(folders.items()):
+        shard, key = folder.split("/")
+        where = store.where(f"{ENTRIES}/{folder}")
+        if not A.KEY_RE.match(key):
+            problems.append((where, "not a cache entry name"))
+        elif shard != key[:2]:
+            entries.setdefault(key, None)  # present, though not where readers look
+            problems.append((where, f"a cache entry outside its folder {entry_path(key)}, where it is never read"))
+        else:
+            checked += _verify_entry(store, key, files, entries, problems)
+    return checked
+
+
+def _verify_entry(store: Store, key: str, files: set, entries: dict, problems: list) -> int:
+    base = entry_path(key)
+    entries[key] = None  # present, not (yet) good
+    try:
+        entries[key] = entry = read_entry(store, key)
+    except FileNotFoundError:
+        problems.append((store.where(f"{base}/{META_FILE}"), "entry has no metadata record"))
+        return 0
+    except CacheError as e:
+        problems.append((e.path, e.reason))
+        return 0
+    recorded = {META_FILE, STAMP_FILE} | {info["file"] for info in entry.record["artifacts"].values()}
+    for name in sorted(files - recorded):
+        problems.append((store.where(f"{base}/{name}"), "not a file of its cache entry (the entry's record names "
+                                                        "no such artifact)"))
+    return 1 + len(entry.record["artifacts"])
+
+
+def _verify_module(store: Store, module: str, arch: str, entries: dict, problems: list) -> int:
+    where = store.where(module_path(module, arch))
+    try:
+        body = read_module(store, module, arch)
+    except CacheError as e:
+        problems.append((e.path, e.reason))
+        return 0
+    except (ValueError, FileNotFoundError) as e:
+        problems.append((where, str(e)))
+        return 0
+    named = {}
+    for kernel, key in body["kernels"].items():
+        if entries.get(key) is not None:
+            named[kernel] = entries[key]
+        elif key not in entries:  # (a bad entry is reported once, as itself)
+            problems.append((where, f"kernel '{kernel}' refers to entry {key[:12]}…, which is missing "
+                                    f"(evicted?): rebuild the module"))
+    problems += module_problems(where, body, named)
+    return 1
