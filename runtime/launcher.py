@@ -124,13 +124,14 @@ from __future__ import annotations
 
 import ctypes
 import keyword
+import math
 import struct
 import sys
 
 import numpy as np
 
 from . import context
-from .contract import sizeexpr as se
+from .contract import extents, sizeexpr as se
 from .contract.artifact import KernelMeta
 from .contract.bounds import ERROR_WORDS
 from .device import BOUNDS_WORD, OVERFLOW_WORD
@@ -144,6 +145,7 @@ _PACK_CODE = {"i8": "b", "i16": "h", "i32": "i", "i64": "q", "u8": "B", "u16": "
 _SCALAR_ERRORS = (struct.error, TypeError, ValueError, OverflowError)
 _RESERVED = "_q_"
 _UNBOUND = object()  # the cached array of a parameter before its first launch: matches nothing
+_LARGEST_NUMPY_ARRAY = (1 << 63) - 1  # elements (and bytes): numpy's sizes are signed 64-bit
 _PACK_OBJECT = struct.Struct("=Qq").pack_into  # an array's address, and -1 (numpy_binding.SENTINEL) for its shape
 
 
@@ -209,6 +211,31 @@ def numpy_address(a: np.ndarray) -> int:
         return ctypes.addressof(ctypes.c_char.from_buffer(a))
     except (TypeError, ValueError):
         return a.ctypes.data
+
+
+def extent_limits(device) -> tuple | None:
+    """(elements, bytes) that one ndarray argument may span on `device`: the extent its
+    kernels can index (runtime/contract/extents.py) and the largest buffer the device binds
+    (Vulkan's maxStorageBufferRange, Metal's maxBufferLength); None where every array numpy
+    can make fits (64-bit extents, no binding limit)."""
+    elements = extents.max_elements(device.arch)
+    binding = getattr(device.capabilities, "max_storage_buffer_range", None) or getattr(device, "max_buffer_length", None)
+    return None if elements >= _LARGEST_NUMPY_ARRAY and binding is None else (elements, binding)
+
+
+def check_extent(meta: KernelMeta, index: int, shape: tuple, limits: tuple, arch: str) -> None:
+    """Raise the ValueError that refuses an array of `shape` for ndarray parameter `index` when
+    it is larger than `limits` (`extent_limits`) allow."""
+    max_elements, max_bytes = limits
+    count = math.prod(shape)
+    if count > max_elements or any(n > max_elements for n in shape):
+        raise ValueError(f"{_where(meta, index)}: an array of shape {tuple(shape)} ({count} elements) is larger than "
+                         f"kernels built for {arch} can index ({max_elements} elements, 32-bit extents): split it "
+                         f"into smaller arrays, or use arch cpu, cuda or amdgpu (64-bit extents)")
+    nbytes = count * by_name(meta.params[index].dtype).nbytes
+    if max_bytes is not None and nbytes > max_bytes:
+        raise ValueError(f"{_where(meta, index)}: an array of shape {tuple(shape)} takes {nbytes} bytes, more than "
+                         f"the {arch} device binds at once ({max_bytes} bytes): split it into smaller arrays")
 
 
 def check_ndarray(meta: KernelMeta, index: int, value) -> None:
@@ -440,8 +467,11 @@ class _Launcher:
         numpy_flag = f"_q_numpy{index}"
         copies, device_buffer = self.copies, f"_q_dev{index}"
         uncached = self.python is not None
+        limits, arch = extent_limits(self.device), self.device.arch
 
         def bind(a):
+            if limits is not None and isinstance(a, (np.ndarray, Ndarray)):  # before a device copy is allocated
+                check_extent(meta, index, a.shape if isinstance(a, np.ndarray) else a.storage_shape, limits, arch)
             if isinstance(a, np.ndarray):
                 flags = a.flags
                 if grad_kernel_needs_grad or a.dtype != np_dtype or a.ndim != ndim or not flags.c_contiguous \

@@ -16,7 +16,9 @@ HEAP_WORDS = {"adstack_float": 0, "adstack_int": 1}
 
 class ArgsPlan:
     """How the "args" words come from the launcher's ctx words (which hold each scalar in its
-    word's low bytes, zero above, and each ndarray's shape after its pointer)."""
+    word's low bytes, zero above, and each ndarray's shape after its pointer). An extent takes
+    one word, read as an i32: the launcher refuses an array past 2**31 - 1 elements at bind
+    (launcher.check_extent, runtime/contract/extents.py)."""
 
     def __init__(self, meta):
         self.gather, self.wide, self.narrow = [], [], []

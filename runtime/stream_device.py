@@ -152,6 +152,18 @@ class StreamDevice(Device):
                 "copying to the device")
         d.check(self.calls.stream_synchronize(self.stream), "synchronising the stream (after a copy to the device)")
 
+    def fill(self, alloc: Allocation, offset: int, nbytes: int, pattern: bytes) -> None:
+        """A memset on the stream (no wait) where the pattern is one repeated byte (every zero
+        fill among them); other patterns through the host (the driver calls here have no
+        16/32-bit memset)."""
+        if len(set(pattern)) != 1 or nbytes % len(pattern):
+            super().fill(alloc, offset, nbytes, pattern)
+            return
+        check_copy_range(alloc, offset, nbytes)
+        if nbytes:
+            self.driver.check(self.calls.memset_d8_async(alloc.ptr + offset, pattern[0], nbytes, self.stream),
+                              "filling device memory")
+
     def copy_to_host(self, alloc: Allocation, dst: np.ndarray, offset: int = 0) -> None:
         out = dst.reshape(-1).view(np.uint8)  # a view of `dst` (contiguous), 1-d first as above
         check_copy_range(alloc, offset, out.size)

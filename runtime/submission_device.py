@@ -3,15 +3,21 @@ share: buffers at addresses of the device's own (runtime/address_space.py), and 
 tracked by submission serial numbers.
 
 Each submission (a command buffer) takes the next serial; a buffer records the serial of the
-last submission that may use it (`last_use`). Finished submissions are retired oldest first,
-so every submission up to `_completed` has completed and a buffer whose last_use is at most
-that is idle. `free_after_fence` frees an idle allocation at once, any other once the
-submissions made so far have completed.
+last submission that may use it (`last_use`). A device that records several commands into one
+command buffer before submitting it (a batch, Vulkan) gives the open batch its serial when it
+opens it (`_recording`): buffers its commands use take that serial at once, and `_flush()`
+submits it; `_wait_for` and `wait` flush first when they wait for the open batch. Finished
+submissions are retired oldest first, so every submission up to `_completed` has completed and
+a buffer whose last_use is at most that is idle. `free_after_fence` frees an idle allocation
+at once, any other once the work recorded so far has completed; `free` of a buffer that
+recorded or submitted work still uses releases its address at once and destroys the buffer
+once that work has completed.
 
 A subclass calls `_set_up_submissions()` and provides: `_new_zeroed_buffer(nbytes)` (an
 object with `size`, `address` and `last_use`), `_destroy_buffer(buf)`, and per Submission
 `_block_on(sub)` (wait for it), `_finished(sub)` (without waiting) and `_recycle(sub)` (what a
-completed submission gives back; it may raise the error the submission ended in).
+completed submission gives back; it may raise the error the submission ended in); a batching
+subclass also `_flush()`.
 """
 from __future__ import annotations
 
@@ -58,7 +64,9 @@ class SubmissionDevice(Device):
         self._in_flight = collections.deque()  # Submissions, oldest first
         self._completed = 0                    # every submission up to this serial has completed
         self._last_submitted = 0
+        self._recording = 0                    # the open batch's serial; 0 while none is open
         self._pending_frees: list = []         # (serial, Allocation): free once it has completed
+        self._pending_destroys: list = []      # buffers freed while work still used them
 
     # ---- memory --------------------------------------------------------------------------------
     def allocate(self, nbytes: int) -> Allocation:
@@ -76,7 +84,10 @@ class SubmissionDevice(Device):
             return
         alloc.handle = None
         self._addresses.remove(buf.address)
-        self._destroy_buffer(buf)
+        if buf.last_use <= self._completed:
+            self._destroy_buffer(buf)
+        else:  # a recorded command still binds it
+            self._pending_destroys.append(buf)
 
     def free_after_fence(self, alloc: Allocation) -> None:
         self._retire()
@@ -86,16 +97,24 @@ class SubmissionDevice(Device):
         if buf.last_use <= self._completed:
             self.free(alloc)
         else:
-            self._pending_frees.append((self._last_submitted, alloc))
+            self._pending_frees.append((self._latest(), alloc))
 
     def lookup(self, address: int):
         """(Allocation, byte offset) of an address of this device; None if it is none."""
         return self._addresses.lookup(address, lambda alloc: alloc.handle.size)
 
     # ---- submissions ---------------------------------------------------------------------------
-    def _track(self, command, fence, keep: list, uses) -> int:
-        """Record a submission just made: its serial, which becomes the last use of `uses`."""
-        serial = self._last_submitted = next(self._serials)
+    def _latest(self) -> int:
+        """The serial of the newest work recorded: the open batch's, else the last submission's."""
+        return self._recording or self._last_submitted
+
+    def _flush(self) -> None:
+        """Submit the open batch, if any (a device that submits each command at once has none)."""
+
+    def _track(self, command, fence, keep: list, uses, serial: int = 0) -> int:
+        """Record a submission just made: its serial (a batch's own, else the next), which
+        becomes the last use of `uses`."""
+        serial = self._last_submitted = serial or next(self._serials)
         for buf in uses:
             buf.last_use = serial
         self._in_flight.append(Submission(serial, command, fence, keep))
@@ -120,11 +139,19 @@ class SubmissionDevice(Device):
             self._pending_frees = [(s, a) for s, a in self._pending_frees if s > self._completed]
             for alloc in done:
                 self.free(alloc)
+        if self._pending_destroys:
+            idle = [b for b in self._pending_destroys if b.last_use <= self._completed]
+            self._pending_destroys = [b for b in self._pending_destroys if b.last_use > self._completed]
+            for buf in idle:
+                self._destroy_buffer(buf)
 
     def _wait_for(self, serial: int) -> None:
+        if serial > self._last_submitted:
+            self._flush()
         if serial > self._completed:
             self._retire(serial)
 
     def wait(self) -> None:
+        self._flush()
         self._retire(self._last_submitted)
 

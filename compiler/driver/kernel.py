@@ -199,7 +199,7 @@ def compile_kernel(fn, params, opts, arch="cpu", dump=None, variant="forward", t
     from ..passes.pipeline import run_pipeline
     target = targets.get(arch)
     # The grad kernel returns nothing: its forward sweep need not compute the return value.
-    fe = FrontEnd(fn, params, opts, templates.values if templates else None, returns=variant != "grad")
+    fe = FrontEnd(fn, params, opts, templates.values if templates else None, returns=variant != "grad", arch=arch)
     kir = fe.build()
     if variant == "grad":  # the adjoint of the offloaded kernel (compiler/autodiff)
         from ..autodiff import PIPELINE_STOP, make_grad_kernel

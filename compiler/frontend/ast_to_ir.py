@@ -20,7 +20,7 @@ import warnings
 
 import numpy as np
 
-from qdc.runtime.contract import types as T
+from qdc.runtime.contract import extents, types as T
 from qdc.runtime.contract.errors import QdcCompileError
 from qdc.runtime.fields import Field
 
@@ -114,13 +114,16 @@ _UNSUPPORTED = {
 class FrontEnd(LoopLowering, CallLowering, ReturnLowering, VectorLowering, VectorMath):
     """Lowers one `@qd.kernel` into a KernelIR. `templates`: name -> argument of its
     qd.template() parameters (compile-time objects); `returns`: whether to store the return
-    value (the grad variant returns nothing)."""
+    value (the grad variant returns nothing); `arch`: the target (default `options.arch`), which
+    decides the type of ndarray shapes."""
 
-    def __init__(self, fn, params: list[ir.Param], options, templates: dict | None = None, returns: bool = True):
+    def __init__(self, fn, params: list[ir.Param], options, templates: dict | None = None, returns: bool = True,
+                 arch: str | None = None):
         self.src = source_info(fn)
         self.kernel = ir.KernelIR(fn.__name__, element_params(params), self.src.loc(self.src.fn_def))
         self.field_objects: list[Field] = []
         self.options = options
+        self.shape_type = extents.shape_type(arch or options.arch)  # of `a.shape[k]`: the target's index width
         self.frames: list[Frame] = [Frame(fn, self.src, True, self.kernel.body, 0)]
         self.blocks: list[ir.Block] = [self.kernel.body]
         self.pending_loop_config = None  # a LoopConfig set by qd.loop_config(...), consumed by the next for
@@ -305,9 +308,14 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, VectorLowering, Vecto
                 else f"'{type(base).__name__}' object"
             self.error(f"{what} has no attribute '{attr}'")
 
+    def extent(self, array: NdarrayHandle, dim: int) -> ir.Stmt:
+        """`array.shape[dim]`, of the type the target's indices have (runtime/contract/extents.py:
+        i64 where arrays may pass 2**31 elements)."""
+        return self.emit(ir.NdarrayShape(array.arg_index, dim, self.shape_type))
+
     def ndarray_attribute(self, base: NdarrayHandle, attr: str):
         if attr == "shape":
-            return Shape((self.emit(ir.NdarrayShape(base.arg_index, d, T.i32)) for d in range(base.ndim)),
+            return Shape((self.extent(base, d) for d in range(base.ndim)),
                          "ndarray parameter", base.name)
         if attr == "grad":
             if not base.needs_grad:
@@ -486,7 +494,7 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, VectorLowering, Vecto
         t = i.type if is_runtime(i) else (T.u1 if isinstance(i, bool) else self.values.literal_type(i))
         if t.is_float or t is T.u1:
             self.error(f"index into {what} must be an integer, got {t}", node)
-        return self.values.materialize(i)
+        return self.values.materialize(i, t)  # a constant index past i32 is an i64, never an error
 
     def field_ref(self, field: Field) -> ir.FieldRef:
         for i, f in enumerate(self.field_objects):

@@ -160,7 +160,7 @@ class CallLowering:
                 self.error(f"len() of 0-d field '{a.name}'")
             return a.shape[0]
         if isinstance(a, NdarrayHandle):
-            return self.emit(ir.NdarrayShape(a.arg_index, 0, T.i32))
+            return self.extent(a, 0)
         if isinstance(a, (tuple, list)):
             return len(a)
         if isinstance(a, VectorValue):

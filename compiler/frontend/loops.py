@@ -58,7 +58,7 @@ class LoopLowering:
         if isinstance(it, NdarrayHandle):
             if it.ndim == 0:
                 self.error(f"cannot loop over 0-d ndarray '{it.name}'", node)
-            return [(0, self.emit(ir.NdarrayShape(it.arg_index, d, T.i32)), 1) for d in range(it.ndim)], "struct"
+            return [(0, self.extent(it, d), 1) for d in range(it.ndim)], "struct"
         if isinstance(it, (tuple, list, range)):
             self.error("a loop over a tuple or list must be unrolled: wrap it in qd.static(...)", node)
         self.error("for loops iterate over range(), qd.ndrange(), qd.static(...), a field or an ndarray", node)

@@ -110,7 +110,8 @@ class ArgLoad(Stmt):
 
 
 class NdarrayShape(Stmt):
-    """`a.shape[dim]` of ndarray argument `arg_index` (i32, as in Quadrants)."""
+    """`a.shape[dim]` of ndarray argument `arg_index`: i64 on targets whose arrays may pass 2**31
+    elements, else i32 as in Quadrants (runtime/contract/extents.py)."""
     ATTRS = ("arg_index", "dim")
     PURE = True
 

@@ -205,7 +205,7 @@ class _TypeRules:
         p = self.param(s, s.arg_index)
         self.expect(s, p.kind == "ndarray", f"argument {s.arg_index} is not an ndarray")
         self.expect(s, 0 <= s.dim < (p.ndim or 0), f"shape dimension {s.dim} out of range for '{p.name}'")
-        self.expect(s, s.type is T.i32, "ndarray shapes are i32")
+        self.expect(s, s.type in (T.i32, T.i64), "ndarray shapes are i32 or i64")
 
     def t_Unary(self, s):
         t, xt = s.type, s.x.type

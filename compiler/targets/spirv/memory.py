@@ -2,7 +2,7 @@
 lowering.TaskLowering; the ABI is in compiler/targets/vulkan/target.py's docstring).
 
 - "args": 32-bit words; a parameter's scalar in one word (two for 64 bits, low first), an
-  ndarray's extents one word per dimension (i32).
+  ndarray's extents one word per dimension (i32: the launcher refuses larger arrays).
 - "temps": kernel temporary s in the 8 bytes at 8*s, its value in the low bytes.
 - "field" i / "ndarray" p / "ndarray_grad" p: the elements, row-major; a u1 is a byte.
 Atomics: integers of 32 and 64 bits natively; f32 add natively where the target has float
@@ -10,6 +10,8 @@ atomic add (SPV_EXT_shader_atomic_float_add), other float updates as compare-and
 the element's bits.
 """
 from __future__ import annotations
+
+import math
 
 from qdc.runtime.contract import types as T
 from qdc.runtime.contract.bounds import MAX_AXES
@@ -149,15 +151,18 @@ class MemoryLowering:
     # ---- fields and ndarrays ------------------------------------------------------------------------
     def s_GlobalPtr(self, s):
         target = s.target
+        # 64-bit for a 64-bit index or a field past 2**31 elements; an ndarray never is (its
+        # extents are i32 words: the launcher refuses a larger one)
+        wide = any(i.type.bits == 64 for i in s.indices) or \
+            isinstance(target, ir.FieldRef) and math.prod(target.shape) >= 1 << 31
+        it = T.i64 if wide else T.i32
         if isinstance(target, ir.FieldRef):
             key = ("field", target.slot)
-            dims = [self.c(T.i32, d) for d in target.shape]
+            dims = [self.c(it, d) for d in target.shape]
         else:
             key = ("ndarray_grad" if target.is_grad else "ndarray", target.arg_index)
-            dims = [self.op(Op.Bitcast, T.i32, self.word("args", 0, self.arg_word[target.arg_index] + d))
-                    for d in range(target.ndim)]
-        wide = any(i.type.bits == 64 for i in s.indices)
-        it = T.i64 if wide else T.i32
+            dims = [self.convert(self.op(Op.Bitcast, T.i32, self.word("args", 0, self.arg_word[target.arg_index] + d)),
+                                 T.i32, it) for d in range(target.ndim)]
         linear = self.c(T.i32, 0)
         indices = []
         for n, (idx, dim) in enumerate(zip(s.indices, dims)):
@@ -166,9 +171,9 @@ class MemoryLowering:
             if n == 0:
                 linear = i
             else:
-                linear = self.op(Op.IAdd, it, self.op(Op.IMul, it, linear, self.convert(dim, T.i32, it)), i)
+                linear = self.op(Op.IAdd, it, self.op(Op.IMul, it, linear, dim), i)
         if s in self.check_ids:
-            linear = self.bounds_checked(s, it, linear, indices, [self.convert(d, T.i32, it) for d in dims])
+            linear = self.bounds_checked(s, it, linear, indices, dims)
         self.pointers[s] = (key, linear)
         self.index_types[s] = it if s.indices else T.i32
         return self.element(*key, self.mem_type(s.type), linear)

@@ -5,21 +5,30 @@ the device has one. Its `ptr` is an address in a virtual address space of this d
 (from 2^48 up, never 0, never a host address): the launcher writes such addresses into ctx
 words as it would device pointers, and a launch maps each binding's word back to (buffer,
 offset). Memory that is also host-visible (lavapipe's only type; resizable BAR) is mapped
-once and copied with memcpy whenever no submitted work may still use the buffer; otherwise
-copies go through host-visible staging buffers and vkCmdCopyBuffer on the queue, so they stay
-ordered with the launches around them.
+once and copied with memcpy whenever no recorded or submitted work may still use the buffer;
+otherwise a write is a command in the batch (vkCmdUpdateBuffer up to 64 KiB, 4-aligned; else
+vkCmdCopyBuffer from the args ring or a staging buffer), so it stays ordered with the launches
+around it, and a read records a copy into a staging buffer and waits for it. `fill` is
+vkCmdFillBuffer where the pattern repeats a 32-bit word (8/16-bit values replicated) over a
+4-aligned range, else a seed write plus doubling vkCmdCopyBuffers within the buffer.
 
-Submissions. Each launch or queued copy is one command buffer, submitted with a fence of its
-own and a serial number; a command buffer starts with a memory barrier against everything
-submitted before it (submission order alone orders nothing in Vulkan) and ends with one
-making its writes visible to the host. Finished submissions are retired oldest first: their
-command buffer and fence are reused, the staging buffers and args ring space they held are
-released, and `free_after_fence` frees what waited for them.
+Batches. Launches, fills and queued copies are commands recorded into one open command
+buffer (a Batch), which takes the next serial when it opens; the buffers its commands use
+take that serial as their last use at once. A memory barrier goes before a command that uses
+a buffer an earlier command of the batch touched since the last barrier (and one opens every
+batch, against earlier submissions); one at its end makes its writes visible to the host. The
+batch is submitted, with a fence of its own, at `wait`/`sync`, at a host read or a wait for a
+buffer it uses, when the args ring wraps or the descriptor pool is reset, and once it holds
+BATCH_COMMANDS commands. Finished submissions are retired oldest first: their command buffer
+and fence are reused, the staging buffers they held are destroyed, and `free_after_fence` /
+`free` release what waited for them. A batch whose submission fails is dropped (its error
+raised); the next one starts afresh.
 
 Launches. `launch_task` writes the "args" words into a host-visible ring (dynamic offset),
 binds a descriptor set (cached per task and bound buffers), and dispatches ceil(slices /
-block_dim) workgroups, 2-D beyond maxComputeWorkGroupCount[0]; `sync` waits for the fences and
-reads each launch's error slot (runtime/device.py), raising the first error naming its kernel.
+block_dim) workgroups, 2-D beyond maxComputeWorkGroupCount[0], recorded in the batch; `sync`
+submits it, waits for the fences and reads each launch's error slot (runtime/device.py),
+raising the first error naming its kernel.
 """
 from __future__ import annotations
 
@@ -27,11 +36,18 @@ import itertools
 
 import numpy as np
 
-from ...device import Allocation, check_copy_range
-from ...submission_device import QueuedKernel, SubmissionDevice
+from ...device import Allocation, ErrorSlot, check_copy_range
+from ...submission_device import QueuedKernel, Submission, SubmissionDevice
 from . import driver, kernels
+from .pipelines import record_dispatch
 
 ARGS_RING_BYTES = 1 << 20
+# Commands one batch holds before it is submitted without waiting for a sync: enough that a
+# loop of small launches pays one vkQueueSubmit per 256 of them, few enough that the device
+# starts on long work while the host records more.
+BATCH_COMMANDS = 256
+UPDATE_BUFFER_BYTES = 65536     # vkCmdUpdateBuffer's limit (4-aligned offset and size)
+FILL_SEED_BYTES = 4096          # a fill vkCmdFillBuffer cannot do: this much written, then doubled by copies
 DESCRIPTOR_POOL_SETS = 1024
 WAVES = 4                  # grid cap: this many waves of the invocations the device runs at once
 FALLBACK_RESIDENT = 1 << 16  # invocations assumed to run at once where the driver does not say
@@ -46,6 +62,16 @@ class Buffer:
     def __init__(self, handle, memory, size, mapped, serial, address=0):
         self.handle, self.memory, self.size, self.mapped = handle, memory, size, mapped
         self.last_use, self.serial, self.address = 0, serial, address
+
+
+class Batch:
+    """The open command buffer: its fence and serial, the staging buffers it keeps alive, the
+    commands recorded, the buffers touched since its last memory barrier."""
+    __slots__ = ("command", "fence", "serial", "keep", "commands", "touched")
+
+    def __init__(self, command, fence, serial):
+        self.command, self.fence, self.serial = command, fence, serial
+        self.keep, self.commands, self.touched = [], 0, set()
 
 
 class TaskPipeline:
@@ -91,9 +117,11 @@ class VulkanDevice(SubmissionDevice):
         self._args_ring = self._create_buffer(ARGS_RING_BYTES, self._host_type, host=True)
         self._args_offset = 0
         self._args_align = max(16, self.capabilities.min_storage_buffer_offset_alignment)
-        self._barrier_in = self._memory_barrier(self.vk.VK_ACCESS_MEMORY_WRITE_BIT,
-                                                self.vk.VK_ACCESS_MEMORY_READ_BIT | self.vk.VK_ACCESS_MEMORY_WRITE_BIT)
-        self._barrier_out = self._memory_barrier(self.vk.VK_ACCESS_MEMORY_WRITE_BIT, self.vk.VK_ACCESS_HOST_READ_BIT)
+        self._batch = None              # the open Batch, if any
+        self._host_visible_allocations = False  # set while error blocks are allocated
+        self._barrier_between = self._memory_barrier(vk.VK_ACCESS_MEMORY_WRITE_BIT,
+                                                     vk.VK_ACCESS_MEMORY_READ_BIT | vk.VK_ACCESS_MEMORY_WRITE_BIT)
+        self._barrier_to_host = self._memory_barrier(vk.VK_ACCESS_MEMORY_WRITE_BIT, vk.VK_ACCESS_HOST_READ_BIT)
         self._begin_info = self.ffi.new("VkCommandBufferBeginInfo*", {
             "sType": vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
             "flags": vk.VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT})
@@ -190,12 +218,24 @@ class VulkanDevice(SubmissionDevice):
         self.lib.vkFreeMemory(self.device, buf.memory, self.ffi.NULL)
 
     def _new_zeroed_buffer(self, nbytes: int) -> Buffer:
-        buf = self._create_buffer(nbytes, self._device_type)
+        if self._host_visible_allocations:
+            buf = self._create_buffer(nbytes, self._host_type, host=True)
+        else:
+            buf = self._create_buffer(nbytes, self._device_type)
         if buf.mapped is not None:
             buf.mapped[:] = 0  # new memory: no submitted work can use it yet
         else:
-            self._submit_commands(lambda cb: self.lib.vkCmdFillBuffer(cb, buf.handle, 0, buf.size, 0), [], [buf])
+            self.lib.vkCmdFillBuffer(self._record([buf]), buf.handle, 0, buf.size, 0)
         return buf
+
+    def acquire_error_slot(self) -> ErrorSlot:
+        """A slot of an error block in host-visible memory: `sync` reads every watched slot, and
+        a read of device-local memory would be a submission and a wait per slot."""
+        self._host_visible_allocations = True
+        try:
+            return super().acquire_error_slot()
+        finally:
+            self._host_visible_allocations = False
 
     def copy_to_device(self, alloc: Allocation, src: np.ndarray, offset: int = 0) -> None:
         data = np.ascontiguousarray(src).reshape(-1).view(np.uint8)  # 1-d first: a 0-d array has no byte view
@@ -205,36 +245,131 @@ class VulkanDevice(SubmissionDevice):
         if buf.mapped is not None and self._idle_for(buf):
             buf.mapped[offset:offset + data.size] = data
             return
-        staging = self._create_buffer(data.size, self._host_type, host=True)
-        staging.mapped[:data.size] = data
-        region = self.ffi.new("VkBufferCopy*", {"srcOffset": 0, "dstOffset": offset, "size": data.size})
-        self._submit_commands(lambda cb: self.lib.vkCmdCopyBuffer(cb, staging.handle, buf.handle, 1, region),
-                              [staging], [buf])
+        self._record_write(buf, offset, data)
+
+    def _record_write(self, buf: Buffer, offset: int, data: np.ndarray) -> None:
+        """Write `data` (bytes) at `offset` of `buf` in the batch: inline in the command buffer
+        when vkCmdUpdateBuffer takes it, else copied from the args ring (small) or from a
+        staging buffer of its own."""
+        lib, size = self.lib, data.size
+        if size <= UPDATE_BUFFER_BYTES and offset % 4 == 0 and size % 4 == 0:
+            lib.vkCmdUpdateBuffer(self._record([buf]), buf.handle, offset, size, self.ffi.from_buffer(data))
+            return
+        if size <= UPDATE_BUFFER_BYTES:
+            source, source_offset, keep = self._args_ring, self.args_space(size), []
+        else:
+            source, source_offset = self._create_buffer(size, self._host_type, host=True), 0
+            keep = [source]
+        source.mapped[source_offset:source_offset + size] = data
+        region = self.ffi.new("VkBufferCopy*", {"srcOffset": source_offset, "dstOffset": offset, "size": size})
+        lib.vkCmdCopyBuffer(self._record([buf, source], keep), source.handle, buf.handle, 1, region)
+
+    def fill(self, alloc: Allocation, offset: int, nbytes: int, pattern: bytes) -> None:
+        """vkCmdFillBuffer in the batch where the pattern repeats a 4-byte word over a 4-aligned
+        range; otherwise FILL_SEED_BYTES of it written, then copied onto the rest of the range
+        in doubling copies (each reads what the previous ones wrote)."""
+        buf = check_copy_range(alloc, offset, nbytes)
+        _check_pattern(pattern, nbytes)
+        if nbytes == 0:
+            return
+        word, end = _repeated_word(pattern), offset + nbytes
+        if word is not None and end == alloc.nbytes:
+            end = -(-end // 4) * 4  # into the buffer's own padding (its size is a multiple of 4)
+        if word is not None and offset % 4 == 0 and end % 4 == 0:
+            self.lib.vkCmdFillBuffer(self._record([buf]), buf.handle, offset, end - offset,
+                                     int(np.frombuffer(word, np.uint32)[0]))
+            return
+        seed = np.frombuffer(pattern * max(FILL_SEED_BYTES // len(pattern), 1), np.uint8)[:nbytes]
+        self._record_write(buf, offset, seed)
+        done = seed.size
+        while done < nbytes:
+            size = min(done, nbytes - done)
+            region = self.ffi.new("VkBufferCopy*", {"srcOffset": offset, "dstOffset": offset + done, "size": size})
+            self.lib.vkCmdCopyBuffer(self._record([buf]), buf.handle, buf.handle, 1, region)
+            done += size
 
     def copy_to_host(self, alloc: Allocation, dst: np.ndarray, offset: int = 0) -> None:
         out = dst.reshape(-1).view(np.uint8)  # a view of `dst` (contiguous), 1-d first as above
         buf = check_copy_range(alloc, offset, out.size)
         if out.size == 0:
             return
-        self._wait_for(buf.last_use)
         if buf.mapped is not None:
+            self._wait_for(buf.last_use)
             out[:] = buf.mapped[offset:offset + out.size]
             return
         staging = self._create_buffer(out.size, self._host_type, host=True)
         region = self.ffi.new("VkBufferCopy*", {"srcOffset": offset, "dstOffset": 0, "size": out.size})
-        serial = self._submit_commands(lambda cb: self.lib.vkCmdCopyBuffer(cb, buf.handle, staging.handle, 1, region),
-                                       [], [buf])
-        self._wait_for(serial)
-        out[:] = staging.mapped[:out.size]
-        self._destroy_buffer(staging)
+        self.lib.vkCmdCopyBuffer(self._record([buf, staging]), buf.handle, staging.handle, 1, region)
+        try:
+            self._wait_for(staging.last_use)
+            out[:] = staging.mapped[:out.size]
+        finally:
+            self._destroy_buffer(staging)
 
     def _idle_for(self, buf: Buffer) -> bool:
         if buf.last_use > self._completed:
             self._retire()
         return buf.last_use <= self._completed
 
+    # ---- batches -------------------------------------------------------------------------------
+    def _record(self, uses, keep=()):
+        """The open batch's command buffer, ready for one more command that uses the buffers
+        `uses` (they stay alive until the batch completed, as the staging buffers `keep` do):
+        a memory barrier first when an earlier command since the last one touched any of them."""
+        batch = self._batch
+        if batch is None or batch.commands >= BATCH_COMMANDS:
+            self._flush()
+            batch = self._open_batch()
+        elif not batch.touched.isdisjoint(uses):
+            self._barrier(batch.command, self._barrier_between)
+            batch.touched.clear()
+        serial = batch.serial
+        for buf in uses:
+            buf.last_use = serial
+            if buf is not self._args_ring:  # written by the host only: no device hazard
+                batch.touched.add(buf)
+        batch.keep.extend(keep)
+        batch.commands += 1
+        return batch.command
 
-    # ---- submissions ---------------------------------------------------------------------------
+    def _open_batch(self) -> "Batch":
+        command, fence = self._command_buffer()
+        self._check(self.lib.vkBeginCommandBuffer(command, self._begin_info), "vkBeginCommandBuffer")
+        # Against everything submitted before (submission order alone orders no memory access).
+        self._barrier(command, self._barrier_between)
+        self._recording = next(self._serials)
+        self._batch = Batch(command, fence, self._recording)
+        return self._batch
+
+    def _flush(self) -> None:
+        """Submit the open batch: its writes made visible to the host at the end."""
+        batch = self._batch
+        if batch is None:
+            return
+        self._batch, self._recording = None, 0
+        lib = self.lib
+        self._barrier(batch.command, self._barrier_to_host, self.vk.VK_PIPELINE_STAGE_HOST_BIT)
+        self._command_slot[0] = batch.command
+        result = lib.vkEndCommandBuffer(batch.command)
+        if result == 0:
+            result = lib.vkQueueSubmit(self.queue, 1, self._submit_info, batch.fence[0])
+        if result != 0:  # the batch is lost; what it used is idle again, the next batch starts afresh
+            self._last_submitted = batch.serial
+            self._recycle(Submission(batch.serial, batch.command, batch.fence, batch.keep), reset_fence=False)
+            self._retire()
+            self._check(result, f"submitting {batch.commands} recorded commands")
+        self._track(batch.command, batch.fence, batch.keep, (), batch.serial)
+
+    def _barrier(self, command, barrier, dst_stage=None) -> None:
+        all_commands = self.vk.VK_PIPELINE_STAGE_ALL_COMMANDS_BIT
+        self.lib.vkCmdPipelineBarrier(command, all_commands, dst_stage or all_commands, 0, 1, barrier, 0,
+                                      self.ffi.NULL, 0, self.ffi.NULL)
+
+    def _submit_commands(self, record, keep: list, uses) -> int:
+        """Record `record(command buffer)` into the open batch; its serial."""
+        record(self._record(uses, keep))
+        return self._recording
+
     def _command_buffer(self):
         if self._spare:
             return self._spare.pop()
@@ -249,38 +384,16 @@ class VulkanDevice(SubmissionDevice):
         self._check(self.lib.vkCreateFence(self.device, fence_info, ffi.NULL, fence), "vkCreateFence")
         return command[0], fence
 
-    def _begin(self):
-        command, fence = self._command_buffer()
-        lib, vk = self.lib, self.vk
-        self._check(lib.vkBeginCommandBuffer(command, self._begin_info), "vkBeginCommandBuffer")
-        all_commands = vk.VK_PIPELINE_STAGE_ALL_COMMANDS_BIT
-        lib.vkCmdPipelineBarrier(command, all_commands, all_commands, 0, 1, self._barrier_in, 0, self.ffi.NULL,
-                                 0, self.ffi.NULL)
-        return command, fence
-
-    def _submit(self, command, fence, keep: list, uses) -> int:
-        lib, vk = self.lib, self.vk
-        lib.vkCmdPipelineBarrier(command, vk.VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, vk.VK_PIPELINE_STAGE_HOST_BIT, 0, 1,
-                                 self._barrier_out, 0, self.ffi.NULL, 0, self.ffi.NULL)
-        self._check(lib.vkEndCommandBuffer(command), "vkEndCommandBuffer")
-        self._command_slot[0] = command
-        self._check(lib.vkQueueSubmit(self.queue, 1, self._submit_info, fence[0]), "vkQueueSubmit")
-        return self._track(command, fence, keep, uses)
-
-    def _submit_commands(self, record, keep: list, uses) -> int:
-        command, fence = self._begin()
-        record(command)
-        return self._submit(command, fence, keep, uses)
-
     def _block_on(self, sub) -> None:
         self._check(self.lib.vkWaitForFences(self.device, 1, sub.fence, 1, U64_MAX), "vkWaitForFences")
 
     def _finished(self, sub) -> bool:
         return self.lib.vkGetFenceStatus(self.device, sub.fence[0]) == 0
 
-    def _recycle(self, sub) -> None:
+    def _recycle(self, sub, reset_fence: bool = True) -> None:
         """Its command buffer and fence are reused; the staging buffers it kept are destroyed."""
-        self._check(self.lib.vkResetFences(self.device, 1, sub.fence), "vkResetFences")
+        if reset_fence:
+            self._check(self.lib.vkResetFences(self.device, 1, sub.fence), "vkResetFences")
         self.lib.vkResetCommandBuffer(sub.command, 0)
         self._spare.append((sub.command, sub.fence))
         for buf in sub.keep:
@@ -320,7 +433,6 @@ class VulkanDevice(SubmissionDevice):
         return self.capabilities.max_storage_buffer_range
 
     def launch_task(self, loaded: QueuedKernel, task: int, ctx_address: int, slices: int) -> None:
-        from .pipelines import record_dispatch
         if slices <= 0:
             return
         record_dispatch(self, loaded, loaded.tasks[task], loaded.ctx_words(ctx_address), slices)
@@ -353,12 +465,23 @@ class VulkanDevice(SubmissionDevice):
         """Destroy what was made on the (idle) device, as far as __init__ got."""
         ffi, lib = self.ffi, self.lib
         in_flight = getattr(self, "_in_flight", ())
+        batch = getattr(self, "_batch", None)
+        if batch is not None:  # recorded, never submitted: nothing could observe what it would write
+            in_flight.append(Submission(batch.serial, batch.command, batch.fence, batch.keep))
+            self._batch = None
         while in_flight:  # the device is idle: every submission has finished
             sub = in_flight.popleft()
             self._spare.append((sub.command, sub.fence))
             for buf in sub.keep:
                 self._destroy_buffer(buf)
+        # Every serial has completed: the frees below destroy at once.
+        self._completed = self._last_submitted = max(getattr(self, "_last_submitted", 0),
+                                                     getattr(self, "_recording", 0))
+        self._recording = 0
         self._pending_frees = []
+        for buf in getattr(self, "_pending_destroys", ()):
+            self._destroy_buffer(buf)
+        self._pending_destroys = []
         addresses = getattr(self, "_addresses", None)
         for alloc in addresses.allocations() if addresses is not None else ():
             self.free(alloc)
@@ -376,6 +499,21 @@ class VulkanDevice(SubmissionDevice):
         if getattr(self, "_command_pool", None) is not None:
             lib.vkDestroyCommandPool(self.device, self._command_pool, ffi.NULL)
             self._command_pool = None
+
+
+def _check_pattern(pattern: bytes, nbytes: int) -> None:
+    if not pattern or nbytes % len(pattern):
+        raise ValueError(f"a fill of {nbytes} bytes with a pattern of {len(pattern)} bytes: not a whole number of "
+                         f"repetitions")
+
+
+def _repeated_word(pattern: bytes) -> bytes | None:
+    """The 4 bytes whose repetition is `pattern` repeated (a pattern of period 1, 2 or 4
+    bytes), or None."""
+    for period in (1, 2, 4):
+        if len(pattern) % period == 0 and pattern == pattern[:period] * (len(pattern) // period):
+            return pattern[:period] * (4 // period)
+    return None
 
 
 def _first(types: list, want, what):

@@ -173,13 +173,12 @@ def record_dispatch(dev, loaded, tp, ctx, slices: int) -> None:
     groups = 1 if tp.serial else -(-slices // tp.block_dim)
     x, y = kernels.dispatch_grid(groups, dev.capabilities.max_workgroup_count)
     lib, vk = dev.lib, dev.vk
-    command, fence = dev._begin()
+    command = dev._record(uses)
     lib.vkCmdBindPipeline(command, vk.VK_PIPELINE_BIND_POINT_COMPUTE, tp.pipeline)
     if tp.set_numbers:
         lib.vkCmdBindDescriptorSets(command, vk.VK_PIPELINE_BIND_POINT_COMPUTE, tp.layout, 0, tp.set_numbers,
                                     tp.sets, len(dynamic_offsets), tp.dynamic)
     lib.vkCmdDispatch(command, x, y, 1)
-    dev._submit(command, fence, [], uses)
 
 
 def _heap_range(dev, meta, tp, p, alloc, ctx) -> int:
