@@ -481,7 +481,11 @@ class _Launcher:
                 if copies is None:
                     ptr, grad = numpy_address(a), 0
                 else:  # the launch code copies it in (and out) at every launch
-                    alloc = g[device_buffer] = copies.buffer(index, a.nbytes)
+                    try:
+                        alloc = g[device_buffer] = copies.buffer(index, a.nbytes)
+                    except MemoryError as e:
+                        raise MemoryError(f"{_where(meta, index)}: the {arch} device has no room for a copy of "
+                                          f"this array of shape {a.shape} ({a.nbytes} bytes): {e}") from None
                     ptr, grad = alloc.ptr, 0
             elif isinstance(a, Ndarray) and a.dtype.name == p.dtype and len(a.storage_shape) == ndim and (
                     a.grad is not None or not grad_kernel_needs_grad) and (a.grad is None or not refuse_grad) and (

@@ -1,3 +1,4 @@
+import hashlib
 import os
 import shutil
 import tempfile
@@ -60,9 +61,50 @@ def fresh_runtime(session_cache_dir):
     yield
 
 
+# ---- reproducible randomness --------------------------------------------------------------
+# Every test draws its inputs from `rng`, seeded by the base seed (0; `--seed N` or QDC_TEST_SEED=N
+# choose another) and the test's node id: a run is repeatable, one test's draws do not depend on
+# which other tests ran, and a failure's report says how to replay it.
+
+SEED_VARIABLE = "QDC_TEST_SEED"
+
+
+def base_seed(config) -> int:
+    return config.getoption("--seed")
+
+
+def seed_of_test(base: int, nodeid: str) -> int:
+    """A 64-bit seed for the test `nodeid` (sha256, not hash(): Python salts that per process)."""
+    digest = hashlib.sha256(f"{base}:{nodeid}".encode()).digest()
+    return int.from_bytes(digest[:8], "little")
+
+
+_SEED_KEY = pytest.StashKey[int]()
+
+
 @pytest.fixture
-def rng():
-    return np.random.default_rng()
+def rng(request):
+    """A numpy Generator seeded from the base seed and this test's node id."""
+    seed = seed_of_test(base_seed(request.config), request.node.nodeid)
+    request.node.stash[_SEED_KEY] = seed
+    request.node.user_properties.append(("rng_seed", seed))  # in --junitxml reports too
+    return np.random.default_rng(seed)
+
+
+def pytest_report_header(config):
+    return f"random inputs: base seed {base_seed(config)} (--seed N or {SEED_VARIABLE}=N draws others)"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    seed = item.stash.get(_SEED_KEY, None)
+    if report.failed and seed is not None:
+        base = base_seed(item.config)
+        test = os.path.relpath(item.path, item.config.invocation_params.dir) + item.nodeid[item.nodeid.index("::"):]
+        report.sections.append(("random seed", f"rng seeded with {seed} (base seed {base}); replay with "
+                                               f"{SEED_VARIABLE}={base} python3 -m pytest '{test}'"))
 
 
 # ---- the suite by arch ----------------------------------------------------------------------
@@ -75,6 +117,16 @@ def pytest_addoption(parser):
     parser.addoption("--archs", default=None,
                      help="comma-separated archs the arch-parametrised tests run on (default: cpu, plus "
                           "vulkan when a Vulkan device exists here)")
+    parser.addoption("--seed", type=int, default=_seed_from_environment(),
+                     help=f"base seed of every test's random inputs (default: ${SEED_VARIABLE}, else 0)")
+
+
+def _seed_from_environment() -> int:
+    value = os.environ.get(SEED_VARIABLE, "0")
+    try:
+        return int(value)
+    except ValueError:
+        raise pytest.UsageError(f"{SEED_VARIABLE}={value!r} is not an integer seed") from None
 
 
 def pytest_configure(config):

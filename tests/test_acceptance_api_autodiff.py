@@ -14,6 +14,7 @@ import pytest
 import qdc as qd
 from acceptance_util import compile_error_checker, f32, line_of
 from conftest import vulkan_unavailable_reason
+from tolerance_util import assert_close_f32
 
 HERE = os.path.abspath(__file__)
 
@@ -34,7 +35,7 @@ def test_inplace_update_gradient_wrt_initial_value(arch, rng):
     o0, av, sv = _f32(rng, 10), np.float32(rng.uniform(-2, 2)), np.float32(rng.uniform(-1, 1))
     out.from_numpy(o0); s[None] = sv
     update(av)
-    np.testing.assert_allclose(out.to_numpy(), o0 * av + sv, rtol=1e-6)
+    assert_close_f32(out.to_numpy(), o0 * av + sv, rtol=1e-6)
     seed = _f32(rng, 10)
     out.grad.from_numpy(seed)
     update.grad(av)
@@ -103,7 +104,7 @@ def test_serial_loop_dependency_gradient_wrt_initial_row(arch, rng):
     x.from_numpy(init)
     with qd.ad.Tape(loss=loss):
         chain()
-    np.testing.assert_allclose(x.to_numpy()[:, N], forward64(init[:, 0]), rtol=1e-5)
+    assert_close_f32(x.to_numpy()[:, N], forward64(init[:, 0]), scale=1.0)  # terms up to ~1, ends near 0
     h = 1e-6
     numeric = (forward64(init[:, 0].astype(np.float64) + h) - forward64(init[:, 0].astype(np.float64) - h)) / (2 * h)
     np.testing.assert_allclose(x.grad.to_numpy()[:, 0], numeric, rtol=1e-4, atol=1e-6)
@@ -670,7 +671,7 @@ def test_inplace_update_in_both_branches_and_repeated_stores(arch, rng):
     xv, yv = _f32(rng, 12), _f32(rng, 12)
     x.from_numpy(xv); y.from_numpy(yv); z.from_numpy(_f32(rng, 12))
     branches()
-    np.testing.assert_allclose(y.to_numpy(), np.where(xv > 0, yv * 2, yv + xv), rtol=1e-6)
+    assert_close_f32(y.to_numpy(), np.where(xv > 0, yv * 2, yv + xv), rtol=1e-6)
     y.grad.fill(1.0)
     branches.grad()
     np.testing.assert_array_equal(y.grad.to_numpy(), np.where(xv > 0, 2.0, 1.0))
@@ -714,7 +715,8 @@ def test_rejection_atomic_old_value_in_differentiated_kernel():
     assert f"{HERE}:{line_of(HERE, 'OLD-VALUE')}:" in str(info.value).splitlines()[0], str(info.value)
 
 
-def test_f64_adstack_on_vulkan_is_a_located_error_and_fine_on_cpu(arch, rng):
+def test_f64_adstack_gradient_through_a_dynamic_loop(arch, rng):
+    """f64 loop-carried values on adstacks: every arch (SPIR-V where the device has Float64)."""
     d = qd.field(qd.f64, shape=4, needs_grad=True)
     n = qd.field(qd.i32, shape=())
     loss = qd.field(qd.f64, shape=(), needs_grad=True)
@@ -722,7 +724,7 @@ def test_f64_adstack_on_vulkan_is_a_located_error_and_fine_on_cpu(arch, rng):
     @qd.kernel
     def f64chain():
         for i in d:
-            v = d[i]  # F64-ADSTACK
+            v = d[i]
             for _ in range(n[None]):
                 v = qd.sin(v)
             loss[None] += v
@@ -730,12 +732,6 @@ def test_f64_adstack_on_vulkan_is_a_located_error_and_fine_on_cpu(arch, rng):
     v0 = rng.uniform(-1, 1, 4)
     d.from_numpy(v0)
     n[None] = 5
-    if arch == "vulkan":
-        with pytest.raises(qd.QdcCompileError) as info:
-            f64chain.grad()
-        assert f"{HERE}:{line_of(HERE, 'F64-ADSTACK')}:" in str(info.value).splitlines()[0], str(info.value)
-        assert "f64" in str(info.value)
-        return
     with qd.ad.Tape(loss=loss):
         f64chain()
     g, v = np.ones(4), v0.copy()

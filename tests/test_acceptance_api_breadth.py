@@ -12,6 +12,7 @@ import pytest
 
 import qdc as qd
 from acceptance_util import compile_error_checker, f32, line_of
+from tolerance_util import assert_close_f32
 
 HERE = os.path.abspath(__file__)
 
@@ -194,7 +195,7 @@ def test_nary_abs_min_max(arch, rng):
     np.testing.assert_array_equal(out[:, 0], np.minimum(np.minimum(a, b), c))
     np.testing.assert_array_equal(out[:, 1], np.maximum.reduce([a, b, c, d]))
     np.testing.assert_array_equal(out[:, 2], np.abs(a))
-    np.testing.assert_allclose(out[:, 3], np.maximum.reduce([a, b, c]) + np.minimum(c, d) + np.abs(d), rtol=1e-6)
+    assert_close_f32(out[:, 3], np.maximum.reduce([a, b, c]) + np.minimum(c, d) + np.abs(d), rtol=1e-6)
 
 
 def _plain_helper(v, w):
@@ -215,7 +216,7 @@ def test_plain_python_function_is_inlined(arch, rng):
     v = _f32(rng, 11)
     x.from_numpy(v)
     k()
-    np.testing.assert_allclose(x.to_numpy(), (v * v - 1) * 2, rtol=1e-6)
+    assert_close_f32(x.to_numpy(), (v * v - 1) * 2, rtol=1e-6)
 
 
 def test_calling_a_builtin_python_function_is_a_compile_error():
@@ -238,7 +239,7 @@ def test_NDArray_subscript_spelling(arch, rng):
     a, b = _f32(rng, 5, 6), _f32(rng, 5, 6)
     want = a * np.float32(1.5) + b
     axpy(a, b, 1.5)
-    np.testing.assert_allclose(b, want, rtol=1e-6)
+    assert_close_f32(b, want, rtol=1e-6)
 
 
 def test_ndarray_dtype_and_ndim_taken_from_argument(arch, rng):

@@ -20,6 +20,7 @@ import pytest
 import qdc as qd
 from qdc.compiler.driver import kernel as K
 from qdc.compiler.driver.options import Options
+from tolerance_util import assert_close_f32
 
 HAS_MPMATH = importlib.util.find_spec("mpmath") is not None
 UNARY = ("sin", "cos", "tan", "exp", "log", "tanh", "asin", "acos", "atan")
@@ -338,7 +339,7 @@ def test_a_loop_carried_chain_calls_the_c_library_and_an_elementwise_inner_loop_
     v = a[:, 0].astype(np.float64)
     for _ in range(5):
         v = np.sin(v) * 0.95 + 0.01
-    np.testing.assert_allclose(c[:, 0], v, rtol=1e-5)
+    assert_close_f32(c[:, 0], v, scale=1.0)  # each step rounds values up to ~1; some chains end near 0
     np.testing.assert_allclose(b, np.exp(a.astype(np.float64)) * 2, rtol=1e-6)
 
 

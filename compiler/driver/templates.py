@@ -45,9 +45,16 @@ class TemplateArgs:
                          for name, v in values.items())
 
 
-def specialisation_key(v, what: str):
+# Deeper than this a template argument is refused: the key and the front end walk it recursively,
+# and a clear TypeError beats a RecursionError from wherever the stack happens to run out.
+MAX_TEMPLATE_NESTING = 256
+
+
+def specialisation_key(v, what: str, _enclosing: tuple = ()):
     """A hashable stand-in for template argument `v`: fields and other objects by identity,
-    numbers, strings and dtypes by type and value, tuples and lists element by element."""
+    numbers, strings and dtypes by type and value, tuples and lists element by element.
+    TypeError for a tuple or list that contains itself or nests deeper than MAX_TEMPLATE_NESTING.
+    `_enclosing`: the ids of the tuples and lists `v` sits in, outermost first."""
     if isinstance(v, Field):
         return ("field", _Identity(v))
     if isinstance(v, _VALUES):
@@ -57,7 +64,14 @@ def specialisation_key(v, what: str):
     if isinstance(v, T.DataType):
         return ("dtype", v.name)
     if isinstance(v, (tuple, list)):
-        return (type(v).__qualname__, tuple(specialisation_key(e, what) for e in v))
+        if id(v) in _enclosing:
+            raise TypeError(f"{what}: a {type(v).__name__} that contains itself cannot be a template argument "
+                            f"(its key would be infinite); pass a tuple of fields, numbers and strings")
+        if len(_enclosing) >= MAX_TEMPLATE_NESTING:
+            raise TypeError(f"{what}: tuples and lists nested more than {MAX_TEMPLATE_NESTING} deep cannot be "
+                            f"a template argument; pass a flatter value")
+        inner = _enclosing + (id(v),)
+        return (type(v).__qualname__, tuple(specialisation_key(e, what, inner) for e in v))
     if isinstance(v, Ndarray):
         raise TypeError(f"{what}: a qd.ndarray is passed through a qd.types.ndarray() parameter, not a template")
     if isinstance(v, np.ndarray):
