@@ -1,13 +1,16 @@
 """qdc: an ahead-of-time compiler and thin runtime for Quadrants-style Python kernels.
 
 `import qdc as qd` is the kernel language. Everything that needs the compiler (llvmlite) is
-imported lazily on first use, so `from qdc.runtime import load` stays compiler-free.
+imported lazily on first use, so `from qdc.runtime import load` stays compiler-free. The
+`qdc-runtime` distribution ships this same file without the compiler: there the runtime's names
+(`qd.ndarray`, `qd.sync`, dtypes, errors) work and the compiler's raise ModuleNotFoundError.
 """
 from __future__ import annotations
 
 import importlib
 
-from qdc.runtime.contract.errors import AdStackOverflowError, CacheError, QdcCompileError, QdcError  # noqa: F401
+from qdc.runtime.contract.errors import (AdStackOverflowError, CacheError, DeviceLostError,  # noqa: F401
+                                       QdcCompileError, QdcError)
 from qdc.runtime.fields import Field, Ndarray, field, ndarray  # noqa: F401
 from qdc.runtime.contract.types import f16, f32, f64, i8, i16, i32, i64, u1, u8, u16, u32, u64  # noqa: F401
 
@@ -17,26 +20,45 @@ cpu, cuda, vulkan, metal, amdgpu = "cpu", "cuda", "vulkan", "metal", "amdgpu"
 gpu = "gpu"  # qd.init(arch=qd.gpu): the first of cuda, vulkan, metal, amdgpu that works here
 
 # Kernel-language names defined in qdc.compiler.language.lang, loaded on first access.
-_LANG = {"kernel", "func", "static", "ndrange", "loop_config", "types", "sin", "cos", "tan", "asin",
+_LANG = {"static", "ndrange", "loop_config", "types", "sin", "cos", "tan", "asin",
          "acos", "atan", "atan2", "tanh", "exp", "log", "sqrt", "rsqrt", "floor", "ceil", "round", "pow",
          "select", "cast", "atomic_add", "atomic_sub", "atomic_min", "atomic_max", "atomic_and",
          "atomic_or", "atomic_xor", "template", "Template", "abs", "min", "max"}
-_API = {"init", "sync", "reset"}
+_DECORATORS = {"kernel", "func"}  # qdc.compiler.jit.kernel
+_API = {"init", "reset"}
 
 
 def __getattr__(name):
     if name == "ad":  # qd.ad.Tape
-        return importlib.import_module("qdc.compiler.language.ad")
+        return _compiler_module("qdc.compiler.jit.ad", name)
     if name == "aot":  # qd.aot.instantiate
-        return importlib.import_module("qdc.compiler.language.aot")
+        return _compiler_module("qdc.compiler.jit.aot", name)
     if name == "math":  # qd.math.vec3, qd.math.dot, ...
-        return importlib.import_module("qdc.compiler.language.mathlib")
+        return _compiler_module("qdc.compiler.language.mathlib", name)
     if name in ("Vector", "Matrix"):
-        return getattr(importlib.import_module("qdc.compiler.language.matrix"), name)
+        return getattr(_compiler_module("qdc.compiler.language.matrix", name), name)
     if name == "adstack_heap_bytes":
         return importlib.import_module("qdc.runtime.adstack").adstack_heap_bytes
+    if name == "sync":
+        return importlib.import_module("qdc.runtime").sync
+    if name in _DECORATORS:
+        return getattr(_compiler_module("qdc.compiler.jit.kernel", name), name)
     if name in _LANG:
-        return getattr(importlib.import_module("qdc.compiler.language.lang"), name)
+        return getattr(_compiler_module("qdc.compiler.language.lang", name), name)
     if name in _API:
-        return getattr(importlib.import_module("qdc.compiler.language.api"), name)
+        return getattr(_compiler_module("qdc.compiler.jit.api", name), name)
     raise AttributeError(f"module 'qdc' has no attribute '{name}'")
+
+
+def _compiler_module(module: str, name: str):
+    """The compiler module defining `qd.<name>`; where only qdc-runtime is installed, an error
+    saying what to install instead of a bare missing-module one."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name != "qdc.compiler":
+            raise
+        hint = " (a deployment chooses its device with qdc.runtime.load(..., arch=...))" if name in _API else ""
+        raise ModuleNotFoundError(f"qd.{name} needs the qdc compiler, which is not installed here (only "
+                                  f"qdc-runtime, which runs prebuilt kernels): pip install qdc{hint}",
+                                  name="qdc.compiler") from None

@@ -1,7 +1,7 @@
 """What qdc's idle worker threads cost the rest of the process: `python3 bench/bench_idle_threads.py`.
 
 For each libgomp setting (qdc's default, and libgomp's own default: `GOMP_SPINCOUNT` unset, as
-qdc left it before issue 14) a fresh worker process measures, min and median of rounds:
+qdc's default before it capped the spin) a fresh worker process measures, min and median of rounds:
 - spin after a launch: the CPU time the process burns in the 20 ms after a parallel launch
   while the launching thread sleeps (only idle workers run then), per worker thread;
 - a numpy copy (64 MiB) right after each parallel launch, in GB/s, against the same copy with

@@ -57,7 +57,8 @@ def define_kernel(qd, fn: str, dtype):
 def libm_launcher(kernel, args):
     """`kernel` compiled with the C math library's scalar functions, ready to launch."""
     from qdc.compiler.driver import options
-    from qdc.compiler.driver.kernel import compile_kernel, kernel_of
+    from qdc.compiler.driver.kernel import compile_kernel
+    from qdc.compiler.jit.kernel import kernel_of
     from qdc.compiler.targets.cpu import target as cpu_target
     from qdc.runtime import context
     from qdc.runtime.launcher import make_launcher

@@ -151,9 +151,10 @@ def ls_cmd(cache_dir):
 
 def _open(cache_dir):
     from qdc.runtime import cache as C
+    from qdc.runtime.bundle import open_store
     location = _cache_dir(cache_dir)
     try:
-        store = C.open_store(location)
+        store = open_store(location)
     except (FileNotFoundError, C.CacheError) as e:
         _fail(str(e))
     return C.Cache(location) if isinstance(store, C.DirStore) else store

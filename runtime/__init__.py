@@ -1,15 +1,38 @@
-"""The qdc runtime: loads artifacts and launches them. It never imports the compiler.
+"""The qdc runtime: loads kernels prebuilt by `qdc build` and launches them. It is all a
+deployment imports, and it never imports the compiler (nor llvmlite, click or yaml), so the
+`qdc-runtime` distribution (numpy, msgpack and a driver binding) is enough to run it:
 
-`load` (and `FwdMode`, forward mode for loaded modules as for direct mode) are resolved on
-first use so that `import qdc` stays light.
+    from qdc.runtime import load, ndarray, sync
+    mod = load("cache", "saxpy", arch="vulkan")   # a cache folder or a `qdc pack` bundle
+    x, y = ndarray(np.float32, 1024), ndarray(np.float32, 1024)
+    mod.saxpy(2.0, x, y); sync()
+
+`load(..., arch=)` chooses the device (no `qd.init`): loading makes that arch's runtime the
+active one, on which `ndarray`s live (allocated, zeroed, on first use). Names resolve on first
+use so that `import qdc` stays light.
 """
+from __future__ import annotations
+
+import importlib
+
+from .contract.errors import AdStackOverflowError, CacheError, ModuleNotBuiltError, QdcError
+from .contract.types import f16, f32, f64, i8, i16, i32, i64, u1, u8, u16, u32, u64
+
+__all__ = ["load", "ndarray", "Ndarray", "sync", "FwdMode", "QdcError", "CacheError", "ModuleNotBuiltError",
+           "AdStackOverflowError", "f16", "f32", "f64", "i8", "i16", "i32", "i64", "u1", "u8", "u16", "u32", "u64"]
+
+_LAZY = {"load": ".loader", "ndarray": ".fields", "Ndarray": ".fields", "FwdMode": ".forward_mode"}
+
+
+def sync() -> None:
+    """Wait until every kernel launched on the active runtime has finished, and raise the first
+    error any of them hit (an `AdStackOverflowError`, a bounds error) naming its kernel."""
+    from . import context
+    if context.has_runtime():  # nothing was ever launched otherwise: no device to start
+        context.current().device.sync()
 
 
 def __getattr__(name):
-    if name == "load":
-        from .loader import load
-        return load
-    if name == "FwdMode":
-        from .forward_mode import FwdMode
-        return FwdMode
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name], __name__), name)
     raise AttributeError(f"module 'qdc.runtime' has no attribute '{name}'")

@@ -30,8 +30,6 @@ A kernel without adstacks gets no hooks: it allocates, evaluates and checks noth
 from __future__ import annotations
 
 import functools
-import os
-import sys
 import weakref
 
 import numpy as np
@@ -41,20 +39,13 @@ from . import context
 from .contract import sizeexpr as se
 from .contract.artifact import MAX_ADSTACK_CAPACITY, check_adstack_record
 from . import device as device_mod
-from .device import OVERFLOW_WORD
+from .contract.error_slot import OVERFLOW_WORD
 from .contract import adstack_layout as layout
 from .contract.errors import AdStackOverflowError
+from .contract.log import enabled as log_enabled, log
+from .launch_hooks import LaunchHooks
 
 _heaps: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # Runtime -> AdStackHeap
-
-
-def logging_enabled() -> bool:
-    return "adstack" in os.environ.get("QDC_LOG", "").split(",")
-
-
-def log(message: str) -> None:
-    if logging_enabled():
-        print(f"[qdc adstack] {message}", file=sys.stderr)
 
 
 class AdStackHeap:
@@ -90,7 +81,7 @@ class AdStackHeap:
         old, self.alloc, self.nbytes = self.alloc, alloc, size
         if old is not None:
             self.device.free_after_fence(old)  # launches in flight may still use it
-        log(f"{self.name} grown to {size} bytes for kernel '{kernel}' (needed {required})")
+        log("adstack", f"{self.name} grown to {size} bytes for kernel '{kernel}' (needed {required})")
         return True
 
     def _try_allocate(self, size: int):
@@ -199,7 +190,7 @@ class AdStackHooks:
         self.stacks = KernelStacks(meta)
         self.slot = meta.adstack_slot
         self.range_limit = UNLIMITED
-        gen = sizing.SizingSource(meta, self.stacks, self.slot, log=logging_enabled())
+        gen = sizing.SizingSource(meta, self.stacks, self.slot, log=log_enabled("adstack"))
         self.max_overs = gen.max_overs
         self.fields_read, self.field_readers = sorted(gen.fields_read), gen.field_readers
         g = self.namespace = {
@@ -306,8 +297,8 @@ class AdStackHooks:
 
     def log_layout(self, capacities: tuple, threads: tuple, slices: int, stride: int) -> None:
         names = ", ".join(f"'{r['name']}' {c}" for r, c in zip(self.stacks.records, capacities))
-        log(f"kernel '{self.meta.name}': adstack capacities {names} entries; threads per task {list(threads)}; "
-            f"{slices} slices of {stride} bytes")
+        log("adstack", f"kernel '{self.meta.name}': adstack capacities {names} entries; threads per task "
+            f"{list(threads)}; {slices} slices of {stride} bytes")
 
     def too_large(self, i: int, cap: int):
         r = self.stacks.records[i]
@@ -367,7 +358,6 @@ def launch_hooks(meta, prebuilt: bool = False):
     was loaded from a `qdc build` (its overflow error says how to rebuild)."""
     if not meta.adstack.get("stacks"):
         return None
-    from .launcher import LaunchHooks
     hooks = AdStackHooks(meta, prebuilt)
     return LaunchHooks(prepare=hooks.prepare, finish=hooks.finish, report=hooks.report)
 

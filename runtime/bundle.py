@@ -22,9 +22,21 @@ import uuid
 import zlib
 
 from .contract import artifact as A
-from .cache import ENTRIES, MAX_RECORD_BYTES, META_FILE, MODULES, RECORD_TIME_FIELDS, Cache, Store, cache_error, entry_path, list_modules, module_path, module_problems, read_entry, read_module
+from .cache import (ENTRIES, MAX_RECORD_BYTES, META_FILE, MODULES, RECORD_TIME_FIELDS, Cache, DirStore, Store,
+                    cache_error, entry_path, list_modules, module_path, module_problems, read_entry, read_module)
 
 MAX_BUNDLE_BYTES = 1 << 32
+
+
+def open_store(location) -> Store:
+    """A cache folder or a `qdc pack` bundle, whichever `location` is."""
+    location = os.fspath(location)
+    if os.path.isdir(location):
+        return DirStore(location)
+    if os.path.isfile(location):
+        return BundleStore(location)
+    raise FileNotFoundError(f"no qdc cache or bundle at '{location}' (build one with `qdc build PATH --cache "
+                            f"{location}`)")
 
 
 class BundleStore(Store):

@@ -299,18 +299,6 @@ class _EntryFolder(EntryFiles):
         os.close(self.fd)
 
 
-def open_store(location) -> Store:
-    """A cache folder or a `qdc pack` bundle, whichever `location` is."""
-    location = os.fspath(location)
-    if os.path.isdir(location):
-        return DirStore(location)
-    if os.path.isfile(location):
-        from .bundle import BundleStore
-        return BundleStore(location)
-    raise FileNotFoundError(f"no qdc cache or bundle at '{location}' (build one with `qdc build PATH --cache "
-                            f"{location}`)")
-
-
 # ---- reading records and entries ------------------------------------------------------------
 
 def decode(data: bytes, where: str, kind: str) -> dict:

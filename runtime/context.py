@@ -1,11 +1,13 @@
 """The process-wide runtime: which device is active. `qd.init` replaces it (fields then
-re-materialise, zeroed, on the new device)."""
+re-materialise, zeroed, on the new device), also after the device was lost
+(runtime/device.py, "Loss"): the lost device is released first, without waiting for it."""
 from __future__ import annotations
 
 import itertools
 import weakref
 
 from . import devices
+from .contract.errors import DeviceLostError
 from .device import Device
 
 _generation = itertools.count(1)
@@ -37,15 +39,47 @@ def current() -> Runtime:
 
 
 def reset(arch: str = "cpu", cpu_max_num_threads: int | None = None) -> Runtime:
-    """Replace the active runtime: fields and ndarrays re-materialise, zeroed, on first use."""
+    """Replace the active runtime: fields and ndarrays re-materialise, zeroed, on first use. A
+    loss of the replaced device that nobody has seen yet raises once the new runtime is active."""
     global _current
+    old = _current
+    unseen_loss = _wait_for_loss(old.device) if old is not None else None
+    if old is not None and old.device.lost is not None:
+        # Before the new device: CUDA can only make a working context once the lost one is reset.
+        _abandon(old.device)
     new = Runtime(arch, cpu_max_num_threads)  # may raise (unknown arch): keep the old one then
-    old, _current = _current, new
+    _current = new
     for dependent in list(_dependents):
         dependent.invalidate()
-    if old is not None:
+    if old is not None and old.device.lost is None:
         _retire(old.device)
+    if unseen_loss is not None:
+        raise unseen_loss
     return _current
+
+
+def _wait_for_loss(device: Device) -> DeviceLostError | None:
+    """Wait for `device`'s work; the DeviceLostError of a loss found now (one found before was
+    raised then)."""
+    if device.lost is not None:
+        return None
+    try:
+        device.wait()
+    except DeviceLostError as e:
+        return e
+    return None
+
+
+def _abandon(device: Device) -> None:
+    """Release a lost device (its memory is gone; each device's close waits for nothing that
+    could hang): a failure of its cleanup is no news, the loss was reported."""
+    close = getattr(device, "close", None)
+    if close is None:
+        return
+    try:
+        close()
+    except Exception:  # noqa: BLE001
+        pass
 
 
 def _retire(device: Device) -> None:

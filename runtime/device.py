@@ -20,26 +20,32 @@ Launches. `load_kernel(artifacts, meta)` returns what the launches take. A devic
 which adstack sizing also uses (the heap holds a slice per thread a launch really runs).
 
 Errors. Each launch in flight has its own error slot (`acquire_error_slot`): ERROR_SLOT_WORDS
-words of device memory holding the adstack overflow word (OVERFLOW_WORD) and the bounds-check
-words (BOUNDS_WORD, runtime/contract/bounds.py), which the kernel finds through its ctx
+words of device memory holding the adstack overflow word and the bounds-check words (their
+positions: runtime/contract/error_slot.py), which the kernel finds through its ctx
 words. `watch(slot, report)` hands the slot to the device with the launch's `report(words)`
 (an exception naming the kernel, or None); `sync()` waits for the queue, then reads every
 watched slot, clears and releases it, and raises the first launch's error, so an error
 raised at sync names the kernel that made it. A synchronous fused launch reads its own slot
 right after the call instead (the launcher's finish hooks).
+
+Loss. A GPU that reports device loss or a launch timeout (the driver's sticky errors) calls
+`device_lost(reason)`: from then on the device is `lost` and every use (sync, launches, host
+access to its fields) raises DeviceLostError naming the last RECENT_KERNELS kernels submitted
+(`_note_submitted`); `close()` of a lost device releases what it can without waiting for it.
 """
 from __future__ import annotations
 
+import collections
 import ctypes
 from dataclasses import dataclass
 
 import numpy as np
 
-# The words of one launch's error slot.
-OVERFLOW_WORD = 0   # adstack overflow code (runtime/adstack.py), 0 when none
-BOUNDS_WORD = 1     # first of the bounds-check words (runtime/contract/bounds.py, ERROR_WORDS of them)
-ERROR_SLOT_WORDS = 8  # 64 bytes: a slot per cache line
+from .contract.error_slot import ERROR_SLOT_WORDS
+from .contract.errors import DeviceLostError
+
 _SLOTS_PER_BLOCK = 64
+RECENT_KERNELS = 8  # distinct kernel runs a DeviceLostError names
 
 
 @dataclass(frozen=True)
@@ -77,6 +83,7 @@ class ErrorSlot:
 class Device:
     arch: str = "?"
     capabilities = DeviceCapabilities()
+    lost: DeviceLostError | None = None  # set at a device loss (see the module docstring)
 
     # ---- memory ----------------------------------------------------------------------------
     def allocate(self, nbytes: int) -> Allocation:
@@ -162,6 +169,7 @@ class Device:
     def sync(self) -> None:
         """Wait for the submitted work, free what waited for it, and report the first error of
         the launches watched since the last sync (each slot is cleared and released)."""
+        self.check_not_lost()
         self.wait()
         frees = getattr(self, "_fenced", None)
         while frees:
@@ -181,6 +189,30 @@ class Device:
             self.release_error_slot(slot)
         if first is not None:
             raise first
+
+    # ---- loss -------------------------------------------------------------------------------
+    def _note_submitted(self, kernel: str) -> None:
+        """Remember `kernel` among the last kernels submitted (a repeat of the last one is one run)."""
+        recent = self.__dict__.get("_recent_kernels")
+        if recent is None:
+            recent = self._recent_kernels = collections.deque(maxlen=RECENT_KERNELS)
+        if not recent or recent[-1] != kernel:
+            recent.append(kernel)
+
+    def device_lost(self, reason: str) -> DeviceLostError:
+        """Mark the device lost (`reason`: the call that found it and the driver's status) and
+        return the error to raise; a later loss keeps the first reason."""
+        if self.lost is None:
+            self.lost = DeviceLostError(self.arch, reason, self.__dict__.get("_recent_kernels", ()))
+        return self._lost_again()
+
+    def check_not_lost(self) -> None:
+        if self.lost is not None:
+            raise self._lost_again()
+
+    def _lost_again(self) -> DeviceLostError:
+        """A fresh DeviceLostError like the first (raising one object again would pile up tracebacks)."""
+        return DeviceLostError(self.lost.arch, self.lost.reason, self.lost.kernels)
 
     def _error_state(self) -> dict:
         state = getattr(self, "_errors", None)
@@ -212,5 +244,4 @@ def check_copy_range(alloc: Allocation, offset: int, nbytes: int):
     return alloc.handle
 
 
-__all__ = ["Allocation", "Device", "DeviceCapabilities", "ErrorSlot", "OVERFLOW_WORD", "BOUNDS_WORD",
-           "ERROR_SLOT_WORDS", "check_copy_range", "host_memory"]
+__all__ = ["Allocation", "Device", "DeviceCapabilities", "ErrorSlot", "check_copy_range", "host_memory"]

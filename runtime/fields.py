@@ -15,6 +15,7 @@ import numpy as np
 
 from . import context
 from .element_proxy import ElementProxy
+from .contract.objects import FieldMarker, NdarrayMarker
 from .contract.types import DataType, from_numpy as dtype_from_numpy
 
 _ids = itertools.count()
@@ -127,8 +128,11 @@ class _DeviceArray:
         return self._shape[0]
 
     def allocation(self):
-        """This array's memory on the active runtime (allocated, zeroed, on first use)."""
+        """This array's memory on the active runtime (allocated, zeroed, on first use); a
+        DeviceLostError while that runtime's device is lost."""
         rt = context.current()
+        if rt.device.lost is not None:
+            rt.device.check_not_lost()
         if self._gen != rt.generation:
             self._alloc = rt.device.allocate(self.nbytes)
             self._gen = rt.generation
@@ -262,7 +266,7 @@ class _DeviceArray:
         return type(self).__name__.lower()
 
 
-class Field(_DeviceArray):
+class Field(_DeviceArray, FieldMarker):
     """`qd.field(dtype, shape=(), needs_grad=False, name=None, needs_dual=False)`: a dense global array."""
 
     def __init__(self, dtype, shape=(), needs_grad=False, name=None, _is_grad=False, needs_dual=False):
@@ -292,7 +296,7 @@ class Field(_DeviceArray):
         return f"<qdc field {self.name}: {self._dtype}{list(self._shape)}>"
 
 
-class Ndarray(_DeviceArray):
+class Ndarray(_DeviceArray, NdarrayMarker):
     """`qd.ndarray(dtype, shape, needs_grad=False, needs_dual=False)`: a device-resident array passed to kernels."""
 
     def __init__(self, dtype, shape, needs_grad=False, needs_dual=False):

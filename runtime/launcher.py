@@ -131,14 +131,16 @@ import sys
 import numpy as np
 
 from . import context
+from .adstack import launch_hooks
 from .contract import extents, sizeexpr as se
 from .contract.artifact import KernelMeta
 from .contract.bounds import ERROR_WORDS
-from .device import BOUNDS_WORD, OVERFLOW_WORD
+from .contract.error_slot import BOUNDS_WORD, OVERFLOW_WORD
 from .fields import Field, Ndarray
 from .returns import ResultReader
 from .vector_arguments import element_reader
 from .contract.types import by_name
+from .launch_hooks import LaunchContext, LaunchHooks
 
 _PACK_CODE = {"i8": "b", "i16": "h", "i32": "i", "i64": "q", "u8": "B", "u16": "H", "u32": "I",
               "u64": "Q", "f16": "e", "f32": "f", "f64": "d", "u1": "?"}
@@ -147,27 +149,6 @@ _RESERVED = "_q_"
 _UNBOUND = object()  # the cached array of a parameter before its first launch: matches nothing
 _LARGEST_NUMPY_ARRAY = (1 << 63) - 1  # elements (and bytes): numpy's sizes are signed 64-bit
 _PACK_OBJECT = struct.Struct("=Qq").pack_into  # an array's address, and -1 (numpy_binding.SENTINEL) for its shape
-
-
-class LaunchHooks:
-    """Optional callbacks around the native call; see the module docstring for the contract.
-    `report(words)`: the exception a launch's error slot words describe (or None), for the
-    errors an asynchronous launch reports at sync instead of in `finish`."""
-    __slots__ = ("prepare", "finish", "report")
-
-    def __init__(self, prepare=None, finish=None, report=None):
-        self.prepare, self.finish, self.report = prepare, finish, report
-
-
-class LaunchContext:
-    """What `prepare(ctx)` sees: the kernel's metadata, device, fields, this launch's args,
-    the ctx words (np.uint64, writable) and the launcher's error slot (runtime/device.py)."""
-    __slots__ = ("meta", "device", "fields", "words", "args", "errors")
-
-    def __init__(self, meta, device, fields, words, errors=None):
-        self.meta, self.device, self.fields, self.words = meta, device, fields, words
-        self.args = ()
-        self.errors = errors
 
 
 def _built_without_its_gradient(meta: KernelMeta, p) -> bool:
@@ -757,7 +738,6 @@ def make_launcher(meta: KernelMeta, device, loaded, fields: list, hooks: LaunchH
     With `function`, that function of the caller's becomes the launch function (see "Owners")."""
     _check_names(meta.name, [a.name for a in meta.arguments])
     if hooks is None and meta.adstack.get("stacks"):  # the heap sizing and overflow check
-        from .adstack import launch_hooks
         hooks = launch_hooks(meta)
     checks = None
     if meta.debug_checks:  # debug=True: report the first out-of-range index after the launch

@@ -17,7 +17,8 @@ from . import context, forward_mode
 from .contract.arches import ARCHES
 from .contract.artifact import VARIANT_SUFFIXES, secondary_field, split_variant
 from .adstack import launch_hooks
-from .cache import cache_error, module_path, module_problems, open_store, read_entry, read_module
+from .bundle import open_store
+from .cache import cache_error, module_path, module_problems, read_entry, read_module
 from .contract.errors import QdcError
 from .devices.cpu.device import LibraryLoadError
 from .fields import ElementType, Field

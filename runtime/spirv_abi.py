@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from .contract import adstack_layout
-from .device import BOUNDS_WORD, OVERFLOW_WORD
+from .contract.error_slot import BOUNDS_WORD, OVERFLOW_WORD
 
 # Adstack resources (adstack_layout's SPIR-V record): the heaps' addresses are the ctx words
 # adstack_slot + 0 / + 1 (runtime/adstack_sizing.py writes them); "adstack_meta" is written per

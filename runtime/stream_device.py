@@ -25,6 +25,10 @@ thread it really runs. Before a task holding stacks is launched, the heap is gro
 the runtime's heap, runtime/adstack.py: max(required, 2 x current), retry at exactly
 required, then a clear MemoryError; the old heap freed after the fence) to `slices * stride`
 bytes when smaller, and the ctx words (heap pointer, slices held) follow.
+
+Loss. A driver's sticky statuses (a launch timeout, an illegal address, a failed launch: every
+later call of the context returns them) mark the device lost (runtime/device.py, "Loss"),
+naming the kernels launched last; `close_stream` of a lost device waits for nothing.
 """
 from __future__ import annotations
 
@@ -46,9 +50,18 @@ CALLS = ("mem_alloc", "mem_free", "memset_d8_async", "memcpy_htod_async", "memcp
 
 class StatusDriver:
     """`check` and `fail` for a binding whose calls return (status, values...): a subclass sets
-    `arch`, its `ok`, `not_ready` and `out_of_memory` statuses and `error_name(status)`."""
+    `arch`, its `ok`, `not_ready` and `out_of_memory` statuses, `lost` (the sticky statuses
+    after which the context is unusable) and `error_name(status)`. `on_lost(reason)`, set by
+    the device, turns a sticky status into the error to raise."""
     arch = ""
     ok = not_ready = out_of_memory = None
+    lost: frozenset = frozenset()
+    on_lost = None
+
+    @staticmethod
+    def statuses(enum, names) -> frozenset:
+        """The members of `enum` called `names` (those this binding's version has)."""
+        return frozenset(getattr(enum, name) for name in names if hasattr(enum, name))
 
     def error_name(self, err) -> str:
         return str(err)
@@ -64,6 +77,8 @@ class StatusDriver:
 
     def fail(self, err, what: str):
         name = self.error_name(err)
+        if err in self.lost and self.on_lost is not None:
+            raise self.on_lost(f"{what}: {name}")
         if err == self.out_of_memory:
             raise MemoryError(f"{self.arch}: {what}: out of device memory ({name})")
         raise RuntimeError(f"{self.arch}: {what} failed ({name})")
@@ -109,6 +124,8 @@ class StreamDevice(Device):
     def _set_up_stream(self, driver, calls, stream, sm_count: int, threads_per_sm: int, max_grid_x: int) -> None:
         """`driver`: check(result, what) / fail(status, what) / ok; `calls`: the CALLS by role."""
         self.driver, self.calls, self.stream = driver, calls, stream
+        driver.on_lost = self.device_lost
+        self._last_launched = None
         self.sm_count, self.threads_per_sm, self.max_grid_x = sm_count, threads_per_sm, max_grid_x
         self._pending_frees: list = []  # (event, Allocation)
         self._ring_host = driver.check(calls.host_alloc(RING_BYTES, 0), "allocating pinned host memory")
@@ -249,8 +266,13 @@ class StreamDevice(Device):
         return min(-(-iterations // block), cap) * block
 
     def launch_task(self, loaded: StreamKernel, task: int, ctx_address: int, slices: int) -> None:
+        if self.lost is not None:
+            self.check_not_lost()
         if slices <= 0:
             return
+        if loaded is not self._last_launched:
+            self._last_launched = loaded
+            self._note_submitted(loaded.meta.name)
         t = loaded.tasks[task]
         copy = loaded.ctx_copies.get(ctx_address)
         if copy is None:
@@ -320,8 +342,9 @@ class StreamDevice(Device):
         if self._closed:
             return False
         self._closed = True
-        self.calls.stream_synchronize(self.stream)
-        self._retire(block=True)
+        if self.lost is None:
+            self.calls.stream_synchronize(self.stream)
+            self._retire(block=True)
         self.calls.host_free(self._ring_host)
         return True
 

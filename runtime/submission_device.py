@@ -123,6 +123,8 @@ class SubmissionDevice(Device):
     def _retire(self, until: int = 0) -> None:
         """Retire finished submissions oldest first (blocking for those up to serial `until`),
         then free what waited for them."""
+        if self.lost is not None:
+            self.check_not_lost()
         while self._in_flight:
             sub = self._in_flight[0]
             if sub.serial <= until:

@@ -1,4 +1,4 @@
-"""The AMDGPU target (issue 12): code objects built on any machine, no GPU, no ROCm.
+"""The AMDGPU target: code objects built on any machine, no GPU, no ROCm.
 
 - every kernel shape the CUDA target's tests compile (test_cuda_target.py's `kernels`: saxpy,
   stencil, reductions, control flow, f32 and f64 math, every dtype, atomics, temporaries

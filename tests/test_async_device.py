@@ -1,4 +1,4 @@
-"""The asynchronous device protocol (issue 9), checked on the CPU: per-task launches then sync
+"""The asynchronous device protocol, checked on the CPU: per-task launches then sync
 (QDC_CPU_LAUNCH=tasks) give what the fused fast path gives; errors are reported at sync by the
 launch that made them; memory is zeroed, copies are ranged, element reads copy one element."""
 import numpy as np
@@ -7,7 +7,8 @@ import pytest
 import qdc as qd
 from qdc.runtime import context
 from qdc.runtime.contract import sizeexpr as se
-from qdc.runtime.device import ERROR_SLOT_WORDS, Allocation, DeviceCapabilities
+from qdc.runtime.contract.error_slot import ERROR_SLOT_WORDS
+from qdc.runtime.device import Allocation, DeviceCapabilities
 from qdc.runtime.devices.cpu.device import CpuDevice
 
 # ---- kernels re-run both ways ------------------------------------------------------------------

@@ -12,7 +12,8 @@ import pytest
 from qdc.compiler import targets
 from qdc.compiler.driver import build as build_mod, options as options_mod
 from qdc.compiler.targets.base import Capabilities, TargetCannotExpress
-from qdc.runtime.cache import open_store, read_module
+from qdc.runtime.bundle import open_store
+from qdc.runtime.cache import read_module
 from qdc.runtime.contract.errors import QdcCompileError, QdcError
 from qdc.runtime.loader import load
 

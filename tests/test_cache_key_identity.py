@@ -13,7 +13,7 @@ import pytest
 
 import qdc as qd
 from qdc.compiler.driver import cache_key, options as options_mod
-from qdc.compiler.driver.kernel import kernel_of
+from qdc.compiler.jit.kernel import kernel_of
 
 x = qd.field(qd.f32, shape=())
 y = qd.field(qd.f32, shape=())

@@ -1,4 +1,4 @@
-"""cpu_target (API.md §5, issue 8 item 4): `qdc build` makes portable CPU code, one library
+"""cpu_target (API.md §5): `qdc build` makes portable CPU code, one library
 with the code of every ISA level, and the loader picks the best level the host runs; a host lacking what an entry
 needs gets a CacheError naming the missing features, never an illegal instruction."""
 import os
@@ -19,8 +19,10 @@ from qdc.compiler.driver import cache_key
 from qdc.compiler.driver import kernel as K
 from qdc.compiler.targets.cpu import codegen as codegen
 from qdc.compiler.targets.cpu.isa_levels import LEVELS, check_cpu_target
+from qdc.compiler.targets.cpu.target import TARGET as CPU
 from qdc.compiler.driver.options import Options, resolve
 from qdc.runtime.contract import artifact as A
+from qdc.runtime.contract import cpu_features
 from qdc.runtime.devices.cpu import device as rcpu
 from qdc.runtime.cache import Cache, entry_path, read_module
 from qdc.runtime.loader import load
@@ -141,7 +143,7 @@ def test_portable_build_has_one_library_for_every_level(portable_cache):
 def _forced_levels():
     """The levels (indices into LEVELS) this host can run."""
     have = rcpu.host_features()
-    return [i for i, level in enumerate(LEVELS.get(rcpu.host_machine(), ())) if set(level.requires) <= have]
+    return [i for i, level in enumerate(LEVELS.get(cpu_features.host_machine(), ())) if set(level.requires) <= have]
 
 
 @needs_x86
@@ -164,7 +166,8 @@ def test_every_level_of_a_portable_library_computes_the_same(portable_cache, mon
 def test_v4_library_uses_zmm_registers(portable_cache):
     k = saxpy._primal
     compiled = K.compile_kernel(k.fn, k.params, Options().update(cpu_target="portable"))
-    out = codegen.compile_kernel(compiled.ir, compiled.meta, 3, False, "portable", keep_assembly=True)
+    out = codegen.compile_kernel(compiled.ir, compiled.meta, 3, False, "portable", keep_assembly=True,
+                                 target=CPU)
     assert "zmm" in out["asm:x86-64-v4"]
     assert "zmm" not in out["asm:x86-64-v3"] and "ymm" in out["asm:x86-64-v3"]
     assert "ymm" not in out["asm:x86-64-v2"]
@@ -179,7 +182,7 @@ def test_v4_library_uses_zmm_registers(portable_cache):
 def test_every_required_feature_can_be_detected():
     for levels in LEVELS.values():
         for level in levels:
-            assert set(level.requires) <= set(rcpu.HOST_FEATURE_SOURCES), level.name
+            assert set(level.requires) <= set(cpu_features.HOST_FEATURE_SOURCES), level.name
 
 
 def test_llvm_accepts_every_level(capfd):
@@ -233,7 +236,7 @@ def test_missing_features_are_a_cache_error_naming_them():
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/cpuinfo flags")
 def test_host_detection_prefers_numpy_over_proc_cpuinfo(monkeypatch):
     """Under qemu-user /proc/cpuinfo shows the real host's flags; numpy's CPUID is the truth."""
-    assert rcpu.host_features() <= set(rcpu.HOST_FEATURE_SOURCES)
+    assert rcpu.host_features() <= set(cpu_features.HOST_FEATURE_SOURCES)
     monkeypatch.setattr(rcpu, "_numpy_cpu_features", lambda: {"AVX512F": False, "AVX2": True})
     monkeypatch.setattr(rcpu, "_os_cpu_flags", lambda: {"avx512f", "avx2", "bmi2", "atomics", "sse4_2"})
     rcpu.host_features.cache_clear()

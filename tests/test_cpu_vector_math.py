@@ -19,6 +19,7 @@ import pytest
 
 import qdc as qd
 from qdc.compiler.driver import kernel as K
+from qdc.compiler.jit.kernel import kernel_of
 from qdc.compiler.driver.options import Options
 from tolerance_util import assert_close_f32
 
@@ -278,7 +279,7 @@ def test_float_computed_f32_functions_have_no_double_arithmetic():
         for i in x:
             y[i] = qd.exp(x[i]) + qd.log(x[i]) + qd.tanh(x[i])
 
-    k = K.kernel_of(elementwise)
+    k = kernel_of(elementwise)
     text = K.compile_kernel(k.fn, k.specialise((np.zeros(4, np.float32), np.zeros(4, np.float32)))[1],
                             Options()).artifacts["ll"].decode()
     assert re.search(r"fmul <\d+ x float>", text), "the loop is not vectorised"
@@ -303,7 +304,7 @@ def test_elementwise_math_loop_is_vectorised(dtype, lanes):
         for i in x:  # f64 sin stays libm's (see above): tanh stands in for it at f64
             y[i] = (qd.sin(x[i]) if qd.static(dtype is qd.f32) else qd.tanh(x[i])) * 2 + qd.exp(x[i]) + qd.log(x[i])
 
-    compiled = K.compile_kernel(K.kernel_of(elementwise).fn, K.kernel_of(elementwise).specialise(
+    compiled = K.compile_kernel(kernel_of(elementwise).fn, kernel_of(elementwise).specialise(
         (np.zeros(4, dtype.np_dtype), np.zeros(4, dtype.np_dtype)))[1], Options())
     text = compiled.artifacts["ll"].decode()
     assert re.search(rf"fmul <\d+ x {lanes}>", text), "the loop is not vectorised"
@@ -329,7 +330,7 @@ def test_a_loop_carried_chain_calls_the_c_library_and_an_elementwise_inner_loop_
 
     a = rng.uniform(-3, 3, (64, 256)).astype(np.float32)
     b, c = np.zeros_like(a), np.zeros_like(a)
-    k = K.kernel_of(mixed)
+    k = kernel_of(mixed)
     compiled = K.compile_kernel(k.fn, k.specialise((a, b, c, 5))[1], Options())
     text = compiled.artifacts["ll"].decode()
     calls = set(re.findall(r"call [^@]*@([\w.]+)", text))

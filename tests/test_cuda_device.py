@@ -2,7 +2,7 @@
 forward kernels against numpy, grad kernels with adstacks against the CPU backend and central
 differences, heap growth across launches, overflow then a normal launch, and a dynamic range
 whose bound an earlier task computed. Skipped, with the reason, without cuda-bindings, an
-NVIDIA driver or a GPU (CI); run on the lent H100."""
+NVIDIA driver or a GPU (CI); run on an NVIDIA GPU (make test-gpu)."""
 import numpy as np
 import pytest
 

@@ -1,4 +1,4 @@
-"""The CUDA target (issue 11, compiler side): PTX on any machine, assembled by ptxas in CI.
+"""The CUDA target (compiler side): PTX on any machine, assembled by ptxas in CI.
 
 - a representative set of kernels (saxpy, ndrange stencil, reductions, control flow, math,
   every dtype, atomics, temporaries across tasks, a dynamic-loop gradient with adstacks)

@@ -1,4 +1,4 @@
-"""Artifact format v4 (issue 9): task records with entry, trip count, launch policy and
+"""Artifact format v4: task records with entry, trip count, launch policy and
 adstack ids; the TempRead leaf; the schema checks of every new field."""
 import copy
 
@@ -21,7 +21,7 @@ def two_tasks(a: qd.types.ndarray(qd.f32, ndim=1), n: qd.i32):
 
 
 def _meta(kernel, *args, variant="forward"):
-    from qdc.compiler.driver.kernel import kernel_of
+    from qdc.compiler.jit.kernel import kernel_of
     return kernel_of(kernel).compile(args, variant).meta
 
 
@@ -190,7 +190,7 @@ def test_version_3_records_are_refused_as_stale():
 def test_the_library_exports_every_task_entry():
     a = np.ones(4, np.float32)
     two_tasks(a, 2)
-    from qdc.compiler.driver.kernel import kernel_of
+    from qdc.compiler.jit.kernel import kernel_of
     compiled = kernel_of(two_tasks).compile((a, 2))
     loaded = context.current().device.load_kernel(compiled.artifacts, compiled.meta)
     for i, t in enumerate(compiled.meta.tasks):

@@ -1,4 +1,4 @@
-"""Forward-mode autodiff (issue 13): `needs_dual`, `.dual` and `qd.ad.FwdMode` run kernels as
+"""Forward-mode autodiff: `needs_dual`, `.dual` and `qd.ad.FwdMode` run kernels as
 Jacobian-vector products, checked on random inputs against analytic derivatives, float64
 central differences of a numpy model of each kernel, and the reverse-mode gradient (Jacobian
 columns from forward mode, rows from reverse mode); the forward_ad variant built ahead of time

@@ -1,4 +1,4 @@
-"""Front-end hardening (issue 8): literals never wrap silently, qd.loop_config rejects unknown
+"""Front-end hardening: literals never wrap silently, qd.loop_config rejects unknown
 keys, strings are not statements, signature errors and warnings point at the user's source,
 numpy integer shapes, qd.ndrange arguments and out-of-range `.shape[k]`."""
 import linecache
@@ -12,6 +12,7 @@ import pytest
 import qdc as qd
 from qdc.compiler import ir
 from qdc.compiler.driver import kernel as kernel_mod
+from qdc.compiler.jit.kernel import kernel_of
 
 SOURCE = open(__file__).read().splitlines()
 
@@ -233,7 +234,7 @@ def test_warnings_about_a_kernel_point_at_its_source_compiled_or_cached(monkeypa
     for expect_cached in (False, True):
         qd.init(arch=qd.cpu, cache_dir=str(tmp_path))
         with pytest.warns(UserWarning, match="a pass warns") as record:
-            compiled = kernel_mod.kernel_of(warned_about).compile()
+            compiled = kernel_of(warned_about).compile()
         assert compiled.from_cache == expect_cached
         assert (record[0].filename, record[0].lineno) == (__file__, warned_about.fn.__code__.co_firstlineno)
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import qdc as qd
-from qdc.compiler.driver.kernel import kernel_of
-from qdc.compiler.language import grad_check
+from qdc.compiler.jit.kernel import kernel_of
+from qdc.compiler.jit import grad_check
 
 
 def test_correct_gradients_pass_and_state_is_restored(arch, rng):

@@ -10,7 +10,7 @@ import pytest
 
 import qdc as qd
 from qdc.compiler.driver import kernel as K
-from qdc.compiler.driver.kernel import kernel_of
+from qdc.compiler.jit.kernel import kernel_of
 from qdc.compiler.driver.options import Options
 from qdc.runtime.contract import artifact as A
 from qdc.runtime.contract.errors import QdcCompileError

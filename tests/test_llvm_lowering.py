@@ -20,7 +20,7 @@ from qdc.compiler.driver import kernel as K
 from qdc.compiler.driver.options import Options
 from qdc.compiler.targets.base import Capabilities
 from qdc.compiler.targets.cpu import codegen
-from qdc.compiler.targets.cpu.target import CpuTarget
+from qdc.compiler.targets.cpu.target import TARGET as CPU, CpuTarget
 from qdc.compiler.targets.llvm import llvm_ir
 from qdc.compiler.targets.llvm.target import MATH_ARITY, External, LlvmTarget
 from qdc.runtime.contract import adstack_layout as layout
@@ -122,7 +122,7 @@ def test_cpu_target_supplies_libm_and_the_openmp_thread_number():
     """math_loop's math is in a loop-carried chain: the CPU calls the C library there
     (`chain_math_table`); elsewhere it is inline code (tests/test_cpu_vector_math.py)."""
     compiled = _grad_ir(math_loop)
-    text = str(codegen.generate_llvm(compiled.ir, compiled.meta))
+    text = str(codegen.generate_llvm(compiled.ir, compiled.meta, target=CPU))
     declared = _declared(text)
     assert {"tanf", "atan2f", "omp_get_thread_num", "llvm.sin.f32", "llvm.pow.f32"} <= declared, declared
 
@@ -145,7 +145,7 @@ def test_a_code_generator_failure_is_located_not_a_traceback(monkeypatch):
         raise KeyError("no such thing")
     monkeypatch.setattr(llvm_ir._Env, "s_Unary", broken)
     with pytest.raises(QdcCompileError, match="internal compiler error while generating code: KeyError") as e:
-        codegen.generate_llvm(compiled.ir, compiled.meta)
+        codegen.generate_llvm(compiled.ir, compiled.meta, target=CPU)
     assert e.value.filename == __file__ and e.value.line > 0
 
 

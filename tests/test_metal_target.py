@@ -1,4 +1,4 @@
-"""The Metal target (issue 12): MSL built on any machine through spirv-cross, no Mac needed.
+"""The Metal target: MSL built on any machine through spirv-cross, no Mac needed.
 
 - every kernel shape the CUDA target's tests compile (test_cuda_target.py's `kernels`) builds
   for metal, except those that need 64-bit types, which Metal lacks (no double; no 64-bit

@@ -1,4 +1,4 @@
-"""Kernel libraries load without an executable temp folder (issue 8, item 9): from an
+"""Kernel libraries load without an executable temp folder: from an
 in-memory file where the system has one, else from the temp folder, whose failure on a noexec
 mount is a clear error naming the folder and the fix."""
 import contextlib

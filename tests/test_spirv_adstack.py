@@ -1,4 +1,4 @@
-"""SPIR-V adstacks (issue 10): the float and int heaps, their layout record and meta words,
+"""SPIR-V adstacks: the float and int heaps, their layout record and meta words,
 sizing for the invocations really dispatched, growth, overflow, the u32 index check. The
 compile-side tests need no GPU; the end-to-end ones run on lavapipe (or any Vulkan device)
 and skip cleanly without one, comparing gradients with the CPU backend and with float64

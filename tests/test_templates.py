@@ -14,7 +14,7 @@ import pytest
 
 import qdc as qd
 from qdc.compiler.driver import cache_key, options as options_mod
-from qdc.compiler.driver.kernel import kernel_of
+from qdc.compiler.jit.kernel import kernel_of
 from qdc.compiler.driver.templates import TemplateParams
 
 

@@ -12,9 +12,9 @@ import pytest
 
 import qdc as qd
 from qdc.compiler.driver import cache_key, options
-from qdc.compiler.driver.kernel import kernel_of
+from qdc.compiler.jit.kernel import kernel_of
 from qdc.runtime.contract import artifact as A
-from qdc.runtime.devices.cpu import numpy_binding
+from qdc.runtime.contract import cpu_binding
 from tolerance_util import assert_close_f32
 
 def rand(rng, *shape, lo=-1.0, hi=1.0):
@@ -280,7 +280,7 @@ def test_metadata_has_one_record_per_element_and_no_python_entry():
         [("s", "scalar", ())] + [("m", "scalar", (2, 2))] * 4 + [("a", "ndarray", ())]
     assert [(x.name, x.first, x.count) for x in meta.arguments] == [("s", 0, 1), ("m", 1, 4), ("a", 5, 1)]
     assert meta.record_names() == ["s", "m[0, 0]", "m[0, 1]", "m[1, 0]", "m[1, 1]", "a"]
-    assert not numpy_binding.python_entry_possible(meta)
+    assert not cpu_binding.python_entry_possible(meta)
     assert "arg_load m[1, 0] : f32" in compiled.artifacts["ir"].decode()
     d = meta.to_dict()
     assert A.KernelMeta.from_dict(d).record_names() == meta.record_names()

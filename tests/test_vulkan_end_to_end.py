@@ -1,4 +1,4 @@
-"""Vulkan end to end (issue 10): numpy arguments on a device without host memory, direct mode
+"""Vulkan end to end: numpy arguments on a device without host memory, direct mode
 (`qd.init(arch=qd.vulkan)`, `qd.gpu`), host reads that synchronise, and AOT (`qdc build --arch
 vulkan`, then `qdc.runtime.load(..., arch="vulkan")` in a fresh process without the compiler).
 Tests that take `arch` run on every selected arch (conftest.py); the others need Vulkan and
@@ -164,7 +164,7 @@ def test_qd_gpu_takes_the_first_gpu_that_works(session_cache_dir):
 
 
 def test_qd_gpu_without_a_gpu_falls_back_to_the_cpu_with_a_warning(monkeypatch, session_cache_dir):
-    from qdc.compiler.language import api
+    from qdc.compiler.jit import api
     monkeypatch.setattr(api, "GPU_ARCHES", ("metal",))  # no device for it in this build
     with pytest.warns(RuntimeWarning, match="no GPU backend works on this machine, using the CPU .metal: "):
         opts = qd.init(arch=qd.gpu, cache_dir=session_cache_dir)

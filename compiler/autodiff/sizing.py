@@ -24,7 +24,7 @@ import os
 import warnings
 
 from qdc.runtime.contract import sizeexpr as se
-from qdc.runtime.adstack import log
+from qdc.runtime.contract.log import log
 
 from .. import ir
 from ..ir.adstack import AdStackAlloca, AdStackPush
@@ -122,8 +122,8 @@ def size_stacks(k: ir.KernelIR, opts) -> list:
                 where = str(s.loc) if s.loc else k.name
                 shown = se.to_text(se.from_nodes(nodes), [p.name for p in k.params],
                                    [f.name for f in k.fields]) if nodes else f"{size} entries"
-                log(f"kernel '{k.name}' task {task.task_name}: adstack '{s.var_name}' ({s.type}) at {where}: "
-                    f"{shown} ({source})")
+                log("adstack", f"kernel '{k.name}' task {task.task_name}: adstack '{s.var_name}' ({s.type}) at "
+                    f"{where}: {shown} ({source})")
                 records.append({"task": ti, "dtype": s.type.name, "adjoint": s.adjoint, "max_size": size,
                                 "name": s.var_name, "where": where, "source": source, "size_expr": nodes})
     if len(records) > _MAX_STACKS or len(k.tasks) > _MAX_STACKS:  # the overflow word's 16-bit fields

@@ -25,14 +25,14 @@ import traceback
 from qdc.runtime.contract.artifact import VARIANT_SUFFIXES, VARIANTS
 from qdc.runtime.cache import Cache, check_cache_folder, writable_problem
 from qdc.runtime.contract.errors import QdcCompileError
-from qdc.runtime.fields import Field
+from qdc.runtime.contract.objects import FieldMarker as Field
 
 from . import cache_key, options as options_mod
 from .. import targets
-from ..language import forward
+from ..jit.aot import Instantiation
+from ..jit.kernel import Kernel, kernel_of
 from ..targets.base import TargetCannotExpress
-from ..language.aot import Instantiation
-from .kernel import Kernel, compile_recording_warnings, kernel_of, store
+from .kernel import compile_recording_warnings, dual_params, store
 
 # A worker process takes about as long to start (imports, llvmlite) as compiling a few
 # kernels: below this many misses, `-j` builds in this process alone.
@@ -173,7 +173,7 @@ def _params_for_aot(kernel: Kernel):
 
 def _variant_params(params: list, variant: str) -> list:
     """The forward_ad variant is built without ndarray duals: there is no argument to follow."""
-    return forward.dual_params((), None, (), params)[1] if variant == "forward_ad" else params
+    return dual_params((), None, (), params)[1] if variant == "forward_ad" else params
 
 
 def _templates_of(kernel):

@@ -37,7 +37,7 @@ import numpy as np
 
 from qdc.runtime.contract import types as T
 from qdc.runtime.contract.artifact import FORMAT_VERSION
-from qdc.runtime.fields import Field
+from qdc.runtime.contract.objects import FieldMarker as Field
 
 from .. import targets
 from ..language import lang
@@ -156,10 +156,6 @@ def _is_qdc_module(m) -> bool:
     return isinstance(m, types.ModuleType) and (m.__name__ == "qdc" or m.__name__.startswith("qdc."))
 
 
-def _is_kernel_function(v) -> bool:
-    return isinstance(v, types.FunctionType) and "_primal" in v.__dict__
-
-
 def _parameter_names(fn) -> set:
     """A function's own parameters: never resolved in its closure or globals."""
     code = fn.__code__
@@ -258,7 +254,7 @@ class _Walk:
         else:
             return  # a local or a builtin: covered by the source text
         for i, attr in enumerate(chain[1:], 1):
-            if isinstance(value, (Field, lang.Func, T.DataType)) or _is_kernel_function(value):
+            if isinstance(value, (Field, lang.Func, T.DataType)) or lang.is_kernel_function(value):
                 # what hangs off these is the language's (x.grad, x.shape): the object decides it
                 self.value(".".join(chain[:i]), value)
                 return
@@ -279,7 +275,7 @@ class _Walk:
         elif isinstance(v, lang.Func):
             m.append(["func", label, v.fn.__qualname__])
             self.function(v.fn, label)
-        elif _is_kernel_function(v):
+        elif lang.is_kernel_function(v):
             m.append(["kernel", label, v.__qualname__])
             self.function(v.__wrapped__, label)
         elif isinstance(v, _CONSTANTS):
@@ -386,7 +382,7 @@ def _calls_mention_grad(fn, tree, seen: set) -> bool:
         except Exception:  # noqa: BLE001  (the front end reports a broken attribute)
             continue
         callee = value.fn if isinstance(value, lang.Func) else value
-        if not isinstance(callee, types.FunctionType) or _is_kernel_function(callee) or callee in seen \
+        if not isinstance(callee, types.FunctionType) or lang.is_kernel_function(callee) or callee in seen \
                 or _is_qdc_module(sys.modules.get(callee.__module__)):
             continue
         seen.add(callee)
@@ -401,7 +397,7 @@ def _calls_mention_grad(fn, tree, seen: set) -> bool:
 
 _FINGERPRINTS: dict = {}
 # Backend-neutral stages every target's code depends on (folders under compiler/).
-_NEUTRAL = ("language", "frontend", "ir", "passes", "autodiff", "driver")
+_NEUTRAL = ("language", "frontend", "ir", "passes", "autodiff", "driver", "jit")
 
 
 def compiler_fingerprint(arch: str = "cpu") -> str:

@@ -9,9 +9,9 @@ def kernel_ir(kernel, *args, after: str | None = None):
     templated ndarray parameters), run through the pass pipeline up to and including pass
     `after` (the whole pipeline by default)."""
     from ..frontend.ast_to_ir import FrontEnd
+    from ..jit.kernel import kernel_of
     from ..passes.pipeline import run_pipeline
 
-    from .kernel import kernel_of
     kernel = kernel_of(kernel)
     _, params = kernel.specialise(args)
     kir = FrontEnd(kernel.fn, params, options_mod.current).build()

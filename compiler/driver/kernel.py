@@ -1,37 +1,30 @@
-"""`@qd.kernel` objects: compiled on first call (per runtime and argument specialisation)
-through the offline cache, then launched.
+"""One kernel variant, from its Python function and parameters to artifacts: compiled, or
+taken from the offline cache.
 
-A first call computes the kernel's cache key (cache_key.py, no front end), and on a hit
-loads the verified artifacts; on a miss it compiles and stores them. Either way the result
-is memoised per runtime generation, so later calls go straight to the launcher.
+`obtain` computes the kernel's cache key (cache_key.py, no front end), and on a hit loads
+the verified artifacts; on a miss it compiles (`compile_kernel`: front end, passes, codegen)
+and stores them. The kernel objects that memoise the result per runtime and launch it are
+the floor above (compiler/jit/kernel.py); nothing here launches.
 """
 from __future__ import annotations
 
 import inspect
-import keyword
 import os
 import sys
 import time
-import types
 import warnings
-import weakref
 
-import numpy as np
-
-from qdc.runtime import context
 from qdc.runtime.contract import sizeexpr as se
 from qdc.runtime.contract import types as T
 from qdc.runtime.contract.artifact import MAX_ELEMENT_AXIS, FieldMeta, KernelMeta, ParamMeta, TaskMeta
 from qdc.runtime.cache import Cache, check_cache_folder, writable_problem
 from qdc.runtime.contract.errors import CacheError, QdcCompileError
-from qdc.runtime.fields import Ndarray
-from qdc.runtime.launcher import make_launcher, stub_function
+from qdc.runtime.contract.objects import NdarrayMarker as Ndarray
 
 from ..autodiff.sizeexpr_builder import SizeExprBuilder
-from ..language import ad, forward, lang, matrix as M
+from ..language import lang, matrix as M
 from ..passes import bounds_checks
-from . import cache_key, options as options_mod
-from .templates import TemplateArgs, TemplateDispatch, TemplateParams
+from . import cache_key
 from .. import ir, targets
 
 # Artifacts kept in memory but not written to the cache (textual LLVM IR: `qdc inspect --llvm`
@@ -49,8 +42,9 @@ class CompiledKernel:
         self.warnings: list = []  # [category name, message, filename, line] issued while compiling
 
 
-def parse_params(fn, templates: list | None = None) -> list[ir.Param]:
+def parse_params(fn, opts, templates: list | None = None) -> list[ir.Param]:
     """Kernel parameters from annotations; an ndarray whose dtype/ndim is omitted is templated.
+    `int`, `float` and a vector type without its own dtype take the default types of `opts`.
     `qd.template()` parameters are not among them: their names go to `templates`. A vector or
     matrix type (`v: qd.math.vec3`) is a parameter of kind "vector" with its element shape:
     passed by value, its elements become scalar parameters in the IR (frontend/vectors.py,
@@ -71,16 +65,16 @@ def parse_params(fn, templates: list | None = None) -> list[ir.Param]:
             raise _param_error(fn, name, "needs a type annotation (a qd scalar type, a vector/matrix type, "
                                          "qd.types.ndarray(...) or qd.template())")
         if ann is int:
-            ann = options_mod.current.default_ip
+            ann = opts.default_ip
         elif ann is float:
-            ann = options_mod.current.default_fp
+            ann = opts.default_fp
         if lang.is_template_annotation(ann):
             if templates is not None:
                 templates.append(name)
         elif isinstance(ann, T.DataType):
             params.append(ir.Param(name, "scalar", ann))
         elif isinstance(ann, M.MatrixType):  # passed by value: the front end makes a scalar of each element
-            dtype = ann.element_dtype(options_mod.current.default_ip, options_mod.current.default_fp)
+            dtype = ann.element_dtype(opts.default_ip, opts.default_fp)
             if any(n > MAX_ELEMENT_AXIS for n in ann.shape):
                 raise _param_error(fn, name, f"is a {ann!r}: a vector or matrix parameter has at most "
                                              f"{MAX_ELEMENT_AXIS} rows and columns; pass an ndarray")
@@ -368,252 +362,23 @@ def store(cache: Cache, deps, compiled: CompiledKernel, fn, arch: str, variant: 
     return True
 
 
-# ---- the kernel function --------------------------------------------------------------------
-
-_FAST: "weakref.WeakSet[Kernel]" = weakref.WeakSet()  # kernels whose function launches on its own now
-
-
-class Kernel:
-    """What stands behind the function `@qd.kernel` returns (`kernel_of(function)`): the
-    parameters, the compiled variants per runtime and specialisation, and the namespace of
-    that function.
-
-    The function is what `k(...)` calls, so that a launch is one Python call with nothing in
-    front of it. It is generated at decoration with exactly the kernel's parameters (Python
-    itself then reports a missing, extra or unknown argument, naming the kernel) and its code
-    is at first a stub that hands the arguments to `_slow_call`. Once the forward variant of
-    a kernel without templated parameters (an ndarray's omitted dtype/ndim, or a
-    needs_grad=None whose `.grad` the kernel uses: see `params`) is compiled for the current
-    runtime, the function
-    becomes that variant's launch function (qdc.runtime.launcher, "Owners"): its `__code__`
-    is the launch code, which runs in the function's own globals. `qd.init` and Tapes put a
-    stub back, sending calls to `_slow_call` again (recompile, record). The function of a
-    kernel with qd.template() parameters becomes a dispatch instead (templates.TemplateDispatch):
-    one dict lookup on the template arguments, then that variant's launch function."""
-
-    def __init__(self, fn):
-        self.fn = fn
-        self.__name__ = fn.__name__
-        self.__doc__ = fn.__doc__
-        self._params = None
-        self._templated = self._forward_templated = self._annotated = None  # set with `params`
-        self._template_params = None  # TemplateParams when some parameter is a qd.template(); set with `params`
-        self._dispatch = None  # TemplateDispatch: the launch code of a template kernel, made at its first launch
-        self._launchers: dict = {}  # (variant, specialisation key) -> (generation, launch, compiled)
-        self.grad = ad.GradKernel(self)  # `kernel.grad(*args)`: the reverse-mode variant
-        names = _plain_parameters(fn)
-        self._plain = names is not None  # else a signature no launcher takes: the first call reports why
-        self.function = self._make_function(names)
-        self._stub = self.function.__code__
-
-    def _make_function(self, names):
-        name = self.__name__
-        if not name.isidentifier() or keyword.iskeyword(name):
-            name = "kernel"  # only the code's own name: the function is renamed below
-        function = stub_function(name, names, self._slow_call)
-        function.__name__, function.__qualname__ = self.fn.__name__, self.fn.__qualname__
-        function.__module__, function.__doc__ = self.fn.__module__, self.fn.__doc__
-        function.__wrapped__ = function.fn = self.fn
-        function.grad, function.compile = self.grad, self.compile
-        function._primal = self  # the name Quadrants gives it
-        return function
-
-    @property
-    def params(self) -> list[ir.Param]:
-        """The parameters, with what follows the argument resolved as without one (an AOT
-        build, `compile()` without arguments): a float ndarray's `needs_grad=None` stays None
-        (built without a gradient) unless the kernel uses its `.grad`, then True; an integer
-        one's is False. `specialise` resolves them from the arguments."""
-        if self._params is None:
-            template_names: list = []
-            annotated = [_no_integer_gradient(p) for p in parse_params(self.fn, template_names)]
-            if template_names:
-                self._template_params = TemplateParams(self.fn, template_names)
-            shaped = [i for i, p in enumerate(annotated)
-                      if p.kind == "ndarray" and (p.dtype is None or p.ndim is None)]
-            follow = [i for i, p in enumerate(annotated) if p.kind == "ndarray" and p.needs_grad is None]
-            read = cache_key.grad_read_params(self.fn, {annotated[i].name for i in follow}) if follow else set()
-            self._annotated = annotated
-            # The forward variant depends on the argument's gradient only where it uses `.grad`;
-            # the grad variant always does. `_templated`: what some variant specialises on.
-            self._forward_templated = sorted({*shaped, *(i for i in follow if annotated[i].name in read)})
-            self._templated = sorted({*shaped, *follow})
-            self._params = [ir.Param(p.name, p.kind, p.dtype, p.ndim, True, p.element_shape) if p.name in read else p
-                            for p in annotated]
-        return self._params
-
-    def specialise(self, args, variant: str = "forward", kwargs=None) -> tuple[tuple, list[ir.Param]]:
-        """(specialisation key, parameters) of `variant` for these arguments: an ndarray's
-        omitted dtype/ndim is the argument's, and `needs_grad=None` is whether the argument is a
-        float qd.ndarray with a gradient (for the grad variant; for the forward one only where
-        the kernel uses `.grad`, see `params`). Without the argument (`k.grad.compile()`), a
-        needs_grad=None is resolved as `params` does."""
-        if variant == "forward_ad":  # duals follow the arguments (language/forward.py)
-            return forward.dual_params(args, kwargs, *self.specialise(args, "forward", kwargs))
-        params = self.params
-        templated = self._forward_templated if variant == "forward" else self._templated
-        if not templated:
-            return (), params
-        out = list(params)
-        key = []
-        for i in templated:
-            p = self._annotated[i]
-            a = self._argument(i, args, kwargs)
-            if a is _MISSING and p.dtype is not None and p.ndim is not None:
-                key.append(None)  # only its gradient follows the argument: as without one
-                continue
-            if a is _MISSING:
-                raise TypeError(f"kernel '{self.__name__}': missing argument '{p.name}'")
-            if isinstance(a, (np.ndarray, Ndarray)):
-                dt = T.from_numpy(a.dtype.np_dtype if isinstance(a, Ndarray) else a.dtype)
-                if dt is None:
-                    raise TypeError(f"kernel '{self.__name__}', argument '{p.name}': unsupported dtype {a.dtype}")
-                ndim = len(a.storage_shape) if isinstance(a, Ndarray) else len(a.shape)
-            else:
-                raise TypeError(f"kernel '{self.__name__}', argument '{p.name}': expected an ndarray, "
-                                f"got {type(a).__name__}")
-            element_shape = p.element_shape
-            if p.dtype is None and isinstance(a, Ndarray) and a.element_shape:  # a qd.ndarray of vectors
-                element_shape = a.element_shape
-            dt = p.dtype or dt
-            ndim = p.ndim + len(element_shape) - len(p.element_shape) if p.ndim is not None else ndim
-            needs_grad = p.needs_grad
-            if needs_grad is None:
-                needs_grad = dt.is_float and isinstance(a, Ndarray) and a.grad is not None
-            out[i] = ir.Param(p.name, "ndarray", dt, ndim, needs_grad, element_shape)
-            key.append((dt.name, ndim, needs_grad, element_shape))
-        return tuple(key), out
-
-    def _argument(self, i: int, args, kwargs):
-        """Argument `i` of a call, or _MISSING (`kernel.grad(...)` hands over only positional ones)."""
-        if i < len(args):
-            return args[i]
-        name = self._annotated[i].name
-        return kwargs[name] if kwargs and name in kwargs else _MISSING
-
-    @property
-    def template_params(self) -> TemplateParams | None:
-        """The qd.template() parameters, None when there are none."""
-        self.params  # noqa: B018  (parses the annotations)
-        return self._template_params
-
-    def runtime_arguments(self, args, kwargs=None) -> tuple[tuple, dict | None]:
-        """(args, kwargs) as the launch function takes them: without the template arguments."""
-        if self.template_params is None:
-            return args, kwargs
-        return self._template_params.split(args, kwargs)[1], None
-
-    def compile(self, args=(), variant: str = "forward", kwargs=None) -> CompiledKernel:
-        return self._launcher(args, variant, kwargs)[1]
-
-    def _launcher(self, args, variant: str = "forward", kwargs=None, templates: TemplateArgs | None = None):
-        """(launch function, CompiledKernel) of `variant` for `args` on the current runtime,
-        compiled (through the cache) if needed. The forward variant of a kernel without
-        templated parameters launches through the kernel function itself. A kernel with
-        qd.template() parameters takes them from `args`/`kwargs` (or bound already, as
-        `templates`, with `args` the other arguments); its launch function takes the others."""
-        rt = context.current()
-        if templates is None and self.template_params is not None:
-            templates, args = self._template_params.split(args, kwargs)
-            kwargs = None
-        key, params = self.specialise(args, variant, kwargs)
-        if templates is not None:
-            key = (templates.key, key)
-        own = variant == "forward" and not self._forward_templated and self._plain and templates is None
-        entry = self._launchers.get((variant, key))
-        if entry is None or entry[0] != rt.generation:
-            compiled = obtain(self.fn, params, options_mod.current, rt.arch, variant, templates)
-            loaded = rt.device.load_kernel(compiled.artifacts, compiled.meta)
-            launch = make_launcher(compiled.meta, rt.device, loaded, compiled.field_objects,
-                                   function=self.function if own else None)
-            entry = self._launchers[(variant, key)] = (rt.generation, launch, compiled)
-        if own:  # bound to this runtime: the function launches on its own, unless a Tape must see calls
-            if ad.recording is None:
-                self.function.__code__ = entry[1].__qdc_launcher__.fast_code
-                _FAST.add(self)
-            else:
-                self.function.__code__ = self._stub
-        elif templates is not None and variant == "forward":
-            self._dispatch_to(templates, entry[1])
-        return entry[1], entry[2]
-
-    def _dispatch_to(self, templates: TemplateArgs, launch) -> None:
-        """Let the kernel function find this template variant's launch itself (TemplateDispatch),
-        unless a Tape or FwdMode must see the calls."""
-        if self._forward_templated or not self._plain:  # the ndarray specialisation needs the slow path
-            return
-        if self._dispatch is None:
-            self._dispatch = TemplateDispatch(self.function, self._template_params)
-            context.on_reset(self._dispatch)
-        self._dispatch.add(templates, launch)
-        if ad.recording is None and not forward.is_active():
-            self.function.__code__ = self._dispatch.code
-            _FAST.add(self)
-
-    def _slow_call(self, *args, **kwargs):
-        """A launch the kernel function does not make on its own: the first one (compiling),
-        the first after `qd.init`, every one under a Tape, and those of a template kernel whose
-        template arguments its dispatch cannot key (see TemplateDispatch)."""
-        if ad.recording is not None:  # inside `with qd.ad.Tape(...)`
-            ad.recording.record(self, args, kwargs)
-        if forward.is_active():  # inside `with qd.ad.FwdMode(...)`: the Jacobian-vector product
-            return forward.launch(self, args, kwargs)
-        return self.launch_unrecorded(args, kwargs)
-
-    def launch_unrecorded(self, args, kwargs=None):
-        """Launch the forward variant, unseen by a Tape (its grad_check re-runs recorded launches)."""
-        if self.template_params is not None:
-            templates, args = self._template_params.split(args, kwargs)
-            return self._launcher(args, templates=templates)[0].__qdc_launcher__.launch(*args)
-        return self._launcher(args, kwargs=kwargs)[0].__qdc_launcher__.launch(*args, **(kwargs or {}))
-
-    def launches_on_its_own(self) -> bool:
-        """Whether the kernel function's next call goes straight to the native code (for a
-        template kernel: through its dispatch, see TemplateDispatch)."""
-        if self._dispatch is not None:
-            return self.function.__code__ is self._dispatch.code and bool(self._dispatch.variants)
-        entry = self._launchers.get(("forward", ()))
-        return entry is not None and self.function.__code__ is entry[1].__qdc_launcher__.fast_code
-
-    def __repr__(self):
-        return f"<qdc kernel {self.__name__}>"
+def dual_params(args, kwargs, key: tuple, params: list) -> tuple[tuple, list]:
+    """The forward_ad variant's (specialisation key, parameters) from the forward variant's:
+    an ndarray parameter's `needs_grad` says whether its argument has a dual (whose buffer
+    takes the gradient word). Without the argument (an ahead-of-time build) a float one's is
+    None: built without a dual."""
+    out, duals = list(params), []
+    for i, p in enumerate(params):
+        if p.kind != "ndarray":
+            continue
+        a = args[i] if i < len(args) else (kwargs or {}).get(p.name, _ABSENT)
+        if a is _ABSENT:
+            has_dual = None if p.dtype.is_float else False
+        else:
+            has_dual = isinstance(a, Ndarray) and a.dual is not None and p.dtype.is_float
+        out[i] = ir.Param(p.name, p.kind, p.dtype, p.ndim, has_dual, p.element_shape)
+        duals.append(has_dual)
+    return (key, tuple(duals)), out
 
 
-_MISSING = object()
-
-
-def _no_integer_gradient(p: ir.Param) -> ir.Param:
-    """An integer ndarray has no gradient to follow: its needs_grad=None is False."""
-    if p.kind == "ndarray" and p.needs_grad is None and p.dtype is not None and not p.dtype.is_float:
-        return ir.Param(p.name, p.kind, p.dtype, p.ndim, False, p.element_shape)
-    return p
-
-
-def _plain_parameters(fn) -> list[str] | None:
-    """The parameter names, if the generated function can take them as its own."""
-    names = []
-    for name, p in inspect.signature(fn).parameters.items():
-        if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) or name.startswith("_q_"):
-            return None
-        names.append(name)
-    return names
-
-
-def kernel_function(fn):
-    """`@qd.kernel`: the kernel as a plain Python function (see Kernel)."""
-    return Kernel(fn).function
-
-
-def kernel_of(obj) -> Kernel | None:
-    """The Kernel behind a `@qd.kernel` function (or a Kernel itself); None for anything else."""
-    if isinstance(obj, types.FunctionType):
-        obj = obj.__dict__.get("_primal")
-    return obj if isinstance(obj, Kernel) else None
-
-
-def suspend_fast_launches() -> None:
-    """Send every kernel function's next call through `_slow_call` (a Tape records them there);
-    each takes its launch code back by itself at its first call outside the Tape."""
-    for kernel in list(_FAST):
-        kernel.function.__code__ = kernel._stub
-    _FAST.clear()
+_ABSENT = object()

@@ -7,6 +7,8 @@ import os
 from qdc.runtime.contract import types as T
 from qdc.runtime.contract.arches import ARCHES
 
+from ..language import matrix
+
 CACHE_DIR_VARIABLE = "QDC_CACHE_DIR"  # direct mode's cache folder when qd.init gives no cache_dir
 # cpu_target when none is set (API.md §5): direct mode compiles for this machine, `qdc build`
 # for any CPU of the architecture (compiler/targets/cpu/isa_levels.py).
@@ -18,8 +20,8 @@ class Options:
     arch: str = "cpu"
     opt_level: int = 3
     fast_math: bool = False
-    default_fp: T.DataType = T.f32
-    default_ip: T.DataType = T.i32
+    default_fp: T.DataType = matrix.DEFAULT_FP
+    default_ip: T.DataType = matrix.DEFAULT_IP
     debug: bool = False
     ad_stack_size: int = 0
     default_ad_stack_size: int = 256
@@ -92,7 +94,8 @@ class Options:
         return self.cache_dir or os.environ.get(CACHE_DIR_VARIABLE) or default
 
 
-current = Options()
+current = Options()  # direct mode's, set by qd.init (compiler/jit/api.py)
+matrix.use_default_types(lambda: (current.default_ip, current.default_fp))
 
 
 # ---- configuration files (API.md §5: flags win, then the file, then the defaults) ---------

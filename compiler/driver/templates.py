@@ -14,7 +14,7 @@ import inspect
 import numpy as np
 
 from qdc.runtime.contract import types as T
-from qdc.runtime.fields import Field, Ndarray
+from qdc.runtime.contract.objects import FieldMarker as Field, NdarrayMarker as Ndarray
 
 _VALUES = (bool, int, float, complex, str, bytes, type(None))
 

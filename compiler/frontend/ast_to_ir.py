@@ -22,7 +22,7 @@ import numpy as np
 
 from qdc.runtime.contract import extents, types as T
 from qdc.runtime.contract.errors import QdcCompileError
-from qdc.runtime.fields import Field
+from qdc.runtime.contract.objects import FieldMarker as Field
 
 from .. import ir
 from .calls import CallLowering

@@ -13,11 +13,10 @@ import weakref
 import numpy as np
 
 from qdc.runtime.contract import types as T
-from qdc.runtime.fields import Field
+from qdc.runtime.contract.objects import FieldMarker as Field
 
 from .. import ir
 from ..language import lang
-from ..driver.kernel import kernel_of
 from .objects import GLOBAL_ARRAYS, NdarrayHandle, RangeSpec
 from .source import is_tail_return, source_info
 from .values import is_runtime
@@ -71,7 +70,7 @@ class CallLowering:
             (arg,) = self.call_args(node, 1, 1, callee.name)
             return self.convert(self.scalar(arg, node.args[0]), callee, node.args[0])
         name = getattr(callee, "__name__", type(callee).__name__)
-        if kernel_of(callee) is not None:
+        if lang.is_kernel_function(callee):
             self.error(f"kernel '{name}' cannot be called from a kernel; make it a @qd.func")
         if _plain_function(callee):  # inlined like a @qd.func, as Quadrants does (API.md §2)
             return self.inline_func(_as_func(callee), node)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 
 from qdc.runtime.contract import types as T
-from qdc.runtime.fields import Field
+from qdc.runtime.contract.objects import FieldMarker as Field
 
 from .. import ir
 from ..language import lang

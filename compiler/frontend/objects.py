@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from qdc.runtime.contract import types as T
-from qdc.runtime.fields import Field
+from qdc.runtime.contract.objects import FieldMarker as Field
 
 from .. import ir
 

@@ -1,4 +1,5 @@
-"""The kernel language's Python surface: decorators, annotations and intrinsics.
+"""The kernel language's Python surface: annotations and intrinsics, and what the decorators
+(compiler/jit/kernel.py) make.
 
 Intrinsics (`qd.sin`, `qd.atomic_add`, `qd.static`, ...) are ordinary Python functions so
 that they also work in Python scope; inside kernels the front end recognises them by
@@ -10,6 +11,7 @@ import builtins
 import itertools
 import math
 import operator
+from types import FunctionType
 
 import numpy as np
 
@@ -190,7 +192,7 @@ INTRINSICS = {
 }
 
 
-# ---- decorators --------------------------------------------------------------------
+# ---- what the decorators make (compiler/jit/kernel.py) ------------------------------
 
 class Func:
     """A `@qd.func`: inlined into every kernel (or func) that calls it."""
@@ -205,11 +207,12 @@ class Func:
         raise RuntimeError(f"qd.func {self.__name__} can only be called from a kernel or another qd.func")
 
 
-def func(fn):
-    return Func(fn)
+# The attribute of the function `@qd.kernel` returns that holds its kernel object (the name
+# Quadrants gives it): the front end and the cache key recognise kernels by it, without
+# importing the floor that makes them.
+KERNEL_ATTRIBUTE = "_primal"
 
 
-def kernel(fn):
-    """`@qd.kernel`: a plain Python function that compiles on first call, then launches."""
-    from ..driver.kernel import kernel_function
-    return kernel_function(fn)
+def is_kernel_function(obj) -> bool:
+    """Whether `obj` is what `@qd.kernel` returned."""
+    return isinstance(obj, FunctionType) and KERNEL_ATTRIBUTE in obj.__dict__

@@ -29,6 +29,25 @@ def _size(v, what: str) -> int:
     return n
 
 
+DEFAULT_IP, DEFAULT_FP = T.i32, T.f32  # the default_ip / default_fp options' defaults
+
+
+def _initial_default_types() -> tuple:
+    return DEFAULT_IP, DEFAULT_FP
+
+
+# Where Python scope takes the element type of a vector/matrix type declared without one
+# (`qd.field(qd.math.vec3, ...)`): the default types of the options in force, a source that
+# compiler/driver/options.py installs (the language sits below the driver and never imports it).
+_default_types = _initial_default_types
+
+
+def use_default_types(source) -> None:
+    """Install `source() -> (default_ip, default_fp)`."""
+    global _default_types
+    _default_types = source
+
+
 class MatrixType:
     """A vector (shape `(n,)`) or matrix (shape `(n, m)`) element type. `dtype` None means the
     default float (or, for `ivec`, the default integer) type, resolved from the options in
@@ -69,9 +88,7 @@ class MatrixType:
         """The element type under the current options (how fields and ndarrays resolve it)."""
         if self.declared_dtype is not None:
             return self.declared_dtype
-        from ..driver import options
-        opts = options.current
-        return self.element_dtype(opts.default_ip, opts.default_fp)
+        return self.element_dtype(*_default_types())
 
     # fields and ndarrays read these two (runtime/fields.py, by duck typing)
     @property

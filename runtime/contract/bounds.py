@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .error_slot import BOUNDS_WORD
+
 # Axes per access the failure code has room for (fields and ndarrays have at most 16).
 MAX_AXES = 16
 # Words of the error buffer: failure code, offending index, scratch element (8 bytes, aligned).
@@ -43,9 +45,8 @@ class BoundsChecks:
             raise IndexError(self.message(code, index))
 
     def report(self, words: np.ndarray, ctx_words: np.ndarray):
-        """The IndexError of an error slot's words (runtime/device.py, BOUNDS_WORD on), or None;
+        """The IndexError of an error slot's words (BOUNDS_WORD on), or None;
         `ctx_words` is the launch's ctx as it was launched."""
-        from ..device import BOUNDS_WORD
         code = int(words[BOUNDS_WORD])
         if not code:
             return None

@@ -31,5 +31,18 @@ class ModuleNotBuiltError(CacheError, FileNotFoundError):
     catch a missing file."""
 
 
+class DeviceLostError(QdcError, RuntimeError):
+    """The GPU stopped running this process's work (device loss, a launch timeout, a kernel that
+    crashed it): its memory and pending results are gone. `kernels` names the kernels submitted
+    last, most recent last; `qd.init(...)` starts a new runtime in the same process."""
+
+    def __init__(self, arch: str, reason: str, kernels=()):
+        self.arch, self.reason, self.kernels = arch, reason, tuple(kernels)
+        names = ", ".join(f"'{k}'" for k in self.kernels) or "none"
+        super().__init__(f"{arch}: the device was lost ({reason}); kernels submitted last (most recent last): "
+                         f"{names}. Its memory and pending results are gone: call qd.init(...) (or load the module "
+                         f"again) to start a new runtime, whose fields start zeroed")
+
+
 class AdStackOverflowError(QdcError):
     """A push went past an adstack's capacity; nothing was corrupted and the next launch works."""

@@ -1,8 +1,8 @@
 #!/bin/bash
-# Gathers, once per checkout, what the lent GPU's image lacks (its Python is 3.12, nothing can be
-# downloaded there): the Vulkan loader .debs into .gl/ and cp312 wheels into .whl/ (ignored
-# folders, carried with `run`'s carry [".gl", ".whl", ".gpu"]; 64 MiB in all, so the two big
-# wheels are trimmed to what the tests use). Needs PyPI and Debian's mirrors.
+# Gathers, once per checkout, what an offline GPU host's image lacks (its Python is 3.12, and
+# nothing can be downloaded there): the Vulkan loader .debs into .gl/ and cp312 wheels into .whl/
+# (ignored folders, copied to the host with .gpu/: docs/gpu-testing.md; about 64 MiB in all, so
+# the two big wheels are trimmed to what the tests use). Needs PyPI and Debian's mirrors.
 set -e
 cd "$(dirname "$(readlink -f "$0")")/../.."
 mkdir -p .gl .whl .gpu

@@ -1,4 +1,5 @@
-# Sourced on the lent GPU from the repository root (`source tools/device/setup.sh`): installs the
+# Sourced on an offline GPU host from the folder holding .gl/, .whl/, .gpu/ and tools/device/
+# (`source tools/device/setup.sh`; docs/gpu-testing.md): installs the
 # carried loader .debs and wheels (tools/device/gather.sh), unpacks the tree under test
 # (tools/device/pack.sh) at /tmp/pp/qdc and points PYTHONPATH, PATH and the qdc cache there.
 set -e

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+TRIPLE = "amdgcn-amd-amdhsa"  # the LLVM target codegen.py generates code objects with
+CODE_OBJECT_VERSION = 500  # of the HSA code objects (their ABI version, in the module flags)
 DEFAULT_AMDGPU_TARGETS = ("gfx90a", "gfx942", "gfx1100")
 # Processors of LLVM's AMDGPU backend that HIP runs on (GCN5 / CDNA / RDNA2-4).
 KNOWN_GFX = ("gfx900", "gfx906", "gfx908", "gfx90a", "gfx90c", "gfx940", "gfx941", "gfx942", "gfx950",

@@ -24,12 +24,12 @@ from qdc.runtime.contract.artifact import KernelMeta
 
 from ... import ir
 from ..llvm.grid import GridKernelCodegen, internalize
-from ..llvm.llvm_ir import I16, I32, I64, ModuleBuilder
+from ..llvm.llvm_ir import ModuleBuilder
+from ..llvm.llvm_types import I16, I32, I64
 from . import linker
+from .arch import CODE_OBJECT_VERSION, TRIPLE
 from .math import math_library
 
-TRIPLE = "amdgcn-amd-amdhsa"
-CODE_OBJECT_VERSION = 500
 CONSTANT = 4  # the constant address space, where the dispatch packet lives
 DISPATCH_WORKGROUP_SIZE_X, DISPATCH_GRID_SIZE_X = 4, 12
 
@@ -103,11 +103,9 @@ def compile_for(text: str, gfx: str, entries: set, opt_level: int) -> tuple:
 
 
 def compile_code_objects(kernel: ir.KernelIR, meta: KernelMeta, gfx_targets: tuple, opt_level: int = 3,
-                         fast_math: bool = False, target=None) -> dict:
+                         fast_math: bool = False, *, target) -> dict:
     """Artifacts of one kernel for AMDGPU: "hsaco_<gfx>" per processor (every task's entry in
     one code object), and the first processor's optimised module as "ll" and "bc"."""
-    if target is None:
-        from .target import TARGET as target
     text = generate_llvm(kernel, meta, fast_math, target)
     entries = {t.entry for t in meta.tasks}
     artifacts = {}

@@ -9,7 +9,7 @@ from qdc.runtime.contract.adstack_layout import LLVM_HEAP_INTERLEAVED
 from ... import ir
 from ..base import Capabilities, codegen_error
 from ..llvm.target import PORTABLE_MATH, External, LlvmTarget
-from .arch import parse_amdgpu_targets
+from .arch import CODE_OBJECT_VERSION, TRIPLE, parse_amdgpu_targets
 from .math import OWN_OPS, function_name
 
 AMDGPU_MATH = {**PORTABLE_MATH, **{op: External(function_name(op, 32), function_name(op, 64)) for op in OWN_OPS}}
@@ -34,7 +34,6 @@ class AmdgpuTarget(LlvmTarget):
     def cache_description(self, opts) -> str:
         import llvmlite.binding as llvm
 
-        from .codegen import CODE_OBJECT_VERSION, TRIPLE
         from .linker import lld_description
         version = ".".join(map(str, llvm.llvm_version_info))
         gfx = ",".join(parse_amdgpu_targets(getattr(opts, "amdgpu_targets", None)))

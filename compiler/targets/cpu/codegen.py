@@ -20,17 +20,17 @@ import llvmlite.binding as llvm
 from llvmlite import ir as ll
 
 from qdc.runtime.contract.artifact import KernelMeta
-from qdc.runtime.devices.cpu.device import HOST_FEATURE_SOURCES, host_machine
+from qdc.runtime.contract.cpu_features import HOST_FEATURE_SOURCES, host_machine
 
 from ... import ir
 from ...ir.adstack import AdStackAlloca
 from .multiversion import level_assembly, multiversioned_ir
 from .numpy_prologue import add_numpy_entry
 from .isa_levels import CPU_LEVEL_OF, GENERIC, LEVELS, NATIVE, PORTABLE, CpuLevel, check_cpu_target, level_by_name
-from ..llvm.llvm_ir import I32, I64, PTR, VOID, KernelCodegen, ModuleBuilder
+from ..llvm.llvm_ir import KernelCodegen, ModuleBuilder
+from ..llvm.llvm_types import I32, I64, PTR, VOID
+from .arch import PARALLEL_WORK_THRESHOLD
 
-# Iterations x per-iteration cost below which a range runs on one thread (~10 µs of work).
-PARALLEL_WORK_THRESHOLD = 20000
 # A parallel range is cut into this many chunks per thread, handed out dynamically.
 CHUNKS_PER_THREAD = 4
 
@@ -171,10 +171,8 @@ def _omp_body(module, task: ir.Task, chunk, it):
     return fn
 
 
-def generate_llvm(kernel: ir.KernelIR, meta: KernelMeta, fast_math: bool = False, target=None) -> ll.Module:
+def generate_llvm(kernel: ir.KernelIR, meta: KernelMeta, fast_math: bool = False, *, target) -> ll.Module:
     """`target`: the CpuTarget whose math table and thread slice index the lowering uses."""
-    if target is None:
-        from .target import TARGET as target
     tm = _target_machine(3)  # for the triple's data layout, which every level of the triple shares
     mb = ModuleBuilder(kernel.name, llvm.get_process_triple(), str(tm.target_data))
     cg = KernelCodegen(mb, kernel, meta, fast_math, target=target)
@@ -270,14 +268,14 @@ def link_shared_library(obj: bytes) -> bytes:
 
 
 def compile_kernel(kernel: ir.KernelIR, meta: KernelMeta, opt_level: int = 3, fast_math: bool = False,
-                   cpu_target: str = NATIVE, keep_assembly: bool = False, target=None) -> dict:
+                   cpu_target: str = NATIVE, keep_assembly: bool = False, *, target) -> dict:
     """Artifacts of one kernel for the CPU: one shared library ("so") holding code for every
     level of `cpu_target` (multiversion.py: the runtime picks the level at load), the records
     of its levels ("cpu_libraries", for KernelMeta.cpu_libraries), and its optimised textual
     LLVM IR and bitcode. `keep_assembly` adds the assembly of each level's task bodies as
     "asm:<level>" (for tests)."""
     levels = cpu_levels(cpu_target)
-    module = generate_llvm(kernel, meta, fast_math, target)
+    module = generate_llvm(kernel, meta, fast_math, target=target)
     task_bodies = [task.task_name + "_chunk" for task in kernel.tasks]  # KernelCodegen.emit_chunk's names
     text = str(module) if len(levels) == 1 else multiversioned_ir(module, task_bodies, levels)
     # A context of its own: the shared one accumulates metadata kinds from earlier modules,

@@ -9,8 +9,8 @@
 
 Each library's entry record lists the CPU features its code needs (`requires`, LLVM feature
 names), so a host without them gets a clear CacheError instead of an illegal instruction.
-The runtime detects those features (runtime/devices/cpu/device.py, HOST_FEATURE_SOURCES covers every name
-used here). Pure data, no llvmlite: option validation imports it.
+The runtime detects those features (HOST_FEATURE_SOURCES of runtime/contract/cpu_features.py
+covers every name used here). Pure data, no llvmlite: option validation imports it.
 """
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ entry points, worker-thread bodies and numpy entry, built for the lowest level, 
 of each task body per level, each marked with its level's LLVM `target-cpu`/`target-features`
 (LLVM optimises and emits every function for its own subtarget). The name a task entry calls
 becomes a dispatcher that calls the body of the level the runtime chose at load through the
-exported CPU_LEVEL_SETTER (runtime/devices/cpu/device.py). One module is optimised, emitted
+exported CPU_LEVEL_SETTER (runtime/contract/entry_points.py). One module is optimised, emitted
 and linked once instead of once per level, which roughly halves a portable build's LLVM time.
 
 The lowest level's bodies call the shared internal functions as they are; a higher level's
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from llvmlite import ir as ll
 
-from qdc.runtime.devices.cpu.device import CPU_LEVEL_SETTER
+from qdc.runtime.contract.entry_points import CPU_LEVEL_SETTER
 
 from .isa_levels import CpuLevel
 

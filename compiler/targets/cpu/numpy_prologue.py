@@ -15,9 +15,9 @@ from llvmlite import ir as ll
 
 from qdc.runtime.contract.artifact import KernelMeta
 from qdc.runtime.contract.types import by_name
-from qdc.runtime.devices.cpu import numpy_binding as nb
+from qdc.runtime.contract import cpu_binding as nb
 
-from ..llvm.llvm_ir import I32, I64, PTR
+from ..llvm.llvm_types import I32, I64, PTR
 
 NUMPY_ENTRY_SUFFIX = "_np"
 F32, F64 = ll.FloatType(), ll.DoubleType()

@@ -6,6 +6,7 @@ from ... import ir
 from ..base import Capabilities
 from ..llvm.target import PORTABLE_MATH, External, Inline, Intrinsic, LlvmTarget, PerWidth
 from ..llvm.inline_math import OPS as INLINE_MATH_OPS
+from .arch import PARALLEL_WORK_THRESHOLD
 
 # Transcendental functions are branch-free IR of the lowering's own (llvm/inline_math.py), so
 # that the loop vectoriser widens loops calling them; a call to the C math library keeps a
@@ -58,7 +59,6 @@ class CpuTarget(LlvmTarget):
         if task.kind == "serial" or task.serial:
             return 0
         from ..llvm.llvm_ir import KernelCodegen
-        from .codegen import PARALLEL_WORK_THRESHOLD
         cost = max(KernelCodegen.task_cost(task), 1)
         return max(-(-PARALLEL_WORK_THRESHOLD // cost), 1)
 

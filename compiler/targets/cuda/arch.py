@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+TRIPLE = "nvptx64-nvidia-cuda"  # the LLVM target codegen.py generates PTX with
 DEFAULT_CUDA_ARCH = "sm_70"
 # Compute capabilities LLVM's NVPTX backend generates code for (from sm_50 on); `a`/`f`
 # variants (architecture- or family-specific features) exist from sm_90 on.

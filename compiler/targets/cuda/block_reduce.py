@@ -24,7 +24,8 @@ from llvmlite import ir as ll
 from qdc.runtime.contract import types as T
 
 from ... import ir
-from ..llvm.llvm_ir import I32, I64, _ChunkEnv, lltype
+from ..llvm.llvm_ir import _ChunkEnv
+from ..llvm.llvm_types import I32, I64, lltype
 
 WARP = 32
 FULL_MASK = 0xFFFFFFFF

@@ -26,11 +26,12 @@ from qdc.runtime.contract.artifact import KernelMeta
 
 from ... import ir
 from ..llvm.grid import GridKernelCodegen, internalize
-from ..llvm.llvm_ir import I32, I64, ModuleBuilder
+from ..llvm.llvm_ir import ModuleBuilder
+from ..llvm.llvm_types import I32, I64
 from . import toolkit
+from .arch import TRIPLE
 from .block_reduce import BlockReduceEnv, flushable
 
-TRIPLE = "nvptx64-nvidia-cuda"
 LIBDEVICE_PREFIX = "__nv_"
 
 
@@ -100,11 +101,9 @@ def link_libdevice(module, context) -> None:
 
 
 def compile_ptx(kernel: ir.KernelIR, meta: KernelMeta, cuda_arch: str, opt_level: int = 3,
-                fast_math: bool = False, target=None) -> dict:
+                fast_math: bool = False, *, target) -> dict:
     """Artifacts of one kernel for CUDA: "ptx" (every task's entry in one module) and the
     optimised module as "ll" and "bc"."""
-    if target is None:
-        from .target import TARGET as target
     context = llvm.create_context()  # the bitcode must not depend on earlier kernels (cpu/codegen.py)
     module = llvm.parse_assembly(str(generate_llvm(kernel, meta, cuda_arch, fast_math, target)), context=context)
     module.verify()  # llvmlite's LLVM aborts the process on bad IR given to a backend

@@ -8,6 +8,7 @@ from ..base import Capabilities, codegen_error
 from qdc.runtime.contract.adstack_layout import LLVM_HEAP_INTERLEAVED
 
 from ..llvm.target import PORTABLE_MATH, External, LlvmTarget
+from .arch import TRIPLE
 
 # sqrt, floor, ceil, rint and fabs are PTX instructions (PORTABLE_MATH's intrinsics); the
 # rest are libdevice's functions.
@@ -36,7 +37,6 @@ class CudaTarget(LlvmTarget):
         import llvmlite.binding as llvm
 
         from . import toolkit
-        from .codegen import TRIPLE
         version = ".".join(map(str, llvm.llvm_version_info))
         return f"{TRIPLE}/{opts.effective_cuda_arch()}/llvm-{version}/libdevice-{toolkit.libdevice_digest()}"
 

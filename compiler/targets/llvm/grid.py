@@ -17,7 +17,8 @@ from __future__ import annotations
 from llvmlite import ir as ll
 
 from ... import ir
-from .llvm_ir import I64, PTR, VOID, KernelCodegen, _ChunkEnv, _Env, lltype, start_function
+from .llvm_ir import KernelCodegen, _ChunkEnv, _Env, start_function
+from .llvm_types import I64, PTR, VOID, lltype
 
 
 def widen(builder: ll.IRBuilder, value):

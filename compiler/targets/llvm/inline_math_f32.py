@@ -40,7 +40,7 @@ import math
 from llvmlite import ir as ll
 
 from ..fdlibm import LN2_HI, LN2_LO, Float64Math
-from .inline_math import F32, F64, I32, LlvmOps
+from .llvm_ops import F32, F64, I32, LlvmOps
 
 FLOAT_OPS = ("sin", "cos", "tan", "exp", "log", "tanh", "pow")  # computed in float; the other f32 ops in double
 ROUNDING_SHIFT, ROUNDING_SHIFT_BITS = 1.5 * 2.0 ** 23, 0x4B400000  # v + it: rint(v) in the low bits, |v| < 2^22

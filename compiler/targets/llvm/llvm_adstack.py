@@ -24,9 +24,8 @@ from qdc.runtime.contract import adstack_layout as layout
 from qdc.runtime.contract import types as T
 
 from ..base import Unsupported
+from .llvm_types import I8, I64, PTR, memtype
 
-I8, I64 = ll.IntType(8), ll.IntType(64)
-PTR = ll.PointerType()
 HEAP = layout.LLVM_HEAP
 # Set only by bench/bench_autodiff.py, around a compile_kernel call that bypasses the cache, to
 # measure what the overflow check costs; never for kernels users run (the unchecked code can
@@ -165,7 +164,6 @@ class AdStackLowering:
         return st
 
     def s_AdStackPush(self, s):
-        from .llvm_ir import memtype
         b, st = self.b, self.v(s.stack)
         n = self._load_count(st)
 
@@ -199,18 +197,15 @@ class AdStackLowering:
         self._store_count(st, b.call(usub_sat, [self._load_count(st), ll.Constant(I64, 1)]))
 
     def s_AdStackLoadTop(self, s):
-        from .llvm_ir import memtype
         st = self.v(s.stack)
         value = self._tag(self.b.load(self._top_ptr(st), typ=memtype(st.dtype)), "entry")
         return self._from_memory(value, st.dtype)
 
     def s_AdStackLoadTopAdj(self, s):
-        from .llvm_ir import memtype
         st = self.v(s.stack)
         return self._tag(self.b.load(self._adjoint_ptr(st, self._top_rel(st)), typ=memtype(st.dtype)), "entry")
 
     def s_AdStackAccAdjoint(self, s):
-        from .llvm_ir import memtype
         b, st = self.b, self.v(s.stack)
         p = self._adjoint_ptr(st, self._top_rel(st))
         old = self._tag(b.load(p, typ=memtype(st.dtype)), "entry")

@@ -20,26 +20,9 @@ from ... import ir
 from ...passes.bounds_checks import checked_accesses
 from ..base import Unsupported, codegen_error
 from .llvm_adstack import AdStackLowering
+from .llvm_types import I1, I8, I16, I64, PTR, VOID, lltype, memtype
 from . import inline_math
 from .target import MATH_ARITY, Inline, Intrinsic, PerWidth
-
-PTR = ll.PointerType()
-I1, I8, I16, I32, I64 = ll.IntType(1), ll.IntType(8), ll.IntType(16), ll.IntType(32), ll.IntType(64)
-VOID = ll.VoidType()
-
-
-def lltype(t: T.DataType):
-    if t is T.u1:
-        return I1
-    if t.is_float:
-        return {16: ll.HalfType(), 32: ll.FloatType(), 64: ll.DoubleType()}[t.bits]
-    return ll.IntType(t.bits)
-
-
-def memtype(t: T.DataType):
-    """In memory a u1 is a byte."""
-    return I8 if t is T.u1 else lltype(t)
-
 
 _FCMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 

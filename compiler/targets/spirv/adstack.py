@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from qdc.runtime.contract import adstack_layout as layout
 from qdc.runtime.contract import types as T
-from qdc.runtime.device import OVERFLOW_WORD
+from qdc.runtime.contract.error_slot import OVERFLOW_WORD
 
 from ..base import Unsupported
 from .spec import GLSL, SCOPE_DEVICE, SEMANTICS_RELAXED, Capability, Op

@@ -15,7 +15,7 @@ import math
 
 from qdc.runtime.contract import types as T
 from qdc.runtime.contract.bounds import MAX_AXES
-from qdc.runtime.device import BOUNDS_WORD
+from qdc.runtime.contract.error_slot import BOUNDS_WORD
 
 from ... import ir
 from ...passes.reductions import COMBINE  # an atomic's update as a combination (sub adds -v)

@@ -55,6 +55,10 @@ class AmdgpuDevice(StreamDevice):
         return bytes(image)
 
     def close(self) -> None:
-        """Wait for the stream and release this device's stream and staging ring."""
+        """Wait for the stream and release this device's stream and staging ring; a lost device
+        is reset, so that the next device gets a working context."""
         if self.close_stream():
             self.hip.hipStreamDestroy(self.stream)
+            if self.lost is not None:
+                self.hip.hipSetDevice(self.device)
+                self.hip.hipDeviceReset()

@@ -11,6 +11,8 @@ from ...contract.errors import QdcError
 from ...stream_device import StatusDriver
 
 PACKAGE = "hip-python"
+# Sticky errors: the device is unusable after them until hipDeviceReset.
+LOST_STATUSES = ("hipErrorLaunchTimeOut", "hipErrorIllegalAddress", "hipErrorLaunchFailure", "hipErrorAssert")
 
 
 class AmdgpuUnavailableError(QdcError, RuntimeError):
@@ -62,6 +64,7 @@ class Driver(StatusDriver):
         self.ok = self.hip.hipError_t.hipSuccess
         self.not_ready = self.hip.hipError_t.hipErrorNotReady
         self.out_of_memory = self.hip.hipError_t.hipErrorOutOfMemory
+        self.lost = self.statuses(self.hip.hipError_t, LOST_STATUSES)
 
     def error_name(self, err) -> str:
         return _name(self.hip, err)

@@ -22,22 +22,18 @@ import ctypes
 import functools
 import itertools
 import os
-import platform
 import sys
 import tempfile
 
 import numpy as np
 
 from . import numpy_binding
+from ...contract import cpu_binding, cpu_features, entry_points
 from ...device import Allocation, Device, DeviceCapabilities
 from ...contract.errors import CacheError, QdcError
 
 _ALIGN = 64
 LAUNCH_MODES = ("fused", "tasks", "tasks-deferred")
-# Exported by a library built for several ISA levels (compiler/targets/cpu/multiversion.py):
-# `void qdc_set_cpu_level(int32 level)` selects the code of cpu_libraries[level]; the code of
-# level 0 runs until it is called.
-CPU_LEVEL_SETTER = "qdc_set_cpu_level"
 
 
 class CpuKernel:
@@ -49,7 +45,7 @@ class CpuKernel:
         self.lib = lib
         self.fused = _function(lib, meta.entry)
         self.numpy_entry = None
-        if _exports(lib, numpy_binding.MARKER) and any(numpy_binding.eligible(p) for p in meta.params):
+        if _exports(lib, cpu_binding.MARKER) and any(cpu_binding.eligible(p) for p in meta.params):
             self.numpy_entry = _function(lib, meta.entry + "_np")
             self.numpy_entry.restype = ctypes.c_int
         self.task_symbols = [t.entry for t in meta.tasks]
@@ -125,7 +121,7 @@ class CpuDevice(Device):
         except LibraryLoadError as e:
             raise LibraryLoadError(f"kernel '{meta.name}': {e}") from None
         if "level" in record:  # one library for several levels: it runs the chosen one's code
-            _function(lib, CPU_LEVEL_SETTER)(ctypes.c_int32(record["level"]))
+            _function(lib, entry_points.CPU_LEVEL_SETTER)(ctypes.c_int32(record["level"]))
         return CpuKernel(lib, meta)
 
     def launch_call(self, loaded: CpuKernel, ctx: ctypes.Array) -> tuple:
@@ -166,7 +162,7 @@ def _check_range(alloc: Allocation, offset: int, nbytes: int) -> None:
                          f"{alloc.nbytes} bytes")
 
 
-# ---- how long idle worker threads spin (issue 14) -------------------------------------------
+# ---- how long idle worker threads spin ----------------------------------------------------
 #
 # After a parallel task libgomp's workers spin before sleeping on a futex: by default 300000
 # iterations of `pause`, about 9 ms on the development machine's AMD EPYC (~28 ns each), so
@@ -215,78 +211,13 @@ def _libgomp_loaded() -> bool:
 # artifact kind, the level or CPU name, the architecture family and the features its code
 # needs, as LLVM names them. The best library is the last one whose needs this host meets.
 
-# Where each feature is read from: numpy's CPUID-based detection (what the CPU really
-# executes, also under an emulator, and only what the OS enabled), then /proc/cpuinfo on Linux
-# or sysctl on macOS for the features numpy does not report (older numpy reports fewer).
-# Feature name -> (numpy key, /proc/cpuinfo flag, macOS sysctl: "machdep:TOKEN" or a hw key).
-# Only features LLVM can use in ordinary code: a native build records the ones its CPU has,
-# and instructions reached only through intrinsics (aes, sha, rdrand, ...) are never emitted
-# for kernels (a hypervisor may also hide them from /proc/cpuinfo while CPUID reports them).
-HOST_FEATURE_SOURCES = {
-    # x86-64
-    "sse3": ("SSE3", "pni", "machdep:SSE3"),
-    "ssse3": ("SSSE3", "ssse3", "machdep:SSSE3"),
-    "sse4.1": ("SSE41", "sse4_1", "machdep:SSE4.1"),
-    "sse4.2": ("SSE42", "sse4_2", "machdep:SSE4.2"),
-    "popcnt": ("POPCNT", "popcnt", "machdep:POPCNT"),
-    "cx16": ("CX16", "cx16", "machdep:CX16"),
-    "sahf": ("LAHF", "lahf_lm", "machdep:LAHF"),
-    "avx": ("AVX", "avx", "machdep:AVX1.0"),
-    "avx2": ("AVX2", "avx2", "machdep:AVX2"),
-    "bmi": ("BMI", "bmi1", "machdep:BMI1"),
-    "bmi2": ("BMI2", "bmi2", "machdep:BMI2"),
-    "f16c": ("F16C", "f16c", "machdep:F16C"),
-    "fma": ("FMA3", "fma", "machdep:FMA"),
-    "lzcnt": ("LZCNT", "abm", "machdep:LZCNT"),
-    "movbe": ("MOVBE", "movbe", "machdep:MOVBE"),
-    "xsave": ("AVX", "xsave", "machdep:XSAVE"),  # usable AVX means the OS has XSAVE enabled
-    "avx512f": ("AVX512F", "avx512f", "machdep:AVX512F"),
-    "avx512bw": ("AVX512BW", "avx512bw", "machdep:AVX512BW"),
-    "avx512cd": ("AVX512CD", "avx512cd", "machdep:AVX512CD"),
-    "avx512dq": ("AVX512DQ", "avx512dq", "machdep:AVX512DQ"),
-    "avx512vl": ("AVX512VL", "avx512vl", "machdep:AVX512VL"),
-    "avx512vnni": ("AVX512VNNI", "avx512_vnni", "machdep:AVX512VNNI"),
-    "avx512ifma": ("AVX512IFMA", "avx512ifma", "machdep:AVX512IFMA"),
-    "avx512vbmi": ("AVX512VBMI", "avx512vbmi", "machdep:AVX512VBMI"),
-    "avx512vbmi2": ("AVX512VBMI2", "avx512_vbmi2", "machdep:AVX512VBMI2"),
-    "avx512bitalg": ("AVX512BITALG", "avx512_bitalg", "machdep:AVX512BITALG"),
-    "avx512vpopcntdq": ("AVX512VPOPCNTDQ", "avx512_vpopcntdq", "machdep:AVX512VPOPCNTDQ"),
-    "avx512bf16": ("AVX512BF16", "avx512_bf16", "machdep:AVX512BF16"),
-    "avx512fp16": ("AVX512FP16", "avx512_fp16", "machdep:AVX512FP16"),
-    "gfni": ("GFNI", "gfni", "machdep:GFNI"),
-    "vaes": ("VAES", "vaes", "machdep:VAES"),
-    "vpclmulqdq": ("VPCLMULQDQ", "vpclmulqdq", "machdep:VPCLMULQDQ"),
-    "fma4": ("FMA4", "fma4", None),
-    "xop": ("XOP", "xop", None),
-    # aarch64
-    "neon": ("ASIMD", "asimd", "hw.optional.neon"),
-    "fp-armv8": (None, "fp", "hw.optional.floatingpoint"),
-    "crc": (None, "crc32", "hw.optional.armv8_crc32"),
-    "lse": (None, "atomics", "hw.optional.arm.FEAT_LSE"),
-    "rdm": (None, "asimdrdm", "hw.optional.arm.FEAT_RDM"),
-    "fullfp16": ("ASIMDHP", "asimdhp", "hw.optional.arm.FEAT_FP16"),
-    "dotprod": ("ASIMDDP", "asimddp", "hw.optional.arm.FEAT_DotProd"),
-    "sve": ("SVE", "sve", None),
-}
-
-
-def normalise_machine(machine: str) -> str:
-    """An architecture family name as entries record it: x86_64, aarch64, ..."""
-    m = machine.lower()
-    return {"amd64": "x86_64", "x64": "x86_64", "arm64": "aarch64"}.get(m, m)
-
-
-def host_machine() -> str:
-    return normalise_machine(platform.machine())
-
-
 @functools.lru_cache(maxsize=None)
 def host_features() -> frozenset:
-    """The features of HOST_FEATURE_SOURCES this CPU (and OS) support."""
+    """The features of cpu_features.HOST_FEATURE_SOURCES this CPU (and OS) support."""
     numpy_says = _numpy_cpu_features()
     os_says = _os_cpu_flags()
     have = set()
-    for feature, (numpy_key, cpuinfo_flag, sysctl_name) in HOST_FEATURE_SOURCES.items():
+    for feature, (numpy_key, cpuinfo_flag, sysctl_name) in cpu_features.HOST_FEATURE_SOURCES.items():
         if numpy_key is not None and numpy_key in numpy_says:
             if numpy_says[numpy_key]:
                 have.add(feature)
@@ -308,8 +239,9 @@ def _numpy_cpu_features() -> dict:
 
 def _os_cpu_flags() -> set:
     """Linux: the flags of /proc/cpuinfo (x86 "flags", aarch64 "Features"); macOS: the
-    sysctl names of HOST_FEATURE_SOURCES that are set. Under an emulator such as qemu-user these
-    can be the real host's, which is why numpy's detection comes first."""
+    sysctl names of HOST_FEATURE_SOURCES (contract/cpu_features.py) that are set. Under an
+    emulator such as qemu-user these can be the real host's, which is why numpy's detection
+    comes first."""
     if sys.platform.startswith("linux"):
         try:
             with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
@@ -321,7 +253,8 @@ def _os_cpu_flags() -> set:
             pass
         return set()
     if sys.platform == "darwin":
-        return {source for _, _, source in HOST_FEATURE_SOURCES.values() if source and _sysctl_has(source)}
+        sources = cpu_features.HOST_FEATURE_SOURCES.values()
+        return {source for _, _, source in sources if source and _sysctl_has(source)}
     return set()
 
 
@@ -354,7 +287,7 @@ def select_library(libraries: list, kernel: str, machine: str | None = None, fea
     if not libraries:
         raise CacheError(f"kernel '{kernel}': its cache entry does not record which CPU its code was built for "
                          f"(it was written by an older qdc); rebuild it with `qdc build`")
-    machine = host_machine() if machine is None else machine
+    machine = cpu_features.host_machine() if machine is None else machine
     features = host_features() if features is None else frozenset(features)
     ours = [lib for lib in libraries if lib["machine"] == machine]
     if not ours:
@@ -371,7 +304,7 @@ def select_library(libraries: list, kernel: str, machine: str | None = None, fea
                      f"CPU levels, the best chosen at load) or on a machine like this one")
 
 
-# ---- dlopen without an executable temp folder (issue 8, item 9) -----------------------------
+# ---- dlopen without an executable temp folder ------------------------------------------
 
 class LibraryLoadError(QdcError, OSError):
     """A verified kernel library could not be loaded into the process."""

@@ -45,7 +45,10 @@ class CudaDevice(StreamDevice):
         return bytes(ptx) + b"\0"
 
     def close(self) -> None:
-        """Wait for the stream and release this device's stream, staging ring and context."""
+        """Wait for the stream and release this device's stream, staging ring and context; a
+        lost device's primary context is reset, so that the next device gets a working one."""
         if self.close_stream():
             self.cu.cuStreamDestroy(self.stream)
             self.cu.cuDevicePrimaryCtxRelease(self.device)
+            if self.lost is not None:
+                self.cu.cuDevicePrimaryCtxReset(self.device)

@@ -10,6 +10,11 @@ from ...contract.errors import QdcError
 from ...stream_device import StatusDriver
 
 PACKAGE = "cuda-bindings"
+# Sticky errors: the context is unusable after them (every later call returns them) until
+# cuDevicePrimaryCtxReset.
+LOST_STATUSES = ("CUDA_ERROR_LAUNCH_TIMEOUT", "CUDA_ERROR_ILLEGAL_ADDRESS", "CUDA_ERROR_LAUNCH_FAILED",
+                 "CUDA_ERROR_HARDWARE_STACK_ERROR", "CUDA_ERROR_ILLEGAL_INSTRUCTION", "CUDA_ERROR_MISALIGNED_ADDRESS",
+                 "CUDA_ERROR_INVALID_ADDRESS_SPACE", "CUDA_ERROR_INVALID_PC", "CUDA_ERROR_ECC_UNCORRECTABLE")
 
 
 class CudaUnavailableError(QdcError, RuntimeError):
@@ -53,6 +58,7 @@ class Driver(StatusDriver):
         self.ok = self.cu.CUresult.CUDA_SUCCESS
         self.not_ready = self.cu.CUresult.CUDA_ERROR_NOT_READY
         self.out_of_memory = self.cu.CUresult.CUDA_ERROR_OUT_OF_MEMORY
+        self.lost = self.statuses(self.cu.CUresult, LOST_STATUSES)
 
     def error_name(self, err) -> str:
         return _name(self.cu, err)

@@ -22,7 +22,10 @@ buffer it uses, when the args ring wraps or the descriptor pool is reset, and on
 BATCH_COMMANDS commands. Finished submissions are retired oldest first: their command buffer
 and fence are reused, the staging buffers they held are destroyed, and `free_after_fence` /
 `free` release what waited for them. A batch whose submission fails is dropped (its error
-raised); the next one starts afresh.
+raised); the next one starts afresh. A batch knows the kernels it launches: at its submission
+they join the device's last submitted kernels, which a DeviceLostError names
+(VK_ERROR_DEVICE_LOST from vkQueueSubmit, vkWaitForFences or vkGetFenceStatus; runtime/device.py,
+"Loss").
 
 Launches. `launch_task` writes the "args" words into a host-visible ring (dynamic offset),
 binds a descriptor set (cached per task and bound buffers), and dispatches ceil(slices /
@@ -38,8 +41,7 @@ import numpy as np
 
 from ...device import Allocation, ErrorSlot, check_copy_range
 from ...submission_device import QueuedKernel, Submission, SubmissionDevice
-from . import driver, kernels
-from .pipelines import record_dispatch
+from . import driver, kernels, pipelines
 
 ARGS_RING_BYTES = 1 << 20
 # Commands one batch holds before it is submitted without waiting for a sync: enough that a
@@ -66,22 +68,12 @@ class Buffer:
 
 class Batch:
     """The open command buffer: its fence and serial, the staging buffers it keeps alive, the
-    commands recorded, the buffers touched since its last memory barrier."""
-    __slots__ = ("command", "fence", "serial", "keep", "commands", "touched")
+    commands recorded, the buffers touched since its last memory barrier, the kernels launched."""
+    __slots__ = ("command", "fence", "serial", "keep", "commands", "touched", "kernels")
 
     def __init__(self, command, fence, serial):
         self.command, self.fence, self.serial = command, fence, serial
-        self.keep, self.commands, self.touched = [], 0, set()
-
-
-class TaskPipeline:
-    """A task's pipeline and how a launch binds it."""
-    __slots__ = ("name", "pipeline", "layout", "set_layouts", "bindings", "block_dim", "serial", "sets",
-                 "set_numbers", "dynamic")
-
-    def __init__(self, **kw):
-        for k, v in kw.items():
-            setattr(self, k, v)
+        self.keep, self.commands, self.touched, self.kernels = [], 0, set(), []
 
 
 class VulkanDevice(SubmissionDevice):
@@ -176,7 +168,7 @@ class VulkanDevice(SubmissionDevice):
             if result in (self.vk.VK_ERROR_OUT_OF_DEVICE_MEMORY, self.vk.VK_ERROR_OUT_OF_HOST_MEMORY):
                 raise MemoryError(f"vulkan: {what}: out of memory (VkResult {result})")
             if result == self.vk.VK_ERROR_DEVICE_LOST:
-                raise RuntimeError(f"vulkan: {what}: the device was lost (a kernel crashed or ran too long)")
+                raise self.device_lost(f"{what}: VK_ERROR_DEVICE_LOST, a kernel crashed or ran too long")
             raise RuntimeError(f"vulkan: {what} failed (VkResult {result})")
 
     # ---- memory --------------------------------------------------------------------------------
@@ -316,6 +308,8 @@ class VulkanDevice(SubmissionDevice):
         """The open batch's command buffer, ready for one more command that uses the buffers
         `uses` (they stay alive until the batch completed, as the staging buffers `keep` do):
         a memory barrier first when an earlier command since the last one touched any of them."""
+        if self.lost is not None:
+            self.check_not_lost()
         batch = self._batch
         if batch is None or batch.commands >= BATCH_COMMANDS:
             self._flush()
@@ -347,17 +341,19 @@ class VulkanDevice(SubmissionDevice):
         if batch is None:
             return
         self._batch, self._recording = None, 0
+        for kernel in batch.kernels:
+            self._note_submitted(kernel)
         lib = self.lib
         self._barrier(batch.command, self._barrier_to_host, self.vk.VK_PIPELINE_STAGE_HOST_BIT)
         self._command_slot[0] = batch.command
-        result = lib.vkEndCommandBuffer(batch.command)
+        call, result = "vkEndCommandBuffer", lib.vkEndCommandBuffer(batch.command)
         if result == 0:
-            result = lib.vkQueueSubmit(self.queue, 1, self._submit_info, batch.fence[0])
+            call, result = "vkQueueSubmit", lib.vkQueueSubmit(self.queue, 1, self._submit_info, batch.fence[0])
         if result != 0:  # the batch is lost; what it used is idle again, the next batch starts afresh
             self._last_submitted = batch.serial
             self._recycle(Submission(batch.serial, batch.command, batch.fence, batch.keep), reset_fence=False)
             self._retire()
-            self._check(result, f"submitting {batch.commands} recorded commands")
+            self._check(result, f"submitting {batch.commands} recorded commands ({call})")
         self._track(batch.command, batch.fence, batch.keep, (), batch.serial)
 
     def _barrier(self, command, barrier, dst_stage=None) -> None:
@@ -388,7 +384,10 @@ class VulkanDevice(SubmissionDevice):
         self._check(self.lib.vkWaitForFences(self.device, 1, sub.fence, 1, U64_MAX), "vkWaitForFences")
 
     def _finished(self, sub) -> bool:
-        return self.lib.vkGetFenceStatus(self.device, sub.fence[0]) == 0
+        status = self.lib.vkGetFenceStatus(self.device, sub.fence[0])
+        if status == self.vk.VK_ERROR_DEVICE_LOST:
+            self._check(status, "vkGetFenceStatus")
+        return status == 0
 
     def _recycle(self, sub, reset_fence: bool = True) -> None:
         """Its command buffer and fence are reused; the staging buffers it kept are destroyed."""
@@ -401,8 +400,7 @@ class VulkanDevice(SubmissionDevice):
 
     # ---- kernels -------------------------------------------------------------------------------
     def load_kernel(self, artifacts: dict, meta) -> QueuedKernel:
-        from .pipelines import build_task_pipeline
-        tasks = [build_task_pipeline(self, artifacts, meta, i) for i in range(len(meta.tasks))]
+        tasks = [pipelines.build_task_pipeline(self, artifacts, meta, i) for i in range(len(meta.tasks))]
         return QueuedKernel(meta, tasks, kernels.ArgsPlan(meta))
 
     def block_dim(self, launch: dict) -> int:
@@ -435,7 +433,10 @@ class VulkanDevice(SubmissionDevice):
     def launch_task(self, loaded: QueuedKernel, task: int, ctx_address: int, slices: int) -> None:
         if slices <= 0:
             return
-        record_dispatch(self, loaded, loaded.tasks[task], loaded.ctx_words(ctx_address), slices)
+        pipelines.record_dispatch(self, loaded, loaded.tasks[task], loaded.ctx_words(ctx_address), slices)
+        kernels, name = self._batch.kernels, loaded.meta.name
+        if not kernels or kernels[-1] != name:
+            kernels.append(name)
 
     def args_space(self, nbytes: int) -> int:
         """A byte offset in the args ring for one launch's args; wraps once nothing uses it."""
@@ -450,7 +451,8 @@ class VulkanDevice(SubmissionDevice):
     def close(self) -> None:
         """Wait for the queue and release every Vulkan object of this device; the device itself
         is destroyed even when releasing its children fails half-way (a driver caps how many
-        devices a process may hold). Safe to call again, and on a half-built device."""
+        devices a process may hold). Safe to call again, and on a half-built device, and on a
+        lost one (Vulkan promises that waiting for a lost device returns)."""
         device = self.device
         if device is None:
             return
@@ -488,8 +490,7 @@ class VulkanDevice(SubmissionDevice):
         if getattr(self, "_args_ring", None) is not None:
             self._destroy_buffer(self._args_ring)
             self._args_ring = None
-        from .pipelines import destroy_pipelines
-        destroy_pipelines(self)
+        pipelines.destroy_pipelines(self)
         for _command, fence in getattr(self, "_spare", ()):  # command buffers go with their pool
             lib.vkDestroyFence(self.device, fence[0], ffi.NULL)
         self._spare = []

@@ -3,7 +3,7 @@ ABI's pure parts: capabilities, args words, the grid)."""
 from __future__ import annotations
 
 from ...contract.entry_points import spirv_entry_points
-from ...device import ERROR_SLOT_WORDS
+from ...contract.error_slot import ERROR_SLOT_WORDS
 from ...spirv_abi import HEAP_WORDS, adstack_meta_words
 from . import kernels
 from .kernels import UnsupportedKernelError
@@ -11,6 +11,16 @@ from .kernels import UnsupportedKernelError
 # "adstack_meta" is written per launch into the args ring (a dynamic storage buffer, like
 # "args"), from the ctx words (spirv_abi.py).
 LAUNCH_WRITTEN = ("args", "adstack_meta")
+
+
+class TaskPipeline:
+    """A task's pipeline and how a launch binds it."""
+    __slots__ = ("name", "pipeline", "layout", "set_layouts", "bindings", "block_dim", "serial", "sets",
+                 "set_numbers", "dynamic")
+
+    def __init__(self, **kw):
+        for k, v in kw.items():
+            setattr(self, k, v)
 
 
 class BindingPlan:
@@ -36,7 +46,6 @@ class BindingPlan:
 
 
 def build_task_pipeline(dev, artifacts: dict, meta, i: int):
-    from .device import TaskPipeline
     task = meta.tasks[i]
     what = f"kernel '{meta.name}' (task {i}, {task.name})"
     blob = artifacts.get(f"spirv_t{i}")

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from qdc.runtime.fields import Field, Ndarray
+from qdc.runtime.contract.objects import FieldMarker as Field, NdarrayMarker as Ndarray
 
 MAX_ELEMENTS = 64
 

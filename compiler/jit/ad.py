@@ -6,10 +6,11 @@ is_grad=True) built by compiler/autodiff and cached, loaded and launched like an
 from __future__ import annotations
 
 from qdc.runtime import context
-from qdc.runtime.fields import Field, Ndarray
+from qdc.runtime.contract.objects import FieldMarker as Field, NdarrayMarker as Ndarray
 
 from . import grad_check as grad_check_mod
-from .forward import FwdMode  # noqa: F401  (qd.ad.FwdMode: forward mode, language/forward.py)
+from .fast_launch import suspend_fast_launches
+from .forward import FwdMode  # noqa: F401  (qd.ad.FwdMode: forward mode, forward.py)
 from .grad_check import GradCheckError  # noqa: F401  (qd.ad.GradCheckError)
 
 recording = None  # the Tape whose `with` body is running, if any
@@ -50,7 +51,7 @@ class Tape:
     zeroed before the replay, so the result is the gradient of this tape alone.
 
     `grad_check=[fields]` checks the gradients of those fields against central finite
-    differences after the backward pass (language/grad_check.py). `validation` is accepted as
+    differences after the backward pass (grad_check.py). `validation` is accepted as
     in Quadrants, where it turns on checks of the global data access rules in debug mode: qdc
     applies those rules to every kernel it compiles, so there is nothing more to turn on."""
 
@@ -80,7 +81,6 @@ class Tape:
             self.loss.fill(0)
             if self.initial_state is not None:
                 self.initial_state.save(self.loss)
-        from ..driver.kernel import suspend_fast_launches
         suspend_fast_launches()  # every kernel call in the body must reach the recording slow path
         recording = self
         return self

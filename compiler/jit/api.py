@@ -1,4 +1,4 @@
-"""Direct-mode entry points: `qd.init`, `qd.reset`, `qd.sync`."""
+"""Direct-mode entry points: `qd.init`, `qd.reset` (`qd.sync` is the runtime's: qdc.runtime.sync)."""
 from __future__ import annotations
 
 import warnings
@@ -6,6 +6,7 @@ import warnings
 from qdc.runtime import context
 
 from ..driver import options as options_mod
+from ..driver.kernel import check_cache_dir
 
 
 def init(arch=None, **options):
@@ -17,7 +18,6 @@ def init(arch=None, **options):
     previous runtime active; a cache_dir that is not writable is a warning (kernels are then
     compiled without being stored).
     """
-    from ..driver.kernel import check_cache_dir
     opts = options_mod.Options()
     if arch is not None:
         options["arch"] = arch
@@ -70,8 +70,3 @@ def _start_first_gpu(opts) -> None:
 def reset():
     """`qd.init()` with default options."""
     init()
-
-
-def sync():
-    """Wait until every launched kernel has finished (host reads already do this)."""
-    context.current().device.sync()

@@ -10,6 +10,7 @@ by a Tape like any kernel call.
 from __future__ import annotations
 
 from . import ad, forward
+from .kernel import kernel_of
 
 
 class Instantiation:
@@ -67,7 +68,6 @@ class _InstantiationGrad:
 
 def instantiate(kernel, **template_args) -> Instantiation:
     """Bind every qd.template() parameter of `kernel` (a `@qd.kernel`) by keyword."""
-    from ..driver.kernel import kernel_of
     k = kernel_of(kernel)
     if k is None:
         raise TypeError(f"qd.aot.instantiate() needs a @qd.kernel, got {type(kernel).__name__}")
