@@ -127,3 +127,19 @@ def test_narrow_atomics_leave_their_neighbours_alone(arch, rng, dtype):
     np.testing.assert_array_equal(lows.to_numpy(), [min([100] + list(v[keys == k])) for k in range(8)])
     np.testing.assert_array_equal(bits.to_numpy(), [np.bitwise_or.reduce(v[keys == k]) if (keys == k).any() else 0
                                                     for k in range(8)])
+
+
+@pytest.mark.parametrize("dtype", [qd.f32, qd.f64], ids=lambda t: t.name)
+def test_float_updates_are_combined_across_the_subgroup_before_their_compare_and_swap(dtype):
+    """Float min/max (and f64 add) are compare-and-swap loops on Vulkan: one per subgroup, never one
+    per invocation on one address (that ran long enough on an NVIDIA GPU for its driver to drop
+    the device at 300001 iterations)."""
+    from qdc.compiler.driver import kernel as K
+    from qdc.compiler.driver.options import Options
+    from qdc.compiler.targets.spirv import tools
+    kernel = make(dtype, 0)._primal
+    module = K.compile_kernel(kernel.fn, kernel.params, Options(), arch="vulkan").artifacts["spirv_t0"]
+    text = tools.disassemble(module)
+    for op in ("OpGroupNonUniformFMin", "OpGroupNonUniformFMax", "OpGroupNonUniformFAdd"):
+        assert op in text, op
+    assert text.count("OpGroupNonUniformElect") == 4  # one elected invocation per update

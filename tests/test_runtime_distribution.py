@@ -110,9 +110,14 @@ def prebuilt(tmp_path_factory):
 
 
 def deploy(python, target, rng, install, sources):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    """Run the deployment script in a fresh interpreter. The runtime-only venv is isolated (-I);
+    the full install is whatever provides qdc to this process, PYTHONPATH included (a GPU host
+    may have qdc on the path rather than installed)."""
+    isolated = install != "full"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON") or k == "PYTHONPATH" and not isolated}
     seed = int(rng.integers(2**63))
-    r = subprocess.run([python, "-I", "-c", DEPLOY, target, str(seed), install, *sources], env=env, cwd=os.sep,
+    flags = ["-I"] if isolated else ["-s"]
+    r = subprocess.run([python, *flags, "-c", DEPLOY, target, str(seed), install, *sources], env=env, cwd=os.sep,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "deployed" in r.stdout, r.stdout + r.stderr
 

@@ -78,7 +78,12 @@ def test_special_values_follow_c_pow(arch, dtype):
     powers_kernel(dtype)(x, n, out)
     with np.errstate(all="ignore"):
         want = np.power(x.astype(np.float64), n.astype(np.float64)).astype(npt)
-    np.testing.assert_array_equal(out, want)  # NaN where NaN, signed zeros and infinities
+    special = ~np.isfinite(want) | (want == 0) | (np.abs(want) == 1)
+    np.testing.assert_array_equal(out[special], want[special])  # NaN where NaN, signed zeros and infinities
+    if arch == "vulkan":  # the rest correctly rounded; the CPU's and CUDA's pow within an ulp
+        np.testing.assert_array_equal(out, want)
+    else:
+        np.testing.assert_allclose(out[~special], want[~special], rtol=2.0 * np.finfo(npt).eps)
 
 
 def test_sixty_four_bit_exponents(arch, rng):

@@ -2,7 +2,8 @@
 lowering.TaskLowering; the ABI is in compiler/targets/vulkan/target.py's docstring).
 
 - "args": 32-bit words; a parameter's scalar in one word (two for 64 bits, low first), an
-  ndarray's extents one word per dimension (i32: the launcher refuses larger arrays).
+  ndarray's extents one word per dimension (i32: the launcher refuses larger arrays); then,
+  in a kernel that draws random numbers, the four words of its random state.
 - "temps": kernel temporary s in the 8 bytes at 8*s, its value in the low bytes.
 - "field" i / "ndarray" p / "ndarray_grad" p: the elements, row-major; a u1 is a byte.
 Atomics: integers of 32 and 64 bits natively; f32 add natively where the target has float
@@ -34,7 +35,8 @@ _SUBGROUP_REDUCE = {("add", "float"): Op.GroupNonUniformFAdd, ("add", "int"): Op
                     ("max", "uint"): Op.GroupNonUniformUMax, ("and", "int"): Op.GroupNonUniformBitwiseAnd,
                     ("and", "uint"): Op.GroupNonUniformBitwiseAnd, ("or", "int"): Op.GroupNonUniformBitwiseOr,
                     ("or", "uint"): Op.GroupNonUniformBitwiseOr, ("xor", "int"): Op.GroupNonUniformBitwiseXor,
-                    ("xor", "uint"): Op.GroupNonUniformBitwiseXor}
+                    ("xor", "uint"): Op.GroupNonUniformBitwiseXor, ("min", "float"): Op.GroupNonUniformFMin,
+                    ("max", "float"): Op.GroupNonUniformFMax}
 
 
 class MemoryLowering:
@@ -96,6 +98,9 @@ class MemoryLowering:
     def s_NdarrayShape(self, s):
         extent = self.word("args", 0, self.arg_word[s.arg_index] + s.dim)
         return self.convert(self.op(Op.Bitcast, T.i32, extent), T.i32, s.type)
+
+    def s_RandomState(self, s):
+        return self.word("args", 0, self.random_word + s.word)
 
     # ---- locals ---------------------------------------------------------------------------------------
     def s_Alloca(self, s):
@@ -272,8 +277,11 @@ class MemoryLowering:
         """chunk_final's atomic of a per-invocation partial (passes/reductions.py), combined
         across the subgroup first so that one elected invocation per subgroup does the atomic:
         32x fewer atomics on one address on NVIDIA. Only the invocations that ran iterations
-        take part (group operations are defined on the active ones). The old value is unused."""
-        opcode = _SUBGROUP_REDUCE.get((op, t.kind)) if t.bits == 32 else None
+        take part (group operations are defined on the active ones). The old value is unused.
+        32-bit types and f64 (64-bit integers in group operations need a device feature of their
+        own, and have native atomics): float min/max and f64 add are compare-and-swap loops, and
+        one per invocation on one address ran long enough for an NVIDIA driver to drop the device."""
+        opcode = _SUBGROUP_REDUCE.get((op, t.kind)) if t.bits == 32 or t is T.f64 else None
         if opcode is None:
             return self.atomic(op, t, value, locate)
         self.m.require(Capability.GroupNonUniform)

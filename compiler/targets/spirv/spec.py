@@ -121,8 +121,10 @@ class Op:
     GroupNonUniformFAdd = 350
     GroupNonUniformSMin = 353
     GroupNonUniformUMin = 354
+    GroupNonUniformFMin = 355
     GroupNonUniformSMax = 356
     GroupNonUniformUMax = 357
+    GroupNonUniformFMax = 358
     GroupNonUniformBitwiseAnd = 359
     GroupNonUniformBitwiseOr = 360
     GroupNonUniformBitwiseXor = 361
