@@ -147,7 +147,7 @@ def elf_dynamic_symbols(data: bytes) -> list[tuple[str, bool]]:
     wide, order = data[4] == 2, "<" if data[5] == 1 else ">"
     try:
         return _dynamic_symbols(data, wide, order)
-    except (struct.error, IndexError) as e:
+    except (struct.error, IndexError, OverflowError) as e:
         raise ValueError(f"malformed ELF file ({e})") from None
 
 
@@ -157,6 +157,8 @@ def _dynamic_symbols(data: bytes, wide: bool, order: str) -> list:
     section_format = order + ("IIQQQQIIQQ" if wide else "IIIIIIIIII")
     if shentsize < struct.calcsize(section_format):
         raise ValueError("malformed ELF file (section header size)")
+    if shoff + shnum * shentsize > len(data):
+        raise ValueError("malformed ELF file (section headers past its end)")
     sections = [struct.unpack_from(section_format, data, shoff + i * shentsize) for i in range(shnum)]
     symbol_format = order + ("IBBHQQ" if wide else "IIIBBH")
     out = []
@@ -166,6 +168,8 @@ def _dynamic_symbols(data: bytes, wide: bool, order: str) -> list:
         if entsize < struct.calcsize(symbol_format) or size // entsize > MAX_SYMBOLS or link >= len(sections):
             raise ValueError("malformed ELF file (dynamic symbol table)")
         strings_at, strings_size = sections[link][4], sections[link][5]
+        if offset + size > len(data) or strings_at + strings_size > len(data):
+            raise ValueError("malformed ELF file (dynamic symbols past its end)")
         for at in range(offset + entsize, offset + size - entsize + 1, entsize):  # entry 0 is the null symbol
             fields = struct.unpack_from(symbol_format, data, at)
             name_at, info, other, shndx = (fields[0], fields[1], fields[2], fields[3]) if wide \
