@@ -9,33 +9,40 @@ from __future__ import annotations
 
 import importlib
 
+from qdc.runtime.contract import arches as _arches
 from qdc.runtime.contract.errors import (AdStackOverflowError, CacheError, DeviceLostError,  # noqa: F401
                                        QdcCompileError, QdcError)
 from qdc.runtime.fields import Field, Ndarray, field, ndarray  # noqa: F401
 from qdc.runtime.contract.types import f16, f32, f64, i8, i16, i32, i64, u1, u8, u16, u32, u64  # noqa: F401
 
+# Quadrants' long names of the scalar types
+int8, int16, int32, int64, uint8, uint16, uint32, uint64 = i8, i16, i32, i64, u8, u16, u32, u64
+float16, float32, float64 = f16, f32, f64
+
 __version__ = "0.1.0"
 
-cpu, cuda, vulkan, metal, amdgpu = "cpu", "cuda", "vulkan", "metal", "amdgpu"
-gpu = "gpu"  # qd.init(arch=qd.gpu): the first of cuda, vulkan, metal, amdgpu that works here
+gpu = "gpu"  # qd.init(arch=qd.gpu): the first GPU arch of the arch table that works here
 
 # Kernel-language names defined in qdc.compiler.language.lang, loaded on first access.
-_LANG = {"static", "ndrange", "loop_config", "types", "sin", "cos", "tan", "asin",
+_LANG = {"static", "ndrange", "grouped", "loop_config", "types", "sin", "cos", "tan", "asin",
          "acos", "atan", "atan2", "tanh", "exp", "log", "sqrt", "rsqrt", "floor", "ceil", "round", "pow",
          "select", "cast", "atomic_add", "atomic_sub", "atomic_min", "atomic_max", "atomic_and",
-         "atomic_or", "atomic_xor", "template", "Template", "abs", "min", "max"}
+         "atomic_or", "atomic_xor", "template", "Template", "abs", "min", "max",
+         "random", "stop_grad", "raw_div", "raw_mod", "bit_shr", "Struct", "dataclass"}
 _DECORATORS = {"kernel", "func"}  # qdc.compiler.jit.kernel
 _API = {"init", "reset"}
 
 
 def __getattr__(name):
+    if name in _arches.names():  # qd.cpu, qd.cuda, ...: an arch is named by its own name
+        return name
     if name == "ad":  # qd.ad.Tape
         return _compiler_module("qdc.compiler.jit.ad", name)
     if name == "aot":  # qd.aot.instantiate
         return _compiler_module("qdc.compiler.jit.aot", name)
     if name == "math":  # qd.math.vec3, qd.math.dot, ...
         return _compiler_module("qdc.compiler.language.mathlib", name)
-    if name in ("Vector", "Matrix"):
+    if name in ("Vector", "Matrix", "zero"):
         return getattr(_compiler_module("qdc.compiler.language.matrix", name), name)
     if name == "adstack_heap_bytes":
         return importlib.import_module("qdc.runtime.adstack").adstack_heap_bytes

@@ -92,7 +92,7 @@ def phases(kernels: int, cpu_target: str | None) -> None:
             setattr(owner, name, timed(label, getattr(owner, name)))
     machine = type(codegen._target_machine(3))
     machine.emit_object = timed("LLVM emit", machine.emit_object)
-    opts = options.Options().update(cpu_target=cpu_target or options.BUILD_CPU_TARGET)
+    opts = build_mod._options_for(options.Options().update(cpu_target=cpu_target), "cpu")
     with tempfile.TemporaryDirectory() as d:
         for k, name in ((1, "warm"), (kernels, "mod")):
             (Path(d) / name).mkdir()

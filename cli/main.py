@@ -1,4 +1,4 @@
-"""The `qdc` command (API.md §6): build, ls, inspect, verify, clean, pack.
+"""The `qdc` command (API.md §6): build, ls, inspect, verify, clean, pack, merge, push, pull.
 
 Exit codes: 0 success, 1 a build or verify failure, 2 a usage error. Options come from flags,
 then `qdc.yaml` / `[tool.qdc]` in pyproject.toml (nearest to the working folder), then
@@ -7,7 +7,6 @@ defaults. Only `build`, `inspect --llvm` and `inspect --spirv` import the compil
 from __future__ import annotations
 
 import datetime
-import importlib
 import os
 import sys
 
@@ -28,6 +27,25 @@ def _config() -> tuple[str | None, dict]:
 def _cache_dir(flag: str | None) -> str:
     """--cache, else `cache_dir` from the configuration file, else ./cache."""
     return flag or _config()[1].get("cache_dir") or DEFAULT_CACHE
+
+
+def _remote(flag: str | None) -> str | None:
+    """--remote, else $QDC_REMOTE, else `remote` from the configuration file, else none."""
+    from qdc.runtime.remote import REMOTE_VARIABLE
+    return flag or os.environ.get(REMOTE_VARIABLE) or _config()[1].get("remote")
+
+
+def _remote_store(url: str):
+    from qdc.runtime.remote import RemoteStore
+    try:
+        return RemoteStore(url)
+    except ImportError as e:
+        raise click.UsageError(str(e)) from None
+    except Exception as e:  # noqa: BLE001 (a CacheError naming the URL)
+        _fail(str(e))
+
+
+REMOTE_HELP = "Remote store URL (s3://, gs://, az://, http(s)://, file://). Default: $QDC_REMOTE, `remote:` in qdc.yaml."
 
 
 def _fail(message: str) -> None:
@@ -55,24 +73,44 @@ def cli():
 
 # ---- build -------------------------------------------------------------------------------------
 
-def _checked_by(module: str, check: str):
-    """A click callback running the compiler's own check of an option (imported only when the
-    option is parsed), so that a bad value is a usage error."""
+def _target_flag(option):
+    """The `qdc build` flag of a target's option (compiler/targets/base.py, TargetOption): its
+    value checked by the option's own check, so that a bad value is a usage error."""
     def callback(ctx, param, value):
         try:
-            getattr(importlib.import_module(module), check)(value)
+            option.check(value)
         except ValueError as e:
             raise click.BadParameter(str(e)) from None
         return value
-    return callback
+    choices = None if option.choices is None else "[" + "|".join(map(str, option.choices)) + "]"
+    return click.Option([option.flag], type=option.type, metavar=choices, callback=callback, help=option.help)
 
 
-@cli.command()
+class _BuildCommand(click.Command):
+    """`qdc build`, whose --arch help and target flags (--cpu-target, --cuda-arch, ...) come from
+    the arch table and the options each target declares, read when the command runs."""
+
+    def get_params(self, ctx):
+        if "qdc_build_params" not in ctx.meta:
+            from qdc.compiler.driver.options import target_options
+            from qdc.runtime.contract.arches import names
+            arch = click.Option(["--arch"],
+                                help=f"Comma-separated arches ({','.join(names())}) or 'all'. Default: cpu.")
+            flags = [_target_flag(option) for _, option in target_options().values()]
+            own = super().get_params(ctx)
+            helps = [p for p in own if p.name == "help"]
+            rest = [p for p in own if p.name != "help"]
+            ctx.meta["qdc_build_params"] = rest[:1] + [arch] + rest[1:] + flags + helps
+        return ctx.meta["qdc_build_params"]
+
+
+@cli.command(cls=_BuildCommand)
 @click.argument("paths", nargs=-1, required=True)
-@click.option("--arch", help="Comma-separated arches (cpu,cuda,vulkan,metal,amdgpu) or 'all'. Default: cpu.")
 @click.option("--cache", "cache_dir", help=f"Cache folder to write. Default: {DEFAULT_CACHE}.")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), help="Compile in N processes. Default: CPU count.")
 @click.option("--force", is_flag=True, help="Recompile even kernels whose entries are cached.")
+@click.option("--shard", metavar="K/N", help="Build only shard K of N (a stable split of kernel x arch).")
+@click.option("--remote", "remote_url", metavar="URL", help=REMOTE_HELP)
 @click.option("-v", "--verbose", is_flag=True, help="Name each cache hit too, not only each kernel compiled.")
 @click.option("--opt-level", type=click.IntRange(0, 3), help="LLVM optimisation level (default 3).")
 @click.option("--fast-math/--no-fast-math", default=None, help="Allow float reassociation (default off).")
@@ -82,14 +120,7 @@ def _checked_by(module: str, check: str):
 @click.option("--ad-stack-size", type=click.IntRange(min=0), help="Force N adstack slots (0: sized by the compiler).")
 @click.option("--default-ad-stack-size", type=click.IntRange(min=1), help="Fallback adstack capacity (256).")
 @click.option("--ad-stack-strict/--no-ad-stack-strict", default=None, help="Unsized adstacks are errors.")
-@click.option("--cpu-target", callback=_checked_by("qdc.compiler.targets.cpu.isa_levels", "check_cpu_target"),
-              help="CPU code: portable (default: x86-64-v2/v3/v4, the best picked at load), native (this machine) "
-                   "or an ISA level / LLVM CPU name.")
-@click.option("--cuda-arch", callback=_checked_by("qdc.compiler.targets.cuda.arch", "check_cuda_arch"),
-              help="GPU generation of CUDA code, sm_XY (default sm_70: the driver compiles it for newer GPUs).")
-@click.option("--amdgpu-targets", callback=_checked_by("qdc.compiler.targets.amdgpu.arch", "check_amdgpu_targets"),
-              help="AMD GPUs to build code objects for, comma-separated gfx names (default gfx90a,gfx942,gfx1100).")
-def build(paths, arch, cache_dir, jobs, force, verbose, **flags):
+def build(paths, arch, cache_dir, jobs, force, verbose, shard, remote_url, **flags):
     """Compile every kernel in PATHS (.py files or folders) into the cache."""
     from qdc.compiler.driver import build as build_mod
     from qdc.compiler.driver.options import ConfigError, resolve
@@ -97,15 +128,19 @@ def build(paths, arch, cache_dir, jobs, force, verbose, **flags):
     file_values = dict(file_values)
     arch_spec = arch or file_values.pop("arch", None) or "cpu"
     file_values.pop("arch", None)
+    remote_url = remote_url or os.environ.get("QDC_REMOTE") or file_values.get("remote")
+    file_values.pop("remote", None)
     cache_dir = cache_dir or file_values.get("cache_dir") or DEFAULT_CACHE
     try:
         opts = resolve(flags, file_values, source or "configuration file")
         arches = build_mod.resolve_arches(arch_spec)
+        shard = build_mod.parse_shard(shard)
         # `all` means every arch that can express each kernel: the others skip it (an arch named
         # explicitly must build every kernel)
         report = build_mod.build(list(paths), arches, opts, cache_dir, jobs or os.cpu_count() or 1, force,
                                  log=lambda text: click.echo(text, err=True), out=click.echo, verbose=verbose,
-                                 skip_unexpressible=build_mod.means_every_arch(arch_spec))
+                                 skip_unexpressible=build_mod.means_every_arch(arch_spec), shard=shard,
+                                 remote=remote_url)
     except (ConfigError, build_mod.BuildUsageError) as e:
         raise click.UsageError(str(e)) from None
     sys.exit(0 if report.ok else 1)
@@ -115,10 +150,11 @@ def build(paths, arch, cache_dir, jobs, force, verbose, **flags):
 
 @cli.command("ls")
 @click.option("--cache", "cache_dir", help="Cache folder or bundle. Default: ./cache.")
-def ls_cmd(cache_dir):
+@click.option("--remote", "remote_url", metavar="URL", help="List this remote store instead of the cache.")
+def ls_cmd(cache_dir, remote_url):
     """List built modules, their kernels, arches, sizes and build dates."""
     from qdc.runtime import cache as C
-    store = _open(cache_dir)
+    store = _remote_store(remote_url) if remote_url else _open(cache_dir)
     referenced = set()
     modules = C.list_modules(store)
     if not modules:
@@ -315,7 +351,8 @@ def _describe_task(t, m) -> str:
 @cli.command()
 @click.argument("source", required=False, metavar="[DIR|BUNDLE]")
 @click.option("--cache", "cache_dir", help="Cache folder or bundle. Default: ./cache.")
-def verify(source, cache_dir):
+@click.option("--remote", "remote_url", metavar="URL", help="Verify this remote store (downloads everything).")
+def verify(source, cache_dir, remote_url):
     """Check every artifact against its recorded hash and format version, and every module
     record against the entries it names (kernel, variant, fields), that each artifact defines
     exactly the entry points its record names, and names stray files where they are. DIR|BUNDLE:
@@ -323,8 +360,13 @@ def verify(source, cache_dir):
     from qdc.runtime.verify import verify_store
     if source is not None and cache_dir is not None:
         raise click.UsageError("name the cache or bundle once: either DIR|BUNDLE or --cache")
-    store = _open(source if source is not None else cache_dir)
-    checked, problems = verify_store(store)
+    if remote_url is not None and (source is not None or cache_dir is not None):
+        raise click.UsageError("name one store: DIR|BUNDLE, --cache or --remote")
+    store = _remote_store(remote_url) if remote_url else _open(source if source is not None else cache_dir)
+    try:
+        checked, problems = verify_store(store)
+    except Exception as e:  # noqa: BLE001 (a remote that cannot be listed: a CacheError naming it)
+        _fail(str(e))
     for path, reason in problems:
         click.echo(f"{path}: {reason}", err=True)
     click.echo(f"qdc verify: {checked} files checked in {store.location}, {len(problems)} bad")
@@ -335,9 +377,15 @@ def verify(source, cache_dir):
 @click.option("--cache", "cache_dir", help="Cache folder. Default: ./cache.")
 @click.option("--max-size", help="Evict least-recently-used entries until the cache is at most SIZE (e.g. 500M).")
 @click.option("--all", "everything", is_flag=True, help="Remove every entry and module record.")
-def clean(cache_dir, max_size, everything):
-    """Evict least-recently-used entries down to SIZE, or everything."""
+@click.option("--remote", "remote_url", metavar="URL", help="Expire objects of this remote store (--older-than).")
+@click.option("--older-than", metavar="AGE", help="With --remote: delete what was written more than AGE ago "
+                                                   "(e.g. 30d, 12h) and is named by no newer module record.")
+def clean(cache_dir, max_size, everything, remote_url, older_than):
+    """Evict least-recently-used entries down to SIZE, or everything; or expire a remote's old objects."""
     from qdc.runtime import cache as C
+    if remote_url is not None or older_than is not None:
+        _clean_remote(remote_url, older_than, max_size, everything)
+        return
     if (max_size is None) == (not everything):
         raise click.UsageError("give either --max-size SIZE or --all")
     try:
@@ -353,20 +401,115 @@ def clean(cache_dir, max_size, everything):
     click.echo(f"qdc clean: evicted {stats['evicted']} entries, {_human(stats['remaining_bytes'])} left{dropped}")
 
 
+def _clean_remote(remote_url, older_than, max_size, everything) -> None:
+    from qdc.runtime.remote import clean_remote
+    if remote_url is None or older_than is None or max_size is not None or everything:
+        raise click.UsageError("a remote store is cleaned with --remote URL --older-than AGE (alone)")
+    try:
+        seconds = _parse_age(older_than)
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
+    try:
+        stats = clean_remote(_remote_store(remote_url), seconds)
+    except Exception as e:  # noqa: BLE001 (CacheError naming the object)
+        _fail(str(e))
+    click.echo(f"qdc clean: deleted {stats['evicted']} entries and {stats['modules_dropped']} module records "
+               f"from {remote_url}")
+
+
+def _parse_age(text: str) -> float:
+    """'30d', '12h', '45m', '90s' (or seconds) -> seconds."""
+    units = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+    t = str(text).strip().lower()
+    mult = units.get(t[-1:], 1)
+    try:
+        value = float(t[:-1] if t[-1:] in units else t)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ValueError(f"invalid age {text!r}: use a number with d, h, m or s (e.g. 30d)")
+    return value * mult
+
+
 @cli.command()
 @click.option("--cache", "cache_dir", help="Cache folder. Default: ./cache.")
+@click.option("--remote", "remote_url", metavar="URL", help="Pack the modules of this remote store instead.")
 @click.option("-o", "--output", required=True, help="Bundle file to write (e.g. kernels.qdc.tar.gz).")
-def pack(cache_dir, output):
+def pack(cache_dir, output, remote_url):
     """Write the built modules into one reproducible bundle for deployment."""
     from qdc.runtime import cache as C
     from qdc.runtime.bundle import pack as pack_bundle
-    location = _existing_cache_folder(cache_dir)
+    store = _remote_store(remote_url) if remote_url else C.Cache(_existing_cache_folder(cache_dir))
     try:
-        stats = pack_bundle(C.Cache(location), output)
+        stats = pack_bundle(store, output)
     except (C.CacheError, FileNotFoundError, ValueError) as e:
         _fail(f"{e} (nothing was packed; run `qdc verify`)")
     click.echo(f"qdc pack: {stats['modules']} module records, {stats['files']} files, "
                f"{_human(stats['bytes'])} -> {output}")
+
+
+# ---- merge / push / pull -----------------------------------------------------------------------
+
+@cli.command()
+@click.argument("dest")
+@click.argument("sources", nargs=-1, required=True)
+def merge(dest, sources):
+    """Union the caches SOURCES (the shards of one build, say) into cache folder DEST."""
+    from qdc.runtime import cache as C
+    from qdc.runtime.bundle import open_store
+    from qdc.runtime.merge import merge as merge_caches
+    try:
+        stores = [open_store(s) for s in sources]
+        root = C.check_cache_folder(dest)
+    except (FileNotFoundError, ValueError) as e:
+        raise click.UsageError(str(e)) from None
+    try:
+        stats = merge_caches(C.Cache(root), stores)
+    except (C.CacheError, OSError) as e:
+        _fail(str(e))
+    click.echo(f"qdc merge: {stats['entries']} entries and {stats['modules']} module records merged into {dest}")
+
+
+@cli.command()
+@click.option("--cache", "cache_dir", help="Cache folder. Default: ./cache.")
+@click.option("--remote", "remote_url", metavar="URL", help=REMOTE_HELP)
+def push(cache_dir, remote_url):
+    """Upload the cache's entries, then every module record whose entries are all on the remote."""
+    from qdc.runtime import cache as C
+    from qdc.runtime.remote import push_all
+    url = _remote(remote_url) or _no_remote()
+    store = _remote_store(url)
+    try:
+        stats = push_all(store, C.Cache(_existing_cache_folder(cache_dir)), log=lambda t: click.echo(t, err=True))
+    except Exception as e:  # noqa: BLE001 (CacheError naming the object)
+        _fail(str(e))
+    for line in stats["incomplete"]:
+        click.echo(f"qdc push: not uploaded yet, entries missing on the remote: {line}", err=True)
+    click.echo(f"qdc push: {stats['entries']} entries, {stats['modules']} module records -> {url}")
+
+
+@cli.command()
+@click.argument("modules", nargs=-1)
+@click.option("--arch", default="cpu", show_default=True)
+@click.option("--cache", "cache_dir", help="Cache folder to fill. Default: ./cache.")
+@click.option("--remote", "remote_url", metavar="URL", help=REMOTE_HELP)
+def pull(modules, arch, cache_dir, remote_url):
+    """Fetch MODULES (default: every module built for --arch) and their entries, verified, into the cache."""
+    from qdc.runtime import cache as C
+    from qdc.runtime.remote import pull_module
+    url = _remote(remote_url) or _no_remote()
+    store = _remote_store(url)
+    cache = C.Cache(_cache_dir(cache_dir))
+    try:
+        names = modules or [m for m, a in C.list_modules(store) if a == arch]
+        fetched = sum(pull_module(store, cache, m, arch) for m in names)
+    except Exception as e:  # noqa: BLE001 (CacheError / ModuleNotBuiltError naming the object)
+        _fail(str(e))
+    click.echo(f"qdc pull: {len(names)} modules ({arch}), {fetched} entries fetched into {cache.root}")
+
+
+def _no_remote():
+    raise click.UsageError("no remote store: give --remote URL, set QDC_REMOTE or `remote:` in qdc.yaml")
 
 
 def main(argv=None):

@@ -35,7 +35,7 @@ import weakref
 import numpy as np
 
 from . import adstack_sizing as sizing
-from . import context
+from . import context, sizeexpr_eval
 from .contract import sizeexpr as se
 from .contract.artifact import MAX_ADSTACK_CAPACITY, check_adstack_record
 from . import device as device_mod
@@ -241,12 +241,12 @@ class AdStackHooks:
         g["_stale"] = False
         return self.prepare(lctx)
 
-    def env(self, lctx) -> se.LaunchEnv:
-        return se.LaunchEnv(lctx.args, lctx.fields)
+    def env(self, lctx) -> sizeexpr_eval.LaunchEnv:
+        return sizeexpr_eval.LaunchEnv(lctx.args, lctx.fields)
 
     def max_over(self, i: int, env) -> int:
         try:
-            return se.evaluate(self.max_overs[i], env)
+            return sizeexpr_eval.evaluate(self.max_overs[i], env)
         except se.SizeExprError as e:
             raise se.SizeExprError(f"kernel '{self.meta.name}': {e}") from None
 

@@ -34,13 +34,13 @@ of its stacks are turned, once when the kernel is loaded, into the source of `pr
 
 First the leaves: every value read from launch data (scalar arguments, ndarray shapes,
 field and ndarray elements, and every Max/SumOverRange, which the general evaluator of
-sizeexpr.py computes with numpy). When they equal the previous launch's and the heap was not
+sizeexpr_eval.py computes with numpy). When they equal the previous launch's and the heap was not
 reallocated since, nothing else runs. Otherwise the arithmetic follows, then the layout:
 each stack an 8-byte count and its entries rounded up to 8 bytes, a task's stacks one after
 another, the stride the largest task, the heap `stride * slices` (`_grow`, runtime/adstack.py)
 and the ctx words (artifact.py).
 
-Values are exactly those of `sizeexpr.evaluate`: each operation saturates at int64 where the
+Values are exactly those of `sizeexpr_eval.evaluate`: each operation saturates at int64 where the
 ranges of its operands (known from parameter and field dtypes) say it could overflow, `-`
 clamps at 0, a read outside its array is 0. Field elements are read through a memoryview of
 the field's host memory (a constant index is flattened here; a computed one through a small
@@ -56,6 +56,7 @@ from __future__ import annotations
 import operator
 
 from .contract import sizeexpr as se
+from .sizeexpr_eval import host_array
 from .contract.artifact import MAX_ADSTACK_CAPACITY as MAX_CAPACITY
 from .contract.types import by_name
 
@@ -86,7 +87,7 @@ class SizingSource:
         self.lines: list = []
         self.values: dict = {}  # SizeExpr -> (python expression, lo, hi)
         self.leaves: list = []  # names of leaf variables, compared with the previous launch's
-        self.max_overs: list = []  # ranges (Max/SumOverRange) left to sizeexpr.evaluate: _mor(i, env)
+        self.max_overs: list = []  # ranges (Max/SumOverRange) left to sizeexpr_eval.evaluate: _mor(i, env)
         self.uses_args = self.uses_env = False
         self.fields_read: set = set()
         self.field_readers: set = set()  # slots read at computed indices
@@ -304,8 +305,8 @@ def field_reader(view, shape):
 
 
 def ndarray_read(array, idx: tuple) -> int:
-    """One element of an ndarray argument (numpy or qdc) as sizeexpr.evaluate reads it."""
-    arr = se._host_array(array)
+    """One element of an ndarray argument (numpy or qdc) as sizeexpr_eval.evaluate reads it."""
+    arr = host_array(array)
     if len(idx) != arr.ndim or any(not 0 <= i < n for i, n in zip(idx, arr.shape)):
         return 0
     value = int(arr[idx])

@@ -571,6 +571,29 @@ class Cache(DirStore):
         if aside is not None:
             shutil.rmtree(aside, ignore_errors=True)
 
+    def install_entry(self, key: str, files: dict) -> None:
+        """Install an entry verified elsewhere (fetched from a remote): `files` maps file name ->
+        bytes. Staged under tmp/, flushed to disk, then renamed in: a crash leaves it whole or absent."""
+        staging = self._staging_dir(key)
+        try:
+            for name, data in files.items():
+                _write_synced(os.path.join(staging, name), data)
+            _write_synced(os.path.join(staging, STAMP_FILE), b"")
+            final = self.path(entry_path(key))
+            os.makedirs(os.path.dirname(final), exist_ok=True)
+            self._rename_in(staging, final)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+
+    def install_record(self, name: str, data: bytes) -> None:
+        """Replace the module record `name` (verified elsewhere) by `data` in one rename."""
+        path = self.path(name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = os.path.join(self._tmp_root(), f"module-{uuid.uuid4().hex}")
+        _write_synced(tmp, data)
+        os.replace(tmp, path)
+
     def write_module(self, module: str, arch: str, body: dict) -> bool:
         """Replace a module record atomically; False (nothing written) if only its time would change.
         The record remembers each kernel's signature (kernel, variant, parameters) from the entry
@@ -682,6 +705,13 @@ class Cache(DirStore):
             except OSError:
                 pass  # a concurrent builder finished or removed it
         return removed
+
+
+def _write_synced(path: str, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def _remove_file(path: str) -> bool:

@@ -25,7 +25,9 @@ positions: runtime/contract/error_slot.py), which the kernel finds through its c
 words. `watch(slot, report)` hands the slot to the device with the launch's `report(words)`
 (an exception naming the kernel, or None); `sync()` waits for the queue, then reads every
 watched slot, clears and releases it, and raises the first launch's error, so an error
-raised at sync names the kernel that made it. A synchronous fused launch reads its own slot
+raised at sync names the kernel that made it. Before that it prints what kernels wrote into
+the device's print buffer (runtime/kernel_messages.py), where a failed assert is an error.
+A synchronous fused launch reads its own slot
 right after the call instead (the launcher's finish hooks).
 
 Loss. A GPU that reports device loss or a launch timeout (the driver's sticky errors) calls
@@ -43,6 +45,7 @@ import numpy as np
 
 from .contract.error_slot import ERROR_SLOT_WORDS
 from .contract.errors import DeviceLostError
+from . import kernel_messages
 
 _SLOTS_PER_BLOCK = 64
 RECENT_KERNELS = 8  # distinct kernel runs a DeviceLostError names
@@ -145,11 +148,16 @@ class Device:
         raise NotImplementedError
 
     # ---- completion and errors --------------------------------------------------------------
+    def allocate_host_read(self, nbytes: int) -> Allocation:
+        """Zeroed memory the host reads at every sync (error slots, the print buffer): where the
+        device can, host-visible, so that reading it needs no copy through a submission."""
+        return self.allocate(nbytes)
+
     def acquire_error_slot(self) -> ErrorSlot:
         """A zeroed error slot for one launch (or for the synchronous launches of one launcher)."""
         free = self._error_state()["free"]
         if not free:
-            alloc = self.allocate(8 * ERROR_SLOT_WORDS * _SLOTS_PER_BLOCK)
+            alloc = self.allocate_host_read(8 * ERROR_SLOT_WORDS * _SLOTS_PER_BLOCK)
             self._error_state()["blocks"].append(alloc)
             free.extend(ErrorSlot(alloc, 8 * ERROR_SLOT_WORDS * i) for i in reversed(range(_SLOTS_PER_BLOCK)))
         return free.pop()
@@ -174,8 +182,15 @@ class Device:
         frees = getattr(self, "_fenced", None)
         while frees:
             self.free(frees.pop())
+        failed_assert = None
+        try:
+            kernel_messages.drain(self)  # print output first, then the launches' errors
+        except AssertionError as e:
+            failed_assert = e
         state = getattr(self, "_errors", None)
         if state is None or not state["watched"]:
+            if failed_assert is not None:
+                raise failed_assert
             return
         watched, state["watched"] = state["watched"], []
         first = None
@@ -187,6 +202,7 @@ class Device:
                 first = first or error
                 self.copy_to_device(slot.alloc, np.zeros(ERROR_SLOT_WORDS, np.uint64), slot.offset)
             self.release_error_slot(slot)
+        first = first or failed_assert
         if first is not None:
             raise first
 

@@ -14,8 +14,8 @@ import weakref
 import numpy as np
 
 from . import context
-from .element_proxy import ElementProxy
-from .contract.objects import FieldMarker, NdarrayMarker
+from . import element_proxy
+from .contract.objects import FieldMarker, NdarrayMarker, StructFieldMarker
 from .contract.types import DataType, from_numpy as dtype_from_numpy
 
 _ids = itertools.count()
@@ -121,6 +121,42 @@ class _DeviceArray:
     @property
     def nbytes(self) -> int:
         return self.size * int(np.prod(self._element_shape, dtype=np.int64)) * self._dtype.nbytes
+
+    @property
+    def n(self) -> int:
+        """A vector element's length, a matrix element's rows."""
+        if not self._element_shape:
+            raise AttributeError(f"{self._what()} holds scalars: it has no .n")
+        return self._element_shape[0]
+
+    @property
+    def m(self) -> int:
+        """A matrix element's columns (1 for a vector)."""
+        if not self._element_shape:
+            raise AttributeError(f"{self._what()} holds scalars: it has no .m")
+        return self._element_shape[1] if len(self._element_shape) == 2 else 1
+
+    def __deepcopy__(self, memo):
+        """A new array of the same kind with a copy of the contents (and of .grad and .dual):
+        copied on the device where it can copy between buffers, else through the host."""
+        copy = self._empty_like()
+        memo[id(self)] = copy
+        for src, dst in ((self, copy), (self.grad, copy.grad), (self.dual, copy.dual)):
+            if src is not None:
+                src._copy_onto(dst)
+        return copy
+
+    def _copy_onto(self, other: "_DeviceArray") -> None:
+        device = context.current().device
+        copy_between = getattr(device, "copy_between", None)
+        if copy_between is not None:
+            copy_between(self.allocation(), other.allocation(), self.nbytes)
+            return
+        view, other_view = self._synced_view(), other._host_view()
+        if view is not None and other_view is not None:
+            np.copyto(other_view, view)
+        else:
+            other.from_numpy(self.to_numpy())
 
     def __len__(self) -> int:
         if not self._shape:
@@ -250,17 +286,19 @@ class _DeviceArray:
 
     def _read_element(self, idx: tuple):
         """Element `idx` (checked by the caller) as a Python scalar, or a vector/matrix element as
-        an ElementProxy that writes item assignments back: read through the host view
+        a qd.Matrix that writes item assignments back (runtime/element_proxy.py): read through the host view
         where the device shares memory, else a ranged read of that element alone (never a
         copy of the whole array)."""
         view = self._synced_view()
         if view is not None:
             if not self._element_shape:
                 return view[idx].item()
-            return ElementProxy.of(view[idx].copy(), self, idx)
+            return element_proxy.element(view[idx].copy(), self, idx)
         out = np.empty(self._element_count(), self._dtype.np_dtype)
         context.current().device.copy_to_host(self.allocation(), out, self._byte_offset(idx))
-        return ElementProxy.of(out.reshape(self._element_shape), self, idx) if self._element_shape else out[0].item()
+        if not self._element_shape:
+            return out[0].item()
+        return element_proxy.element(out.reshape(self._element_shape), self, idx)
 
     def _what(self) -> str:
         return type(self).__name__.lower()
@@ -292,6 +330,9 @@ class Field(_DeviceArray, FieldMarker):
     def _what(self):
         return f"field '{self.name}'"
 
+    def _empty_like(self) -> "Field":
+        return Field(self._element_spec(), self._shape, self.needs_grad, self.name, needs_dual=self.needs_dual)
+
     def __repr__(self):
         return f"<qdc field {self.name}: {self._dtype}{list(self._shape)}>"
 
@@ -309,6 +350,9 @@ class Ndarray(_DeviceArray, NdarrayMarker):
     def _what(self):
         return f"qd.ndarray {self._dtype}{list(self._shape)}"
 
+    def _empty_like(self) -> "Ndarray":
+        return Ndarray(self._element_spec(), self._shape, self.needs_grad, self.needs_dual)
+
     def __repr__(self):
         return f"<qdc ndarray {self._dtype}{list(self._shape)}>"
 
@@ -319,3 +363,98 @@ def field(dtype, shape=(), needs_grad=False, name=None, needs_dual=False) -> Fie
 
 def ndarray(dtype, shape, needs_grad=False, needs_dual=False) -> Ndarray:
     return Ndarray(dtype, shape, needs_grad, needs_dual)
+
+
+def _is_struct_type(dtype) -> bool:
+    return isinstance(getattr(dtype, "members", None), dict)
+
+
+class StructField(StructFieldMarker):
+    """A field of structs: one field per member (struct-of-arrays), a nested struct being a
+    struct field itself. `struct_type` has `members` (name -> qd scalar type, vector/matrix type
+    or struct type). Members are named `<name>__<member>` so that every one of them is a plain
+    field of a module built ahead of time; `p.a` is member `a`'s field in Python scope."""
+
+    def __init__(self, struct_type, shape=(), needs_grad=False, name=None, _is_grad=False, needs_dual=False):
+        self.struct_type = struct_type
+        self.shape = _normalise_shape(shape)
+        self.is_grad, self.needs_grad = _is_grad, bool(needs_grad)
+        self.name = name or f"struct{next(_ids)}"
+        self.members = {}
+        for member, dtype in struct_type.members.items():
+            make = StructField if _is_struct_type(dtype) else Field
+            self.members[member] = make(dtype, self.shape, needs_grad, f"{self.name}__{member}", _is_grad=_is_grad,
+                                        needs_dual=needs_dual)
+        self.grad = self._buffers("grad") if needs_grad else None
+        self.dual = self._buffers("dual") if needs_dual else None
+
+    @classmethod
+    def of_members(cls, name: str, members: dict, struct_type=None, is_grad: bool = False) -> "StructField":
+        """A struct field over existing member fields (a module loaded ahead of time, a .grad)."""
+        sf = cls.__new__(cls)
+        sf.struct_type, sf.name, sf.members, sf.is_grad = struct_type, name, members, is_grad
+        sf.shape = next(iter(members.values())).shape
+        sf.needs_grad = all(f.grad is not None for f in members.values())
+        sf.grad = sf._buffers("grad") if sf.needs_grad and not is_grad else None
+        sf.dual = sf._buffers("dual") if all(f.dual is not None for f in members.values()) and not is_grad else None
+        return sf
+
+    def _buffers(self, kind: str) -> "StructField":
+        return StructField.of_members(f"{self.name}.{kind}", {k: getattr(f, kind) for k, f in self.members.items()},
+                                      self.struct_type, is_grad=True)
+
+    def set_name(self, name: str) -> None:
+        """Rename the struct field and its members (`<name>__<member>`)."""
+        self.name = name
+        for member, f in self.members.items():
+            f.set_name(f"{name}__{member}")
+        for kind in ("grad", "dual"):
+            if getattr(self, kind) is not None:
+                setattr(self, kind, self._buffers(kind))
+
+    def leaves(self) -> list:
+        """(member path, Field) of every scalar/vector member, nested structs flattened."""
+        out = []
+        for member, f in self.members.items():
+            out += [((member, *path), leaf) for path, leaf in f.leaves()] if isinstance(f, StructField) \
+                else [((member,), f)]
+        return out
+
+    def __getattr__(self, name):
+        members = self.__dict__.get("members")
+        if members is not None and name in members:
+            return members[name]
+        raise AttributeError(f"struct field '{self.__dict__.get('name')}' has no member '{name}'")
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def to_numpy(self) -> dict:
+        """A dict of arrays, one per member (a nested struct: a nested dict)."""
+        return {member: f.to_numpy() for member, f in self.members.items()}
+
+    def from_numpy(self, arrays: dict) -> None:
+        """Overwrite every member from a dict of arrays keyed by member name (as to_numpy gives)."""
+        if not isinstance(arrays, dict) or set(arrays) != set(self.members):
+            got = sorted(arrays) if isinstance(arrays, dict) else type(arrays).__name__
+            raise ValueError(f"struct field '{self.name}': from_numpy needs a dict with the members "
+                             f"{sorted(self.members)}, got {got}")
+        for member, f in self.members.items():
+            f.from_numpy(arrays[member])
+
+    def fill(self, value) -> None:
+        for f in self.members.values():
+            f.fill(value)
+
+    def __getitem__(self, key) -> dict:
+        return {member: f[key] for member, f in self.members.items()}
+
+    def __setitem__(self, key, value: dict) -> None:
+        for member, v in value.items():
+            if member not in self.members:
+                raise KeyError(f"struct field '{self.name}' has no member '{member}'")
+            self.members[member][key] = v
+
+    def __repr__(self):
+        return f"<qdc struct field {self.name}: {list(self.members)}{list(self.shape)}>"

@@ -7,8 +7,9 @@ As in Quadrants: `param` is a field (or qd.ndarray) with `needs_dual=True`; `see
 out only when it holds one element (then it is [1.0]); on entry every dual of a field is
 zeroed (`clear_gradients`, the default) and `param.dual` is set to the seed; on exit the seed
 is cleared and the duals keep their values. While the body runs, a kernel call launches the
-kernel's forward_ad variant: the direct-mode kernel (compiler/language/forward.py) and the
-prebuilt one (loader.py) both come here through `launch`. A kernel without such a variant
+kernel's forward_ad variant: entering stubs every kernel function (kernel_function.py,
+`observe_calls`), so that the direct-mode kernel (compiler/jit/forward.py) and the prebuilt
+one (loader.py) both see the call and launch that variant. A kernel without such a variant
 (built ahead of time, it touches no dual) runs as it is: no tangent passes through it.
 
 In a forward_ad kernel an ndarray's dual takes its gradient word (compiler/autodiff/
@@ -20,16 +21,9 @@ from __future__ import annotations
 import numpy as np
 
 from .fields import DUAL_FIELDS, Field, Ndarray
+from .kernel_function import observe_calls, stop_observing_calls
 
 active = None  # the FwdMode whose `with` body runs, if any
-_on_enter: list = []  # callables that make kernel functions take their slow path (see `on_enter`)
-
-
-def on_enter(suspend) -> None:
-    """Register `suspend()`, called when a FwdMode is entered: kernel functions that launch on
-    their own must send their next calls through their owner, which launches forward_ad."""
-    if suspend not in _on_enter:
-        _on_enter.append(suspend)
 
 
 class FwdMode:
@@ -57,14 +51,14 @@ class FwdMode:
             for v in self.loss:
                 v.dual.fill(0)
         self.param.dual.from_numpy(self.seed)
-        for suspend in _on_enter:
-            suspend()
+        observe_calls()
         active = self
         return self
 
     def __exit__(self, exc_type, exc, tb):
         global active
         active = None
+        stop_observing_calls()
         self.param.dual.fill(0)  # the seed is cleared, as Quadrants does; the outputs' duals stay
 
 

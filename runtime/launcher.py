@@ -130,7 +130,8 @@ import sys
 
 import numpy as np
 
-from . import context
+from . import context, sizeexpr_eval
+from . import random_stream
 from .adstack import launch_hooks
 from .contract import extents, sizeexpr as se
 from .contract.artifact import KernelMeta
@@ -140,6 +141,7 @@ from .fields import Field, Ndarray
 from .returns import ResultReader
 from .vector_arguments import element_reader
 from .contract.types import by_name
+from . import kernel_messages
 from .launch_hooks import LaunchContext, LaunchHooks
 
 _PACK_CODE = {"i8": "b", "i16": "h", "i32": "i", "i64": "q", "u8": "B", "u16": "H", "u32": "I",
@@ -291,7 +293,7 @@ class _Launcher:
             self.iterations = [_iterations(t) for t in meta.tasks]
             # A task whose trip count is a constant (or unknown) dispatches the same slices at
             # every launch: worked out once here, not per launch (None: evaluated per launch).
-            no_args = se.LaunchEnv((), fields, self.read_temp)
+            no_args = sizeexpr_eval.LaunchEnv((), fields, self.read_temp)
             self.fixed_slices = [device.task_slices(t.launch, self.trip_count(i, no_args))
                                  if self.iterations[i] is None or isinstance(self.iterations[i], se.Const) else None
                                  for i, t in enumerate(meta.tasks)]
@@ -370,7 +372,7 @@ class _Launcher:
             slices = self.fixed_slices[i]
             if slices is None:
                 if env is None:
-                    env = se.LaunchEnv(args, self.fields, self.read_temp)
+                    env = sizeexpr_eval.LaunchEnv(args, self.fields, self.read_temp)
                 slices = device.task_slices(task.launch, self.trip_count(i, env))
             device.launch_task(self.loaded, i, ctx, slices)
         if slot is not None:
@@ -385,7 +387,7 @@ class _Launcher:
         if tree is None:
             return None
         try:
-            return se.evaluate(tree, env)
+            return sizeexpr_eval.evaluate(tree, env)
         except se.SizeExprError:
             return None
 
@@ -739,14 +741,23 @@ def make_launcher(meta: KernelMeta, device, loaded, fields: list, hooks: LaunchH
     _check_names(meta.name, [a.name for a in meta.arguments])
     if hooks is None and meta.adstack.get("stacks"):  # the heap sizing and overflow check
         hooks = launch_hooks(meta)
+    if meta.random_slot is not None:  # the seed and the launch counter qd.random() draws from
+        hooks = _with_prepare(hooks, random_stream.STREAM.writer(meta.random_slot))
     checks = None
     if meta.debug_checks:  # debug=True: report the first out-of-range index after the launch
         from .contract.bounds import BoundsChecks
         checks = BoundsChecks(meta)
         hooks = _with_finish(hooks, checks.finish, checks.report)
+    printer = None
+    if meta.messages:  # print, assert, debug checks: the device's print buffer, read after the launch
+        printer = kernel_messages.print_buffer(device)
+        if device.capabilities.synchronous:  # an asynchronous device reads it at sync
+            hooks = _with_finish(hooks, printer.drain, None)
     if hooks is not None and hooks.prepare is None and hooks.finish is None:
         hooks = None
     state = _Launcher(meta, device, loaded, fields, hooks, function)
+    if printer is not None:
+        state.words[meta.print_slot] = printer.register(meta)
     if checks is not None:
         slot = state.errors
         checks.attach(state.words, slot.host[BOUNDS_WORD:BOUNDS_WORD + ERROR_WORDS] if slot.host is not None else None,
@@ -755,6 +766,18 @@ def make_launcher(meta: KernelMeta, device, loaded, fields: list, hooks: LaunchH
     state.bind_runtime()
     context.on_reset(state)
     return state.function
+
+
+def _with_prepare(hooks: LaunchHooks | None, prepare) -> LaunchHooks:
+    """`hooks` with `prepare` run before its own prepare."""
+    if hooks is None or hooks.prepare is None:
+        return LaunchHooks(prepare, *((hooks.finish, hooks.report) if hooks is not None else ()))
+    first = hooks.prepare
+
+    def both(ctx):
+        prepare(ctx)
+        first(ctx)
+    return LaunchHooks(both, hooks.finish, hooks.report)
 
 
 def _with_finish(hooks: LaunchHooks | None, finish, report) -> LaunchHooks:
@@ -772,6 +795,8 @@ def _with_finish(hooks: LaunchHooks | None, finish, report) -> LaunchHooks:
 
     def both_reports(words, ctx_words):
         return first_report(words, ctx_words) or report(words, ctx_words)
+    if report is None or first_report is None:
+        return LaunchHooks(hooks.prepare, both, report or first_report)
     return LaunchHooks(hooks.prepare, both, both_reports)
 
 

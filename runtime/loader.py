@@ -11,7 +11,6 @@ turns checked identifiers into its generated binding code.
 from __future__ import annotations
 
 import os
-import weakref
 
 from . import context, forward_mode
 from .contract.arches import ARCHES
@@ -21,16 +20,21 @@ from .bundle import open_store
 from .cache import cache_error, module_path, module_problems, read_entry, read_module
 from .contract.errors import QdcError
 from .devices.cpu.device import LibraryLoadError
-from .fields import ElementType, Field
-from .launcher import make_launcher, stub_function
+from .fields import ElementType, Field, StructField
+from .kernel_function import KernelFunction
+from .launcher import make_launcher
+from .remote import is_remote, read_through
 from .contract.types import by_name
 
 
 
-def load(cache_dir_or_bundle, module: str, arch: str = "cpu") -> "LoadedModule":
-    """Load module `module` (its kernel file's stem) built for `arch` by `qdc build`."""
+def load(cache_dir_or_bundle, module: str, arch: str = "cpu", local_cache=None) -> "LoadedModule":
+    """Load module `module` (its kernel file's stem) built for `arch` by `qdc build`. A remote
+    store's URL (s3://, gs://, az://, http(s)://, file://; runtime/remote.py) is read through
+    `local_cache` (default: one folder per remote under the user cache folder): the module is
+    fetched and verified there once, and loads offline afterwards."""
     if not isinstance(cache_dir_or_bundle, (str, os.PathLike)):
-        raise TypeError(f"load(): the first argument must be a cache folder or bundle path, "
+        raise TypeError(f"load(): the first argument must be a cache folder, bundle path or remote URL, "
                         f"got {type(cache_dir_or_bundle).__name__}")
     if not isinstance(module, str):
         raise TypeError(f"load(): module must be a module name string such as 'saxpy', got {type(module).__name__}")
@@ -38,16 +42,21 @@ def load(cache_dir_or_bundle, module: str, arch: str = "cpu") -> "LoadedModule":
         raise TypeError(f"load(): arch must be a string such as 'cpu', got {type(arch).__name__}")
     if arch not in ARCHES:
         raise ValueError(f"load(): unknown arch '{arch}' (choose from {', '.join(ARCHES)})")
+    if is_remote(cache_dir_or_bundle):
+        cache_dir_or_bundle = read_through(cache_dir_or_bundle, module, arch, local_cache)
     store = open_store(cache_dir_or_bundle)
     record = read_module(store, module, arch)
     where = store.where(module_path(module, arch))
-    entries = {}
+    entries, missing = {}, []
     for name, key in record["kernels"].items():
         try:
             entries[name] = read_entry(store, key)
         except FileNotFoundError:
-            raise cache_error(where, f"kernel '{name}' refers to cache entry {key[:12]}…, which is missing "
-                                     f"(evicted by `qdc clean`?): rebuild with `qdc build`") from None
+            missing.append(name)
+    if missing:
+        raise cache_error(where, f"the module is incomplete: the cache entries of kernel(s) {', '.join(missing)} "
+                                 f"are missing (a shard of the build not merged, or evicted by `qdc clean`?): "
+                                 f"merge the shards' caches with `qdc merge` or rebuild with `qdc build`")
     problems = module_problems(where, record, entries)  # e.g. a record naming the wrong variant's entry
     if problems:
         raise cache_error(*problems[0])
@@ -59,21 +68,9 @@ def load(cache_dir_or_bundle, module: str, arch: str = "cpu") -> "LoadedModule":
     return LoadedModule(record, entries, store.location)
 
 
-_LOADED: "weakref.WeakSet[LoadedKernel]" = weakref.WeakSet()
-
-
-def _suspend_loaded_kernels() -> None:
-    """On entering a FwdMode: every loaded kernel's next call takes its slow path (forward_ad)."""
-    for k in list(_LOADED):
-        k.function.__code__ = k.stub_code
-
-
-forward_mode.on_enter(_suspend_loaded_kernels)
-
-
-class LoadedKernel:
-    """A prebuilt kernel. The module exposes its `function`, called like the `@qd.kernel` it was
-    built from and, like that one, the launch function itself (launcher.py, "Owners"): bound
+class LoadedKernel(KernelFunction):
+    """A prebuilt kernel. The module exposes its `function` (kernel_function.py), called like
+    the `@qd.kernel` it was built from and, like that one, the launch function itself: bound
     to the active runtime, a call goes straight to the native code; after `qd.init` its first
     call loads the kernel on the new runtime. Inside a `FwdMode` (runtime/forward_mode.py) a
     call runs the forward_ad variant, when the build has one (`function.forward_ad`)."""
@@ -83,13 +80,11 @@ class LoadedKernel:
         self.__name__ = name
         self._entry, self._fields, self._arch = entry, fields, arch
         self._skipped = skipped or {}  # variant -> why `qdc build --arch all` skipped it
-        self.function = stub_function(name, [a.name for a in entry.meta.arguments], self._slow_call)
-        self.stub_code = self.function.__code__
-        self.function.grad = grad.function if grad is not None else self._no_grad
-        self.function.forward_ad = forward_ad.function if forward_ad is not None else self._no_forward_ad
+        super().__init__(name, [a.name for a in entry.meta.arguments],
+                         {"grad": grad.function if grad is not None else self._no_grad,
+                          "forward_ad": forward_ad.function if forward_ad is not None else self._no_forward_ad})
         self._forward_ad = forward_ad
         self._state = None  # (runtime generation, launcher state) of the last load
-        _LOADED.add(self)
 
     def _launcher(self):
         """Load the kernel on the active runtime and make `function` its launch function."""
@@ -105,8 +100,10 @@ class LoadedKernel:
         # Built ahead of time: an adstack overflow's remedy is a rebuild, not qd.init options.
         hooks = launch_hooks(meta, prebuilt=True) if meta.adstack.get("stacks") else None
         launch = make_launcher(meta, rt.device, loaded, self._fields, hooks=hooks, function=self.function)
-        self._state = (rt.generation, launch.__qdc_launcher__)
-        return launch.__qdc_launcher__
+        state = launch.__qdc_launcher__
+        self.launch_directly(state.fast_code)
+        self._state = (rt.generation, state)
+        return state
 
     def _library_where(self) -> str:
         """The cache file of the kernel's native library (its entry folder if it has several)."""
@@ -126,8 +123,7 @@ class LoadedKernel:
             args, _ = forward_mode.dual_arguments(fwd._entry.meta, args, None)
             return fwd._current().launch(*args)
         state = self._current()
-        if forward_mode.active is None:  # back from a FwdMode: the function launches on its own again
-            self.function.__code__ = state.fast_code
+        self.launch_directly(state.fast_code)  # back from a FwdMode or Tape, or loaded on a new runtime
         return state.launch(*args)
 
     def _no_forward_ad(self, *args, **kwargs):
@@ -183,6 +179,13 @@ def _module_field(record: list, element_shape: list) -> Field:
     return Field(element, shape, record[3], name, needs_dual=record[4:5] == [True])
 
 
+def _module_struct(name: str, layout: dict, fields: dict) -> StructField:
+    """The struct field over a module's member fields (record: member -> field name or nested record)."""
+    members = {m: _module_struct(f"{name}__{m}", v, fields) if isinstance(v, dict) else fields[v]
+               for m, v in layout.items()}
+    return StructField.of_members(name, members)
+
+
 class LoadedModule:
     """Fields and kernels of one built module, as attributes."""
 
@@ -201,7 +204,8 @@ class LoadedModule:
             reasons = {v: skipped[base + suffix] for v, suffix in VARIANT_SUFFIXES.items() if base + suffix in skipped}
             self._kernels[name] = LoadedKernel(base, entries[name], self._bind_fields(entries[name]),
                                                self._arch, variants.get("grad"), variants.get("forward_ad"), reasons)
-        exposed = {**self._fields, **{n: k.function for n, k in self._kernels.items() if _is_primary(n)},
+        structs = {n: _module_struct(n, layout, self._fields) for n, layout in record.get("struct_fields", {}).items()}
+        exposed = {**self._fields, **structs, **{n: k.function for n, k in self._kernels.items() if _is_primary(n)},
                    **{n: SkippedKernel(f"{self.__name__}.{n}", self._arch, r) for n, r in skipped.items()
                       if _is_primary(n)}}
         for name, value in exposed.items():

@@ -948,11 +948,11 @@ def test_item6_loop_config_unknown_keys_are_errors_and_serialize_serialises():
 
     @qd.kernel
     def other_unknown():
-        qd.loop_config(block_dim=64, parallelize=2)  # E:parallelize
+        qd.loop_config(block_dim=64, threads=2)  # E:threads
         for i in range(4096):
             a[i] = i
 
-    _compile_error(other_unknown, "E:parallelize", "parallelize")
+    _compile_error(other_unknown, "E:threads", "threads")
 
     @qd.kernel
     def prefix():

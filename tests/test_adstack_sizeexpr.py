@@ -18,6 +18,7 @@ import pytest
 
 import qdc as qd
 from qdc.runtime import adstack, context
+from qdc.runtime import sizeexpr_eval as ev
 from qdc.runtime.contract import sizeexpr as se
 from qdc.runtime.adstack_sizing import dtype_range
 from qdc.runtime.contract.artifact import KernelMeta
@@ -501,7 +502,7 @@ def test_what_sizing_reads_per_launch():
     assert "a[0]" in arg_only and not any(t in arg_only for t in ("_f", "_read", "_mor", "_rf"))
     field = source(field_bound)
     assert "_f" in field and "_mor" not in field and "_read" not in field
-    assert "_mor" in source(by_outer_index)  # a max over the ndarray, vectorised by sizeexpr.evaluate
+    assert "_mor" in source(by_outer_index)  # a max over the ndarray, vectorised by sizeexpr_eval.evaluate
 
     @qd.kernel
     def linear():
@@ -510,7 +511,7 @@ def test_what_sizing_reads_per_launch():
     assert adstack.launch_hooks(linear.grad.compile().meta) is None
 
 
-# ---- the generated evaluation agrees with sizeexpr.evaluate ---------------------------------------------
+# ---- the generated evaluation agrees with sizeexpr_eval.evaluate -----------------------------
 
 def _random_tree(rng, depth, fields, params):
     roll = int(rng.integers(0, 10 if depth else 6))
@@ -538,7 +539,7 @@ def _random_tree(rng, depth, fields, params):
 def test_generated_evaluation_matches_the_reference_evaluator(rng):
     """Random trees over every leaf kind, with values near the int64 limits: the capacities and
     the thread slices the generated `prepare` writes into the ctx words are those of
-    sizeexpr.evaluate (and a capacity past the limit is refused)."""
+    sizeexpr_eval.evaluate (and a capacity past the limit is refused)."""
     fields = [qd.field(qd.i32, shape=()), qd.field(qd.u64, shape=(5,)), qd.field(qd.i16, shape=(3, 4))]
     params = [["s", "scalar", "i32", 0, False], ["t", "scalar", "i64", 0, False],
               ["u", "scalar", "u64", 0, False], ["a", "ndarray", "i32", 2, False],
@@ -567,15 +568,15 @@ def test_generated_evaluation_matches_the_reference_evaluator(rng):
         device = context.current().device
         lctx = LaunchContext(meta, device, fields, np.zeros(meta.ctx_words, np.uint64), device.acquire_error_slot())
         lctx.args = args
-        env = se.LaunchEnv(args, fields)
-        want_caps = [max(se.evaluate(t, env), 1) for t in trees]
+        env = ev.LaunchEnv(args, fields)
+        want_caps = [max(ev.evaluate(t, env), 1) for t in trees]
         too_large = [c for c in want_caps if c > 1 << 40]
         if too_large:  # the first one is refused, with its saturated value
             with pytest.raises(se.SizeExprError, match=f"would need {too_large[0]} entries"):
                 hooks.prepare(lctx)
             continue
         hooks.prepare(lctx)
-        trip, nt, pf = se.evaluate(iterations, env), context.current().device.num_threads, launch["parallel_from"]
+        trip, nt, pf = ev.evaluate(iterations, env), context.current().device.num_threads, launch["parallel_from"]
         want_threads = 0 if trip <= 0 else 1 if pf == 0 or trip < pf else min(trip, nt)
         s = meta.adstack_slot
         assert list(lctx.words[s + 4:s + 10:2]) == want_caps, [se.to_text(t) for t in trees]

@@ -1,7 +1,7 @@
 """The AMDGPU (HIP) device (runtime/devices/amdgpu) where no AMD GPU is: it fails cleanly
 without hip-python or without the ROCm runtime (qd.init, load); on a stand-in for hip-python
 (device memory in host memory, events that complete when told) it runs the stream device
-shared with CUDA (runtime/stream_device.py, exercised on a real GPU by test_cuda_device.py):
+shared with CUDA (runtime/devices/stream.py, exercised on a real GPU by test_cuda_device.py):
 zeroed allocations and ranged copies, the code object of the GPU's own processor (a kernel
 without one is refused naming amdgpu_targets), grids of whole blocks, the shared heap growth
 retrying at exactly the required size, and never freeing a buffer a launch in flight may use

@@ -7,8 +7,9 @@
   symbol, its kernel descriptor `<entry>.kd` and its `amdhsa.kernels` metadata entry (the
   note parsed in Python, code object v5); skipped, saying so, without ld.lld 16+;
 - the grid-stride loop and the adstack slice read the dispatch packet and the workgroup id;
-- the own math functions (no ROCm device libraries) agree with numpy (built for the host,
-  which is how they can be run here) and no kernel is left calling a library;
+- math the backend lowers no call for (no ROCm device libraries) is the shared inline IR of
+  llvm/inline_math.py, whose functions, built for the host (as the CPU target runs them),
+  agree with numpy; no kernel is left calling a library;
 - `amdgpu_targets` is validated and keys the cache; a missing ld.lld is a clear error;
   `qdc build --arch amdgpu` and `qdc inspect --amdgcn` work on a machine without a GPU.
 """
@@ -22,9 +23,11 @@ import pytest
 from qdc.compiler.driver import kernel as K
 from qdc.compiler.driver.options import Options
 from qdc.compiler.targets.amdgpu import linker
-from qdc.compiler.targets.amdgpu import math as amd_math
+from qdc.compiler.targets.amdgpu.target import AMDGPU_MATH, BACKEND_F32_MATH
 from qdc.compiler.targets.amdgpu.arch import DEFAULT_AMDGPU_TARGETS
 from qdc.compiler.targets.amdgpu.code_object import EM_AMDGPU, CodeObject
+from qdc.compiler.targets.llvm import inline_math
+from qdc.compiler.targets.llvm.target import Inline, PerWidth
 from qdc.runtime.contract.errors import QdcCompileError
 from test_cuda_target import CASES, kernels  # noqa: F401 (the fixture: the kernels the suite compiles)
 from backend_util import build_and_list, refused_build_option
@@ -108,8 +111,12 @@ def test_no_kernel_calls_a_library(kernels):
         assert all("@llvm." in line for line in declared), declared
 
 
-OWN = [(op, bits) for op in amd_math.OWN_OPS for bits in (32, 64)
-       if not amd_math.function_name(op, bits).startswith("llvm.")]
+def _implementation(op: str, bits: int):
+    impl = AMDGPU_MATH[op]
+    return impl.for_bits(bits) if isinstance(impl, PerWidth) else impl
+
+
+INLINE = [(op, bits) for op in inline_math.OPS for bits in (32, 64) if isinstance(_implementation(op, bits), Inline)]
 REFERENCE = {"sin": np.sin, "cos": np.cos, "tan": np.tan, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan,
              "tanh": np.tanh, "exp": np.exp, "log": np.log, "pow": np.power, "atan2": np.arctan2}
 DOMAIN = {"asin": (-1, 1), "acos": (-1, 1), "tanh": (-8, 8), "exp": (-700, 700), "pow": (0, 30), "log": (1e-30, 1e30)}
@@ -117,29 +124,33 @@ DOMAIN = {"asin": (-1, 1), "acos": (-1, 1), "tanh": (-8, 8), "exp": (-700, 700),
 
 @pytest.fixture(scope="module")
 def host_math():
-    """The own math functions built for this machine (MCJIT), by name."""
+    """The inline math functions AMDGPU kernels use, built for this machine (MCJIT), by (op, bits)."""
     import llvmlite.binding as llvm
+    from llvmlite import ir as ll
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
-    names = [amd_math.own_name(op, bits) for op, bits in OWN]
-    module = llvm.parse_assembly(str(amd_math.math_library(names, triple=llvm.get_process_triple())))
-    module.verify()
-    engine = llvm.create_mcjit_compiler(module, llvm.Target.from_default_triple().create_target_machine())
+    module = ll.Module(name="inline_math")
+    module.triple = llvm.get_process_triple()
+    for op, bits in INLINE:
+        inline_math.define(module, op, bits).linkage = ""  # callable from here, not only inlined
+    parsed = llvm.parse_assembly(str(module))
+    parsed.verify()
+    engine = llvm.create_mcjit_compiler(parsed, llvm.Target.from_default_triple().create_target_machine())
     engine.finalize_object()
-    yield {n: engine.get_function_address(n) for n in names}
+    yield {(op, bits): engine.get_function_address(inline_math.function_name(op, bits)) for op, bits in INLINE}
     del engine
 
 
-def test_own_math_is_listed_and_the_rest_are_intrinsics():
-    assert {op for op, bits in OWN if bits == 64} == set(amd_math.OWN_OPS)
-    assert {op for op, bits in OWN if bits == 32} == {"tan", "asin", "acos", "atan", "atan2", "tanh"}
+def test_math_is_backend_intrinsics_else_the_shared_inline_math():
+    assert {op for op, bits in INLINE if bits == 64} == set(inline_math.OPS)
+    assert {op for op, bits in INLINE if bits == 32} == set(inline_math.OPS) - set(BACKEND_F32_MATH)
 
 
-@pytest.mark.parametrize("op,bits", OWN)
-def test_own_math_agrees_with_numpy(host_math, rng, op, bits):
+@pytest.mark.parametrize("op,bits", INLINE)
+def test_inline_math_agrees_with_numpy(host_math, rng, op, bits):
     ct, dt = (ctypes.c_double, np.float64) if bits == 64 else (ctypes.c_float, np.float32)
     nargs = 2 if op in ("pow", "atan2") else 1
-    fn = ctypes.CFUNCTYPE(ct, *[ct] * nargs)(host_math[amd_math.own_name(op, bits)])
+    fn = ctypes.CFUNCTYPE(ct, *[ct] * nargs)(host_math[op, bits])
     lo, hi = DOMAIN.get(op, (-30, 30))
     xs = (np.exp(rng.uniform(np.log(lo), np.log(hi), 500)) if op == "log" else rng.uniform(lo, hi, 500)).astype(dt)
     ys = rng.uniform(-10, 10, 500).astype(dt)

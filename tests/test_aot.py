@@ -184,7 +184,7 @@ def test_format_version_mismatch_is_a_cache_error(cache_copy):
 def test_load_argument_errors_are_clear(built, tmp_path):
     with pytest.raises(TypeError, match="module must be"):
         load(built, 3)
-    with pytest.raises(TypeError, match="cache folder or bundle path"):
+    with pytest.raises(TypeError, match="cache folder, bundle path or remote URL"):
         load(None, "saxpy")
     with pytest.raises(ValueError, match="unknown arch 'tpu'"):
         load(built, "saxpy", arch="tpu")

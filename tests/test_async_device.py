@@ -6,6 +6,7 @@ import pytest
 
 import qdc as qd
 from qdc.runtime import context
+from qdc.runtime import sizeexpr_eval as ev
 from qdc.runtime.contract import sizeexpr as se
 from qdc.runtime.contract.error_slot import ERROR_SLOT_WORDS
 from qdc.runtime.device import Allocation, DeviceCapabilities
@@ -248,7 +249,7 @@ def test_element_reads_are_ranged_reads_on_device_memory():
         f[2, 2] = -5
         device.copies.clear()
         tree = se.Add(se.FieldLoad(0, [se.Const(2), se.Const(2)]), se.Const(10))
-        assert se.evaluate(tree, se.LaunchEnv([], [f])) == 5  # max(-5 + 10, 0)
+        assert ev.evaluate(tree, ev.LaunchEnv([], [f])) == 5  # max(-5 + 10, 0)
         assert device.copies == [(22 * 4, 4)]
     finally:
         qd.init(arch=qd.cpu)

@@ -200,13 +200,15 @@ def test_assigning_a_field():
     check(k, "E13", "x =", "cannot assign to 'x', which is a field")
 
 
-def test_break_inside_a_static_loop():
+def test_break_inside_a_static_loop_under_a_runtime_if():
     @qd.kernel
-    def k():
+    def k(n: qd.i32):
         for i in qd.static(range(3)):
-            break  # E14
+            if n > i:
+                break  # E14
 
-    check(k, "E14", "break", "break inside a qd.static loop is not supported")
+    check(k, "E14", "break", "break in a qd.static loop (which is unrolled) must be decided at compile time",
+          args=(1,))
 
 
 def test_break_in_a_parallel_loop():
@@ -307,13 +309,13 @@ def test_loop_config_must_precede_a_for():
     check(k, "E25", "x[0]", "qd.loop_config() must be followed directly by the for loop")
 
 
-def test_assigning_a_loop_variable():
+def test_a_loop_over_a_run_time_choice():
     @qd.kernel
-    def k():
-        for i in range(4):
-            i = i + 1  # E26
+    def k(n: qd.i32):
+        for i in range(4) if n > 0 else range(2):  # E26
+            pass
 
-    check(k, "E26", "i =", "cannot assign to loop variable 'i'")
+    check(k, "E26", "n > 0", "a loop's iterable can only be chosen at compile time", args=(1,))
 
 
 def test_unsupported_operator():

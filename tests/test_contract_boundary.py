@@ -20,10 +20,11 @@ CONTRACT = os.path.join(PACKAGE, "runtime", "contract")
 # a client of the runtime like any deployment, and may use all of it.
 IN_PROCESS_CLIENT = "compiler/jit/"
 # Below it, what the compiler may take from the runtime besides the contract: the cache writer
-# that builds store entries through, and the field objects qd.Vector.field constructs.
+# that builds store entries through, and the field objects qd.Vector.field and struct types construct.
 ALLOWED = {
     "qdc.runtime.cache": {"compiler/driver/build.py", "compiler/driver/kernel.py"},
-    "qdc.runtime.fields": {"compiler/language/matrix.py"},
+    "qdc.runtime.remote": {"compiler/driver/build.py"},  # `qdc build --remote`: the same entries, on a store
+    "qdc.runtime.fields": {"compiler/language/matrix.py", "compiler/language/structs.py"},
 }
 
 

@@ -72,7 +72,7 @@ def test_option_values_are_checked():
 
 
 def test_defaults_direct_native_build_portable():
-    assert Options().effective_cpu_target() == "native"
+    assert Options().effective("cpu_target") == "native"
     assert build_mod._options_for(Options(), "cpu").cpu_target == "portable"
     assert build_mod._options_for(Options().update(cpu_target="native"), "cpu").cpu_target == "native"
 

@@ -166,12 +166,8 @@ def bad_fstring():
     s = f"{x[0]}"  # <- bad_fstring | f"{ | f-strings are not supported
 
 @qd.kernel
-def bad_assert():
-    assert x[0] > 0  # <- bad_assert | assert | assert is not supported
-
-@qd.kernel
 def bad_print():
-    print(x[0])  # <- bad_print | print | 'print' is not a qd.func or a qd intrinsic
+    print(x)  # <- bad_print | x | print() cannot show a Field in a kernel
 
 @qd.kernel
 def bad_yield():
@@ -306,9 +302,12 @@ def bad_break_parallel():
             break  # <- bad_break_parallel | break | break cannot leave a parallel loop
 
 @qd.kernel
-def bad_break_static():
+def bad_break_static(n: qd.i32):
     for i in qd.static(range(3)):
-        break  # <- bad_break_static | break | break inside a qd.static loop is not supported
+        if n > i:
+            break  # <- bad_break_static | break | break in a qd.static loop (which is unrolled) must be decided
+
+ARGS["bad_break_static"] = (1,)
 
 @qd.kernel
 def bad_for_else():
@@ -338,9 +337,11 @@ def bad_assign_field():
     x = 1.0  # <- bad_assign_field | x = | cannot assign to 'x', which is a field  # noqa: F841
 
 @qd.kernel
-def bad_assign_loop_variable():
-    for i in range(4):
-        i = i + 1  # <- bad_assign_loop_variable | i = | cannot assign to loop variable 'i'
+def bad_iterable_choice(n: qd.i32):
+    for i in range(4) if n > 0 else range(2):  # <- bad_iterable_choice | n > 0 | can only be chosen at compile time
+        x[i] = 1.0
+
+ARGS["bad_iterable_choice"] = (1,)
 
 @qd.kernel
 def bad_matmul(v: qd.f32):

@@ -130,8 +130,8 @@ def one_cycle(graph: dict, component: list[str]) -> list[str]:
 
 def test_the_graph_sees_lazy_and_relative_imports():
     graph = import_graph()
-    # compiler/driver/options.py checks arch names with a lazy relative import of pure data
-    assert "qdc.compiler.targets.cuda.arch" in graph["qdc.compiler.driver.options"]
+    # compiler/driver/options.py reads the targets' declared options with a lazy relative import
+    assert "qdc.compiler.targets" in graph["qdc.compiler.driver.options"]
     # the package root imports qdc.runtime.fields by name at module level
     assert "qdc.runtime.fields" in graph[PACKAGE]
 

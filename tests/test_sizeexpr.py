@@ -14,6 +14,7 @@ import qdc as qd
 from qdc.compiler import ir
 from qdc.compiler.autodiff.sizeexpr_builder import SizeExprBuilder, stack_capacity_expr, trip_count_expr
 from qdc.compiler.ir.adstack import AdStackAlloca, AdStackLoadTop, AdStackPop, AdStackPush
+from qdc.runtime import sizeexpr_eval as ev
 from qdc.runtime.contract import sizeexpr as se
 from qdc.runtime.contract import types as T
 
@@ -150,7 +151,7 @@ def run_ir(k: ir.KernelIR, args, fields=()):
 def bound(expr, args, fields=()):
     """Evaluate after a msgpack round trip, as the runtime does with a cached artifact."""
     nodes = msgpack.unpackb(msgpack.packb(se.to_nodes(expr)), raw=False)
-    return se.evaluate(nodes, se.LaunchEnv(args, fields))
+    return ev.evaluate(nodes, ev.LaunchEnv(args, fields))
 
 
 def capacity(kb, stack):
@@ -559,27 +560,27 @@ def test_too_deep_or_too_large_trees_are_rejected():
     doubling = [["const", [1], []]] + [["add", [], [i, i]] for i in range(40)]  # 2**41 nodes expanded
     with pytest.raises(ValueError, match="nodes nested 41 deep"):
         se.from_nodes(doubling)
-    assert se.evaluate(doubling[:11], se.LaunchEnv([])) == 1024
+    assert ev.evaluate(doubling[:11], ev.LaunchEnv([])) == 1024
 
 
 # ---- evaluation -----------------------------------------------------------------------------------
 
 def test_arithmetic_saturates_at_int64_max():
     big = se.Const(1 << 62)
-    env = se.LaunchEnv([])
-    assert se.evaluate(se.Mul(big, se.Const(4)), env) == I64_MAX
-    assert se.evaluate(se.Add(se.Const(I64_MAX), se.Const(I64_MAX)), env) == I64_MAX
-    assert se.evaluate(se.Sub(se.Const(2), se.Const(5)), env) == 0
-    assert se.evaluate(se.Sub(se.Const(-I64_MAX), se.Const(I64_MAX)), env) == 0
+    env = ev.LaunchEnv([])
+    assert ev.evaluate(se.Mul(big, se.Const(4)), env) == I64_MAX
+    assert ev.evaluate(se.Add(se.Const(I64_MAX), se.Const(I64_MAX)), env) == I64_MAX
+    assert ev.evaluate(se.Sub(se.Const(2), se.Const(5)), env) == 0
+    assert ev.evaluate(se.Sub(se.Const(-I64_MAX), se.Const(I64_MAX)), env) == 0
     huge = np.array([1, (1 << 64) - 1, 7], np.uint64)
     j = se.BoundVariable(0)
     read = se.NdarrayRead(0, [j])
-    assert se.evaluate(se.MaxOverRange(0, se.Const(0), se.Const(3), read), se.LaunchEnv([huge])) == I64_MAX
+    assert ev.evaluate(se.MaxOverRange(0, se.Const(0), se.Const(3), read), ev.LaunchEnv([huge])) == I64_MAX
     vec = se.MaxOverRange(0, se.Const(0), se.Const(3), se.Mul(se.Add(read, j), big))  # numpy path
-    assert se.evaluate(vec, se.LaunchEnv([huge])) == I64_MAX
+    assert ev.evaluate(vec, ev.LaunchEnv([huge])) == I64_MAX
     small = np.array([3, -5], np.int64)
     neg = se.MaxOverRange(0, se.Const(0), se.Const(2), se.Mul(se.NdarrayRead(0, [j]), se.Const(-(1 << 62))))
-    assert se.evaluate(se.Add(neg, se.Const(I64_MAX)), se.LaunchEnv([small])) == I64_MAX
+    assert ev.evaluate(se.Add(neg, se.Const(I64_MAX)), ev.LaunchEnv([small])) == I64_MAX
 
 
 def test_vectorised_arithmetic_saturates_at_int64_min_too():
@@ -590,10 +591,10 @@ def test_vectorised_arithmetic_saturates_at_int64_min_too():
     tree = se.MaxOverRange(0, se.Const(0), se.NdarrayShape(0, 0), body)
     for dtype in (np.int32, np.int64):
         arr = np.array([-3, 1, 2], dtype)
-        assert se.evaluate(tree, se.LaunchEnv([arr])) == I64_MAX == _brute_force(tree, [arr], {})
+        assert ev.evaluate(tree, ev.LaunchEnv([arr])) == I64_MAX == _brute_force(tree, [arr], {})
     wide = se.MaxOverRange(0, se.Const(0), se.NdarrayShape(0, 0), se.Sub(se.Const(0), se.NdarrayRead(0, [j])))
     arr = np.array([-(1 << 63), 5], np.int64)  # an int64 element of magnitude 2**63
-    assert se.evaluate(wide, se.LaunchEnv([arr])) == I64_MAX
+    assert ev.evaluate(wide, ev.LaunchEnv([arr])) == I64_MAX
 
 
 def test_max_over_range_guard_raises_instead_of_hanging():
@@ -601,21 +602,21 @@ def test_max_over_range_guard_raises_instead_of_hanging():
     inner = se.MaxOverRange(1, se.Const(0), se.Add(j, se.Const(2)), se.Mul(j, k))
     nested = se.MaxOverRange(0, se.Const(0), se.Const(1 << 40), inner)  # Python-level loop
     with pytest.raises(se.SizeExprError, match=r"1099511627776 Python-level iterations.*ad_stack_size"):
-        se.evaluate(nested, se.LaunchEnv([]))
+        ev.evaluate(nested, ev.LaunchEnv([]))
     flat = se.MaxOverRange(0, se.Const(0), se.ScalarArg(0), se.Mul(j, se.Const(3)))  # numpy path
     with pytest.raises(se.SizeExprError, match="values of"):
-        se.evaluate(flat, se.LaunchEnv([1 << 45]))
-    assert se.evaluate(flat, se.LaunchEnv([1000])) == 2997
+        ev.evaluate(flat, ev.LaunchEnv([1 << 45]))
+    assert ev.evaluate(flat, ev.LaunchEnv([1000])) == 2997
 
 
 def test_guard_counts_every_range_of_one_evaluation(monkeypatch):
-    monkeypatch.setattr(se, "MAX_SCALAR_ITERATIONS", 1000)
+    monkeypatch.setattr(ev, "MAX_SCALAR_ITERATIONS", 1000)
     j, k = se.BoundVariable(0), se.BoundVariable(1)
     inner = se.MaxOverRange(1, se.Const(0), j, se.MaxOverRange(2, se.Const(0), k, se.Add(j, k)))
     tree = se.MaxOverRange(0, se.Const(0), se.ScalarArg(0), inner)
-    assert se.evaluate(tree, se.LaunchEnv([20])) == 19 + 18
+    assert ev.evaluate(tree, ev.LaunchEnv([20])) == 19 + 18
     with pytest.raises(se.SizeExprError):
-        se.evaluate(tree, se.LaunchEnv([60]))  # each range is short, their total is not
+        ev.evaluate(tree, ev.LaunchEnv([60]))  # each range is short, their total is not
 
 
 def _brute_force(e, args, bind):
@@ -663,7 +664,7 @@ def _random_index(rng, var):
 
 
 def test_numpy_evaluation_matches_brute_force(rng, monkeypatch):
-    monkeypatch.setattr(se, "_CHUNK", 7)  # several chunks per range
+    monkeypatch.setattr(ev, "_CHUNK", 7)  # several chunks per range
     for _ in range(60):
         a = rng.integers(-50, 1 << 40, size=int(rng.integers(1, 30)))
         m = rng.integers(-10, 100, size=(int(rng.integers(1, 30)), 3)).astype(np.int32)
@@ -671,28 +672,28 @@ def test_numpy_evaluation_matches_brute_force(rng, monkeypatch):
         body = _random_body(rng, 3, 0)
         tree = se.MaxOverRange(0, se.Const(int(rng.integers(0, 3))), se.ScalarArg(2), body)
         want = max(0, _brute_force(tree, args, {}))
-        assert se.evaluate(tree, se.LaunchEnv(args)) == want, se.to_text(tree)
+        assert ev.evaluate(tree, ev.LaunchEnv(args)) == want, se.to_text(tree)
 
 
 def test_sum_over_matches_brute_force(rng, monkeypatch):
     """Vectorised sums (exact past int64 in the chunks, saturated at the end), the arithmetic
     series, and sums nested in a max over a variable their range depends on."""
-    monkeypatch.setattr(se, "_CHUNK", 7)
+    monkeypatch.setattr(ev, "_CHUNK", 7)
     for _ in range(40):
         a = rng.integers(-50, 1 << 40, size=int(rng.integers(1, 30)))
         m = rng.integers(-10, 100, size=(int(rng.integers(1, 30)), 3)).astype(np.int32)
         args = [a, m, int(rng.integers(0, 40))]
         sum_tree = se.SumOverRange(0, se.Const(int(rng.integers(0, 3))), se.ScalarArg(2), _random_body(rng, 3, 0))
-        assert se.evaluate(sum_tree, se.LaunchEnv(args)) == max(0, _brute_force(sum_tree, args, {})), \
+        assert ev.evaluate(sum_tree, ev.LaunchEnv(args)) == max(0, _brute_force(sum_tree, args, {})), \
             se.to_text(sum_tree)
     i, j = se.BoundVariable(0), se.BoundVariable(1)
     series = se.SumOverRange(1, se.Const(3), se.ScalarArg(0), j)
-    assert se.evaluate(series, se.LaunchEnv([1 << 20])) == sum(range(3, 1 << 20))
-    assert se.evaluate(series, se.LaunchEnv([1 << 40])) == I64_MAX  # closed form, saturated: no scan
+    assert ev.evaluate(series, ev.LaunchEnv([1 << 20])) == sum(range(3, 1 << 20))
+    assert ev.evaluate(series, ev.LaunchEnv([1 << 40])) == I64_MAX  # closed form, saturated: no scan
     triangle = se.MaxOverRange(0, se.Const(0), se.NdarrayShape(0, 0),
                                se.SumOverRange(1, se.Const(0), i, se.NdarrayRead(0, [j])))
     arr = rng.integers(0, 50, size=20)
-    assert se.evaluate(triangle, se.LaunchEnv([arr])) == _brute_force(triangle, [arr], {}) == arr[:-1].sum()
+    assert ev.evaluate(triangle, ev.LaunchEnv([arr])) == _brute_force(triangle, [arr], {}) == arr[:-1].sum()
     assert se.to_text(series, ["n"]) == "sum_over(j in [3, n): j)"
     assert se.from_nodes(se.to_nodes(triangle)) == triangle
 
@@ -704,7 +705,7 @@ def test_nested_max_over_matches_brute_force(rng):
         body = se.Sub(se.NdarrayRead(0, [i, j]), se.Add(i, j))
         inner = se.MaxOverRange(1, se.Const(0), se.Add(i, se.Const(1)), body)  # triangular: Python loop
         tree = se.MaxOverRange(0, se.Const(0), se.NdarrayShape(0, 0), inner)
-        assert se.evaluate(tree, se.LaunchEnv([m])) == _brute_force(tree, [m], {})
+        assert ev.evaluate(tree, ev.LaunchEnv([m])) == _brute_force(tree, [m], {})
 
 
 class _ShapeOnly:
@@ -719,7 +720,7 @@ class _ShapeOnly:
 
 def test_argument_and_shape_trees_touch_no_array_memory():
     tree = se.Add(se.Mul(se.NdarrayShape(0, 0), se.NdarrayShape(0, 1)), se.ScalarArg(1))
-    assert se.evaluate(tree, se.LaunchEnv([_ShapeOnly(), 5])) == 3005
+    assert ev.evaluate(tree, ev.LaunchEnv([_ShapeOnly(), 5])) == 3005
 
 
 def test_launch_env_reads_live_qdc_fields_and_ndarrays(rng):
@@ -731,14 +732,14 @@ def test_launch_env_reads_live_qdc_fields_and_ndarrays(rng):
     j = se.BoundVariable(0)
     tree = se.Add(se.MaxOverRange(0, se.Const(0), se.Const(6), se.FieldLoad(0, [j])),
                   se.MaxOverRange(0, se.Const(2), se.NdarrayShape(0, 0), se.Mul(se.NdarrayRead(0, [j]), j)))
-    assert se.evaluate(tree, se.LaunchEnv([arr], [counts])) == c.max() + (a * np.arange(8))[2:].max()
+    assert ev.evaluate(tree, ev.LaunchEnv([arr], [counts])) == c.max() + (a * np.arange(8))[2:].max()
     counts[3] = 1000  # evaluated per launch: a new env sees the new value
-    assert se.evaluate(tree, se.LaunchEnv([arr], [counts])) == 1000 + (a * np.arange(8))[2:].max()
+    assert ev.evaluate(tree, ev.LaunchEnv([arr], [counts])) == 1000 + (a * np.arange(8))[2:].max()
 
 
 def test_non_integer_scalar_argument_is_reported():
     with pytest.raises(se.SizeExprError, match="argument 0 bounds an adstack"):
-        se.evaluate(se.ScalarArg(0), se.LaunchEnv([2.5]))
+        ev.evaluate(se.ScalarArg(0), ev.LaunchEnv([2.5]))
 
 
 # ---- on the front end's own IR ---------------------------------------------------------------------

@@ -163,7 +163,7 @@ def test_a_record_of_the_32_bit_only_layout_is_refused():
 
 
 def test_meta_words_count_two_words_per_64_bit_value():
-    from qdc.runtime.spirv_abi import adstack_meta_words
+    from qdc.runtime.devices.spirv_abi import adstack_meta_words
     heap = layout.SPIRV_HEAP_64
 
     class Meta:  # f64 with adjoint (int heap), f32 with adjoint (float heap), i64 (int heap)

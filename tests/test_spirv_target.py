@@ -206,9 +206,9 @@ def test_launch_policy_records_loop_config_or_device_default():
 
 def test_args_words_follow_the_abi():
     params = compile_vulkan(ints).ir.params
-    assert arg_words(params) == [0, 1, 3]  # i32: one word, i64: two, u8: one
+    assert arg_words(params) == [0, 1, 3, 4]  # i32: one word, i64: two, u8: one; then the random words
     params = compile_vulkan(stencil).ir.params
-    assert arg_words(params) == [0, 2]  # an ndarray: one word per dimension
+    assert arg_words(params) == [0, 2, 4]  # an ndarray: one word per dimension; then the random words
 
 
 def test_float_atomics_without_float_atomic_add_use_compare_and_swap():

@@ -23,7 +23,7 @@ def test_host_access_follows_quadrants(arch, rng):
     xv = rng.random((4, 5, 3)).astype(np.float32)
     x.from_numpy(xv)
     np.testing.assert_array_equal(x[1, 2], xv[1, 2])
-    assert isinstance(x[1, 2], np.ndarray) and x[1, 2].shape == (3,)
+    assert isinstance(x[1, 2], qd.Matrix) and x[1, 2].shape == (3,)  # a qd.Matrix, as in Quadrants
     x[3, 4] = [1.0, 2.0, 3.0]
     np.testing.assert_array_equal(x.to_numpy()[3, 4], [1, 2, 3])
     m[5] = np.arange(6).reshape(2, 3)

@@ -12,6 +12,7 @@ Then dead work is removed, the usual simplifications run, and every adstack is s
 from __future__ import annotations
 
 from .. import ir
+from ..passes.intrinsics import lower_intrinsics
 from ..passes.pipeline import verify_requested
 from ..passes.reductions import thread_local_reductions
 from ..passes.simplify import simplify
@@ -50,6 +51,7 @@ def make_grad_kernel(k: ir.KernelIR, field_objects: list, opts) -> GradKernelIR:
         tasks.append(_adjoint_task(ctx, t, f"{k.name}_grad_t{len(tasks)}_{t.source_kind}"))
     for t in tasks:
         g.body.append(t)
+    lower_intrinsics(g)  # as the forward pipeline does after the point autodiff starts from
     remove_dead_adstacks(g)
     simplify(g)
     remove_dead_adstacks(g)
@@ -72,6 +74,7 @@ class _KernelContext:
         self.grad = ir.KernelIR(k.name, k.params, k.loc)
         self.grad.fields = list(k.fields)
         self.grad.num_temps, self.grad.temp_types = k.num_temps, list(k.temp_types)
+        self.grad.messages = list(k.messages)  # the forward sweep's prints and debug checks name them
         self.activity = None
         self.adjoint_temps: dict = {}  # temp slot -> slot of its adjoint
         self._grads = CompanionBuffers(self.grad, self.field_objects, "grad")

@@ -34,7 +34,7 @@ from .checks import error
 from .positions import Positions
 
 _RECOMPUTABLE = (ir.Const, ir.ArgLoad, ir.NdarrayShape, ir.TempLoad, ir.GlobalPtr, ir.Unary, ir.Binary,
-                 ir.Cast, ir.Select)
+                 ir.Cast, ir.Select, ir.StopGrad)
 _DROPPED_IN_FORWARD = (ir.GlobalStore, ir.AtomicRMW, ir.TempStore, ir.TempAtomic)
 
 

@@ -12,6 +12,7 @@ for that arch: the record lists it under "skipped" with the reason, which loadin
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import importlib.util
 import json
 import os
@@ -22,10 +23,12 @@ import threading
 import time
 import traceback
 
+from qdc.runtime.contract import arches
 from qdc.runtime.contract.artifact import VARIANT_SUFFIXES, VARIANTS
 from qdc.runtime.cache import Cache, check_cache_folder, writable_problem
 from qdc.runtime.contract.errors import QdcCompileError
-from qdc.runtime.contract.objects import FieldMarker as Field
+from qdc.runtime.contract.objects import FieldMarker as Field, StructFieldMarker as StructField
+from qdc.runtime import remote as remote_mod
 
 from . import cache_key, options as options_mod
 from .. import targets
@@ -73,6 +76,7 @@ class ModuleSource:
     kernels: dict = dataclasses.field(default_factory=dict)  # global name -> Kernel defined here
     fields: dict = dataclasses.field(default_factory=dict)   # global name -> Field
     reached: list = dataclasses.field(default_factory=list)  # fields its kernels reach (any module)
+    structs: dict = dataclasses.field(default_factory=dict)  # global name -> struct field (its members are fields)
     error: str | None = None
 
 
@@ -98,6 +102,13 @@ def load_sources(files: list[str]) -> list[ModuleSource]:
                     value.set_name(name)
                     named.add(id(value))
                 src.fields.setdefault(value.name, value)
+            elif isinstance(value, StructField) and not value.is_grad:
+                if id(value) not in named:
+                    value.set_name(name)  # and its members <name>__<member>
+                    named.add(id(value))
+                src.structs.setdefault(value.name, value)
+                for _, leaf in value.leaves():
+                    src.fields.setdefault(leaf.name, leaf)
             elif (kernel := kernel_of(value)) is not None and kernel.fn.__module__ == src.module.__name__ \
                     and not _has_templates(kernel):  # built only as the instantiations a module declares
                 src.kernels.setdefault(name, kernel)
@@ -156,8 +167,13 @@ class Job:
 
 
 def _options_for(opts, arch):
-    """The build's options for one arch; prebuilt CPU code is portable unless told otherwise."""
-    return dataclasses.replace(opts, arch=arch, cpu_target=opts.cpu_target or options_mod.BUILD_CPU_TARGET)
+    """The build's options for one arch: a target option left unset takes its `qdc build`
+    default (prebuilt CPU code is portable unless told otherwise)."""
+    out = opts.copy(arch=arch)
+    for name, (_, option) in options_mod.target_options().items():
+        if getattr(out, name) is None and option.build_default is not None:
+            setattr(out, name, option.build_default)
+    return out
 
 
 def _params_for_aot(kernel: Kernel):
@@ -228,6 +244,8 @@ class BuildReport:
     built: int = 0
     cached: int = 0
     skipped: int = 0      # kernel variants the target cannot express (`--arch all` only)
+    pulled: int = 0       # cache misses fetched from the remote store instead of compiled
+    elsewhere: int = 0    # kernel variants of the other shards (`--shard K/N`)
     failed: int = 0
     kernels: int = 0      # forward variants among those (built, cached or failed)
     gradients: int = 0    # reverse-mode variants among those
@@ -253,8 +271,8 @@ def resolve_arches(spec) -> list[str]:
     items = spec if isinstance(spec, (list, tuple)) else str(spec).split(",")
     items = [str(a).strip() for a in items if str(a).strip()]
     for a in items:
-        if a not in options_mod.ARCHES:
-            raise BuildUsageError(f"unknown arch '{a}' (choose from {', '.join(options_mod.ARCHES)} or all)")
+        if a not in arches.names():
+            raise BuildUsageError(f"unknown arch '{a}' (choose from {', '.join(arches.names())} or all)")
         if a not in targets.available():
             raise BuildUsageError(f"arch '{a}' has no code generator in this build of qdc "
                                   f"(available: {', '.join(targets.available())})")
@@ -263,31 +281,73 @@ def resolve_arches(spec) -> list[str]:
     return list(dict.fromkeys(items))
 
 
+def parse_shard(text) -> tuple[int, int] | None:
+    """'K/N' (1 <= K <= N) -> (K, N); None for None; BuildUsageError otherwise."""
+    if text is None:
+        return None
+    k, _, n = str(text).partition("/")
+    try:
+        k, n = int(k), int(n)
+    except ValueError:
+        k = n = 0
+    if not 1 <= k <= n:
+        raise BuildUsageError(f"invalid shard '{text}': use K/N with 1 <= K <= N, e.g. --shard 2/4")
+    return k, n
+
+
+def shard_units(units: list[tuple], shard: tuple[int, int] | None) -> set:
+    """The units (module, kernel, arch) that shard K of N builds: all units sorted by a stable
+    hash of their names and dealt out in turn, so shards differ in size by one at most and a
+    kernel's variants (its gradient too) stay together."""
+    if shard is None:
+        return set(units)
+    k, n = shard
+    ordered = sorted(set(units), key=lambda u: hashlib.sha256("/".join(u).encode()).hexdigest())
+    return set(ordered[k - 1::n])
+
+
 def build(paths, arches, opts, cache_dir: str, jobs: int = 1, force: bool = False,
-          log=None, out=None, verbose: bool = False, skip_unexpressible: bool = False) -> BuildReport:
+          log=None, out=None, verbose: bool = False, skip_unexpressible: bool = False,
+          shard: tuple[int, int] | None = None, remote: str | None = None) -> BuildReport:
     """Build every kernel under `paths` for `arches` into `cache_dir`. `log(text)` gets errors
     (default: stderr); `out(text)` a numbered line per kernel variant compiled (`verbose`: a
     line per cache hit too) and the summary (default: stdout). `skip_unexpressible` (`--arch
     all`): a kernel variant an arch cannot express (TargetCannotExpress) is skipped for that
-    arch, with its reason in the module record, instead of failing the build."""
+    arch, with its reason in the module record, instead of failing the build. `shard` (K, N):
+    build only shard K's kernels (`shard_units`); the module records name every kernel's entry
+    and are complete once the shards' caches are merged. `remote`: a store URL (runtime/remote.py)
+    where misses are looked up before compiling and where built entries, then complete module
+    records, are uploaded."""
     log = log or (lambda text: print(text, file=sys.stderr, flush=True))
     out = out or (lambda text: print(text, flush=True))
     t0 = time.perf_counter()
     files = discover(paths)
     cache = _writable_cache(cache_dir)
+    remote_store = _remote_store(remote, log)
     cache.sweep_tmp()  # staging folders of killed builds, once stale
     previous_options, options_mod.current = options_mod.current, opts  # int/float annotations use opts
     imported_before = set(sys.modules)
     try:
         sources = load_sources(files)
         report = _build_sources(sources, files, arches, opts, cache, jobs, force, log, out, verbose,
-                                skip_unexpressible)
+                                skip_unexpressible, shard, remote_store)
     finally:
         options_mod.current = previous_options
         _forget_modules(imported_before, files)  # a later build in this process imports afresh
     report.seconds = time.perf_counter() - t0
     out(_summary(report, arches))
     return report
+
+
+def _remote_store(url, log):
+    if url is None:
+        return None
+    try:
+        store = remote_mod.RemoteStore(url)
+    except (ImportError, remote_mod.CacheError) as e:
+        raise BuildUsageError(str(e)) from None
+    store.log = log
+    return store
 
 
 def _writable_cache(cache_dir: str) -> Cache:
@@ -313,17 +373,20 @@ def _forget_modules(imported_before: set, files: list[str]) -> None:
 
 
 def _build_sources(sources, files, arches, opts, cache: Cache, jobs: int, force: bool, log, out,
-                   verbose: bool, skip_unexpressible: bool = False) -> BuildReport:
+                   verbose: bool, skip_unexpressible: bool = False, shard=None, remote=None) -> BuildReport:
     report = BuildReport()
     todo, results = [], {}
     by_name = {s.name: s for s in sources if s.error is None}
+    mine = shard_units([(s.name, k, a) for s in by_name.values() for k in s.kernels for a in arches], shard)
     for src in sources:
         if src.error is not None:
             report.errors.append(src.error)
             log(src.error)
             continue
-        todo += _plan(src, arches, opts, cache, force, results)
-    report.cached = sum(1 for r in results.values() if r["status"] == "cached")
+        todo += _plan(src, arches, opts, cache, force, results, mine, remote)
+    report.cached = sum(1 for r in results.values() if r["status"] in ("cached", "pulled"))
+    report.pulled = sum(1 for r in results.values() if r["status"] == "pulled")
+    report.elsewhere = sum(1 for r in results.values() if r["status"] == "elsewhere")
     if verbose:
         for (module, kernel, variant, arch) in results:
             out(f"cached {_variant_name(module, kernel, variant)} ({arch})")
@@ -345,7 +408,9 @@ def _build_sources(sources, files, arches, opts, cache: Cache, jobs: int, force:
         for job in todo:
             finished(job, here(job))
     _tally(report, todo, results)
-    for job_id in results:
+    for job_id, result in results.items():
+        if result["status"] == "elsewhere":
+            continue
         if job_id[2] == "grad":
             report.gradients += 1
         elif job_id[2] == "forward_ad":
@@ -357,15 +422,39 @@ def _build_sources(sources, files, arches, opts, cache: Cache, jobs: int, force:
             report.modules += 1
             for arch in arches:
                 _write_module_record(cache, src, arch, results, report, log)
+    if remote is not None:
+        _push(remote, cache, by_name, arches, results, log)
     return report
+
+
+def _push(remote, cache: Cache, by_name: dict, arches, results: dict, log) -> None:
+    """Upload this build's entries, then each module record whose entries are all on the remote
+    (runtime/remote.py, push_module). Checking after one's own upload makes the last shard to
+    finish upload every record."""
+    keys = sorted({r["key"] for r in results.values() if r["status"] in ("built", "cached")})
+    try:
+        for key in keys:
+            remote_mod.push_entry(remote, cache, key)
+        for src in by_name.values():
+            for arch in arches:
+                if not os.path.isfile(cache.path(remote_mod.module_path(src.name, arch))):
+                    continue
+                remote_mod.push_module(remote, cache, src.name, arch)  # if the other shards' entries are there
+    except remote_mod.RemoteWriteRefused as e:
+        remote_mod.refused(remote, e, log)
+    except remote_mod.CacheError as e:
+        log(f"qdc build: error: uploading to {remote.url}: {e}")
 
 
 def _job_id(job: Job) -> tuple:
     return (job.module, job.kernel, job.variant, job.arch)
 
 
-def _plan(src: ModuleSource, arches, opts, cache: Cache, force: bool, results: dict) -> list[Job]:
-    """Jobs for the kernels of `src` that are not already cached; hits go straight to `results`."""
+def _plan(src: ModuleSource, arches, opts, cache: Cache, force: bool, results: dict, mine=None,
+          remote=None) -> list[Job]:
+    """Jobs for the kernels of `src` that are not already cached (locally, else on `remote`, which
+    then installs them locally) and belong to this shard (`mine`); the others go straight to
+    `results` (another shard's as "elsewhere", with their keys for the module record)."""
     todo = []
     for name, kernel in src.kernels.items():
         for arch in arches:
@@ -373,11 +462,28 @@ def _plan(src: ModuleSource, arches, opts, cache: Cache, force: bool, results: d
             src.reached += fields
             for variant in keys or ["forward"]:
                 job = Job(src.name, name, variant, arch)
-                if keys and not force and cache.has_entry(keys[variant]):
+                if mine is not None and (src.name, name, arch) not in mine:
+                    if keys:
+                        results[_job_id(job)] = {"status": "elsewhere", "key": keys[variant]}
+                elif keys and not force and cache.has_entry(keys[variant]):
                     results[_job_id(job)] = {"status": "cached", "key": keys[variant]}
+                elif keys and not force and _pulled(remote, cache, keys[variant]):
+                    results[_job_id(job)] = {"status": "pulled", "key": keys[variant]}
                 else:
                     todo.append(job)
     return todo
+
+
+def _pulled(remote, cache: Cache, key: str) -> bool:
+    """Whether entry `key` was fetched from `remote` (verified) into `cache`. A remote that
+    cannot be reached, or holds a bad copy, is reported and the kernel compiled instead."""
+    if remote is None:
+        return False
+    try:
+        return remote_mod.fetch_entry(remote, cache, key)
+    except remote_mod.CacheError as e:
+        remote.log(f"qdc build: warning: {e} (compiling it instead)")
+        return False
 
 
 def _variant_keys(kernel: Kernel, opts, arch: str) -> tuple[dict, list]:
@@ -420,7 +526,7 @@ def _write_module_record(cache: Cache, src: ModuleSource, arch: str, results: di
             if r["status"] == "skipped":  # loading says why it is missing (runtime/loader.py)
                 skipped[name + VARIANT_SUFFIXES.get(variant, "")] = r["reason"]
                 continue
-            if r["status"] not in ("built", "cached"):
+            if r["status"] not in ("built", "cached", "pulled", "elsewhere"):
                 return  # a failed kernel: keep the module's previous record, if any
             kernels[name + VARIANT_SUFFIXES.get(variant, "")] = r["key"]
     fields = _module_fields(src)
@@ -433,9 +539,15 @@ def _write_module_record(cache: Cache, src: ModuleSource, arch: str, results: di
     element_shapes = {f.name: list(f.element_shape) for f in _declared_fields(src) if f.element_shape}
     if element_shapes:  # fields of vectors/matrices; absent otherwise, as in records from before them
         record["element_shapes"] = element_shapes
+    if src.structs:  # struct name -> {member: its field's name, or a nested struct's record}
+        record["struct_fields"] = {name: _struct_record(sf) for name, sf in src.structs.items()}
     if skipped:  # kernel variant name -> why the arch cannot express it; absent otherwise
         record["skipped"] = skipped
     cache.write_module(src.name, arch, record)
+
+
+def _struct_record(sf) -> dict:
+    return {m: _struct_record(f) if isinstance(f, StructField) else f.name for m, f in sf.members.items()}
 
 
 def _module_fields(src: ModuleSource):
@@ -468,6 +580,10 @@ def _summary(report: BuildReport, arches) -> str:
     if report.forward_modes:
         what += f" + {_count(report.forward_modes, 'forward-mode variant')}"
     parts = [f"{report.built} built", f"{report.cached} cached", f"{report.failed} failed"]
+    if report.pulled:
+        parts.insert(2, f"{report.pulled} of them pulled from the remote")
+    if report.elsewhere:
+        parts.append(f"{report.elsewhere} left to other shards")
     if report.skipped:
         parts.insert(2, f"{report.skipped} skipped (target cannot express them)")
     if report.errors:
@@ -507,8 +623,8 @@ class _Progress:
 # ---- worker processes ------------------------------------------------------------------------
 
 def _options_wire(opts) -> dict:
-    return {f.name: (getattr(opts, f.name).name if hasattr(getattr(opts, f.name), "np_dtype")
-                     else getattr(opts, f.name)) for f in dataclasses.fields(opts)}
+    return {name: (getattr(opts, name).name if hasattr(getattr(opts, name), "np_dtype") else getattr(opts, name))
+            for name in options_mod.option_names()}
 
 
 def _run_in_workers(todo, files, opts, cache_dir, force, n, finished, here, forked=None) -> None:

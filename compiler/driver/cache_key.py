@@ -37,7 +37,7 @@ import numpy as np
 
 from qdc.runtime.contract import types as T
 from qdc.runtime.contract.artifact import FORMAT_VERSION
-from qdc.runtime.contract.objects import FieldMarker as Field
+from qdc.runtime.contract.objects import FieldMarker as Field, StructFieldMarker as StructField
 
 from .. import targets
 from ..language import lang
@@ -254,7 +254,7 @@ class _Walk:
         else:
             return  # a local or a builtin: covered by the source text
         for i, attr in enumerate(chain[1:], 1):
-            if isinstance(value, (Field, lang.Func, T.DataType)) or lang.is_kernel_function(value):
+            if isinstance(value, (Field, StructField, lang.Func, T.DataType)) or lang.is_kernel_function(value):
                 # what hangs off these is the language's (x.grad, x.shape): the object decides it
                 self.value(".".join(chain[:i]), value)
                 return
@@ -272,6 +272,10 @@ class _Walk:
         m = self.material
         if isinstance(v, Field):
             m.append(["field", label, self.add_field(v, label)])
+        elif isinstance(v, StructField):  # one field per member
+            m.append(["struct_field", label, list(v.members)])
+            for name, member in v.members.items():
+                self.value(f"{label}.{name}", member, depth + 1)
         elif isinstance(v, lang.Func):
             m.append(["func", label, v.fn.__qualname__])
             self.function(v.fn, label)

@@ -126,7 +126,8 @@ def build_meta(kir: ir.KernelIR, entry: str, is_grad: bool = False, adstack: dic
         [FieldMeta(f.name, f.dtype.name, f.shape, f.is_grad) for f in kir.fields],
         task_records(kir, entry, adstack, launch_policy),
         kir.num_temps, is_grad, adstack, bounds_checks.records(kir) if debug else None,
-        returns=kir.returns)
+        returns=kir.returns, random=any(isinstance(s, ir.RandomState) for s in ir.walk(kir.body)),
+        messages=kir.messages)
 
 
 def _needs_grad_meta(p: ir.Param, index: int, grads: set | None):

@@ -4,19 +4,25 @@ from __future__ import annotations
 import dataclasses
 import os
 
+from qdc.runtime.contract import arches
 from qdc.runtime.contract import types as T
-from qdc.runtime.contract.arches import ARCHES
 
 from ..language import matrix
 
 CACHE_DIR_VARIABLE = "QDC_CACHE_DIR"  # direct mode's cache folder when qd.init gives no cache_dir
-# cpu_target when none is set (API.md §5): direct mode compiles for this machine, `qdc build`
-# for any CPU of the architecture (compiler/targets/cpu/isa_levels.py).
-DIRECT_CPU_TARGET, BUILD_CPU_TARGET = "native", "portable"
 
 
-@dataclasses.dataclass
+def target_options() -> dict:
+    """name -> (arch, TargetOption) of every option a target declares (compiler/targets/base.py),
+    as the arch table stands when called."""
+    from .. import targets
+    return {option.name: (arch, option) for arch in targets.available() for option in targets.get(arch).options}
+
+
+@dataclasses.dataclass(init=False)
 class Options:
+    """The options of API.md §5: the common ones below, and those the targets declare (`cpu_target`,
+    `cuda_arch`, `amdgpu_targets`, ...), read and set as attributes too (None: unset)."""
     arch: str = "cpu"
     opt_level: int = 3
     fast_math: bool = False
@@ -28,23 +34,43 @@ class Options:
     ad_stack_strict: bool = False
     cache_dir: str | None = None
     cpu_max_num_threads: int | None = None
-    # None: the mode's default, DIRECT_CPU_TARGET in direct mode, BUILD_CPU_TARGET in `qdc build`.
-    cpu_target: str | None = None
-    # The PTX target of arch "cuda" (None: DEFAULT_CUDA_ARCH, sm_70); it enters the cache key
-    # through the CUDA target's cache_description.
-    cuda_arch: str | None = None
-    # The gfx processors arch "amdgpu" builds a code object for (None: DEFAULT_AMDGPU_TARGETS,
-    # gfx90a,gfx942,gfx1100; a comma-separated string or a list); in the AMDGPU target's
-    # cache_description.
-    amdgpu_targets: str | list | None = None
+    random_seed: int = 0  # where qd.random()'s streams start (runtime/random_stream.py); not in cache keys
+    # The targets' options that were set, by name.
+    target_values: dict = dataclasses.field(default_factory=dict)
 
-    # Options that change generated code: part of every cache key.
+    # Options that change generated code: part of every cache key (with the targets' keyed ones).
     CODE_AFFECTING = ("opt_level", "fast_math", "default_fp", "default_ip", "debug",
-                      "ad_stack_size", "default_ad_stack_size", "ad_stack_strict", "cpu_target")
+                      "ad_stack_size", "default_ad_stack_size", "ad_stack_strict")
+
+    def __init__(self, **values):
+        self.target_values = {}
+        for f in _COMMON_FIELDS:
+            setattr(self, f.name, f.default)
+        for name, value in values.items():
+            setattr(self, name, value)
+
+    def __getattr__(self, name):  # only for names that are no attribute: the targets' options
+        if name in target_options():
+            return self.target_values.get(name)
+        raise AttributeError(f"'Options' object has no attribute '{name}'")
+
+    def __setattr__(self, name, value):
+        if name not in _COMMON_NAMES and name in target_options():
+            self.target_values[name] = value
+        else:
+            object.__setattr__(self, name, value)
+
+    def copy(self, **values) -> "Options":
+        """These options with `values` replaced, unchecked."""
+        out = Options(**{f.name: getattr(self, f.name) for f in _COMMON_FIELDS}, **self.target_values)
+        for name, value in values.items():
+            setattr(out, name, value)
+        return out
 
     def update(self, **kw) -> "Options":
+        known = option_names()
         for name, value in kw.items():
-            if name not in {f.name for f in dataclasses.fields(self)}:
+            if name not in known:
                 raise TypeError(f"unknown qdc option '{name}'")
             if name in ("default_fp", "default_ip") and isinstance(value, str):
                 value = T.by_name(value)
@@ -55,8 +81,8 @@ class Options:
         return self
 
     def validate(self) -> None:
-        if self.arch not in ARCHES:
-            raise ValueError(f"unknown arch '{self.arch}' (choose from {', '.join(ARCHES)})")
+        if self.arch not in arches.names():
+            raise ValueError(f"unknown arch '{self.arch}' (choose from {', '.join(arches.names())})")
         if not 0 <= int(self.opt_level) <= 3:
             raise ValueError("opt_level must be 0..3")
         if not self.default_fp.is_float:
@@ -65,25 +91,21 @@ class Options:
             raise ValueError("default_ip must be an integer type")
         if self.ad_stack_size < 0 or self.default_ad_stack_size <= 0:
             raise ValueError("ad_stack_size must be >= 0 and default_ad_stack_size > 0")
-        from ..targets.cpu.isa_levels import check_cpu_target  # pure data: no llvmlite
-        check_cpu_target(self.cpu_target)
-        from ..targets.cuda.arch import check_cuda_arch  # pure data too
-        check_cuda_arch(self.cuda_arch)
-        from ..targets.amdgpu.arch import check_amdgpu_targets  # pure data too
-        check_amdgpu_targets(self.amdgpu_targets)
+        for name, (_, option) in target_options().items():
+            option.check(self.target_values.get(name))
 
-    def effective_cpu_target(self) -> str:
-        return self.cpu_target or DIRECT_CPU_TARGET
-
-    def effective_cuda_arch(self) -> str:
-        from ..targets.cuda.arch import DEFAULT_CUDA_ARCH
-        return self.cuda_arch or DEFAULT_CUDA_ARCH
+    def effective(self, name: str):
+        """A target option's value, else its default (direct mode's: `qdc build` sets its own)."""
+        value = getattr(self, name)
+        return target_options()[name][1].default if value is None else value
 
     def key(self) -> dict:
         out = {n: (getattr(self, n).name if isinstance(getattr(self, n), T.DataType) else getattr(self, n))
                for n in self.CODE_AFFECTING}
-        # Unset and "native" build the same code; other arches do not build CPU code at all.
-        out["cpu_target"] = self.effective_cpu_target() if self.arch == "cpu" else None
+        # A keyed option's unset and default values build the same code; other arches none of it.
+        for name, (arch, option) in target_options().items():
+            if option.keyed:
+                out[name] = self.effective(name) if self.arch == arch else None
         return out
 
     @property
@@ -94,6 +116,15 @@ class Options:
         return self.cache_dir or os.environ.get(CACHE_DIR_VARIABLE) or default
 
 
+_COMMON_FIELDS = tuple(f for f in dataclasses.fields(Options) if f.name != "target_values")
+_COMMON_NAMES = frozenset(f.name for f in dataclasses.fields(Options))
+
+
+def option_names() -> tuple:
+    """Every option's name: the common ones, then the targets' in arch table order."""
+    return tuple(f.name for f in _COMMON_FIELDS) + tuple(target_options())
+
+
 current = Options()  # direct mode's, set by qd.init (compiler/jit/api.py)
 matrix.use_default_types(lambda: (current.default_ip, current.default_fp))
 
@@ -102,9 +133,6 @@ matrix.use_default_types(lambda: (current.default_ip, current.default_fp))
 
 class ConfigError(ValueError):
     """A configuration file is unreadable or sets an unknown or invalid option."""
-
-
-OPTION_NAMES = tuple(f.name for f in dataclasses.fields(Options))
 
 
 def find_config(start: str = ".") -> tuple[str | None, dict]:
@@ -163,8 +191,8 @@ def _normalise(data: dict, source: str) -> dict:
     out = {}
     for name, value in data.items():
         key = str(name).replace("-", "_")
-        if key not in OPTION_NAMES:
-            raise ConfigError(f"{source}: unknown option '{name}' (known: {', '.join(OPTION_NAMES)})")
+        if key not in option_names() and key != "remote":  # `remote`: the store URL of `qdc` commands
+            raise ConfigError(f"{source}: unknown option '{name}' (known: {', '.join(option_names())})")
         out[key] = value
     return out
 

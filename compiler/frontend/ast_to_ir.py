@@ -23,15 +23,22 @@ import numpy as np
 from qdc.runtime.contract import extents, types as T
 from qdc.runtime.contract.errors import QdcCompileError
 from qdc.runtime.contract.objects import FieldMarker as Field
+from qdc.runtime.contract.matrix_value import MatrixValue
 
 from .. import ir
+from ..passes.debug_checks import insert_debug_checks
 from .calls import CallLowering
 from .loops import LoopLowering
+from .func_returns import FuncReturns
 from .returns import ReturnLowering
 from .vector_math import VectorMath
 from .vectors import ElementParam, VectorLowering, VectorValue, VectorVar, element_params, element_shape
+from .structs import StructLowering, StructTarget, StructValue, StructVar
+from ..language.structs import StructType
+from qdc.runtime.contract.objects import StructFieldMarker as StructField
 from ..language import matrix as M
 from .objects import GLOBAL_ARRAYS, NdarrayHandle, Shape
+from .printing import PrintLowering
 from .source import source_info
 from .values import ValueBuilder, is_number, is_runtime, not_a_value_message, short_number
 
@@ -60,6 +67,10 @@ class Frame:
             except ValueError:  # a closure variable not yet assigned
                 pass
         self.loops: list[str] = []  # kinds of the enclosing loops of this function: parallel/serial/static
+        self.static_loop_depths: list[int] = []  # len(FrontEnd.blocks) where each enclosing qd.static loop began
+        # What ends the rest of the body being lowered: "return" (a return the compiled code
+        # always reaches), "break"/"continue" (of the innermost qd.static loop, at compile time).
+        self.stop: str | None = None
         self.base_block, self.start_index = block, index  # where the (inlined) call began
         self.returns: list = []  # (block, value, node) for each `return` lowered (funcs only)
 
@@ -93,7 +104,6 @@ _UNSUPPORTED = {
     "Global": "global/nonlocal declarations are not supported in kernels",
     "Nonlocal": "global/nonlocal declarations are not supported in kernels",
     "Raise": "raise is not supported in kernels",
-    "Assert": "assert is not supported in kernels",
     "Delete": "del is not supported in kernels",
     "JoinedStr": "f-strings are not supported in kernels",
     "Import": "import is not supported in kernels; import at module level",
@@ -111,7 +121,8 @@ _UNSUPPORTED = {
 }
 
 
-class FrontEnd(LoopLowering, CallLowering, ReturnLowering, VectorLowering, VectorMath):
+class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLowering, VectorMath, PrintLowering,
+               StructLowering):
     """Lowers one `@qd.kernel` into a KernelIR. `templates`: name -> argument of its
     qd.template() parameters (compile-time objects); `returns`: whether to store the return
     value (the grad variant returns nothing); `arch`: the target (default `options.arch`), which
@@ -170,11 +181,18 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, VectorLowering, Vecto
             self.node_stack.pop()
 
     def visit_body(self, stmts: list[ast.stmt]):
-        for s in stmts:
+        for i, s in enumerate(stmts):
             if self.pending_loop_config is not None and not isinstance(s, ast.For):
                 self.error("qd.loop_config() must be followed directly by the for loop it configures", s)
-            self.check_after_return(s)
             self.visit(s)
+            if self.frame.stop is not None:  # the compiled code never reaches the rest
+                if isinstance(s, ast.Return) and i + 1 < len(stmts):
+                    if self.frame.is_kernel:
+                        self.error("a kernel's return must be its last statement: this code would never run",
+                                   stmts[i + 1])
+                    self.error("return must be the last statement of a qd.func or of its block: the code after "
+                               "it would never run", s)
+                return
 
     def in_block(self, block: ir.Block, stmts: list[ast.stmt]):
         """Lower `stmts` into `block`, in a new scope."""
@@ -233,6 +251,8 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, VectorLowering, Vecto
         if self.pending_loop_config is not None:
             self.error("qd.loop_config() must be followed directly by the for loop it configures")
         self.finish_returns()
+        if self.options.debug:  # integer overflow and negative integer powers, reported at sync
+            insert_debug_checks(self.kernel)
         return self.kernel
 
     # ---- names ----------------------------------------------------------------------
@@ -262,6 +282,8 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, VectorLowering, Vecto
         if is_number(value):
             self.constants_used[name] = value
             return value.item() if isinstance(value, np.generic) else value
+        if isinstance(value, MatrixValue):  # a Python-scope qd.Vector/qd.Matrix: a constant vector
+            return VectorValue(value.shape, value.to_numpy().ravel().tolist())
         return value
 
     def visit_Name(self, node: ast.Name):
@@ -270,6 +292,8 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, VectorLowering, Vecto
             return self.emit(ir.LocalLoad(v))
         if isinstance(v, VectorVar):
             return self.load_vector_var(v)
+        if isinstance(v, StructVar):
+            return self.load_struct_var(v)
         return v
 
     def visit_Constant(self, node: ast.Constant):
@@ -289,6 +313,10 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, VectorLowering, Vecto
             return self.vector_attribute(base, attr)
         if isinstance(base, NdarrayHandle):
             return self.ndarray_attribute(base, attr)
+        if isinstance(base, StructValue):
+            return self.struct_attribute(base, attr, node)
+        if isinstance(base, StructField):
+            return self.struct_field_attribute(base, attr)
         if isinstance(base, Field):
             if attr == "grad":
                 if base.grad is None:
@@ -339,6 +367,8 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, VectorLowering, Vecto
             self.error("a tuple cannot be used as a scalar value", node)
         if isinstance(v, VectorValue):
             self.error(f"a vector/matrix of shape {v.shape} cannot be used where a scalar is needed", node)
+        if isinstance(v, StructValue):
+            self.error(f"a struct {v.stype!r} cannot be used where a scalar is needed", node)
         self.error(not_a_value_message(v), node)
 
     def visit_BinOp(self, node: ast.BinOp):
@@ -352,7 +382,10 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, VectorLowering, Vecto
 
     def visit_UnaryOp(self, node: ast.UnaryOp):
         x = self.visit(node.operand)
-        if isinstance(x, VectorValue) and not isinstance(node.op, ast.Not):
+        if isinstance(x, VectorValue):
+            if isinstance(node.op, ast.Not):  # refused, as in Quadrants: which truth would it be?
+                self.error("'not' is not defined on a vector/matrix; use v.any() / v.all(), or compare "
+                           "components (v == 0 is element-wise)", node)
             return x if isinstance(node.op, ast.UAdd) else self.vector_unary(_UNARY[type(node.op)], x)
         x = self.scalar(x, node.operand)
         if isinstance(node.op, ast.UAdd):
@@ -372,7 +405,16 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, VectorLowering, Vecto
     def compare(self, op_node, left, right, node):
         """One comparison. Between compile-time values any Python comparison works (e.g.
         `qd.static(a is None)`, `qd.static(x.dtype == qd.f32)`); run-time values support
-        the six ordering and equality comparisons."""
+        the six ordering and equality comparisons. As in Quadrants, `is` / `is not` compare only
+        with None, and `in` only compile-time values."""
+        if isinstance(op_node, (ast.Is, ast.IsNot)) and left is not None and right is not None \
+                and not (self.static_depth and not is_runtime(left) and not is_runtime(right)):
+            self.error(f"'{_PY_COMPARE_SYMBOL[type(op_node)]}' in a kernel compares only with None; "
+                       f"compare values with == / !=", node)
+        if isinstance(op_node, (ast.In, ast.NotIn)) and (_holds_runtime(left) or _holds_runtime(right)
+                                                          or isinstance(right, VectorValue)):
+            self.error(f"'{_PY_COMPARE_SYMBOL[type(op_node)]}' needs compile-time operands (e.g. in "
+                       f"qd.static(...)); compare run-time values with == one by one", node)
         if isinstance(left, VectorValue) or isinstance(right, VectorValue):
             op = _CMPOPS.get(type(op_node))
             if op is None:
@@ -392,7 +434,8 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, VectorLowering, Vecto
         return self.values.binary(op, self.scalar(left, node), self.scalar(right, node))
 
     def visit_BoolOp(self, node: ast.BoolOp):
-        """`and`/`or` short-circuit: an operand runs only if the ones before did not decide."""
+        """`and`/`or` short-circuit and give an operand, as in Python (`1 and 2` is 2): an operand
+        runs only if the ones before did not decide."""
         is_and = isinstance(node.op, ast.And)
 
         def from_operand(i):
@@ -400,27 +443,30 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, VectorLowering, Vecto
             if isinstance(v, GLOBAL_ARRAYS):  # compile-time operands otherwise use Python truthiness
                 self.error("a field or ndarray is not a condition; index it", node.values[i])
             if i + 1 == len(node.values):
-                return self.truth(v)
-            return self.short_circuit(is_and, v, lambda: from_operand(i + 1))
+                return v
+            return self.short_circuit(is_and, v, lambda: from_operand(i + 1), node.values[i])
         return from_operand(0)
 
-    def short_circuit(self, is_and: bool, first, rest):
-        """`first and rest()` / `first or rest()` as a u1 (or a Python bool when both are constant);
-        `rest()` is evaluated only on the path where `first` does not decide."""
+    def short_circuit(self, is_and: bool, first, rest, node=None):
+        """`first and rest()` / `first or rest()`: `first` when it decides, else `rest()`, which
+        is evaluated only on the path where `first` does not decide. A run-time result has the
+        operands' common type."""
         if not is_runtime(first):
-            if bool(first) != is_and:
-                return bool(first)
-            return self.truth(rest())
-        first = self.values.to_bool(first)
-        result = self.new_local(T.u1)
-        self.emit(ir.LocalStore(result, first))
-        branch = self.emit(ir.If(first if is_and else self.values.unary("not", first)))
-        self.emit_into(branch.then_block,
-                       lambda: self.emit(ir.LocalStore(result, self.values.to_bool(rest()))))
+            if isinstance(first, VectorValue):
+                self.error("a vector is not a condition; use .any() or .all()", node)
+            return first if bool(first) != is_and else rest()
+        decided = self.values.to_bool(first)
+        branch = self.emit(ir.If(decided if not is_and else self.values.unary("not", decided)))
+        other = self.emit_into(branch.else_block, rest)
+        if isinstance(other, VectorValue):
+            self.error("the operands of and/or must be scalars", node)
+        if not (is_runtime(other) or is_number(other)):  # a compile-time object (a tuple, None): its truth
+            other = bool(other)
+        result = ir.Alloca(self.values.common_type(first, other), "", self.frame.src.loc(node or self.node_stack[-1]))
+        _insert_before(branch, result)
+        for block, value in ((branch.then_block, first), (branch.else_block, other)):
+            self.emit_into(block, lambda v=value: self.emit(ir.LocalStore(result, self.values.cast(v, result.type))))
         return self.emit(ir.LocalLoad(result))
-
-    def truth(self, v):
-        return self.values.to_bool(v) if is_runtime(v) else bool(v)
 
     def visit_IfExp(self, node: ast.IfExp):
         """`a if c else b` evaluates only the taken side, as Python does."""
@@ -441,6 +487,8 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, VectorLowering, Vecto
     # ---- subscripts and globals ----------------------------------------------------------
     def visit_Subscript(self, node: ast.Subscript):
         base = self.visit(node.value)
+        if isinstance(base, StructField):
+            return self.struct_field_element(base, node)
         if isinstance(base, GLOBAL_ARRAYS) and element_shape(base):
             return self.load_global_vector(base, node)
         if isinstance(base, GLOBAL_ARRAYS):
@@ -481,8 +529,10 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, VectorLowering, Vecto
         indices = []
         for n in index_nodes:
             v = self.visit(n)
-            indices += [self.index_value(n, what, c) for c in v.components] if isinstance(v, VectorValue) \
-                else [self.index_value(n, what, v)]
+            # a vector index (`x[I]`, `grid[base + offset]`) or a tuple held in a local gives one
+            # index per component
+            parts = v.components if isinstance(v, VectorValue) else v if isinstance(v, (tuple, list)) else [v]
+            indices += [self.index_value(n, what, c) for c in parts]
         if len(indices) != rank:
             hint = f" (index a 0-d array with {base.name}[None])" if rank == 0 else ""
             self.error(f"{what} has {rank} dimension(s) but is indexed with {len(indices)} "
@@ -512,6 +562,12 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, VectorLowering, Vecto
                 return  # the docstring
             self.error("a string is not a statement in kernels (only a docstring, the first statement of "
                        "a kernel or qd.func, may be a string); use a # comment", node.value)
+        if self.is_print_call(node.value):
+            self.node_stack.append(node.value)
+            try:
+                return self.lower_print(node.value)
+            finally:
+                self.node_stack.pop()
         self.visit(node.value)
 
     def visit_Pass(self, node):
@@ -528,6 +584,8 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, VectorLowering, Vecto
         dtype = self.visit(node.annotation)
         if isinstance(dtype, M.MatrixType) and node.value is not None:
             return self.annotated_vector(node, dtype)
+        if isinstance(dtype, StructType) and node.value is not None:
+            return self.annotated_struct(node, dtype)
         if dtype is int or dtype is float:
             dtype = self.values.default_ip if dtype is int else self.values.default_fp
         if not isinstance(dtype, T.DataType):
@@ -555,7 +613,10 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, VectorLowering, Vecto
         elif isinstance(target, ast.Name):
             self.assign_name(target, value, value_node)
         elif isinstance(target, (ast.Subscript, ast.Attribute)) and (places := self.vector_target(target)) is not None:
-            self.store_target(places, value, value_node)
+            if isinstance(places, StructTarget):
+                self.store_struct(places, value, value_node or target)
+            else:
+                self.store_target(places, value, value_node)
         elif isinstance(target, ast.Subscript):
             base = self.visit(target.value)
             if not isinstance(base, GLOBAL_ARRAYS):
@@ -605,9 +666,12 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, VectorLowering, Vecto
             self.error(f"cannot assign to '{name}', which is a field or ndarray: write its elements "
                        f"with {name}[i] = ... ({name}[None] = ... for a 0-d field)", target)
         if is_runtime(current) and not isinstance(current, ir.Alloca):
-            self.error(f"cannot assign to loop variable '{name}'; copy it into a new variable first", target)
+            # a loop index: as in Python, the rest of this iteration sees the new value
+            current = self.promote_to_variable(scope, name, current)
         if isinstance(value, VectorValue) or isinstance(current, VectorVar):
             return self.assign_vector_name(target, current, value, value_node)
+        if isinstance(value, StructValue) or isinstance(current, StructVar):
+            return self.assign_struct_name(target, current, value, value_node)
         is_value = is_runtime(value) or is_number(value)
         if scope is not None and scope is not self.frame.scopes[-1] and is_number(current) and is_value:
             current = self.promote_to_variable(scope, name, current)
@@ -636,11 +700,12 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, VectorLowering, Vecto
         return None
 
     def promote_to_variable(self, scope: Scope, name: str, number) -> ir.Alloca:
-        """`name` is bound to a compile-time number in an enclosing scope (a func argument, a
-        qd.static loop value) and is assigned in a nested body: from now on it is a variable,
-        created where that scope starts so that every later read, inside or after the nested
-        body, sees the assignment. (Later insertions at an earlier place of the same block may
-        shift that place; the variable is then created a little earlier, which is harmless.)"""
+        """`name` is bound to a compile-time number (a func argument, a qd.static loop value) or
+        a loop index in scope `scope` and is assigned: from now on it is a variable, created
+        where that scope starts so that every later read, inside or after a nested body, sees
+        the assignment. (Later insertions at an earlier place of the same block may shift that
+        place; the variable is then created a little earlier, which is harmless; a loop index
+        is defined before its body's scope starts.)"""
         staged = ir.Block()
         var = self.emit_into(staged, lambda: self.new_local(self.values.materialize(number).type, name))
         self.emit_into(staged, lambda: self.emit(ir.LocalStore(var, self.values.materialize(number, var.type))))

@@ -17,11 +17,15 @@ from qdc.runtime.contract.objects import FieldMarker as Field
 
 from .. import ir
 from ..language import lang
+from .numeric_calls import NUMERIC_CALLS
 from .objects import GLOBAL_ARRAYS, NdarrayHandle, RangeSpec
-from .source import is_tail_return, source_info
+from .lambda_source import callable_source
+from .source import is_tail_return
 from .values import is_runtime
 from .vector_math import MATH_FUNCTIONS, BoundMethod
-from .vectors import VectorValue, flatten, unflatten
+from .structs import BoundStructMethod, StructValue, flatten, unflatten
+from .vectors import VectorValue, shape_text
+from ..language.structs import StructType
 from ..language import matrix as M
 
 _MAX_INLINE_DEPTH = 64
@@ -35,14 +39,15 @@ _PLAIN_FUNCS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def _plain_function(callee) -> bool:
-    """A Python function of the user's whose source can be read: it is inlined like a qd.func."""
+    """A Python function or lambda of the user's whose source can be read: it is inlined like
+    a qd.func."""
     if not inspect.isfunction(callee) or (callee.__module__ or "").split(".")[0] == "qdc":
         return False
     try:
         inspect.getsource(callee)
     except (OSError, TypeError):
         return False
-    return callee.__name__ != "<lambda>"
+    return True
 
 
 def _as_func(fn) -> lang.Func:
@@ -54,10 +59,17 @@ def _as_func(fn) -> lang.Func:
 
 
 class CallLowering:
+    static_depth = 0  # > 0 while the arguments of a qd.static(...) are lowered
+
     def visit_Call(self, node: ast.Call):
         callee = self.visit(node.func)
+        callee = _SCOPE_BUILTINS.get(callee, callee) if _hashable(callee) else callee
         if isinstance(callee, lang.Func):
             return self.inline_func(callee, node)
+        if isinstance(callee, StructType):
+            return self.construct_struct(callee, node)
+        if isinstance(callee, BoundStructMethod):  # `self` is the struct it was called on
+            return self.inline_func(callee.func, node, receiver=callee.receiver)
         vector = self.vector_call(callee, node)
         if vector is not None:
             return vector
@@ -90,7 +102,10 @@ class CallLowering:
             return self.matrix_helper(helper, node, callee)
         if _hashable(callee) and callee in MATH_FUNCTIONS:
             return self.call_math(callee, node)
-        if callee is M.vector or callee is M.matrix:  # qd.types.vector(n, dtype): a type, made now
+        if callee is M.zero:
+            (x,) = self.call_args(node, 1, 1, "zero")
+            return self.elementwise(self.zero_like, [x], node.args)
+        if any(callee is f for f in (M.vector, M.matrix, lang.vector, lang.matrix)):  # a type, made now
             args = self.call_args(node, 2, 3, callee.__name__)
             if any(is_runtime(a) for a in args):
                 self.error(f"qd.types.{callee.__name__}() needs compile-time arguments")
@@ -105,6 +120,35 @@ class CallLowering:
             count = lo if lo == hi else f"{lo} to {hi}"
             self.error(f"{name}() takes {count} argument(s), got {len(node.args)}")
         return [self.visit(a) for a in node.args]
+
+    def zero_like(self, x):
+        """Zero of the type of scalar `x` (a compile-time number keeps its Python type)."""
+        return self.values.cast(0, x.type) if is_runtime(x) else type(x)(0)
+
+    def call_operands(self, node, lo: int, hi: int, name: str) -> tuple[list, list]:
+        """(values, nodes) of the arguments, `*v` spread: a vector's components, a matrix's rows,
+        a compile-time tuple's items (`qd.max(*v)`)."""
+        for k in node.keywords:
+            if k.arg is None:
+                self.error("argument unpacking (**kwargs) is not supported in kernels", k)
+        if node.keywords:
+            self.error(f"{name}() takes no keyword arguments in kernels")
+        values, nodes = [], []
+        for a in node.args:
+            if not isinstance(a, ast.Starred):
+                values.append(self.visit(a))
+                nodes.append(a)
+                continue
+            v = self.visit(a.value)
+            if isinstance(v, VectorValue):
+                v = v.rows()
+            if not isinstance(v, (tuple, list)):
+                self.error("only a vector, a matrix or a compile-time tuple can be unpacked with * here", a)
+            values += v
+            nodes += [a] * len(v)
+        if not lo <= len(values) <= hi:
+            self.error(f"{name}() takes {lo} to {hi} arguments, got {len(values)}")
+        return values, nodes
 
     def reject_unpacking(self, node: ast.Call):
         for a in [*node.args, *node.keywords]:
@@ -122,10 +166,10 @@ class CallLowering:
         if fn is builtins.len:
             return self.length(self.call_args(node, 1, 1, "len")[0])
         if fn in (builtins.min, builtins.max):
-            args = self.call_args(node, 2, 64, name)
+            args, nodes = self.call_operands(node, 2, 64, name)
             acc = args[0]
-            for a, n in zip(args[1:], node.args[1:]):
-                acc = self.elementwise(lambda x, y: self.values.binary(name, x, y), [acc, a], [node.args[0], n])
+            for a, n in zip(args[1:], nodes[1:]):
+                acc = self.elementwise(lambda x, y: self.values.binary(name, x, y), [acc, a], [nodes[0], n])
             return acc
         if fn is builtins.pow:
             return self.elementwise(lambda x, y: self.values.binary("pow", x, y), self.call_args(node, 2, 2, "pow"),
@@ -181,13 +225,20 @@ class CallLowering:
             return self.elementwise(select, self.call_args(node, 3, 3, "select"), node.args)
         if what == "cast":
             x, dtype = self.call_args(node, 2, 2, "cast")
+            if dtype is int or dtype is float:
+                dtype = self.values.default_ip if dtype is int else self.values.default_fp
             if not isinstance(dtype, T.DataType):
                 self.error("qd.cast() needs a qd type as its second argument", node.args[1])
             if isinstance(x, VectorValue):
                 return x.map(lambda c: self.convert(c, dtype, node.args[0]))
             return self.convert(self.scalar(x, node.args[0]), dtype, node.args[0])
-        if what == "static":
-            return self.static_value(self.call_args(node, 1, 8, "static"), node)
+        if what == "static":  # its argument is Python evaluated now: `is` between compile-time values is fine
+            self.static_depth += 1
+            try:
+                args = self.call_args(node, 1, 8, "static")
+            finally:
+                self.static_depth -= 1
+            return self.static_value(args, node)
         if what == "atomic":
             if node.keywords or len(node.args) != 2:
                 self.error(f"{fname}() takes 2 arguments: a field/ndarray element (or local) and a value")
@@ -203,6 +254,18 @@ class CallLowering:
             return lang.ndrange(*[self.ndrange_dim(self.visit(a), a) for a in node.args])
         if what == "loop_config":
             return self.loop_config(node)
+        if what in NUMERIC_CALLS:
+            return NUMERIC_CALLS[what](self, node, fname)
+        if what == "grouped":
+            (it,) = self.call_args(node, 1, 1, "grouped")
+            return lang.grouped(it)
+        if what == "func":  # qd.func(f) applied in a kernel: f, inlined when called
+            (fn,) = self.call_args(node, 1, 1, "func")
+            if isinstance(fn, lang.Func):
+                return fn
+            if not _plain_function(fn):
+                self.error("qd.func() takes a Python function whose source can be read", node.args[0])
+            return _as_func(fn)
         self.error(f"unsupported intrinsic {fname}")
 
     def ndrange_dim(self, d, node):
@@ -233,10 +296,11 @@ class CallLowering:
         return out[0] if len(out) == 1 else tuple(out)
 
     def loop_config(self, node):
-        """`qd.loop_config(serialize=..., block_dim=...)` configures the `for` right after it; any
-        other key is an error (a misspelt `serialise=` must not leave the loop parallel)."""
+        """`qd.loop_config(serialize=, block_dim=, parallelize=, block_dim_adaptive=, name=)`
+        configures the `for` right after it; any other key is an error (a misspelt `serialise=`
+        must not leave the loop parallel)."""
         if node.args:
-            self.error("qd.loop_config() takes keyword arguments only (serialize=, block_dim=)")
+            self.error(f"qd.loop_config() takes keyword arguments only ({_LOOP_CONFIG_KEYS_TEXT})")
         config = LoopConfig()
         for kw in node.keywords:
             if kw.arg not in LOOP_CONFIG_KEYS:
@@ -246,10 +310,17 @@ class CallLowering:
                 self.error(f"qd.loop_config({kw.arg}=...) must be a compile-time value", kw.value)
             if kw.arg == "serialize":
                 config.serialize = bool(v)
+            elif kw.arg == "block_dim_adaptive":
+                pass  # Quadrants' permission to choose the block size: what every device here does anyway
+            elif kw.arg == "name":
+                if v is not None and not (isinstance(v, str) and v.isidentifier() and v.isascii() and len(v) <= 64):
+                    self.error(f"qd.loop_config(name=...) must be an identifier of at most 64 ASCII characters, "
+                               f"got {v!r}", kw.value)
+                config.label = v
             elif v is not None:
-                if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-                    self.error(f"qd.loop_config(block_dim=...) must be a positive integer, got {v!r}", kw.value)
-                config.block_dim = v
+                if isinstance(v, bool) or not isinstance(v, int) or not 0 < v <= _MAX_LOOP_CONFIG_INT:
+                    self.error(f"qd.loop_config({kw.arg}=...) must be a positive integer, got {v!r}", kw.value)
+                setattr(config, kw.arg, v)
         self.pending_loop_config = config
         return None
 
@@ -277,23 +348,24 @@ class CallLowering:
                    target_node)
 
     # ---- qd.func inlining ----------------------------------------------------------------------
-    def inline_func(self, func: lang.Func, node: ast.Call):
+    def inline_func(self, func: lang.Func, node: ast.Call, receiver=None):
         if any(f.fn is func.fn for f in self.frames):
             self.error(f"qd.func '{func.__name__}' calls itself (directly or through other funcs); "
                        f"recursion is not supported")
         if len(self.frames) > _MAX_INLINE_DEPTH:
             self.error("qd.func calls nested too deeply")
-        src = source_info(func.fn)
+        src = callable_source(func.fn)
         if not any(f is func for f in self.funcs_used):
             self.funcs_used.append(func)
         self.reject_unpacking(node)
-        args = [self.visit(a) for a in node.args]
+        args = [receiver] * (receiver is not None) + [self.visit(a) for a in node.args]
         kwargs = {kw.arg: self.visit(kw.value) for kw in node.keywords}
         try:
             bound = inspect.signature(func.fn).bind(*args, **kwargs)
         except TypeError as e:
             self.error(f"call to qd.func '{func.__name__}': {e}")
         bound.apply_defaults()
+        matrix_types = {name: self.matrix_parameter(func, name, value, node) for name, value in bound.arguments.items()}
         frame = self.new_frame(func.fn, src)
         self.frames.append(frame)
         try:
@@ -303,21 +375,49 @@ class CallLowering:
                     self.emit(ir.LocalStore(var, value))
                     value = var
                 elif isinstance(value, VectorValue):
-                    value = self.new_vector_var(value, name)
+                    mtype = matrix_types[name]
+                    dtype = mtype and mtype.element_dtype(self.values.default_ip, self.values.default_fp)
+                    value = self.new_vector_var(value, name, dtype)
+                elif isinstance(value, StructValue):
+                    value = self.new_struct_var(value, name)
                 frame.scopes[0][name] = value
             self.visit_body(src.func_body)
-            return self.func_result(frame)
+            result = self.func_result(frame)
+            return self.convert_func_result(func.fn, result, frame.returns[-1][2] if frame.returns else src.fn_def)
         finally:
             self.frames.pop()
+
+    def matrix_parameter(self, func: lang.Func, name: str, value, node) -> M.MatrixType | None:
+        """The vector/matrix type parameter `name` of `func` is annotated with (None for any other
+        annotation); the argument must have its shape (it is converted to its element type)."""
+        ann = inspect.signature(func.fn).parameters[name].annotation
+        if isinstance(ann, str):  # postponed annotations: evaluated as typing would
+            try:
+                ann = eval(ann, func.fn.__globals__)  # noqa: S307  (the user's own annotation)
+            except Exception:  # noqa: BLE001  (an annotation qdc does not read: no check)
+                return None
+        if not isinstance(ann, M.MatrixType):
+            return None
+        if not isinstance(value, VectorValue) or value.shape != ann.shape:
+            got = f"shape {shape_text(value.shape)}" if isinstance(value, VectorValue) else "a scalar"
+            self.error(f"call to qd.func '{func.__name__}': parameter '{name}' is a {ann!r}, the argument has "
+                       f"{got}", node)
+        return ann
 
     def visit_Return(self, node: ast.Return):
         if self.frame.is_kernel:
             return self.kernel_return(node)  # returns.py
-        if not is_tail_return(node):
+        frame = self.frame
+        # outside run-time control flow (under `if qd.static`, in a qd.static loop) a return
+        # always runs when reached: it ends the func (frame.stop skips the rest)
+        reached_always = self.blocks[-1] is frame.base_block and all(k == "static" for k in frame.loops)
+        if not is_tail_return(node) and not reached_always:
             self.error("return must be the last statement of a qd.func, or end an if/else branch "
-                       "(returns inside loops or followed by code are not supported)")
+                       "(returns inside run-time loops or followed by code are not supported)")
         value = None if node.value is None else self.visit(node.value)
-        self.frame.returns.append((self.blocks[-1], value, node))
+        frame.returns.append((self.blocks[-1], value, node))
+        if reached_always:
+            frame.stop = "return"
 
     def func_result(self, frame):
         """The value of an inlined call. A single return at the func's top level is its value
@@ -361,7 +461,11 @@ class CallLowering:
         return results
 
 
-LOOP_CONFIG_KEYS = ("serialize", "block_dim")
+LOOP_CONFIG_KEYS = ("serialize", "block_dim", "parallelize", "block_dim_adaptive", "name")
+_LOOP_CONFIG_KEYS_TEXT = ", ".join(f"{k}=" for k in LOOP_CONFIG_KEYS)
+_MAX_LOOP_CONFIG_INT = 1 << 16  # threads of a block, or of a CPU loop
+# Python-scope versions of builtins (element-wise on qd.Matrix values); in kernels, the builtins
+_SCOPE_BUILTINS = {lang.min: builtins.min, lang.max: builtins.max}
 _MATRIX_HELPERS = {M.Matrix.identity: "identity", M.Matrix.diag: "diag", M.Matrix.zero: "zero",
                    M.Matrix.one: "one", M.Matrix.rows: "rows", M.Matrix.cols: "cols",
                    M.Vector.zero: "zero", M.Vector.one: "one", M.Vector.unit: "unit"}
@@ -369,22 +473,26 @@ _MATRIX_HELPERS = {M.Matrix.identity: "identity", M.Matrix.diag: "diag", M.Matri
 
 class LoopConfig:
     """What `qd.loop_config(...)` set for the next loop. `block_dim` is kept on the RangeFor
-    for GPU backends (threads per block); the CPU backend has no use for it."""
+    for GPU backends (threads per block), `parallelize` for the CPU (most threads), `label`
+    (name=) names its task."""
 
     def __init__(self):
-        self.serialize, self.block_dim = False, None
+        self.serialize, self.block_dim, self.parallelize, self.label = False, None, None, None
+
+    def apply(self, loop: ir.RangeFor) -> None:
+        loop.block_dim, loop.max_threads, loop.label = self.block_dim, self.parallelize, self.label
 
 
 def _unknown_key_message(key) -> str:
     if key is None:
-        return "qd.loop_config() does not take **kwargs; it accepts serialize= and block_dim="
+        return f"qd.loop_config() does not take **kwargs; it accepts {_LOOP_CONFIG_KEYS_TEXT}"
     close = difflib.get_close_matches(key, LOOP_CONFIG_KEYS, n=1)
     hint = f" (did you mean '{close[0]}'?)" if close else ""
-    return f"qd.loop_config() has no option '{key}'{hint}; it accepts serialize= and block_dim="
+    return f"qd.loop_config() has no option '{key}'{hint}; it accepts {_LOOP_CONFIG_KEYS_TEXT}"
 
 
 def _holds_vector(v) -> bool:
-    return isinstance(v, VectorValue) or isinstance(v, tuple) and any(_holds_vector(e) for e in v)
+    return isinstance(v, (VectorValue, StructValue)) or isinstance(v, tuple) and any(_holds_vector(e) for e in v)
 
 
 def _return_shape(v):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 
 from qdc.runtime.contract import types as T
-from qdc.runtime.contract.objects import FieldMarker as Field
+from qdc.runtime.contract.objects import FieldMarker as Field, StructFieldMarker
 
 from .. import ir
 from ..language import lang
@@ -22,14 +22,26 @@ class LoopLowering:
         if node.orelse:
             self.error("for/else is not supported in kernels")
         config, self.pending_loop_config = self.pending_loop_config, None
-        if self.is_static_call(node.iter):
+        iter_node = self.chosen_iterable(node.iter)
+        if self.is_static_call(iter_node):
             if config is not None:
                 self.error("qd.loop_config() does not apply to a qd.static loop (it is unrolled)")
-            return self.static_for(node, self.visit(node.iter))
-        iterable = self.visit(node.iter)
-        dims, kind = self.loop_dims(iterable, node.iter)
-        self.range_for(node, dims, kind, serialize=config is not None and config.serialize,
-                       block_dim=config.block_dim if config is not None else None)
+            return self.static_for(node, self.visit(iter_node), iter_node)
+        iterable = self.visit(iter_node)
+        grouped = isinstance(iterable, lang.grouped)
+        dims, kind = self.loop_dims(iterable.iterable if grouped else iterable, iter_node)
+        self.range_for(node, dims, kind, config, iter_node, grouped)
+
+    def chosen_iterable(self, node):
+        """The iterable a compile-time conditional picks (`A if qd.static(c) else
+        qd.static(range(k))`, nested too); any other iterable as it is."""
+        while isinstance(node, ast.IfExp):
+            cond = self.visit(node.test)
+            if is_runtime(cond):
+                self.error("a loop's iterable can only be chosen at compile time: wrap the condition in "
+                           "qd.static(...)", node.test)
+            node = node.body if cond else node.orelse
+        return node
 
     def is_static_call(self, node) -> bool:
         return isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute)) \
@@ -51,7 +63,7 @@ class LoopLowering:
             if not dims:
                 self.error("qd.ndrange() needs at least one dimension", node)
             return dims, "ndrange"
-        if isinstance(it, Field):
+        if isinstance(it, (Field, StructFieldMarker)):  # a struct field: every index of its members
             if not it.shape:
                 self.error(f"cannot loop over 0-d field '{it.name}'; read it as {it.name}[None]", node)
             return [(0, s, 1) for s in it.shape], "struct"
@@ -63,23 +75,38 @@ class LoopLowering:
             self.error("a loop over a tuple or list must be unrolled: wrap it in qd.static(...)", node)
         self.error("for loops iterate over range(), qd.ndrange(), qd.static(...), a field or an ndarray", node)
 
-    def static_for(self, node: ast.For, it):
-        """`for v in qd.static(iterable)`: the body is lowered once per element."""
+    def static_for(self, node: ast.For, it, iter_node):
+        """`for v in qd.static(iterable)`: the body is lowered once per element; a `break` or
+        `continue` the compiled body reaches (directly or under `if qd.static(...)`) acts on
+        the unrolling; a `return` ends it and the function."""
+        grouped = isinstance(it, lang.grouped)
+        if grouped:
+            it = it.iterable
         if isinstance(it, lang.ndrange):
             if any(is_runtime(x) for d in it.dims for x in (d if isinstance(d, (tuple, list)) else (d,))):
-                self.error("qd.static(qd.ndrange(...)) needs compile-time bounds", node.iter)
+                self.error("qd.static(qd.ndrange(...)) needs compile-time bounds", iter_node)
             it = list(it)
+        if grouped:  # qd.static(qd.grouped(...)): vector indices of constants
+            it = [self.vector_of((len(i),), i) for i in (idx if isinstance(idx, tuple) else (idx,) for idx in it)]
         if not isinstance(it, (range, tuple, list)):
             self.error("qd.static() loops need a compile-time iterable (a range of constants, a tuple "
-                       "or a qd.ndrange of constants)", node.iter)
-        self.frame.loops.append("static")
+                       "or a qd.ndrange of constants)", iter_node)
+        frame = self.frame
+        frame.loops.append("static")
+        frame.static_loop_depths.append(len(self.blocks))
         try:
             for value in it:
                 with self.scope():
                     self.bind_targets(node.target, value)
                     self.visit_body(node.body)
+                stop = frame.stop
+                if stop in ("break", "continue"):  # they end this iteration of the unrolling only
+                    frame.stop = None
+                if stop in ("break", "return"):
+                    break
         finally:
-            self.frame.loops.pop()
+            frame.loops.pop()
+            frame.static_loop_depths.pop()
 
     def bind_targets(self, target, value):
         if isinstance(target, ast.Name):
@@ -91,33 +118,39 @@ class LoopLowering:
         else:
             self.error("the loop target does not match the elements of the iterable", target)
 
-    def range_for(self, node: ast.For, dims, kind: str, serialize: bool, block_dim: int | None = None):
-        """One flat RangeFor over the product of `dims`; the targets decompose its index."""
-        targets = node.target.elts if isinstance(node.target, ast.Tuple) else [node.target]
+    def range_for(self, node: ast.For, dims, kind: str, config, iter_node, grouped: bool):
+        """One flat RangeFor over the product of `dims`; the targets decompose its index (a
+        qd.grouped loop has one target: the vector of those indices). `config`: the loop's
+        qd.loop_config, or None."""
+        targets = [node.target] if grouped or not isinstance(node.target, ast.Tuple) else node.target.elts
         if any(not isinstance(t, ast.Name) for t in targets):
-            self.error("loop targets must be plain names", node.target)
-        if len(targets) != len(dims):
+            self.error("loop targets must be plain names" + (" (a qd.grouped loop binds one vector index)"
+                                                             if grouped else ""), node.target)
+        if not grouped and len(targets) != len(dims):
             self.error(f"the loop has {len(targets)} target(s) but iterates over {len(dims)} "
                        f"dimension(s)", node.target)
-        bounds = [(self.loop_bound(b, node.iter), self.loop_bound(e, node.iter), step) for b, e, step in dims]
+        bounds = [(self.loop_bound(b, iter_node), self.loop_bound(e, iter_node), step) for b, e, step in dims]
         index_type = self.loop_index_type(bounds)
         begins = [self.values.cast(b, index_type) if is_runtime(b) else b for b, _, _ in bounds]
-        with self.at(node.iter):  # a constant bound beyond 64 bits is an error at the iterable
+        with self.at(iter_node):  # a constant bound beyond 64 bits is an error at the iterable
             extents = [self.trip_count(b, e, step, index_type) for b, e, step in bounds]
             total = extents[0]
             for e in extents[1:]:
                 total = self.values.binary("mul", total, e)
             end = self.values.cast(total, index_type)
         # At the kernel's top level (also inside a func called there, which is inlined): parallel.
-        parallel = len(self.blocks) == 1 and not serialize
+        parallel = len(self.blocks) == 1 and not (config is not None and config.serialize)
         loop = self.emit(ir.RangeFor(self.values.const(0, index_type), end,
                                      index_type, serial=not parallel, kind=kind, ndim=len(dims)))
-        loop.block_dim = block_dim  # threads per block for GPU backends (qd.loop_config)
+        if config is not None:
+            config.apply(loop)
         self.blocks.append(loop.body)
         self.frame.loops.append("parallel" if parallel else "serial")
         try:
-            with self.scope() as scope:
-                values = self.decompose_index(loop.index, begins, extents, [step for _, _, step in bounds])
+            values = self.decompose_index(loop.index, begins, extents, [step for _, _, step in bounds])
+            if grouped:
+                values = [self.vector_of((len(values),), values)]
+            with self.scope() as scope:  # after the index values: assigning a target copies one (ast_to_ir)
                 for t, v in zip(targets, values):
                     scope[t.id] = v
                 self.visit_body(node.body)
@@ -203,19 +236,26 @@ class LoopLowering:
         if kind == "parallel":
             self.error("break cannot leave a parallel loop (a top-level for); serialize it with "
                        "qd.loop_config(serialize=True) or use a while loop")
-        self.emit(ir.Break())
+        if kind != "static":
+            self.emit(ir.Break())
 
     def visit_Continue(self, node):
-        self.innermost_loop("continue")
-        self.emit(ir.Continue())
+        if self.innermost_loop("continue") != "static":
+            self.emit(ir.Continue())
 
     def innermost_loop(self, what: str) -> str:
-        if not self.frame.loops:
-            where = "a loop" if self.frame.is_kernel else "a loop of the same qd.func"
+        """The kind of the loop `what` (break/continue) acts on; in a qd.static loop it acts at
+        compile time (frame.stop), which needs it not to sit under run-time control flow."""
+        frame = self.frame
+        if not frame.loops:
+            where = "a loop" if frame.is_kernel else "a loop of the same qd.func"
             self.error(f"{what} outside {where}")
-        kind = self.frame.loops[-1]
+        kind = frame.loops[-1]
         if kind == "static":
-            self.error(f"{what} inside a qd.static loop is not supported (the loop is unrolled)")
+            if len(self.blocks) != frame.static_loop_depths[-1]:
+                self.error(f"{what} in a qd.static loop (which is unrolled) must be decided at compile time: "
+                           f"put it under `if qd.static(...)`, not a run-time if")
+            frame.stop = what
         return kind
 
 

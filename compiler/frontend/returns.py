@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import ast
 import inspect
+import math
 import typing
 
 from qdc.runtime.contract import types as T
+from qdc.runtime.contract.artifact import MAX_RETURN_SCALARS
 
 from .. import ir
 from .values import is_runtime
@@ -60,7 +62,12 @@ def return_type(fn, default_ip: T.DataType, default_fp: T.DataType, error) -> Re
         parts, is_tuple = (ann,), False
     if is_tuple and not parts:
         error("a kernel's return tuple needs at least one type")
-    return ReturnType([_item(p, default_ip, default_fp, error) for p in parts], is_tuple)
+    items = [_item(p, default_ip, default_fp, error) for p in parts]
+    scalars = sum(math.prod(shape) for _, shape in items)
+    if scalars > MAX_RETURN_SCALARS:
+        error(f"a kernel returns at most {MAX_RETURN_SCALARS} scalars (every component of every value), "
+              f"this one declares {scalars}")
+    return ReturnType(items, is_tuple)
 
 
 def _item(ann, default_ip, default_fp, error) -> tuple[T.DataType, tuple]:
@@ -85,16 +92,19 @@ class ReturnLowering:
                                            lambda msg: self.error(msg, self.src.fn_def.returns or self.src.fn_def))
 
     def kernel_return(self, node: ast.Return) -> None:
+        """A return the compiled code reaches (at the top level, possibly under `if qd.static`
+        or in a qd.static loop) ends the kernel: frame.stop skips the rest."""
         declared = self.declared_return
-        if declared is None:
+        bare = node.value is None or (isinstance(node.value, ast.Constant) and node.value.value is None)
+        if declared is None and not bare:
             self.error("this kernel returns a value but declares no return type: annotate it, e.g. "
-                       "`def k(...) -> qd.f32:`" if node.value is not None else
-                       "a kernel has no return value to leave early with; a bare return is not supported")
+                       "`def k(...) -> qd.f32:`")
         if len(self.blocks) > 1:
             self.error("a kernel returns only from its top-level code: not inside a loop (a parallel loop's "
                        "iterations cannot return) or a run-time if; store into a variable and return it at the end")
-        if self.kernel_returned:
-            self.error("a kernel returns once")
+        self.frame.stop = "return"
+        if declared is None:  # `return` / `return None`: nothing to store
+            return
         if node.value is None:
             self.error(f"this kernel declares a return type ({_describe(declared)}) but returns no value")
         value = self.visit(node.value)
@@ -154,11 +164,6 @@ class ReturnLowering:
         if self.declared_return is not None and not self.kernel_returned:
             self.error(f"this kernel declares a return type ({_describe(self.declared_return)}) but its top-level "
                        f"code does not end with a return", self.src.fn_def.returns or self.src.fn_def)
-
-    def check_after_return(self, stmt) -> None:
-        """Nothing runs after a kernel's return."""
-        if self.kernel_returned and self.frame.is_kernel:
-            self.error("a kernel's return must be its last statement: this code would never run", stmt)
 
 
 def _describe(rt: ReturnType) -> str:

@@ -14,6 +14,8 @@ import ast
 import inspect
 import itertools
 
+import numpy as np
+
 from qdc.runtime.contract import types as T
 
 from .. import ir
@@ -32,7 +34,7 @@ class VectorValue:
     """A vector (shape `(n,)`) or matrix (shape `(n, m)`) in a kernel: `components` row-major.
 
     Kernel return values and anything else that must pass a vector through scalar machinery
-    use `flatten` / `unflatten` below: `components` lists the scalars, and
+    use `flatten` / `unflatten` (structs.py): `components` lists the scalars, and
     `VectorValue(shape, components)` rebuilds the value from them."""
 
     __slots__ = ("shape", "components")
@@ -86,33 +88,6 @@ class RuntimeComponent:
     def __init__(self, index: ir.Stmt, variables: list):
         self.index, self.variables = index, variables
         self.type = variables[0].type
-
-
-def flatten(value):
-    """(layout, scalars) of a value made of scalars, vectors and tuples of them; `unflatten`
-    inverts it. For passing vectors through scalar-only machinery (returns of funcs and kernels)."""
-    if isinstance(value, VectorValue):
-        return ("vector", value.shape), list(value.components)
-    if isinstance(value, tuple):
-        layouts, scalars = [], []
-        for v in value:
-            layout, s = flatten(v)
-            layouts.append(layout)
-            scalars += s
-        return ("tuple", layouts), scalars
-    return "scalar", [value]
-
-
-def unflatten(layout, scalars: list):
-    it = iter(scalars)
-
-    def build(lay):
-        if lay == "scalar":
-            return next(it)
-        if lay[0] == "vector":
-            return VectorValue(lay[1], [next(it) for _ in range(component_count(lay[1]))])
-        return tuple(build(sub) for sub in lay[1])
-    return build(layout)
 
 
 class ElementParam(ir.Param):
@@ -240,6 +215,7 @@ class VectorLowering:
             value = callee(*args, **kwargs)
         except (TypeError, ValueError, IndexError, AttributeError) as e:
             self.error(f"{name}(): {e}", node)
+        value = np.asarray(value)
         return self.vector_of(value.shape, value.ravel().tolist(), T.from_numpy(value.dtype))
 
     def matrix_of_vectors(self, kind: str, value, node: ast.Call) -> VectorValue:
@@ -429,7 +405,11 @@ class VectorLowering:
     # ---- writes ---------------------------------------------------------------------------
     def vector_target(self, node) -> Target | None:
         """The places `node` names when it is a vector local, a vector element of a field or
-        ndarray, or a part of either (`v[i]`, `m[i, j]`, `x[i][j]`, `v.xy`); None otherwise."""
+        ndarray, or a part of either (`v[i]`, `m[i, j]`, `x[i][j]`, `v.xy`), or a member of a
+        struct (`s.a`, `p[i].v`: a whole struct gives a StructTarget); None otherwise."""
+        member = self.struct_place(node)
+        if member is not None:
+            return member
         if isinstance(node, ast.Name):
             scope = self.binding_scope(node.id)
             value = scope[node.id] if scope is not None else None
@@ -525,16 +505,17 @@ class VectorLowering:
         v = self.convert(value, place.type, value_node)
         if isinstance(place, ir.Alloca):
             self.emit(ir.LocalStore(place, v))
-        elif isinstance(place, RuntimeComponent):
-            for k, var in enumerate(place.variables):
-                branch = self.emit(ir.If(self.values.binary("eq", place.index, k)))
-                self.emit_into(branch.then_block, lambda var=var: self.emit(ir.LocalStore(var, v)))
+        elif isinstance(place, RuntimeComponent):  # branch-free: a run of ifs on one index made LLVM's
+            for k, var in enumerate(place.variables):  # optimiser superlinear (minutes at 1024 components)
+                hit = self.values.binary("eq", place.index, k)
+                self.emit(ir.LocalStore(var, self.values.select(hit, v, self.emit(ir.LocalLoad(var)))))
         else:
             self.emit(ir.GlobalStore(place, v))
 
     def aug_assign_target(self, op: str, target: Target, value_node) -> None:
         """`t op= value`: atomic on field/ndarray components (add, sub, and integer bit ops) and
         on kernel-scope locals shared by a parallel loop, as for scalars."""
+        self.require_non_struct(target, value_node)
         value = self.visit(value_node)
         if isinstance(value, (tuple, list)) and target.shape:
             value = self.list_as_vector(value, target.shape, value_node)
@@ -551,6 +532,7 @@ class VectorLowering:
 
     def atomic_target(self, op: str, target: Target, value, node):
         """`qd.atomic_op(t, value)` on a vector target: per component; returns the old values."""
+        self.require_non_struct(target, node)
         olds = []
         for place, v in zip(target.places, self.target_components(target, value, node)):
             if op in ("and", "or", "xor") and place.type.is_float:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from qdc.runtime.contract.types import DataType
+from qdc.runtime.contract.types import DataType, u32 as _U32
 
 
 @dataclass(frozen=True)
@@ -167,6 +167,54 @@ class Select(Stmt):
     def __init__(self, cond: Stmt, a: Stmt, b: Stmt, loc=None):
         super().__init__(a.type, loc)
         self.cond, self.a, self.b = cond, a, b
+
+
+class StopGrad(Stmt):
+    """`qd.stop_grad(x)`: the value of `x`, through which no gradient flows (reverse or forward
+    mode). Once the autodiff transforms have run, passes/intrinsics.py replaces it by `x`."""
+    OPERANDS = ("x",)
+    PURE = True
+
+    def __init__(self, x: Stmt, loc=None):
+        super().__init__(x.type, loc)
+        self.x = x
+
+
+class Random(Stmt):
+    """`qd.random(type)`: a uniform draw, in [0, 1) for a float type and over every value for
+    an integer type. Every execution draws anew, so it is not PURE (never merged, moved or
+    recomputed); no gradient flows through it. passes/intrinsics.py expands it into integer
+    arithmetic once the autodiff transforms have run."""
+
+    def __init__(self, type: DataType, loc=None):
+        super().__init__(type, loc)
+
+
+RANDOM_STATE_WORDS = 4  # seed (low, high), launch counter (low, high)
+
+
+class RandomState(Stmt):
+    """u32 word `word` of the launch's random state, which the runtime writes before each
+    launch of a kernel that draws (runtime/contract/artifact.py, `random_slot`): 0 and 1 the
+    seed, 2 and 3 the count of earlier such launches, low word first."""
+    ATTRS = ("word",)
+    PURE = True
+
+    def __init__(self, word: int, loc=None):
+        super().__init__(_U32, loc)
+        self.word = word
+
+
+class DebugMessage(Stmt):
+    """Append message `message` (its index in the kernel's `messages`, the artifact's message
+    table) with `values` to the device's print buffer (runtime/contract/print_buffer.py): a
+    `print` line, a failed assert or a debug check's report. Never moved or merged."""
+    OPERANDS = ("values",)
+    ATTRS = ("message",)
+
+    def __init__(self, message: int, values: list, loc=None):
+        super().__init__(None, loc)
+        self.message, self.values = message, list(values)
 
 
 # ---- locals -----------------------------------------------------------------------------
@@ -348,7 +396,7 @@ class RangeFor(Stmt):
     end flattened into the index (the body decomposes it, row-major)."""
     OPERANDS = ("begin", "end")
     BLOCKS = ("body",)
-    ATTRS = ("serial", "kind", "ndim", "block_dim")
+    ATTRS = ("serial", "kind", "ndim", "block_dim", "max_threads", "label")
 
     def __init__(self, begin: Stmt, end: Stmt, index_type: DataType, serial=False, kind="range", loc=None,
                  ndim: int = 1, block_dim: int | None = None):
@@ -356,6 +404,8 @@ class RangeFor(Stmt):
         self.begin, self.end = begin, end
         self.serial, self.kind, self.ndim = serial, kind, ndim
         self.block_dim = block_dim  # qd.loop_config(block_dim=...): threads per block on GPU targets
+        self.max_threads: int | None = None  # qd.loop_config(parallelize=N): at most N CPU threads
+        self.label: str | None = None  # qd.loop_config(name=...): names the loop's task
         self.body = Block(parent=self)
         self.index = LoopIndex(self, index_type)
 
@@ -395,7 +445,7 @@ class Task(Stmt):
     every index. Every extent is >= 1 whenever the range is non-empty (the range is their
     product); `index` stays usable beside the coordinates."""
     BLOCKS = ("prologue", "chunk_init", "body", "chunk_final")
-    ATTRS = ("kind", "serial", "source_kind", "task_name", "ndim", "block_dim")
+    ATTRS = ("kind", "serial", "source_kind", "task_name", "ndim", "block_dim", "max_threads")
 
     def __init__(self, kind: str, loc=None):
         super().__init__(None, loc)
@@ -412,6 +462,8 @@ class Task(Stmt):
         self.index: LoopIndex | None = None
         self.ndim = 1
         self.block_dim: int | None = None  # from the loop's qd.loop_config; None: the target's default
+        self.max_threads: int | None = None  # qd.loop_config(parallelize=N) of the loop: at most N CPU threads
+        self.label: str | None = None  # qd.loop_config(name=...) of the loop: part of task_name
         self.axes: list[Stmt] = []
         self.axis_index: list[LoopIndex] = []
 
@@ -451,6 +503,9 @@ class KernelIR:
         # What the kernel returns: the artifact's "returns" record (frontend/returns.py), whose
         # "slots" are temporaries read after the launch; None when it returns nothing.
         self.returns: dict | None = None
+        # The print, assert and debug-check messages that DebugMessage statements name: the
+        # artifact's `messages` records (runtime/contract/print_buffer.py).
+        self.messages: list = []
 
     def field_ref(self, field, is_grad: bool) -> FieldRef:
         """The kernel's reference to `field` (a runtime Field object), allocated on first use."""

@@ -239,6 +239,21 @@ class _TypeRules:
         self.expect(s, s.cond.type is T.u1, f"select condition has type {s.cond.type}, expected u1")
         self.expect(s, s.a.type is s.b.type and s.type is s.a.type, "select branches and result must share a type")
 
+    def t_StopGrad(self, s):
+        self.expect(s, s.type is s.x.type, f"stop_grad of a {s.x.type} has type {s.type}")
+
+    def t_Random(self, s):
+        self.expect(s, isinstance(s.type, T.DataType) and s.type is not T.u1, f"random of type {s.type}")
+
+    def t_RandomState(self, s):
+        self.expect(s, s.type is T.u32, f"random state word of type {s.type}, expected u32")
+        self.expect(s, 0 <= s.word < ir.RANDOM_STATE_WORDS, f"random state word {s.word} out of range")
+
+    def t_DebugMessage(self, s):
+        record = self.k.messages[s.message] if 0 <= s.message < len(self.k.messages) else None
+        self.expect(s, record is not None, f"message {s.message} is not in the kernel's message table")
+        self.expect(s, [v.type.name for v in s.values] == record[3], "message values differ from its record's types")
+
     # -- locals
     def t_Alloca(self, s):
         self.expect(s, isinstance(s.type, T.DataType), "a local needs a type")

@@ -5,15 +5,42 @@ is_grad=True) built by compiler/autodiff and cached, loaded and launched like an
 """
 from __future__ import annotations
 
+import functools
+
 from qdc.runtime import context
 from qdc.runtime.contract.objects import FieldMarker as Field, NdarrayMarker as Ndarray
+from qdc.runtime.kernel_function import observe_calls, stop_observing_calls
 
 from . import grad_check as grad_check_mod
-from .fast_launch import suspend_fast_launches
 from .forward import FwdMode  # noqa: F401  (qd.ad.FwdMode: forward mode, forward.py)
 from .grad_check import GradCheckError  # noqa: F401  (qd.ad.GradCheckError)
 
 recording = None  # the Tape whose `with` body is running, if any
+
+
+def no_grad(fn=None):
+    """`@qd.ad.no_grad` on a Python function, or `with qd.ad.no_grad():` around code: the kernels
+    launched there run as usual, but a Tape does not record them, so their gradients are not
+    taken (Quadrants' no_grad: the function's gradient is empty)."""
+    if fn is None:
+        return _NoGradScope()
+
+    @functools.wraps(fn)
+    def without_gradient(*args, **kwargs):
+        with _NoGradScope():
+            return fn(*args, **kwargs)
+    return without_gradient
+
+
+class _NoGradScope:
+    open = 0  # how many no_grad scopes are running (they nest)
+
+    def __enter__(self):
+        _NoGradScope.open += 1
+        return self
+
+    def __exit__(self, *exc):
+        _NoGradScope.open -= 1
 
 
 class GradKernel:
@@ -81,17 +108,20 @@ class Tape:
             self.loss.fill(0)
             if self.initial_state is not None:
                 self.initial_state.save(self.loss)
-        suspend_fast_launches()  # every kernel call in the body must reach the recording slow path
+        observe_calls()  # every kernel call in the body must reach the recording slow path
         recording = self
         return self
 
     def __exit__(self, exc_type, exc, tb):
         global recording
         recording = None
+        stop_observing_calls()
         if exc_type is None and self.loss is not None:
             self.grad()
 
     def record(self, kernel, args, kwargs) -> None:
+        if _NoGradScope.open:  # launched under qd.ad.no_grad: its gradient is not taken
+            return
         if self.initial_state is not None:  # what the finite differences start from
             self.initial_state.save_launch(kernel, args, kwargs)
         self.calls.append((kernel, args, kwargs))

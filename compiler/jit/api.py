@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import warnings
 
-from qdc.runtime import context
+from qdc.runtime import context, random_stream
+from qdc.runtime.contract.arches import GPU_ARCHES
 
 from ..driver import options as options_mod
 from ..driver.kernel import check_cache_dir
@@ -25,6 +26,7 @@ def init(arch=None, **options):
     if gpu:
         options["arch"] = GPU_ARCHES[0]  # validated with the rest; the one that works is chosen below
     opts.update(**options)
+    random_stream.check_seed(opts.random_seed)
     check_cache_dir(opts)
     before = context.current().generation if context.has_runtime() else None
     try:
@@ -36,11 +38,11 @@ def init(arch=None, **options):
         if context.has_runtime() and context.current().generation != before:
             opts.arch = context.current().arch  # qd.gpu: the one chosen
             options_mod.current = opts
+            random_stream.restart(opts.random_seed)
     return opts
 
 
 GPU = "gpu"
-GPU_ARCHES = ("cuda", "vulkan", "metal", "amdgpu")
 
 
 def _start_first_gpu(opts) -> None:

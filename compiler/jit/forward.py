@@ -11,10 +11,6 @@ from __future__ import annotations
 from qdc.runtime import forward_mode
 from qdc.runtime.forward_mode import FwdMode  # noqa: F401  (qd.ad.FwdMode)
 
-from .fast_launch import suspend_fast_launches
-
-forward_mode.on_enter(suspend_fast_launches)
-
 
 def is_active() -> bool:
     return forward_mode.active is not None

@@ -17,7 +17,8 @@ import numpy as np
 from qdc.runtime import context
 from qdc.runtime.contract import types as T
 from qdc.runtime.contract.objects import NdarrayMarker as Ndarray
-from qdc.runtime.launcher import make_launcher, stub_function
+from qdc.runtime.kernel_function import KernelFunction
+from qdc.runtime.launcher import make_launcher
 
 from .. import ir
 from ..driver import cache_key, options as options_mod
@@ -25,26 +26,26 @@ from ..driver.kernel import CompiledKernel, dual_params, obtain, parse_params
 from ..driver.templates import TemplateArgs, TemplateDispatch, TemplateParams
 from ..language import lang
 from . import ad, forward
-from .fast_launch import launches_on_its_own
 
 
-class Kernel:
+class Kernel(KernelFunction):
     """What stands behind the function `@qd.kernel` returns (`kernel_of(function)`): the
     parameters, the compiled variants per runtime and specialisation, and the namespace of
     that function.
 
     The function is what `k(...)` calls, so that a launch is one Python call with nothing in
-    front of it. It is generated at decoration with exactly the kernel's parameters (Python
-    itself then reports a missing, extra or unknown argument, naming the kernel) and its code
-    is at first a stub that hands the arguments to `_slow_call`. Once the forward variant of
-    a kernel without templated parameters (an ndarray's omitted dtype/ndim, or a
-    needs_grad=None whose `.grad` the kernel uses: see `params`) is compiled for the current
-    runtime, the function
-    becomes that variant's launch function (qdc.runtime.launcher, "Owners"): its `__code__`
-    is the launch code, which runs in the function's own globals. `qd.init` and Tapes put a
-    stub back, sending calls to `_slow_call` again (recompile, record). The function of a
-    kernel with qd.template() parameters becomes a dispatch instead (templates.TemplateDispatch):
-    one dict lookup on the template arguments, then that variant's launch function."""
+    front of it (the runtime's KernelFunction, shared with prebuilt kernels). It is generated
+    at decoration with exactly the kernel's parameters (Python itself then reports a missing,
+    extra or unknown argument, naming the kernel) and its code is at first a stub that hands
+    the arguments to `_slow_call`. Once the forward variant of a kernel without templated
+    parameters (an ndarray's omitted dtype/ndim, or a needs_grad=None whose `.grad` the kernel
+    uses: see `params`) is compiled for the current runtime, the function becomes that
+    variant's launch function (qdc.runtime.launcher, "Owners"): its `__code__` is the launch
+    code, which runs in the function's own globals. `qd.init`, FwdModes and Tapes put a stub
+    back, sending calls to `_slow_call` again (recompile, launch forward_ad, record). The
+    function of a kernel with qd.template() parameters becomes a dispatch instead
+    (templates.TemplateDispatch): one dict lookup on the template arguments, then that
+    variant's launch function."""
 
     def __init__(self, fn):
         self.fn = fn
@@ -58,20 +59,16 @@ class Kernel:
         self.grad = ad.GradKernel(self)  # `kernel.grad(*args)`: the reverse-mode variant
         names = _plain_parameters(fn)
         self._plain = names is not None  # else a signature no launcher takes: the first call reports why
-        self.function = self._make_function(names)
-        self._stub = self.function.__code__
-
-    def _make_function(self, names):
-        name = self.__name__
-        if not name.isidentifier() or keyword.iskeyword(name):
-            name = "kernel"  # only the code's own name: the function is renamed below
-        function = stub_function(name, names, self._slow_call)
-        function.__name__, function.__qualname__ = self.fn.__name__, self.fn.__qualname__
-        function.__module__, function.__doc__ = self.fn.__module__, self.fn.__doc__
-        function.__wrapped__ = function.fn = self.fn
-        function.grad, function.compile = self.grad, self.compile
+        code_name = self.__name__
+        if not code_name.isidentifier() or keyword.iskeyword(code_name):
+            code_name = "kernel"  # only the code's own name: the function is renamed below
+        super().__init__(code_name, names, {"grad": self.grad})
+        function = self.function
+        function.__name__, function.__qualname__ = fn.__name__, fn.__qualname__
+        function.__module__, function.__doc__ = fn.__module__, fn.__doc__
+        function.__wrapped__ = function.fn = fn
+        function.compile = self.compile
         setattr(function, lang.KERNEL_ATTRIBUTE, self)  # what kernel_of and the front end look for
-        return function
 
     @property
     def params(self) -> list[ir.Param]:
@@ -182,12 +179,8 @@ class Kernel:
             launch = make_launcher(compiled.meta, rt.device, loaded, compiled.field_objects,
                                    function=self.function if own else None)
             entry = self._launchers[(variant, key)] = (rt.generation, launch, compiled)
-        if own:  # bound to this runtime: the function launches on its own, unless a Tape must see calls
-            if ad.recording is None:
-                self.function.__code__ = entry[1].__qdc_launcher__.fast_code
-                launches_on_its_own(self)
-            else:
-                self.function.__code__ = self._stub
+        if own:  # bound to this runtime: the function launches on its own unless calls are observed
+            self.launch_directly(entry[1].__qdc_launcher__.fast_code)
         elif templates is not None and variant == "forward":
             self._dispatch_to(templates, entry[1])
         return entry[1], entry[2]
@@ -201,9 +194,7 @@ class Kernel:
             self._dispatch = TemplateDispatch(self.function, self._template_params)
             context.on_reset(self._dispatch)
         self._dispatch.add(templates, launch)
-        if ad.recording is None and not forward.is_active():
-            self.function.__code__ = self._dispatch.code
-            launches_on_its_own(self)
+        self.launch_directly(self._dispatch.code)
 
     def _slow_call(self, *args, **kwargs):
         """A launch the kernel function does not make on its own: the first one (compiling),
@@ -226,9 +217,9 @@ class Kernel:
         """Whether the kernel function's next call goes straight to the native code (for a
         template kernel: through its dispatch, see TemplateDispatch)."""
         if self._dispatch is not None:
-            return self.function.__code__ is self._dispatch.code and bool(self._dispatch.variants)
+            return self.launches_directly(self._dispatch.code) and bool(self._dispatch.variants)
         entry = self._launchers.get(("forward", ()))
-        return entry is not None and self.function.__code__ is entry[1].__qdc_launcher__.fast_code
+        return entry is not None and self.launches_directly(entry[1].__qdc_launcher__.fast_code)
 
     def __repr__(self):
         return f"<qdc kernel {self.__name__}>"
@@ -260,9 +251,7 @@ def kernel(fn):
     return Kernel(fn).function
 
 
-def func(fn) -> lang.Func:
-    """`@qd.func`: inlined into every kernel (or func) that calls it."""
-    return lang.Func(fn)
+func = lang.func  # `@qd.func` (defined with the language, so that kernels can apply it too)
 
 
 def kernel_of(obj) -> Kernel | None:

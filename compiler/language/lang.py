@@ -15,9 +15,15 @@ from types import FunctionType
 
 import numpy as np
 
+from qdc.runtime.contract import matrix_value as _matrix_value
 from qdc.runtime.contract import types as T
 
 from . import matrix as _matrix
+from . import numeric as _numeric
+from . import structs as _structs
+from .funcs import Func  # noqa: F401  (lang.Func: what the front end inlines)
+from .structs import Struct, dataclass  # noqa: F401  (qd.Struct, qd.dataclass)
+from .numeric import bit_shr, random, raw_div, raw_mod, stop_grad  # noqa: F401  (qd.random, ...)
 
 
 # ---- annotations ---------------------------------------------------------------------
@@ -29,6 +35,8 @@ class NdarrayType:
 
     def __init__(self, dtype=None, ndim=None, needs_grad=None):
         self.element_shape = ()  # an ndarray of vectors/matrices (dtype=qd.math.vec3): its element's shape
+        if isinstance(dtype, UnsizedElementType) or dtype is float or dtype is int:
+            dtype = None  # follows the argument (Python float/int: the default_fp/default_ip arrays)
         if getattr(dtype, "element_shape", None) is not None and not isinstance(dtype, T.DataType):
             self.element_shape, dtype = tuple(dtype.element_shape), dtype.dtype
         if dtype is not None and not isinstance(dtype, T.DataType):
@@ -74,13 +82,40 @@ def is_template_annotation(ann) -> bool:
     return ann is Template or isinstance(ann, Template)
 
 
+class UnsizedElementType:
+    """`qd.types.vector()` / `qd.types.matrix()` without sizes: only an ndarray annotation's
+    hint that its elements are vectors/matrices, whose type and shape follow the argument."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+
+    def __repr__(self):
+        return f"{self.kind}()"
+
+
+def vector(n=None, dtype=None):
+    """`qd.types.vector(n, dtype)`; without n, an ndarray annotation's hint (UnsizedElementType)."""
+    if n is None:
+        return UnsizedElementType("vector")
+    return _matrix.vector(n, dtype)
+
+
+def matrix(n=None, m=None, dtype=None):
+    """`qd.types.matrix(n, m, dtype)`; without sizes, an ndarray annotation's hint (UnsizedElementType)."""
+    if n is None and m is None:
+        return UnsizedElementType("matrix")
+    return _matrix.matrix(n, m, dtype)
+
+
 class _TypesNamespace:
     ndarray = NdarrayType
     NDArray = _NdarraySubscript()
     template = staticmethod(template)
     Template = Template
-    vector = staticmethod(_matrix.vector)  # qd.types.vector(n, dtype)
-    matrix = staticmethod(_matrix.matrix)  # qd.types.matrix(n, m, dtype)
+    vector = staticmethod(vector)
+    matrix = staticmethod(matrix)
+    struct = staticmethod(_structs.struct)
+    is_signed, is_integral, is_real, is_tensor = map(staticmethod, _numeric.TYPE_PREDICATES)
 
     def __init__(self):
         for t in T.ALL_TYPES:
@@ -119,10 +154,28 @@ def _ndrange_dim(d) -> range:
                         f"got {d!r}") from None
 
 
-def loop_config(*, serialize: bool = False, block_dim: int | None = None):
+class grouped:
+    """`for I in qd.grouped(x)`: a loop over the indices of `x` (a field, an ndarray or a
+    qd.ndrange) whose target `I` is one integer vector of all the loop's indices (`x[I]`,
+    `I[0]`, `I + 1`). In Python scope it yields index tuples."""
+
+    def __init__(self, iterable):
+        self.iterable = iterable
+
+    def __iter__(self):  # Python scope
+        it = self.iterable
+        if isinstance(it, ndrange):
+            return (idx if isinstance(idx, tuple) else (idx,) for idx in it)
+        return itertools.product(*(range(n) for n in it.shape))
+
+
+def loop_config(*, serialize: bool = False, block_dim: int | None = None, parallelize: int | None = None,
+                block_dim_adaptive: bool = True, name: str | None = None):
     """Placed right before a top-level `for`: `serialize=True` runs that loop on one thread;
-    `block_dim` is the threads per block GPU backends use (the CPU ignores it). Any other
-    keyword is an error, in kernels and in Python scope alike."""
+    `parallelize=N` runs it on at most N CPU threads; `block_dim` is the threads per block GPU
+    backends use (the CPU ignores it, and `block_dim_adaptive`, Quadrants' hint to let the
+    device choose it, changes nothing here); `name` labels the loop's task (`qdc inspect`,
+    error messages). Any other keyword is an error, in kernels and in Python scope alike."""
     return None
 
 
@@ -155,7 +208,8 @@ round = _python_scope("round", np.round, "Nearest integral value, ties to even (
 atan2 = _python_scope("atan2", np.arctan2, "Arc tangent of y / x in the right quadrant.")
 pow = _python_scope("pow", lambda x, y: x ** y, "x ** y.")  # noqa: A001
 select = _python_scope("select", lambda cond, a, b: a if cond else b, "a if cond else b.")
-cast = _python_scope("cast", lambda value, dtype: dtype(value), "value converted to dtype.")
+cast = _python_scope("cast", lambda value, dtype: dtype(value),
+                     "value converted to dtype (`float` / `int`: default_fp / default_ip).")
 
 
 def _atomic(name):
@@ -169,8 +223,10 @@ def _atomic(name):
 atomic_add, atomic_sub, atomic_min, atomic_max = map(_atomic, ("atomic_add", "atomic_sub", "atomic_min", "atomic_max"))
 atomic_and, atomic_or, atomic_xor = map(_atomic, ("atomic_and", "atomic_or", "atomic_xor"))
 
-# `qd.abs`, `qd.min`, `qd.max` are the builtins themselves (n-ary min/max), as in Quadrants.
-abs, min, max = builtins.abs, builtins.min, builtins.max  # noqa: A001
+# `qd.abs` is the builtin; `qd.min`, `qd.max` are n-ary as the builtins, and element-wise on
+# Python-scope vectors and matrices, as in Quadrants (kernels treat all three as the builtins).
+abs = builtins.abs  # noqa: A001
+min, max = _matrix_value.minimum, _matrix_value.maximum  # noqa: A001
 
 # What the front end emits for each intrinsic: ("unary", op) | ("binary", op) | ("atomic", op) | kind
 INTRINSICS = {
@@ -183,28 +239,25 @@ INTRINSICS = {
     atomic_max: ("atomic", "max"), atomic_and: ("atomic", "and"), atomic_or: ("atomic", "or"),
     atomic_xor: ("atomic", "xor"),
     select: ("select", None), cast: ("cast", None), static: ("static", None),
-    ndrange: ("ndrange", None), loop_config: ("loop_config", None),
+    ndrange: ("ndrange", None), grouped: ("grouped", None), loop_config: ("loop_config", None),
     math.sin: ("unary", "sin"), math.cos: ("unary", "cos"), math.tan: ("unary", "tan"),
     math.exp: ("unary", "exp"), math.log: ("unary", "log"), math.sqrt: ("unary", "sqrt"),
     math.tanh: ("unary", "tanh"), math.floor: ("unary", "floor"), math.ceil: ("unary", "ceil"),
     math.atan2: ("binary", "atan2"), math.asin: ("unary", "asin"), math.acos: ("unary", "acos"),
     math.atan: ("unary", "atan"),
+    **_numeric.INTRINSICS,
 }
 
 
 # ---- what the decorators make (compiler/jit/kernel.py) ------------------------------
 
-class Func:
-    """A `@qd.func`: inlined into every kernel (or func) that calls it."""
+def func(fn) -> Func:
+    """`@qd.func`: inlined into every kernel (or func) that calls it; `qd.func(f)(...)` also
+    works inside a kernel."""
+    return Func(fn)
 
-    def __init__(self, fn):
-        self.fn = fn
-        self.__name__ = fn.__name__
-        self.__doc__ = fn.__doc__
-        self.__wrapped__ = fn
 
-    def __call__(self, *args, **kwargs):
-        raise RuntimeError(f"qd.func {self.__name__} can only be called from a kernel or another qd.func")
+INTRINSICS[func] = ("func", None)
 
 
 # The attribute of the function `@qd.kernel` returns that holds its kernel object (the name

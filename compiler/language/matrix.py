@@ -2,8 +2,10 @@
 
 `qd.types.vector(n, dtype)`, `qd.types.matrix(n, m, dtype)`, `qd.math.vec3`... are
 `MatrixType`s: field and ndarray element types, annotations, and constructors (in kernels
-`qd.math.vec3(1, 2, 3)`, in Python scope a numpy array). `qd.Vector` / `qd.Matrix` build
-literals in kernels and declare fields (`qd.Vector.field(3, qd.f32, shape=n)`).
+`qd.math.vec3(1, 2, 3)`, in Python scope a `qd.Matrix` value). `qd.Vector` / `qd.Matrix` build
+literals in kernels, values in Python scope (runtime/contract/matrix_value.py: arithmetic, `@`,
+`.norm()`, `.to_numpy()`, ...; elements read from fields and ndarrays are such values too) and
+declare fields (`qd.Vector.field(3, qd.f32, shape=n)`).
 
 A field or ndarray of vectors is a scalar array with the element's shape as trailing axes
 (runtime/fields.py); inside kernels every vector operation is lowered to scalars by the
@@ -17,6 +19,7 @@ import numpy as np
 
 from qdc.runtime.contract import types as T
 from qdc.runtime.fields import Field, Ndarray
+from qdc.runtime.contract.matrix_value import MatrixValue, use_classes
 
 
 def _size(v, what: str) -> int:
@@ -100,14 +103,14 @@ class MatrixType:
         return self.dtype
 
     def __call__(self, *args):
-        """Python scope: a numpy array (`vec3(1, 2, 3)`, `vec3(0)` fills, vectors concatenate)."""
+        """Python scope: a qd.Matrix value (`vec3(1, 2, 3)`, `vec3(0)` fills, vectors concatenate)."""
         flat = np.concatenate([np.ravel(np.asarray(a)) for a in args]) if args else np.zeros(0)
         size = int(np.prod(self.shape))
         if flat.size == 1:
             flat = np.repeat(flat, size)
         if flat.size != size:
             raise ValueError(f"{self!r} needs {size} values, got {flat.size}")
-        return flat.astype(self.dtype.np_dtype).reshape(self.shape)
+        return MatrixValue.of(flat.astype(self.dtype.np_dtype).reshape(self.shape))
 
     def field(self, shape=(), needs_grad=False, name=None, needs_dual=False) -> Field:
         return Field(self, shape, needs_grad, name, needs_dual=needs_dual)
@@ -148,46 +151,12 @@ def matrix(n, m, dtype=None) -> MatrixType:
     return MatrixType((n, m), dtype)
 
 
-class Vector:
-    """`qd.Vector([a, b, c])` in kernels (a vector literal) and in Python scope (a numpy array);
-    `qd.Vector.field(n, dtype, shape, needs_grad=...)` declares a field of vectors."""
+class Matrix(MatrixValue):
+    """`qd.Matrix([[a, b], [c, d]], dt=None)` in kernels and Python scope (a list of numbers makes
+    a vector); `qd.Matrix.field(n, m, dtype, shape, needs_grad=...)` declares a field of n x m
+    matrices. Every Python-scope vector or matrix is an instance."""
 
-    def __new__(cls, values, dtype=None):
-        arr = np.asarray(values)
-        return arr.astype(dtype.np_dtype) if isinstance(dtype, T.DataType) else arr
-
-    @staticmethod
-    def field(n, dtype, shape=(), needs_grad=False, name=None, needs_dual=False) -> Field:
-        return MatrixType((n,), dtype).field(shape, needs_grad, name, needs_dual)
-
-    @staticmethod
-    def ndarray(n, dtype, shape, needs_grad=False, needs_dual=False) -> Ndarray:
-        return MatrixType((n,), dtype).ndarray(shape, needs_grad, needs_dual)
-
-    @staticmethod
-    def zero(dtype, n):
-        """A vector of n zeros (also in kernels)."""
-        return np.zeros(n, dtype=dtype.np_dtype)
-
-    @staticmethod
-    def one(dtype, n):
-        """A vector of n ones (also in kernels)."""
-        return np.ones(n, dtype=dtype.np_dtype)
-
-    @staticmethod
-    def unit(n, i, dtype=None):
-        """The i-th unit vector of length n, of integers unless `dtype` says otherwise (as in
-        Quadrants; also in kernels)."""
-        return np.eye(n, dtype=np.int32 if dtype is None else dtype.np_dtype)[i].copy()
-
-
-class Matrix:
-    """`qd.Matrix([[a, b], [c, d]])` in kernels and Python scope; `qd.Matrix.field(n, m, dtype,
-    shape, needs_grad=...)` declares a field of n x m matrices."""
-
-    def __new__(cls, values, dtype=None):
-        arr = np.asarray(values)
-        return arr.astype(dtype.np_dtype) if isinstance(dtype, T.DataType) else arr
+    __slots__ = ()
 
     @staticmethod
     def field(n, m, dtype, shape=(), needs_grad=False, name=None, needs_dual=False) -> Field:
@@ -200,29 +169,76 @@ class Matrix:
     @staticmethod
     def identity(dtype, n):
         """The n x n identity matrix (also in kernels)."""
-        return np.eye(n, dtype=dtype.np_dtype)
+        return MatrixValue.of(np.eye(n, dtype=dtype.np_dtype))
 
     @staticmethod
     def diag(dim, val):
         """`val` on the diagonal of a dim x dim matrix (also in kernels)."""
-        return np.eye(dim) * val
+        return MatrixValue.of(np.eye(dim) * val)
 
     @staticmethod
     def one(dtype, n, m=None):
         """A vector (n) or matrix (n x m) of ones (also in kernels)."""
-        return np.ones((n,) if m is None else (n, m), dtype=dtype.np_dtype)
+        return MatrixValue.of(np.ones((n,) if m is None else (n, m), dtype=dtype.np_dtype))
 
     @staticmethod
     def rows(rows):
         """The matrix whose rows are the given vectors or lists (also in kernels)."""
-        return np.array([np.asarray(r) for r in rows])
+        return MatrixValue.of(np.array([np.asarray(r) for r in rows]))
 
     @staticmethod
     def cols(cols):
         """The matrix whose columns are the given vectors or lists (also in kernels)."""
-        return np.array([np.asarray(c) for c in cols]).T.copy()
+        return MatrixValue.of(np.array([np.asarray(c) for c in cols]).T.copy())
 
     @staticmethod
     def zero(dtype, n, m=None):
         """A zero vector (n) or matrix (n x m) (also in kernels)."""
-        return np.zeros((n,) if m is None else (n, m), dtype=dtype.np_dtype)
+        return MatrixValue.of(np.zeros((n,) if m is None else (n, m), dtype=dtype.np_dtype))
+
+
+class Vector(Matrix):
+    """`qd.Vector([a, b, c], dt=None)` in kernels (a vector literal) and in Python scope (a
+    qd.Matrix value); `qd.Vector.field(n, dtype, shape, needs_grad=...)` declares a field of
+    vectors."""
+
+    __slots__ = ()
+
+    def __init__(self, arr, dt=None, *, dtype=None):
+        super().__init__(arr, dt, dtype=dtype)
+        if self.ndim != 1:
+            raise ValueError(f"qd.Vector() needs a flat list of numbers, got shape {self.shape}")
+
+    @staticmethod
+    def field(n, dtype, shape=(), needs_grad=False, name=None, needs_dual=False) -> Field:
+        return MatrixType((n,), dtype).field(shape, needs_grad, name, needs_dual)
+
+    @staticmethod
+    def ndarray(n, dtype, shape, needs_grad=False, needs_dual=False) -> Ndarray:
+        return MatrixType((n,), dtype).ndarray(shape, needs_grad, needs_dual)
+
+    @staticmethod
+    def zero(dtype, n):
+        """A vector of n zeros (also in kernels)."""
+        return MatrixValue.of(np.zeros(n, dtype=dtype.np_dtype))
+
+    @staticmethod
+    def one(dtype, n):
+        """A vector of n ones (also in kernels)."""
+        return MatrixValue.of(np.ones(n, dtype=dtype.np_dtype))
+
+    @staticmethod
+    def unit(n, i, dtype=None):
+        """The i-th unit vector of length n, of integers unless `dtype` says otherwise (as in
+        Quadrants; also in kernels)."""
+        return MatrixValue.of(np.eye(n, dtype=np.int32 if dtype is None else dtype.np_dtype)[i].copy())
+
+
+use_classes(Vector, Matrix)
+
+
+def zero(x):
+    """`qd.zero(x)`: zero of the type and shape of `x` (a scalar, vector or matrix; also in kernels)."""
+    if isinstance(x, MatrixValue):
+        return MatrixValue.of(np.zeros_like(np.asarray(x)))
+    return type(x)(0)

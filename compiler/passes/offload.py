@@ -39,7 +39,7 @@ def offload(k: ir.KernelIR) -> bool:
     eliminate_dead_code(k)
     k.body.stmts = [t for t in k.body.stmts if t.body.stmts]
     for i, t in enumerate(k.body.stmts):
-        t.task_name = f"{k.name}_t{i}_{t.source_kind}"
+        t.task_name = f"{k.name}_t{i}_{t.label or t.source_kind}"
     return True
 
 
@@ -52,6 +52,7 @@ def _make_task(k: ir.KernelIR, groups, owner, temp_of, gi: int) -> ir.Task:
         loop = g[0]
         t = ir.Task("range_for", loop.loc)
         t.serial, t.source_kind, t.ndim, t.block_dim = loop.serial, loop.kind, loop.ndim, loop.block_dim
+        t.max_threads, t.label = loop.max_threads, loop.label
         bounds = _Importer(k, groups, owner, temp_of, gi, reload_memory=True)
         t.begin = bounds.value(loop.begin, t.prologue)
         t.end = bounds.value(loop.end, t.prologue)

@@ -25,6 +25,7 @@ import os
 
 from .. import ir
 from .constant_fold import constant_fold
+from .intrinsics import lower_intrinsics
 from .offload import offload
 from .reductions import thread_local_reductions
 from .simplify import simplify
@@ -38,6 +39,7 @@ PIPELINE = [
     ("forward_mode", None),                    # variant forward_ad: a tangent beside every active value
     ("offload", offload),                      # top-level loops -> range-for tasks, the rest -> serial
     ("simplify_tasks", simplify),              # per task: offload recomputes and imports values
+    ("lower_intrinsics", lower_intrinsics),    # after autodiff: stop_grad -> its value, random -> Philox
     ("thread_local_reductions", thread_local_reductions),  # one atomic per chunk, not per iteration
     ("split_task_index", split_task_index),    # ndrange coordinates as rows, not k // w and k % w
 ]

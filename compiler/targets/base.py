@@ -4,11 +4,14 @@ A target turns an offloaded, optimised kernel (one IR for every backend) into th
 its runtime device loads. It declares its capabilities (what the generated code may use), the
 description that enters the cache key, the source folders its code comes from (the compiler
 fingerprint of its cache entries covers those and the backend-neutral stages, nothing else),
-and how it launches a task (which adstack sizing needs, without importing any target).
+how it launches a task (which adstack sizing needs, without importing any target), and the
+options it takes (`options`: TargetOption specs, from which Options, qdc.yaml / [tool.qdc] and
+the `qdc build` flags such as `--cuda-arch` are made).
 
 `compile` first checks what the kernel needs against the capabilities (a 64-bit value on a
 target without 64-bit types, an adstack of a type the target cannot store: a
-`TargetCannotExpress` error at that statement's line), then calls the target's `generate`.
+`TargetCannotExpress` error at that statement's line; a launch of more threads per workgroup
+than the target allows), then calls the target's `generate`.
 Errors found while generating code are `QdcCompileError`s at the statement's source line
 (`codegen_error`), never a bare exception from deep inside a code generator.
 """
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import linecache
 from dataclasses import dataclass
+from typing import Callable
 
 from qdc.runtime.contract.errors import QdcCompileError
 
@@ -30,18 +34,55 @@ class Capabilities:
     float_atomic_add: bool = True
     # Names of the adstack element types the target can store (None: any IR type).
     adstack_dtypes: frozenset | None = None
+    # The most threads a launch's workgroup may have (None: each device's own limit, checked at load).
     max_workgroup_size: int | None = None
     subgroup_size: int | None = None
     # chunk_final's atomics combine the partials of a subgroup/warp first (one atomic per group)
     subgroup_reductions: bool = False
 
 
+@dataclass(frozen=True)
+class TargetOption:
+    """An option a target takes: an Options attribute and a qdc.yaml / [tool.qdc] key `name`,
+    and a `qdc build` flag `--name-with-dashes`. Unset (None) means `default` (in `qdc build`,
+    `build_default` where given); `check` is the one validation of every way of setting it."""
+    name: str
+    help: str
+    default: object = None
+    type: type = str  # of the flag's value (a configuration file may give a list where the check allows it)
+    choices: tuple | None = None
+    # The `qdc build` default where it differs from direct mode's `default` (the CPU: portable code).
+    build_default: object = None
+    # Whether every cache entry records (and is keyed by) its effective value on its own arch;
+    # otherwise the target's cache_description covers it.
+    keyed: bool = False
+    # Raises ValueError naming the option for a bad value (called with every set value).
+    validate: Callable | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    def check(self, value) -> None:
+        """ValueError unless `value` is None or a value this option may take."""
+        if value is None:
+            return
+        if self.choices is not None and value not in self.choices:
+            raise ValueError(f"{self.name} must be one of {', '.join(map(str, self.choices))}, got {value!r}")
+        if self.validate is not None:
+            self.validate(value)
+
+
 class Target:
     """One arch's code generator. Subclasses live in compiler/targets/<arch>/target.py."""
     arch: str = ""
+    # How the target's errors name it ("CUDA allows ...") and a workgroup ("threads per block").
+    display_name: str = ""
+    workgroup_word: str = "workgroup"
     capabilities = Capabilities()
     # Folders under compiler/targets/ whose sources make up this target (own and shared).
     source_folders: tuple = ()
+    options: tuple = ()  # TargetOption
 
     def cache_description(self, opts) -> str:
         """Everything about the target that changes generated code (ISA level, sm_XX, gfx list...)."""
@@ -58,6 +99,7 @@ class Target:
     def compile(self, kernel: ir.KernelIR, meta, opts) -> dict:
         """Artifacts (name -> bytes) for `kernel`; may add target records to `meta`."""
         self.check_capabilities(kernel)
+        self.check_block_dims(kernel)
         return self.generate(kernel, meta, opts)
 
     def generate(self, kernel: ir.KernelIR, meta, opts) -> dict:
@@ -84,6 +126,20 @@ class Target:
                     f"target '{self.arch}' does not have: this kernel cannot be built for it (use "
                     f"{'f32' if lacking.is_float else 'i32/u32'} for this value, or another arch)",
                     where, error=TargetCannotExpress)
+
+    def check_block_dims(self, kernel: ir.KernelIR) -> None:
+        """A QdcCompileError at the first task launched with more threads per workgroup than
+        `capabilities.max_workgroup_size` (qd.loop_config(block_dim=...))."""
+        limit = self.capabilities.max_workgroup_size
+        if limit is None:
+            return
+        for task in kernel.tasks:
+            block = self.launch_policy(task).get("block_dim")
+            if block is not None and block > limit:
+                where = next((s for s in ir.walk_nested(task) if s.loc is not None), task)
+                raise codegen_error(kernel, where, f"qd.loop_config(block_dim={block}) is more threads per "
+                                    f"{self.workgroup_word} than {self.display_name} allows ({limit})",
+                                    task.loc or kernel.loc, describe=False)
 
     def _lacking_type(self, s: ir.Stmt):
         """The 64-bit type of `s`'s value if the target has none (a loop index is typed by its

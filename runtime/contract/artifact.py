@@ -22,6 +22,13 @@ launch context ("ctx") is an array of 64-bit words whose layout the metadata des
     word  debug_slot                 only if the kernel has bounds checks (debug_checks non-empty):
                                      device address of the bounds-check words in the launch's
                                      error slot (runtime/contract/bounds.py)
+    word  random_slot + 0, 1         only if the kernel draws random numbers ("random" true): the
+                                     seed, then the number of earlier launches of kernels that
+                                     draw since qd.init (runtime/random_stream.py); SPIR-V reads
+                                     them as four u32 "args" words after the parameters'
+    word  print_slot                 only if the kernel has messages (print, assert, debug checks):
+                                     the device address of the print buffer
+                                     (runtime/contract/print_buffer.py)
 
 Entry points. `entry` runs every task of the kernel in order, in one call (`void
 entry(uint64_t *ctx)` on the CPU: the fast path of synchronous devices). Every task also has
@@ -118,6 +125,7 @@ import re
 import msgpack
 
 from . import sizeexpr
+from .print_buffer import check_message_record
 
 FORMAT_VERSION = 4
 
@@ -247,7 +255,8 @@ class KernelMeta:
 
     def __init__(self, name: str, entry: str, params: list, fields: list, tasks: list,
                  num_temps: int = 0, is_grad: bool = False, adstack: dict | None = None,
-                 debug_checks: list | None = None, cpu_libraries: list | None = None, returns: dict | None = None):
+                 debug_checks: list | None = None, cpu_libraries: list | None = None, returns: dict | None = None,
+                 random: bool = False, messages: list | None = None):
         self.name, self.entry = name, entry
         self.returns = returns  # the "returns" record, None when the kernel returns nothing
         self.cpu_libraries = cpu_libraries or []  # CPU entries: one record per library, see the docstring
@@ -270,6 +279,12 @@ class KernelMeta:
         self.debug_checks = debug_checks or []
         self.debug_slot = self.ctx_words if self.debug_checks else None  # runtime/contract/bounds.py writes it
         self.ctx_words += 1 if self.debug_checks else 0
+        self.random = random
+        self.random_slot = self.ctx_words if random else None  # runtime/random_stream.py writes these words
+        self.ctx_words += 2 if random else 0
+        self.messages = messages or []  # print, assert and debug-check messages (contract/print_buffer.py)
+        self.print_slot = self.ctx_words if self.messages else None  # the print buffer's address
+        self.ctx_words += 1 if self.messages else 0
 
     def record_names(self) -> list[str]:
         """Each parameter record's name as messages show it: `v[1]` for an element of vector `v`."""
@@ -299,8 +314,12 @@ class KernelMeta:
             d["debug_checks"] = self.debug_checks
         if self.cpu_libraries:
             d["cpu_libraries"] = self.cpu_libraries
+        if self.random:  # absent when the kernel does not draw: such metadata reads as before
+            d["random"] = True
         if self.returns:  # absent when the kernel returns nothing: such metadata reads as before
             d["returns"] = self.returns
+        if self.messages:  # absent without print or debug checks: such metadata reads as before
+            d["messages"] = self.messages
         return d
 
     @classmethod
@@ -313,7 +332,8 @@ class KernelMeta:
                    [FieldMeta(*f) for f in d["fields"]],
                    [TaskMeta.from_dict(t) for t in d["tasks"]],
                    d["num_temps"], d["is_grad"], d.get("adstack") or {}, d.get("debug_checks") or [],
-                   d.get("cpu_libraries") or [], d.get("returns"))
+                   d.get("cpu_libraries") or [], d.get("returns"), d.get("random", False),
+                   d.get("messages") or [])
 
 
 # ---- records ------------------------------------------------------------------------------
@@ -407,6 +427,10 @@ def check_kernel_meta(d) -> None:
         check_adstack_record(d, i, r)
     _check_task_stacks(d)
     _need(isinstance(d.get("debug_checks", []), list), "debug_checks")
+    _need(isinstance(d.get("random", False), bool), "random")
+    _need(isinstance(d.get("messages", []), list) and len(d.get("messages", [])) <= MAX_MESSAGES, "messages")
+    for i, r in enumerate(d.get("messages", [])):
+        check_message_record(i, r)
     for i, r in enumerate(d.get("debug_checks", [])):
         check_debug_record(d, i, r)
     _need(isinstance(d.get("cpu_libraries", []), list) and len(d.get("cpu_libraries", [])) <= 16, "cpu_libraries")
@@ -416,6 +440,7 @@ def check_kernel_meta(d) -> None:
         check_returns_record(d, d["returns"])
 
 
+MAX_MESSAGES = 1 << 16  # print, assert and debug-check messages of one kernel
 MAX_ELEMENT_AXIS = 64  # a vector's length, a matrix's rows or columns
 
 
@@ -437,6 +462,10 @@ def _check_arguments(params: list) -> None:
 
 
 MAX_RETURN_VALUES = 4096
+# The scalars a kernel returns (every component of every value) each travel in a kernel
+# temporary of their own (`num_temps` < 2**20): this bound leaves the kernel's other
+# temporaries ample room. The front end refuses a return type beyond it.
+MAX_RETURN_SCALARS = 1 << 16
 
 
 def check_returns_record(d: dict, r) -> None:
@@ -449,8 +478,10 @@ def check_returns_record(d: dict, r) -> None:
     counts = []
     for v in r["values"]:
         _need(isinstance(v, list) and len(v) == 2 and v[0] in DTYPE_NAMES and isinstance(v[1], list)
-              and len(v[1]) <= 2 and all(_is_int(n) and 0 < n <= 64 for n in v[1]), f"returns: value {v!r:.60}")
+              and len(v[1]) <= 2 and all(_is_int(n) and 0 < n <= MAX_RETURN_SCALARS for n in v[1]),
+              f"returns: value {v!r:.60}")
         counts.append(v[1][0] * (v[1][1] if len(v[1]) == 2 else 1) if v[1] else 1)
+    _need(sum(counts) <= MAX_RETURN_SCALARS, f"returns: {sum(counts)} scalars, more than {MAX_RETURN_SCALARS}")
     slots = r["slots"]
     _need(isinstance(slots, list) and len(slots) == sum(counts) and len(set(slots)) == len(slots)
           and all(_is_int(s) and 0 <= s < d["num_temps"] for s in slots), "returns: slots")
@@ -504,7 +535,7 @@ _TASK_KEYS = {"name", "kind", "serial", "source_kind", "entry", "iterations", "l
 # What a descriptor binding holds: [set, binding, resource, index]; index is the field's or the
 # ndarray parameter's position for those resources, 0 for the others.
 BINDING_RESOURCES = ("field", "ndarray", "ndarray_grad", "args", "temps", "errors", "adstack_meta",
-                     "adstack_float", "adstack_int")
+                     "adstack_float", "adstack_int", "print")
 
 
 def check_task_record(d: dict, i: int, t) -> None:

@@ -16,3 +16,9 @@ class FieldMarker:
 class NdarrayMarker:
     """Base of every device ndarray object."""
     __slots__ = ()
+
+
+class StructFieldMarker:
+    """Base of every struct field (one field per member, runtime/fields.py's StructField): the
+    compiler reads its `name`, `shape`, `members` (name -> field or struct field), `grad`."""
+    __slots__ = ()

@@ -11,7 +11,8 @@ workgroup_size_x, a u16 at byte 4; grid_size_x, a u32 at byte 12, counted in wor
 Code objects are version 5 (module flag `amdhsa_code_object_version` = 500): LLVM 22 defaults
 to 6, which LLD older than 19 rejects and ROCm before 6.2 cannot load. Each processor gets a
 fresh parse of the module (a second codegen of one llvmlite module can abort the process),
-its own optimisation, the own math functions it calls (math.py) linked in, and ld.lld.
+its own optimisation and ld.lld. Math the backend lowers no call for is the shared inline IR
+(target.py), defined in the module itself: nothing is linked in.
 """
 from __future__ import annotations
 
@@ -28,7 +29,6 @@ from ..llvm.llvm_ir import ModuleBuilder
 from ..llvm.llvm_types import I16, I32, I64
 from . import linker
 from .arch import CODE_OBJECT_VERSION, TRIPLE
-from .math import math_library
 
 CONSTANT = 4  # the constant address space, where the dispatch packet lives
 DISPATCH_WORKGROUP_SIZE_X, DISPATCH_GRID_SIZE_X = 4, 12
@@ -76,22 +76,12 @@ def generate_llvm(kernel: ir.KernelIR, meta: KernelMeta, fast_math: bool, target
     return str(mb.module)
 
 
-def link_math(module, context) -> None:
-    """Link in the own math functions `module` calls (math.py): a kernel without them links nothing."""
-    wanted = {f.name for f in module.functions if f.is_declaration and f.name.startswith("__qdc_amdgcn_")}
-    if not wanted:
-        return
-    library = llvm.parse_assembly(str(math_library(wanted, module.data_layout, module.triple)), context=context)
-    module.link_in(library)
-
-
 def compile_for(text: str, gfx: str, entries: set, opt_level: int) -> tuple:
     """(relocatable object, (optimised IR text, its bitcode)) for processor `gfx` from the
     module text."""
     context = llvm.create_context()  # the bitcode must not depend on earlier kernels (cpu/codegen.py)
     module = llvm.parse_assembly(text, context=context)
     module.verify()  # llvmlite's LLVM aborts the process on bad IR given to a backend
-    link_math(module, context)
     internalize(module, entries)
     tm = target_machine(gfx, opt_level)
     pto = llvm.create_pipeline_tuning_options(speed_level=opt_level)

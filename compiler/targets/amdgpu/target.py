@@ -1,18 +1,25 @@
 """The AMDGPU target: the shared LLVM lowering on LLVM's AMDGPU backend, a code object per gfx
-processor of `amdgpu_targets` (codegen.py), math from LLVM intrinsics where the backend lowers
-them and from own code elsewhere (math.py). Built on any machine: no GPU, no ROCm; ld.lld
-(16 or newer) links the code objects."""
+processor of `amdgpu_targets` (codegen.py). Built on any machine: no GPU, no ROCm; ld.lld
+(16 or newer) links the code objects.
+
+Math: LLVM's AMDGPU backend lowers sqrt, floor, ceil, rint and fabs of both widths, and sin,
+cos, exp, log and pow of f32 (hardware v_sin/v_exp/v_log with the backend's range handling);
+any other call would be a libcall it cannot make (ROCm's device libraries are not available to
+qdc). Those are the shared branch-free IR of llvm/inline_math.py, the functions the CPU runs.
+"""
 from __future__ import annotations
 
 from qdc.runtime.contract.adstack_layout import LLVM_HEAP_INTERLEAVED
 
 from ... import ir
-from ..base import Capabilities, codegen_error
-from ..llvm.target import PORTABLE_MATH, External, LlvmTarget
-from .arch import CODE_OBJECT_VERSION, TRIPLE, parse_amdgpu_targets
-from .math import OWN_OPS, function_name
+from ..base import Capabilities, TargetOption
+from ..llvm.inline_math import OPS as INLINE_MATH_OPS
+from ..llvm.target import PORTABLE_MATH, Inline, Intrinsic, LlvmTarget, PerWidth
+from .arch import CODE_OBJECT_VERSION, DEFAULT_AMDGPU_TARGETS, TRIPLE, check_amdgpu_targets, parse_amdgpu_targets
 
-AMDGPU_MATH = {**PORTABLE_MATH, **{op: External(function_name(op, 32), function_name(op, 64)) for op in OWN_OPS}}
+BACKEND_F32_MATH = ("sin", "cos", "exp", "log", "pow")
+AMDGPU_MATH = {**PORTABLE_MATH, **{op: Inline(op) for op in INLINE_MATH_OPS},
+               **{op: PerWidth(Intrinsic(f"llvm.{op}"), Inline(op)) for op in BACKEND_F32_MATH}}
 
 DEFAULT_BLOCK_DIM = 256   # work-items per workgroup unless qd.loop_config(block_dim=...) says otherwise
 MAX_BLOCK_DIM = 1024      # HIP's limit on threads per block
@@ -20,11 +27,16 @@ MAX_BLOCK_DIM = 1024      # HIP's limit on threads per block
 
 class AmdgpuTarget(LlvmTarget):
     arch = "amdgpu"
+    display_name, workgroup_word = "AMDGPU", "block"
     capabilities = Capabilities(max_workgroup_size=MAX_BLOCK_DIM)
     source_folders = ("llvm", "amdgpu")
     math_table = AMDGPU_MATH
     heap_layout = LLVM_HEAP_INTERLEAVED  # as on CUDA: a wavefront's pushes of entry j side by side
     alloca_addrspace = 5  # private (scratch) memory
+    # A comma-separated string or a list; it enters the cache key through cache_description.
+    options = (TargetOption("amdgpu_targets", default=",".join(DEFAULT_AMDGPU_TARGETS), validate=check_amdgpu_targets,
+                            help="AMD GPUs to build code objects for, comma-separated gfx names (default "
+                                 "gfx90a,gfx942,gfx1100)."),)
 
     def emit_slice_index(self, mb, builder):
         """The global thread id: each grid-stride thread owns one heap slice."""
@@ -36,7 +48,7 @@ class AmdgpuTarget(LlvmTarget):
 
         from .linker import lld_description
         version = ".".join(map(str, llvm.llvm_version_info))
-        gfx = ",".join(parse_amdgpu_targets(getattr(opts, "amdgpu_targets", None)))
+        gfx = ",".join(parse_amdgpu_targets(opts.effective("amdgpu_targets")))
         return f"{TRIPLE}/{gfx}/co{CODE_OBJECT_VERSION}/llvm-{version}/{lld_description()}"
 
     def launch_policy(self, task: ir.Task) -> dict:
@@ -46,13 +58,8 @@ class AmdgpuTarget(LlvmTarget):
         return {"policy": "grid", "block_dim": task.block_dim or DEFAULT_BLOCK_DIM}
 
     def generate(self, kernel: ir.KernelIR, meta, opts) -> dict:
-        for task in kernel.tasks:
-            if task.block_dim is not None and task.block_dim > MAX_BLOCK_DIM:
-                where = next((s for s in ir.walk_nested(task) if s.loc is not None), task)
-                raise codegen_error(kernel, where, f"qd.loop_config(block_dim={task.block_dim}) is more threads "
-                                    f"per block than AMDGPU allows ({MAX_BLOCK_DIM})", task.loc, describe=False)
         from .codegen import compile_code_objects
-        return compile_code_objects(kernel, meta, parse_amdgpu_targets(getattr(opts, "amdgpu_targets", None)),
+        return compile_code_objects(kernel, meta, parse_amdgpu_targets(opts.effective("amdgpu_targets")),
                                     int(opts.opt_level), bool(opts.fast_math), target=self)
 
 

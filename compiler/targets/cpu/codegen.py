@@ -108,6 +108,9 @@ def _dispatch(builder: ll.IRBuilder, ctx, task: ir.Task, chunk, begin, end, cost
         slot = ll.Constant(I64, meta.adstack_threads_slot)
         limit = builder.load(builder.gep(ctx, [slot], source_etype=I64), typ=I64)
         threads = builder.select(builder.icmp_unsigned("<", limit, threads), limit, threads)
+    if task.max_threads:  # qd.loop_config(parallelize=N)
+        cap = ll.Constant(I64, task.max_threads)
+        threads = builder.select(builder.icmp_unsigned("<", cap, threads), cap, threads)
     big = builder.icmp_signed(">=", builder.mul(n64, ll.Constant(I64, max(cost, 1))),
                               ll.Constant(I64, PARALLEL_WORK_THRESHOLD))
     multi = builder.icmp_signed(">", threads, ll.Constant(I64, 1))

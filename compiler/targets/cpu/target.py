@@ -3,10 +3,11 @@ ISA level (`cpu_target`, see isa_levels.py)."""
 from __future__ import annotations
 
 from ... import ir
-from ..base import Capabilities
+from ..base import Capabilities, TargetOption
 from ..llvm.target import PORTABLE_MATH, External, Inline, Intrinsic, LlvmTarget, PerWidth
 from ..llvm.inline_math import OPS as INLINE_MATH_OPS
 from .arch import PARALLEL_WORK_THRESHOLD
+from .isa_levels import NATIVE, PORTABLE, check_cpu_target
 
 # Transcendental functions are branch-free IR of the lowering's own (llvm/inline_math.py), so
 # that the loop vectoriser widens loops calling them; a call to the C math library keeps a
@@ -30,6 +31,11 @@ class CpuTarget(LlvmTarget):
     arch = "cpu"
     capabilities = Capabilities()  # every IR type, adstacks included
     source_folders = ("llvm", "cpu")
+    # Direct mode compiles for this machine, `qdc build` for any CPU of the architecture.
+    options = (TargetOption("cpu_target", default=NATIVE, build_default=PORTABLE, keyed=True,
+                            validate=check_cpu_target,
+                            help="CPU code: portable (default: x86-64-v2/v3/v4, the best picked at load), native "
+                                 "(this machine) or an ISA level / LLVM CPU name."),)
 
     @property
     def math_table(self) -> dict:
@@ -48,7 +54,7 @@ class CpuTarget(LlvmTarget):
 
     def cache_description(self, opts) -> str:
         from .codegen import target_description
-        return target_description(opts.effective_cpu_target())
+        return target_description(opts.effective("cpu_target"))
 
     def launch_policy(self, task: ir.Task) -> dict:
         return {"policy": "cpu_chunks", "parallel_from": self.parallel_from(task)}
@@ -65,7 +71,7 @@ class CpuTarget(LlvmTarget):
     def generate(self, kernel: ir.KernelIR, meta, opts) -> dict:
         from .codegen import compile_kernel
         artifacts = compile_kernel(kernel, meta, int(opts.opt_level), bool(opts.fast_math),
-                                   opts.effective_cpu_target(), target=self)
+                                   opts.effective("cpu_target"), target=self)
         meta.cpu_libraries = artifacts.pop("cpu_libraries")  # which library suits which CPU: the loader picks
         return artifacts
 

@@ -4,11 +4,11 @@ from the `nvidia-cuda-nvcc` package, only for kernels that do math)."""
 from __future__ import annotations
 
 from ... import ir
-from ..base import Capabilities, codegen_error
+from ..base import Capabilities, TargetOption
 from qdc.runtime.contract.adstack_layout import LLVM_HEAP_INTERLEAVED
 
 from ..llvm.target import PORTABLE_MATH, External, LlvmTarget
-from .arch import TRIPLE
+from .arch import DEFAULT_CUDA_ARCH, TRIPLE, check_cuda_arch
 
 # sqrt, floor, ceil, rint and fabs are PTX instructions (PORTABLE_MATH's intrinsics); the
 # rest are libdevice's functions.
@@ -22,10 +22,15 @@ MAX_BLOCK_DIM = 1024      # CUDA's limit on threads per block
 
 class CudaTarget(LlvmTarget):
     arch = "cuda"
+    display_name, workgroup_word = "CUDA", "block"
     capabilities = Capabilities(max_workgroup_size=MAX_BLOCK_DIM, subgroup_size=32, subgroup_reductions=True)
     source_folders = ("llvm", "cuda")
     math_table = CUDA_MATH
     heap_layout = LLVM_HEAP_INTERLEAVED  # a warp's pushes of entry j land side by side
+    # The PTX target; it enters the cache key through cache_description.
+    options = (TargetOption("cuda_arch", default=DEFAULT_CUDA_ARCH, validate=check_cuda_arch,
+                            help="GPU generation of CUDA code, sm_XY (default sm_70: the driver compiles it for "
+                                 "newer GPUs)."),)
 
     def emit_slice_index(self, mb, builder):
         """The global thread id: each grid-stride thread owns one heap slice (the runtime sizes
@@ -38,7 +43,7 @@ class CudaTarget(LlvmTarget):
 
         from . import toolkit
         version = ".".join(map(str, llvm.llvm_version_info))
-        return f"{TRIPLE}/{opts.effective_cuda_arch()}/llvm-{version}/libdevice-{toolkit.libdevice_digest()}"
+        return f"{TRIPLE}/{opts.effective('cuda_arch')}/llvm-{version}/libdevice-{toolkit.libdevice_digest()}"
 
     def launch_policy(self, task: ir.Task) -> dict:
         """Blocks of block_dim threads; a task that runs in order runs on one thread."""
@@ -47,17 +52,9 @@ class CudaTarget(LlvmTarget):
         return {"policy": "grid", "block_dim": task.block_dim or DEFAULT_BLOCK_DIM}
 
     def generate(self, kernel: ir.KernelIR, meta, opts) -> dict:
-        self.check_block_dims(kernel)
         from .codegen import compile_ptx
-        return compile_ptx(kernel, meta, opts.effective_cuda_arch(), int(opts.opt_level), bool(opts.fast_math),
+        return compile_ptx(kernel, meta, opts.effective("cuda_arch"), int(opts.opt_level), bool(opts.fast_math),
                            target=self)
-
-    def check_block_dims(self, kernel: ir.KernelIR) -> None:
-        for task in kernel.tasks:
-            if task.block_dim is not None and task.block_dim > MAX_BLOCK_DIM:
-                where = next((s for s in ir.walk_nested(task) if s.loc is not None), task)
-                raise codegen_error(kernel, where, f"qd.loop_config(block_dim={task.block_dim}) is more threads "
-                                    f"per block than CUDA allows ({MAX_BLOCK_DIM})", task.loc, describe=False)
 
 
 TARGET = CudaTarget()

@@ -20,6 +20,7 @@ from ... import ir
 from ...passes.bounds_checks import checked_accesses
 from ..base import Unsupported, codegen_error
 from .llvm_adstack import AdStackLowering
+from .llvm_messages import MessageLowering
 from .llvm_types import I1, I8, I16, I64, PTR, VOID, lltype, memtype
 from . import inline_math
 from .target import MATH_ARITY, Inline, Intrinsic, PerWidth
@@ -224,7 +225,7 @@ def carries_state(loop: ir.Stmt) -> bool:
     return bool((read & written) - declared)
 
 
-class _Env(AdStackLowering):
+class _Env(AdStackLowering, MessageLowering):
     """Emission state inside one LLVM function."""
 
     def __init__(self, cg: KernelCodegen, builder: ll.IRBuilder, ctx):
@@ -337,6 +338,12 @@ class _Env(AdStackLowering):
     def s_NdarrayShape(self, s):
         v = self.ctx_word(self.cg.param_slot[s.arg_index] + 1 + s.dim, I64)
         return self.b.trunc(v, lltype(s.type)) if s.type.bits < 64 else v
+
+    def s_RandomState(self, s):
+        word = self.ctx_word(self.cg.meta.random_slot + s.word // 2, I64)  # two u32 words per ctx word, low first
+        if s.word % 2:
+            word = self.b.lshr(word, ll.Constant(I64, 32))
+        return self.b.trunc(word, lltype(s.type))
 
     def s_Cast(self, s):
         return convert(self.b, self.mb, self.v(s.x), s.x.type, s.type)

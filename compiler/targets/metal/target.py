@@ -35,6 +35,7 @@ MAX_BUFFERS = 31           # Metal's buffer argument table
 
 class MetalTarget(Target):
     arch = "metal"
+    display_name, workgroup_word = "Metal", "threadgroup"
     # float_atomic_add=False: an f32 atomic add is a compare-and-swap loop on its bits (spirv-cross
     # releases before 2023 translate OpAtomicFAddEXT to GLSL's atomicAdd, which is no MSL).
     capabilities = Capabilities(int64=False, float64=False, float_atomic_add=False,
@@ -61,13 +62,9 @@ class MetalTarget(Target):
         from .msl import metal_entry, translate
         artifacts = {}
         for i, (task, record) in enumerate(zip(kernel.tasks, meta.tasks)):
-            block = self.block_dim(task)
-            if block > MAX_BLOCK_DIM:
-                raise codegen_error(kernel, task, f"qd.loop_config(block_dim={block}) is more threads per "
-                                    f"threadgroup than Metal allows ({MAX_BLOCK_DIM})", kernel.loc, describe=False)
             record.entry = metal_entry(record.entry)
-            module, bindings = TaskLowering(kernel, task, record.entry, self.capabilities, self.arch, block,
-                                            bool(meta.debug_checks)).lower()
+            module, bindings = TaskLowering(kernel, task, record.entry, self.capabilities, self.arch,
+                                            self.block_dim(task), bool(meta.debug_checks)).lower()
             if len(bindings) > MAX_BUFFERS:
                 raise codegen_error(kernel, task, f"task {i} uses {len(bindings)} buffers, more than the "
                                     f"{MAX_BUFFERS} a Metal function can bind: split the loop", kernel.loc,

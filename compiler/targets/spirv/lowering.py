@@ -27,6 +27,7 @@ from .adstack import AdStackLowering
 from .arith import ValueLowering
 from .builder import FunctionBuilder, ModuleBuilder
 from .memory import MemoryLowering
+from .messages import MessageLowering
 from .spec import GLSL, BuiltIn, Decoration, Op, StorageClass
 
 DESCRIPTOR_SET = 0
@@ -34,15 +35,16 @@ DEFAULT_SPEC_BLOCK_DIM = 128  # the WorkgroupSize's default; the device always s
 
 def arg_words(params: list) -> list[int]:
     """The word offset of each parameter in the "args" buffer: a scalar takes one word (two if
-    64-bit), an ndarray one word (its extent, i32) per dimension."""
+    64-bit), an ndarray one word (its extent, i32) per dimension. One more offset follows the
+    last parameter's: where the random state's words begin."""
     offsets, word = [], 0
     for p in params:
         offsets.append(word)
         word += (2 if p.dtype.bits == 64 else 1) if p.kind == "scalar" else p.ndim
-    return offsets
+    return offsets + [word]
 
 
-class TaskLowering(ValueLowering, MemoryLowering, AdStackLowering):
+class TaskLowering(ValueLowering, MemoryLowering, AdStackLowering, MessageLowering):
     def __init__(self, kernel: ir.KernelIR, task: ir.Task, entry: str, capabilities: Capabilities, arch: str,
                  block_dim: int | None, debug: bool = False, fast_math: bool = False):
         self.k, self.task, self.entry, self.caps, self.arch = kernel, task, entry, capabilities, arch
@@ -57,7 +59,7 @@ class TaskLowering(ValueLowering, MemoryLowering, AdStackLowering):
         self.views: dict = {}          # (resource, index, element type id) -> variable
         self.pointers: dict = {}       # GlobalPtr -> ((resource, index), linear index id)
         self.index_types: dict = {}    # GlobalPtr -> the type of its linear index (i32 or i64)
-        self.arg_word = arg_words(kernel.params)
+        *self.arg_word, self.random_word = arg_words(kernel.params)
         self.block_dim = block_dim or DEFAULT_SPEC_BLOCK_DIM
         # debug=True: GlobalPtr -> its check id (runtime/contract/bounds.py); `guards`: the
         # in-range condition of a checked pointer, which its store or atomic waits for

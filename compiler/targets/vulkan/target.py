@@ -14,7 +14,8 @@
   buffers a task uses are listed.
 - "args": little-endian u32 words; each parameter in order: a scalar of 8, 16 or 32 bits one
   word (low bits, sign- or zero-extended), a 64-bit scalar two words (low first), an ndarray
-  one word per dimension (its extent, i32).
+  one word per dimension (its extent, i32); then, in a kernel that draws random numbers
+  (metadata "random"), its seed and launch counter, two words each, low first.
 - Dispatch: ceil(N / B) workgroups for N iterations (2-D when beyond
   maxComputeWorkGroupCount[0]); invocation id = gid.x + gid.y * (groups.x * B), total =
   groups.x * groups.y * B. The shader computes begin/end itself and runs iterations id, id +
@@ -34,9 +35,9 @@ SPIRV_ENV = "spirv1.5/vulkan1.2"
 class VulkanTarget(Target):
     arch = "vulkan"
     # What the generated code may use. lavapipe and NVIDIA have all of these (GPU.md); a device
-    # without one refuses the module at load.
+    # without one refuses the module at load, as it refuses a block_dim beyond its own limit.
     capabilities = Capabilities(int64=True, float64=True, float_atomic_add=True, subgroup_reductions=True,
-                                adstack_dtypes=frozenset(("f32", "i32", "u1", "f64", "i64")), max_workgroup_size=1024)
+                                adstack_dtypes=frozenset(("f32", "i32", "u1", "f64", "i64")))
     source_folders = ("spirv", "vulkan")
 
     def cache_description(self, opts) -> str:

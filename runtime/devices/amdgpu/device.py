@@ -1,5 +1,5 @@
 """AMDGPU device (runtime/device.py's asynchronous protocol) on HIP through hip-python
-(driver.py): the stream device of runtime/stream_device.py (memory, fenced frees, ctx
+(driver.py): the stream device of runtime/devices/stream.py (memory, fenced frees, ctx
 uploads, launches, adstack heap sizing, shared with the CUDA device) with HIP's calls.
 
 GPU `QDC_AMDGPU_DEVICE` (default 0) and one non-blocking stream. A kernel's module is the code
@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 
 from ...contract.errors import QdcError
-from ...stream_device import StreamDevice
+from ..stream import StreamDevice
 from .driver import Driver
 
 DEFAULT_BLOCK_DIM = 256

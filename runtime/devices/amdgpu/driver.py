@@ -1,14 +1,14 @@
 """HIP through `hip-python` (`hip.hip`), and nothing else. The binding imports without ROCm
 and dlopens libamdhip64.so at its first call: a missing binding, runtime or GPU is
 `AmdgpuUnavailableError` saying which, never a raw traceback. Every call returns a tuple
-whose first item is a hipError_t; `check` (runtime/stream_device.py's StatusDriver) turns a
+whose first item is a hipError_t; `check` (runtime/devices/stream.py's StatusDriver) turns a
 failure into an exception naming the call."""
 from __future__ import annotations
 
 from types import SimpleNamespace
 
 from ...contract.errors import QdcError
-from ...stream_device import StatusDriver
+from ..stream import StatusDriver
 
 PACKAGE = "hip-python"
 # Sticky errors: the device is unusable after them until hipDeviceReset.
@@ -56,7 +56,7 @@ def base_gfx(arch_name) -> str:
 
 
 class Driver(StatusDriver):
-    """The binding, its status codes, `check` (runtime/stream_device.py) and the stream device's calls."""
+    """The binding, its status codes, `check` (runtime/devices/stream.py) and the stream device's calls."""
     arch = "amdgpu"
 
     def __init__(self, hip=None):
@@ -70,7 +70,7 @@ class Driver(StatusDriver):
         return _name(self.hip, err)
 
     def calls(self):
-        """The driver calls of a stream device (runtime/stream_device.py CALLS), by role."""
+        """The driver calls of a stream device (runtime/devices/stream.py CALLS), by role."""
         h = self.hip
         return SimpleNamespace(
             mem_alloc=h.hipMalloc, mem_free=h.hipFree, memset_d8_async=h.hipMemsetD8Async,

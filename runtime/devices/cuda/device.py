@@ -1,5 +1,5 @@
 """CUDA device (runtime/device.py's asynchronous protocol) on the CUDA driver API, through
-`cuda-bindings` only (driver.py): the stream device of runtime/stream_device.py (memory,
+`cuda-bindings` only (driver.py): the stream device of runtime/devices/stream.py (memory,
 fenced frees, ctx uploads, launches, adstack heap sizing) with CUDA's calls.
 
 Context and stream. The primary context of GPU `QDC_CUDA_DEVICE` (default 0) and one stream:
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from ...stream_device import StreamDevice, StreamKernel, StreamTask
+from ..stream import StreamDevice, StreamKernel, StreamTask
 from .driver import Driver
 
 DEFAULT_BLOCK_DIM = 256

@@ -7,7 +7,7 @@ naming the package to install, never a raw traceback.
 from __future__ import annotations
 
 from ...contract.errors import QdcError
-from ...stream_device import StatusDriver
+from ..stream import StatusDriver
 
 PACKAGE = "cuda-bindings"
 # Sticky errors: the context is unusable after them (every later call returns them) until
@@ -50,7 +50,7 @@ def _name(cu, err) -> str:
 
 
 class Driver(StatusDriver):
-    """The binding, its status codes, `check` (runtime/stream_device.py) and the stream device's calls."""
+    """The binding, its status codes, `check` (runtime/devices/stream.py) and the stream device's calls."""
     arch = "cuda"
 
     def __init__(self):
@@ -64,7 +64,7 @@ class Driver(StatusDriver):
         return _name(self.cu, err)
 
     def calls(self):
-        """The driver calls of a stream device (runtime/stream_device.py CALLS), by role."""
+        """The driver calls of a stream device (runtime/devices/stream.py CALLS), by role."""
         from types import SimpleNamespace
         cu = self.cu
         flags = cu.CUevent_flags.CU_EVENT_DISABLE_TIMING

@@ -15,7 +15,7 @@ word back to (buffer, offset). Copies wait for the command buffers that use the 
 go through its contents.
 
 Launches. Each task launch is one command buffer with one compute encoder: the pipeline, the
-buffers (the "args" and "adstack_meta" words with setBytes, runtime/spirv_abi.py builds them),
+buffers (the "args" and "adstack_meta" words with setBytes, devices/spirv_abi.py builds them),
 ceil(slices / block_dim) threadgroups (2-D beyond 65535). Pipelines are built at load: an MSL
 compile error, a missing function or a failed pipeline creation raises, naming the task.
 `free_after_fence` frees once the command buffers submitted before it completed; `sync`
@@ -27,8 +27,8 @@ import numpy as np
 
 from ...contract.errors import QdcError
 from ...device import Allocation, DeviceCapabilities, check_copy_range
-from ...spirv_abi import HEAP_WORDS, ArgsPlan, adstack_meta_words, dispatch_grid, resolve_binding_word
-from ...submission_device import QueuedKernel, SubmissionDevice
+from ..spirv_abi import HEAP_WORDS, ArgsPlan, adstack_meta_words, dispatch_grid, resolve_binding_word
+from ..submission import QueuedKernel, SubmissionDevice
 from . import driver
 
 BUFFER_ALIGN = 16

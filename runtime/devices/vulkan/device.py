@@ -39,8 +39,8 @@ import itertools
 
 import numpy as np
 
-from ...device import Allocation, ErrorSlot, check_copy_range
-from ...submission_device import QueuedKernel, Submission, SubmissionDevice
+from ...device import Allocation, check_copy_range
+from ..submission import QueuedKernel, Submission, SubmissionDevice
 from . import driver, kernels, pipelines
 
 ARGS_RING_BYTES = 1 << 20
@@ -220,12 +220,11 @@ class VulkanDevice(SubmissionDevice):
             self.lib.vkCmdFillBuffer(self._record([buf]), buf.handle, 0, buf.size, 0)
         return buf
 
-    def acquire_error_slot(self) -> ErrorSlot:
-        """A slot of an error block in host-visible memory: `sync` reads every watched slot, and
-        a read of device-local memory would be a submission and a wait per slot."""
+    def allocate_host_read(self, nbytes: int) -> Allocation:
+        """Host-visible memory: a read of device-local memory would be a submission and a wait."""
         self._host_visible_allocations = True
         try:
-            return super().acquire_error_slot()
+            return self.allocate(nbytes)
         finally:
             self._host_visible_allocations = False
 
@@ -279,6 +278,13 @@ class VulkanDevice(SubmissionDevice):
             region = self.ffi.new("VkBufferCopy*", {"srcOffset": offset, "dstOffset": offset + done, "size": size})
             self.lib.vkCmdCopyBuffer(self._record([buf]), buf.handle, buf.handle, 1, region)
             done += size
+
+    def copy_between(self, src: Allocation, dst: Allocation, nbytes: int) -> None:
+        """The first `nbytes` of `src` onto `dst`: a vkCmdCopyBuffer in the batch."""
+        source, target = check_copy_range(src, 0, nbytes), check_copy_range(dst, 0, nbytes)
+        if nbytes:
+            region = self.ffi.new("VkBufferCopy*", {"srcOffset": 0, "dstOffset": 0, "size": nbytes})
+            self.lib.vkCmdCopyBuffer(self._record([target, source]), source.handle, target.handle, 1, region)
 
     def copy_to_host(self, alloc: Allocation, dst: np.ndarray, offset: int = 0) -> None:
         out = dst.reshape(-1).view(np.uint8)  # a view of `dst` (contiguous), 1-d first as above

@@ -19,7 +19,7 @@ import numpy as np
 
 from ...contract.errors import QdcError
 from ...contract.error_slot import ERROR_SLOT_WORDS
-from ...spirv_abi import ArgsPlan, dispatch_grid, resolve_binding_word  # noqa: F401 (the ABI's shared part)
+from ..spirv_abi import ArgsPlan, dispatch_grid, resolve_binding_word  # noqa: F401 (the ABI's shared part)
 
 SPIRV_MAGIC = 0x07230203
 OP_CAPABILITY = 17

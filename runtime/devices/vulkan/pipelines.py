@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ...contract.entry_points import spirv_entry_points
 from ...contract.error_slot import ERROR_SLOT_WORDS
-from ...spirv_abi import HEAP_WORDS, adstack_meta_words
+from ..spirv_abi import HEAP_WORDS, adstack_meta_words
 from . import kernels
 from .kernels import UnsupportedKernelError
 

@@ -21,10 +21,10 @@ slices / block_dim blocks; `task_slices` is min(ceil(N / block_dim), a cap) bloc
 task's grid-stride loop covers the rest.
 
 Adstacks. The kernel indexes the heap by the global thread id, so a launch needs a slice per
-thread it really runs. Before a task holding stacks is launched, the heap is grown (through
-the runtime's heap, runtime/adstack.py: max(required, 2 x current), retry at exactly
-required, then a clear MemoryError; the old heap freed after the fence) to `slices * stride`
-bytes when smaller, and the ctx words (heap pointer, slices held) follow.
+thread it really runs. The launcher's prepare hook (runtime/adstack.py) sizes the runtime's
+heap before the tasks are queued, for the slices `task_slices` gives each task holding
+stacks, and writes the heap pointer and the slices it holds into the ctx words; a task
+launched on more threads than that word says is refused rather than run past the heap.
 
 Loss. A driver's sticky statuses (a launch timeout, an illegal address, a failed launch: every
 later call of the context returns them) mark the device lost (runtime/device.py, "Loss"),
@@ -36,7 +36,7 @@ import ctypes
 
 import numpy as np
 
-from .device import Allocation, Device, DeviceCapabilities, check_copy_range
+from ..device import Allocation, Device, DeviceCapabilities, check_copy_range
 
 WAVES = 16                       # grid cap: this many waves of resident blocks on every multiprocessor
 RING_BYTES = 1 << 20             # pinned staging for ctx uploads (two halves)
@@ -85,11 +85,12 @@ class StatusDriver:
 
 
 class StreamTask:
-    """One task's function, block size and whether it holds adstacks."""
-    __slots__ = ("function", "block_dim", "stacks", "name")
+    """One task's function, block size, name and, when it holds adstacks, the ctx word of the
+    thread slices their heap holds (KernelMeta.adstack_threads_slot)."""
+    __slots__ = ("function", "block_dim", "heap_threads_word", "name")
 
-    def __init__(self, function, block_dim, stacks, name):
-        self.function, self.block_dim, self.stacks, self.name = function, block_dim, stacks, name
+    def __init__(self, function, block_dim, heap_threads_word, name):
+        self.function, self.block_dim, self.heap_threads_word, self.name = function, block_dim, heap_threads_word, name
 
 
 class CtxCopy:
@@ -237,7 +238,8 @@ class StreamDevice(Device):
         tasks = []
         for i, t in enumerate(meta.tasks):
             fn = d.check(c.module_get_function(module, t.entry.encode()), f"kernel '{meta.name}': entry {t.entry}")
-            tasks.append(StreamTask(fn, self.block_dim(t.launch), i in stack_tasks, t.name))
+            threads_word = meta.adstack_threads_slot if i in stack_tasks else None
+            tasks.append(StreamTask(fn, self.block_dim(t.launch), threads_word, t.name))
         return StreamKernel(meta, module, tasks)
 
     def block_dim(self, launch: dict) -> int:
@@ -278,8 +280,10 @@ class StreamDevice(Device):
         if copy is None:
             copy = loaded.ctx_copies[ctx_address] = CtxCopy(self.allocate(loaded.ctx_bytes), loaded.ctx_bytes,
                                                             ctx_address)
-        if t.stacks:
-            self._size_heap(loaded, copy.words, slices)
+        if t.heap_threads_word is not None and copy.words[t.heap_threads_word] < slices:
+            raise RuntimeError(f"kernel '{loaded.meta.name}', task '{t.name}': {slices} threads launched but its "
+                               f"adstack heap holds {int(copy.words[t.heap_threads_word])}: the heap was not sized "
+                               f"for this launch (the launcher's adstack hooks did not run)")
         data = ctypes.string_at(ctx_address, copy.nbytes)
         if data != copy.last:
             self._upload_ctx(copy, data)
@@ -318,23 +322,6 @@ class StreamDevice(Device):
             self._ring_half = entered
         self._ring_offset = start + size
         return start
-
-    def _size_heap(self, loaded: StreamKernel, words: np.ndarray, slices: int) -> None:
-        """Grow the runtime's adstack heap to a slice per launched thread and point the ctx at it."""
-        from . import context
-        from .adstack import heap_for
-        meta = loaded.meta
-        slot = meta.adstack_slot
-        stride = int(words[slot + 1])
-        if stride == 0:
-            return
-        heap = heap_for(context.current())
-        required = slices * stride
-        if heap.nbytes >= required and int(words[slot]) == heap.ptr and int(words[meta.adstack_threads_slot]) >= slices:
-            return
-        heap.ensure(required, meta.name)
-        words[slot] = heap.ptr
-        words[meta.adstack_threads_slot] = heap.nbytes // stride
 
     def close_stream(self) -> bool:
         """Wait for the stream, free what waited for it and the staging ring (the subclass then

@@ -27,8 +27,8 @@ import itertools
 
 import numpy as np
 
-from .address_space import AddressSpace
-from .device import Allocation, Device
+from ..address_space import AddressSpace
+from ..device import Allocation, Device
 
 
 class Submission:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .contract import adstack_layout
-from .contract.error_slot import BOUNDS_WORD, OVERFLOW_WORD
+from ..contract import adstack_layout
+from ..contract.error_slot import BOUNDS_WORD, OVERFLOW_WORD
 
 # Adstack resources (adstack_layout's SPIR-V record): the heaps' addresses are the ctx words
 # adstack_slot + 0 / + 1 (runtime/adstack_sizing.py writes them); "adstack_meta" is written per
@@ -33,6 +33,10 @@ class ArgsPlan:
             if p.dtype in ("i8", "i16"):  # sign-extended to 32 bits
                 self.narrow.append((len(self.gather), 8 if p.dtype == "i8" else 16))
             self.gather.append(p.slot)
+        if meta.random_slot is not None:  # the seed and the launch counter, 64 bits each
+            for slot in (meta.random_slot, meta.random_slot + 1):
+                self.wide.append((len(self.gather), slot))
+                self.gather += [slot, slot]
         self.gather = np.array(self.gather, np.intp)
         self.nbytes = max(4 * len(self.gather), 4)
 
@@ -59,6 +63,8 @@ def resolve_binding_word(meta, resource: str, index: int):
         return p.slot + 1 + p.ndim, 0
     if resource == "temps":
         return meta.temps_slot, 0
+    if resource == "print":
+        return meta.print_slot, 0
     if resource == "errors":  # the slot's start, from whichever error word pointer the kernel has
         if meta.debug_slot is not None:
             return meta.debug_slot, -8 * BOUNDS_WORD

@@ -1,0 +1,77 @@
+"""`qdc merge DEST SRC...`: the union of caches (the shards of one build, say) in one folder.
+
+Everything is read and checked before anything is written: every entry is verified as
+loading verifies it, two different entries under one key or two different records of one
+module and arch (build times aside) are refused naming both files. Entries are installed
+whole; each module record is written last, its kernel signatures taken from the merged
+entries, so the union of a sharded build's caches packs byte-identically to a one-machine build.
+"""
+from __future__ import annotations
+
+from .cache import (ENTRIES, META_FILE, RECORD_TIME_FIELDS, Cache, Store, cache_error, entry_path, list_modules,
+                    module_path, read_entry, read_module)
+
+_NOT_COMPARED = RECORD_TIME_FIELDS + ("signatures",)  # a shard's record knows only its own entries' signatures
+
+
+def entry_keys(store: Store) -> list[str]:
+    """Keys of the entries that have a record in `store`."""
+    keys = []
+    for name in store.names():
+        parts = name.split("/")
+        if len(parts) == 4 and parts[0] == ENTRIES and parts[3] == META_FILE:
+            keys.append(parts[2])
+    return keys
+
+
+def merge(dest: Cache, sources: list[Store]) -> dict:
+    """Union `sources` into `dest`: {"entries": installed, "modules": records written}."""
+    entries, records = {}, {}  # key -> (store, Entry); (module, arch) -> (store, body)
+    for store in [dest, *sources]:
+        for key in entry_keys(store):
+            entry = read_entry(store, key)
+            if key in entries:
+                _check_same_entry(entries[key], (store, entry))
+            else:
+                entries[key] = (store, entry)
+        for module, arch in list_modules(store):
+            body = read_module(store, module, arch)
+            if (module, arch) in records:
+                _check_same_record(records[(module, arch)], (store, body), module, arch)
+                if body.get("built", 0) <= records[(module, arch)][1].get("built", 0):
+                    continue
+            records[(module, arch)] = (store, body)
+    installed = 0
+    for key, (store, entry) in sorted(entries.items()):
+        if store is dest:
+            continue
+        base = entry_path(key)
+        files = {META_FILE: store.read(f"{base}/{META_FILE}")}
+        files.update({info["file"]: entry.artifacts[kind] for kind, info in entry.record["artifacts"].items()})
+        dest.install_entry(key, files)
+        installed += 1
+    written = 0
+    for (module, arch), (_, body) in sorted(records.items()):
+        written += dest.write_module(module, arch, {k: v for k, v in body.items() if k != "signatures"})
+    return {"entries": installed, "modules": written}
+
+
+def _check_same_entry(first, second) -> None:
+    (store_a, a), (store_b, b) = first, second
+    if _comparable(a.record, RECORD_TIME_FIELDS) != _comparable(b.record, RECORD_TIME_FIELDS):
+        where = store_b.where(f"{entry_path(a.key)}/{META_FILE}")
+        raise cache_error(where, f"a different entry under the same key is in {store_a.where(entry_path(a.key))} "
+                                 f"(the caches were not built by the same compiler and options): nothing was merged")
+
+
+def _check_same_record(first, second, module: str, arch: str) -> None:
+    (store_a, a), (store_b, b) = first, second
+    if _comparable(a, _NOT_COMPARED) != _comparable(b, _NOT_COMPARED):
+        name = module_path(module, arch)
+        raise cache_error(store_b.where(name), f"a different record of module '{module}' ({arch}) is in "
+                                               f"{store_a.where(name)} (built from other sources or options): "
+                                               f"nothing was merged")
+
+
+def _comparable(body: dict, ignored) -> dict:
+    return {k: v for k, v in body.items() if k not in ignored}
