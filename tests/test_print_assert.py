@@ -306,6 +306,9 @@ def test_ptx_of_messages_assembles():
 
 
 def test_amdgpu_code_objects_of_messages_build():
+    from qdc.compiler.targets.amdgpu import linker
+    if not linker.find_lld():
+        pytest.skip(f"no ld.lld {linker.MIN_LLD}+ ({linker.INSTALL_HINT}): no AMDGPU build")
     k = printing_kernel()
     compiled = K.compile_kernel(k.fn, k.params, Options(arch="amdgpu", debug=True), arch="amdgpu")
     assert any(name.startswith("hsaco_") and blob for name, blob in compiled.artifacts.items())

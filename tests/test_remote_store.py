@@ -23,6 +23,13 @@ from qdc.runtime.loader import load
 
 from remote_util import S3Server, free_port, qdc, run_qdc_process, tree, write_project
 
+try:
+    import obstore  # noqa: F401  (the `remote` extra; `make test` installs it)
+    HAVE_OBSTORE = True
+except ImportError:
+    HAVE_OBSTORE = False
+needs_obstore = pytest.mark.skipif(not HAVE_OBSTORE, reason="the remote extra (obstore) is not installed")
+
 
 @pytest.fixture(scope="module")
 def s3_server():
@@ -58,6 +65,7 @@ def _build(project, cache, url, **kwargs):
     return report, lines
 
 
+@needs_obstore
 def test_a_second_ci_run_pulls_everything_and_compiles_nothing(project, store_url, tmp_path, rng):
     first, _ = _build(project, tmp_path / "ci1", store_url)
     assert first.ok and first.built == 8
@@ -72,6 +80,7 @@ def test_a_second_ci_run_pulls_everything_and_compiles_nothing(project, store_ur
     np.testing.assert_allclose(mod.values.to_numpy(), xs.astype(np.float64) * a + 11.0, rtol=1e-6, atol=1e-6)
 
 
+@needs_obstore
 def test_load_works_offline_once_fetched(project, tmp_path, monkeypatch):
     url = f"file://{tmp_path}/store"
     _build(project, tmp_path / "ci", url)
@@ -88,6 +97,7 @@ def test_load_works_offline_once_fetched(project, tmp_path, monkeypatch):
     assert "k0" in repr(mod)
 
 
+@needs_obstore
 def test_tampered_remote_object_is_refused_naming_its_url(project, store_url, tmp_path):
     _build(project, tmp_path / "ci", store_url)
     remote = R.RemoteStore(store_url)
@@ -107,6 +117,7 @@ def test_tampered_remote_object_is_refused_naming_its_url(project, store_url, tm
     assert qdc("verify", "--remote", store_url, ok=False).exit_code == 1
 
 
+@needs_obstore
 def test_network_errors_are_retried_then_reported_leaving_the_cache_as_it_was(project, tmp_path, monkeypatch):
     monkeypatch.setattr(R, "FIRST_BACKOFF_S", 0.01)
     closed = f"http://127.0.0.1:{free_port()}"
@@ -136,6 +147,7 @@ main(sys.argv[1:])
 """
 
 
+@needs_obstore
 def test_an_upload_killed_midway_leaves_no_record_naming_a_missing_entry(project, store_url, tmp_path):
     qdc("build", project, "--cache", tmp_path / "ci", "-j", 1)
     proc = subprocess.Popen([sys.executable, "-c", SLOW_PUSH, "push", "--cache", str(tmp_path / "ci"),
@@ -154,6 +166,7 @@ def test_an_upload_killed_midway_leaves_no_record_naming_a_missing_entry(project
     assert qdc("verify", "--remote", store_url).exit_code == 0
 
 
+@needs_obstore
 def test_four_shard_builders_at_once_leave_the_store_consistent(project, store_url, tmp_path):
     procs = [run_qdc_process(["build", project, "--cache", tmp_path / f"shard{k}", "--shard", f"{k}/4",
                               "--remote", store_url, "-j", 1]) for k in range(1, 5)]
@@ -167,6 +180,7 @@ def test_four_shard_builders_at_once_leave_the_store_consistent(project, store_u
     assert (tmp_path / "full.tgz").read_bytes() == (tmp_path / "remote.tgz").read_bytes()
 
 
+@needs_obstore
 def test_a_read_only_remote_still_serves_reads_with_one_warning(project, store_url, tmp_path, monkeypatch):
     _build(project, tmp_path / "writer", store_url)
     obstore = pytest.importorskip("obstore")
@@ -181,6 +195,7 @@ def test_a_read_only_remote_still_serves_reads_with_one_warning(project, store_u
     assert len(warnings) == 1 and "warning" in warnings[0]
 
 
+@needs_obstore
 def test_clean_remote_older_than_expires_old_objects_only(project, tmp_path):
     url = f"file://{tmp_path}/store"
     _build(project, tmp_path / "ci", url)
@@ -203,6 +218,7 @@ def test_a_remote_url_without_obstore_names_the_extra(monkeypatch, tmp_path):
     assert result.exit_code == 2 and "qdc[remote]" in result.stderr
 
 
+@needs_obstore
 def test_the_remote_of_qdc_yaml_serves_build_push_and_pull(project, tmp_path, monkeypatch):
     store = tmp_path / "store"
     (tmp_path / "qdc.yaml").write_text(f"remote: file://{store}\n")
