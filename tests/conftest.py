@@ -1,6 +1,7 @@
 import hashlib
 import os
 import shutil
+import sys
 import tempfile
 
 import numpy as np
@@ -8,6 +9,17 @@ import pytest
 
 import qdc as qd
 from qdc.compiler.driver.options import CACHE_DIR_VARIABLE
+
+# The tests live in folders that mirror the code (language/, targets/spirv/, devices/vulkan/, ...)
+# and the shared helpers (backend_util.py, autodiff_util.py, ...) here. Every folder is on sys.path,
+# so modules import each other by their base name, as pytest's default import mode names them,
+# whichever folders a run collects. Base names are therefore unique across the folders.
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+REPO_ROOT = os.path.dirname(TESTS_DIR)
+for _folder, _subfolders, _ in os.walk(TESTS_DIR):
+    _subfolders[:] = sorted(d for d in _subfolders if d != "__pycache__" and not d.startswith("."))
+    if _folder not in sys.path:
+        sys.path.insert(0, _folder)
 
 os.environ["QDC_VERIFY_IR"] = "1"  # verify the IR between passes for every kernel the suite compiles
 

@@ -14,7 +14,8 @@ from .arch import DEFAULT_CUDA_ARCH, TRIPLE, check_cuda_arch
 # rest are libdevice's functions.
 CUDA_MATH = {**PORTABLE_MATH,
              **{op: External(f"__nv_{op}f", f"__nv_{op}")
-                for op in ("sin", "cos", "tan", "asin", "acos", "atan", "tanh", "exp", "log", "pow", "atan2")}}
+                for op in ("sin", "cos", "tan", "asin", "acos", "atan", "tanh", "exp", "log", "pow", "atan2")},
+             "frem": External("__nv_fmodf", "__nv_fmod")}  # NVPTX expands LLVM's frem through an inexact division
 
 DEFAULT_BLOCK_DIM = 256   # threads per block unless qd.loop_config(block_dim=...) says otherwise
 MAX_BLOCK_DIM = 1024      # CUDA's limit on threads per block

@@ -4,7 +4,7 @@ inline_math.py for how the functions are emitted, `FLOAT_OPS` for which ones are
 
 Errors, in ulps of the correctly rounded result: at most 2 for sin, cos, exp and log, 3 for
 tan, tanh and pow (measured over every float: sin, cos, exp, log <= 1.02, tan 2.0, tanh 1.33;
-pow on random arguments 0.98); tests/test_cpu_vector_math.py checks the bounds. This trades
+pow on random arguments 0.98); tests/targets/cpu/test_cpu_vector_math.py checks the bounds. This trades
 the ~0.5 ulp of the double computation for speed. No FMA is assumed and none may be formed
 (no fast-math flags): the exact steps below rely on each float operation being rounded once.
 

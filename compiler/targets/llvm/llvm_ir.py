@@ -426,7 +426,8 @@ class _Env(AdStackLowering, MessageLowering):
         b, t = self.b, x.type
         zero, one = ll.Constant(t, 0.0), ll.Constant(t, 1.0)
         copysign = self.mb.declare(f"llvm.copysign.{_fsuffix(t)}", t, [t, t])
-        mod = b.frem(x, y)
+        # the exact remainder: a target whose backend expands LLVM's frem inexactly maps "frem" to a function
+        mod = self.math("frem", x, y) if "frem" in self.cg.target.math_table else b.frem(x, y)
         div = b.fdiv(b.fsub(x, mod), y)
         adjust = b.and_(b.fcmp_ordered("!=", mod, zero),
                         b.xor(b.fcmp_ordered("<", y, zero), b.fcmp_ordered("<", mod, zero)))

@@ -24,7 +24,8 @@ from ..base import Target
 # Math ops of the IR (Unary/Binary `op`) that go through the table, with their arity. `rsqrt`
 # is 1 / sqrt; `min`/`max`/copysign and conversions are LLVM operations on every backend.
 MATH_ARITY = {"sin": 1, "cos": 1, "tan": 1, "asin": 1, "acos": 1, "atan": 1, "tanh": 1, "exp": 1,
-              "log": 1, "sqrt": 1, "floor": 1, "ceil": 1, "round": 1, "abs": 1, "pow": 2, "atan2": 2}
+              "log": 1, "sqrt": 1, "floor": 1, "ceil": 1, "round": 1, "abs": 1, "pow": 2, "atan2": 2,
+              "frem": 2}
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import ast
 import collections
 import os
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import REPO_ROOT as ROOT
 PACKAGE = "qdc"
 FOLDERS = ("compiler", "runtime", "cli")  # the package's folders (pyproject's package-dir)
 

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import REPO_ROOT as ROOT
 
 
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="tomllib arrived in Python 3.11")

@@ -1,13 +1,13 @@
-"""Acceptance tests for "no silent wrong results", written as a user would against
-../shared/API.md (§2 parameters and names, §3 gradients, §4 ahead of time, §5 cpu_target, §6
-build/verify) and the issue's text. References are independent: numpy for values, float64
-central differences (written here) for gradients, and the exact error contracts
-(`file:line:col: error:` plus the source line; ValueError/TypeError naming kernel and
-parameter; CacheError naming the file; CLI exit codes 0/1/2 and no traceback).
+"""No silent wrong results, tested as a user would against ../shared/API.md (§2 parameters and
+names, §3 gradients, §4 ahead of time, §5 cpu_target, §6 build/verify): every case either gives
+the right answer or fails loudly. References are independent: numpy for values, float64 central
+differences (written here) for gradients, and the exact error contracts (`file:line:col: error:`
+plus the source line; ValueError/TypeError naming kernel and parameter; CacheError naming the
+file; CLI exit codes 0/1/2 and no traceback).
 
-One file, longer than the project's usual ~800 lines, on purpose: it reads as the issue's
-checklist, item by item, and its error tests locate their expected lines by markers in this
-very file."""
+One file, longer than the project's usual ~800 lines, on purpose: its sections follow one
+checklist of promises, and its error tests locate their expected lines by markers in this very
+file."""
 import math
 import math as m_alias
 import os
@@ -68,7 +68,7 @@ def qdc_cli(*args, cwd=None, env=None):
                           cwd=cwd, env=e, timeout=120)
 
 
-# ---------------------------------------------------------------- item 1: captured objects in the key
+# ---------------------------------------------------------------- captured objects in the key
 
 xs = qd.field(qd.f32, shape=())
 ys = qd.field(qd.f32, shape=())
@@ -225,7 +225,7 @@ def test_item1_across_processes_sharing_a_cache_and_an_edited_helper_module(tmp_
         results.append(got)
 
 
-# ---------------------------------------------------------------- item 2: ndarray needs_grad follows the argument
+# ---------------------------------------------------------------- ndarray needs_grad follows the argument
 
 Lg = qd.field(qd.f32, shape=(), needs_grad=True)
 
@@ -310,7 +310,7 @@ def test_item2_direct_grad_call_fills_the_ndarray_gradient(rng):
     np.testing.assert_allclose(a.grad.to_numpy(), 2 * v, rtol=1e-5, atol=1e-6)
 
 
-# ---------------------------------------------------------------- item 3: read-only arrays
+# ---------------------------------------------------------------- read-only arrays
 
 @qd.kernel
 def _ro_copy(src: qd.types.ndarray(dtype=qd.f32, ndim=1), dst: qd.types.ndarray(dtype=qd.f32, ndim=1)):
@@ -380,7 +380,7 @@ def test_item3_read_only_arrays_direct_mode(tmp_path, rng):
                                 _ro_nested_write: "_ro_nested_write"}[k], tmp_path, rng)
 
 
-# ---------------------------------------------------------------- item 5: exact gradients vs float64 central differences
+# ---------------------------------------------------------------- exact gradients vs float64 central differences
 
 N5 = 7
 xa = qd.field(qd.f64, shape=N5, needs_grad=True)
@@ -816,7 +816,7 @@ def test_item5_parallel_read_after_write_is_still_rejected(rng):
     _compile_error(run, "E:parallel_raw")
 
 
-# ---------------------------------------------------------------- item 6: literals, loop_config, strings
+# ---------------------------------------------------------------- literals, loop_config, strings
 
 def test_item6_integer_literals_that_do_not_fit_are_compile_errors():
     a8 = qd.field(qd.u8, shape=2)
@@ -994,7 +994,7 @@ def test_item6_string_literals_are_errors_but_docstrings_and_lists_work():
     assert f.to_numpy().tolist() == [6, 10, 20, 30]
 
 
-# ---------------------------------------------------------------- item 11: locations and messages
+# ---------------------------------------------------------------- locations and messages
 
 def test_item11_signature_errors_point_at_the_parameter():
     def missing():
@@ -1133,7 +1133,7 @@ def test_corpus_variants_direct_mode():
         _compile_error(k, marker)
 
 
-# ---------------------------------------------------------------- item 13: the user's cache stays untouched
+# ---------------------------------------------------------------- the user's cache stays untouched
 
 def test_item13_explicit_cache_dir_leaves_home_cache_alone(tmp_path):
     home = tmp_path / "home"
@@ -1161,7 +1161,7 @@ def test_item13_explicit_cache_dir_leaves_home_cache_alone(tmp_path):
     assert os.listdir(tmp_path / "private")
 
 
-# ---------------------------------------------------------------- ahead of time: one build shared by several items
+# ---------------------------------------------------------------- ahead of time: one build shared by several sections
 
 AOT_MODULE = '''
 import qdc as qd
@@ -1472,7 +1472,7 @@ def test_item12_overflow_from_a_loaded_module_advises_the_build_flag(aot):
     mod.chain.grad()
 
 
-# ---------------------------------------------------------------- item 4: cpu_target
+# ---------------------------------------------------------------- cpu_target
 
 def test_item4_portable_build_picks_a_level_the_host_has_and_refuses_clearly(aot, monkeypatch, rng):
     from qdc.runtime.contract import cpu_features

@@ -23,7 +23,7 @@ def fields(rng, *shapes):
     return out
 
 
-# ---- the three patterns of the issue -----------------------------------------------------
+# ---- in-place updates of a field and an ndarray, a dependency through a serial loop ------
 
 def test_in_place_update_field(rng):
     out, s = fields(rng, (6,), ())

@@ -1,5 +1,5 @@
-"""Artifact format v4: task records with entry, trip count, launch policy and
-adstack ids; the TempRead leaf; the schema checks of every new field."""
+"""Artifact task records: entry, trip count, launch policy and adstack ids; the TempRead leaf of
+SizeExpr trees; the schema checks that refuse a record missing or mistyping any of them."""
 import copy
 
 import msgpack

@@ -18,7 +18,7 @@ import pytest
 import qdc
 from conftest import vulkan_unavailable_reason
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import REPO_ROOT as ROOT
 RUNTIME_PROJECT = os.path.join("packaging", "runtime")
 COMPILER_ONLY = ("llvmlite", "click", "yaml", "qdc.compiler", "qdc.cli")
 

@@ -9,7 +9,7 @@ import qdc as qd
 from conftest import on_vulkan_device
 
 F64_MATH = ("f64 math is checked on cpu and vulkan only (Metal has no f64; the SPIR-V target's own f64 "
-            "functions: tests/test_spirv_f64_math.py)")
+            "functions: tests/targets/spirv/test_spirv_f64_math.py)")
 
 I32_1D = qd.types.ndarray(dtype=qd.i32, ndim=1)
 

@@ -12,7 +12,7 @@ import pytest
 
 from backend_util import need_every_arch_toolchain
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import REPO_ROOT as ROOT
 SOURCE = os.path.join(ROOT, "kernels", "diffmpm.py")
 
 

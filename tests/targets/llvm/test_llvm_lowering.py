@@ -26,7 +26,7 @@ from qdc.compiler.targets.llvm.target import MATH_ARITY, External, LlvmTarget
 from qdc.runtime.contract import adstack_layout as layout
 from qdc.runtime.contract.errors import QdcCompileError
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import REPO_ROOT as ROOT
 LLVM_FOLDER = os.path.join(ROOT, "compiler", "targets", "llvm")
 LIBM_NAMES = ("sinf", "cosf", "tanf", "asinf", "acosf", "atanf", "atan2f", "tanhf", "expf", "logf", "powf",
               "sqrtf", "floorf", "ceilf", "fabsf", "fabs", "rintf", "roundf", "fmodf", "fmod", "sincos", "sincosf")
@@ -120,7 +120,7 @@ def test_math_and_thread_slice_come_from_the_target():
 
 def test_cpu_target_supplies_libm_and_the_openmp_thread_number():
     """math_loop's math is in a loop-carried chain: the CPU calls the C library there
-    (`chain_math_table`); elsewhere it is inline code (tests/test_cpu_vector_math.py)."""
+    (`chain_math_table`); elsewhere it is inline code (tests/targets/cpu/test_cpu_vector_math.py)."""
     compiled = _grad_ir(math_loop)
     text = str(codegen.generate_llvm(compiled.ir, compiled.meta, target=CPU))
     declared = _declared(text)

@@ -185,10 +185,27 @@ def test_read_only_memmap_is_read_and_never_written(tmp_path):
     np.testing.assert_array_equal(np.fromfile(path), _points())
 
 
-def test_grad_kernel_reads_a_read_only_primal():
-    xs = _read_only(_points())
+weight = qd.field(qd.f64, shape=(), needs_grad=True)
+
+
+@qd.kernel
+def weighted_sum_sin_x(a: qd.types.ndarray(dtype=qd.f64, ndim=1, needs_grad=False)):
+    for i in range(a.shape[0]):
+        loss[None] += qd.sin(a[i]) * a[i] * weight[None]
+
+
+def test_grad_kernel_reads_a_read_only_primal(rng):
+    values = rng.uniform(-2.0, 2.0, 9)
+    xs = _read_only(values)
+    weight[None] = rng.uniform(0.5, 2.0)
+    loss[None] = 0.0
+    weighted_sum_sin_x(xs)
+    weight.grad[None] = 0.0
     loss.grad[None] = 1.0
-    sum_sin_x_no_grad.grad(xs)  # the grad kernel reads the primal, writes only gradients
+    weighted_sum_sin_x.grad(xs)  # the grad kernel reads the primal, writes only gradients
+    # d(weight * sum(sin(x) x)) / d weight: right only if the grad kernel read every x
+    assert weight.grad[None] == pytest.approx(np.sum(np.sin(values) * values), rel=1e-12, abs=1e-12)
+    np.testing.assert_array_equal(xs, values)
 
 
 def test_metadata_records_which_ndarrays_a_kernel_writes():

@@ -18,7 +18,7 @@ from qdc.runtime.cache import Cache, entry_path, read_module
 from qdc.runtime.devices.cpu.device import CpuDevice
 from qdc.runtime.loader import load
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import REPO_ROOT as ROOT
 KERNELS = os.path.join(ROOT, "kernels")
 
 

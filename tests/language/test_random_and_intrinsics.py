@@ -291,6 +291,9 @@ def assert_close_to_dividend(got, want, dividend, eps):
     assert np.all(np.abs(got - want) <= 4 * eps * np.maximum(np.abs(dividend), 1.0)), np.abs(got - want).max()
 
 
+@pytest.mark.xfail_arch("vulkan", device="llvmpipe", strict=False,
+                        reason="lavapipe's OpFRem is x - y * trunc(x / y): off by up to |y| when x / y rounds "
+                               "across an integer (NVIDIA's is within a rounding of |x|)")
 @pytest.mark.parametrize("dtype", [qd.f32, qd.f64])
 def test_raw_mod_of_floats_is_fmod_and_raw_div_divides(arch, rng, dtype):
     @qd.kernel
@@ -310,7 +313,7 @@ def test_raw_mod_of_floats_is_fmod_and_raw_div_divides(arch, rng, dtype):
     want = np.fmod(a, b)
     if arch == "cpu":  # fmod is exact, and so is the CPU's
         np.testing.assert_array_equal(r, want)
-    else:  # SPIR-V's OpFRem (lavapipe: x - y * trunc(x / y)) is within a rounding of |a|
+    else:  # CUDA's libdevice fmod is exact too; NVIDIA's OpFRem is within a rounding of |a|
         assert_close_to_dividend(r, want, a, np.finfo(dtype.np_dtype).eps)
     np.testing.assert_array_equal(np.signbit(r[want != 0]), np.signbit(want[want != 0]))
     np.testing.assert_array_equal(np.signbit(r[:2]), [False, True])  # a zero dividend keeps its sign

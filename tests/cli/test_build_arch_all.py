@@ -19,7 +19,7 @@ from qdc.runtime.loader import load
 
 from backend_util import need_every_arch_toolchain
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import REPO_ROOT as REPO
 
 
 def qdc_cli(*args):

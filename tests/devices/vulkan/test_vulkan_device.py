@@ -243,7 +243,7 @@ def test_end_to_end_through_qd_init_when_the_spirv_target_exists(dev):
         scaled(0.5, x)
         qd.sync()
         np.testing.assert_array_equal(f.to_numpy(), 0.5 * np.arange(64, dtype=np.float32))
-        scaled(2.0, np.ones(64, np.float32))  # a numpy argument: copied in (tests/test_vulkan_end_to_end.py)
+        scaled(2.0, np.ones(64, np.float32))  # a numpy argument: copied in (tests/devices/vulkan/test_vulkan_end_to_end.py)
         np.testing.assert_array_equal(f.to_numpy(), np.full(64, 2.0, np.float32))
     finally:
         qd.init(arch=qd.cpu)

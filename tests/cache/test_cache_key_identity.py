@@ -14,6 +14,7 @@ import pytest
 import qdc as qd
 from qdc.compiler.driver import cache_key, options as options_mod
 from qdc.compiler.jit.kernel import kernel_of
+from conftest import TESTS_DIR
 
 x = qd.field(qd.f32, shape=())
 y = qd.field(qd.f32, shape=())
@@ -155,10 +156,9 @@ def test_writes_the_user_cache():
 
 
 def test_a_session_that_writes_the_user_cache_fails(tmp_path):
-    here = os.path.dirname(os.path.abspath(__file__))
     suite = tmp_path / "suite"
     suite.mkdir()
-    (suite / "conftest.py").write_text(open(os.path.join(here, "conftest.py")).read())
+    (suite / "conftest.py").write_text(open(os.path.join(TESTS_DIR, "conftest.py")).read())
     (suite / "test_guarded.py").write_text(textwrap.dedent(GUARDED_TEST))
     env = {**os.environ, "HOME": str(tmp_path / "home")}  # never the real home
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(suite)],

@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import REPO_ROOT as ROOT
 PARTS = {"compiler": "qdc.compiler", "runtime": "qdc.runtime", "cli": "qdc.cli"}
 SHARED_TARGETS = {"llvm", "spirv"}
 
