@@ -209,6 +209,7 @@ def test_f32_infinities_and_nans_pass_as_struct_packs_them():
 def test_the_generic_launch_never_trusts_words_the_python_entry_rewrote(rng):
     """A slow path (an owner's stub, a Tape) launches through the generic code between fast
     launches: it must bind its numpy arrays again, not take them for cached."""
+    scale_into(np.zeros(1, np.float32), np.zeros(1, np.float32), 1.0)  # loaded here, whatever ran before
     launcher = scale_into.__qdc_launcher__
     x, y = rng.random(6, dtype=np.float32), rng.random(6, dtype=np.float32)
     ox, oy = np.zeros(6, np.float32), np.zeros(6, np.float32)
