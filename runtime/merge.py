@@ -37,9 +37,7 @@ def merge(dest: Cache, sources: list[Store]) -> dict:
         for module, arch in list_modules(store):
             body = read_module(store, module, arch)
             if (module, arch) in records:
-                _check_same_record(records[(module, arch)], (store, body), module, arch)
-                if body.get("built", 0) <= records[(module, arch)][1].get("built", 0):
-                    continue
+                body = _combined_record(records[(module, arch)], (store, body), module, arch)
             records[(module, arch)] = (store, body)
     installed = 0
     for key, (store, entry) in sorted(entries.items()):
@@ -64,13 +62,34 @@ def _check_same_entry(first, second) -> None:
                                  f"(the caches were not built by the same compiler and options): nothing was merged")
 
 
-def _check_same_record(first, second, module: str, arch: str) -> None:
+def _combined_record(first, second, module: str, arch: str) -> dict:
+    """The record of two shards' records of one module and arch. They agree but for what a shard
+    cannot know: a kernel variant another shard found the arch cannot express is, in this
+    shard's record, listed by key (`--arch all`); the one that compiled it lists it as skipped,
+    and skipped it is. Anything else that differs is refused."""
     (store_a, a), (store_b, b) = first, second
-    if _comparable(a, _NOT_COMPARED) != _comparable(b, _NOT_COMPARED):
+    skipped = {**a.get("skipped", {}), **b.get("skipped", {})}
+    kernels = {}
+    for name in dict.fromkeys([*a["kernels"], *b["kernels"]]):  # the records' own order
+        if name in skipped:
+            continue
+        keys = {r["kernels"][name] for r in (a, b) if name in r["kernels"]}
+        if len(keys) == 1:
+            kernels[name] = keys.pop()
+    ignored = _NOT_COMPARED + ("kernels", "skipped")
+    names = [{*r["kernels"], *r.get("skipped", {})} for r in (a, b)]
+    same_kernels = names[0] == names[1] and len(kernels) == len(names[0] - set(skipped))
+    if _comparable(a, ignored) != _comparable(b, ignored) or not same_kernels or \
+            any(a.get("skipped", {}).get(k, r) != r for k, r in b.get("skipped", {}).items()):
         name = module_path(module, arch)
         raise cache_error(store_b.where(name), f"a different record of module '{module}' ({arch}) is in "
                                                f"{store_a.where(name)} (built from other sources or options): "
                                                f"nothing was merged")
+    newer = b if b.get("built", 0) > a.get("built", 0) else a
+    combined = {**newer, "kernels": kernels}
+    if skipped:
+        combined["skipped"] = dict(sorted(skipped.items()))
+    return combined
 
 
 def _comparable(body: dict, ignored) -> dict:

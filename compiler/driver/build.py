@@ -423,14 +423,17 @@ def _build_sources(sources, files, arches, opts, cache: Cache, jobs: int, force:
             for arch in arches:
                 _write_module_record(cache, src, arch, results, report, log)
     if remote is not None:
-        _push(remote, cache, by_name, arches, results, log)
+        problem = _push(remote, cache, by_name, arches, results, log)
+        if problem is not None:  # the local build stands; the run fails, so that CI notices
+            report.errors.append(problem)
     return report
 
 
-def _push(remote, cache: Cache, by_name: dict, arches, results: dict, log) -> None:
+def _push(remote, cache: Cache, by_name: dict, arches, results: dict, log) -> str | None:
     """Upload this build's entries, then each module record whose entries are all on the remote
     (runtime/remote.py, push_module). Checking after one's own upload makes the last shard to
-    finish upload every record."""
+    finish upload every record. The error, if an upload failed (a remote that refuses writes
+    is a warning: it still serves reads)."""
     keys = sorted({r["key"] for r in results.values() if r["status"] in ("built", "cached")})
     try:
         for key in keys:
@@ -443,7 +446,10 @@ def _push(remote, cache: Cache, by_name: dict, arches, results: dict, log) -> No
     except remote_mod.RemoteWriteRefused as e:
         remote_mod.refused(remote, e, log)
     except remote_mod.CacheError as e:
-        log(f"qdc build: error: uploading to {remote.url}: {e}")
+        problem = f"qdc build: error: uploading to {remote.url}: {e}"
+        log(problem)
+        return problem
+    return None
 
 
 def _job_id(job: Job) -> tuple:

@@ -101,3 +101,24 @@ def test_bad_shards_are_usage_errors(text, tmp_path):
     src = write_project(tmp_path / "k", modules=1, kernels=1)
     result = qdc("build", src, "--cache", tmp_path / "c", "--shard", text, ok=False)
     assert result.exit_code == 2 and "invalid shard" in result.stderr
+
+
+def test_shards_of_an_every_arch_build_merge_with_what_an_arch_cannot_express(tmp_path):
+    """`--arch all` skips what a target cannot express (f64 on Metal): the shard that compiled such
+    a kernel records it as skipped, the others list it by key; merged, it is skipped, and the
+    union packs like the one-machine build."""
+    from backend_util import need_every_arch_toolchain
+    need_every_arch_toolchain()
+    src = tmp_path / "wide.py"
+    src.write_text("import qdc as qd\n\nx = qd.field(qd.f64, shape=8)\ny = qd.field(qd.f32, shape=8)\n\n"
+                   + "".join(f"\n@qd.kernel\ndef f64_{i}():\n    for j in x:\n        x[j] = x[j] * {i + 2}.0\n\n"
+                             f"\n@qd.kernel\ndef f32_{i}():\n    for j in y:\n        y[j] = y[j] + {i}.0\n"
+                             for i in range(3)))
+    qdc("build", src, "--arch", "all", "--cache", tmp_path / "full", "-j", 1)
+    for k in (1, 2):
+        qdc("build", src, "--arch", "all", "--cache", tmp_path / f"shard{k}", "--shard", f"{k}/2", "-j", 1)
+    assert qdc("merge", tmp_path / "merged", tmp_path / "shard1", tmp_path / "shard2").exit_code == 0
+    merged, full = read_module(Cache(tmp_path / "merged"), "wide", "metal"), read_module(Cache(tmp_path / "full"), "wide", "metal")
+    assert sorted(merged["skipped"]) == sorted(full["skipped"]) == ["f64_0", "f64_1", "f64_2"]
+    assert merged["kernels"] == full["kernels"]
+    assert qdc("verify", tmp_path / "merged").exit_code == 0

@@ -230,3 +230,16 @@ def test_the_remote_of_qdc_yaml_serves_build_push_and_pull(project, tmp_path, mo
     assert "2 modules (cpu), 8 entries fetched" in result.stdout
     assert qdc("verify", tmp_path / "pulled").exit_code == 0
     assert "0 entries, 0 module records" not in qdc("push", "--cache", tmp_path / "pulled").stdout
+
+
+@needs_obstore
+def test_a_failed_upload_fails_the_build_and_keeps_the_local_cache(project, tmp_path, monkeypatch):
+    """CI must notice an upload that did not happen: the build exits non-zero, its local cache
+    complete."""
+    def broken(*args, **kwargs):
+        raise R.CacheError("the store answered 500")
+    monkeypatch.setattr(R, "push_entry", broken)
+    result = qdc("build", project, "--arch", "cpu", "--cache", tmp_path / "cache", "--remote",
+                 f"file://{tmp_path}/store", "-j", 1, ok=False)
+    assert result.exit_code == 1 and "uploading to" in result.stdout + result.stderr
+    assert Cache(tmp_path / "cache").entries()
