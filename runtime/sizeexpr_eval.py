@@ -193,17 +193,21 @@ class _Evaluation:
         if sliced is not None:
             return sliced
         best = 0
+        for inner in self._chunks(var, begin, end, bind):
+            best = max(best, int(np.max(self.vector(body, inner)[0])))
+        return best
+
+    def _chunks(self, var, begin: int, end: int, bind: dict):
+        """`bind` with `var` bound to each chunk of [begin, end) in turn, as an int64 vector
+        (`self.span` is the chunk's range while the caller evaluates it)."""
         outer = self.vector_var, self.span
         try:
             self.vector_var = var
             for lo in range(begin, end, _CHUNK):
                 self.span = lo, min(end, lo + _CHUNK)
-                inner = dict(bind)
-                inner[var] = np.arange(*self.span, dtype=np.int64)
-                best = max(best, int(np.max(self.vector(body, inner)[0])))
+                yield {**bind, var: np.arange(*self.span, dtype=np.int64)}
         finally:
             self.vector_var, self.span = outer
-        return best
 
     def _sum_over(self, e: SumOverRange, bind: dict) -> int:
         begin, end = self.scalar(e.begin, bind), self.scalar(e.end, bind)
@@ -220,21 +224,13 @@ class _Evaluation:
             return max(0, _clamp(sum(self._range_values(e, begin, end, bind))))
         self._charge_elements(e, count)
         total = 0
-        outer = self.vector_var, self.span
-        try:
-            self.vector_var = var
-            for lo in range(begin, end, _CHUNK):
-                self.span = lo, min(end, lo + _CHUNK)
-                inner = dict(bind)
-                inner[var] = np.arange(*self.span, dtype=np.int64)
-                values, magnitude = self.vector(body, inner)
-                values = np.broadcast_to(values, (self.span[1] - lo,))
-                if magnitude * len(values) <= INT64_MAX:
-                    total += int(np.sum(values))
-                else:  # the int64 sum could wrap: add exactly
-                    total += sum(values.tolist())
-        finally:
-            self.vector_var, self.span = outer
+        for inner in self._chunks(var, begin, end, bind):
+            values, magnitude = self.vector(body, inner)
+            values = np.broadcast_to(values, (self.span[1] - self.span[0],))
+            if magnitude * len(values) <= INT64_MAX:
+                total += int(np.sum(values))
+            else:  # the int64 sum could wrap: add exactly
+                total += sum(values.tolist())
         return max(0, _clamp(total))
 
     def _range_values(self, e, begin, end, bind):
