@@ -34,6 +34,7 @@ from . import driver
 BUFFER_ALIGN = 16
 SET_BYTES_LIMIT = 4096           # setBytes:length:atIndex: takes at most 4 KiB
 MAX_GRID_GROUPS = 65535          # threadgroups per grid dimension the 2-D grid uses
+GRID_CAP_INVOCATIONS = 1 << 18   # the most invocations a launch dispatches (4 waves of 2^16)
 UNKNOWN_TRIP_GROUPS = 1024       # threadgroups for an unknown trip count: the grid-stride loop does the rest
 U32_MAX = 0xFFFFFFFF
 LAUNCH_WRITTEN = ("args", "adstack_meta")
@@ -170,13 +171,20 @@ class MetalDevice(SubmissionDevice):
         return MetalTask(record.name, pipeline, bindings, block, record.kind == "serial" or record.serial)
 
     def task_slices(self, launch: dict, iterations: int | None) -> int:
-        """The invocations that run iterations: the trip count (the last threadgroup's extra
-        invocations leave at once); unknown: a fixed grid the grid-stride loop covers it with."""
+        """The invocations a launch dispatches: one per iteration (the last threadgroup's extra
+        invocations leave at once) up to GRID_CAP_INVOCATIONS, a few waves of what a GPU of this
+        class runs at once (Metal does not say): the grid-stride loop covers larger ranges, so
+        an adstack heap holds the invocations in flight. Unknown: a fixed, smaller grid."""
         if launch["policy"] != "grid":
             raise ValueError(f"the metal device cannot launch a task with launch policy {launch['policy']!r}")
+        block = launch.get("block_dim") or 1
         if iterations is None:
-            return UNKNOWN_TRIP_GROUPS * (launch.get("block_dim") or 1)
-        return max(iterations, 0)
+            return UNKNOWN_TRIP_GROUPS * block
+        return min(max(iterations, 0), max(GRID_CAP_INVOCATIONS // block, 1) * block)
+
+    def heap_range_limit(self) -> int:
+        """The most bytes one adstack heap binding may span: one MTLBuffer (maxBufferLength)."""
+        return self.max_buffer_length
 
     def launch_task(self, loaded: QueuedKernel, task: int, ctx_address: int, slices: int) -> None:
         if slices <= 0:

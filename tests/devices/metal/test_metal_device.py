@@ -274,3 +274,14 @@ def test_heap_indices_must_fit_32_bits():
         _device()._adstack_words(Meta, ctx, "k_t0")
     ctx[5] = 16
     assert _device()._adstack_words(Meta, ctx, "k_t0")[2] == 16
+
+
+def test_launches_are_grid_capped_and_a_heap_binding_is_one_buffer():
+    """As on Vulkan: at most GRID_CAP_INVOCATIONS invocations (the grid-stride loop does the rest),
+    and the adstack sizing lowers the invocations its heaps hold to what one MTLBuffer spans."""
+    from qdc.runtime.devices.metal import device as metal_device
+    dev = _device(limit=150 * 1024)
+    launch = {"policy": "grid", "block_dim": 256}
+    cap = metal_device.GRID_CAP_INVOCATIONS
+    assert dev.task_slices(launch, 1 << 30) == cap and dev.task_slices(launch, 1000) == 1000
+    assert dev.task_slices(launch, 0) == 0 and dev.heap_range_limit() == 150 * 1024
