@@ -130,10 +130,15 @@ def ulp_errors(got, ref, npt):
     return np.abs(got[finite].astype(np.float64) - ref[finite]) / spacing, finite
 
 
+# f64 tanh is fdlibm's algorithm (compiler/targets/fdlibm.py), which its authors bound by 2 ulp
+# in [0.1, 0.2554]: seed 15 met 2.000 ulp at 0.2218 (the SPIR-V f64 math test allows it too)
+F64_EXTRA_ULP = {"tanh": 1.0}
+
+
 def max_ulp(op, npt):
     if npt is np.float32:
         return FLOAT_COMPUTED_MAX_ULP.get(op, MAX_ULP[npt])
-    return MAX_ULP[npt] + (0.0 if HAS_MPMATH else 1.0)
+    return MAX_ULP[npt] + F64_EXTRA_ULP.get(op, 0.0) + (0.0 if HAS_MPMATH else 1.0)
 
 
 def check_accuracy(op, npt, got, ref, args):
