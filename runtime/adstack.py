@@ -170,7 +170,7 @@ class KernelStacks:
             self.capacities.append(r["max_size"] if tree is None else tree)
 
 
-UNLIMITED = 1 << 62  # Device.heap_range_limit of a device that binds a heap whole, however large
+UNLIMITED = 1 << 62  # the heap span of a device whose bindings only memory limits (max_binding_bytes None)
 _UNSET = object()  # `_bound` before the first layout on a runtime: never a heap allocation
 
 _FINISH = """
@@ -220,7 +220,7 @@ class AdStackHooks:
         g = self.namespace
         errors = lctx.errors  # the launcher's error slot: word OVERFLOW_WORD is the overflow word
         g["_heap"], g["_bound"], g["_errors"] = heap, _UNSET, errors
-        self.range_limit = getattr(rt.device, "heap_range_limit", lambda: UNLIMITED)()
+        self.range_limit = rt.device.max_binding_bytes() or UNLIMITED
         g["_ovf"] = memoryview(errors.host) if errors.host is not None else None
         g["_w"] = memoryview(lctx.words).cast("B").cast("Q")  # item writes: a tenth of numpy's cost
         g["_w"][self.slot + 2] = errors.word_address(OVERFLOW_WORD)
@@ -259,7 +259,7 @@ class AdStackHooks:
     def fit_invocations(self, stride: int, stride1: int, slices: int) -> int:
         """The invocations the SPIR-V heaps hold for a launch dispatching `slices`: lowered so
         that neither heap (`stride`/`stride1` bytes an invocation) spans more than one binding
-        of the device may (Device.heap_range_limit: Vulkan's maxStorageBufferRange) or, without
+        of the device may (Device.max_binding_bytes: Vulkan's maxStorageBufferRange) or, without
         Int64, than a 32-bit element index reaches. The shader runs every iteration on the
         invocations the heaps hold (grid-stride), so a lower count is slower, never wrong."""
         widest = max(stride, stride1)

@@ -148,6 +148,11 @@ class Device:
         raise NotImplementedError
 
     # ---- completion and errors --------------------------------------------------------------
+    def max_binding_bytes(self) -> int | None:
+        """The most bytes one buffer a kernel binds may span (Vulkan's maxStorageBufferRange,
+        Metal's maxBufferLength); None where a binding is limited only by memory."""
+        return None
+
     def allocate_host_read(self, nbytes: int) -> Allocation:
         """Zeroed memory the host reads at every sync (error slots, the print buffer): where the
         device can, host-visible, so that reading it needs no copy through a submission."""

@@ -202,7 +202,7 @@ def extent_limits(device) -> tuple | None:
     (Vulkan's maxStorageBufferRange, Metal's maxBufferLength); None where every array numpy
     can make fits (64-bit extents, no binding limit)."""
     elements = extents.max_elements(device.arch)
-    binding = getattr(device.capabilities, "max_storage_buffer_range", None) or getattr(device, "max_buffer_length", None)
+    binding = device.max_binding_bytes()
     return None if elements >= _LARGEST_NUMPY_ARRAY and binding is None else (elements, binding)
 
 

@@ -182,8 +182,7 @@ class MetalDevice(SubmissionDevice):
             return UNKNOWN_TRIP_GROUPS * block
         return min(max(iterations, 0), max(GRID_CAP_INVOCATIONS // block, 1) * block)
 
-    def heap_range_limit(self) -> int:
-        """The most bytes one adstack heap binding may span: one MTLBuffer (maxBufferLength)."""
+    def max_binding_bytes(self) -> int:
         return self.max_buffer_length
 
     def launch_task(self, loaded: QueuedKernel, task: int, ctx_address: int, slices: int) -> None:

@@ -432,8 +432,7 @@ class VulkanDevice(SubmissionDevice):
             return cap
         return min(max(iterations, 0), cap)
 
-    def heap_range_limit(self) -> int:
-        """The most bytes one binding of an adstack heap may span (maxStorageBufferRange)."""
+    def max_binding_bytes(self) -> int:
         return self.capabilities.max_storage_buffer_range
 
     def launch_task(self, loaded: QueuedKernel, task: int, ctx_address: int, slices: int) -> None:

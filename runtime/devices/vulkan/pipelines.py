@@ -195,7 +195,7 @@ def _heap_range(dev, meta, tp, p, alloc, ctx) -> int:
     maxStorageBufferRange, which must cover what the launch uses (the sizing lowers the
     invocations the heaps hold until it does: this is the last line of defence). Python ints:
     the u32 words' product would wrap."""
-    limit = dev.heap_range_limit()
+    limit = dev.max_binding_bytes()
     words = adstack_meta_words(meta, ctx, tp.name)
     needed = 4 * int(words[HEAP_WORDS[p.resource]]) * int(words[2])
     if needed > limit:

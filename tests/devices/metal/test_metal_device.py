@@ -284,4 +284,4 @@ def test_launches_are_grid_capped_and_a_heap_binding_is_one_buffer():
     launch = {"policy": "grid", "block_dim": 256}
     cap = metal_device.GRID_CAP_INVOCATIONS
     assert dev.task_slices(launch, 1 << 30) == cap and dev.task_slices(launch, 1000) == 1000
-    assert dev.task_slices(launch, 0) == 0 and dev.heap_range_limit() == 150 * 1024
+    assert dev.task_slices(launch, 0) == 0 and dev.max_binding_bytes() == 150 * 1024

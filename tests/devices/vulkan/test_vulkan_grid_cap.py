@@ -93,7 +93,7 @@ def test_heaps_hold_fewer_invocations_when_a_binding_cannot_span_them(session_ca
     runs every iteration, on those three."""
     dev = vulkan_device(cache_dir=session_cache_dir, ad_stack_size=64)
     per_invocation = 64 * 8  # 64 entries x (primal + adjoint) x 4 bytes
-    monkeypatch.setattr(dev, "heap_range_limit", lambda: 3 * per_invocation + 5)
+    monkeypatch.setattr(dev, "max_binding_bytes", lambda: 3 * per_invocation + 5)
     xs = rng.uniform(-1.0, 1.0, 1000).astype(np.float32)
     loop, x, y, n = readme_kernel(len(xs))
     x.from_numpy(xs)
@@ -104,7 +104,7 @@ def test_heaps_hold_fewer_invocations_when_a_binding_cannot_span_them(session_ca
 
 def test_one_invocation_too_large_for_a_binding_is_a_clear_error(session_cache_dir, monkeypatch):
     dev = vulkan_device(cache_dir=session_cache_dir, ad_stack_size=64)
-    monkeypatch.setattr(dev, "heap_range_limit", lambda: 64 * 8 - 4)
+    monkeypatch.setattr(dev, "max_binding_bytes", lambda: 64 * 8 - 4)
     loop, x, y, n = readme_kernel(8)
     x.from_numpy(np.linspace(0.1, 0.8, 8).astype(np.float32))
     n[None] = 10
@@ -143,7 +143,7 @@ def test_the_binding_check_multiplies_without_wrapping(monkeypatch):
     """Stride x invocations past 2^32 bytes is refused, never wrapped into a small number that
     passes (u32 words multiplied as numpy u32 did: 130 x 2^25 x 4 bytes wraps to 2^31)."""
     class Dev:
-        def heap_range_limit(self):
+        def max_binding_bytes(self):
             return (1 << 32) - 1
 
     class Tp:
