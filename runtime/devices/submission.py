@@ -67,6 +67,7 @@ class SubmissionDevice(Device):
         self._recording = 0                    # the open batch's serial; 0 while none is open
         self._pending_frees: list = []         # (serial, Allocation): free once it has completed
         self._pending_destroys: list = []      # buffers freed while work still used them
+        self.bindings_epoch = 0                # bumped by every free: what launches cached of buffers is stale
 
     # ---- memory --------------------------------------------------------------------------------
     def allocate(self, nbytes: int) -> Allocation:
@@ -83,6 +84,7 @@ class SubmissionDevice(Device):
         if buf is None:
             return
         alloc.handle = None
+        self.bindings_epoch += 1
         self._addresses.remove(buf.address)
         if buf.last_use <= self._completed:
             self._destroy_buffer(buf)

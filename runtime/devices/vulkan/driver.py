@@ -71,6 +71,7 @@ class VulkanCapabilities(DeviceCapabilities):
     # Invocations the device runs at once (multiprocessors x warps each x 32, from
     # VK_NV_shader_sm_builtins); 0 where the driver does not say.
     resident_invocations: int = 0
+    cpu_device: bool = False  # VK_PHYSICAL_DEVICE_TYPE_CPU (lavapipe): its invocations run on the host's cores
 
 
 def check(vk, result: int, what: str) -> None:
@@ -262,7 +263,8 @@ def read_capabilities(vk, physical, chain: FeatureChain) -> VulkanCapabilities:
         ieee_preserve=bool(v12.shaderSignedZeroInfNanPreserveFloat32
                            and (v12.shaderSignedZeroInfNanPreserveFloat64 or not f.shaderFloat64)),
         default_block_dim=min(DEFAULT_BLOCK_DIM.get(p.vendorID, FALLBACK_BLOCK_DIM), limits.maxComputeWorkGroupSize[0]),
-        resident_invocations=sm.shaderSMCount * sm.shaderWarpsPerSM * 32 if sm is not None else 0)
+        resident_invocations=sm.shaderSMCount * sm.shaderWarpsPerSM * 32 if sm is not None else 0,
+        cpu_device=p.deviceType == vk.VK_PHYSICAL_DEVICE_TYPE_CPU)
 
 
 def create_device(vk, physical, family: int, chain: FeatureChain, extensions: list):

@@ -2,6 +2,8 @@
 ABI's pure parts: capabilities, args words, the grid)."""
 from __future__ import annotations
 
+import operator
+
 from ...contract.entry_points import spirv_entry_points
 from ...contract.error_slot import ERROR_SLOT_WORDS
 from ..spirv_abi import HEAP_WORDS, adstack_meta_words
@@ -16,7 +18,7 @@ LAUNCH_WRITTEN = ("args", "adstack_meta")
 class TaskPipeline:
     """A task's pipeline and how a launch binds it."""
     __slots__ = ("name", "pipeline", "layout", "set_layouts", "bindings", "block_dim", "serial", "sets",
-                 "set_numbers", "dynamic")
+                 "set_numbers", "dynamic", "dynamic_count", "uses", "plan")
 
     def __init__(self, **kw):
         for k, v in kw.items():
@@ -74,7 +76,8 @@ def build_task_pipeline(dev, artifacts: dict, meta, i: int):
                       block_dim=block, serial=task.kind == "serial" or bool(task.serial),
                       sets=ffi.new("VkDescriptorSet[]", max(len(set_layouts), 1)),
                       set_numbers=len(set_layouts),
-                      dynamic=ffi.new("uint32_t[]", max(sum(p.dynamic for p in plans), 1)))
+                      dynamic=ffi.new("uint32_t[]", max(sum(p.dynamic for p in plans), 1)),
+                      dynamic_count=sum(p.dynamic for p in plans), uses=[], plan=None)
     dev.__dict__.setdefault("_pipeline_objects", []).append(tp)
     return tp
 
@@ -151,43 +154,102 @@ def destroy_pipelines(dev) -> None:
 # ---- one launch ------------------------------------------------------------------------------
 
 def record_dispatch(dev, loaded, tp, ctx, slices: int) -> None:
+    """Record one launch of task `tp` with the ctx words `ctx`: the bound buffers resolved from
+    the ctx (or taken from the task's LaunchPlan when the words it was made from are unchanged),
+    this launch's args in the ring, the dispatch."""
+    plan = tp.plan
+    if plan is None or plan.epoch != dev.bindings_epoch or not _record_planned(dev, loaded, tp, plan, ctx):
+        _record_resolved(dev, loaded, tp, ctx)
+    groups = 1 if tp.serial else -(-slices // tp.block_dim)
+    x, y = kernels.dispatch_grid(groups, dev.capabilities.max_workgroup_count)
+    lib, vk = dev.lib, dev.vk
+    command = dev._record(tp.uses)
+    lib.vkCmdBindPipeline(command, vk.VK_PIPELINE_BIND_POINT_COMPUTE, tp.pipeline)
+    if tp.set_numbers:
+        lib.vkCmdBindDescriptorSets(command, vk.VK_PIPELINE_BIND_POINT_COMPUTE, tp.layout, 0, tp.set_numbers,
+                                    tp.sets, tp.dynamic_count, tp.dynamic)
+    lib.vkCmdDispatch(command, x, y, 1)
+
+
+class LaunchPlan:
+    """What a task's last fully resolved launch bound, reusable while the ctx words naming its
+    buffers (`key_of(words)`) are the same and no buffer was freed nor descriptor set dropped
+    since (`epoch`): the per-launch work is then the args in the ring and the dynamic offsets.
+    `dynamic` holds per dynamic binding (its plan, the base and end address of the allocation
+    it points into; None and None for the ring; None and the offset for a constant slot)."""
+    __slots__ = ("epoch", "key_of", "key", "dynamic")
+
+    def __init__(self, epoch, key_of, key, dynamic):
+        self.epoch, self.key_of, self.key, self.dynamic = epoch, key_of, key, dynamic
+
+
+def _record_planned(dev, loaded, tp, plan, ctx) -> bool:
+    """Write this launch's ring words and dynamic offsets by `plan`; False (nothing written) when
+    the plan does not hold for these ctx words."""
+    words = ctx.tolist()
+    if plan.key_of(words) != plan.key:
+        return False
+    offsets = []
+    for p, base, end in plan.dynamic:
+        if base is None:
+            offsets.append(end)
+            continue
+        address = words[p.word] + p.adjust
+        if not base <= address < end:  # an error slot of another block
+            return False
+        offsets.append(address - base)
+    for j, (p, base, end) in enumerate(plan.dynamic):
+        tp.dynamic[j] = _write_ring(dev, loaded, tp, p, ctx) if base is None and end is None else offsets[j]
+    return True
+
+
+def _write_ring(dev, loaded, tp, p, ctx) -> int:
+    """This launch's "args" or "adstack_meta" words into the args ring; their offset there."""
+    words = loaded.args.pack(ctx) if p.resource == "args" else adstack_meta_words(loaded.meta, ctx, tp.name)
+    offset = dev.args_space(words.nbytes)
+    dev._args_ring.mapped[offset:offset + words.nbytes] = words.view(dev._args_ring.mapped.dtype)
+    return offset
+
+
+def _record_resolved(dev, loaded, tp, ctx) -> None:
+    """Resolve every binding from the ctx words (checking each), point tp.sets, tp.uses and
+    tp.dynamic at them, and leave a LaunchPlan for the next launches when the task binds no
+    adstack heap (whose bound range depends on the launch's sizing)."""
     meta = loaded.meta
-    buffers, dynamic_offsets, uses = [], [], []
-    ring_writes = []
+    buffers, uses, dynamic, ring = [], [], [], []
     for p in tp.bindings:
         if p.resource in LAUNCH_WRITTEN:  # this launch's words in the args ring, by dynamic offset
-            words = loaded.args.pack(ctx) if p.resource == "args" else adstack_meta_words(meta, ctx, tp.name)
-            offset = dev.args_space(words.nbytes)
-            buffers.append((dev._args_ring, 0, words.nbytes))
-            dynamic_offsets.append(offset)
+            nbytes = loaded.args.nbytes if p.resource == "args" else 4 * len(adstack_meta_words(meta, ctx, tp.name))
+            buffers.append((dev._args_ring, 0, nbytes))
             uses.append(dev._args_ring)
-            ring_writes.append((offset, words))
+            dynamic.append((p, None, None))
+            ring.append((len(dynamic) - 1, p))
             continue
         alloc, offset = _bound_allocation(dev, meta, tp, p, ctx)
         buf = alloc.handle
         uses.append(buf)
         if p.dynamic:  # the launch's error slot: the block's descriptor, the slot by offset
             buffers.append((buf, 0, 8 * ERROR_SLOT_WORDS))
-            dynamic_offsets.append(offset)
+            tp.dynamic[len(dynamic)] = offset
+            dynamic.append((p, alloc.ptr, alloc.ptr + alloc.nbytes) if p.word is not None else (p, None, offset))
         elif p.resource in HEAP_WORDS:
             buffers.append((buf, 0, _heap_range(dev, meta, tp, p, alloc, ctx)))
         else:
             _check_bindable(dev, meta, tp, p, alloc, offset)
             buffers.append((buf, offset, alloc.nbytes - offset))
-    for offset, words in ring_writes:
-        dev._args_ring.mapped[offset:offset + words.nbytes] = words.view(dev._args_ring.mapped.dtype)
+    for j, p in ring:
+        tp.dynamic[j] = _write_ring(dev, loaded, tp, p, ctx)
     _bind_sets(dev, tp, buffers)
-    for j, off in enumerate(dynamic_offsets):
-        tp.dynamic[j] = off
-    groups = 1 if tp.serial else -(-slices // tp.block_dim)
-    x, y = kernels.dispatch_grid(groups, dev.capabilities.max_workgroup_count)
-    lib, vk = dev.lib, dev.vk
-    command = dev._record(uses)
-    lib.vkCmdBindPipeline(command, vk.VK_PIPELINE_BIND_POINT_COMPUTE, tp.pipeline)
-    if tp.set_numbers:
-        lib.vkCmdBindDescriptorSets(command, vk.VK_PIPELINE_BIND_POINT_COMPUTE, tp.layout, 0, tp.set_numbers,
-                                    tp.sets, len(dynamic_offsets), tp.dynamic)
-    lib.vkCmdDispatch(command, x, y, 1)
+    tp.uses = uses
+    tp.plan = None
+    if not any(p.resource in HEAP_WORDS for p in tp.bindings):
+        key_words = [p.word for p in tp.bindings if p.word is not None and not p.dynamic]
+        key_of = operator.itemgetter(*key_words) if key_words else _no_key
+        tp.plan = LaunchPlan(dev.bindings_epoch, key_of, key_of(ctx.tolist()), dynamic)
+
+
+def _no_key(words) -> tuple:
+    return ()
 
 
 def _heap_range(dev, meta, tp, p, alloc, ctx) -> int:
@@ -258,6 +320,7 @@ def _allocate_sets(dev, tp) -> list:
         dev.wait()
         dev._check(lib.vkResetDescriptorPool(dev.device, dev._descriptor_pool, 0), "vkResetDescriptorPool")
         dev._set_cache.clear()
+        dev.bindings_epoch += 1  # every LaunchPlan's sets are gone
         dev._check(lib.vkAllocateDescriptorSets(dev.device, info, out), "vkAllocateDescriptorSets")
     return [out[i] for i in range(len(tp.set_layouts))]
 
