@@ -236,7 +236,9 @@ def _record_resolved(dev, loaded, tp, ctx) -> None:
             buffers.append((buf, 0, _heap_range(dev, meta, tp, p, alloc, ctx)))
         else:
             _check_bindable(dev, meta, tp, p, alloc, offset)
-            buffers.append((buf, offset, alloc.nbytes - offset))
+            # Whole 32-bit words: an 8/16-bit atomic is a compare-and-swap of the word holding
+            # its element, which must lie in the bound range (the buffer is a multiple of 4).
+            buffers.append((buf, offset, min(-(-(alloc.nbytes - offset) // 4) * 4, buf.size - offset)))
     for j, p in ring:
         tp.dynamic[j] = _write_ring(dev, loaded, tp, p, ctx)
     _bind_sets(dev, tp, buffers)
