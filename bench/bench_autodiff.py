@@ -8,6 +8,8 @@ from a field, so the loop-carried `v` lives on an adstack in both. Figures:
 - forward and grad (`kernel.grad()`) times, qdc and Quadrants (`ad_stack_experimental_enabled`);
 - the cost of qdc's always-on adstack overflow check: the grad kernel against the same kernel
   compiled without the check (a private codegen flag, for this measurement only);
+- qdc's scalar code (one iteration at a time, QDC_CPU_WIDEN=0) against its width-W code
+  (W iterations at a time in SIMD lanes, compiler/targets/cpu/widen.py), in the same process;
 - the same gradient by PyTorch CPU autograd, vectorised over the elements (forward with the
   graph recorded, then backward), as a ratio to qdc's grad.
 Each peer runs in its own process, one after the other, so no thread pool competes with
@@ -91,9 +93,10 @@ def kernel_fields(qd):
 
 def measure_qdc(rounds: int) -> dict:
     import qdc as qd
-    from qdc.compiler.driver import options
     from qdc.compiler.targets.llvm import llvm_adstack
     from qdc.compiler.driver.kernel import compile_kernel
+    from qdc.compiler.jit.api import direct_options
+    from qdc.compiler.targets.cpu.widen_plan import SCALAR_SWITCH
     from qdc.runtime import context
     from qdc.runtime.launcher import make_launcher
     qd.init(arch=qd.cpu, cache_dir=tempfile.mkdtemp(prefix="qdc-bench-ad-"), **({"cpu_max_num_threads": THREADS}
@@ -109,19 +112,33 @@ def measure_qdc(rounds: int) -> dict:
         compute.grad()
         llvm_adstack._UNCHECKED_FOR_BENCHMARK = True
         try:
-            unchecked = compile_kernel(compute.fn, compute._primal.params, options.current, variant="grad")
+            unchecked = compile_kernel(compute.fn, compute._primal.params, direct_options(), variant="grad")
         finally:
             llvm_adstack._UNCHECKED_FOR_BENCHMARK = False
+        # the scalar code, one iteration at a time (the width-W lowering switched off)
+        os.environ[SCALAR_SWITCH] = "0"
+        try:
+            scalar = {v: compile_kernel(compute.fn, compute._primal.params, direct_options(), variant=v)
+                      for v in ("forward", "grad")}
+        finally:
+            del os.environ[SCALAR_SWITCH]
     rt = context.current()
-    grad_unchecked = make_launcher(unchecked.meta, rt.device, rt.device.load_kernel(unchecked.artifacts, unchecked.meta),
-                                   unchecked.field_objects)
-    for grad in (compute.grad, grad_unchecked):
+
+    def launcher(compiled):
+        return make_launcher(compiled.meta, rt.device, rt.device.load_kernel(compiled.artifacts, compiled.meta),
+                             compiled.field_objects)
+    grad_unchecked, forward_scalar, grad_scalar = (launcher(unchecked), launcher(scalar["forward"]),
+                                                   launcher(scalar["grad"]))
+    for grad in (compute.grad, grad_unchecked, grad_scalar):
         x.grad.fill(0)
         y.grad[None] = 1.0
         grad()
         check(x.grad.to_numpy(), reference(xs)[1], "qdc")
-    t = timed_rounds({"forward": compute, "grad": compute.grad, "grad_unchecked": grad_unchecked}, rounds)
-    return {"version": qd.__version__, "threads": rt.device.num_threads, "path": os.path.dirname(qd.__file__), **t}
+    lanes = max(t.launch.get("lanes", 1) for t in compute.grad.compile().meta.tasks)
+    t = timed_rounds({"forward": compute, "grad": compute.grad, "grad_unchecked": grad_unchecked,
+                      "forward_scalar": forward_scalar, "grad_scalar": grad_scalar}, rounds)
+    return {"version": qd.__version__, "threads": rt.device.num_threads, "path": os.path.dirname(qd.__file__),
+            "lanes": lanes, **t}
 
 
 def measure_quadrants(rounds: int) -> dict:
@@ -203,8 +220,11 @@ def table(r: dict) -> str:
     lines = [f"Kernel: 2^16 f32 elements x {ITERS} iterations of `v = sin(v) * 0.95 + 0.01` (dynamic trip "
              f"count, adstack), summed into a scalar. Best of the interleaved rounds (median).", "",
              "| | forward | grad | grad / forward |", "|---|---|---|---|"]
-    lines.append(f"| qdc {q['version']} | {ms(q['forward'])} | {ms(q['grad'])} | "
-                 f"{q['grad']['best'] / q['forward']['best']:.2f} |")
+    lines.append(f"| qdc {q['version']}, {q.get('lanes', 1)} iterations at a time | {ms(q['forward'])} | "
+                 f"{ms(q['grad'])} | {q['grad']['best'] / q['forward']['best']:.2f} |")
+    if "grad_scalar" in q:
+        lines.append(f"| qdc, scalar code (QDC_CPU_WIDEN=0) | {ms(q['forward_scalar'])} | {ms(q['grad_scalar'])} | "
+                     f"{q['grad_scalar']['best'] / q['forward_scalar']['best']:.2f} |")
     if "missing" in qu:
         lines.append(f"| Quadrants | {qu['missing']} | | |")
     else:
@@ -223,7 +243,12 @@ def table(r: dict) -> str:
         lines.append(f"- qdc grad / Quadrants grad: {q['grad']['best'] / qu['grad']['best']:.2f} (goal <= 1); "
                      f"qdc forward / Quadrants forward: {q['forward']['best'] / qu['forward']['best']:.2f}.")
     if "missing" not in to:
-        lines.append(f"- PyTorch autograd time / qdc grad time: {to['grad']['best'] / q['grad']['best']:.2f}.")
+        lines.append(f"- PyTorch autograd time / qdc grad time: {to['grad']['best'] / q['grad']['best']:.2f}; "
+                     f"qdc grad / PyTorch fwd+bwd: {q['grad']['best'] / to['grad']['best']:.2f} (goal <= 1); qdc "
+                     f"forward / PyTorch forward: {q['forward']['best'] / to['forward']['best']:.2f} (goal <= 0.5).")
+    if "grad_scalar" in q:
+        lines.append(f"- width-W / scalar code: forward {q['forward']['best'] / q['forward_scalar']['best']:.2f}, "
+                     f"grad {q['grad']['best'] / q['grad_scalar']['best']:.2f}.")
     lines.append(f"- CPU threads: qdc {q['threads']}" + (f", PyTorch {to['threads']}" if "missing" not in to else "")
                  + f"; machine: {os.cpu_count()} logical CPUs.")
     return "\n".join(lines)

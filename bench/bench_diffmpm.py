@@ -1,7 +1,10 @@
 """DiffMPM (kernels/diffmpm.py): forward and backward time, qdc against Quadrants running the
 same source with the import swapped (`import quadrants as qd`).
 
-    python3 bench/bench_diffmpm.py [--rounds N] [--arch cpu] [--threads N] [--side S --grid G]
+    python3 bench/bench_diffmpm.py [--rounds N] [--arch cpu] [--threads N] [--side S --grid G] [--graph]
+
+`--graph` adds a third peer, qdc with the substep kernels (P2G, grid update, G2P) declared
+`@qd.kernel(graph=True)`: on CUDA each of their launches and `.grad` launches is a graph replay.
 
 `--side`/`--grid` scale the block (S x S particles) and the grid (G x G nodes) by rewriting
 those two constants of the source, for both peers alike.
@@ -30,6 +33,8 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOURCE = os.path.join(ROOT, "kernels", "diffmpm.py")
 PEERS = ("qdc", "quadrants")
+GRAPH_PEER = "qdc-graph"  # qdc, the substep kernels declared graph=True
+SUBSTEPS = ("p2g", "grid_op", "g2p")
 
 
 def load_module(peer: str, folder: str, sizes: dict):
@@ -37,6 +42,10 @@ def load_module(peer: str, folder: str, sizes: dict):
     text = open(SOURCE).read()
     if peer == "quadrants":
         text = text.replace("import qdc as qd", "import quadrants as qd")
+    if peer == GRAPH_PEER:
+        for name in SUBSTEPS:
+            text, count = re.subn(rf"^@qd.kernel\ndef {name}\(", f"@qd.kernel(graph=True)\ndef {name}(", text, flags=re.M)
+            assert count == 1, f"kernels/diffmpm.py has no '@qd.kernel' line above 'def {name}('"
     for name, value in sizes.items():
         text, count = re.subn(rf"^{name} = \d+\b", f"{name} = {value}", text, flags=re.M)
         assert count == 1, f"kernels/diffmpm.py has no line '{name} = <int>'"
@@ -78,7 +87,7 @@ def one_round(m, qd, v0) -> tuple[float, float]:
 
 def measure(peer: str, rounds: int, arch: str, threads: int | None, sizes: dict) -> dict:
     try:
-        qd = __import__(peer)
+        qd = __import__("qdc" if peer == GRAPH_PEER else peer)
     except ImportError:
         return {"missing": f"{peer} is not installed" + (" (pip install quadrants)" if peer == "quadrants" else "")}
     qd.init(arch=getattr(qd, arch), **({"cpu_max_num_threads": threads} if threads else {}))
@@ -115,6 +124,12 @@ def table(r: dict, arch: str, threads: int | None) -> str:
             lines.append(f"| {name} | {ms(q[name])} | {qu['missing']} | |")
         else:
             lines.append(f"| {name} | {ms(q[name])} | {ms(qu[name])} | {min(qu[name]) / min(q[name]):.2f} |")
+    if GRAPH_PEER in r:
+        g = r[GRAPH_PEER]
+        lines += ["", "| pass | qdc, plain launches | qdc, substeps graph=True | plain / graph (best) |",
+                  "|---|---|---|---|"]
+        lines += [f"| {name} | {ms(q[name])} | {ms(g[name])} | {min(q[name]) / min(g[name]):.2f} |"
+                  for name in ("forward", "backward")]
     return "\n".join(lines)
 
 
@@ -125,13 +140,20 @@ def main():
     ap.add_argument("--threads", type=int, help="cpu_max_num_threads for both peers (default: theirs)")
     ap.add_argument("--side", type=int, help="particles per side of the block (the source's `side`)")
     ap.add_argument("--grid", type=int, help="grid nodes per side (the source's `n_grid`)")
-    ap.add_argument("--worker", choices=PEERS)
+    ap.add_argument("--graph", action="store_true", help="also qdc with the substep kernels graph=True")
+    ap.add_argument("--worker", choices=PEERS + (GRAPH_PEER,))
     args = ap.parse_args()
     sizes = {k: v for k, v in (("side", args.side), ("n_grid", args.grid)) if v}
     if args.worker:
         print(json.dumps(measure(args.worker, args.rounds, args.arch, args.threads, sizes)))
         return
-    results = {peer: run_worker(peer, args.rounds, args.arch, args.threads, sizes) for peer in PEERS}
+    peers = PEERS + ((GRAPH_PEER,) if args.graph else ())
+    results = {peer: run_worker(peer, args.rounds, args.arch, args.threads, sizes) for peer in peers}
+    if args.graph:
+        got, want = np.array(results[GRAPH_PEER]["grad"]), np.array(results["qdc"]["grad"])
+        if not np.allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max()):
+            raise SystemExit(f"the graph=True gradient differs from plain launches: max difference "
+                             f"{np.abs(got - want).max():.3g}")
     if "missing" not in results["quadrants"]:
         got, want = np.array(results["qdc"]["grad"]), np.array(results["quadrants"]["grad"])
         if not np.allclose(got, want, rtol=2e-3, atol=2e-3 * np.abs(want).max()):

@@ -56,8 +56,8 @@ def define_kernel(qd, fn: str, dtype):
 
 def libm_launcher(kernel, args):
     """`kernel` compiled with the C math library's scalar functions, ready to launch."""
-    from qdc.compiler.driver import options
     from qdc.compiler.driver.kernel import compile_kernel
+    from qdc.compiler.jit.api import direct_options
     from qdc.compiler.jit.kernel import kernel_of
     from qdc.compiler.targets.cpu import target as cpu_target
     from qdc.runtime import context
@@ -65,7 +65,7 @@ def libm_launcher(kernel, args):
     k = kernel_of(kernel)
     cpu_target._LIBM_FOR_BENCHMARK = True
     try:
-        compiled = compile_kernel(k.fn, k.specialise(args)[1], options.current)
+        compiled = compile_kernel(k.fn, k.specialise(args)[1], direct_options())
     finally:
         cpu_target._LIBM_FOR_BENCHMARK = False
     rt = context.current()

@@ -316,11 +316,15 @@ def _describe_entry(entry) -> str:
              f"  source    {r.get('source', '?')}", f"  compiler  {r.get('compiler', '?')}",
              f"  created   {_date(r.get('created', 0))}",
              "  options   " + ", ".join(f"{k}={v}" for k, v in sorted(r.get("options", {}).items()))]
-    from qdc.runtime.vector_arguments import describe_element_type
-    for p in (m.params[a.first] for a in m.arguments):  # a vector parameter's elements are one argument
+    from qdc.runtime.vector_arguments import describe_element_type, describe_struct
+    for p in (m.params[a.first] for a in m.arguments):  # a vector or struct parameter's scalars are one argument
         kind = p.dtype if p.kind == "scalar" else f"ndarray({p.dtype}, ndim={p.ndim}" + \
             (", needs_grad)" if p.needs_grad else ")")
-        lines.append(f"  param     {p.name}: {describe_element_type(p) if p.is_element else kind}")
+        if p.name in m.structs:
+            kind = describe_struct(m.structs[p.name])
+        elif p.is_element:
+            kind = describe_element_type(p)
+        lines.append(f"  param     {p.name}: {kind}")
     for f in m.fields:
         lines.append(f"  field     {f.name}: {f.dtype}{list(f.shape)}")
     for t in m.tasks:

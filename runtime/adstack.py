@@ -366,7 +366,10 @@ def describe_launch(launch: dict) -> str:
     """A task's launch policy, readable."""
     if launch.get("policy") == "cpu_chunks":
         pf = launch.get("parallel_from", 0)
-        return "one thread" if pf == 0 else f"several threads from {pf} iterations"
+        threads = "one thread" if pf == 0 else f"several threads from {pf} iterations"
+        if "lanes" in launch:
+            return f"{threads}, up to {launch['lanes']} iterations at a time (SIMD lanes; fewer at lower ISA levels)"
+        return threads + (f", scalar code: {launch['scalar']}" if "scalar" in launch else "")
     if launch.get("policy") == "grid":
         block = launch.get("block_dim")
         return f"a grid of blocks of {block} threads" if block else "a grid of blocks of the device's default size"

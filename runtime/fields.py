@@ -16,6 +16,7 @@ import numpy as np
 from . import context
 from . import element_proxy
 from .contract.objects import FieldMarker, NdarrayMarker, StructFieldMarker
+from .contract.python_scope import device_arrays, scope_types
 from .contract.types import DataType, from_numpy as dtype_from_numpy
 
 _ids = itertools.count()
@@ -68,6 +69,12 @@ def _element_type(dtype) -> tuple:
 def _data_type(dtype) -> DataType:
     if isinstance(dtype, DataType):
         return dtype
+    if dtype is int or dtype is float:
+        # default_ip / default_fp, as in Quadrants (numpy's float64 stays f64): Python scope's
+        # (contract/python_scope.py: a `qdc build`'s while it imports its modules, else qd.init's;
+        # Quadrants' defaults in a deployment)
+        default_ip, default_fp = scope_types.current()
+        return default_ip if dtype is int else default_fp
     try:
         dt = dtype_from_numpy(dtype)
     except TypeError:
@@ -207,6 +214,9 @@ class _DeviceArray:
     def from_numpy(self, arr) -> None:
         """Overwrite the contents with `arr` (same shape; converted within its kind)."""
         arr = np.asarray(arr)
+        if len(self._element_shape) == 1 and arr.shape in (self.storage_shape + (1,),  # a column or row vector
+                                                           self.storage_shape[:-1] + (1,) + self.storage_shape[-1:]):
+            arr = arr.reshape(self.storage_shape)  # each element a column or row, as in Quadrants
         if arr.shape != self.storage_shape:
             raise ValueError(f"{self._what()}: from_numpy got an array of shape {arr.shape}, "
                              f"expected {self.storage_shape}")
@@ -448,7 +458,7 @@ class StructField(StructFieldMarker):
             f.fill(value)
 
     def __getitem__(self, key) -> dict:
-        return {member: f[key] for member, f in self.members.items()}
+        return element_proxy.struct_element(self, key)  # a dict whose members are also attributes
 
     def __setitem__(self, key, value: dict) -> None:
         for member, v in value.items():
@@ -458,3 +468,6 @@ class StructField(StructFieldMarker):
 
     def __repr__(self):
         return f"<qdc struct field {self.name}: {list(self.members)}{list(self.shape)}>"
+
+
+device_arrays.install(Field, Ndarray, StructField)  # what the language's constructors make (qd.Vector.field, ...)

@@ -125,6 +125,7 @@ from __future__ import annotations
 import ctypes
 import keyword
 import math
+import operator
 import struct
 import sys
 
@@ -269,7 +270,7 @@ def check_ndarray(meta: KernelMeta, index: int, value) -> None:
 class _Launcher:
     """The state behind one generated launch function: ctx buffer, caches, runtime binding."""
 
-    def __init__(self, meta: KernelMeta, device, loaded, fields: list, hooks, function):
+    def __init__(self, meta: KernelMeta, device, loaded, fields: list, hooks, function, graph: bool = False):
         self.meta, self.device, self.fields, self.loaded = meta, device, fields, loaded
         # numpy arrays bound by the kernel's own entry (runtime/devices/cpu/numpy_binding.py):
         # not with hooks, which read the bound words before the call
@@ -297,7 +298,22 @@ class _Launcher:
             self.fixed_slices = [device.task_slices(t.launch, self.trip_count(i, no_args))
                                  if self.iterations[i] is None or isinstance(self.iterations[i], se.Const) else None
                                  for i, t in enumerate(meta.tasks)]
+            if graph and getattr(device, "has_graphs", False):
+                # A graph replays every task without the host in between: a trip count that an
+                # earlier task computes (a temporary) is not read back; the task runs on the grid
+                # cap and its grid-stride loop reads the bound on the device (design.md, "Graphs").
+                call = self.launch_graph
+                self.fixed_slices = [device.task_slices(t.launch, None)
+                                     if fixed is None and se.reads_temps(self.iterations[i]) else fixed
+                                     for i, (t, fixed) in enumerate(zip(meta.tasks, self.fixed_slices))]
             self.sync_each_launch = getattr(device, "sync_each_launch", False)
+            self.simple_trips = [_simple_trip_count(tree) for tree in self.iterations]
+            if call == self.launch_tasks and None not in self.fixed_slices and hooks is None \
+                    and not self.sync_each_launch:
+                # every task's slices known now and nothing to watch: a launch is only the launches
+                call = self.launch_fixed
+                self.fixed_launches = [(i, n) for i, n in enumerate(self.fixed_slices) if n > 0]
+                self.ctx_address = ctypes.addressof(self.buf)
         self.function = function  # the launch function: its code is fast_code or, while stale, stale_code
         self.launch = self.fast_code = self.stale_code = None
         self.kinds = {i: None for i, p in enumerate(meta.params) if p.kind == "ndarray"}  # see `body`
@@ -371,14 +387,46 @@ class _Launcher:
         for i, task in enumerate(meta.tasks):
             slices = self.fixed_slices[i]
             if slices is None:
-                if env is None:
-                    env = sizeexpr_eval.LaunchEnv(args, self.fields, self.read_temp)
-                slices = device.task_slices(task.launch, self.trip_count(i, env))
+                trips = self.simple_trips[i]
+                if trips is not None:  # an ndarray's extent or an integer argument: read directly
+                    slices = device.task_slices(task.launch, trips(args))
+                else:
+                    if env is None:
+                        env = sizeexpr_eval.LaunchEnv(args, self.fields, self.read_temp)
+                    slices = device.task_slices(task.launch, self.trip_count(i, env))
             device.launch_task(self.loaded, i, ctx, slices)
         if slot is not None:
             device.watch(slot, self.reporter())
         if self.sync_each_launch:
             device.sync()
+
+    def launch_fixed(self, args: tuple) -> None:
+        """`launch_tasks` of a kernel whose tasks' slices never change and that has no hooks."""
+        launch, loaded, ctx = self.device.launch_task, self.loaded, self.ctx_address
+        for task, slices in self.fixed_launches:
+            launch(loaded, task, ctx, slices)
+
+    def launch_graph(self, args: tuple) -> None:
+        """`launch_tasks` as one graph replay (Device.launch_graph): the same slices per task,
+        the same error slot, errors at sync."""
+        device = self.device
+        slot = None
+        if self.errors is not None:
+            slot = device.acquire_error_slot()
+            self.point_errors_at(slot)
+        slices = self.fixed_slices
+        if None in slices:
+            slices, env = list(slices), None
+            for i, t in enumerate(self.meta.tasks):
+                if slices[i] is None:
+                    trips = self.simple_trips[i]
+                    if trips is None:
+                        env = env or sizeexpr_eval.LaunchEnv(args, self.fields, self.read_temp)
+                    slices[i] = device.task_slices(t.launch, trips(args) if trips is not None
+                                                   else self.trip_count(i, env))
+        device.launch_graph(self.loaded, ctypes.addressof(self.buf), slices)
+        if slot is not None:
+            device.watch(slot, self.reporter())
 
     def trip_count(self, task: int, env) -> int | None:
         """Task `task`'s trip count for this launch (a temporary read waits for the earlier
@@ -735,9 +783,11 @@ def stub_function(name: str, params: list[str] | None, slow):
 
 
 def make_launcher(meta: KernelMeta, device, loaded, fields: list, hooks: LaunchHooks | None = None,
-                  function=None):
+                  function=None, graph: bool = False):
     """Return `launch(*args)` for `meta`; `fields` are the Field objects of meta.fields, in order.
-    With `function`, that function of the caller's becomes the launch function (see "Owners")."""
+    With `function`, that function of the caller's becomes the launch function (see "Owners").
+    With `graph` (`@qd.kernel(graph=True)`), a device with graphs (`Device.launch_graph`: CUDA)
+    replays the kernel's tasks as one graph; elsewhere it changes nothing."""
     _check_names(meta.name, [a.name for a in meta.arguments])
     if hooks is None and meta.adstack.get("stacks"):  # the heap sizing and overflow check
         hooks = launch_hooks(meta)
@@ -755,7 +805,7 @@ def make_launcher(meta: KernelMeta, device, loaded, fields: list, hooks: LaunchH
             hooks = _with_finish(hooks, printer.drain, None)
     if hooks is not None and hooks.prepare is None and hooks.finish is None:
         hooks = None
-    state = _Launcher(meta, device, loaded, fields, hooks, function)
+    state = _Launcher(meta, device, loaded, fields, hooks, function, graph)
     if printer is not None:
         state.words[meta.print_slot] = printer.register(meta)
     if checks is not None:
@@ -798,6 +848,24 @@ def _with_finish(hooks: LaunchHooks | None, finish, report) -> LaunchHooks:
     if report is None or first_report is None:
         return LaunchHooks(hooks.prepare, both, report or first_report)
     return LaunchHooks(hooks.prepare, both, both_reports)
+
+
+def _simple_trip_count(tree):
+    """`trips(args)` for a trip count that is one ndarray extent or one integer argument (what
+    `evaluate` gives for it, without building an environment per launch); None for any other."""
+    if isinstance(tree, se.NdarrayShape):
+        arg, axis = tree.arg, tree.axis
+        return lambda args: args[arg].shape[axis]
+    if isinstance(tree, se.ScalarArg):
+        arg = tree.arg
+
+        def scalar(args):
+            try:
+                return min(max(operator.index(args[arg]), 0), (1 << 63) - 1)
+            except TypeError:  # not an integer: unknown, as `trip_count` says
+                return None
+        return scalar
+    return None
 
 
 def _iterations(task):

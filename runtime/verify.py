@@ -4,8 +4,8 @@ every module record against the entries it names, and anything else under entrie
 modules/ reported by the path where it is."""
 from __future__ import annotations
 
-from .cache import (ENTRIES, META_FILE, MODULES, STAMP_FILE, Store, entry_path, list_modules, module_path,
-                    module_problems, read_entry, read_module)
+from .cache import (ENTRIES, MAX_RECORD_BYTES, META_FILE, MODULES, STAMP_FILE, Store, decode, entry_path,
+                    list_modules, module_path, module_problems, read_entry, read_module)
 from .contract import artifact as A
 from .contract.errors import CacheError
 
@@ -60,13 +60,37 @@ def _verify_entry(store: Store, key: str, files: set, entries: dict, problems: l
         problems.append((store.where(f"{base}/{META_FILE}"), "entry has no metadata record"))
         return 0
     except CacheError as e:
-        problems.append((e.path, e.reason))
+        problems.extend(_corrupt_artifacts(store, key) or [(e.path, e.reason)])
         return 0
     recorded = {META_FILE, STAMP_FILE} | {info["file"] for info in entry.record["artifacts"].values()}
     for name in sorted(files - recorded):
         problems.append((store.where(f"{base}/{name}"), "not a file of its cache entry (the entry's record names "
                                                         "no such artifact)"))
     return 1 + len(entry.record["artifacts"])
+
+
+def _corrupt_artifacts(store: Store, key: str) -> list:
+    """Each artifact of entry `key` whose sha256 is not its record's, named (loading stops at the
+    first); [] where the record itself cannot be read."""
+    files = None
+    try:
+        files = store.open_entry(key)
+        record = decode(files.read(META_FILE, max_bytes=MAX_RECORD_BYTES), files.where(META_FILE), A.ENTRY_RECORD)
+        bad = []
+        for info in record["artifacts"].values():
+            try:
+                data = files.read(info["file"], size=info["size"])
+            except FileNotFoundError:
+                bad.append((files.where(info["file"]), "artifact missing from its cache entry"))
+                continue
+            if A.sha256(data) != info["sha256"]:
+                bad.append((files.where(info["file"]), "sha256 mismatch: the artifact is corrupt or was modified"))
+        return bad
+    except (FileNotFoundError, CacheError, KeyError, TypeError):
+        return []
+    finally:
+        if files is not None:
+            files.close()
 
 
 def _verify_module(store: Store, module: str, arch: str, entries: dict, problems: list) -> int:

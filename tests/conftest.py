@@ -205,6 +205,18 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture
+def vulkan_runtime(session_cache_dir, fresh_runtime):
+    """The runtime on the Vulkan device (its VulkanDevice yielded), skipped without one; the CPU
+    runtime again afterwards."""
+    if vulkan_unavailable_reason() is not None:
+        pytest.skip(f"no Vulkan device: {vulkan_unavailable_reason()}")
+    qd.init(arch=qd.vulkan, cache_dir=session_cache_dir)
+    from qdc.runtime import context
+    yield context.current().device
+    qd.init(arch=qd.cpu, cache_dir=session_cache_dir)
+
+
+@pytest.fixture
 def arch(request, session_cache_dir, fresh_runtime):
     """The arch this case runs on, initialised (default options); the CPU again afterwards, so
     that a device error still pending is raised by this test, not the next one."""

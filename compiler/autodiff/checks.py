@@ -3,6 +3,10 @@
 Quadrants' global data access rules, checked statically instead of trusted:
 - no `while`/`break`/`continue` (the reverse sweep replays loops by their trip count);
 - the old value of an atomic operation is not used (the grad kernel does not repeat it);
+- no access to `x.grad[...]` of an ndarray parameter `x` that gets a gradient (as Quadrants:
+  the gradient of the gradient buffer is not defined; passing `a.grad` itself is fine);
+- no `qd.atomic_mul` on a float global or kernel-scope local that needs a gradient (its
+  adjoint needs the product of the other factors, which no thread has);
 - in a parallel loop, a differentiable global is not read at an element other iterations
   may write (cross-iteration read-after-write: `out[i] = out[i-1] + ...`; `x[k, i + 1] =
   f(x[k, i])` in a serial loop inside iteration k is fine: dependence.py proves it);
@@ -47,16 +51,36 @@ def check_kernel(k: ir.KernelIR, differentiable) -> None:
                 raise error(s.loc, f"{what} cannot be used in kernel '{k.name}', which needs a gradient: the "
                                    f"reverse sweep replays loops by their trip count; use a range-for "
                                    f"(with an if around its body) instead")
-    _check_atomic_results(k)
+    _check_grad_buffer_accesses(k, differentiable)
+    _check_atomic_results(k, differentiable)
     _check_temporaries(k)
     accesses = _global_accesses(k)
     _check_parallel_races(k, accesses, differentiable)
     _mark_clobbered_reads(accesses)
 
 
-def _check_atomic_results(k):
+def _check_grad_buffer_accesses(k, differentiable):
+    for s in ir.walk(k.body):
+        if not isinstance(s, (ir.GlobalLoad, ir.GlobalStore, ir.AtomicRMW)):
+            continue
+        target = s.ptr.target
+        if isinstance(target, ir.NdarrayRef) and target.is_grad and target.dtype.is_float \
+                and differentiable(ir.NdarrayRef(target.arg_index, target.name, target.dtype, target.ndim, False)):
+            name = k.params[target.arg_index].name
+            raise error(s.loc, f"kernel '{k.name}', parameter '{name}': cannot automatically differentiate through a "
+                               f"grad tensor ('{name}.grad[...]' in a kernel that needs a gradient); if you really "
+                               f"want to do that, pass the grad tensor into the kernel directly")
+
+
+def _check_atomic_results(k, differentiable):
     uses = ir.users_count(k.body)
     for s in ir.walk(k.body):
+        if isinstance(s, (ir.AtomicRMW, ir.TempAtomic)) and s.op == "mul" and s.type.is_float:
+            what = (f"'{s.ptr.target.name}'" if isinstance(s, ir.AtomicRMW) else "a kernel-scope local")
+            if isinstance(s, ir.TempAtomic) or differentiable(s.ptr.target):
+                raise error(s.loc, f"qd.atomic_mul on {what} cannot be differentiated (kernel '{k.name}' needs a "
+                                   f"gradient): accumulate log-values with atomic_add, or multiply into a local "
+                                   f"in a serial loop")
         if isinstance(s, (ir.AtomicRMW, ir.TempAtomic)) and uses.get(s):
             raise error(s.loc, "the old value returned by an atomic operation cannot be used in a kernel that "
                                "needs a gradient (the gradient kernel does not repeat the atomic)")

@@ -28,14 +28,16 @@ from qdc.runtime.contract.artifact import VARIANT_SUFFIXES, VARIANTS
 from qdc.runtime.cache import Cache, check_cache_folder, writable_problem
 from qdc.runtime.contract.errors import QdcCompileError
 from qdc.runtime.contract.objects import FieldMarker as Field, StructFieldMarker as StructField
+from qdc.runtime.contract.python_scope import scope_types
 from qdc.runtime import remote as remote_mod
 
 from . import cache_key, options as options_mod
 from .. import targets
 from ..jit.aot import Instantiation
 from ..jit.kernel import Kernel, kernel_of
+from ..jit.offline_cache import store
 from ..targets.base import TargetCannotExpress
-from .kernel import compile_recording_warnings, dual_params, store
+from .kernel import compile_recording_warnings, dual_params
 
 # A worker process takes about as long to start (imports, llvmlite) as compiling a few
 # kernels: below this many misses, `-j` builds in this process alone.
@@ -80,8 +82,16 @@ class ModuleSource:
     error: str | None = None
 
 
-def load_sources(files: list[str]) -> list[ModuleSource]:
-    """Import every file and name fields after their globals, identically in every process."""
+def load_sources(files: list[str], opts) -> list[ModuleSource]:
+    """Import every file and name fields after their globals, identically in every process.
+    The imports run in an import context of `opts`' default types (runtime/contract/
+    python_scope.py): a module-level `qd.field(float, ...)` takes the build's default_fp, not
+    direct mode's, and the context ends with the imports."""
+    with scope_types.importing(opts.default_ip, opts.default_fp):
+        return _load_sources(files)
+
+
+def _load_sources(files: list[str]) -> list[ModuleSource]:
     sources, stems, named = [], {}, set()
     for path in files:
         stem = os.path.splitext(os.path.basename(path))[0]
@@ -176,8 +186,8 @@ def _options_for(opts, arch):
     return out
 
 
-def _params_for_aot(kernel: Kernel):
-    params = kernel.params
+def _params_for_aot(kernel: Kernel, opts):
+    params = kernel.params_for(opts)
     for p in params:
         if p.kind == "ndarray" and (p.dtype is None or p.ndim is None):
             code = kernel.fn.__code__
@@ -203,7 +213,7 @@ def run_job(src: ModuleSource, job: Job, opts, cache: Cache, force: bool) -> dic
     kernel = src.kernels[job.kernel]
     arch_opts = _options_for(opts, job.arch)
     try:
-        params = _variant_params(_params_for_aot(kernel), job.variant)
+        params = _variant_params(_params_for_aot(kernel, arch_opts), job.variant)
         templates = _templates_of(kernel)
         deps = cache_key.kernel_key(kernel.fn, params, arch_opts, job.arch, job.variant, templates)
         compiled = compile_recording_warnings(kernel.fn, params, arch_opts, job.arch, job.variant, templates)
@@ -325,14 +335,12 @@ def build(paths, arches, opts, cache_dir: str, jobs: int = 1, force: bool = Fals
     cache = _writable_cache(cache_dir)
     remote_store = _remote_store(remote, log)
     cache.sweep_tmp()  # staging folders of killed builds, once stale
-    previous_options, options_mod.current = options_mod.current, opts  # int/float annotations use opts
     imported_before = set(sys.modules)
     try:
-        sources = load_sources(files)
+        sources = load_sources(files, opts)
         report = _build_sources(sources, files, arches, opts, cache, jobs, force, log, out, verbose,
                                 skip_unexpressible, shard, remote_store)
     finally:
-        options_mod.current = previous_options
         _forget_modules(imported_before, files)  # a later build in this process imports afresh
     report.seconds = time.perf_counter() - t0
     out(_summary(report, arches))
@@ -497,7 +505,7 @@ def _variant_keys(kernel: Kernel, opts, arch: str) -> tuple[dict, list]:
     the kernel touches needs_grad data. Empty if the key cannot be computed: the job then
     compiles and reports the real error."""
     try:
-        params = _params_for_aot(kernel)
+        params = _params_for_aot(kernel, opts)
         templates = _templates_of(kernel)
         deps = cache_key.kernel_key(kernel.fn, params, opts, arch, "forward", templates)
         keys = {"forward": deps.key}
@@ -760,9 +768,8 @@ def worker_main() -> None:
     os.dup2(2, 1)  # whatever user code prints goes to stderr, never into the protocol
     hello = json.loads(sys.stdin.readline())
     opts = options_mod.Options().update(**hello["options"])
-    options_mod.current = opts
     cache = Cache(hello["cache"])
-    sources = {s.name: s for s in load_sources(hello["files"])}
+    sources = {s.name: s for s in load_sources(hello["files"], opts)}
     for line in sys.stdin:
         job = Job(**json.loads(line))
         src = sources[job.module]

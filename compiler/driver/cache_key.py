@@ -234,6 +234,8 @@ class _Walk:
             self.value(f"{label}.__defaults__[{i}]", d)
         for name, d in sorted((fn.__kwdefaults__ or {}).items()):
             self.value(f"{label}.__kwdefaults__[{name}]", d)
+        for name, ann in sorted((getattr(fn, "__annotations__", None) or {}).items()):
+            self.annotation(f"{label}.__annotations__[{name}]", ann)
         closure = {}
         for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
             try:
@@ -244,6 +246,18 @@ class _Walk:
         for chain in _name_chains(tree):
             if chain[0] not in params:
                 self.chain(fn, closure, chain)
+
+    def annotation(self, label: str, ann) -> None:
+        """Annotations are evaluated where a function is defined, not captured by it: the
+        `-> dt` of a kernel or func defined inside a function (dt a local there) reaches the
+        key only here. They decide conversions (a return type), so they are keyed by what
+        they are, or by their repr where that cannot be identified (`tuple[qd.f32, qd.i32]`)."""
+        size = len(self.material)
+        try:
+            self.value(label, ann)
+        except UncacheableKernel:
+            del self.material[size:]
+            self.material.append(["annotation", label, repr(ann)])
 
     def chain(self, fn, closure: dict, chain: tuple) -> None:
         root = chain[0]

@@ -1,20 +1,19 @@
 """The IR of a kernel as text, for tests and debugging (no code generation, nothing launched)."""
 from __future__ import annotations
 
-from . import options as options_mod
-
 
 def kernel_ir(kernel, *args, after: str | None = None):
     """The KernelIR of `kernel` (a `@qd.kernel`) specialised for `args` (needed only for
-    templated ndarray parameters), run through the pass pipeline up to and including pass
-    `after` (the whole pipeline by default)."""
+    templated ndarray parameters) under direct mode's options, run through the pass pipeline
+    up to and including pass `after` (the whole pipeline by default)."""
     from ..frontend.ast_to_ir import FrontEnd
+    from ..jit.api import direct_options
     from ..jit.kernel import kernel_of
     from ..passes.pipeline import run_pipeline
 
     kernel = kernel_of(kernel)
     _, params = kernel.specialise(args)
-    kir = FrontEnd(kernel.fn, params, options_mod.current).build()
+    kir = FrontEnd(kernel.fn, params, direct_options()).build()
     return run_pipeline(kir, stop_after=after)
 
 

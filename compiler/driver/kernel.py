@@ -1,35 +1,29 @@
-"""One kernel variant, from its Python function and parameters to artifacts: compiled, or
-taken from the offline cache.
+"""One kernel variant, from its Python function, parameters and options to artifacts
+(`compile_kernel`: front end, passes, codegen), and the parameters from the annotations.
 
-`obtain` computes the kernel's cache key (cache_key.py, no front end), and on a hit loads
-the verified artifacts; on a miss it compiles (`compile_kernel`: front end, passes, codegen)
-and stores them. The kernel objects that memoise the result per runtime and launch it are
-the floor above (compiler/jit/kernel.py); nothing here launches.
+Nothing here touches a cache or a device: the offline cache's lookups and stores are the
+floor above (compiler/jit/offline_cache.py), as are the kernel objects that memoise the
+result per runtime and launch it (compiler/jit/kernel.py).
 """
 from __future__ import annotations
 
 import inspect
 import os
 import sys
-import time
 import warnings
 
 from qdc.runtime.contract import sizeexpr as se
 from qdc.runtime.contract import types as T
 from qdc.runtime.contract.artifact import MAX_ELEMENT_AXIS, FieldMeta, KernelMeta, ParamMeta, TaskMeta
-from qdc.runtime.cache import Cache, check_cache_folder, writable_problem
-from qdc.runtime.contract.errors import CacheError, QdcCompileError
+from qdc.runtime.contract.errors import QdcCompileError
 from qdc.runtime.contract.objects import NdarrayMarker as Ndarray
 
 from ..autodiff.sizeexpr_builder import SizeExprBuilder
+from ..frontend.structs import struct_layouts, struct_param, struct_param_problem
 from ..language import lang, matrix as M
+from ..language.structs import StructType
 from ..passes import bounds_checks
-from . import cache_key
 from .. import ir, targets
-
-# Artifacts kept in memory but not written to the cache (textual LLVM IR: `qdc inspect --llvm`
-# disassembles the stored bitcode instead).
-_NOT_STORED = frozenset({"ll"})
 
 
 class CompiledKernel:
@@ -79,6 +73,11 @@ def parse_params(fn, opts, templates: list | None = None) -> list[ir.Param]:
                 raise _param_error(fn, name, f"is a {ann!r}: a vector or matrix parameter has at most "
                                              f"{MAX_ELEMENT_AXIS} rows and columns; pass an ndarray")
             params.append(ir.Param(name, "vector", dtype, 0, False, ann.shape))
+        elif isinstance(ann, StructType):  # passed by value: the front end makes a scalar of each member element
+            problem = struct_param_problem(ann, opts.default_ip, opts.default_fp)
+            if problem:
+                raise _param_error(fn, name, problem)
+            params.append(struct_param(name, ann, opts.default_ip, opts.default_fp))
         elif isinstance(ann, lang.NdarrayType):
             es = ann.element_shape  # an ndarray of vectors: its components are trailing axes
             ndim = None if ann.ndim is None else ann.ndim + len(es)
@@ -127,7 +126,7 @@ def build_meta(kir: ir.KernelIR, entry: str, is_grad: bool = False, adstack: dic
         task_records(kir, entry, adstack, launch_policy),
         kir.num_temps, is_grad, adstack, bounds_checks.records(kir) if debug else None,
         returns=kir.returns, random=any(isinstance(s, ir.RandomState) for s in ir.walk(kir.body)),
-        messages=kir.messages)
+        messages=kir.messages, structs=struct_layouts(kir.params))
 
 
 def _needs_grad_meta(p: ir.Param, index: int, grads: set | None):
@@ -221,52 +220,7 @@ def _variant_passes(variant: str, field_objects: list) -> dict:
     return {"forward_mode": ForwardModePass(field_objects)}
 
 
-# ---- through the offline cache --------------------------------------------------------------
-
-_CACHES: dict = {}      # cache folder -> Cache
-_UNWRITABLE: set = set()  # cache folders we failed to write (warned once)
-
-
-def cache_for(opts) -> Cache:
-    root = opts.resolved_cache_dir
-    cache = _CACHES.get(root)
-    if cache is None:
-        cache = _CACHES[root] = Cache(root)
-    return cache
-
-
-def check_cache_dir(opts) -> None:
-    """At `qd.init`: ValueError if cache_dir is a file; if it is not writable (a read-only
-    deployment, say), one warning now, and kernels are compiled without being stored (its
-    entries are still used)."""
-    root = check_cache_folder(opts.resolved_cache_dir, "cache_dir")
-    problem = writable_problem(root)
-    if problem is None:
-        _UNWRITABLE.discard(cache_for(opts).root)
-        return
-    _UNWRITABLE.add(cache_for(opts).root)
-    warnings.warn(f"qdc: cache_dir {root} is not writable ({problem}): kernels it does not hold yet will be "
-                  f"compiled on every run. Set qd.init(cache_dir=...) to a writable folder.", stacklevel=3)
-
-
-def obtain(fn, params, opts, arch: str, variant: str = "forward", templates=None) -> CompiledKernel:
-    """The kernel variant from the cache when its key hits, else compiled and stored."""
-    cache = cache_for(opts)
-    try:
-        deps = cache_key.kernel_key(fn, params, opts, arch, variant, templates)
-    except cache_key.UncacheableKernel as e:  # compiled, never stored: better than a shared entry
-        cache_key.log(f"kernel '{fn.__name__}' ({variant}) is compiled but not cached: {e}")
-        # the front end explains why
-        return compile_kernel(fn, params, opts, arch, variant=variant, templates=templates)
-    hit = load_cached(cache, deps)
-    if hit is not None:
-        replay_warnings(hit.warnings, fn)
-        return hit
-    compiled = compile_recording_warnings(fn, params, opts, arch, variant, templates)
-    compiled.deps = deps
-    store(cache, deps, compiled, fn, arch, variant, opts)
-    return compiled
-
+# ---- compiling, warnings recorded --------------------------------------------------------
 
 def compile_recording_warnings(fn, params, opts, arch: str, variant: str, templates=None) -> CompiledKernel:
     """compile_kernel, keeping the warnings it issues so a cache hit can issue them again
@@ -310,57 +264,6 @@ def replay_warnings(recorded: list, fn=None) -> None:
         if fn is not None:
             filename, line = _user_location(filename, line, fn)
         warnings.warn_explicit(message, cls, filename, line)
-
-
-def load_cached(cache: Cache, deps) -> CompiledKernel | None:
-    try:
-        entry = cache.lookup(deps.key)
-    except CacheError as e:
-        warnings.warn(f"qdc: discarding a corrupt cache entry and recompiling: {e}", stacklevel=4)
-        cache.evict(deps.key)
-        return None
-    if entry is None:
-        return None
-    try:
-        fields = deps.bind(entry.field_refs)
-        stale = any(f.dtype.name != fm.dtype or tuple(f.storage_shape) != tuple(fm.shape)
-                    for f, fm in zip(fields, entry.meta.fields))
-    except IndexError:
-        stale = True
-    if stale:  # the entry does not fit these fields: evict it so the recompiled one takes its place
-        cache.evict(deps.key)
-        return None
-    hit = CompiledKernel(None, entry.meta, entry.artifacts, fields, deps, from_cache=True)
-    hit.warnings = entry.record.get("warnings", [])
-    return hit
-
-
-def store(cache: Cache, deps, compiled: CompiledKernel, fn, arch: str, variant: str, opts,
-          replace: bool = False, raise_errors: bool = False) -> bool:
-    """Write the entry (False if the kernel cannot be cached or the cache is not writable).
-    `raise_errors` (`qdc build`): a failed write raises its OSError instead of warning."""
-    refs = deps.refs_for(compiled.field_objects)
-    if refs is None:
-        cache_key.log(f"kernel '{fn.__name__}' ({variant}) is compiled but not cached: it reaches a field "
-                      f"through an expression the cache key does not follow")
-    if refs is None or (cache.root in _UNWRITABLE and not raise_errors):
-        return False
-    code = fn.__code__
-    body = {"kernel": fn.__name__, "variant": variant, "arch": arch, "compiler": cache_key.compiler_version(arch),
-            "created": time.time(), "source": f"{code.co_filename}:{code.co_firstlineno}",
-            "options": opts.key(), "meta": compiled.meta.to_dict(), "field_refs": refs,
-            "warnings": compiled.warnings}
-    artifacts = {k: v for k, v in compiled.artifacts.items() if isinstance(v, bytes) and k not in _NOT_STORED}
-    try:
-        cache.write_entry(deps.key, body, artifacts, replace=replace)
-    except OSError as e:
-        if raise_errors:
-            raise
-        _UNWRITABLE.add(cache.root)
-        warnings.warn(f"qdc: cannot write the offline cache at {cache.root} ({e}); kernels will be compiled "
-                      f"on every run. Set qd.init(cache_dir=...) to a writable folder.", stacklevel=4)
-        return False
-    return True
 
 
 def dual_params(args, kwargs, key: tuple, params: list) -> tuple[tuple, list]:

@@ -1,4 +1,9 @@
-"""Compile/runtime options (API.md §5): one dataclass, filled from defaults, files and flags."""
+"""Compile/runtime options (API.md §5): one dataclass, filled from defaults, files and flags.
+
+An `Options` is always passed explicitly: `qdc build` makes one per build and hands it down
+(build -> compile_kernel -> front end, passes, targets); direct mode's is the one `qd.init`
+set (compiler/jit/api.py, `direct_options`), which the kernel objects hand down the same way.
+Nothing below the kernel objects reads a process-wide value."""
 from __future__ import annotations
 
 import dataclasses
@@ -6,8 +11,7 @@ import os
 
 from qdc.runtime.contract import arches
 from qdc.runtime.contract import types as T
-
-from ..language import matrix
+from qdc.runtime.contract.python_scope import DEFAULT_FP, DEFAULT_IP
 
 CACHE_DIR_VARIABLE = "QDC_CACHE_DIR"  # direct mode's cache folder when qd.init gives no cache_dir
 
@@ -26,8 +30,8 @@ class Options:
     arch: str = "cpu"
     opt_level: int = 3
     fast_math: bool = False
-    default_fp: T.DataType = matrix.DEFAULT_FP
-    default_ip: T.DataType = matrix.DEFAULT_IP
+    default_fp: T.DataType = DEFAULT_FP
+    default_ip: T.DataType = DEFAULT_IP
     debug: bool = False
     ad_stack_size: int = 0
     default_ad_stack_size: int = 256
@@ -125,8 +129,6 @@ def option_names() -> tuple:
     return tuple(f.name for f in _COMMON_FIELDS) + tuple(target_options())
 
 
-current = Options()  # direct mode's, set by qd.init (compiler/jit/api.py)
-matrix.use_default_types(lambda: (current.default_ip, current.default_fp))
 
 
 # ---- configuration files (API.md §5: flags win, then the file, then the defaults) ---------

@@ -33,7 +33,7 @@ from .func_returns import FuncReturns
 from .returns import ReturnLowering
 from .vector_math import VectorMath
 from .vectors import ElementParam, VectorLowering, VectorValue, VectorVar, element_params, element_shape
-from .structs import StructLowering, StructTarget, StructValue, StructVar
+from .structs import StructLeafParam, StructLowering, StructTarget, StructValue, StructVar, scalar_params
 from ..language.structs import StructType
 from qdc.runtime.contract.objects import StructFieldMarker as StructField
 from ..language import matrix as M
@@ -131,13 +131,17 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
     def __init__(self, fn, params: list[ir.Param], options, templates: dict | None = None, returns: bool = True,
                  arch: str | None = None):
         self.src = source_info(fn)
-        self.kernel = ir.KernelIR(fn.__name__, element_params(params), self.src.loc(self.src.fn_def))
+        self.kernel = ir.KernelIR(fn.__name__, scalar_params(element_params(params), options.default_ip,
+                                                             options.default_fp), self.src.loc(self.src.fn_def))
         self.field_objects: list[Field] = []
         self.options = options
         self.shape_type = extents.shape_type(arch or options.arch)  # of `a.shape[k]`: the target's index width
         self.frames: list[Frame] = [Frame(fn, self.src, True, self.kernel.body, 0)]
         self.blocks: list[ir.Block] = [self.kernel.body]
         self.pending_loop_config = None  # a LoopConfig set by qd.loop_config(...), consumed by the next for
+        # > 0 inside the body of an `if` with a constant condition that is not qd.static(...):
+        # compiled as a compile-time branch, but, as in Quadrants, its loops are not top-level ones
+        self.constant_if_depth = 0
         self.node_stack: list[ast.AST] = []
         self.values = ValueBuilder(self.emit, options.default_ip, options.default_fp, self.error)
         self.values.describe = self.describe_number
@@ -233,11 +237,14 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
         if not isinstance(fdef, ast.FunctionDef):
             self.error("a kernel must be a plain function definition", fdef)
         scope = self.frame.scopes[0]
+        struct_scalars: dict = {}  # struct parameter -> the locals of its scalars
         for i, p in enumerate(self.kernel.params):
             if p.kind == "scalar":
                 var = self.emit(ir.Alloca(p.dtype, p.name, self.src.loc(fdef)))
                 self.emit(ir.LocalStore(var, self.emit(ir.ArgLoad(i, p.dtype, self.src.loc(fdef)))))
-                if isinstance(p, ElementParam):  # a vector parameter is a vector local, as a scalar one is a local
+                if isinstance(p, StructLeafParam):  # a struct parameter is a struct local
+                    struct_scalars.setdefault(p.argument, (p.struct_type, []))[1].append(var)
+                elif isinstance(p, ElementParam):  # a vector parameter is a vector local, as a scalar one is a local
                     elements = scope[p.argument].variables if p.argument in scope else []
                     scope[p.argument] = VectorVar(p.element_shape, elements + [var])
                 else:
@@ -245,6 +252,8 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
             else:
                 es = p.element_shape
                 scope[p.name] = NdarrayHandle(i, p.name, p.dtype, p.ndim - len(es), p.needs_grad, element_shape=es)
+        for name, (stype, variables) in struct_scalars.items():
+            scope[name] = self.struct_parameter_var(stype, variables)
         for name, value in self.templates.items():  # compile-time objects, like captured globals
             scope[name] = self.capture(name, value)
         self.visit_body(fdef.body)
@@ -302,6 +311,8 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
         self.error(f"constant {node.value!r} is not supported in kernels")
 
     def visit_Tuple(self, node: ast.Tuple):
+        if any(isinstance(e, ast.Starred) for e in node.elts):  # (*t, x), [*v]: spread, as in Python
+            return tuple(self.spread(node.elts)[0])
         return tuple(self.visit(e) for e in node.elts)
 
     visit_List = visit_Tuple
@@ -378,6 +389,8 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
         a, b = self.visit(node.left), self.visit(node.right)
         if isinstance(a, VectorValue) or isinstance(b, VectorValue) or op == "matmul":
             return self.vector_binary(op, self.vector_operand(a, node.left), self.vector_operand(b, node.right), node)
+        if isinstance(a, (tuple, list)) or isinstance(b, (tuple, list)):
+            return self.tuple_binary(op, a, b, node)
         return self.values.binary(op, self.scalar(a, node.left), self.scalar(b, node.right))
 
     def visit_UnaryOp(self, node: ast.UnaryOp):
@@ -442,6 +455,8 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
             v = self.visit(node.values[i])
             if isinstance(v, GLOBAL_ARRAYS):  # compile-time operands otherwise use Python truthiness
                 self.error("a field or ndarray is not a condition; index it", node.values[i])
+            if isinstance(v, VectorValue) and i + 1 < len(node.values):
+                return self.vector_logical(is_and, v, node.values[i + 1:])
             if i + 1 == len(node.values):
                 return v
             return self.short_circuit(is_and, v, lambda: from_operand(i + 1), node.values[i])
@@ -470,7 +485,10 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
 
     def visit_IfExp(self, node: ast.IfExp):
         """`a if c else b` evaluates only the taken side, as Python does."""
-        cond = self.scalar(self.visit(node.test), node.test)
+        cond = self.visit(node.test)
+        if isinstance(cond, (tuple, list)) or cond is None:  # a compile-time object: its Python truth
+            return self.visit(node.body if cond else node.orelse)
+        cond = self.scalar(cond, node.test)
         if not is_runtime(cond):
             return self.visit(node.body if cond else node.orelse)
         branch = self.emit(ir.If(self.values.to_bool(cond)))
@@ -505,6 +523,15 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
                 if isinstance(base, Shape):
                     self.error(base.out_of_range(idx), node.slice)
                 self.error(f"index {idx} is out of range for a tuple of {len(base)} element(s)", node.slice)
+        if not is_runtime(base) and hasattr(type(base), "__getitem__") and not isinstance(base, GLOBAL_ARRAYS):
+            # another compile-time Python object (a user's container): indexed by Python at compile time
+            idx = self.visit(node.slice)
+            if not _holds_runtime(idx) and not isinstance(idx, VectorValue):
+                try:
+                    return base[idx]
+                except Exception as e:  # noqa: BLE001  (the user's own __getitem__: reported, located)
+                    self.error(f"{type(base).__name__}[{idx!r}] failed at compile time: {type(e).__name__}: {e}",
+                               node)
         what = f"a run-time {base.type} value" if is_runtime(base) else f"a '{type(base).__name__}' value"
         self.error(f"{what} is not subscriptable in kernels")
 
@@ -557,6 +584,8 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
 
     # ---- statements ----------------------------------------------------------------------
     def visit_Expr(self, node: ast.Expr):
+        if isinstance(node.value, ast.Constant) and node.value.value is Ellipsis:
+            return  # `...` as a statement: does nothing, as `pass`
         if isinstance(node.value, ast.Constant) and isinstance(node.value.value, (str, bytes)):
             if node is self.frame.src.fn_def.body[0] and isinstance(node.value.value, str):
                 return  # the docstring
@@ -777,7 +806,12 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
         if isinstance(cond, VectorValue):
             self.error("a vector is not a condition; use .any() or .all()", node.test)
         if not is_runtime(cond):  # compile-time branch (qd.static or a constant): no new scope
-            self.visit_body(node.body if cond else node.orelse)
+            nested = not self.is_static_call(node.test)
+            self.constant_if_depth += nested
+            try:
+                self.visit_body(node.body if cond else node.orelse)
+            finally:
+                self.constant_if_depth -= nested
             return
         stmt = self.emit(ir.If(self.values.to_bool(cond)))
         self.in_block(stmt.then_block, node.body)

@@ -23,13 +23,13 @@ from .lambda_source import callable_source
 from .source import is_tail_return
 from .values import is_runtime
 from .vector_math import MATH_FUNCTIONS, BoundMethod
-from .structs import BoundStructMethod, StructValue, flatten, unflatten
-from .vectors import VectorValue, shape_text
+from .structs import BoundStructMethod, StructTarget, StructValue, StructVar, flatten, unflatten
+from .vectors import VectorValue, VectorVar, shape_text
 from ..language.structs import StructType
 from ..language import matrix as M
 
 _MAX_INLINE_DEPTH = 64
-_LOCAL_ATOMIC_OP = {"add": "add", "sub": "sub", "min": "min", "max": "max",
+_LOCAL_ATOMIC_OP = {"add": "add", "sub": "sub", "mul": "mul", "min": "min", "max": "max",
                     "and": "bit_and", "or": "bit_or", "xor": "bit_xor"}
 _BUILTINS = (builtins.abs, builtins.min, builtins.max, builtins.int, builtins.float, builtins.bool,
              builtins.range, builtins.len, builtins.pow, builtins.any, builtins.all)
@@ -62,6 +62,11 @@ class CallLowering:
     static_depth = 0  # > 0 while the arguments of a qd.static(...) are lowered
 
     def visit_Call(self, node: ast.Call):
+        if isinstance(node.func, ast.Attribute) and node.func.attr == "fill":
+            target = self.vector_target(node.func.value)
+            if target is not None and not isinstance(target, StructTarget):  # v.fill(x): every component x
+                (value,) = self.call_args(node, 1, 1, "fill")
+                return self.store_target(target, self.scalar(value, node.args[0]), node.args[0])
         callee = self.visit(node.func)
         callee = _SCOPE_BUILTINS.get(callee, callee) if _hashable(callee) else callee
         if isinstance(callee, lang.Func):
@@ -133,8 +138,21 @@ class CallLowering:
                 self.error("argument unpacking (**kwargs) is not supported in kernels", k)
         if node.keywords:
             self.error(f"{name}() takes no keyword arguments in kernels")
+        values, nodes = self.spread(node.args)
+        if not lo <= len(values) <= hi:
+            self.error(f"{name}() takes {lo} to {hi} arguments, got {len(values)}")
+        return values, nodes
+
+    def reject_unpacking_keywords(self, node: ast.Call):
+        for k in node.keywords:
+            if k.arg is None:
+                self.error("argument unpacking (**kwargs) is not supported in kernels", k)
+
+    def spread(self, arg_nodes) -> tuple[list, list]:
+        """(values, nodes) of the expressions `arg_nodes`, each `*x` spread into its items: a
+        vector's components, a matrix's rows, a tuple's items (`qd.ndrange(*shape)`)."""
         values, nodes = [], []
-        for a in node.args:
+        for a in arg_nodes:
             if not isinstance(a, ast.Starred):
                 values.append(self.visit(a))
                 nodes.append(a)
@@ -143,11 +161,9 @@ class CallLowering:
             if isinstance(v, VectorValue):
                 v = v.rows()
             if not isinstance(v, (tuple, list)):
-                self.error("only a vector, a matrix or a compile-time tuple can be unpacked with * here", a)
+                self.error("only a vector, a matrix or a tuple can be unpacked with *", a)
             values += v
             nodes += [a] * len(v)
-        if not lo <= len(values) <= hi:
-            self.error(f"{name}() takes {lo} to {hi} arguments, got {len(values)}")
         return values, nodes
 
     def reject_unpacking(self, node: ast.Call):
@@ -214,6 +230,8 @@ class CallLowering:
     def call_intrinsic(self, kind, node):
         what, op = kind
         fname = getattr(node.func, "attr", getattr(node.func, "id", what))
+        if what == "unary" and op in ("floor", "ceil", "round"):
+            return self.rounding(op, fname, node)
         if what == "unary":  # element-wise on vectors, as every math function below
             return self.elementwise(lambda x: self.values.unary(op, x), self.call_args(node, 1, 1, fname), node.args)
         if what == "binary":
@@ -248,10 +266,20 @@ class CallLowering:
                 return self.atomic_target(op, target, value, node.args[1])
             return self.atomic(op, node.args[0], self.scalar(self.visit(node.args[1]), node.args[1]))
         if what == "ndrange":
-            if node.keywords:
-                self.error("qd.ndrange() takes no keyword arguments")
-            self.reject_unpacking(node)
-            return lang.ndrange(*[self.ndrange_dim(self.visit(a), a) for a in node.args])
+            self.reject_unpacking_keywords(node)
+            values, nodes = self.spread(node.args)
+            dims = [self.ndrange_dim(v, a) for v, a in zip(values, nodes)]
+            axes = None
+            for kw in node.keywords:
+                if kw.arg != "axes":
+                    self.error(f"qd.ndrange() has no keyword argument '{kw.arg}' (it takes axes=)", kw)
+                axes = self.visit(kw.value)
+                if _holds_runtime_value(axes):
+                    self.error("qd.ndrange(axes=...) must be known at compile time", kw.value)
+            try:
+                return lang.ndrange(*dims, axes=axes)
+            except (TypeError, ValueError) as e:
+                self.error(str(e), node.keywords[0].value if node.keywords else node)
         if what == "loop_config":
             return self.loop_config(node)
         if what in NUMERIC_CALLS:
@@ -267,6 +295,27 @@ class CallLowering:
                 self.error("qd.func() takes a Python function whose source can be read", node.args[0])
             return _as_func(fn)
         self.error(f"unsupported intrinsic {fname}")
+
+    def rounding(self, op: str, fname: str, node: ast.Call):
+        """`qd.floor/ceil/round(x, dtype=None)`: element-wise; with a dtype (as in Quadrants) the
+        result is converted to it (`qd.floor(x, qd.i32)`)."""
+        self.reject_unpacking(node)
+        if not 1 <= len(node.args) + len(node.keywords) <= 2 or not node.args \
+                or any(k.arg != "dtype" for k in node.keywords):
+            self.error(f"{fname}() takes a value and an optional dtype")
+        x = self.visit(node.args[0])
+        dtype_node = node.args[1] if len(node.args) > 1 else (node.keywords[0].value if node.keywords else None)
+        dtype = None if dtype_node is None else self.visit(dtype_node)
+        if dtype is int or dtype is float:
+            dtype = self.values.default_ip if dtype is int else self.values.default_fp
+        if dtype is not None and not isinstance(dtype, T.DataType):
+            self.error(f"{fname}()'s dtype must be a qd type, got {dtype!r}", dtype_node)
+        result = self.elementwise(lambda v: self.values.unary(op, v), [x], node.args[:1])
+        if dtype is None:
+            return result
+        if isinstance(result, VectorValue):
+            return result.map(lambda c: self.convert(c, dtype, node))
+        return self.convert(self.scalar(result, node), dtype, node)
 
     def ndrange_dim(self, d, node):
         """One argument of qd.ndrange(): an integer (compile-time or run-time) or a (begin, end) pair."""
@@ -324,20 +373,24 @@ class CallLowering:
         self.pending_loop_config = config
         return None
 
+    def check_atomic_type(self, op: str, t, node) -> None:
+        if op in ("and", "or", "xor") and t.is_float:
+            self.error(f"atomic {op} needs an integer target, got {t}", node)
+        if op == "mul" and t is T.u1:
+            self.error("qd.atomic_mul needs a numeric target, got u1 (a product of booleans is atomic_and)", node)
+
     def atomic(self, op: str, target_node, value):
         """`qd.atomic_op(target, v)`: returns the old value."""
         if isinstance(target_node, ast.Subscript):
             base = self.visit(target_node.value)
             if isinstance(base, GLOBAL_ARRAYS):
                 ptr = self.global_ptr(base, target_node)
-                if op in ("and", "or", "xor") and ptr.type.is_float:
-                    self.error(f"atomic {op} needs an integer target, got {ptr.type}", target_node)
+                self.check_atomic_type(op, ptr.type, target_node)
                 return self.emit(ir.AtomicRMW(op, ptr, self.values.cast(value, ptr.type)))
         if isinstance(target_node, ast.Name):
             var = self.lookup(target_node.id, target_node)
             if self.shared_by_iterations(var):  # every iteration of the parallel loop updates it
-                if op in ("and", "or", "xor") and var.type.is_float:
-                    self.error(f"atomic {op} needs an integer target, got {var.type}", target_node)
+                self.check_atomic_type(op, var.type, target_node)
                 return self.emit(ir.LocalAtomic(op, var, self.values.cast(value, var.type)))
             if isinstance(var, ir.Alloca):  # a local: no other thread can see it
                 old = self.emit(ir.LocalLoad(var))
@@ -357,19 +410,35 @@ class CallLowering:
         src = callable_source(func.fn)
         if not any(f is func for f in self.funcs_used):
             self.funcs_used.append(func)
-        self.reject_unpacking(node)
-        args = [receiver] * (receiver is not None) + [self.visit(a) for a in node.args]
+        self.reject_unpacking_keywords(node)
+        args, arg_nodes = self.spread(node.args)
+        args = [receiver] * (receiver is not None) + args
+        arg_nodes = [None] * (receiver is not None) + arg_nodes
         kwargs = {kw.arg: self.visit(kw.value) for kw in node.keywords}
+        signature = inspect.signature(func.fn)
         try:
-            bound = inspect.signature(func.fn).bind(*args, **kwargs)
+            bound = signature.bind(*args, **kwargs)
         except TypeError as e:
             self.error(f"call to qd.func '{func.__name__}': {e}")
         bound.apply_defaults()
         matrix_types = {name: self.matrix_parameter(func, name, value, node) for name, value in bound.arguments.items()}
+        aliases = self.template_aliases(func, signature, node, arg_nodes)
+        for name, value in bound.arguments.items():
+            if name not in aliases and (dtype := self.scalar_parameter_type(func, name)) is not None:
+                # an annotated scalar parameter converts its argument, as in Quadrants
+                arg_node = self.argument_node(signature, node, arg_nodes, name) or node
+                if isinstance(value, (tuple, list, VectorValue, StructValue)):
+                    self.error(f"call to qd.func '{func.__name__}': parameter '{name}' is a {dtype}, "
+                               f"the argument is not a scalar", arg_node)
+                with self.at(arg_node):
+                    bound.arguments[name] = self.convert(self.scalar(value, arg_node), dtype, arg_node)
         frame = self.new_frame(func.fn, src)
         self.frames.append(frame)
         try:
             for name, value in bound.arguments.items():
+                if name in aliases:  # a qd.template() parameter names the caller's variable itself
+                    frame.scopes[0][name] = aliases[name]
+                    continue
                 if is_runtime(value):  # pass by value: the func gets its own copy
                     var = self.new_local(value.type, name)
                     self.emit(ir.LocalStore(var, value))
@@ -387,15 +456,68 @@ class CallLowering:
         finally:
             self.frames.pop()
 
-    def matrix_parameter(self, func: lang.Func, name: str, value, node) -> M.MatrixType | None:
-        """The vector/matrix type parameter `name` of `func` is annotated with (None for any other
-        annotation); the argument must have its shape (it is converted to its element type)."""
-        ann = inspect.signature(func.fn).parameters[name].annotation
+    def parameter_annotation(self, func: lang.Func, name: str):
+        """The annotation of parameter `name` of `func` (None where it has none or it cannot be
+        evaluated: qdc then does not read it)."""
+        parameter = inspect.signature(func.fn).parameters[name]
+        ann = parameter.annotation
+        if ann is inspect.Parameter.empty or parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+            return None
         if isinstance(ann, str):  # postponed annotations: evaluated as typing would
             try:
                 ann = eval(ann, func.fn.__globals__)  # noqa: S307  (the user's own annotation)
             except Exception:  # noqa: BLE001  (an annotation qdc does not read: no check)
                 return None
+        return ann
+
+    def scalar_parameter_type(self, func: lang.Func, name: str) -> T.DataType | None:
+        """The scalar type parameter `name` of `func` is annotated with (`qd.f32`, `int`, `float`,
+        `bool`), None for any other annotation."""
+        ann = self.parameter_annotation(func, name)
+        if ann is int:
+            return self.values.default_ip
+        if ann is float:
+            return self.values.default_fp
+        if ann is bool:
+            return T.u1
+        return ann if isinstance(ann, T.DataType) else None
+
+    def argument_node(self, signature, node: ast.Call, arg_nodes: list, name: str):
+        """The source node of the argument bound to parameter `name` (None for a default or the
+        method receiver); `arg_nodes`: the node of each positional argument."""
+        for kw in node.keywords:
+            if kw.arg == name:
+                return kw.value
+        names = list(signature.parameters)
+        position = names.index(name) if name in names else -1
+        return arg_nodes[position] if 0 <= position < len(arg_nodes) else None
+
+    def template_aliases(self, func: lang.Func, signature, node: ast.Call, arg_nodes: list) -> dict:
+        """{parameter: the caller's variable} for each qd.template() parameter whose argument is
+        a plain name of a local variable: in Quadrants the func then works on that variable
+        itself (`x = 1` in the func assigns the caller's variable)."""
+        aliases = {}
+        for name in signature.parameters:
+            if not lang.is_template_annotation(self.parameter_annotation(func, name)):
+                continue
+            arg = self.argument_node(signature, node, arg_nodes, name)
+            if not isinstance(arg, ast.Name):
+                continue
+            var = self.caller_variable(arg.id)
+            if isinstance(var, (ir.Alloca, VectorVar, StructVar)):
+                aliases[name] = var
+        return aliases
+
+    def caller_variable(self, name: str):
+        for scope in reversed(self.frame.scopes):
+            if name in scope:
+                return scope[name]
+        return None
+
+    def matrix_parameter(self, func: lang.Func, name: str, value, node) -> M.MatrixType | None:
+        """The vector/matrix type parameter `name` of `func` is annotated with (None for any other
+        annotation); the argument must have its shape (it is converted to its element type)."""
+        ann = self.parameter_annotation(func, name)
         if not isinstance(ann, M.MatrixType):
             return None
         if not isinstance(value, VectorValue) or value.shape != ann.shape:
@@ -489,6 +611,11 @@ def _unknown_key_message(key) -> str:
     close = difflib.get_close_matches(key, LOOP_CONFIG_KEYS, n=1)
     hint = f" (did you mean '{close[0]}'?)" if close else ""
     return f"qd.loop_config() has no option '{key}'{hint}; it accepts {_LOOP_CONFIG_KEYS_TEXT}"
+
+
+def _holds_runtime_value(v) -> bool:
+    return is_runtime(v) or isinstance(v, (tuple, list, VectorValue)) and any(
+        _holds_runtime_value(e) for e in (v.components if isinstance(v, VectorValue) else v))
 
 
 def _holds_vector(v) -> bool:

@@ -1,7 +1,7 @@
 """A `@qd.func`'s return annotation converts what it returns, as in Quadrants: `def f(a: qd.f32)
 -> qd.i32: return a` gives 1 for 1.5. The annotation is a scalar type (`qd.i32`, `int`,
-`float`), a vector/matrix type, a tuple of those (`tuple[qd.f32, qd.i32]` or `(qd.f32,
-qd.i32)`) or None; anything else (a string naming no type, `qd.template()`) is a compile
+`float`, `bool`), a vector/matrix type, a struct type (the value must be such a struct), a
+tuple of those (`tuple[qd.f32, qd.i32]` or `(qd.f32, qd.i32)`) or None; anything else (a string naming no type, `qd.template()`) is a compile
 error at the function's definition.
 
 A mixin of FrontEnd (see ast_to_ir.py).
@@ -13,8 +13,12 @@ import typing
 
 from qdc.runtime.contract import types as T
 
+from ..language.structs import StructType
+from .structs import StructValue
 from .values import is_runtime
 from .vectors import VectorValue
+
+STRUCT = "struct"  # the "shape" of a struct return item: (StructType, STRUCT)
 
 
 class FuncReturns:
@@ -39,13 +43,17 @@ class FuncReturns:
     def func_return_item(self, ann, fn) -> tuple[T.DataType, tuple]:
         if ann is int or ann is float:
             return (self.values.default_ip if ann is int else self.values.default_fp), ()
+        if ann is bool:  # as in Quadrants: a u1
+            return T.u1, ()
+        if isinstance(ann, StructType):  # a struct: returned as it is, if it is one of this type
+            return ann, STRUCT
         if isinstance(ann, T.DataType):
             return ann, ()
         element_dtype = getattr(ann, "element_dtype", None)  # a vector/matrix type (language/matrix.py)
         if callable(element_dtype) and isinstance(getattr(ann, "shape", None), tuple):
             return element_dtype(self.values.default_ip, self.values.default_fp), tuple(ann.shape)
         self.error(f"unsupported return annotation {ann!r} of qd.func '{fn.__name__}': a qd scalar type "
-                   f"(qd.f32, int, ...), a vector or matrix type, or a tuple of them",
+                   f"(qd.f32, int, ...), a vector, matrix or struct type, or a tuple of them",
                    self.frame.src.fn_def.returns)
 
     def convert_func_result(self, fn, result, ret_node):
@@ -66,6 +74,11 @@ class FuncReturns:
         return converted if is_tuple else converted[0]
 
     def convert_returned(self, v, dtype: T.DataType, shape: tuple, node, fn):
+        if shape is STRUCT:
+            if not isinstance(v, StructValue) or v.stype.members != dtype.members:
+                got = f"a {v.stype!r}" if isinstance(v, StructValue) else "no struct"
+                self.error(f"qd.func '{fn.__name__}' declares a {dtype!r} return value but returns {got}", node)
+            return v
         if not shape:
             if isinstance(v, (tuple, VectorValue)):
                 self.error(f"qd.func '{fn.__name__}' declares a {dtype} return value but returns a vector or "

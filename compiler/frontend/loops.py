@@ -29,8 +29,10 @@ class LoopLowering:
             return self.static_for(node, self.visit(iter_node), iter_node)
         iterable = self.visit(iter_node)
         grouped = isinstance(iterable, lang.grouped)
-        dims, kind = self.loop_dims(iterable.iterable if grouped else iterable, iter_node)
-        self.range_for(node, dims, kind, config, iter_node, grouped)
+        inner = iterable.iterable if grouped else iterable
+        dims, kind = self.loop_dims(inner, iter_node, grouped)
+        order = inner.order() if isinstance(inner, lang.ndrange) else None
+        self.range_for(node, dims, kind, config, iter_node, grouped, order)
 
     def chosen_iterable(self, node):
         """The iterable a compile-time conditional picks (`A if qd.static(c) else
@@ -47,8 +49,10 @@ class LoopLowering:
         return isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute)) \
             and self.visit(node.func) is lang.static
 
-    def loop_dims(self, it, node):
-        """[(begin, end, step)] per dimension and the loop kind ("range", "ndrange", "struct")."""
+    def loop_dims(self, it, node, grouped: bool = False):
+        """[(begin, end, step)] per dimension and the loop kind ("range", "ndrange", "struct").
+        Something of no dimension is iterated only through qd.grouped (its one index is ()),
+        as in Quadrants."""
         if isinstance(it, RangeSpec):
             return [(it.begin, it.end, it.step)], "range"
         if isinstance(it, lang.ndrange):
@@ -60,16 +64,19 @@ class LoopLowering:
                     dims.append((d[0], d[1], 1))
                 else:
                     dims.append((0, d, 1))
-            if not dims:
-                self.error("qd.ndrange() needs at least one dimension", node)
+            if not dims and not grouped:
+                self.error("qd.ndrange() has no dimension: loop over qd.grouped(qd.ndrange()) (one iteration, "
+                           "index ())", node)
             return dims, "ndrange"
         if isinstance(it, (Field, StructFieldMarker)):  # a struct field: every index of its members
-            if not it.shape:
-                self.error(f"cannot loop over 0-d field '{it.name}'; read it as {it.name}[None]", node)
+            if not it.shape and not grouped:
+                self.error(f"cannot loop over 0-d field '{it.name}'; read it as {it.name}[None] (or loop over "
+                           f"qd.grouped({it.name}): one iteration, index ())", node)
             return [(0, s, 1) for s in it.shape], "struct"
         if isinstance(it, NdarrayHandle):
-            if it.ndim == 0:
-                self.error(f"cannot loop over 0-d ndarray '{it.name}'", node)
+            if it.ndim == 0 and not grouped:
+                self.error(f"cannot loop over 0-d ndarray '{it.name}' (loop over qd.grouped({it.name}): one "
+                           f"iteration, index ())", node)
             return [(0, self.extent(it, d), 1) for d in range(it.ndim)], "struct"
         if isinstance(it, (tuple, list, range)):
             self.error("a loop over a tuple or list must be unrolled: wrap it in qd.static(...)", node)
@@ -118,14 +125,17 @@ class LoopLowering:
         else:
             self.error("the loop target does not match the elements of the iterable", target)
 
-    def range_for(self, node: ast.For, dims, kind: str, config, iter_node, grouped: bool):
+    def range_for(self, node: ast.For, dims, kind: str, config, iter_node, grouped: bool, order=None):
         """One flat RangeFor over the product of `dims`; the targets decompose its index (a
         qd.grouped loop has one target: the vector of those indices). `config`: the loop's
-        qd.loop_config, or None."""
+        qd.loop_config, or None. `order`: the axes from outermost to innermost (qd.ndrange's
+        axes=; None: in order), each target still bound to its own axis."""
         targets = [node.target] if grouped or not isinstance(node.target, ast.Tuple) else node.target.elts
         if any(not isinstance(t, ast.Name) for t in targets):
             self.error("loop targets must be plain names" + (" (a qd.grouped loop binds one vector index)"
                                                              if grouped else ""), node.target)
+        if not dims:  # a 0-d loop runs its body once; its index is () (also a qd.grouped one)
+            return self.zero_dim_for(node, config, targets, iter_node)
         if not grouped and len(targets) != len(dims):
             self.error(f"the loop has {len(targets)} target(s) but iterates over {len(dims)} "
                        f"dimension(s)", node.target)
@@ -139,7 +149,7 @@ class LoopLowering:
                 total = self.values.binary("mul", total, e)
             end = self.values.cast(total, index_type)
         # At the kernel's top level (also inside a func called there, which is inlined): parallel.
-        parallel = len(self.blocks) == 1 and not (config is not None and config.serialize)
+        parallel = self.at_top_level() and not (config is not None and config.serialize)
         loop = self.emit(ir.RangeFor(self.values.const(0, index_type), end,
                                      index_type, serial=not parallel, kind=kind, ndim=len(dims)))
         if config is not None:
@@ -147,7 +157,15 @@ class LoopLowering:
         self.blocks.append(loop.body)
         self.frame.loops.append("parallel" if parallel else "serial")
         try:
-            values = self.decompose_index(loop.index, begins, extents, [step for _, _, step in bounds])
+            steps = [step for _, _, step in bounds]
+            if order is None or order == list(range(len(dims))):
+                values = self.decompose_index(loop.index, begins, extents, steps)
+            else:  # decompose in visiting order, then give each axis its own index
+                physical = self.decompose_index(loop.index, [begins[a] for a in order], [extents[a] for a in order],
+                                                [steps[a] for a in order])
+                values = [None] * len(order)
+                for level, axis in enumerate(order):
+                    values[axis] = physical[level]
             if grouped:
                 values = [self.vector_of((len(values),), values)]
             with self.scope() as scope:  # after the index values: assigning a target copies one (ast_to_ir)
@@ -157,6 +175,34 @@ class LoopLowering:
         finally:
             self.frame.loops.pop()
             self.blocks.pop()
+
+    def zero_dim_for(self, node: ast.For, config, targets, iter_node):
+        """`for I in qd.grouped(x)` with `x` 0-d (a field, an ndarray or `qd.ndrange()`): one
+        iteration (a one-iteration loop, so it is a task like any top-level loop) whose single
+        target is the empty index ()."""
+        if len(targets) != 1:
+            self.error(f"a loop over no dimension binds one target (the empty index ()), not {len(targets)}",
+                       node.target)
+        parallel = self.at_top_level() and not (config is not None and config.serialize)
+        loop = self.emit(ir.RangeFor(self.values.const(0, T.i32), self.values.const(1, T.i32), T.i32,
+                                     serial=not parallel, kind="ndrange", ndim=1))
+        if config is not None:
+            config.apply(loop)
+        self.blocks.append(loop.body)
+        self.frame.loops.append("parallel" if parallel else "serial")
+        try:
+            with self.scope() as scope:
+                scope[targets[0].id] = ()
+                self.visit_body(node.body)
+        finally:
+            self.frame.loops.pop()
+            self.blocks.pop()
+
+    def at_top_level(self) -> bool:
+        """Whether a `for` here is a top-level loop of the kernel (a parallel task): in its
+        outermost block (also inside a func called there, which is inlined), not under an
+        `if` (a constant condition too, as in Quadrants; `if qd.static(...)` is no `if`)."""
+        return len(self.blocks) == 1 and not self.constant_if_depth
 
     def loop_bound(self, v, node):
         v = self.scalar(v, node)

@@ -29,6 +29,10 @@ def call_random(fe, node, name):
 
 def call_stop_grad(fe, node, name):
     def stop(v):
+        if is_runtime(v) and not v.type.is_float:  # a mistake: nothing to stop (only floats have gradients)
+            fe.error(f"qd.stop_grad() of a non-float value ({v.type}): only float values carry a gradient, "
+                     f"so this stops nothing; apply it to the float value whose gradient should not flow",
+                     node.args[0])
         return fe.emit(ir.StopGrad(v)) if is_runtime(v) else v
     return fe.elementwise(stop, fe.call_args(node, 1, 1, name), node.args)
 

@@ -58,7 +58,10 @@ class PrintLowering:
         self.emit_message("print", message, node)
 
     def visit_Assert(self, node: ast.Assert) -> None:
-        if not self.options.debug:  # compiled away, as Quadrants does without debug
+        if not self.options.debug:
+            # the check is compiled away, as Quadrants does without debug, but the condition is
+            # still evaluated (`assert f()` keeps f's side effects); a pure one dies in DCE
+            self.visit(node.test)
             return
         cond = self.visit(node.test)
         if isinstance(cond, VectorValue):

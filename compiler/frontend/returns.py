@@ -23,20 +23,47 @@ from qdc.runtime.contract import types as T
 from qdc.runtime.contract.artifact import MAX_RETURN_SCALARS
 
 from .. import ir
+from ..language.structs import StructType
+from .structs import StructValue
 from .values import is_runtime
+
+
+class StructItem:
+    """A returned struct: its type, its layout as the metadata records it, and its members'
+    values as (member path, dtype, element shape), nested structs flattened (StructType.leaves)."""
+
+    def __init__(self, stype: StructType, default_ip: T.DataType, default_fp: T.DataType):
+        self.stype = stype
+        self.layout = stype.layout(default_ip, default_fp)
+        self.leaves = stype.leaves(default_ip, default_fp)
+
+    @property
+    def scalars(self) -> int:
+        return sum(math.prod(shape) for _, _, shape in self.leaves)
 
 
 class ReturnType:
     """What a kernel's annotation says it returns: per item (dtype, element shape: () for a
-    scalar, (n,) for a vector, (n, m) for a matrix), and whether the items form a tuple."""
+    scalar, (n,) for a vector, (n, m) for a matrix) or a StructItem, and whether the items
+    form a tuple."""
 
-    def __init__(self, items: list[tuple[T.DataType, tuple]], is_tuple: bool):
+    def __init__(self, items: list, is_tuple: bool):
         self.items, self.is_tuple = items, is_tuple
 
     def record(self, slots: list[int]) -> dict:
-        """The artifact's "returns" record."""
-        return {"values": [[dtype.name, list(shape)] for dtype, shape in self.items], "tuple": self.is_tuple,
-                "slots": slots}
+        """The artifact's "returns" record: a struct's member values are values of their own,
+        grouped back by "structs" (only with a struct among the items)."""
+        values, structs = [], []
+        for item in self.items:
+            if isinstance(item, StructItem):
+                structs.append([len(values), item.layout])
+                values += [[dtype.name, list(shape)] for _, dtype, shape in item.leaves]
+            else:
+                values.append([item[0].name, list(item[1])])
+        record = {"values": values, "tuple": self.is_tuple, "slots": slots}
+        if structs:
+            record["structs"] = structs
+        return record
 
 
 def return_type(fn, default_ip: T.DataType, default_fp: T.DataType, error) -> ReturnType | None:
@@ -63,7 +90,7 @@ def return_type(fn, default_ip: T.DataType, default_fp: T.DataType, error) -> Re
     if is_tuple and not parts:
         error("a kernel's return tuple needs at least one type")
     items = [_item(p, default_ip, default_fp, error) for p in parts]
-    scalars = sum(math.prod(shape) for _, shape in items)
+    scalars = sum(item.scalars if isinstance(item, StructItem) else math.prod(item[1]) for item in items)
     if scalars > MAX_RETURN_SCALARS:
         error(f"a kernel returns at most {MAX_RETURN_SCALARS} scalars (every component of every value), "
               f"this one declares {scalars}")
@@ -75,11 +102,13 @@ def _item(ann, default_ip, default_fp, error) -> tuple[T.DataType, tuple]:
         return (default_ip if ann is int else default_fp), ()
     if isinstance(ann, T.DataType):
         return ann, ()
+    if isinstance(ann, StructType):
+        return StructItem(ann, default_ip, default_fp)  # its scalars count against MAX_RETURN_SCALARS
     element_dtype = getattr(ann, "element_dtype", None)  # a vector/matrix type (language/matrix.py)
     if callable(element_dtype) and isinstance(getattr(ann, "shape", None), tuple):
         return element_dtype(default_ip, default_fp), tuple(ann.shape)
     error(f"unsupported return type {ann!r}: a kernel returns a qd scalar type (qd.f32, ...), a vector or "
-          f"matrix type, or a tuple of them")
+          f"matrix type, a struct type, or a tuple of them")
 
 
 class ReturnLowering:
@@ -118,8 +147,11 @@ class ReturnLowering:
         else:
             items, nodes = (value,), (node.value,)
         scalars = []
-        for (dtype, shape), v, n in zip(declared.items, items, nodes):
-            scalars += self.return_components(v, dtype, shape, n)
+        for item, v, n in zip(declared.items, items, nodes):
+            if isinstance(item, StructItem):
+                scalars += self.struct_return_components(v, item, n)
+            else:
+                scalars += self.return_components(v, item[0], item[1], n)
         slots = []
         if self.store_returns:
             k = self.kernel
@@ -142,6 +174,19 @@ class ReturnLowering:
         components = self.vector_components(v, shape, node)
         with self.at(node):
             return [self.values.materialize(self.convert(self.scalar(c, node), dtype, node)) for c in components]
+
+    def struct_return_components(self, v, item: StructItem, node) -> list[ir.Stmt]:
+        """The scalars of a returned struct, member by member (StructType.leaves order)."""
+        if not isinstance(v, StructValue) or v.stype != item.stype:
+            got = f"a struct {v.stype!r}" if isinstance(v, StructValue) else _what(v)
+            self.error(f"the kernel declares a struct {item.stype!r} return value but returns {got}", node)
+        scalars = []
+        for path, dtype, shape in item.leaves:
+            member = v
+            for name in path:
+                member = member.members[name]
+            scalars += self.return_components(member, dtype, shape, node)
+        return scalars
 
     def vector_components(self, v, shape: tuple, node) -> list:
         """The scalars of a vector/matrix value of `shape`, row-major (a vector value of the
@@ -167,7 +212,8 @@ class ReturnLowering:
 
 
 def _describe(rt: ReturnType) -> str:
-    names = [dtype.name if not shape else f"{dtype.name}{list(shape)}" for dtype, shape in rt.items]
+    names = [repr(item.stype) if isinstance(item, StructItem) else
+             item[0].name if not item[1] else f"{item[0].name}{list(item[1])}" for item in rt.items]
     return f"({', '.join(names)})" if rt.is_tuple else names[0]
 
 

@@ -16,6 +16,7 @@ import difflib
 import itertools
 
 from qdc.runtime.contract import types as T
+from qdc.runtime.contract.artifact import MAX_ELEMENT_AXIS, MAX_STRUCT_SCALARS
 from qdc.runtime.contract.objects import StructFieldMarker as StructField
 
 from .. import ir
@@ -55,6 +56,86 @@ class BoundStructMethod:
 
     def __init__(self, func, receiver):
         self.func, self.receiver = func, receiver
+
+
+class StructParamType:
+    """The `dtype` of a struct kernel parameter before the front end splits it: its `name`
+    spells the whole layout, so that the cache key tells two struct types apart."""
+    __slots__ = ("stype", "layout", "name")
+    is_float = False
+
+    def __init__(self, stype: StructType, default_ip: T.DataType, default_fp: T.DataType):
+        self.stype = stype
+        self.layout = stype.layout(default_ip, default_fp)
+        self.name = "struct" + _layout_text(self.layout["members"])
+
+    def __repr__(self):
+        return self.name
+
+
+def _layout_text(members: list) -> str:
+    parts = []
+    for member, sub in members:
+        if isinstance(sub, dict):
+            parts.append(f"{member}:{sub['name']}{_layout_text(sub['members'])}")
+        else:
+            parts.append(f"{member}:{sub[0]}{sub[1] if sub[1] else ''}")
+    return "(" + ",".join(parts) + ")"
+
+
+def struct_param(name: str, stype: StructType, default_ip: T.DataType, default_fp: T.DataType) -> ir.Param:
+    """The parameter `name: stype` (compiler/driver/kernel.py, parse_params): kind "struct",
+    passed by value; the front end makes a scalar parameter of each member element
+    (`scalar_params`), the metadata a scalar record of each (runtime/contract/artifact.py)."""
+    return ir.Param(name, "struct", StructParamType(stype, default_ip, default_fp))
+
+
+def struct_param_problem(stype: StructType, default_ip: T.DataType, default_fp: T.DataType) -> str | None:
+    """Why `stype` cannot be passed by value (what the metadata cannot record), else None."""
+    leaves = stype.leaves(default_ip, default_fp)
+    wide = next((path for path, _, shape in leaves if any(n > MAX_ELEMENT_AXIS for n in shape)), None)
+    if wide is not None:
+        return (f"is a struct whose member '{'.'.join(wide)}' has more than {MAX_ELEMENT_AXIS} rows or columns; "
+                f"pass an ndarray")
+    scalars = sum(component_count(shape) for _, _, shape in leaves)
+    if scalars > MAX_STRUCT_SCALARS:
+        return f"is a struct of {scalars} scalars; a struct parameter has at most {MAX_STRUCT_SCALARS}"
+    return None
+
+
+class StructLeafParam(ir.Param):
+    """One scalar of a struct kernel parameter: member `path` (element `position` of a vector or
+    matrix member), named `s.v[1]` in dumps. Its metadata record is named as the argument and
+    has the argument's scalar count as element shape, as a vector's elements do."""
+    __slots__ = ("argument", "path", "position", "struct_type", "layout")
+
+    def __init__(self, argument: str, path: tuple, position: tuple, dtype: T.DataType, count: int,
+                 struct_type: StructType, layout: dict):
+        suffix = f"[{', '.join(map(str, position))}]" if position else ""
+        super().__init__(f"{argument}.{'.'.join(path)}{suffix}", "scalar", dtype, 0, False, (count,))
+        self.argument, self.path, self.position = argument, path, position
+        self.struct_type, self.layout = struct_type, layout
+
+
+def scalar_params(params: list, default_ip: T.DataType, default_fp: T.DataType) -> list:
+    """`params` with each struct parameter replaced by its StructLeafParams (members in order,
+    nested structs flattened, vector/matrix members row-major)."""
+    out = []
+    for p in params:
+        if p.kind != "struct":
+            out.append(p)
+            continue
+        stype, layout = p.dtype.stype, p.dtype.layout
+        leaves = [(path, dtype, position) for path, dtype, shape in stype.leaves(default_ip, default_fp)
+                  for position in itertools.product(*(range(n) for n in shape))]
+        out += [StructLeafParam(p.name, path, position, dtype, len(leaves), stype, layout)
+                for path, dtype, position in leaves]
+    return out
+
+
+def struct_layouts(params: list) -> dict:
+    """{argument: layout} of the kernel's struct parameters (the metadata's "structs")."""
+    return {p.argument: p.layout for p in params if isinstance(p, StructLeafParam)}
 
 
 class StructLowering:
@@ -113,6 +194,24 @@ class StructLowering:
         if isinstance(value, VectorValue):
             return f"a {kind_of(value.shape)} of shape {shape_text(value.shape)}"
         return f"a {value.type}" if isinstance(value, ir.Stmt) else repr(value)
+
+    def struct_parameter_var(self, stype: StructType, variables: list) -> StructVar:
+        """The struct local of a struct parameter whose scalars are in the locals `variables`
+        (in StructType.leaves order)."""
+        it = iter(variables)
+
+        def build(st: StructType) -> StructVar:
+            members = {}
+            for member, mtype in st.members.items():
+                if isinstance(mtype, StructType):
+                    members[member] = build(mtype)
+                elif isinstance(mtype, M.MatrixType):
+                    members[member] = VectorVar(tuple(mtype.shape),
+                                                [next(it) for _ in range(component_count(mtype.shape))])
+                else:
+                    members[member] = next(it)
+            return StructVar(st, members)
+        return build(stype)
 
     # ---- locals ---------------------------------------------------------------------------
     def new_struct_var(self, value: StructValue, name: str) -> StructVar:

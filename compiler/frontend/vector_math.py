@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import ast
 
+from qdc.runtime.contract import types as T
+
 from ..language import mathlib
 from .values import is_runtime
 from .vectors import VectorValue, shape_text
@@ -164,10 +166,19 @@ _METHODS = {
     "trace": lambda fe, v: _trace(fe, v),
     "determinant": lambda fe, v: fe.determinant(v),
     "inverse": lambda fe, v: fe.inverse(v),
-    "cast": lambda fe, v, dtype: v.map(lambda c: fe.values.cast(c, dtype)),
+    "cast": lambda fe, v, dtype: _cast(fe, v, dtype),
     "any": lambda fe, v: fe.reduce("bit_or", v.map(fe.values.to_bool)),
     "all": lambda fe, v: fe.reduce("bit_and", v.map(fe.values.to_bool)),
 }
+
+
+def _cast(fe, v, dtype):
+    """`v.cast(qd.f32)`; `float` / `int` are default_fp / default_ip, as in Quadrants."""
+    if dtype is int or dtype is float:
+        dtype = fe.values.default_ip if dtype is int else fe.values.default_fp
+    if not isinstance(dtype, T.DataType):
+        fe.error(f".cast() needs a qd scalar type, got {dtype!r}")
+    return v.map(lambda c: fe.values.cast(c, dtype))
 
 
 def _trace(fe, v):

@@ -23,7 +23,9 @@ from ..language import matrix as M
 from .objects import GLOBAL_ARRAYS
 from .values import is_runtime
 
-_SWIZZLE = {c: i for group in ("xyzw", "rgba") for i, c in enumerate(group)}
+# Swizzle letters, as in Quadrants (GLSL's three sets); one swizzle uses one set.
+_SWIZZLE_SETS = ("xyzw", "rgba", "stpq")
+_SWIZZLE = {c: i for group in _SWIZZLE_SETS for i, c in enumerate(group)}
 _OP_SYMBOL = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "floordiv": "//", "mod": "%", "pow": "**",
               "bit_and": "&", "bit_or": "|", "bit_xor": "^", "shl": "<<", "shr": ">>", "min": "min", "max": "max",
               "atan2": "atan2", "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
@@ -172,7 +174,7 @@ class VectorLowering:
             return self.vector_of((len(rows), len(rows[0])), [c for r in rows for c in r], dtype)
         if any(isinstance(r, (tuple, list)) for r in rows):
             self.error("qd.Matrix() needs a list of rows, each a list of the same length", node.args[0])
-        return self.vector_of((len(rows), 1), rows, dtype)  # qd.Matrix([a, b]): a column
+        return self.vector_of((len(rows),), rows, dtype)  # qd.Matrix([a, b]): a vector, as in Quadrants
 
     def construct(self, mtype: M.MatrixType, node: ast.Call) -> VectorValue:
         """`qd.math.vec3(1, 2, 3)`, `vec3(0)` (filled), `vec3(v2, z)` (concatenated),
@@ -267,7 +269,41 @@ class VectorLowering:
 
     # ---- operators ------------------------------------------------------------------------
     def vector_operand(self, v, node):
+        """An operand of a vector operation: a vector, a tuple/list literal (`v == (1, 1, 1)`,
+        `v + [1, 2, 3]`: a vector of its shape, as in Quadrants) or a scalar."""
+        if isinstance(v, (tuple, list)):
+            shape = _nested_shape(v)
+            if shape is None or len(shape) not in (1, 2) or 0 in shape:
+                self.error("a tuple or list operand of a vector operation must be a flat or nested list of "
+                           "numbers of a vector's or matrix's shape", node)
+            return self.list_as_vector(v, shape, node)
         return v if isinstance(v, VectorValue) else self.scalar(v, node)
+
+    def tuple_binary(self, op: str, a, b, node):
+        """Python's tuple operations, at compile time: `t + u` concatenates, `t * k` (k a
+        compile-time int) repeats (`qd.ndrange(*((K,) * dim))`)."""
+        if op == "add" and isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+            return tuple(a) + tuple(b)
+        if op == "mul":
+            seq, k = (a, b) if isinstance(a, (tuple, list)) else (b, a)
+            if isinstance(k, int) and not isinstance(k, bool):
+                return tuple(seq) * k
+            self.error("a tuple can only be repeated by a compile-time integer", node)
+        self.error(f"operator '{op}' is not defined on tuples (a tuple literal is a vector "
+                   f"only combined with a vector)", node)
+
+    def vector_logical(self, is_and: bool, first: VectorValue, rest_nodes: list) -> VectorValue:
+        """`a and b` / `a or b` with vector operands, as in Quadrants: element-wise logical and/or
+        (1 or 0, of the operands' integer type), every operand evaluated."""
+        def logic(x, y):
+            t = self.values.common_type(x, y)
+            t = self.values.default_ip if t.is_float else t
+            both = self.values.binary("bit_and" if is_and else "bit_or", self.values.to_bool(x), self.values.to_bool(y))
+            return self.values.cast(both, t)
+        acc = first
+        for n in rest_nodes:
+            acc = self.elementwise(logic, [acc, self.vector_operand(self.visit(n), n)], [n, n])
+        return acc
 
     def vector_binary(self, op: str, a, b, node=None) -> VectorValue:
         """Element-wise `a op b`; a scalar operand is broadcast."""
@@ -336,8 +372,7 @@ class VectorLowering:
 
     # ---- indexing and attributes -----------------------------------------------------------
     def vector_subscript(self, v: VectorValue, node: ast.Subscript):
-        index = self.visit(node.slice)
-        indices = list(index) if isinstance(index, tuple) else [index]
+        indices = self.component_indices(self.visit(node.slice))
         if len(indices) == 1 and v.is_matrix:  # m[i]: row i
             i = self.component_index(indices[0], v.shape[0], node.slice)
             if is_runtime(i):
@@ -350,6 +385,14 @@ class VectorLowering:
         if any(is_runtime(i) for i in checked):
             return self.runtime_component(v, checked)
         return v.at(*checked)
+
+    @staticmethod
+    def component_indices(index) -> list:
+        """The indices of `v[index]`: a tuple's items, an integer vector's components (`m[I]`
+        with `I` from a qd.grouped loop, as in Quadrants), or the one index."""
+        if isinstance(index, VectorValue) and not index.is_matrix:
+            return list(index.components)
+        return list(index) if isinstance(index, (tuple, list)) else [index]
 
     def component_index(self, i, n: int, node):
         i = self.scalar(i, node)
@@ -381,8 +424,8 @@ class VectorLowering:
     def swizzle_indices(self, shape, attr: str) -> list:
         if len(shape) != 1 or not attr or len(attr) > 4 or any(c not in _SWIZZLE for c in attr):
             self.error(f"a {kind_of(shape)} has no attribute '{attr}'")
-        if len({c in "xyzw" for c in attr}) != 1:
-            self.error(f"swizzle '{attr}' mixes xyzw and rgba")
+        if len({next(g for g in _SWIZZLE_SETS if c in g) for c in attr}) != 1:
+            self.error(f"swizzle '{attr}' mixes letters of xyzw, rgba and stpq")
         indices = [_SWIZZLE[c] for c in attr]
         if max(indices) >= shape[0]:
             self.error(f"swizzle '{attr}' is out of range for a vector of {shape[0]} component(s)")
@@ -425,14 +468,15 @@ class VectorLowering:
             return None
         if isinstance(node, ast.Attribute):
             indices = self.swizzle_indices(inner.shape, node.attr)
+            if len(set(indices)) != len(indices):
+                self.error(f"cannot assign to swizzle '{node.attr}': it repeats a component", node)
             if len(indices) == 1:
                 return Target((), [inner.places[indices[0]]])
             return Target((len(indices),), [inner.places[i] for i in indices])
         return self.index_target(inner, node)
 
     def index_target(self, inner: Target, node: ast.Subscript) -> Target:
-        index = self.visit(node.slice)
-        indices = list(index) if isinstance(index, tuple) else [index]
+        indices = self.component_indices(self.visit(node.slice))
         shape = inner.shape
         if len(indices) == 1 and len(shape) == 2:  # m[i]: a row
             i = self.component_index(indices[0], shape[0], node.slice)
@@ -485,8 +529,8 @@ class VectorLowering:
             value = self.list_as_vector(value, target.shape, node)
         if isinstance(value, VectorValue):
             if value.shape != target.shape:
-                self.error(f"cannot assign a {kind_of(value.shape)} of shape {shape_text(value.shape)} to a "
-                           f"{kind_of(target.shape)} of shape {shape_text(target.shape)}", node)
+                self.error(f"cannot assign a {kind_of(value.shape)} of shape {shape_text(value.shape)} to "
+                           f"{_described_shape(target.shape, target.places)}", node)
             return value.components
         return [self.scalar(value, node)] * len(target.places)
 
@@ -535,8 +579,7 @@ class VectorLowering:
         self.require_non_struct(target, node)
         olds = []
         for place, v in zip(target.places, self.target_components(target, value, node)):
-            if op in ("and", "or", "xor") and place.type.is_float:
-                self.error(f"atomic {op} needs an integer target, got {place.type}", node)
+            self.check_atomic_type(op, place.type, node)
             v = self.values.cast(v, place.type)
             if isinstance(place, ir.GlobalPtr):
                 olds.append(self.emit(ir.AtomicRMW(op, place, v)))
@@ -550,6 +593,12 @@ class VectorLowering:
 
 def shape_text(shape) -> str:
     return "scalar" if not shape else "x".join(map(str, shape)) if len(shape) == 2 else f"({shape[0]},)"
+
+
+def _described_shape(shape, places) -> str:
+    if shape:
+        return f"a {kind_of(shape)} of shape {shape_text(shape)}"
+    return f"a scalar ({places[0].type})" if places and getattr(places[0], "type", None) is not None else "a scalar"
 
 
 def kind_of(shape) -> str:
@@ -576,5 +625,5 @@ def _flatten_components(v) -> list:
     return [v]
 
 
-_LOCAL_OP = {"add": "add", "sub": "sub", "min": "min", "max": "max", "and": "bit_and", "or": "bit_or",
+_LOCAL_OP = {"add": "add", "sub": "sub", "mul": "mul", "min": "min", "max": "max", "and": "bit_and", "or": "bit_or",
              "xor": "bit_xor"}

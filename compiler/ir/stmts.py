@@ -250,7 +250,7 @@ class LocalAccumulate(Stmt):
     these updates (e.g. vectorise a float sum), which plain Binary arithmetic never allows."""
     OPERANDS = ("var", "value")
     ATTRS = ("op",)
-    OPS = ("add", "min", "max", "and", "or", "xor")
+    OPS = ("add", "mul", "min", "max", "and", "or", "xor")
 
     def __init__(self, op: str, var: Alloca, value: Stmt, loc=None):
         assert op in self.OPS, op
@@ -323,7 +323,7 @@ class GlobalStore(Stmt):
         self.ptr, self.value = ptr, value
 
 
-ATOMIC_OPS = ("add", "sub", "min", "max", "and", "or", "xor")
+ATOMIC_OPS = ("add", "sub", "mul", "min", "max", "and", "or", "xor")
 
 
 class AtomicRMW(Stmt):

@@ -28,6 +28,10 @@ class Instantiation:
         """The parameters the instantiation takes: the kernel's other than its template ones."""
         return self.kernel.params
 
+    def params_for(self, opts):
+        """`params` under `opts` (an ahead-of-time build's)."""
+        return self.kernel.params_for(opts)
+
     def __call__(self, *args, **kwargs):
         if ad.recording is not None:  # inside `with qd.ad.Tape(...)`
             ad.recording.record(self, args, kwargs)

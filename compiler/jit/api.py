@@ -5,9 +5,21 @@ import warnings
 
 from qdc.runtime import context, random_stream
 from qdc.runtime.contract.arches import GPU_ARCHES
+from qdc.runtime.contract.python_scope import scope_types
 
 from ..driver import options as options_mod
-from ..driver.kernel import check_cache_dir
+from .offline_cache import check_cache_dir
+
+# Direct mode's options: the one process-wide compiler setting, as Quadrants keeps its runtime
+# config. `qd.init` replaces it; the kernel objects (kernel.py) read it when they compile and
+# pass it down explicitly. Python-scope declarations read its default types from the
+# contract's ScopeTypes (runtime/contract/python_scope.py), which qd.init keeps in step.
+_direct = options_mod.Options()
+
+
+def direct_options() -> options_mod.Options:
+    """The options of the last successful `qd.init` (the defaults before any)."""
+    return _direct
 
 
 def init(arch=None, **options):
@@ -37,9 +49,15 @@ def init(arch=None, **options):
     finally:  # the replaced device's pending error may raise once the new runtime is in place
         if context.has_runtime() and context.current().generation != before:
             opts.arch = context.current().arch  # qd.gpu: the one chosen
-            options_mod.current = opts
+            _set_direct(opts)
             random_stream.restart(opts.random_seed)
     return opts
+
+
+def _set_direct(opts) -> None:
+    global _direct
+    _direct = opts
+    scope_types.set_direct(opts.default_ip, opts.default_fp)
 
 
 GPU = "gpu"

@@ -21,11 +21,13 @@ from qdc.runtime.kernel_function import KernelFunction
 from qdc.runtime.launcher import make_launcher
 
 from .. import ir
-from ..driver import cache_key, options as options_mod
-from ..driver.kernel import CompiledKernel, dual_params, obtain, parse_params
+from ..driver import cache_key
+from ..driver.kernel import CompiledKernel, dual_params, parse_params
 from ..driver.templates import TemplateArgs, TemplateDispatch, TemplateParams
 from ..language import lang
 from . import ad, forward
+from .api import direct_options
+from .offline_cache import obtain
 
 
 class Kernel(KernelFunction):
@@ -47,11 +49,13 @@ class Kernel(KernelFunction):
     (templates.TemplateDispatch): one dict lookup on the template arguments, then that
     variant's launch function."""
 
-    def __init__(self, fn):
+    def __init__(self, fn, graph: bool = False):
         self.fn = fn
+        self.graph = bool(graph)  # launch (and .grad) as one replayed graph where the device has graphs
         self.__name__ = fn.__name__
         self.__doc__ = fn.__doc__
         self._params = None
+        self._params_types = None  # the (default_ip, default_fp) `_params` were parsed under
         self._templated = self._forward_templated = self._annotated = None  # set with `params`
         self._template_params = None  # TemplateParams when some parameter is a qd.template(); set with `params`
         self._dispatch = None  # TemplateDispatch: the launch code of a template kernel, made at its first launch
@@ -72,13 +76,19 @@ class Kernel(KernelFunction):
 
     @property
     def params(self) -> list[ir.Param]:
-        """The parameters, with what follows the argument resolved as without one (an AOT
-        build, `compile()` without arguments): a float ndarray's `needs_grad=None` stays None
-        (built without a gradient) unless the kernel uses its `.grad`, then True; an integer
+        """The parameters under direct mode's options (`params_for`)."""
+        return self.params_for(direct_options())
+
+    def params_for(self, opts) -> list[ir.Param]:
+        """The parameters under `opts` (whose default types `int`, `float` and vector annotations
+        without an element type take), with what follows the argument resolved as without one
+        (an AOT build, `compile()` without arguments): a float ndarray's `needs_grad=None` stays
+        None (built without a gradient) unless the kernel uses its `.grad`, then True; an integer
         one's is False. `specialise` resolves them from the arguments."""
-        if self._params is None:
+        types = (opts.default_ip, opts.default_fp)
+        if self._params is None or self._params_types != types:
             template_names: list = []
-            annotated = [_no_integer_gradient(p) for p in parse_params(self.fn, options_mod.current, template_names)]
+            annotated = [_no_integer_gradient(p) for p in parse_params(self.fn, opts, template_names)]
             if template_names:
                 self._template_params = TemplateParams(self.fn, template_names)
             shaped = [i for i, p in enumerate(annotated)
@@ -92,6 +102,7 @@ class Kernel(KernelFunction):
             self._templated = sorted({*shaped, *follow})
             self._params = [ir.Param(p.name, p.kind, p.dtype, p.ndim, True, p.element_shape) if p.name in read else p
                             for p in annotated]
+            self._params_types = types
         return self._params
 
     def specialise(self, args, variant: str = "forward", kwargs=None) -> tuple[tuple, list[ir.Param]]:
@@ -174,10 +185,10 @@ class Kernel(KernelFunction):
         own = variant == "forward" and not self._forward_templated and self._plain and templates is None
         entry = self._launchers.get((variant, key))
         if entry is None or entry[0] != rt.generation:
-            compiled = obtain(self.fn, params, options_mod.current, rt.arch, variant, templates)
+            compiled = obtain(self.fn, params, direct_options(), rt.arch, variant, templates)
             loaded = rt.device.load_kernel(compiled.artifacts, compiled.meta)
             launch = make_launcher(compiled.meta, rt.device, loaded, compiled.field_objects,
-                                   function=self.function if own else None)
+                                   function=self.function if own else None, graph=self.graph)
             entry = self._launchers[(variant, key)] = (rt.generation, launch, compiled)
         if own:  # bound to this runtime: the function launches on its own unless calls are observed
             self.launch_directly(entry[1].__qdc_launcher__.fast_code)
@@ -245,10 +256,16 @@ def _plain_parameters(fn) -> list[str] | None:
     return names
 
 
-def kernel(fn):
+def kernel(fn=None, *, graph: bool = False):
     """`@qd.kernel`: the kernel as a plain Python function that compiles on first call, then
-    launches (see Kernel)."""
-    return Kernel(fn).function
+    launches (see Kernel). `@qd.kernel(graph=True)`: on CUDA the kernel's tasks (and its
+    `.grad`'s) are replayed as one graph per launch; on every other arch it changes nothing."""
+    if fn is None:
+        return lambda f: Kernel(f, graph).function
+    if not callable(fn):
+        raise TypeError(f"@qd.kernel decorates a function, got {type(fn).__name__}; its options are keywords "
+                        f"(@qd.kernel(graph=True))")
+    return Kernel(fn, graph).function
 
 
 func = lang.func  # `@qd.func` (defined with the language, so that kernels can apply it too)

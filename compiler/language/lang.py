@@ -79,7 +79,9 @@ def template() -> Template:
 
 
 def is_template_annotation(ann) -> bool:
-    return ann is Template or isinstance(ann, Template)
+    """`qd.template()`, `qd.Template`, and `qd.template` itself (a class in Quadrants, so code
+    written for it may leave out the call)."""
+    return ann is Template or ann is template or isinstance(ann, Template)
 
 
 class UnsizedElementType:
@@ -133,15 +135,42 @@ def static(value, *more):
 
 
 class ndrange:
-    """`qd.ndrange(n, (b, e), ...)`: the product of ranges; each argument an int or a (begin, end) pair."""
+    """`qd.ndrange(n, (b, e), ..., axes=None)`: the product of ranges; each argument an int or a
+    (begin, end) pair. `axes`, as in Quadrants, is the order in which the axes are visited
+    (outermost first; a permutation of the dimensions): the indices are still bound to their
+    own axes, only the iteration order changes. None and the identity are the default order
+    (`.axes` is then None)."""
 
-    def __init__(self, *dims):
+    def __init__(self, *dims, axes=None):
         self.dims = dims
+        self.axes = _ndrange_axes(axes, len(dims))
+
+    def order(self) -> list:
+        """The axes from outermost to innermost."""
+        return list(self.axes) if self.axes is not None else list(range(len(self.dims)))
 
     def __iter__(self):  # Python scope
         ranges = [_ndrange_dim(d) for d in self.dims]
-        for idx in itertools.product(*ranges):
-            yield idx if len(idx) > 1 else idx[0]
+        order = self.order()
+        for physical in itertools.product(*(ranges[a] for a in order)):
+            idx = [0] * len(order)
+            for level, axis in enumerate(order):
+                idx[axis] = physical[level]
+            idx = tuple(idx)
+            yield idx if len(idx) != 1 else idx[0]  # qd.ndrange() (0-d) yields one empty index ()
+
+
+def _ndrange_axes(axes, ndim: int):
+    if axes is None:
+        return None
+    axes = tuple(axes)
+    if any(isinstance(a, bool) or not isinstance(a, int) for a in axes):
+        raise TypeError(f"qd.ndrange(axes={axes!r}): entries must be Python ints")
+    if len(axes) != ndim:
+        raise ValueError(f"qd.ndrange(axes={axes!r}) has {len(axes)} entries but ndrange has {ndim} dimension(s)")
+    if sorted(axes) != list(range(ndim)):
+        raise ValueError(f"qd.ndrange(axes={axes!r}) is not a permutation of 0..{ndim - 1}")
+    return None if axes == tuple(range(ndim)) else axes
 
 
 def _ndrange_dim(d) -> range:
@@ -202,9 +231,25 @@ exp = _python_scope("exp", np.exp, "e ** x.")
 log = _python_scope("log", np.log, "Natural logarithm.")
 sqrt = _python_scope("sqrt", np.sqrt, "Square root.")
 rsqrt = _python_scope("rsqrt", lambda x: 1.0 / np.sqrt(x), "1 / sqrt(x).")
-floor = _python_scope("floor", np.floor, "Largest integral value <= x (a float).")
-ceil = _python_scope("ceil", np.ceil, "Smallest integral value >= x (a float).")
-round = _python_scope("round", np.round, "Nearest integral value, ties to even (a float).")  # noqa: A001
+def _rounding(fn):
+    """floor/ceil/round with Quadrants' optional result type: `qd.floor(x, qd.i32)`."""
+    def rounded(x, dtype=None):
+        out = fn(x)
+        if dtype is None:
+            return out
+        if dtype is int or dtype is float:
+            default_ip, default_fp = _matrix._default_types()
+            dtype = default_ip if dtype is int else default_fp
+        if isinstance(out, _matrix_value.MatrixValue):
+            return out.cast(dtype)
+        return np.asarray(out).astype(getattr(dtype, "np_dtype", dtype))[()]
+    return rounded
+
+
+floor = _python_scope("floor", _rounding(np.floor), "Largest integral value <= x (a float, or of type dtype).")
+ceil = _python_scope("ceil", _rounding(np.ceil), "Smallest integral value >= x (a float, or of type dtype).")
+round = _python_scope("round", _rounding(np.round),  # noqa: A001
+                      "Nearest integral value, ties to even (a float, or of type dtype).")
 atan2 = _python_scope("atan2", np.arctan2, "Arc tangent of y / x in the right quadrant.")
 pow = _python_scope("pow", lambda x, y: x ** y, "x ** y.")  # noqa: A001
 select = _python_scope("select", lambda cond, a, b: a if cond else b, "a if cond else b.")
@@ -222,6 +267,7 @@ def _atomic(name):
 
 atomic_add, atomic_sub, atomic_min, atomic_max = map(_atomic, ("atomic_add", "atomic_sub", "atomic_min", "atomic_max"))
 atomic_and, atomic_or, atomic_xor = map(_atomic, ("atomic_and", "atomic_or", "atomic_xor"))
+atomic_mul = _atomic("atomic_mul")
 
 # `qd.abs` is the builtin; `qd.min`, `qd.max` are n-ary as the builtins, and element-wise on
 # Python-scope vectors and matrices, as in Quadrants (kernels treat all three as the builtins).
@@ -237,7 +283,7 @@ INTRINSICS = {
     atan2: ("binary", "atan2"), pow: ("binary", "pow"),
     atomic_add: ("atomic", "add"), atomic_sub: ("atomic", "sub"), atomic_min: ("atomic", "min"),
     atomic_max: ("atomic", "max"), atomic_and: ("atomic", "and"), atomic_or: ("atomic", "or"),
-    atomic_xor: ("atomic", "xor"),
+    atomic_xor: ("atomic", "xor"), atomic_mul: ("atomic", "mul"),
     select: ("select", None), cast: ("cast", None), static: ("static", None),
     ndrange: ("ndrange", None), grouped: ("grouped", None), loop_config: ("loop_config", None),
     math.sin: ("unary", "sin"), math.cos: ("unary", "cos"), math.tan: ("unary", "tan"),

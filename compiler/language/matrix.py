@@ -18,8 +18,9 @@ import operator
 import numpy as np
 
 from qdc.runtime.contract import types as T
-from qdc.runtime.fields import Field, Ndarray
 from qdc.runtime.contract.matrix_value import MatrixValue, use_classes
+from qdc.runtime.contract.objects import FieldMarker as Field, NdarrayMarker as Ndarray
+from qdc.runtime.contract.python_scope import DEFAULT_FP, DEFAULT_IP, device_arrays, scope_types  # noqa: F401
 
 
 def _size(v, what: str) -> int:
@@ -32,23 +33,11 @@ def _size(v, what: str) -> int:
     return n
 
 
-DEFAULT_IP, DEFAULT_FP = T.i32, T.f32  # the default_ip / default_fp options' defaults
-
-
-def _initial_default_types() -> tuple:
-    return DEFAULT_IP, DEFAULT_FP
-
-
-# Where Python scope takes the element type of a vector/matrix type declared without one
-# (`qd.field(qd.math.vec3, ...)`): the default types of the options in force, a source that
-# compiler/driver/options.py installs (the language sits below the driver and never imports it).
-_default_types = _initial_default_types
-
-
-def use_default_types(source) -> None:
-    """Install `source() -> (default_ip, default_fp)`."""
-    global _default_types
-    _default_types = source
+def _default_types() -> tuple:
+    """(default_ip, default_fp) of Python-scope declarations: the import context of a `qdc
+    build`, else qd.init's (runtime/contract/python_scope.py, shared with runtime/fields.py).
+    DEFAULT_IP / DEFAULT_FP, imported from there too, are the options' defaults."""
+    return scope_types.current()
 
 
 class MatrixType:
@@ -88,7 +77,8 @@ class MatrixType:
 
     @property
     def dtype(self) -> T.DataType:
-        """The element type under the current options (how fields and ndarrays resolve it)."""
+        """The element type under Python scope's default types (ScopeTypes: how fields and
+        ndarrays resolve it when declared)."""
         if self.declared_dtype is not None:
             return self.declared_dtype
         return self.element_dtype(*_default_types())
@@ -113,10 +103,11 @@ class MatrixType:
         return MatrixValue.of(flat.astype(self.dtype.np_dtype).reshape(self.shape))
 
     def field(self, shape=(), needs_grad=False, name=None, needs_dual=False) -> Field:
-        return Field(self, shape, needs_grad, name, needs_dual=needs_dual)
+        """A field of these elements (the runtime's, made through the contract: python_scope.py)."""
+        return device_arrays.field(self, shape, needs_grad, name, needs_dual=needs_dual)
 
     def ndarray(self, shape, needs_grad=False, needs_dual=False) -> Ndarray:
-        return Ndarray(self, shape, needs_grad, needs_dual)
+        return device_arrays.ndarray(self, shape, needs_grad, needs_dual)
 
     def _spec(self):
         dtype = self.declared_dtype.name if self.declared_dtype is not None else f"default_{self.default}"

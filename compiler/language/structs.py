@@ -10,7 +10,7 @@ past the front end knows about structs.
 from __future__ import annotations
 
 from qdc.runtime.contract import types as T
-from qdc.runtime.fields import StructField
+from qdc.runtime.contract.python_scope import device_arrays
 
 from . import matrix as _matrix
 from .funcs import Func
@@ -20,6 +20,8 @@ def _member_type(struct: str, member: str, dtype):
     if dtype is int or dtype is float:  # Python's types mean the default types in force now
         default_ip, default_fp = _matrix._default_types()
         return default_ip if dtype is int else default_fp
+    if dtype is bool:  # as in Quadrants: a u1 member
+        return T.u1
     if isinstance(dtype, (T.DataType, _matrix.MatrixType, StructType)):
         return dtype
     raise TypeError(f"struct {struct}: member '{member}' has type {dtype!r}, which is not a qd scalar, "
@@ -37,9 +39,9 @@ class StructType:
         self.members = {k: _member_type(self.name, k, v) for k, v in members.items()}
         self.methods = dict(methods or {})
 
-    def field(self, shape=(), needs_grad=False, name=None, needs_dual=False) -> StructField:
+    def field(self, shape=(), needs_grad=False, name=None, needs_dual=False):
         """A field of these structs: one field per member (`.to_numpy()` gives a dict of arrays)."""
-        return StructField(self, shape, needs_grad, name, needs_dual=needs_dual)
+        return device_arrays.struct_field(self, shape, needs_grad, name, needs_dual=needs_dual)
 
     def __call__(self, **values) -> dict:
         """Python scope: a dict of the members (missing ones zero), as struct fields read and write."""
@@ -47,6 +49,33 @@ class StructType:
         if unknown:
             raise TypeError(f"struct {self.name} has no member(s) {sorted(unknown)}")
         return {k: values.get(k, 0) for k in self.members}
+
+    def leaves(self, default_ip: T.DataType, default_fp: T.DataType) -> list:
+        """(member path, scalar type, element shape) of every scalar or vector/matrix member, in
+        member order, nested structs flattened: how a struct travels as scalars (kernel
+        parameters and return values, one scalar per element, row-major)."""
+        out = []
+        for member, mtype in self.members.items():
+            if isinstance(mtype, StructType):
+                out += [((member, *path), dtype, shape) for path, dtype, shape in mtype.leaves(default_ip, default_fp)]
+            elif isinstance(mtype, _matrix.MatrixType):
+                out.append(((member,), mtype.element_dtype(default_ip, default_fp), tuple(mtype.shape)))
+            else:
+                out.append(((member,), mtype, ()))
+        return out
+
+    def layout(self, default_ip: T.DataType, default_fp: T.DataType) -> dict:
+        """The struct as the artifact metadata records it (runtime/contract/artifact.py,
+        check_struct_layout): {"name": ..., "members": [[member, [dtype, shape] or a nested layout]]}."""
+        members = []
+        for member, mtype in self.members.items():
+            if isinstance(mtype, StructType):
+                members.append([member, mtype.layout(default_ip, default_fp)])
+            elif isinstance(mtype, _matrix.MatrixType):
+                members.append([member, [mtype.element_dtype(default_ip, default_fp).name, list(mtype.shape)]])
+            else:
+                members.append([member, [mtype.name, []]])
+        return {"name": self.name, "members": members}
 
     def _spec(self):
         members = [(k, v._spec() if isinstance(v, (StructType, _matrix.MatrixType)) else getattr(v, "name", repr(v)))
@@ -84,5 +113,5 @@ class Struct:
     """`qd.Struct.field({"a": qd.f32, "v": qd.math.vec3}, shape=n)`."""
 
     @staticmethod
-    def field(members: dict, shape=(), needs_grad=False, name=None, needs_dual=False) -> StructField:
+    def field(members: dict, shape=(), needs_grad=False, name=None, needs_dual=False):
         return StructType(members).field(shape, needs_grad, name, needs_dual)

@@ -22,7 +22,7 @@ from .dce import eliminate_dead_code
 _RECOMPUTABLE = (ir.Const, ir.ArgLoad, ir.NdarrayShape, ir.Unary, ir.Binary, ir.Cast, ir.Select, ir.GlobalPtr)
 
 
-_BINARY_OF_ATOMIC = {"add": "add", "sub": "sub", "min": "min", "max": "max",
+_BINARY_OF_ATOMIC = {"add": "add", "sub": "sub", "mul": "mul", "min": "min", "max": "max",
                      "and": "bit_and", "or": "bit_or", "xor": "bit_xor"}
 
 

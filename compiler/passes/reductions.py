@@ -1,6 +1,6 @@
 """Thread-local reductions: one atomic per chunk instead of one per iteration.
 
-In a parallel range-for task, `y[None] += v` (or `qd.atomic_add/sub/min/max/and/or/xor(t, v)`
+In a parallel range-for task, `y[None] += v` (or `qd.atomic_add/sub/mul/min/max/and/or/xor(t, v)`
 whose old value is unused) at an address that does not change across iterations makes every
 iteration contend for one cache line. The order in which the atomics land is unspecified,
 so each chunk of the range may instead combine its values into a local accumulator and apply
@@ -11,6 +11,8 @@ a single atomic at the end:
     chunk_final { %s = local_load %acc ; atomic_add %p %s }     once per (non-empty) chunk
 
 `LocalAccumulate` tells the backend the updates may be reordered, so a float sum vectorises.
+A product starts from 1 and multiplies (atomic_mul is a compare-and-swap loop on every
+backend, so one per chunk instead of one per iteration matters most there).
 The transform is refused for an address whose buffer the task also reads or writes in any
 other way (a read would observe the partial sum), or that mixes kinds of update (add and max).
 
@@ -25,7 +27,7 @@ from .. import ir
 from .dce import eliminate_dead_code
 
 # Kind of update -> (accumulation, final atomic); a subtraction accumulates the negated value.
-COMBINE = {"add": "add", "sub": "add", "min": "min", "max": "max", "and": "and", "or": "or", "xor": "xor"}
+COMBINE = {"add": "add", "sub": "add", "mul": "mul", "min": "min", "max": "max", "and": "and", "or": "or", "xor": "xor"}
 # Leaves an address may be computed from: they do not change while a task runs (TempLoad
 # only if the task does not write that temporary, checked separately).
 _INVARIANT_LEAVES = (ir.Const, ir.ArgLoad, ir.NdarrayShape)
@@ -166,6 +168,8 @@ def _replace_with_accumulate(a: ir.AtomicRMW, combine: str, acc: ir.Alloca) -> N
 
 
 def _identity(combine: str, t: T.DataType):
+    if combine == "mul":
+        return 1.0 if t.is_float else 1
     if combine in ("add", "or", "xor"):
         return 0.0 if t.is_float else 0
     if t.is_float:

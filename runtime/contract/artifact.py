@@ -55,7 +55,9 @@ every SPIR-V entry point was "main" fail that check, asking for a rebuild.
                   it waits for those tasks (a ranged read of device memory);
     "launch"      the launch policy, written by the target: {"policy": "cpu_chunks",
                   "parallel_from": N} (CPU: the range is split over worker threads from N
-                  iterations; 0 = always one thread) or {"policy": "grid", "block_dim": B}
+                  iterations; 0 = always one thread; optionally "lanes": W, the task runs W
+                  iterations at a time and a thread takes W adstack heap slices, or "scalar":
+                  why it runs one at a time) or {"policy": "grid", "block_dim": B}
                   (GPU: blocks of B threads, B from qd.loop_config; 0 = the device's default);
     "adstacks"    the ids (positions in adstack["stacks"]) of the stacks the task holds,
     "bindings"    (only on targets with descriptor bindings: SPIR-V) [set, binding, resource,
@@ -84,7 +86,8 @@ Each library exports `entry` and every task's entry, and no other function but `
 `<entry>_py` (runtime/devices/cpu/numpy_binding.py) and `qdc_set_cpu_level`.
 
 `returns` (only in kernels that return a value) is {"values": [[dtype, shape], ...], "tuple":
-bool, "slots": [...]}: per returned item its type and element shape ([] a scalar, [n] a
+bool, "slots": [...]} (and "structs" where a struct is returned: see struct parameters
+below): per returned item its type and element shape ([] a scalar, [n] a
 vector, [n, m] a matrix), whether the items form a tuple (else there is exactly one), and
 the kernel temporary holding each returned scalar (items in order, each row-major). The
 serial top-level task stores them; the launch function reads them back after the launch
@@ -111,6 +114,16 @@ the 7th entry (absent on every other scalar record, so metadata without them rea
 before); `KernelMeta.arguments` groups the records into the kernel's arguments. Everything
 indexed by parameter (ctx slots, `ScalarArg`, bindings, debug checks, SPIR-V "args" words)
 counts records, so backends see scalars only.
+
+Struct parameters (`s: MyStruct`, passed by value) are scalar records too, one per scalar of
+the struct (members in declaration order, nested structs flattened, vector/matrix members
+row-major), consecutive, each with the parameter's name and [the struct's scalar count] as
+7th entry, as a vector's; their types may differ. "structs" (only in kernels with struct
+parameters) maps each such parameter to its layout, {"name": the struct's name, "members":
+[[member, [dtype, shape] or a nested layout], ...]}, whose scalars in that order must be the
+records' types (check_struct_layout). A kernel returning a struct has its members' values
+in "returns" (one [dtype, shape] value per scalar or vector/matrix member) and "structs":
+[[first value, layout]] there groups them back into one returned struct each.
 
 Bump FORMAT_VERSION whenever this layout or the metadata schema changes incompatibly. Version 4: task
 records with entry, iterations, launch policy and adstack ids (version 3's `range` is gone);
@@ -256,8 +269,9 @@ class KernelMeta:
     def __init__(self, name: str, entry: str, params: list, fields: list, tasks: list,
                  num_temps: int = 0, is_grad: bool = False, adstack: dict | None = None,
                  debug_checks: list | None = None, cpu_libraries: list | None = None, returns: dict | None = None,
-                 random: bool = False, messages: list | None = None):
+                 random: bool = False, messages: list | None = None, structs: dict | None = None):
         self.name, self.entry = name, entry
+        self.structs = structs or {}  # struct parameter -> its layout (see the module docstring)
         self.returns = returns  # the "returns" record, None when the kernel returns nothing
         self.cpu_libraries = cpu_libraries or []  # CPU entries: one record per library, see the docstring
         self.params, self.fields, self.tasks = params, fields, tasks
@@ -290,6 +304,9 @@ class KernelMeta:
         """Each parameter record's name as messages show it: `v[1]` for an element of vector `v`."""
         names = []
         for a in self.arguments:
+            if a.name in self.structs:
+                names += [a.name + leaf for leaf in struct_scalar_names(self.structs[a.name])]
+                continue
             if not a.element_shape:
                 names.append(a.name)
                 continue
@@ -320,6 +337,8 @@ class KernelMeta:
             d["returns"] = self.returns
         if self.messages:  # absent without print or debug checks: such metadata reads as before
             d["messages"] = self.messages
+        if self.structs:  # absent without struct parameters: such metadata reads as before
+            d["structs"] = self.structs
         return d
 
     @classmethod
@@ -333,7 +352,7 @@ class KernelMeta:
                    [TaskMeta.from_dict(t) for t in d["tasks"]],
                    d["num_temps"], d["is_grad"], d.get("adstack") or {}, d.get("debug_checks") or [],
                    d.get("cpu_libraries") or [], d.get("returns"), d.get("random", False),
-                   d.get("messages") or [])
+                   d.get("messages") or [], d.get("structs") or {})
 
 
 # ---- records ------------------------------------------------------------------------------
@@ -405,6 +424,8 @@ def check_kernel_meta(d) -> None:
     _need(isinstance(d.get("adstack", {}), dict), "adstack")
     _need(isinstance(d.get("adstack", {}).get("stacks", []), list), "adstack stacks")
     _need(isinstance(d.get("params"), list), "params")
+    structs = d.get("structs", {})
+    _need(isinstance(structs, dict) and all(isinstance(k, str) for k in structs), "structs")
     for p in d["params"]:  # 5 wide: written before `writes` existed (then True)
         _need(isinstance(p, list) and len(p) in (5, 6, 7), "an entry of params")
         _need(isinstance(p[0], str) and _IDENT.match(p[0]) and p[1] in ("scalar", "ndarray")
@@ -413,10 +434,12 @@ def check_kernel_meta(d) -> None:
               f"parameter {p[0]!r}")
         # an ndarray's element axes are among its dimensions; a vector parameter's elements are records
         axes, largest = (2, MAX_ELEMENT_AXIS) if p[1] == "scalar" else (min(2, p[3]), float("inf"))
+        if p[1] == "scalar" and p[0] in structs:  # a struct's scalars: [their count]
+            axes, largest = 1, MAX_STRUCT_SCALARS
         _need(len(p) < 7 or (isinstance(p[6], list) and 0 < len(p[6]) <= axes
                              and all(_is_int(s) and 0 < s <= largest for s in p[6])),
               f"element shape of parameter {p[0]!r}")
-    _check_arguments(d["params"])
+    _check_arguments(d["params"], structs)
     for f in _list(d, "fields", 4):
         check_field(f[0], f[1], f[2], module_attribute=False)
         _need(isinstance(f[3], bool), f"field {f[0]!r}")
@@ -444,21 +467,80 @@ MAX_MESSAGES = 1 << 16  # print, assert and debug-check messages of one kernel
 MAX_ELEMENT_AXIS = 64  # a vector's length, a matrix's rows or columns
 
 
-def _check_arguments(params: list) -> None:
+def _check_arguments(params: list, structs: dict) -> None:
     """A vector/matrix parameter's element records are consecutive, all of one dtype and
-    shape, as many as its elements; argument names are distinct."""
+    shape, as many as its elements; a struct parameter's are its layout's scalars; argument
+    names are distinct, and "structs" names struct parameters only."""
     names, i = set(), 0
     while i < len(params):
         p = params[i]
         shape = p[6] if len(p) == 7 and p[1] == "scalar" else []
         count = element_count(shape)
-        if shape:
+        if p[0] in structs:
+            dtypes = check_struct_layout(structs[p[0]], f"struct parameter {p[0]!r}")
+            group = params[i:i + len(dtypes)]
+            _need(shape == [len(dtypes)] and len(group) == len(dtypes)
+                  and all(len(q) == 7 and q[0] == p[0] and q[1] == "scalar" and q[3] == 0 and q[6] == shape
+                          and q[2] == dtype for q, dtype in zip(group, dtypes)),
+                  f"the scalar records of struct parameter {p[0]!r}")
+        elif shape:
             group = params[i:i + count]
             _need(len(group) == count and all(len(q) == 7 and q[:4] == p[:4] and q[6] == shape for q in group),
                   f"the element records of vector parameter {p[0]!r}")
         _need(p[0] not in names, f"parameter {p[0]!r} appears twice")
         names.add(p[0])
         i += count
+    _need(set(structs) <= names, "structs: a struct parameter the kernel does not have")
+
+
+MAX_STRUCT_SCALARS = 4096  # the scalars of one struct parameter or returned struct
+MAX_STRUCT_DEPTH = 16  # structs nested in structs
+
+
+def check_struct_layout(layout, what: str, largest_axis: int = MAX_ELEMENT_AXIS,
+                        most_scalars: int = MAX_STRUCT_SCALARS, depth: int = 0) -> list:
+    """A struct layout (see the module docstring); the dtype of each of its scalars, in order.
+    A parameter's vector members are as a vector parameter's (rows and columns up to
+    MAX_ELEMENT_AXIS), a returned struct's as a returned vector's."""
+    _need(depth < MAX_STRUCT_DEPTH and isinstance(layout, dict) and set(layout) == {"name", "members"}
+          and isinstance(layout["name"], str) and _IDENT.match(layout["name"])
+          and isinstance(layout["members"], list) and 0 < len(layout["members"]) <= most_scalars,
+          f"{what}: layout")
+    dtypes, seen = [], set()
+    for m in layout["members"]:
+        _need(isinstance(m, list) and len(m) == 2 and isinstance(m[0], str) and _IDENT.match(m[0])
+              and m[0] not in seen, f"{what}: a member")
+        seen.add(m[0])
+        if isinstance(m[1], dict):
+            dtypes += check_struct_layout(m[1], what, largest_axis, most_scalars, depth + 1)
+        else:
+            leaf = m[1]
+            _need(isinstance(leaf, list) and len(leaf) == 2 and leaf[0] in DTYPE_NAMES and isinstance(leaf[1], list)
+                  and len(leaf[1]) <= 2 and all(_is_int(n) and 0 < n <= largest_axis for n in leaf[1]),
+                  f"{what}: member {m[0]!r:.60}")
+            dtypes += [leaf[0]] * element_count(leaf[1])
+        _need(len(dtypes) <= most_scalars, f"{what}: more than {most_scalars} scalars")
+    return dtypes
+
+
+def struct_scalar_names(layout: dict) -> list[str]:
+    """`.a`, `.v[0]`, `.inner.b`: how messages name each scalar of a (checked) struct layout."""
+    names = []
+    for member, sub in layout["members"]:
+        if isinstance(sub, dict):
+            names += [f".{member}{rest}" for rest in struct_scalar_names(sub)]
+            continue
+        shape = sub[1]
+        if not shape:
+            names.append(f".{member}")
+            continue
+        for k in range(element_count(shape)):
+            position, rest = [], k
+            for n in reversed(shape):
+                position.insert(0, rest % n)
+                rest //= n
+            names.append(f".{member}[{', '.join(map(str, position))}]")
+    return names
 
 
 MAX_RETURN_VALUES = 4096
@@ -472,9 +554,9 @@ def check_returns_record(d: dict, r) -> None:
     """The "returns" record: per returned item [dtype, element shape] (shape [] for a scalar,
     [n] for a vector, [n, m] for a matrix), whether the items form a tuple, and the temporary
     slot of every scalar, items in order and each element row-major."""
-    _need(isinstance(r, dict) and set(r) == {"values", "tuple", "slots"} and isinstance(r["tuple"], bool)
-          and isinstance(r["values"], list) and 0 < len(r["values"]) <= MAX_RETURN_VALUES
-          and (r["tuple"] or len(r["values"]) == 1), "returns")
+    _need(isinstance(r, dict) and set(r) - {"structs"} == {"values", "tuple", "slots"} and isinstance(r["tuple"], bool)
+          and isinstance(r["values"], list) and 0 < len(r["values"]) <= MAX_RETURN_VALUES, "returns")
+    _need(r["tuple"] or return_items(r) == 1, "returns: one item unless a tuple")
     counts = []
     for v in r["values"]:
         _need(isinstance(v, list) and len(v) == 2 and v[0] in DTYPE_NAMES and isinstance(v[1], list)
@@ -490,6 +572,32 @@ def check_returns_record(d: dict, r) -> None:
         _need(slots[start:start + count] == list(range(slots[start], slots[start] + count)),
               "returns: the slots of a value are not consecutive")
         start += count
+
+
+def return_items(r: dict) -> int:
+    """How many items a "returns" record's values make (a struct's values are one), after
+    checking its "structs" groups: [first value, layout] in order, not overlapping, each
+    layout's members being the values there."""
+    values, structs = r["values"], r.get("structs", [])
+    _need(isinstance(structs, list) and len(structs) <= MAX_RETURN_VALUES, "returns: structs")
+    items, next_free = len(values), 0
+    for g in structs:
+        _need(isinstance(g, list) and len(g) == 2 and _is_int(g[0]) and next_free <= g[0] < len(values),
+              "returns: a struct group")
+        check_struct_layout(g[1], "returns: struct", MAX_RETURN_SCALARS, MAX_RETURN_SCALARS)
+        leaves = _layout_values(g[1])
+        _need(values[g[0]:g[0] + len(leaves)] == leaves, "returns: a struct's values")
+        next_free = g[0] + len(leaves)
+        items -= len(leaves) - 1
+    return items
+
+
+def _layout_values(layout: dict) -> list:
+    """A checked struct layout's member values as "returns" records them: [dtype, shape] each."""
+    out = []
+    for _, sub in layout["members"]:
+        out += _layout_values(sub) if isinstance(sub, dict) else [[sub[0], list(sub[1])]]
+    return out
 
 
 _FEATURE_NAME = re.compile(r"^[a-z0-9][a-z0-9._+-]{0,63}$")
@@ -584,12 +692,21 @@ def check_bindings(d: dict, bindings, what: str) -> None:
             _need(index == 0, f"{what}: binding {b!r:.60}")
 
 
+# Keys a policy may add: the CPU's width-W lowering (compiler/targets/cpu/widen_codegen.py)
+# records "lanes" (adstack heap slices one thread takes) or "scalar" (why the task is not widened).
+OPTIONAL_LAUNCH_KEYS = {"cpu_chunks": {"lanes", "scalar"}, "grid": set()}
+
+
 def check_launch_policy(launch, what: str) -> None:
     _need(isinstance(launch, dict) and launch.get("policy") in LAUNCH_POLICIES
-          and set(launch) == LAUNCH_POLICIES[launch["policy"]] | {"policy"}, f"{what}: launch policy")
+          and set(launch) - OPTIONAL_LAUNCH_KEYS[launch["policy"]] == LAUNCH_POLICIES[launch["policy"]] | {"policy"},
+          f"{what}: launch policy")
     if launch["policy"] == "cpu_chunks":
         _need(_is_int(launch["parallel_from"]) and 0 <= launch["parallel_from"] <= 1 << 62,
               f"{what}: launch policy parallel_from")
+        _need(_is_int(launch.get("lanes", 1)) and 1 <= launch.get("lanes", 1) <= 64, f"{what}: launch policy lanes")
+        _need(isinstance(launch.get("scalar", ""), str) and len(launch.get("scalar", "")) <= 200,
+              f"{what}: launch policy scalar")
     else:
         # 0: the device's default block size (no qd.loop_config(block_dim=...) on the loop)
         _need(_is_int(launch["block_dim"]) and 0 <= launch["block_dim"] <= 1 << 16, f"{what}: launch policy block_dim")

@@ -23,7 +23,18 @@ import operator
 
 import numpy as np
 
-_COMPONENTS = {"x": 0, "y": 1, "z": 2, "w": 3}
+# Swizzle letters, as in Quadrants (GLSL's three sets): `v.x`, `v.bgr`, `v.xxyy`, `v.st`.
+_SWIZZLE_SETS = ("xyzw", "rgba", "stpq")
+
+
+def _swizzle(name: str) -> list | None:
+    """The component indices `name` selects (1 to 4 letters of one set), None if it is no swizzle."""
+    if not 1 <= len(name) <= 4:
+        return None
+    for letters in _SWIZZLE_SETS:
+        if all(c in letters for c in name):
+            return [letters.index(c) for c in name]
+    return None
 
 
 class MatrixValue:
@@ -137,22 +148,34 @@ class MatrixValue:
         return (self[i] for i in range(len(self)))
 
     def __getattr__(self, name):
-        i = _COMPONENTS.get(name)
-        if i is None:
+        indices = _swizzle(name)
+        if indices is None:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        return self[self._component(name, i)]
+        self._check_swizzle(name, indices)
+        if len(indices) == 1:
+            return self[indices[0]]
+        return MatrixValue.of(self._data[indices])  # a new vector (fancy indexing copies)
 
     def __setattr__(self, name, value):
-        i = _COMPONENTS.get(name)
-        if i is None:
+        indices = _swizzle(name)
+        if indices is None:
             object.__setattr__(self, name, value)
-        else:
-            self[self._component(name, i)] = value
+            return
+        self._check_swizzle(name, indices)
+        if len(set(indices)) != len(indices):
+            raise AttributeError(f"cannot assign to swizzle '{name}': it repeats a component")
+        if len(indices) == 1:
+            self[indices[0]] = value
+            return
+        values = np.asarray(_unwrap(value))
+        if values.ndim != 0 and values.shape != (len(indices),):
+            raise ValueError(f"value len does not match the swizzle pattern={name}")
+        self._data[indices] = values
+        self._written()
 
-    def _component(self, name: str, i: int) -> int:
-        if self._data.ndim != 1 or i >= self._data.shape[0]:
+    def _check_swizzle(self, name: str, indices: list) -> None:
+        if self._data.ndim != 1 or max(indices) >= self._data.shape[0]:
             raise AttributeError(f"a value of shape {self._data.shape} has no component '{name}'")
-        return i
 
     def fill(self, value) -> None:
         self._data[...] = value

@@ -1,12 +1,14 @@
 """The SPIR-V kernel ABI's host side, shared by the devices that run SPIR-V-derived code
-(vulkan/, metal/): the "args" words, which ctx word gives each binding's buffer, the
-"adstack_meta" words, and the 2-D grid (compiler/targets/vulkan/target.py has the ABI)."""
+(vulkan/, metal/): the "args" words (laid out as contract/spirv_args.py says), which ctx word
+gives each binding's buffer, the "adstack_meta" words, and the 2-D grid
+(compiler/targets/vulkan/target.py has the ABI)."""
 from __future__ import annotations
 
 import numpy as np
 
 from ..contract import adstack_layout
 from ..contract.error_slot import BOUNDS_WORD, OVERFLOW_WORD
+from ..contract.spirv_args import EXTENT, HIGH, RANDOM, SIGN_EXTENDED_BITS, VALUE, ArgsLayout
 
 # Adstack resources (adstack_layout's SPIR-V record): the heaps' addresses are the ctx words
 # adstack_slot + 0 / + 1 (runtime/adstack_sizing.py writes them); "adstack_meta" is written per
@@ -15,36 +17,35 @@ HEAP_WORDS = {"adstack_float": 0, "adstack_int": 1}
 
 
 class ArgsPlan:
-    """How the "args" words come from the launcher's ctx words (which hold each scalar in its
-    word's low bytes, zero above, and each ndarray's shape after its pointer). An extent takes
-    one word, read as an i32: the launcher refuses an array past 2**31 - 1 elements at bind
-    (launcher.check_extent, runtime/contract/extents.py)."""
+    """How the "args" words (their layout: contract/spirv_args.py, which the compiler reads them
+    by) come from the launcher's ctx words, which hold each scalar in its word's low bytes, zero
+    above, each ndarray's shape after its pointer, and the random state's two 64-bit words at
+    the kernel's random slot."""
 
     def __init__(self, meta):
-        self.gather, self.wide, self.narrow = [], [], []
-        for p in meta.params:
-            if p.kind == "ndarray":
-                self.gather += range(p.slot + 1, p.slot + 1 + p.ndim)
-                continue
-            if p.dtype in ("i64", "u64", "f64"):  # two words, low first: filled in by `pack`
-                self.wide.append((len(self.gather), p.slot))
-                self.gather += [p.slot, p.slot]
-                continue
-            if p.dtype in ("i8", "i16"):  # sign-extended to 32 bits
-                self.narrow.append((len(self.gather), 8 if p.dtype == "i8" else 16))
-            self.gather.append(p.slot)
-        if meta.random_slot is not None:  # the seed and the launch counter, 64 bits each
-            for slot in (meta.random_slot, meta.random_slot + 1):
-                self.wide.append((len(self.gather), slot))
-                self.gather += [slot, slot]
+        layout = ArgsLayout(meta.params, meta.random_slot is not None)
+        self.gather, self.high, self.narrow = [], [], []
+        for position, word in enumerate(layout.words):
+            if word.source == RANDOM:
+                slot = meta.random_slot + word.index // 2
+                if word.index % 2:
+                    self.high.append((position, slot))
+            else:
+                p = meta.params[word.param]
+                slot = p.slot + 1 + word.index if word.source == EXTENT else p.slot
+                if word.source == HIGH:
+                    self.high.append((position, slot))
+                elif word.source == VALUE and p.dtype in SIGN_EXTENDED_BITS:
+                    self.narrow.append((position, SIGN_EXTENDED_BITS[p.dtype]))
+            self.gather.append(slot)
         self.gather = np.array(self.gather, np.intp)
         self.nbytes = max(4 * len(self.gather), 4)
 
     def pack(self, ctx: np.ndarray) -> np.ndarray:
         """The args words (np.uint32) for the ctx words `ctx` (np.uint64)."""
         out = ctx[self.gather].astype(np.uint32)  # the low 32 bits of each word
-        for position, slot in self.wide:
-            out[position + 1] = int(ctx[slot]) >> 32
+        for position, slot in self.high:
+            out[position] = int(ctx[slot]) >> 32
         for position, nbits in self.narrow:
             v = int(out[position]) & ((1 << nbits) - 1)
             out[position] = (v - (1 << nbits)) & 0xFFFFFFFF if v >> (nbits - 1) else v

@@ -4,9 +4,16 @@ stream, device pointers, events, modules of task entries taking one pointer. The
 
 Memory. `allocate` is a device allocation plus a memset on the stream (zeroed, ordered before
 any later launch); `ptr` is the real device address, written into ctx words as is.
-`copy_to_device` / `copy_to_host` are ranged asynchronous copies on the stream followed by a
-stream synchronise, so the source may change and the destination is complete when they
-return. `free_after_fence` records an event: the allocation is freed once the event completed
+`copy_to_host` is a ranged asynchronous copy on the stream followed by a stream synchronise,
+so the destination is complete when it returns. `copy_to_device` of at most SMALL_COPY_BYTES
+(an element write, an error slot's reset) is staged in the pinned ring and copied on the stream
+without a wait (the ring half is reused only after an event says the copy ran, so the source may
+change at once); a larger one is copied and waited for. `fill` is a memset on the stream
+(D8/D16/D32 for patterns of period 1, 2, 4 bytes; an 8-byte period by the device's fill kernel
+where it has one, `fill64_image`: CUDA's two strided cuMemsetD2D32 were 75x slower than a memset
+on an H200), else the pattern staged once and doubled by device-to-device copies;
+`copy_between` (deep copies of arrays) is one device-to-device copy. None of them waits.
+`free_after_fence` records an event: the allocation is freed once the event completed
 (checked at every later free_after_fence and at `wait`), so a buffer replaced while launches
 that use it are in flight (an adstack heap) is never freed under them: an allocator could hand
 its address out again, as the adstack heap's, to a kernel still running (seed 001's AMDGPU
@@ -19,6 +26,14 @@ ring whose two halves are reused only after an event says the copies reading the
 Stream order makes the overwrite safe: the copy runs after the launches before it. Grid =
 slices / block_dim blocks; `task_slices` is min(ceil(N / block_dim), a cap) blocks, and the
 task's grid-stride loop covers the rest.
+
+Graphs (`@qd.kernel(graph=True)`, where the driver has graph calls: CUDA). `launch_graph`
+uploads the ctx words as a launch does, then replays one executable graph holding the
+kernel's tasks in order, each a kernel node with the task's grid, captured from the stream the
+first time that grid tuple is launched (up to GRAPHS_PER_KERNEL tuples a kernel, the least
+recently used destroyed after a fence). The nodes' one argument is the ctx copy's device address,
+which never changes: every argument, the adstack heap pointer and the thread slices it holds
+reach the replay through the uploaded words, so a replay with new arguments rebuilds nothing.
 
 Adstacks. The kernel indexes the heap by the global thread id, so a launch needs a slice per
 thread it really runs. The launcher's prepare hook (runtime/adstack.py) sizes the runtime's
@@ -39,13 +54,31 @@ import numpy as np
 from ..device import Allocation, Device, DeviceCapabilities, check_copy_range
 
 WAVES = 16                       # grid cap: this many waves of resident blocks on every multiprocessor
-RING_BYTES = 1 << 20             # pinned staging for ctx uploads (two halves)
+RING_BYTES = 1 << 20             # pinned staging for ctx uploads and small copies (two halves)
+GRAPHS_PER_KERNEL = 8            # executable graphs kept per kernel (one per grid tuple launched)
+SMALL_COPY_BYTES = 1 << 14       # copies to the device up to this size are staged, not waited for
+FILL_SEED_BYTES = 1 << 12        # a pattern that no memset writes: this much staged, then doubled
+FILL64_ENTRY, FILL64_BLOCK = "qdc_fill64", 256
 CTX_ALIGN = 256
 # The driver calls a stream device makes, by role; each returns (status, values...) as the
 # cuda-bindings and hip-python functions do. `event_create` takes no arguments (its flags bound).
-CALLS = ("mem_alloc", "mem_free", "memset_d8_async", "memcpy_htod_async", "memcpy_dtoh_async", "stream_synchronize",
+CALLS = ("mem_alloc", "mem_free", "memset_d8_async", "memset_d16_async", "memset_d32_async", "memcpy_htod_async",
+         "memcpy_dtoh_async", "memcpy_dtod_async", "stream_synchronize",
          "event_create", "event_record", "event_query", "event_synchronize", "event_destroy", "module_load_data",
          "module_get_function", "launch_kernel", "host_alloc", "host_free")
+# Optional, the graph calls: `begin_capture(stream)`, `end_capture(stream)` -> graph, `graph_instantiate(graph)` ->
+# executable graph, `graph_launch(exec, stream)`, `graph_destroy(graph)`, `graph_exec_destroy(exec)`.
+OPTIONAL_CALLS = ("begin_capture", "end_capture", "graph_instantiate", "graph_launch",
+                  "graph_destroy", "graph_exec_destroy")
+
+
+def pattern_period(pattern: bytes) -> int:
+    """The length of the shortest prefix of which `pattern` is a repetition."""
+    n = len(pattern)
+    for unit in range(1, n):
+        if n % unit == 0 and pattern[:unit] * (n // unit) == pattern:
+            return unit
+    return n
 
 
 class StatusDriver:
@@ -97,14 +130,16 @@ class CtxCopy:
     """The device copy of one ctx buffer: its allocation, the bytes last uploaded, the
     kernel-parameter array (void* to a u64 holding the device address) and its address, a numpy
     view of the host words."""
-    __slots__ = ("alloc", "last", "param", "params", "params_address", "words", "nbytes")
+    __slots__ = ("alloc", "last", "param", "params", "params_address", "words", "nbytes", "host")
 
     def __init__(self, alloc, nbytes, host_address):
-        self.alloc, self.nbytes, self.last = alloc, nbytes, None
+        self.alloc, self.nbytes, self.last = alloc, nbytes, b""
         self.param = ctypes.c_uint64(alloc.ptr)
         self.params = (ctypes.c_void_p * 1)(ctypes.addressof(self.param))
         self.params_address = ctypes.addressof(self.params)  # taken once: launches pass it
-        self.words = np.frombuffer((ctypes.c_uint64 * (nbytes // 8)).from_address(host_address), np.uint64)
+        host = (ctypes.c_uint64 * (nbytes // 8)).from_address(host_address)
+        self.words = np.frombuffer(host, np.uint64)
+        self.host = memoryview(host).cast("B")  # compared with `last` in place: no copy per launch
 
 
 class StreamKernel:
@@ -113,6 +148,7 @@ class StreamKernel:
     def __init__(self, meta, module, tasks):
         self.meta, self.module, self.tasks = meta, module, tasks
         self.ctx_copies: dict = {}  # host ctx address -> CtxCopy
+        self.graphs: dict = {}  # (host ctx address, slices per task) -> executable graph, oldest use first
         self.ctx_bytes = 8 * max(meta.ctx_words, 1)
 
 
@@ -128,7 +164,8 @@ class StreamDevice(Device):
         driver.on_lost = self.device_lost
         self._last_launched = None
         self.sm_count, self.threads_per_sm, self.max_grid_x = sm_count, threads_per_sm, max_grid_x
-        self._pending_frees: list = []  # (event, Allocation)
+        self._pending_frees: list = []  # (event, Allocation or a function releasing something)
+        self.graph_replays = 0  # graph launches (replays) so far
         self._ring_host = driver.check(calls.host_alloc(RING_BYTES, 0), "allocating pinned host memory")
         self._ring_offset = 0
         self._ring_events = [None, None]  # per half: recorded when the ring last left it
@@ -165,22 +202,88 @@ class StreamDevice(Device):
         check_copy_range(alloc, offset, data.size)
         if data.size == 0:
             return
+        if data.size <= SMALL_COPY_BYTES:
+            self._staged_copy(alloc.ptr + offset, data)
+            return
         d = self.driver
         d.check(self.calls.memcpy_htod_async(alloc.ptr + offset, data.ctypes.data, data.size, self.stream),
                 "copying to the device")
         d.check(self.calls.stream_synchronize(self.stream), "synchronising the stream (after a copy to the device)")
 
+    def _staged_copy(self, ptr: int, data: np.ndarray) -> None:
+        """`data` copied into the pinned ring, then from there to `ptr` on the stream (no wait)."""
+        host = int(self._ring_host) + self._stage(-(-data.size // CTX_ALIGN) * CTX_ALIGN)
+        ctypes.memmove(host, data.ctypes.data, data.size)
+        self.driver.check(self.calls.memcpy_htod_async(ptr, host, data.size, self.stream), "copying to the device")
+
     def fill(self, alloc: Allocation, offset: int, nbytes: int, pattern: bytes) -> None:
-        """A memset on the stream (no wait) where the pattern is one repeated byte (every zero
-        fill among them); other patterns through the host (the driver calls here have no
-        16/32-bit memset)."""
-        if len(set(pattern)) != 1 or nbytes % len(pattern):
-            super().fill(alloc, offset, nbytes, pattern)
-            return
+        """`pattern` repeated over the range, on the stream (no wait): a memset of the pattern's
+        period where the driver has one and the range is aligned to it, else the pattern staged
+        once and doubled by device-to-device copies (each reads what the ones before wrote)."""
+        if not pattern or nbytes % len(pattern):
+            raise ValueError(f"a fill of {nbytes} bytes with a pattern of {len(pattern)} bytes: not a whole number "
+                             f"of repetitions")
         check_copy_range(alloc, offset, nbytes)
-        if nbytes:
-            self.driver.check(self.calls.memset_d8_async(alloc.ptr + offset, pattern[0], nbytes, self.stream),
+        if nbytes == 0:
+            return
+        c, d, ptr = self.calls, self.driver, alloc.ptr + offset
+        unit = pattern_period(pattern)
+        word = pattern[:unit]
+        if unit == 1:
+            d.check(c.memset_d8_async(ptr, word[0], nbytes, self.stream), "filling device memory")
+        elif unit == 2 and ptr % 2 == 0:
+            d.check(c.memset_d16_async(ptr, int.from_bytes(word, "little"), nbytes // 2, self.stream),
+                    "filling device memory")
+        elif unit == 4 and ptr % 4 == 0:
+            d.check(c.memset_d32_async(ptr, int.from_bytes(word, "little"), nbytes // 4, self.stream),
+                    "filling device memory")
+        elif unit == 8 and ptr % 8 == 0 and self._fill64() is not None:
+            self._launch_fill64(ptr, nbytes // 8, int.from_bytes(word, "little"))
+        else:
+            self._fill_by_doubling(ptr, nbytes, word)
+
+    def fill64_image(self) -> bytes | None:
+        """A module with FILL64_ENTRY(u64 *ptr, u64 count, u64 value) storing `value` at ptr[0..count),
+        grid-stride; None where the device has none (fills of 8-byte periods are then doubled)."""
+        return None
+
+    def _fill64(self):
+        fn = getattr(self, "_fill64_function", False)
+        if fn is False:
+            image = self.fill64_image()
+            fn = None
+            if image is not None:
+                c, d = self.calls, self.driver
+                module = d.check(c.module_load_data(image), "loading the fill kernel")
+                fn = d.check(c.module_get_function(module, FILL64_ENTRY.encode()), "the fill kernel")
+            self._fill64_function = fn
+        return fn
+
+    def _launch_fill64(self, ptr: int, count: int, value: int) -> None:
+        args = (ctypes.c_uint64 * 3)(ptr, count, value)
+        params = (ctypes.c_void_p * 3)(*(ctypes.addressof(args) + 8 * i for i in range(3)))
+        block = FILL64_BLOCK
+        blocks = min(-(-count // block), self.grid_cap(block))
+        self.driver.check(self._launch(self._fill64(), blocks, 1, 1, block, 1, 1, 0, self.stream,
+                                       ctypes.addressof(params), 0), "filling device memory")  # params copied here
+
+    def _fill_by_doubling(self, ptr: int, nbytes: int, word: bytes) -> None:
+        seed = np.frombuffer(word * max(FILL_SEED_BYTES // len(word), 1), np.uint8)[:nbytes]
+        self._staged_copy(ptr, seed)
+        done = seed.size
+        while done < nbytes:
+            size = min(done, nbytes - done)
+            self.driver.check(self.calls.memcpy_dtod_async(ptr + done, ptr, size, self.stream),
                               "filling device memory")
+            done += size
+
+    def copy_between(self, src: Allocation, dst: Allocation, nbytes: int) -> None:
+        """The first `nbytes` of `src` onto `dst`: one device-to-device copy on the stream."""
+        check_copy_range(src, 0, nbytes)
+        check_copy_range(dst, 0, nbytes)
+        if nbytes:
+            self.driver.check(self.calls.memcpy_dtod_async(dst.ptr, src.ptr, nbytes, self.stream),
+                              "copying between device buffers")
 
     def copy_to_host(self, alloc: Allocation, dst: np.ndarray, offset: int = 0) -> None:
         out = dst.reshape(-1).view(np.uint8)  # a view of `dst` (contiguous), 1-d first as above
@@ -216,7 +319,10 @@ class StreamDevice(Device):
         for event, alloc in self._pending_frees:
             if self._event_done(event, block):
                 self.calls.event_destroy(event)
-                self.free(alloc)
+                if callable(alloc):
+                    alloc()
+                else:
+                    self.free(alloc)
             else:
                 keep.append((event, alloc))
         self._pending_frees = keep
@@ -276,22 +382,95 @@ class StreamDevice(Device):
             self._last_launched = loaded
             self._note_submitted(loaded.meta.name)
         t = loaded.tasks[task]
+        copy = loaded.ctx_copies.get(ctx_address) or self._ctx_copy(loaded, ctx_address)
+        if t.heap_threads_word is not None:
+            self._check_heap(loaded, t, copy, slices)
+        if copy.host != copy.last:
+            self._upload_ctx(copy, copy.host.tobytes())
+        block = t.block_dim  # the launch itself inline: this is every kernel's hot path
+        err = self._launch(t.function, -(-slices // block), 1, 1, block, 1, 1, 0, self.stream,
+                           copy.params_address, 0)[0]
+        if err != self.driver.ok:
+            self.driver.fail(err, f"launching task '{t.name}' of kernel '{loaded.meta.name}'")
+
+    def _ctx_copy(self, loaded: StreamKernel, ctx_address: int) -> CtxCopy:
         copy = loaded.ctx_copies.get(ctx_address)
         if copy is None:
             copy = loaded.ctx_copies[ctx_address] = CtxCopy(self.allocate(loaded.ctx_bytes), loaded.ctx_bytes,
                                                             ctx_address)
+        return copy
+
+    @staticmethod
+    def _check_heap(loaded: StreamKernel, t: StreamTask, copy: CtxCopy, slices: int) -> None:
         if t.heap_threads_word is not None and copy.words[t.heap_threads_word] < slices:
             raise RuntimeError(f"kernel '{loaded.meta.name}', task '{t.name}': {slices} threads launched but its "
                                f"adstack heap holds {int(copy.words[t.heap_threads_word])}: the heap was not sized "
                                f"for this launch (the launcher's adstack hooks did not run)")
-        data = ctypes.string_at(ctx_address, copy.nbytes)
-        if data != copy.last:
-            self._upload_ctx(copy, data)
+
+    def _launch_on_stream(self, loaded: StreamKernel, t: StreamTask, copy: CtxCopy, slices: int) -> None:
         block = t.block_dim
         err = self._launch(t.function, -(-slices // block), 1, 1, block, 1, 1, 0, self.stream,
                            copy.params_address, 0)[0]
         if err != self.driver.ok:
             self.driver.fail(err, f"launching task '{t.name}' of kernel '{loaded.meta.name}'")
+
+    @property
+    def has_graphs(self) -> bool:
+        return getattr(self.calls, "graph_launch", None) is not None
+
+    def launch_graph(self, loaded: StreamKernel, ctx_address: int, slices: list) -> None:
+        """Every task of `loaded` in order, task i on `slices[i]` thread slices (0: not
+        launched), as one replay of an executable graph (see "Graphs"); task by task where the
+        driver has no graphs."""
+        if not self.has_graphs:
+            for task, n in enumerate(slices):
+                self.launch_task(loaded, task, ctx_address, n)
+            return
+        if self.lost is not None:
+            self.check_not_lost()
+        copy = self._ctx_copy(loaded, ctx_address)
+        for t, n in zip(loaded.tasks, slices):
+            self._check_heap(loaded, t, copy, n)
+        if not any(slices):
+            return
+        if loaded is not self._last_launched:
+            self._last_launched = loaded
+            self._note_submitted(loaded.meta.name)
+        if copy.host != copy.last:
+            self._upload_ctx(copy, copy.host.tobytes())
+        key = (ctx_address, tuple(slices))
+        graphs = loaded.graphs
+        graph = graphs.pop(key, None)
+        if graph is None:
+            graph = self._capture(loaded, copy, slices)
+            while len(graphs) >= GRAPHS_PER_KERNEL:
+                self._destroy_after_fence(graphs.pop(next(iter(graphs))))
+        graphs[key] = graph  # the most recently used last
+        err = self.calls.graph_launch(graph, self.stream)[0]
+        if err != self.driver.ok:
+            self.driver.fail(err, f"launching the graph of kernel '{loaded.meta.name}'")
+        self.graph_replays += 1
+
+    def _capture(self, loaded: StreamKernel, copy: CtxCopy, slices: list):
+        """An executable graph of the tasks with nonzero `slices`, captured from the stream."""
+        c, d = self.calls, self.driver
+        what = f"capturing the graph of kernel '{loaded.meta.name}'"
+        d.check(c.begin_capture(self.stream), what)
+        try:
+            for t, n in zip(loaded.tasks, slices):
+                if n > 0:
+                    self._launch_on_stream(loaded, t, copy, n)
+        finally:
+            graph = d.check(c.end_capture(self.stream), what)
+        try:
+            return d.check(c.graph_instantiate(graph), f"instantiating the graph of kernel '{loaded.meta.name}'")
+        finally:
+            c.graph_destroy(graph)  # the executable graph keeps what it needs
+
+    def _destroy_after_fence(self, graph) -> None:
+        """Destroy an executable graph once the replays queued so far ran."""
+        self._retire()
+        self._pending_frees.append((self._record_event(), lambda: self.calls.graph_exec_destroy(graph)))
 
     def _upload_ctx(self, copy: CtxCopy, data: bytes) -> None:
         """Stage `data` in the pinned ring and copy it to the ctx's device copy on the stream."""

@@ -1,6 +1,21 @@
 """The compiler reaches the runtime only through runtime/contract/ (the ABI that generated code
 depends on), and every arch's cache key covers the whole contract, so a change to an ABI
-constant can never leave a stale entry that the runtime would load and run."""
+constant can never leave a stale entry that the runtime would load and run.
+
+The compiler has two floors:
+- the top floor works with `@qd.kernel` objects: direct mode (compiler/jit/: the kernel
+  objects, qd.init, Tape, FwdMode, qd.aot, and the offline cache's lookups and stores),
+  `qdc build` (compiler/driver/build.py, which imports kernel modules and stores their
+  entries in a cache folder or a remote store) and the IR of a kernel
+  (compiler/driver/inspect.py). Like a deployment it is a client of the runtime, and may use
+  all of it.
+- everything below makes code (language, front end, IR, passes, autodiff, targets, and the
+  driver's options, cache keys and compile_kernel). What it makes must follow from what the
+  cache key hashes, compiler/ and runtime/contract/, so it takes from the runtime only the
+  contract, and it never imports the top floor. What the language shares with the runtime's
+  data objects in Python scope (the default types of declarations, the classes that make
+  fields and ndarrays) is in the contract too: runtime/contract/python_scope.py.
+"""
 import ast
 import os
 import shutil
@@ -16,16 +31,15 @@ PACKAGE = os.path.dirname(os.path.abspath(qd.__file__))
 COMPILER = os.path.join(PACKAGE, "compiler")
 CONTRACT = os.path.join(PACKAGE, "runtime", "contract")
 
-# The top floor that runs kernels in this process (the kernel object, qd.init, Tape, FwdMode) is
-# a client of the runtime like any deployment, and may use all of it.
-IN_PROCESS_CLIENT = "compiler/jit/"
-# Below it, what the compiler may take from the runtime besides the contract: the cache writer
-# that builds store entries through, and the field objects qd.Vector.field and struct types construct.
-ALLOWED = {
-    "qdc.runtime.cache": {"compiler/driver/build.py", "compiler/driver/kernel.py"},
-    "qdc.runtime.remote": {"compiler/driver/build.py"},  # `qdc build --remote`: the same entries, on a store
-    "qdc.runtime.fields": {"compiler/language/matrix.py", "compiler/language/structs.py"},
-}
+TOP_FLOOR = ("compiler/jit/", "compiler/driver/build.py", "compiler/driver/inspect.py")
+TOP_FLOOR_MODULES = tuple("qdc." + p.rstrip("/").removesuffix(".py").replace("/", ".") for p in TOP_FLOOR)
+# Imports below the top floor that are allowed anyway: none (Python-scope objects are made
+# through the contract's python_scope.device_arrays).
+ALLOWED: dict = {}
+
+
+def _on_top_floor(rel: str) -> bool:
+    return any(rel.startswith(p) if p.endswith("/") else rel == p for p in TOP_FLOOR)
 
 
 def _python_files(folder: str):
@@ -74,15 +88,28 @@ def _contract_violation(rel: str, imported: str) -> bool:
     return rel not in ALLOWED.get(imported, ())
 
 
-def test_the_compiler_imports_the_runtime_only_through_the_contract():
-    problems = []
+def _below_the_top_floor():
     for path in _python_files(COMPILER):
         rel = os.path.relpath(path, PACKAGE).replace(os.sep, "/")
-        if rel.startswith(IN_PROCESS_CLIENT):
-            continue
+        if not _on_top_floor(rel):
+            yield rel, path
+
+
+def test_the_compiler_imports_the_runtime_only_through_the_contract():
+    problems = []
+    for rel, path in _below_the_top_floor():
         problems += [f"{rel}:{line}: imports {imported}" for line, imported in _imported_modules(path)
                      if _contract_violation(rel, imported)]
     assert not problems, "the compiler takes from the runtime only what runtime/contract/ holds:\n" + \
+        "\n".join(problems)
+
+
+def test_nothing_below_the_top_floor_imports_it():
+    problems = []
+    for rel, path in _below_the_top_floor():
+        problems += [f"{rel}:{line}: imports {imported}" for line, imported in _imported_modules(path)
+                     if any(imported == m or imported.startswith(m + ".") for m in TOP_FLOOR_MODULES)]
+    assert not problems, "the code-making floor never reaches up to the kernel objects or `qdc build`:\n" + \
         "\n".join(problems)
 
 

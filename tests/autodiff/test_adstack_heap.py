@@ -10,6 +10,7 @@ import pytest
 import qdc as qd
 from qdc.runtime import adstack, context
 from autodiff_util import run_grad
+from cpu_lanes_util import heap_slices_per_thread
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*trip count is only known at run time")
 
@@ -79,8 +80,10 @@ def test_heap_grows_on_demand_and_is_reused():
 
     assert qd.adstack_heap_bytes() == 0
     small, big = chain_of(10), chain_of(3000)
-    threads = 1  # 4 iterations are too little work to wake the worker threads: one thread runs them
     small.grad()
+    # 4 iterations are too little work to wake the worker threads: one thread runs them, taking
+    # a slice per lane where the task runs W iterations at a time (cpu_lanes_util.py)
+    threads = heap_slices_per_thread(small.grad.compile())
     # one f32 stack: the count, then the first store and one entry per iteration (primal and
     # adjoint, 8 bytes)
     assert qd.adstack_heap_bytes() == threads * (8 + 11 * 8)

@@ -23,6 +23,7 @@ from qdc.runtime.contract import sizeexpr as se
 from qdc.runtime.adstack_sizing import dtype_range
 from qdc.runtime.contract.artifact import KernelMeta
 from qdc.runtime.launcher import LaunchContext
+from cpu_lanes_util import heap_slices_per_thread
 
 N = 8
 x = qd.field(qd.f64, shape=N, needs_grad=True)
@@ -35,9 +36,13 @@ def align8(v):
     return (v + 7) & ~7
 
 
+_last_gradient = {"slices per thread": 1}  # of the last gradient `run_grad` ran (cpu_lanes_util.py)
+
+
 def heap_bytes(threads, stacks):
-    """threads * sum(align8(8 + capacity * entry bytes)) for (capacity, entry bytes) pairs."""
-    return threads * sum(align8(8 + cap * entry) for cap, entry in stacks)
+    """threads * the slices each takes * sum(align8(8 + capacity * entry bytes)) for (capacity,
+    entry bytes) pairs; a thread of a task lowered W iterations at a time takes W slices."""
+    return threads * _last_gradient["slices per thread"] * sum(align8(8 + cap * entry) for cap, entry in stacks)
 
 
 def steps_reference(xs, trips):
@@ -57,6 +62,7 @@ def run_grad(kernel, *args):
     x.grad.fill(0)
     y.grad[None] = 1
     kernel.grad(*args)
+    _last_gradient["slices per thread"] = heap_slices_per_thread(kernel.grad.compile(args))
     return x.grad.to_numpy()
 
 
@@ -66,8 +72,8 @@ def one_thread(**options):
 
 
 def context_cache_dir():
-    from qdc.compiler.driver import options
-    return options.current.cache_dir
+    from qdc.compiler.jit.api import direct_options
+    return direct_options().cache_dir
 
 
 @qd.func
@@ -399,6 +405,7 @@ def test_heap_is_exactly_threads_times_the_stacks(rng, workers):
     xb.grad.fill(0)
     yb.grad[None] = 1
     three_stacks.grad()
+    _last_gradient["slices per thread"] = heap_slices_per_thread(three_stacks.grad.compile())
     np.testing.assert_allclose(xb.grad.to_numpy(), three_stacks_reference(xs, trips), rtol=1e-4)
     stacks = three_stacks.grad.compile().meta.adstack["stacks"]
     assert [(r["name"], r["dtype"], r["adjoint"]) for r in stacks] == [

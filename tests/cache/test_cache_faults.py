@@ -21,6 +21,7 @@ from click.testing import CliRunner
 import qdc as qd
 from qdc.cli.main import cli
 from qdc.compiler.driver import options as options_mod
+from qdc.compiler.jit.api import direct_options
 from qdc.compiler.driver.build import build
 from qdc.runtime.contract import artifact as A
 from qdc.runtime.cache import Cache, entry_path, module_path, read_entry
@@ -169,10 +170,10 @@ def test_cache_that_is_a_file_is_a_usage_error(tmp_path):
         assert "is a file, not a folder" in r.output and "Traceback" not in r.output, r.output
     assert not_a_folder.read_text() == "hello"
 
-    previous = options_mod.current
+    previous = direct_options()
     with pytest.raises(ValueError, match="cache_dir .*is a file, not a folder"):
         qd.init(arch=qd.cpu, cache_dir=str(not_a_folder))
-    assert options_mod.current is previous  # the failing init left the runtime as it was
+    assert direct_options() is previous  # the failing init left the runtime as it was
 
 
 def _deny(path):
@@ -249,8 +250,8 @@ def test_read_only_cache_is_a_usage_error_for_build(cache_copy, tmp_path, monkey
 
 
 def test_read_only_cache_in_direct_mode_warns_at_init_and_still_hits(cache_copy, monkeypatch, rng):
-    from qdc.compiler.driver import kernel as kernel_mod
-    monkeypatch.setattr(kernel_mod, "_UNWRITABLE", set())
+    from qdc.compiler.jit import offline_cache
+    monkeypatch.setattr(offline_cache, "_UNWRITABLE", set())
     with read_only(cache_copy, monkeypatch):
         with pytest.warns(UserWarning, match="not writable.*compiled on every run"):
             qd.init(arch=qd.cpu, cache_dir=cache_copy)
@@ -493,3 +494,23 @@ def test_an_error_without_a_source_location_prints_none():
     from qdc.runtime.contract.errors import QdcCompileError
     assert str(QdcCompileError("spirv-cross is not installed")) == "error: spirv-cross is not installed"
     assert str(QdcCompileError("bad", "k.py", 3, 5)) == "k.py:3:5: error: bad"
+
+
+def test_verify_names_every_corrupt_artifact_of_one_entry(cache_copy):
+    entries = os.path.join(cache_copy, "entries")
+    for root, _dirs, files in os.walk(entries):
+        artifacts = sorted(f for f in files if f not in ("meta.msgpack", "last_use") and not f.startswith("."))
+        if len(artifacts) >= 2:
+            break
+    else:
+        pytest.skip("no entry with two artifacts")
+    victims = [os.path.join(root, f) for f in artifacts[:2]]
+    for path in victims:
+        with open(path, "r+b") as f:
+            byte = f.read(1)
+            f.seek(0)
+            f.write(bytes([byte[0] ^ 0xFF]))
+    r = _verify(cache_copy)
+    assert r.exit_code == 1
+    for path in victims:  # loading stops at the first; verify names each
+        assert path in r.output and "sha256 mismatch" in r.output, r.output

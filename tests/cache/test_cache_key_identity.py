@@ -13,6 +13,7 @@ import pytest
 
 import qdc as qd
 from qdc.compiler.driver import cache_key, options as options_mod
+from qdc.compiler.jit.api import direct_options
 from qdc.compiler.jit.kernel import kernel_of
 from conftest import TESTS_DIR
 
@@ -29,7 +30,7 @@ def _kernel_capturing(op):
 
 def _key(kernel) -> str:
     k = kernel_of(kernel)
-    return cache_key.kernel_key(k.fn, k.params, options_mod.current, "cpu").key
+    return cache_key.kernel_key(k.fn, k.params, direct_options(), "cpu").key
 
 
 @pytest.mark.parametrize("module, names", [(qd, ("sin", "cos", "exp")), (math, ("sin", "cos", "exp"))])
@@ -142,7 +143,7 @@ def test_processes_sharing_a_cache_each_get_their_own_op(tmp_path):
 def test_init_without_cache_dir_uses_the_session_cache(session_cache_dir):
     assert os.environ["QDC_CACHE_DIR"] == session_cache_dir
     qd.init(arch=qd.cpu)
-    assert options_mod.current.resolved_cache_dir == session_cache_dir
+    assert direct_options().resolved_cache_dir == session_cache_dir
     assert options_mod.Options(cache_dir="elsewhere").resolved_cache_dir == "elsewhere"
 
 

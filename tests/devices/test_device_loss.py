@@ -32,14 +32,21 @@ def test_the_error_is_a_qdc_error_and_a_runtime_error_naming_the_kernels():
 
 # ---- vulkan --------------------------------------------------------------------------------------
 
+# A lost device answers VK_ERROR_DEVICE_LOST from every fence query: a sync on a GPU polls
+# vkGetFenceStatus before it blocks in vkWaitForFences, and either may see the loss first.
+FENCE_CALLS = ("vkWaitForFences", "vkGetFenceStatus")
+
+
 class _LostDevice:
-    """The Vulkan binding's functions, with `lost_call` answering VK_ERROR_DEVICE_LOST."""
+    """The Vulkan binding's functions, with `lost_call` (and, for a fence wait, every fence
+    query) answering VK_ERROR_DEVICE_LOST."""
 
     def __init__(self, lib, lost_call: str, status: int):
-        self.lib, self.lost_call, self.status = lib, lost_call, status
+        self.lib, self.status = lib, status
+        self.lost_calls = FENCE_CALLS if lost_call in FENCE_CALLS else (lost_call,)
 
     def __getattr__(self, name):
-        if name == self.lost_call:
+        if name in self.lost_calls:
             return lambda *args: self.status
         return getattr(self.lib, name)
 
@@ -69,16 +76,21 @@ def _two_kernels(x):
     return scale_by, shift_by
 
 
+@pytest.mark.parametrize("poll", [False, True], ids=["blocking_wait", "polling_wait"])
 @pytest.mark.parametrize("lost_call", ["vkWaitForFences", "vkQueueSubmit"])
-def test_a_lost_vulkan_device_names_its_kernels_and_qd_init_recovers(on_vulkan, lost_call, rng, session_cache_dir):
+def test_a_lost_vulkan_device_names_its_kernels_and_qd_init_recovers(on_vulkan, lost_call, poll, rng,
+                                                                     session_cache_dir):
+    if poll:  # as a sync on a GPU waits (lavapipe's never polls)
+        on_vulkan._spin_seconds = 1e-3
     x = qd.field(qd.f32, shape=257)
     scale_by, shift_by = _two_kernels(x)
     x.from_numpy(rng.standard_normal(257).astype(np.float32))
-    scale_by(2.0)
-    shift_by(1.0)  # both in the open batch: the loss shows at its submission or its fence
+    scale_by(2.0)  # submitted at once (the device is idle)
+    shift_by(1.0)  # in the open batch: the loss shows at its submission or its fence
     dev = on_vulkan
     dev.lib = _LostDevice(dev.lib, lost_call, dev.vk.VK_ERROR_DEVICE_LOST)
-    with pytest.raises(DeviceLostError, match=f"{lost_call}.*'scale_by', 'shift_by'") as lost:
+    seen_by = "|".join(dev.lib.lost_calls)
+    with pytest.raises(DeviceLostError, match=f"({seen_by}).*'scale_by', 'shift_by'") as lost:
         qd.sync()
     assert lost.value.kernels[-2:] == ("scale_by", "shift_by") and lost.value.arch == "vulkan"
     # Everything of the lost runtime raises it again; nothing hangs.
@@ -187,7 +199,8 @@ class FakeCuda:
                     "cuModuleLoadData": "hipModuleLoadData", "cuModuleGetFunction": "hipModuleGetFunction",
                     "cuLaunchKernel": "hipModuleLaunchKernel", "cuMemHostAlloc": "hipHostMalloc",
                     "cuMemFreeHost": "hipHostFree", "cuDeviceGetAttribute": "hipDeviceGetAttribute",
-                    "cuStreamDestroy": "hipStreamDestroy"}
+                    "cuStreamDestroy": "hipStreamDestroy", "cuMemsetD16Async": "hipMemsetD16Async",
+                    "cuMemsetD32Async": "hipMemsetD32Async", "cuMemcpyDtoDAsync": "hipMemcpyDtoDAsync"}
 
     def __init__(self):
         self.hip = FakeHip()

@@ -27,6 +27,11 @@ a = qd.field(qd.i32, shape=4)
 u = qd.field(qd.u32, shape=4)
 b = qd.field(qd.i64, shape=4)
 F1 = qd.types.ndarray(dtype=qd.f32, ndim=1)
+P = qd.types.struct(a=qd.f32, v=qd.math.vec3)
+pf = P.field(shape=4)
+flags = qd.field(qd.u1, shape=4)
+xg = qd.field(qd.f32, shape=4, needs_grad=True)
+yg = qd.field(qd.f32, shape=(), needs_grad=True)
 ARGS = {}  # kernel name -> arguments of the direct-mode call
 
 def plain_python(v):
@@ -146,8 +151,8 @@ bad_nonlocal = make_nonlocal()
 
 @qd.kernel
 def bad_star_call():
-    t = (1.0, 2.0)
-    x[0] = two_args(*t)  # <- bad_star_call | *t | argument unpacking
+    t = 2.0
+    x[0] = two_args(*t)  # <- bad_star_call | *t | only a vector, a matrix or a tuple can be unpacked
 
 @qd.kernel
 def bad_kwargs_call():
@@ -454,6 +459,53 @@ def bad_ndarray_grad(v: qd.types.ndarray(dtype=qd.f32, ndim=1, needs_grad=False)
 ARGS["bad_ndarray_grad"] = (np.zeros(3, np.float32),)
 
 @qd.kernel
+def bad_struct_member():
+    x[0] = pf[0].w  # <- bad_struct_member | pf[0].w | has no member 'w'; its members are a, v
+
+@qd.kernel
+def bad_struct_constructor_member():
+    s = P(a=1.0, w=2.0)  # <- bad_struct_constructor_member | w=2.0 | has no member 'w'
+    x[0] = s.a
+
+@qd.kernel
+def bad_struct_member_shape():
+    s = P(a=1.0)
+    s.v = qd.Vector([1.0, 2.0])  # <- bad_struct_member_shape | qd.Vector | of shape (2,) to a vector of shape (3,)
+    x[0] = s.a
+
+@qd.kernel
+def bad_struct_member_type():
+    pf[0].a = qd.Vector([1.0, 2.0, 3.0])  # <- bad_struct_member_type | qd.Vector | to a scalar (f32)
+
+@qd.kernel
+def bad_random_dtype():
+    x[0] = qd.random(qd.u1)  # <- bad_random_dtype | qd.random | random() needs a float or integer qd type
+
+@qd.kernel
+def bad_random_vector_dtype():
+    x[0] = qd.random(dtype=qd.math.vec3)  # <- bad_random_vector_dtype | qd.random | got vec3
+
+@qd.kernel
+def bad_stop_grad_integer():
+    n[None] = qd.stop_grad(n[None])  # <- bad_stop_grad_integer | n[None]) | qd.stop_grad() of a non-float value (i32)
+
+@qd.kernel
+def bad_atomic_mul_bool():
+    qd.atomic_mul(flags[0], True)  # <- bad_atomic_mul_bool | flags[0] | qd.atomic_mul needs a numeric target, got u1
+
+@qd.kernel
+def product_of_xg():
+    for i in xg:
+        qd.atomic_mul(yg[None], xg[i])  # <- bad_atomic_mul_gradient | qd.atomic_mul | on 'yg' cannot be differentiated
+
+def bad_atomic_mul_gradient():
+    product_of_xg.grad()
+
+@qd.kernel
+def takes_a_struct(s: P) -> qd.f32:  # called with bad arguments: test_bad_arguments
+    return s.a + s.v.sum()
+
+@qd.kernel
 def bad_float_bitwise(v: qd.f32):
     x[0] = v & 1  # <- bad_float_bitwise | v & 1 | bitwise operator needs integer operands
 
@@ -540,7 +592,7 @@ def bad_field_condition():
 
 @qd.kernel
 def bad_ellipsis():
-    ...  # <- bad_ellipsis | ... | constant Ellipsis is not supported
+    x[0] = ...  # <- bad_ellipsis | ... | constant Ellipsis is not supported
 
 @qd.kernel
 def bad_compile_time_compare():
@@ -673,6 +725,23 @@ def test_direct_mode(corpus, corpus_file, name):
     header, source_line = expected_header(corpus_file, name)
     assert str(e) == f"{header} {e.raw_message}\n{source_line}\n{' ' * (col - 1)}^"
     assert "internal compiler error" not in str(e)
+
+
+# Bad arguments to the corpus's good kernels: errors naming kernel, parameter and what is wrong.
+BAD_ARGUMENTS = [
+    ("takes_a_struct", ({"a": 1.0},), KeyError, "kernel 'takes_a_struct', argument 's': expected a "
+     "struct(a: f32, v: vector(3, f32)): member 'v' missing from the dict given (its keys: 'a')"),
+    ("takes_a_struct", ({"a": 1.0, "v": [1, 2, 3], "w": 0},), KeyError, "the dict given has no such member(s) 'w'"),
+    ("takes_a_struct", ({"a": "one", "v": [1, 2, 3]},), TypeError, "kernel 'takes_a_struct', argument 's', element .a"),
+    ("takes_a_struct", ({"a": 1.0, "v": [1, 2]},), ValueError, "argument 's', member 'v': expected a vector(3, f32)"),
+]
+
+
+@pytest.mark.parametrize("name,args,error,message", BAD_ARGUMENTS)
+def test_bad_arguments(corpus, name, args, error, message):
+    with pytest.raises(error) as info:
+        getattr(corpus, name)(*args)
+    assert message in str(info.value)
 
 
 def test_qdc_build(corpus_file, tmp_path):

@@ -182,8 +182,8 @@ def with_block_dim():
 
 def test_loop_config_block_dim_is_accepted_and_kept_on_the_loop():
     from qdc.compiler.frontend.ast_to_ir import FrontEnd
-    from qdc.compiler.driver import options
-    kir = FrontEnd(with_block_dim.fn, [], options.current).build()
+    from qdc.compiler.jit.api import direct_options
+    kir = FrontEnd(with_block_dim.fn, [], direct_options()).build()
     (loop,) = [s for s in kir.body.stmts if isinstance(s, ir.RangeFor)]
     assert loop.block_dim == 128 and not loop.serial
     with_block_dim()
@@ -276,10 +276,10 @@ def test_shape_index_out_of_range_names_the_parameter_and_its_ndim():
 def test_block_dim_reaches_the_task_and_its_gradient():
     """qd.loop_config(block_dim=...) is kept through offloading (the GPU targets' launch policy reads
     it from the task) and on the adjoint task, and shows in the IR dump."""
-    from qdc.compiler.driver import options
     from qdc.compiler.frontend.ast_to_ir import FrontEnd
+    from qdc.compiler.jit.api import direct_options
     from qdc.compiler.passes.pipeline import run_pipeline
-    kir = FrontEnd(with_block_dim.fn, [], options.current).build()
+    kir = FrontEnd(with_block_dim.fn, [], direct_options()).build()
     run_pipeline(kir)
     (task,) = kir.tasks
     assert task.block_dim == 128

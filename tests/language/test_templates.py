@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 import qdc as qd
-from qdc.compiler.driver import cache_key, options as options_mod
+from qdc.compiler.driver import cache_key
+from qdc.compiler.jit.api import direct_options
 from qdc.compiler.jit.kernel import kernel_of
 from qdc.compiler.driver.templates import TemplateParams
 
@@ -21,7 +22,7 @@ from qdc.compiler.driver.templates import TemplateParams
 def _key(k, **templates):
     kernel = kernel_of(k)
     bound = kernel.template_params.bind(templates)
-    return cache_key.kernel_key(kernel.fn, kernel.params, options_mod.current, "cpu", "forward", bound).key
+    return cache_key.kernel_key(kernel.fn, kernel.params, direct_options(), "cpu", "forward", bound).key
 
 
 def test_a_field_template_binds_the_field_passed(arch, rng):

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import qdc as qd
-from qdc.compiler.driver import cache_key, options
+from qdc.compiler.driver import cache_key
+from qdc.compiler.jit.api import direct_options
 from qdc.compiler.jit.kernel import kernel_of
 from qdc.runtime.contract import artifact as A
 from qdc.runtime.contract import cpu_binding
@@ -255,7 +256,7 @@ def test_a_vec3_and_a_vec4_parameter_are_different_kernels(rng):
     qd.init(arch=qd.cpu)
     out = qd.field(qd.f32, shape=())
     three, four = _summing_kernel(qd.math.vec3, out), _summing_kernel(qd.math.vec4, out)
-    keys = [cache_key.kernel_key(k.fn, kernel_of(k).params, options.current, "cpu").key for k in (three, four)]
+    keys = [cache_key.kernel_key(k.fn, kernel_of(k).params, direct_options(), "cpu").key for k in (three, four)]
     assert keys[0] != keys[1]
     v3, v4 = rand(rng, 3), rand(rng, 4)
     three(v3)
@@ -263,7 +264,7 @@ def test_a_vec3_and_a_vec4_parameter_are_different_kernels(rng):
     four(v4)
     assert float(out[None]) == pytest.approx(float(v4.astype(np.float64).sum()), rel=1e-6, abs=1e-6)
     f64 = _summing_kernel(qd.types.vector(3, qd.f64), out)
-    assert cache_key.kernel_key(f64.fn, kernel_of(f64).params, options.current, "cpu").key != keys[0]
+    assert cache_key.kernel_key(f64.fn, kernel_of(f64).params, direct_options(), "cpu").key != keys[0]
 
 
 def test_metadata_has_one_record_per_element_and_no_python_entry():

@@ -13,7 +13,6 @@ from qdc.compiler.targets.amdgpu import linker
 from qdc.compiler.targets.spirv import tools as spirv_tools
 from qdc.runtime.contract import extents
 
-from conftest import vulkan_unavailable_reason
 
 PAST_I32 = 2**31 + 1
 PAST_U32 = 2**32 + 8  # as an i32 this shape reads 8: a[a.shape[0] - 1] would write a[7]
@@ -114,16 +113,7 @@ def test_an_array_faked_to_2_40_elements_has_its_shape_on_cpu_and_is_refused_on_
         length(fake)
 
 
-@pytest.fixture
-def vulkan(session_cache_dir):
-    if vulkan_unavailable_reason() is not None:
-        pytest.skip(f"no Vulkan device: {vulkan_unavailable_reason()}")
-    qd.init(arch=qd.vulkan, cache_dir=session_cache_dir)
-    yield
-    qd.init(arch=qd.cpu, cache_dir=session_cache_dir)
-
-
-def test_vulkan_refuses_past_its_32_bit_extents_and_its_largest_binding(vulkan, tmp_path):
+def test_vulkan_refuses_past_its_32_bit_extents_and_its_largest_binding(vulkan_runtime, tmp_path):
     """Before any device memory is allocated for a copy (not a MemoryError without names)."""
     with pytest.raises(ValueError, match=r"kernel 'write_tail', argument 'a': .*2147483649 elements.*"
                                          r"can index \(2147483647 elements"):

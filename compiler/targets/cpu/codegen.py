@@ -19,6 +19,7 @@ import tempfile
 import llvmlite.binding as llvm
 from llvmlite import ir as ll
 
+from qdc.runtime.contract.adstack_layout import REQUIRED_MAX as ADSTACK_REQUIRED_MAX, REQUIRED_SHIFT as ADSTACK_REQUIRED_SHIFT
 from qdc.runtime.contract.artifact import KernelMeta
 from qdc.runtime.contract.cpu_features import HOST_FEATURE_SOURCES, host_machine
 
@@ -27,8 +28,9 @@ from ...ir.adstack import AdStackAlloca
 from .multiversion import level_assembly, multiversioned_ir
 from .numpy_prologue import add_numpy_entry
 from .isa_levels import CPU_LEVEL_OF, GENERIC, LEVELS, NATIVE, PORTABLE, CpuLevel, check_cpu_target, level_by_name
-from ..llvm.llvm_ir import KernelCodegen, ModuleBuilder
+from ..llvm.llvm_ir import ModuleBuilder
 from ..llvm.llvm_types import I32, I64, PTR, VOID
+from .widen_codegen import CpuKernelCodegen, task_choices
 from .arch import PARALLEL_WORK_THRESHOLD
 
 # A parallel range is cut into this many chunks per thread, handed out dynamically.
@@ -83,7 +85,9 @@ def target_description(cpu_target: str = NATIVE) -> str:
     return f"{llvm.get_process_triple()}/{cpu_target}/{levels}"
 
 
-def _dispatch(builder: ll.IRBuilder, ctx, task: ir.Task, chunk, begin, end, cost, meta: KernelMeta):
+def _dispatch(builder: ll.IRBuilder, ctx, task: ir.Task, chunk, begin, end, cost, meta: KernelMeta,
+              lanes: int = 1):
+    """`lanes`: the heap slices one thread of the task uses (its width-W chunk's most lanes)."""
     mb_module = builder.module
     it = begin.type
     n = builder.sub(end, begin)
@@ -107,6 +111,9 @@ def _dispatch(builder: ll.IRBuilder, ctx, task: ir.Task, chunk, begin, end, cost
     if any(isinstance(s, AdStackAlloca) for s in task.body.stmts):  # at most the heap's thread slices
         slot = ll.Constant(I64, meta.adstack_threads_slot)
         limit = builder.load(builder.gep(ctx, [slot], source_etype=I64), typ=I64)
+        if lanes > 1:  # a thread takes `lanes` slices; the heap holds that many per thread it sized for
+            limit = builder.udiv(limit, ll.Constant(I64, lanes))
+            _skip_without_slices(builder, ctx, limit, done, meta)
         threads = builder.select(builder.icmp_unsigned("<", limit, threads), limit, threads)
     if task.max_threads:  # qd.loop_config(parallelize=N)
         cap = ll.Constant(I64, task.max_threads)
@@ -135,6 +142,22 @@ def _dispatch(builder: ll.IRBuilder, ctx, task: ir.Task, chunk, begin, end, cost
     builder.call(gomp, [_omp_body(mb_module, task, chunk, it), closure, builder.trunc(nt, I32), ll.Constant(I32, 0)])
     builder.branch(done)
     builder.position_at_end(done)
+
+
+def _skip_without_slices(builder: ll.IRBuilder, ctx, limit, done, meta: KernelMeta) -> None:
+    """A heap smaller than one thread's slices (the runtime sizes it from an upper bound of
+    the trip count, so only a trip count it judged empty could meet this): the task does not
+    run and the launch reports an adstack overflow, rather than writing past the heap."""
+    fn = builder.function
+    short = fn.append_basic_block("lanes.short")
+    enough = fn.append_basic_block("lanes.enough")
+    builder.cbranch(builder.icmp_unsigned("==", limit, ll.Constant(I64, 0)), short, enough)
+    builder.position_at_end(short)
+    overflow = builder.load(builder.gep(ctx, [ll.Constant(I64, meta.adstack_slot + 2)], source_etype=I64), typ=PTR)
+    builder.atomic_rmw("umax", overflow, ll.Constant(I64, ADSTACK_REQUIRED_MAX << ADSTACK_REQUIRED_SHIFT),
+                       "monotonic")
+    builder.branch(done)
+    builder.position_at_end(enough)
 
 
 # The words of the closure `_dispatch` hands to each worker thread.
@@ -174,14 +197,28 @@ def _omp_body(module, task: ir.Task, chunk, it):
     return fn
 
 
-def generate_llvm(kernel: ir.KernelIR, meta: KernelMeta, fast_math: bool = False, *, target) -> ll.Module:
-    """`target`: the CpuTarget whose math table and thread slice index the lowering uses."""
+def generate_llvm(kernel: ir.KernelIR, meta: KernelMeta, fast_math: bool = False, *, target,
+                  levels: tuple = ()) -> ll.Module:
+    """`target`: the CpuTarget whose math table and thread slice index the lowering uses;
+    `levels`: the ISA levels the code is for (default: the host's), which set each width-W
+    chunk's W (widen_codegen.py). The module carries the tasks' choices (`widen_choices`) and
+    the per-level chunks (`widen_overrides`) for compile_kernel."""
     tm = _target_machine(3)  # for the triple's data layout, which every level of the triple shares
     mb = ModuleBuilder(kernel.name, llvm.get_process_triple(), str(tm.target_data))
-    cg = KernelCodegen(mb, kernel, meta, fast_math, target=target)
-    cg.emit_kernel(lambda b, ctx, task, chunk, begin, end, cost: _dispatch(b, ctx, task, chunk, begin, end, cost, meta))
+    choices = task_choices(kernel, levels or (_host_level(),))
+    cg = CpuKernelCodegen(mb, kernel, meta, fast_math, target=target, choices=choices)
+
+    def dispatch(b, ctx, task, chunk, begin, end, cost):
+        choice = choices.get(task)
+        _dispatch(b, ctx, task, chunk, begin, end, cost, meta, choice.max_lanes if choice else 1)
+    cg.emit_kernel(dispatch)
     add_numpy_entry(mb.module, meta)
+    mb.module.widen_choices, mb.module.widen_overrides = choices, cg.overrides
     return mb.module
+
+
+def _host_level() -> CpuLevel:
+    return cpu_levels(NATIVE)[0]
 
 
 def optimise(module, opt_level: int, level: CpuLevel | None = None):
@@ -278,9 +315,10 @@ def compile_kernel(kernel: ir.KernelIR, meta: KernelMeta, opt_level: int = 3, fa
     LLVM IR and bitcode. `keep_assembly` adds the assembly of each level's task bodies as
     "asm:<level>" (for tests)."""
     levels = cpu_levels(cpu_target)
-    module = generate_llvm(kernel, meta, fast_math, target=target)
+    module = generate_llvm(kernel, meta, fast_math, target=target, levels=levels)
     task_bodies = [task.task_name + "_chunk" for task in kernel.tasks]  # KernelCodegen.emit_chunk's names
-    text = str(module) if len(levels) == 1 else multiversioned_ir(module, task_bodies, levels)
+    text = str(module) if len(levels) == 1 else multiversioned_ir(module, task_bodies, levels,
+                                                                  module.widen_overrides)
     # A context of its own: the shared one accumulates metadata kinds from earlier modules,
     # which the bitcode writer records, so the same kernel's bitcode (and a `qdc pack` bundle)
     # would depend on what the process compiled before it.
@@ -293,6 +331,7 @@ def compile_kernel(kernel: ir.KernelIR, meta: KernelMeta, opt_level: int = 3, fa
         assembly = tm.emit_assembly(mod)
         for i, level in enumerate(levels):
             out[f"asm:{level.name}"] = assembly if len(levels) == 1 else level_assembly(assembly, task_bodies, i)
+    out["cpu_tasks"] = {task.task_name: choice.record() for task, choice in module.widen_choices.items()}
     machine = host_machine()
     out["cpu_libraries"] = [{"artifact": "so", "target": level.name, "machine": machine,
                              "features": sorted(level.requires), **({"level": i} if len(levels) > 1 else {})}

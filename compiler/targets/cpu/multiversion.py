@@ -28,9 +28,14 @@ def level_symbol(name: str, level: int) -> str:
     return f"{name}.l{level}"
 
 
-def multiversioned_ir(module: ll.Module, task_bodies: list[str], levels: tuple[CpuLevel, ...]) -> str:
+def multiversioned_ir(module: ll.Module, task_bodies: list[str], levels: tuple[CpuLevel, ...],
+                      overrides: dict | None = None) -> str:
     """The textual IR of `module` with the functions named `task_bodies` dispatched per level
-    (see the module docstring). `levels[0]` is the level the module is compiled for."""
+    (see the module docstring). `levels[0]` is the level the module is compiled for.
+    `overrides[(body, i)]`: a function of the module that is level i's copy of `body` instead
+    of `body` itself (a width-W chunk built for that level's W, cpu/widen_codegen.py); it
+    leaves the module's own text."""
+    overrides = overrides or {}
     defined = {fn.name: fn for fn in module.functions if fn.blocks}
     for name in task_bodies:
         fn = defined.get(name)
@@ -45,11 +50,19 @@ def multiversioned_ir(module: ll.Module, task_bodies: list[str], levels: tuple[C
         if printed[name] not in text:  # else every level would silently run the lowest one's code
             raise AssertionError(f"task body {name!r} is not printed in the module as on its own")
         text = text.replace(printed[name], _dispatcher(defined[name], len(levels)), 1)
+    for replacement in set(overrides.values()):
+        shared.remove(replacement)
+        own = str(defined[replacement])
+        if own not in text:
+            raise AssertionError(f"level chunk {replacement!r} is not printed in the module as on its own")
+        text = text.replace(own, "", 1)
     copies = []
     for i, level in enumerate(levels):
         renamed = list(task_bodies) if i == 0 else list(task_bodies) + shared
         for name in renamed:
-            copies.append(_level_copy(defined[name], printed[name], i, level, renamed))
+            source = overrides.get((name, i))
+            body = printed[name] if source is None else str(defined[source]).replace(f'@"{source}"', f'@"{name}"', 1)
+            copies.append(_level_copy(defined[name], body, i, level, renamed))
     return "\n".join([text, _level_variable(), *copies])
 
 

@@ -54,7 +54,9 @@ class CpuTarget(LlvmTarget):
 
     def cache_description(self, opts) -> str:
         from .codegen import target_description
-        return target_description(opts.effective("cpu_target"))
+        from .widen_plan import SCALAR_SWITCH, widening_mode
+        mode = widening_mode()  # the code differs: so does the key
+        return target_description(opts.effective("cpu_target")) + ("" if mode == "1" else f"/{SCALAR_SWITCH}={mode}")
 
     def launch_policy(self, task: ir.Task) -> dict:
         return {"policy": "cpu_chunks", "parallel_from": self.parallel_from(task)}
@@ -73,6 +75,9 @@ class CpuTarget(LlvmTarget):
         artifacts = compile_kernel(kernel, meta, int(opts.opt_level), bool(opts.fast_math),
                                    opts.effective("cpu_target"), target=self)
         meta.cpu_libraries = artifacts.pop("cpu_libraries")  # which library suits which CPU: the loader picks
+        lowered = artifacts.pop("cpu_tasks")  # width-W or scalar, per task (widen_codegen.py)
+        for record in meta.tasks:
+            record.launch.update(lowered.get(record.name, {}))
         return artifacts
 
 

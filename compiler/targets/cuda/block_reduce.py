@@ -51,8 +51,26 @@ def _reducible(op: str, t: T.DataType) -> bool:
 
 
 class BlockReduceEnv(_ChunkEnv):
-    """The chunk environment whose atomics, while `flushing`, are block reductions."""
+    """The chunk environment whose atomics, while `flushing`, are block reductions, and whose
+    adstack counts live in registers."""
     flushing = False
+
+    # An adstack's count is private to the thread and lives from its AdStackAlloca to its last
+    # pop inside this one chunk function: a local (promoted to a register) instead of the
+    # heap's count header, whose store after every push and pop was a third of the gradient
+    # kernel's memory traffic. The header's bytes stay in the layout, unused.
+    def _count_slot(self, st):
+        slots = self.__dict__.setdefault("_count_slots", {})
+        slot = slots.get(st)
+        if slot is None:
+            slot = slots[st] = self.entry_alloca(I64, "adstack.count")
+        return slot
+
+    def _load_count(self, st):
+        return self.b.load(self._count_slot(st), typ=I64)
+
+    def _store_count(self, st, value):
+        self.b.store(value, self._count_slot(st))
 
     def atomic_rmw(self, op: str, ptr, value: ir.Stmt, t: T.DataType):
         if not (self.flushing and _reducible(op, t)):

@@ -26,9 +26,9 @@ from qdc.runtime.contract.artifact import KernelMeta
 
 from ... import ir
 from ..llvm.grid import GridKernelCodegen, internalize
-from ..llvm.llvm_ir import ModuleBuilder
-from ..llvm.llvm_types import I32, I64
-from . import toolkit
+from ..llvm.llvm_ir import ModuleBuilder, start_function
+from ..llvm.llvm_types import I32, I64, PTR, VOID, lltype
+from . import toolkit, vectorize
 from .arch import TRIPLE
 from .block_reduce import BlockReduceEnv, flushable
 
@@ -81,6 +81,27 @@ class CudaKernelCodegen(GridKernelCodegen):
 
     def grid_threads(self, b: ll.IRBuilder):
         return grid_threads(self.mb, b)
+
+    def emit_strided_chunk(self, task: ir.Task) -> ll.Function:
+        """An element-wise task: the vector loop over the aligned part of the range, then the
+        scalar grid-stride loop over the rest (vectorize.py); any other: the shared chunk."""
+        arrays = None if self.check_id else vectorize.plan(task)
+        if arrays is None:
+            return super().emit_strided_chunk(task)
+        fn = ll.Function(self.mb.module, ll.FunctionType(VOID, [PTR, I64, I64, I64]), name=task.task_name + "_grid")
+        fn.linkage = "internal"
+        fn.args[0].add_attribute("noalias")
+        b = start_function(fn)
+        env = self.chunk_env(self, b, fn.args[0])
+        first, end, step = fn.args[1:]
+        scalar_begin = vectorize.emit_vector_loop(self, env, task, arrays, first, end, step)
+        it = lltype(task.index.type)
+
+        def bind(i):
+            env.vals[task.index] = b.trunc(i, it) if it.width < 64 else i
+        env.loop(b.add(scalar_begin, self.thread_id(b), flags=("nsw",)), end, task.body, bind, name="grid", step=step)
+        b.ret_void()
+        return fn
 
 
 def generate_llvm(kernel: ir.KernelIR, meta: KernelMeta, cuda_arch: str, fast_math: bool, target) -> ll.Module:

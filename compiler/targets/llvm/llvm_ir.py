@@ -647,6 +647,8 @@ class _Env(AdStackLowering, MessageLowering):
         v = self.v(value)
         if t is T.u1:
             v = b.zext(v, I8)
+        if op == "mul":
+            return self.multiply_atomically(ptr, v, t)
         if t.is_float:
             op = {"add": "fadd", "sub": "fsub", "min": "fmin", "max": "fmax"}[op]
         else:
@@ -654,6 +656,30 @@ class _Env(AdStackLowering, MessageLowering):
                   "min": "min" if t.kind == "int" else "umin", "max": "max" if t.kind == "int" else "umax"}[op]
         old = b.atomic_rmw(op, ptr, v, "monotonic")
         return b.icmp_unsigned("!=", old, ll.Constant(I8, 0)) if t is T.u1 else old
+
+    def multiply_atomically(self, ptr, x, t: T.DataType):
+        """`*ptr *= x` as a compare-and-swap loop on the element's bits (no target has a
+        multiplying `atomicrmw`); integers wrap. The old value."""
+        b = self.b
+        bits = ll.IntType(t.bits)
+        first = b.load_atomic(ptr, "monotonic", t.nbytes, typ=bits)
+        entry = b.block
+        loop = b.append_basic_block("atomic_mul.retry")
+        done = b.append_basic_block("atomic_mul.done")
+        b.branch(loop)
+        b.position_at_end(loop)
+        expected = b.phi(bits)
+        expected.add_incoming(first, entry)
+        if t.is_float:
+            product = b.bitcast(b.fmul(b.bitcast(expected, lltype(t)), x), bits)
+        else:
+            product = b.mul(expected, x)
+        pair = b.cmpxchg(ptr, expected, product, "monotonic", "monotonic")
+        seen = b.extract_value(pair, 0)
+        expected.add_incoming(seen, b.block)
+        b.cbranch(b.extract_value(pair, 1), done, loop)
+        b.position_at_end(done)
+        return b.bitcast(expected, lltype(t)) if t.is_float else expected
 
     # ---- control flow ---------------------------------------------------------------------------
     def s_If(self, s):
@@ -715,6 +741,8 @@ class _ChunkEnv(_Env):
         if t.is_float:
             if s.op == "add":
                 new = b.fadd(old, x, flags=("reassoc",) + self.flags)
+            elif s.op == "mul":
+                new = b.fmul(old, x, flags=("reassoc",) + self.flags)
             else:
                 fn = self.mb.declare(f"llvm.{s.op}num.{_fsuffix(old.type)}", old.type, [old.type, old.type])
                 new = b.call(fn, [old, x], fastmath=("reassoc",))
@@ -723,7 +751,7 @@ class _ChunkEnv(_Env):
             fn = self.mb.declare(f"llvm.{kind}.i{t.bits}", old.type, [old.type, old.type])
             new = b.call(fn, [old, x])
         else:
-            new = {"add": b.add, "and": b.and_, "or": b.or_, "xor": b.xor}[s.op](old, x)
+            new = {"add": b.add, "mul": b.mul, "and": b.and_, "or": b.or_, "xor": b.xor}[s.op](old, x)
         b.store(new, var)
 
 

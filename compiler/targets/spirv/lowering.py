@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from qdc.runtime.contract import types as T
 from qdc.runtime.contract.errors import QdcCompileError
+from qdc.runtime.contract.spirv_args import arg_words  # the "args" words, as the devices pack them
 
 from ... import ir
 from ...passes.bounds_checks import checked_accesses
@@ -32,16 +33,6 @@ from .spec import GLSL, BuiltIn, Decoration, Op, StorageClass
 
 DESCRIPTOR_SET = 0
 DEFAULT_SPEC_BLOCK_DIM = 128  # the WorkgroupSize's default; the device always specialises it
-
-def arg_words(params: list) -> list[int]:
-    """The word offset of each parameter in the "args" buffer: a scalar takes one word (two if
-    64-bit), an ndarray one word (its extent, i32) per dimension. One more offset follows the
-    last parameter's: where the random state's words begin."""
-    offsets, word = [], 0
-    for p in params:
-        offsets.append(word)
-        word += (2 if p.dtype.bits == 64 else 1) if p.kind == "scalar" else p.ndim
-    return offsets + [word]
 
 
 class TaskLowering(ValueLowering, MemoryLowering, AdStackLowering, MessageLowering):

@@ -7,8 +7,8 @@ lowering.TaskLowering; the ABI is in compiler/targets/vulkan/target.py's docstri
 - "temps": kernel temporary s in the 8 bytes at 8*s, its value in the low bytes.
 - "field" i / "ndarray" p / "ndarray_grad" p: the elements, row-major; a u1 is a byte.
 Atomics: integers of 32 and 64 bits natively; f32 add natively where the target has float
-atomic add (SPV_EXT_shader_atomic_float_add), other float updates as compare-and-swap loops on
-the element's bits.
+atomic add (SPV_EXT_shader_atomic_float_add), other float updates and every multiplication
+(`qd.atomic_mul`) as compare-and-swap loops on the element's bits.
 """
 from __future__ import annotations
 
@@ -32,7 +32,9 @@ _BITS_OF = {8: T.u8, 16: T.u16, 32: T.u32, 64: T.u64}
 _SUBGROUP_REDUCE = {("add", "float"): Op.GroupNonUniformFAdd, ("add", "int"): Op.GroupNonUniformIAdd,
                     ("add", "uint"): Op.GroupNonUniformIAdd, ("min", "int"): Op.GroupNonUniformSMin,
                     ("min", "uint"): Op.GroupNonUniformUMin, ("max", "int"): Op.GroupNonUniformSMax,
-                    ("max", "uint"): Op.GroupNonUniformUMax, ("and", "int"): Op.GroupNonUniformBitwiseAnd,
+                    ("max", "uint"): Op.GroupNonUniformUMax, ("mul", "float"): Op.GroupNonUniformFMul,
+                    ("mul", "int"): Op.GroupNonUniformIMul, ("mul", "uint"): Op.GroupNonUniformIMul,
+                    ("and", "int"): Op.GroupNonUniformBitwiseAnd,
                     ("and", "uint"): Op.GroupNonUniformBitwiseAnd, ("or", "int"): Op.GroupNonUniformBitwiseOr,
                     ("or", "uint"): Op.GroupNonUniformBitwiseOr, ("xor", "int"): Op.GroupNonUniformBitwiseXor,
                     ("xor", "uint"): Op.GroupNonUniformBitwiseXor, ("min", "float"): Op.GroupNonUniformFMin,
@@ -131,7 +133,8 @@ class MemoryLowering:
         return old
 
     def combine(self, op: str, t: T.DataType, a: int, b: int) -> int:
-        binary = {"add": "add", "min": "min", "max": "max", "and": "bit_and", "or": "bit_or", "xor": "bit_xor"}[op]
+        binary = {"add": "add", "mul": "mul", "min": "min", "max": "max", "and": "bit_and", "or": "bit_or",
+                  "xor": "bit_xor"}[op]
         if t is T.u1:
             return self.bool_binary(binary, a, b)
         return self.float_binary(binary, a, b, t) if t.is_float else self.int_binary(binary, a, b, t)
@@ -299,7 +302,12 @@ class MemoryLowering:
                               f"16-bit atomics are supported on field and ndarray elements only)")
         scope, relaxed = self.c(T.u32, SCOPE_DEVICE), self.c(T.u32, SEMANTICS_RELAXED)
         if t.bits == 64:
+            if not self.caps.int64:
+                raise Unsupported(f"atomic '{op}' on {t.name} needs 64-bit atomics, which target '{self.arch}' "
+                                  f"does not have")
             self.m.require(Capability.Int64Atomics)
+        if op == "mul":  # no multiplying atomic: a compare-and-swap loop on the element's bits
+            return self.cas_loop(op, t, value, locate(_BITS_OF[t.bits]))
         if not t.is_float:
             opcode = _INT_ATOMICS.get(op) or _INT_ATOMICS[op, t.kind == "int"]
             return self.fb.emit(opcode, self.ty(t), locate(t), scope, relaxed, value)
@@ -346,6 +354,8 @@ class MemoryLowering:
     def cas_loop(self, op: str, t: T.DataType, value: int, pointer: int) -> int:
         """`op(*p, value)` stored atomically at `p` (viewed as unsigned bits); the old value."""
         bits_t = _BITS_OF[t.bits]
+        if t is bits_t:  # already the unsigned bits (OpBitcast needs two different types)
+            return self.compare_and_swap_loop(bits_t, pointer, lambda expected: self.combine(op, t, expected, value))
 
         def desired(expected: int) -> int:
             return self.op(Op.Bitcast, bits_t, self.combine(op, t, self.op(Op.Bitcast, t, expected), value))

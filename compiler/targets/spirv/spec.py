@@ -119,6 +119,8 @@ class Op:
     GroupNonUniformElect = 333
     GroupNonUniformIAdd = 349
     GroupNonUniformFAdd = 350
+    GroupNonUniformIMul = 351
+    GroupNonUniformFMul = 352
     GroupNonUniformSMin = 353
     GroupNonUniformUMin = 354
     GroupNonUniformFMin = 355

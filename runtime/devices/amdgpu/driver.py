@@ -74,7 +74,9 @@ class Driver(StatusDriver):
         h = self.hip
         return SimpleNamespace(
             mem_alloc=h.hipMalloc, mem_free=h.hipFree, memset_d8_async=h.hipMemsetD8Async,
+            memset_d16_async=h.hipMemsetD16Async, memset_d32_async=h.hipMemsetD32Async,
             memcpy_htod_async=h.hipMemcpyHtoDAsync, memcpy_dtoh_async=h.hipMemcpyDtoHAsync,
+            memcpy_dtod_async=h.hipMemcpyDtoDAsync,
             stream_synchronize=h.hipStreamSynchronize,
             event_create=lambda: h.hipEventCreateWithFlags(h.hipEventDisableTiming), event_record=h.hipEventRecord,
             event_query=h.hipEventQuery, event_synchronize=h.hipEventSynchronize, event_destroy=h.hipEventDestroy,

@@ -143,17 +143,21 @@ class CpuDevice(Device):
     def task_slices(self, launch: dict, iterations: int | None) -> int:
         """The native dispatch's rule (compiler/targets/cpu/codegen.py, `_dispatch`): a task of
         v iterations runs on no thread if v <= 0, on one below its `parallel_from` (0: never
-        more), else on min(v, worker threads); unknown v: every worker thread."""
+        more), else on min(v, worker threads); unknown v: every worker thread. Each thread of a
+        task lowered W iterations at a time takes `lanes` adstack slices (one per lane), so
+        the slices are threads * lanes, at least one thread's (the CPU's launches do not use
+        the count otherwise)."""
         if launch["policy"] != "cpu_chunks":
             raise ValueError(f"the CPU cannot launch a task with launch policy {launch['policy']!r}")
+        lanes = launch.get("lanes", 1)
         if iterations is None:
-            return self.num_threads
-        if iterations <= 0:
-            return 0
+            return self.num_threads * lanes
+        if iterations <= 0:  # a widened task's one thread still finds its slices, should the count be wrong
+            return 0 if lanes == 1 else lanes
         parallel_from = launch["parallel_from"]
         if parallel_from == 0 or iterations < parallel_from:
-            return 1
-        return min(iterations, self.num_threads)
+            return lanes
+        return min(iterations, self.num_threads) * lanes
 
 
 def _check_range(alloc: Allocation, offset: int, nbytes: int) -> None:

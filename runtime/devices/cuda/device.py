@@ -10,11 +10,47 @@ from __future__ import annotations
 
 import os
 
-from ..stream import StreamDevice, StreamKernel, StreamTask
+from ..stream import FILL64_ENTRY, StreamDevice, StreamKernel, StreamTask
 from .driver import Driver
 
 DEFAULT_BLOCK_DIM = 256
 CudaKernel, CudaTask = StreamKernel, StreamTask
+
+# Fills of 8-byte periods (f64, i64, u64 and vectors of equal 32-bit halves are memsets):
+# ptr[i] = value for i < count, grid-stride, 64-bit index.
+FILL64_PTX = f"""
+.version 6.0
+.target sm_50
+.address_size 64
+.visible .entry {FILL64_ENTRY}(.param .u64 ptr, .param .u64 count, .param .u64 value)
+{{
+  .reg .pred %p;
+  .reg .b32 %r<5>;
+  .reg .b64 %rd<9>;
+  ld.param.u64 %rd1, [ptr];
+  ld.param.u64 %rd2, [count];
+  ld.param.u64 %rd3, [value];
+  cvta.to.global.u64 %rd1, %rd1;
+  mov.u32 %r1, %ctaid.x;
+  mov.u32 %r2, %ntid.x;
+  mov.u32 %r3, %tid.x;
+  mov.u32 %r4, %nctaid.x;
+  mul.wide.u32 %rd4, %r1, %r2;
+  cvt.u64.u32 %rd5, %r3;
+  add.u64 %rd4, %rd4, %rd5;
+  mul.wide.u32 %rd6, %r4, %r2;
+LOOP:
+  setp.ge.u64 %p, %rd4, %rd2;
+  @%p bra DONE;
+  shl.b64 %rd7, %rd4, 3;
+  add.u64 %rd8, %rd1, %rd7;
+  st.global.u64 [%rd8], %rd3;
+  add.u64 %rd4, %rd4, %rd6;
+  bra LOOP;
+DONE:
+  ret;
+}}
+""".encode() + b"\0"
 
 
 class CudaDevice(StreamDevice):
@@ -43,6 +79,9 @@ class CudaDevice(StreamDevice):
         if ptx is None:
             raise ValueError(f"kernel '{meta.name}': no PTX among its artifacts ({', '.join(sorted(artifacts))})")
         return bytes(ptx) + b"\0"
+
+    def fill64_image(self) -> bytes:
+        return FILL64_PTX
 
     def close(self) -> None:
         """Wait for the stream and release this device's stream, staging ring and context; a

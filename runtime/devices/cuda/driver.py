@@ -70,12 +70,34 @@ class Driver(StatusDriver):
         flags = cu.CUevent_flags.CU_EVENT_DISABLE_TIMING
         return SimpleNamespace(
             mem_alloc=cu.cuMemAlloc, mem_free=cu.cuMemFree, memset_d8_async=cu.cuMemsetD8Async,
+            memset_d16_async=cu.cuMemsetD16Async, memset_d32_async=cu.cuMemsetD32Async,
             memcpy_htod_async=cu.cuMemcpyHtoDAsync, memcpy_dtoh_async=cu.cuMemcpyDtoHAsync,
+            memcpy_dtod_async=cu.cuMemcpyDtoDAsync,
             stream_synchronize=cu.cuStreamSynchronize, event_create=lambda: cu.cuEventCreate(flags),
             event_record=cu.cuEventRecord, event_query=cu.cuEventQuery, event_synchronize=cu.cuEventSynchronize,
             event_destroy=cu.cuEventDestroy, module_load_data=cu.cuModuleLoadData,
             module_get_function=cu.cuModuleGetFunction, launch_kernel=cu.cuLaunchKernel,
-            host_alloc=cu.cuMemHostAlloc, host_free=cu.cuMemFreeHost)
+            host_alloc=cu.cuMemHostAlloc, host_free=cu.cuMemFreeHost, **self.graph_calls())
+
+    def graph_calls(self) -> dict:
+        """The stream device's graph calls (captured from the stream by this thread only,
+        instantiated without flags); none where the binding lacks one of them."""
+        cu = self.cu
+        names = ("cuStreamBeginCapture", "cuStreamEndCapture", "cuGraphLaunch", "cuGraphDestroy",
+                 "cuGraphExecDestroy", "CUstreamCaptureMode")
+        found = {name: getattr(cu, name, None) for name in names}
+        # cuGraphInstantiate(graph, flags) since CUDA 12; cuGraphInstantiateWithFlags since 11.4
+        instantiate = getattr(cu, "cuGraphInstantiateWithFlags", None) or getattr(cu, "cuGraphInstantiate", None)
+        self.missing_graph_calls = [name for name, v in found.items() if v is None] + \
+            ([] if instantiate is not None else ["cuGraphInstantiate"])
+        if self.missing_graph_calls:
+            return {}
+        mode = found["CUstreamCaptureMode"].CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+        return dict(begin_capture=lambda stream: found["cuStreamBeginCapture"](stream, mode),
+                    end_capture=found["cuStreamEndCapture"],
+                    graph_instantiate=lambda graph: instantiate(graph, 0),
+                    graph_launch=found["cuGraphLaunch"], graph_destroy=found["cuGraphDestroy"],
+                    graph_exec_destroy=found["cuGraphExecDestroy"])
 
     def attribute(self, device, name: str) -> int:
         attr = getattr(self.cu.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{name}")

@@ -124,6 +124,14 @@ class MetalDevice(SubmissionDevice):
         self._wait_for(buf.last_use)  # the launches before this copy must not see its bytes
         buf.view[offset:offset + data.size] = data
 
+    def copy_between(self, src: Allocation, dst: Allocation, nbytes: int) -> None:
+        """The first `nbytes` of `src` onto `dst` (deep copies of arrays): once the launches that
+        use either buffer ran, a memcpy between their shared-storage contents (no host copy)."""
+        source, target = check_copy_range(src, 0, nbytes), check_copy_range(dst, 0, nbytes)
+        self._wait_for(source.last_use)
+        self._wait_for(target.last_use)
+        target.view[:nbytes] = source.view[:nbytes]
+
     def copy_to_host(self, alloc: Allocation, dst: np.ndarray, offset: int = 0) -> None:
         out = dst.reshape(-1).view(np.uint8)
         buf = check_copy_range(alloc, offset, out.size)

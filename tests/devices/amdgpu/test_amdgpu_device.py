@@ -18,6 +18,7 @@ from qdc.compiler.targets.amdgpu import linker
 from qdc.runtime.adstack import AdStackHeap
 from qdc.runtime.devices.amdgpu import driver
 from qdc.runtime.devices.amdgpu.device import AmdgpuDevice, UnsupportedKernelError
+from qdc.runtime.devices.stream import FILL64_ENTRY
 
 from backend_util import build_kernels, check_zeroed_ranged_copies, compile_saxpy, hide_package, saxpy_ctx
 
@@ -76,9 +77,24 @@ class FakeHip:
     hipEventDisableTiming, hipStreamNonBlocking = 2, 1
     hipDeviceProp_t = FakeProps
 
-    def __init__(self, gfx="gfx90a:sramecc+:xnack-", limit=1 << 26):
+    def __init__(self, gfx="gfx90a:sramecc+:xnack-", limit=1 << 26, deferred=False):
         self.gfx, self.limit = gfx, limit
         self.memory, self.freed, self.launches, self.events, self.loaded = {}, [], [], [], []
+        # deferred: copies and memsets wait on the stream until a synchronise runs them in order
+        self.deferred, self.queue, self.log, self.syncs = deferred, [], [], 0
+
+    def _on_stream(self, name, op):
+        self.log.append(name)
+        if self.deferred:
+            self.queue.append(op)
+        else:
+            op()
+        return (0,)
+
+    def _run_stream(self):
+        queue, self.queue = self.queue, []
+        for op in queue:
+            op()
 
     def _buffer(self, size):
         buf = ctypes.create_string_buffer(b"\xab" * size, size)  # not zeroed: the device must zero it
@@ -107,16 +123,32 @@ class FakeHip:
         return (0,)
 
     def hipMemsetD8Async(self, ptr, value, n, stream):
-        ctypes.memset(ptr, value, n)
-        return (0,)
+        return self._on_stream("memset8", lambda: ctypes.memset(ptr, value, n))
+
+    def _memset_words(self, name, ptr, value, n, dtype):
+        def op():
+            np.frombuffer((ctypes.c_char * (n * np.dtype(dtype).itemsize)).from_address(ptr), dtype)[:] = value
+        return self._on_stream(name, op)
+
+    def hipMemsetD16Async(self, ptr, value, n, stream):
+        return self._memset_words("memset16", ptr, value, n, np.uint16)
+
+    def hipMemsetD32Async(self, ptr, value, n, stream):
+        return self._memset_words("memset32", ptr, value, n, np.uint32)
 
     def hipMemcpyHtoDAsync(self, dst, src, n, stream):
-        ctypes.memmove(dst, src, n)
-        return (0,)
+        return self._on_stream("copy", lambda: ctypes.memmove(dst, src, n))
 
-    hipMemcpyDtoHAsync = hipMemcpyHtoDAsync
+    def hipMemcpyDtoDAsync(self, dst, src, n, stream):
+        assert not (src < dst < src + n or dst < src < dst + n)  # a device copy's ranges never overlap
+        return self._on_stream("dtod", lambda: ctypes.memmove(dst, src, n))
+
+    def hipMemcpyDtoHAsync(self, dst, src, n, stream):
+        return self._on_stream("read", lambda: ctypes.memmove(dst, src, n))
 
     def hipStreamSynchronize(self, stream):
+        self.syncs += 1
+        self._run_stream()
         return (0,)
 
     def hipEventCreateWithFlags(self, flags):
@@ -130,6 +162,7 @@ class FakeHip:
         return (0,) if event.done else (600,)
 
     def hipEventSynchronize(self, event):
+        self._run_stream()
         event.done = True
         return (0,)
 
@@ -145,6 +178,14 @@ class FakeHip:
 
     def hipModuleLaunchKernel(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
         self.launches.append((f, gx, bx, params))
+        if f == FILL64_ENTRY:  # the stream device's fill kernel: (u64 *ptr, u64 count, u64 value), run here
+            ptr, count, value = (ctypes.c_uint64.from_address(p).value
+                                 for p in (ctypes.c_void_p * 3).from_address(params))
+            self.log.append("fill64")
+
+            def fill():
+                np.frombuffer((ctypes.c_char * (8 * count)).from_address(ptr), np.uint64)[:] = value
+            self.queue.append(fill) if self.deferred else fill()
         return (0,)
 
     def hipHostMalloc(self, n, flags):
@@ -226,3 +267,117 @@ def test_heap_growth_retries_at_exactly_required():
     assert first.handle is None
     with pytest.raises(MemoryError, match="cannot allocate"):
         heap.ensure(200 * kib, "k")
+
+
+# ---- fills, element writes and copies on the stream (shared with CUDA) -----------------------------
+
+FILL_DTYPES = (np.float16, np.float32, np.float64, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
+               np.uint32, np.uint64)
+
+
+def _random_value(rng, dtype):
+    if np.dtype(dtype).kind == "f":
+        return dtype(rng.uniform(-1e3, 1e3))
+    info = np.iinfo(dtype)
+    return rng.integers(info.min, info.max, endpoint=True, dtype=dtype)
+
+
+def _read(dev, alloc, dtype, count, offset=0):
+    out = np.empty(count, dtype)
+    dev.copy_to_host(alloc, out, offset)
+    return out
+
+
+@pytest.mark.parametrize("dtype", FILL_DTYPES, ids=lambda t: np.dtype(t).name)
+@pytest.mark.parametrize("with_fill_kernel", [False, True], ids=["hip", "cuda-like"])
+def test_fills_of_every_dtype_and_range_leave_the_rest_alone(rng, dtype, with_fill_kernel):
+    """A fill writes exactly its range on the stream, no wait, for elements of every dtype and
+    vectors of them: element 0 to n, and a range starting at element 1; the byte before and
+    after keep their values. A memset of the pattern's period where one exists (D8 for equal
+    bytes, D16, D32), the device's fill kernel for an 8-byte period where it has one (CUDA),
+    else the pattern doubled by device copies."""
+    dev = _device(deferred=True)
+    if with_fill_kernel:
+        dev.fill64_image = lambda: b"a module with qdc_fill64"
+    size = np.dtype(dtype).itemsize
+    for n, element in ((1, 1), (3, 1), (1000, 1), (4097, 1), (700, 3), (2000, 4)):
+        value = np.array([_random_value(rng, dtype) for _ in range(element)], dtype)
+        total = (n + 2) * element
+        alloc = dev.allocate(total * size)
+        background = np.array([_random_value(rng, dtype) for _ in range(total)], dtype)
+        for start in (0, element):  # from the first element, and from the second (an offset)
+            dev.copy_to_device(alloc, background)
+            dev.hip.log.clear()
+            syncs = dev.hip.syncs
+            dev.fill(alloc, start * size, n * element * size, value.tobytes())
+            assert dev.hip.syncs == syncs  # queued, not waited for
+            got = _read(dev, alloc, dtype, total)
+            want = background.copy()
+            want[start:start + n * element] = np.tile(value, n)
+            np.testing.assert_array_equal(got, want)
+            log = [c for c in dev.hip.log if c != "read"]
+            raw = value.tobytes()
+            period = min(p for p in range(1, len(raw) + 1) if raw == raw[:p] * (len(raw) // p))
+            aligned = (alloc.ptr + start * size) % period == 0
+            if period == 1:
+                assert log == ["memset8"]
+            elif period in (2, 4) and aligned:
+                assert log == [f"memset{8 * period}"]
+            elif period == 8 and aligned and with_fill_kernel:
+                assert log == ["fill64"]
+            else:
+                assert log[0] == "copy" and set(log[1:]) <= {"dtod"}
+        dev.free(alloc)
+
+
+def test_a_fill_refuses_a_partial_pattern_and_a_range_past_the_end():
+    dev = _device()
+    a = dev.allocate(64)
+    with pytest.raises(ValueError, match="whole number of repetitions"):
+        dev.fill(a, 0, 10, b"\x01\x02\x03\x04")
+    with pytest.raises(ValueError, match="does not fit"):
+        dev.fill(a, 8, 64, b"\x01\x02\x03\x04")
+
+
+def test_element_writes_are_ordered_on_the_stream_and_outlive_their_source(rng):
+    """Small copies to the device (element writes) are staged in the pinned ring and queued
+    without a wait: thousands of them, more than the ring holds at once, between reads and
+    fills, each land in order, whatever the caller does with its source array afterwards."""
+    dev = _device(deferred=True)
+    n = 5000
+    alloc = dev.allocate(4 * n)
+    want = np.zeros(n, np.int32)
+    syncs = dev.hip.syncs
+    for step in range(3):
+        for i in rng.permutation(n):
+            value = np.array([rng.integers(-2**31, 2**31)], np.int32)
+            dev.copy_to_device(alloc, value, 4 * int(i))
+            want[i] = value[0]
+            value[0] = 12345  # the caller's array changes at once: the queued copy has its own bytes
+        assert dev.hip.queue  # still queued (the ring waited only for copies of earlier halves)
+        np.testing.assert_array_equal(_read(dev, alloc, np.int32, n), want)
+        dev.fill(alloc, 0, 4 * n, np.int32(step).tobytes())
+        dev.copy_to_device(alloc, np.array([7], np.int32), 4 * 3)
+        want[:] = step
+        want[3] = 7
+        np.testing.assert_array_equal(_read(dev, alloc, np.int32, n), want)
+    assert dev.hip.syncs - syncs < 3 * n // 100  # a sync per ring half entered and per read, not per write
+    big = rng.integers(0, 255, 1 << 16, dtype=np.uint8)  # past the staged size: copied and waited for
+    dev.copy_to_device(alloc, big[:4 * n])
+    assert not dev.hip.queue
+    np.testing.assert_array_equal(_read(dev, alloc, np.uint8, 4 * n), big[:4 * n])
+
+
+def test_copy_between_is_one_device_copy(rng):
+    dev = _device(deferred=True)
+    data = rng.integers(0, 2**32, 300, dtype=np.uint32)
+    src, dst = dev.allocate(data.nbytes), dev.allocate(data.nbytes + 16)
+    dev.copy_to_device(src, data)
+    dev.hip.log.clear()
+    dev.copy_between(src, dst, data.nbytes)
+    assert dev.hip.log == ["dtod"] and dev.hip.queue
+    dev.copy_to_device(src, np.zeros(4, np.uint32))  # queued after the copy: the copy keeps the old data
+    np.testing.assert_array_equal(_read(dev, dst, np.uint32, 300), data)
+    assert not _read(dev, dst, np.uint32, 4, data.nbytes).any()
+    with pytest.raises(ValueError, match="does not fit"):
+        dev.copy_between(dst, src, data.nbytes + 16)

@@ -285,3 +285,24 @@ def test_launches_are_grid_capped_and_a_heap_binding_is_one_buffer():
     cap = metal_device.GRID_CAP_INVOCATIONS
     assert dev.task_slices(launch, 1 << 30) == cap and dev.task_slices(launch, 1000) == 1000
     assert dev.task_slices(launch, 0) == 0 and dev.max_binding_bytes() == 150 * 1024
+
+
+def test_copy_between_waits_for_the_launches_using_either_buffer_then_copies_on_the_device(rng):
+    """Deep copies of arrays: the shared-storage contents copied once the command buffers that
+    use the source or the destination completed, never through a host array of the caller's."""
+    compiled = _metal_kernel()
+    dev = _device()
+    loaded = dev.load_kernel(compiled.artifacts, compiled.meta)
+    ctx, xs, ys = saxpy_ctx(dev, compiled.meta, 64)
+    dev.launch_task(loaded, 0, ctypes.addressof(ctx), 64)
+    (command,) = dev.queue.committed
+    data = rng.integers(0, 2**32, 64, dtype=np.uint32)
+    copy = dev.allocate(4 * 64)
+    ys.handle.view[:4 * 64] = data.view(np.uint8)  # what the stand-in's "kernel" wrote
+    dev.copy_between(ys, copy, 4 * 64)
+    assert command.status() == driver.COMMAND_BUFFER_COMPLETED  # waited for the launch writing ys
+    out = np.empty(64, np.uint32)
+    dev.copy_to_host(copy, out)
+    np.testing.assert_array_equal(out, data)
+    with pytest.raises(ValueError, match="does not fit"):
+        dev.copy_between(ys, copy, 4 * 65)

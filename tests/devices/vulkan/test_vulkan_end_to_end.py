@@ -21,15 +21,6 @@ from conftest import vulkan_unavailable_reason
 F32_1D = qd.types.ndarray(dtype=qd.f32, ndim=1)
 
 
-@pytest.fixture
-def vulkan(session_cache_dir):
-    if vulkan_unavailable_reason() is not None:
-        pytest.skip(f"no Vulkan device: {vulkan_unavailable_reason()}")
-    qd.init(arch=qd.vulkan, cache_dir=session_cache_dir)
-    yield
-    qd.init(arch=qd.cpu, cache_dir=session_cache_dir)
-
-
 def _scale():
     @qd.kernel
     def scale(x: F32_1D, s: qd.f32):
@@ -97,7 +88,7 @@ def test_a_grad_kernel_takes_numpy_arrays_too(arch):
     assert y[None] == 28.0
 
 
-def test_the_device_buffer_is_reused_while_the_array_fits(vulkan):
+def test_the_device_buffer_is_reused_while_the_array_fits(vulkan_runtime):
     scale = _scale()
     scale(np.ones(64, np.float32), 1.0)
     copies = scale.__qdc_launcher__.copies
@@ -136,7 +127,7 @@ def test_matches_numpy_and_the_cpu(arch, same_as_cpu):
     np.testing.assert_allclose(total, np.sum(x0.astype(np.float64) ** 2), rtol=1e-4)
 
 
-def test_host_reads_wait_for_the_launches(vulkan):
+def test_host_reads_wait_for_the_launches(vulkan_runtime):
     f = qd.field(qd.i32, shape=4096)
 
     @qd.kernel
@@ -171,7 +162,7 @@ def test_qd_gpu_without_a_gpu_falls_back_to_the_cpu_with_a_warning(monkeypatch, 
     assert opts.arch == "cpu" and context.current().arch == "cpu"
 
 
-def test_reinitialising_releases_the_old_device(vulkan, session_cache_dir):
+def test_reinitialising_releases_the_old_device(vulkan_runtime, session_cache_dir):
     old = context.current().device
     qd.init(arch=qd.vulkan, cache_dir=session_cache_dir)
     assert old.device is None  # closed: its driver objects and threads do not pile up

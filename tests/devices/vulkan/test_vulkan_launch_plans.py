@@ -7,21 +7,8 @@ device."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 import qdc as qd
-from qdc.runtime import context
-
-from conftest import vulkan_unavailable_reason
-
-
-@pytest.fixture
-def vulkan(session_cache_dir):
-    if vulkan_unavailable_reason() is not None:
-        pytest.skip(f"no Vulkan device: {vulkan_unavailable_reason()}")
-    qd.init(arch=qd.vulkan, cache_dir=session_cache_dir)
-    yield context.current().device
-    qd.init(arch=qd.cpu, cache_dir=session_cache_dir)
 
 
 @qd.kernel
@@ -40,7 +27,7 @@ def _arrays(rng, count, n):
     return host, dev
 
 
-def test_same_and_other_arrays_alternate(vulkan, rng):
+def test_same_and_other_arrays_alternate(vulkan_runtime, rng):
     n = 33
     host_x, dev_x = _arrays(rng, 3, n)
     host_y, dev_y = _arrays(rng, 3, n)
@@ -55,7 +42,7 @@ def test_same_and_other_arrays_alternate(vulkan, rng):
         np.testing.assert_allclose(got.to_numpy(), want, rtol=1e-5, atol=1e-5)
 
 
-def test_a_freed_array_is_not_bound_again(vulkan, rng):
+def test_a_freed_array_is_not_bound_again(vulkan_runtime, rng):
     n = 17
     host_x, dev_x = _arrays(rng, 1, n)
     host_y, dev_y = _arrays(rng, 1, n)
@@ -70,12 +57,12 @@ def test_a_freed_array_is_not_bound_again(vulkan, rng):
     np.testing.assert_allclose(dev_z[0].to_numpy(), host_z[0] + np.float32(3) * host_x[0], rtol=1e-6)
 
 
-def test_a_reset_descriptor_pool_drops_every_plan(vulkan, rng, monkeypatch):
+def test_a_reset_descriptor_pool_drops_every_plan(vulkan_runtime, rng, monkeypatch):
     n = 8
     host_x, dev_x = _arrays(rng, 1, n)
     host_y, dev_y = _arrays(rng, 1, n)
     axpy(1.0, dev_x[0], dev_y[0])  # the plan of axpy's task: these two arrays, their sets
-    epoch = vulkan.bindings_epoch
+    epoch = vulkan_runtime.bindings_epoch
 
     class FullPool:  # the pool out of sets at the next allocation (lavapipe never runs out)
         def __init__(self, lib):
@@ -87,7 +74,7 @@ def test_a_reset_descriptor_pool_drops_every_plan(vulkan, rng, monkeypatch):
         def vkAllocateDescriptorSets(self, *args):
             if not self.refused:
                 self.refused = True
-                return vulkan.vk.VK_ERROR_OUT_OF_POOL_MEMORY
+                return vulkan_runtime.vk.VK_ERROR_OUT_OF_POOL_MEMORY
             return self.lib.vkAllocateDescriptorSets(*args)
 
     @qd.kernel
@@ -96,10 +83,10 @@ def test_a_reset_descriptor_pool_drops_every_plan(vulkan, rng, monkeypatch):
             z[i] *= 2.0
 
     host_z, dev_z = _arrays(rng, 1, n)
-    monkeypatch.setattr(vulkan, "lib", FullPool(vulkan.lib))
+    monkeypatch.setattr(vulkan_runtime, "lib", FullPool(vulkan_runtime.lib))
     scale(dev_z[0])  # a new set: the pool is reset, axpy's sets with it
     monkeypatch.undo()
-    assert vulkan.bindings_epoch > epoch
+    assert vulkan_runtime.bindings_epoch > epoch
     axpy(1.0, dev_x[0], dev_y[0])  # must bind fresh sets, not the reset pool's
     qd.sync()
     np.testing.assert_allclose(dev_y[0].to_numpy(), host_y[0] + np.float32(2) * host_x[0], rtol=1e-6)

@@ -8,22 +8,12 @@ import pytest
 
 import qdc as qd
 
-from conftest import vulkan_unavailable_reason
 
 NARROW = [(qd.i8, np.int8), (qd.u8, np.uint8), (qd.i16, np.int16), (qd.u16, np.uint16)]
 
 
-@pytest.fixture
-def vulkan(session_cache_dir):
-    if vulkan_unavailable_reason() is not None:
-        pytest.skip(f"no Vulkan device: {vulkan_unavailable_reason()}")
-    qd.init(arch=qd.vulkan, cache_dir=session_cache_dir)
-    yield
-    qd.init(arch=qd.cpu, cache_dir=session_cache_dir)
-
-
 @pytest.mark.parametrize("dtype,np_dtype", NARROW, ids=[d.name for d, _ in NARROW])
-def test_atomics_and_stores_reach_the_last_narrow_elements(vulkan, rng, dtype, np_dtype):
+def test_atomics_and_stores_reach_the_last_narrow_elements(vulkan_runtime, rng, dtype, np_dtype):
     for n in range(1, 10):
         start = rng.integers(0, 50, n).astype(np_dtype)
         adds = rng.integers(1, 50, n).astype(np_dtype)

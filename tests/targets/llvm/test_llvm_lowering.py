@@ -21,6 +21,8 @@ from qdc.compiler.driver.options import Options
 from qdc.compiler.targets.base import Capabilities
 from qdc.compiler.targets.cpu import codegen
 from qdc.compiler.targets.cpu.target import TARGET as CPU, CpuTarget
+from qdc.compiler.targets.cpu.widen import WideChunkEnv
+from qdc.compiler.targets.cpu.widen_plan import SCALAR_SWITCH
 from qdc.compiler.targets.llvm import llvm_ir
 from qdc.compiler.targets.llvm.target import MATH_ARITY, External, LlvmTarget
 from qdc.runtime.contract import adstack_layout as layout
@@ -118,9 +120,11 @@ def test_math_and_thread_slice_come_from_the_target():
     assert "omp_get_thread_num" not in text and "tanf" not in text
 
 
-def test_cpu_target_supplies_libm_and_the_openmp_thread_number():
-    """math_loop's math is in a loop-carried chain: the CPU calls the C library there
-    (`chain_math_table`); elsewhere it is inline code (tests/targets/cpu/test_cpu_vector_math.py)."""
+def test_cpu_target_supplies_libm_and_the_openmp_thread_number(monkeypatch):
+    """math_loop's math is in a loop-carried chain: the CPU's scalar code calls the C library
+    there (`chain_math_table`); elsewhere it is inline code (tests/targets/cpu/test_cpu_vector_math.py),
+    and the width-W code computes it inline over the lanes (tests/targets/cpu/test_cpu_widen.py)."""
+    monkeypatch.setenv(SCALAR_SWITCH, "0")
     compiled = _grad_ir(math_loop)
     text = str(codegen.generate_llvm(compiled.ir, compiled.meta, target=CPU))
     declared = _declared(text)
@@ -138,12 +142,15 @@ def test_a_math_op_the_target_lacks_is_an_error_at_its_line():
     assert "kernel 'math_loop'" in str(e.value) and "qd.tan(v)" in str(e.value)  # the statement, its source line
 
 
-def test_a_code_generator_failure_is_located_not_a_traceback(monkeypatch):
+@pytest.mark.parametrize("widen", ["0", "1"], ids=["scalar_code", "width_w_code"])
+def test_a_code_generator_failure_is_located_not_a_traceback(monkeypatch, widen):
+    monkeypatch.setenv(SCALAR_SWITCH, widen)
     compiled = _grad_ir(math_loop)
 
     def broken(self, s):
         raise KeyError("no such thing")
     monkeypatch.setattr(llvm_ir._Env, "s_Unary", broken)
+    monkeypatch.setattr(WideChunkEnv, "s_Unary", broken)
     with pytest.raises(QdcCompileError, match="internal compiler error while generating code: KeyError") as e:
         codegen.generate_llvm(compiled.ir, compiled.meta, target=CPU)
     assert e.value.filename == __file__ and e.value.line > 0

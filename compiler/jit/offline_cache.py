@@ -1,0 +1,118 @@
+"""Compiled kernels through the offline cache (runtime/cache.py): direct mode obtains each
+kernel variant from it, or compiles and stores it there; `qdc build` stores what it builds
+(compiler/driver/build.py).
+
+This is the top floor, with the kernel objects: like a deployment it uses the runtime (the
+cache folder's reader and writer), while the compiler below it takes from the runtime only
+runtime/contract/ (tests/architecture/test_contract_boundary.py).
+"""
+from __future__ import annotations
+
+import time
+import warnings
+
+from qdc.runtime.cache import Cache, check_cache_folder, writable_problem
+from qdc.runtime.contract.errors import CacheError
+
+from ..driver import cache_key, kernel as compiling
+from ..driver.kernel import CompiledKernel, compile_recording_warnings, replay_warnings
+
+# Artifacts kept in memory but not written to the cache (textual LLVM IR: `qdc inspect --llvm`
+# disassembles the stored bitcode instead).
+_NOT_STORED = frozenset({"ll"})
+
+_CACHES: dict = {}      # cache folder -> Cache
+_UNWRITABLE: set = set()  # cache folders we failed to write (warned once)
+
+
+def cache_for(opts) -> Cache:
+    root = opts.resolved_cache_dir
+    cache = _CACHES.get(root)
+    if cache is None:
+        cache = _CACHES[root] = Cache(root)
+    return cache
+
+
+def check_cache_dir(opts) -> None:
+    """At `qd.init`: ValueError if cache_dir is a file; if it is not writable (a read-only
+    deployment, say), one warning now, and kernels are compiled without being stored (its
+    entries are still used)."""
+    root = check_cache_folder(opts.resolved_cache_dir, "cache_dir")
+    problem = writable_problem(root)
+    if problem is None:
+        _UNWRITABLE.discard(cache_for(opts).root)
+        return
+    _UNWRITABLE.add(cache_for(opts).root)
+    warnings.warn(f"qdc: cache_dir {root} is not writable ({problem}): kernels it does not hold yet will be "
+                  f"compiled on every run. Set qd.init(cache_dir=...) to a writable folder.", stacklevel=3)
+
+
+def obtain(fn, params, opts, arch: str, variant: str = "forward", templates=None) -> CompiledKernel:
+    """The kernel variant from the cache when its key hits, else compiled and stored."""
+    cache = cache_for(opts)
+    try:
+        deps = cache_key.kernel_key(fn, params, opts, arch, variant, templates)
+    except cache_key.UncacheableKernel as e:  # compiled, never stored: better than a shared entry
+        cache_key.log(f"kernel '{fn.__name__}' ({variant}) is compiled but not cached: {e}")
+        # the front end explains why
+        return compiling.compile_kernel(fn, params, opts, arch, variant=variant, templates=templates)
+    hit = load_cached(cache, deps)
+    if hit is not None:
+        replay_warnings(hit.warnings, fn)
+        return hit
+    compiled = compile_recording_warnings(fn, params, opts, arch, variant, templates)
+    compiled.deps = deps
+    store(cache, deps, compiled, fn, arch, variant, opts)
+    return compiled
+
+
+
+def load_cached(cache: Cache, deps) -> CompiledKernel | None:
+    try:
+        entry = cache.lookup(deps.key)
+    except CacheError as e:
+        warnings.warn(f"qdc: discarding a corrupt cache entry and recompiling: {e}", stacklevel=4)
+        cache.evict(deps.key)
+        return None
+    if entry is None:
+        return None
+    try:
+        fields = deps.bind(entry.field_refs)
+        stale = any(f.dtype.name != fm.dtype or tuple(f.storage_shape) != tuple(fm.shape)
+                    for f, fm in zip(fields, entry.meta.fields))
+    except IndexError:
+        stale = True
+    if stale:  # the entry does not fit these fields: evict it so the recompiled one takes its place
+        cache.evict(deps.key)
+        return None
+    hit = CompiledKernel(None, entry.meta, entry.artifacts, fields, deps, from_cache=True)
+    hit.warnings = entry.record.get("warnings", [])
+    return hit
+
+
+def store(cache: Cache, deps, compiled: CompiledKernel, fn, arch: str, variant: str, opts,
+          replace: bool = False, raise_errors: bool = False) -> bool:
+    """Write the entry (False if the kernel cannot be cached or the cache is not writable).
+    `raise_errors` (`qdc build`): a failed write raises its OSError instead of warning."""
+    refs = deps.refs_for(compiled.field_objects)
+    if refs is None:
+        cache_key.log(f"kernel '{fn.__name__}' ({variant}) is compiled but not cached: it reaches a field "
+                      f"through an expression the cache key does not follow")
+    if refs is None or (cache.root in _UNWRITABLE and not raise_errors):
+        return False
+    code = fn.__code__
+    body = {"kernel": fn.__name__, "variant": variant, "arch": arch, "compiler": cache_key.compiler_version(arch),
+            "created": time.time(), "source": f"{code.co_filename}:{code.co_firstlineno}",
+            "options": opts.key(), "meta": compiled.meta.to_dict(), "field_refs": refs,
+            "warnings": compiled.warnings}
+    artifacts = {k: v for k, v in compiled.artifacts.items() if isinstance(v, bytes) and k not in _NOT_STORED}
+    try:
+        cache.write_entry(deps.key, body, artifacts, replace=replace)
+    except OSError as e:
+        if raise_errors:
+            raise
+        _UNWRITABLE.add(cache.root)
+        warnings.warn(f"qdc: cannot write the offline cache at {cache.root} ({e}); kernels will be compiled "
+                      f"on every run. Set qd.init(cache_dir=...) to a writable folder.", stacklevel=4)
+        return False
+    return True

@@ -1,0 +1,80 @@
+"""How the CPU backend chooses, per task and per ISA level, between the width-W chunk
+(widen.py) and today's scalar one (llvm/llvm_ir.py), and what it records about the choice.
+
+W comes from the level: four vector registers' worth of lanes (128-bit SSE/NEON, 256-bit
+AVX2, 512-bit AVX-512; four so that a loop-carried chain has independent work in flight,
+widen_plan.REGISTERS_PER_STEP) of the widest float type the task computes with: x86-64-v2 16
+f32 lanes, v3 32, v4 64 (f64: half). A portable build emits one chunk per distinct W and multiversion.py
+gives each level the one of its width. The task's launch record says which: `lanes` (the most
+of any level: a thread of the task takes that many adstack heap slices) or `scalar` (why the
+task keeps the scalar code), both shown by `qdc inspect`.
+"""
+from __future__ import annotations
+
+from ... import ir
+from ...ir.adstack import AdStackAlloca
+from ..llvm.llvm_ir import KernelCodegen
+from .isa_levels import CpuLevel
+from .widen import emit_wide_chunk
+from .widen_plan import WidenPlan, lanes_for, plan
+
+
+def vector_bits(level: CpuLevel) -> int:
+    """The width of the level's vector registers, from the features its code may use."""
+    features = set(level.requires) | {f[1:] for f in level.llvm_features.split(",") if f.startswith("+")}
+    if "avx512f" in features:
+        return 512
+    if "avx2" in features or "avx" in features:
+        return 256
+    return 128
+
+
+class TaskChoice:
+    """One task's lowering: its plan (None: scalar, `reason` says why) and W per level."""
+
+    def __init__(self, task: ir.Task, levels: tuple):
+        found = plan(task)
+        self.plan: WidenPlan | None = found if isinstance(found, WidenPlan) else None
+        self.reason = None if self.plan else found
+        self.lanes = tuple(lanes_for(vector_bits(level), self.plan.float_bits) for level in levels) if self.plan else ()
+
+    @property
+    def max_lanes(self) -> int:
+        return max(self.lanes) if self.lanes else 1
+
+    def record(self) -> dict:
+        """What the task's launch record adds."""
+        return {"lanes": self.max_lanes} if self.plan else {"scalar": self.reason[:200]}
+
+
+class CpuKernelCodegen(KernelCodegen):
+    """The shared lowering, with the width-W chunk for the tasks `choices` widens. The chunk
+    of level i > 0 whose W differs from level 0's is emitted as `overrides[(chunk, i)]`."""
+
+    def __init__(self, *args, choices: dict, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.choices = choices
+        self.overrides: dict = {}
+
+    def emit_chunk(self, task: ir.Task):
+        choice = self.choices.get(task)
+        if choice is None or choice.plan is None:
+            return super().emit_chunk(task)
+        name = task.task_name + "_chunk"
+        made = {choice.lanes[0]: name}
+        fn = emit_wide_chunk(self, task, choice.plan, choice.lanes[0], name)
+        for i, lanes in enumerate(choice.lanes[1:], start=1):
+            if lanes not in made:
+                made[lanes] = f"{name}.lanes{lanes}"
+                emit_wide_chunk(self, task, choice.plan, lanes, made[lanes])
+            if made[lanes] != name:
+                self.overrides[(name, i)] = made[lanes]
+        return fn
+
+
+def task_choices(kernel: ir.KernelIR, levels: tuple) -> dict:
+    return {task: TaskChoice(task, levels) for task in kernel.tasks if task.kind == "range_for"}
+
+
+def has_adstacks(task: ir.Task) -> bool:
+    return any(isinstance(s, AdStackAlloca) for s in task.body.stmts)

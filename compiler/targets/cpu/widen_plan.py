@@ -1,0 +1,272 @@
+"""Which parallel tasks the CPU lowers W iterations at a time (widen.py), and what that code
+needs to know about each statement: computed here on the IR alone, before any code exists,
+so that a task the width-W lowering cannot express keeps today's scalar code, whole.
+
+Terms (as in ISPC):
+- *varying*: a value that may differ between the W iterations (lanes) run together: the
+  task's index, whatever is computed from it, loads through varying addresses, a loop index
+  with varying bounds, a local of the body that narrow code or a varying value writes (kept
+  as a vector). Everything else is *uniform*: one scalar value for all lanes (constants,
+  arguments, loads of one address, `chunk_init`, locals only ever set to uniform values).
+- *masked loop*: a loop inside the body that lanes may leave at different iterations (varying
+  bounds, or a break/continue under a varying condition). It runs while any lane is active.
+- *narrow* code: code that some lanes of the vector may skip (under a varying `if`, inside a
+  masked loop). Adstack operations there make every stack of the task keep a count per lane
+  (pushes scatter, reads gather); elsewhere one count serves all lanes (a push is one vector
+  store).
+
+Only tasks with an inner loop are widened: a body without one is a loop LLVM's own loop
+vectoriser widens already (if-converting its branches), with less code to optimise and emit;
+an inner loop (a dynamic trip count, a loop-carried chain, reverse mode's adstack loops) is
+what it cannot widen across the task's iterations.
+
+`plan(task)` returns a `WidenPlan` or the reason the task stays scalar (shown by `qdc inspect`).
+"""
+from __future__ import annotations
+
+import os
+
+from qdc.runtime.contract import types as T
+
+from ... import ir
+from ...ir import adstack as ad
+
+# "0": the scalar code for every task (tests and benchmarks compare the two); "all": widen the
+# tasks without an inner loop too (for measurements); else the default below.
+SCALAR_SWITCH = "QDC_CPU_WIDEN"
+
+
+def widening_enabled() -> bool:
+    return os.environ.get(SCALAR_SWITCH, "1") != "0"
+
+
+def widening_mode() -> str:
+    """What the switch says, as it enters the cache key."""
+    return os.environ.get(SCALAR_SWITCH, "1")
+
+
+# Statement kinds the width-W lowering implements; any other kind keeps the task scalar.
+_PURE = (ir.Const, ir.ArgLoad, ir.NdarrayShape, ir.Unary, ir.Binary, ir.Cast, ir.Select, ir.GlobalPtr,
+         ir.RandomState, ir.TempLoad, ir.LoopIndex)
+_LOCALS = (ir.Alloca, ir.LocalLoad, ir.LocalStore, ir.LocalAccumulate)
+_MEMORY = (ir.GlobalLoad, ir.GlobalStore, ir.AtomicRMW, ir.TempStore, ir.TempAtomic, ad.TempAtomicAdd,
+           ir.DebugMessage)
+_CONTROL = (ir.If, ir.RangeFor, ir.While, ir.Break, ir.Continue)
+_ADSTACK = (ad.AdStackAlloca, ad.AdStackPush, ad.AdStackPop, ad.AdStackLoadTop, ad.AdStackLoadTopAdj,
+            ad.AdStackAccAdjoint)
+SUPPORTED = _PURE + _LOCALS + _MEMORY + _CONTROL + _ADSTACK
+# Atomic operations combined over the lanes first (then one atomic per vector).
+COMBINED_ATOMICS = ("add", "sub", "min", "max", "and", "or", "xor")
+ACCUMULATE_OPS = ("add", "mul", "min", "max", "and", "or", "xor")
+_SCALAR_TYPES = (T.u1, T.i8, T.i16, T.i32, T.i64, T.u8, T.u16, T.u32, T.u64, T.f32, T.f64)
+
+
+class Refused(Exception):
+    pass
+
+
+class WidenPlan:
+    """What the lowering of one task needs: the varying values, the masked loops, the `if`s
+    after which lanes may have left a masked loop, the widest float type the body uses (W is
+    the ISA level's lane count for it), and whether its adstacks count per lane."""
+
+    def __init__(self, task: ir.Task):
+        self.task = task
+        self.varying: set = {task.index}
+        self.masked_loops: set = set()
+        self.kills: set = set()  # Ifs holding a break/continue of the innermost (masked) loop
+        self.accumulators: dict = {}  # chunk_init alloca the body accumulates into -> its op (in program order)
+        self.float_bits = 32
+        self.has_adstacks = False
+        self.lane_counts = False  # adstack operations in narrow code: each lane's stack keeps its own count
+
+
+def plan(task: ir.Task) -> WidenPlan | str:
+    """The plan for `task`, or why it keeps the scalar code."""
+    if not widening_enabled():
+        return f"the width-W lowering is off ({SCALAR_SWITCH}=0)"
+    if task.kind != "range_for" or task.serial:
+        return "a serial task"
+    if task.axis_index:
+        return "a multi-dimensional range walked by rows"
+    # A local is varying once a varying value or narrow code stores to it; that may make more
+    # values varying and more code narrow: walk again until no local changes (each walk only
+    # adds, and a refusal stays one).
+    varying_locals: set = set()
+    while True:
+        p = WidenPlan(task)
+        walk = _Analysis(p, varying_locals)
+        try:
+            walk.block(task.body, narrow=False, loop=None)
+        except Refused as e:
+            return str(e)
+        if walk.varying_stores <= varying_locals:
+            break
+        varying_locals |= walk.varying_stores
+    if widening_mode() != "all" and not any(isinstance(s, (ir.RangeFor, ir.While)) for s in ir.walk(task.body)):
+        # LLVM's loop vectoriser widens the task's own loop as it is, in less build time
+        return "no inner loop (LLVM's loop vectoriser widens the task's loop)"
+    inner = _inner_loop_vectorised_by_llvm(task, p)
+    if inner is not None:
+        where = f" (line {inner.loc.line})" if inner.loc else ""
+        return "an inner loop over contiguous elements, which LLVM's loop vectoriser widens" + where
+    return p
+
+
+def _inner_loop_vectorised_by_llvm(task: ir.Task, p: WidenPlan):
+    """An inner loop with uniform bounds that carries no float from one iteration to the next
+    and reads or writes memory along its own index: the scalar code's loop vectoriser widens it
+    with contiguous vector accesses, where lanes of the task's iterations would gather and
+    scatter across rows. Such a task is faster as it is."""
+    from ..llvm.llvm_ir import carries_state
+    for loop in ir.walk(task.body):
+        if not isinstance(loop, ir.RangeFor) or loop in p.masked_loops or carries_state(loop):
+            continue
+        along = {loop.index}
+        for s in ir.walk_nested(loop):
+            if isinstance(s, ir.Cast) and s.x in along or isinstance(s, ir.Binary) and s.op in ("add", "sub") \
+                    and (s.a in along or s.b in along):
+                along.add(s)
+            elif isinstance(s, ir.GlobalPtr) and s.indices and s.indices[-1] in along:
+                return loop
+    return None
+
+
+class _Analysis:
+    def __init__(self, p: WidenPlan, varying_locals: set):
+        self.p, self.varying_locals = p, varying_locals
+        self.varying_stores: set = set()  # locals this walk found a varying store to
+        self.body_allocas: set = set()
+        self.used: set = set()
+        for block in (p.task.body, p.task.chunk_final):
+            for s in ir.walk(block):
+                self.used.update(s.operands())
+        self.chunk_allocas = {s for s in p.task.chunk_init.stmts if isinstance(s, ir.Alloca)}
+
+    def refuse(self, s, why: str):
+        where = f" (line {s.loc.line})" if getattr(s, "loc", None) else ""
+        raise Refused(why + where)
+
+    def is_varying(self, s) -> bool:
+        return s in self.p.varying
+
+    def block(self, block: ir.Block, narrow: bool, loop) -> bool:
+        """Walks `block`; whether it holds a break/continue of `loop` (not crossing inner loops)."""
+        exits = False
+        for s in block.stmts:
+            exits |= self.stmt(s, narrow, loop)
+        return exits
+
+    def stmt(self, s, narrow: bool, loop) -> bool:
+        p = self.p
+        if not isinstance(s, SUPPORTED):
+            self.refuse(s, f"{type(s).__name__} is not lowered at W lanes")
+        if s.type is not None and not isinstance(s, ad.AdStackAlloca) and s.type not in _SCALAR_TYPES:
+            self.refuse(s, f"a {s.type} value")
+        if s.type is T.f64:
+            p.float_bits = 64
+        operands = s.operands()
+        varying_in = any(o in p.varying for o in operands)
+        if isinstance(s, ir.Alloca):
+            self.body_allocas.add(s)
+            if s in self.varying_locals:
+                p.varying.add(s)
+        elif isinstance(s, ir.LocalLoad):
+            if s.var not in self.body_allocas:
+                self.refuse(s, "a read of a chunk-level local")
+            if s.var in self.varying_locals:
+                p.varying.add(s)
+        elif isinstance(s, ir.LocalStore):
+            if s.var not in self.body_allocas:
+                self.refuse(s, "a write of a chunk-level local")
+            if narrow or varying_in:
+                self.varying_stores.add(s.var)
+        elif isinstance(s, ir.LocalAccumulate):
+            if s.op not in ACCUMULATE_OPS:
+                self.refuse(s, f"accumulate_{s.op}")
+            if s.var in self.chunk_allocas:
+                if p.accumulators.setdefault(s.var, s.op) != s.op:
+                    self.refuse(s, "two kinds of accumulation into one local")
+            elif s.var not in self.body_allocas:
+                self.refuse(s, "an accumulation into a local of another scope")
+            else:
+                self.varying_stores.add(s.var)
+        elif isinstance(s, (ir.AtomicRMW, ir.TempAtomic, ad.TempAtomicAdd)):
+            op = getattr(s, "op", "add")
+            if op not in COMBINED_ATOMICS:
+                self.refuse(s, f"atomic {op}")
+            if s in self.used:
+                self.refuse(s, "an atomic whose old value is used")
+        elif isinstance(s, ir.TempStore):
+            if varying_in:
+                self.refuse(s, "a varying value stored to a kernel temporary")
+        elif isinstance(s, (ir.GlobalLoad,)):
+            if varying_in:
+                p.varying.add(s)
+        elif isinstance(s, _ADSTACK):
+            p.has_adstacks = True
+            if narrow:  # lanes may push and pop different counts: a count per lane
+                p.lane_counts = True
+            if isinstance(s, ad.AdStackAlloca):
+                if s.type not in _SCALAR_TYPES:
+                    self.refuse(s, f"an adstack of {s.type}")
+                if s.type is T.f64:
+                    p.float_bits = 64
+            if isinstance(s, ad.ADSTACK_READS):
+                p.varying.add(s)
+        elif isinstance(s, ir.If):
+            varying = s.cond in p.varying
+            exits = self.block(s.then_block, narrow or varying, loop)
+            exits |= self.block(s.else_block, narrow or varying, loop)
+            if exits and (varying or loop in p.masked_loops):
+                self.mark_masked(loop, s)
+            return exits
+        elif isinstance(s, ir.RangeFor):
+            masked = s.begin in p.varying or s.end in p.varying
+            if masked:
+                p.varying.add(s.index)
+                p.masked_loops.add(s)
+            self.loop_body(s, narrow)
+            return False
+        elif isinstance(s, ir.While):
+            self.loop_body(s, narrow)
+            return False
+        elif isinstance(s, (ir.Break, ir.Continue)):
+            if loop is None:
+                self.refuse(s, f"{type(s).__name__.lower()} outside a loop of the body")
+            return True
+        elif isinstance(s, _PURE) and varying_in:
+            p.varying.add(s)
+        return False
+
+    def loop_body(self, s, narrow: bool):
+        """A loop's body; walked again if it turns out masked (then its body is narrow, which
+        may refuse adstack operations in it, and `kills` must be complete)."""
+        p = self.p
+        before = (set(p.varying), set(p.masked_loops), set(p.kills))
+        self.block(s.body, narrow or s in p.masked_loops, s)
+        if s in p.masked_loops and not (narrow or s in before[1]):
+            p.varying, p.masked_loops, p.kills = before[0], before[1] | {s}, before[2]
+            if isinstance(s, ir.RangeFor):
+                p.varying.add(s.index)
+            self.block(s.body, True, s)
+
+    def mark_masked(self, loop, if_stmt):
+        self.p.masked_loops.add(loop)
+        self.p.kills.add(if_stmt)
+
+
+# W is this many vector registers' worth of lanes. A loop-carried chain (`v = sin(v)` repeated)
+# is bound by the latency of each step, not by throughput: four independent registers in flight
+# per step hide it (the dynamic-loop gradient on one thread of the 2-core VM, AVX-512: 1
+# register 8.1 / 11.3 ms forward / grad, 2: 4.4 / 8.1, 4: 2.8 / 5.8; AVX2 14.2 / 20.2,
+# 8.1 / 14.4, 5.0 / 10.1; SSE4 27 / 67, 18 / 37 at 4; 8 registers was slower again). The price
+# is build time, about linear in W: that kernel's gradient builds in 131 / 217 / 327 ms native
+# at 1 / 2 / 4 registers (before the lane-by-lane large trig reduction, inline_math_vector.py,
+# which brought 4 to ~200 ms); tasks without an inner loop are not widened at all.
+REGISTERS_PER_STEP = 4
+
+
+def lanes_for(vector_bits: int, float_bits: int) -> int:
+    """W: REGISTERS_PER_STEP vector registers of `vector_bits` of the task's widest float."""
+    return max(vector_bits // float_bits, 2) * REGISTERS_PER_STEP

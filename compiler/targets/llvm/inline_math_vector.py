@@ -1,0 +1,229 @@
+"""The inline math of inline_math.py at W lanes: `<W x float>` and `<W x double>` functions,
+for code that is already vector-shaped (the CPU's width-W lowering of parallel tasks,
+compiler/targets/cpu/widen.py), where no loop vectoriser would widen a scalar call.
+
+The algorithms are the scalar ones, word for word: `VectorOps` gives fdlibm.py's
+`Float64Math` and inline_math_f32.py's `FloatMath` the same operations over vectors
+(constants splatted, intrinsics at their vector overloads, comparisons giving `<W x i1>`), so
+each lane computes exactly the bits the scalar function computes. Two things differ in form:
+- `branch` (a costly case under a condition: f32 trig's large-argument reduction, f64 trig)
+  computes the common side alone when every lane takes it, else both sides selected per lane
+  (as the loop vectoriser's if-conversion does);
+- f32 trig's large-argument reduction (Payne-Hanek, for |x| >= 800) runs lane by lane through
+  the scalar code, only for lanes that need it (`VectorFloatMath.reduce`).
+f32 pow has no vector form here (its double-precision core is written against scalar types):
+`vector_math` returns None for it and the caller applies the scalar function lane by lane.
+"""
+from __future__ import annotations
+
+from llvmlite import ir as ll
+
+from ..fdlibm import Float64Math
+from .inline_math import ARITY, OPS
+from .inline_math_f32 import FLOAT_OPS, TRIG_FLOAT_LIMIT, FloatMath, FloatOps
+from .llvm_ops import F32, F64, I1, I32, I64, LlvmOps
+
+# The ops `define` gives at W lanes, by float width.
+VECTOR_OPS = {32: tuple(op for op in OPS if op != "pow"), 64: OPS}
+
+
+def splat(typ, value, lanes: int):
+    """A `<lanes x typ>` constant of `value` in every lane."""
+    return ll.Constant(ll.VectorType(typ, lanes), [ll.Constant(typ, value)] * lanes)
+
+
+class _VectorMixin:
+    """LlvmOps' operations over `<W x T>` values (W = `lanes`)."""
+
+    FLOAT, SUFFIX = F64, "f64"
+
+    def __init__(self, builder: ll.IRBuilder, lanes: int):
+        super().__init__(builder)
+        self.lanes = lanes
+        self.vf = ll.VectorType(self.FLOAT, lanes)
+        self.vi32, self.vi64 = ll.VectorType(I32, lanes), ll.VectorType(I64, lanes)
+
+    def _call(self, intrinsic: str, *args):
+        name = f"{intrinsic}.v{self.lanes}{self.SUFFIX}"
+        return self.b.call(self._intrinsic(name, self.vf, [self.vf] * len(args)), list(args))
+
+    def c(self, v):
+        return splat(self.FLOAT, float(v), self.lanes)
+
+    def ci(self, v):
+        return splat(I32, int(v), self.lanes)
+
+    def cl(self, v):
+        return splat(I64, int(v) & (2 ** 64 - 1), self.lanes)
+
+    def not_(self, a):
+        return self.b.xor(a, splat(I1, 1, self.lanes))
+
+    def branch(self, cond, then, otherwise):
+        """`then` alone where every lane takes it (the common case: the costly side is for rare
+        arguments), else both sides selected per lane (what if-conversion makes of the scalar
+        branch)."""
+        b = self.b
+        every = b.call(self._intrinsic(f"llvm.vector.reduce.and.v{self.lanes}i1", I1, [cond.type]), [cond])
+        common, mixed, merge = (b.function.append_basic_block(name) for name in ("lanes.all", "lanes.mixed",
+                                                                                  "lanes.merge"))
+        b.cbranch(every, common, mixed)
+        b.position_at_end(common)
+        fast = then()
+        fast_end = b.block
+        b.branch(merge)
+        b.position_at_end(mixed)
+        both = [b.select(cond, t, e) for t, e in zip(then(), otherwise())]
+        mixed_end = b.block
+        b.branch(merge)
+        b.position_at_end(merge)
+        out = []
+        for f, m in zip(fast, both):
+            phi = b.phi(f.type)
+            phi.add_incoming(f, fast_end)
+            phi.add_incoming(m, mixed_end)
+            out.append(phi)
+        return tuple(out)
+
+    def to_i32(self, a):
+        return self.b.fptosi(a, self.vi32)
+
+    def i32_to_f(self, a):
+        return self.b.sitofp(a, self.vf)
+
+    def bits(self, a):
+        return self.b.bitcast(a, self.vi64 if self.FLOAT is F64 else self.vi32)
+
+    def from_bits(self, a):
+        return self.b.bitcast(a, self.vf)
+
+    def l_from_i32(self, a):
+        return self.b.sext(a, self.vi64)
+
+    def l_to_i32(self, a):
+        return self.b.trunc(a, self.vi32)
+
+
+class VectorDoubleOps(_VectorMixin, LlvmOps):
+    pass
+
+
+class VectorFloatOps(_VectorMixin, FloatOps):
+    FLOAT, SUFFIX = F32, "f32"
+    INTEGERS_FROM = FloatOps.INTEGERS_FROM
+
+
+class VectorFloatMath(FloatMath):
+    """FloatMath over `<W x float>`."""
+
+    def __init__(self, builder: ll.IRBuilder, lanes: int):
+        self.o = VectorFloatOps(builder, lanes)
+        self.b = builder
+        self.lanes = lanes
+
+    def reduce(self, x):
+        """(hi, lo, n) as FloatMath.reduce: the float reduction where every lane is below
+        TRIG_FLOAT_LIMIT (the common case), else the float reduction where it applies and
+        Payne-Hanek for the other lanes one at a time, through the scalar code
+        (`_large_reduction_function`): at W lanes its 64-bit integer products would be most of
+        a kernel's machine code, for arguments that rarely occur."""
+        o, b, w = self.o, self.b, self.lanes
+        small = o.lt(o.fabs(x), o.c(TRIG_FLOAT_LIMIT))
+        every = b.call(o._intrinsic(f"llvm.vector.reduce.and.v{w}i1", I1, [small.type]), [small])
+        common, mixed, merge = (b.function.append_basic_block(name) for name in ("trig.small", "trig.mixed",
+                                                                                  "trig.merge"))
+        b.cbranch(every, common, mixed)
+        b.position_at_end(common)
+        fast = self._reduce_float(x)
+        common_end = b.block
+        b.branch(merge)
+        b.position_at_end(mixed)
+        near = self._reduce_float(x)
+        far = self._reduce_lane_by_lane(x)
+        both = [b.select(small, a, c) for a, c in zip(near, far)]
+        mixed_end = b.block
+        b.branch(merge)
+        b.position_at_end(merge)
+        out = []
+        for f, m in zip(fast, both):
+            phi = b.phi(f.type)
+            phi.add_incoming(f, common_end)
+            phi.add_incoming(m, mixed_end)
+            out.append(phi)
+        return tuple(out)
+
+    def _reduce_lane_by_lane(self, x):
+        """FloatMath._reduce_large of each lane, in a loop over the lanes."""
+        o, b, w = self.o, self.b, self.lanes
+        fn = _large_reduction_function(b.module)
+        entry = b.function.entry_basic_block
+        slots = ll.IRBuilder(entry)
+        slots.position_at_start(entry)
+        lanes = ll.Constant(I32, w)
+        arrays = [slots.alloca(t, size=lanes) for t in (F32, F32, I32)]  # hi, lo, n of each lane
+        argument = slots.alloca(F32, size=lanes)
+        b.store(x, b.bitcast(argument, ll.PointerType(o.vf)), align=4)  # the arrays are only 4-byte aligned
+        index = slots.alloca(I32)
+        b.store(ll.Constant(I32, 0), index)
+        head, body, done = (b.function.append_basic_block(name) for name in ("lanes.head", "lanes.body", "lanes.done"))
+        b.branch(head)
+        b.position_at_end(head)
+        i = b.load(index, typ=I32)
+        b.cbranch(b.icmp_unsigned("<", i, ll.Constant(I32, w)), body, done)
+        b.position_at_end(body)
+        lane = b.load(b.gep(argument, [i], source_etype=F32), typ=F32)
+        result = b.call(fn, [lane])
+        for k, (array, t) in enumerate(zip(arrays, (F32, F32, I32))):
+            b.store(b.extract_value(result, k), b.gep(array, [i], source_etype=t))
+        b.store(b.add(i, ll.Constant(I32, 1)), index)
+        b.branch(head)
+        b.position_at_end(done)
+        return tuple(b.load(b.bitcast(array, ll.PointerType(t)), typ=t, align=4)
+                     for array, t in zip(arrays, (o.vf, o.vf, o.vi32)))
+
+
+def _large_reduction_function(module: ll.Module) -> ll.Function:
+    """`{float, float, i32} (float)`: FloatMath._reduce_large of one float, defined once."""
+    name = "__qdc_vm_reduce_large_f32"
+    existing = module.globals.get(name)
+    if existing is not None:
+        return existing
+    result = ll.LiteralStructType([F32, F32, I32])
+    fn = ll.Function(module, ll.FunctionType(result, [F32]), name=name)
+    fn.linkage = "internal"
+    fn.attributes.add("noinline")
+    fn.attributes.add("nounwind")
+    b = ll.IRBuilder(fn.append_basic_block("entry"))
+    value = ll.Constant(result, None)
+    for k, part in enumerate(FloatMath(b)._reduce_large(fn.args[0])):
+        value = b.insert_value(value, part, k)
+    b.ret(value)
+    return fn
+
+
+def function_name(op: str, bits: int, lanes: int) -> str:
+    return f"__qdc_vm_{op}_v{lanes}f{bits}"
+
+
+def vector_math(module: ll.Module, op: str, bits: int, lanes: int) -> ll.Function | None:
+    """`<lanes x f{bits}> op(<lanes x f{bits}>...)` in `module`, defined on first use; None
+    where `op` has no vector form (the caller goes lane by lane)."""
+    if op not in VECTOR_OPS[bits]:
+        return None
+    name = function_name(op, bits, lanes)
+    existing = module.globals.get(name)
+    if existing is not None:
+        return existing
+    t = ll.VectorType(F64 if bits == 64 else F32, lanes)
+    fn = ll.Function(module, ll.FunctionType(t, [t] * ARITY.get(op, 1)), name=name)
+    fn.linkage = "internal"
+    fn.attributes.add("alwaysinline")
+    fn.attributes.add("nounwind")
+    b = ll.IRBuilder(fn.append_basic_block("entry"))
+    if bits == 32 and op in FLOAT_OPS:
+        b.ret(getattr(VectorFloatMath(b, lanes), op)(*fn.args))
+        return fn
+    wide = ll.VectorType(F64, lanes)
+    value = Float64Math(VectorDoubleOps(b, lanes))(op, *(a if bits == 64 else b.fpext(a, wide) for a in fn.args))
+    b.ret(value if bits == 64 else b.fptrunc(value, t))
+    return fn
