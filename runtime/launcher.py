@@ -124,7 +124,6 @@ from __future__ import annotations
 
 import ctypes
 import keyword
-import math
 import operator
 import struct
 import sys
@@ -134,137 +133,23 @@ import numpy as np
 from . import context, sizeexpr_eval
 from . import random_stream
 from .adstack import launch_hooks
-from .contract import extents, sizeexpr as se
+from .contract import sizeexpr as se
 from .contract.artifact import KernelMeta
 from .contract.bounds import ERROR_WORDS
 from .contract.error_slot import BOUNDS_WORD, OVERFLOW_WORD
-from .fields import Field, Ndarray
+from .fields import Ndarray
 from .returns import ResultReader
 from .vector_arguments import element_reader
 from .contract.types import by_name
 from . import kernel_messages
 from .launch_hooks import LaunchContext, LaunchHooks
+from .argument_checks import (PACK_CODE, argument_name, built_without_its_gradient, check_extent, check_ndarray,
+                              explain_scalar, extent_limits, numpy_address)
 
-_PACK_CODE = {"i8": "b", "i16": "h", "i32": "i", "i64": "q", "u8": "B", "u16": "H", "u32": "I",
-              "u64": "Q", "f16": "e", "f32": "f", "f64": "d", "u1": "?"}
 _SCALAR_ERRORS = (struct.error, TypeError, ValueError, OverflowError)
 _RESERVED = "_q_"
 _UNBOUND = object()  # the cached array of a parameter before its first launch: matches nothing
-_LARGEST_NUMPY_ARRAY = (1 << 63) - 1  # elements (and bytes): numpy's sizes are signed 64-bit
 _PACK_OBJECT = struct.Struct("=Qq").pack_into  # an array's address, and -1 (numpy_binding.SENTINEL) for its shape
-
-
-def _built_without_its_gradient(meta: KernelMeta, p) -> bool:
-    """A float ndarray of a grad kernel whose needs_grad followed the argument in an AOT build
-    (None): a qd.ndarray with a gradient passed to it would silently get none."""
-    return bool(meta.is_grad) and p.kind == "ndarray" and p.needs_grad is None and p.dtype[0] == "f"
-
-
-def _where(meta: KernelMeta, index: int) -> str:
-    p = meta.params[index]
-    if not p.is_element:
-        return f"kernel '{meta.name}', argument '{p.name}'"
-    return f"kernel '{meta.name}', argument '{p.name}', element {meta.record_names()[index][len(p.name):]}"
-
-
-def explain_scalar(meta: KernelMeta, index: int, value):
-    """Raise the TypeError/ValueError for scalar argument `index`, or return if it is fine."""
-    p = meta.params[index]
-    if p.dtype == "u1":
-        if not isinstance(value, (bool, int, np.bool_, np.integer)) or value not in (0, 1):
-            raise TypeError(f"{_where(meta, index)}: expected a u1 (bool) scalar, got "
-                            f"{type(value).__name__} {value!r}"[:300])
-        return
-    try:
-        struct.pack("=" + _PACK_CODE[p.dtype], value)
-    except OverflowError:
-        raise ValueError(f"{_where(meta, index)}: {value!r} is out of range for {p.dtype}"[:300]) from None
-    except (struct.error, TypeError, ValueError):
-        if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-            raise ValueError(f"{_where(meta, index)}: {value!r} is out of range for {p.dtype}"[:300]) from None
-        kind = "an integer" if p.dtype[0] in "iu" else "a number"
-        raise TypeError(f"{_where(meta, index)}: expected a {p.dtype} scalar ({kind}), got "
-                        f"{type(value).__name__} {value!r}"[:300]) from None
-
-
-def numpy_address(a: np.ndarray) -> int:
-    """The data pointer of a C-contiguous numpy array, through the buffer protocol: a quarter
-    of the cost of `a.ctypes.data`, which read-only and empty arrays (no writable byte to
-    export) still take."""
-    try:
-        return ctypes.addressof(ctypes.c_char.from_buffer(a))
-    except (TypeError, ValueError):
-        return a.ctypes.data
-
-
-def extent_limits(device) -> tuple | None:
-    """(elements, bytes) that one ndarray argument may span on `device`: the extent its
-    kernels can index (runtime/contract/extents.py) and the largest buffer the device binds
-    (Vulkan's maxStorageBufferRange, Metal's maxBufferLength); None where every array numpy
-    can make fits (64-bit extents, no binding limit)."""
-    elements = extents.max_elements(device.arch)
-    binding = device.max_binding_bytes()
-    return None if elements >= _LARGEST_NUMPY_ARRAY and binding is None else (elements, binding)
-
-
-def check_extent(meta: KernelMeta, index: int, shape: tuple, limits: tuple, arch: str) -> None:
-    """Raise the ValueError that refuses an array of `shape` for ndarray parameter `index` when
-    it is larger than `limits` (`extent_limits`) allow."""
-    max_elements, max_bytes = limits
-    count = math.prod(shape)
-    if count > max_elements or any(n > max_elements for n in shape):
-        raise ValueError(f"{_where(meta, index)}: an array of shape {tuple(shape)} ({count} elements) is larger than "
-                         f"kernels built for {arch} can index ({max_elements} elements, 32-bit extents): split it "
-                         f"into smaller arrays, or use arch cpu, cuda or amdgpu (64-bit extents)")
-    nbytes = count * by_name(meta.params[index].dtype).nbytes
-    if max_bytes is not None and nbytes > max_bytes:
-        raise ValueError(f"{_where(meta, index)}: an array of shape {tuple(shape)} takes {nbytes} bytes, more than "
-                         f"the {arch} device binds at once ({max_bytes} bytes): split it into smaller arrays")
-
-
-def check_ndarray(meta: KernelMeta, index: int, value) -> None:
-    """Raise the TypeError/ValueError that rejects `value` for ndarray parameter `index`."""
-    p = meta.params[index]
-    where = _where(meta, index)
-    want = f"an ndarray of {p.dtype} with ndim={p.ndim}"
-    if p.element_shape:
-        want += f" ending in the element's axes {p.element_shape}"
-    storage = value.shape if isinstance(value, np.ndarray) else getattr(value, "storage_shape", ())
-    if p.element_shape and isinstance(value, (np.ndarray, Ndarray)) and len(storage) == p.ndim \
-            and tuple(storage[p.ndim - len(p.element_shape):]) != p.element_shape:
-        raise ValueError(f"{where}: expected {want}, got an array of shape {tuple(storage)}")
-    if isinstance(value, np.ndarray):
-        if value.dtype != by_name(p.dtype).np_dtype:
-            raise TypeError(f"{where}: expected {want}, got a numpy array of dtype {value.dtype}")
-        if value.ndim != p.ndim:
-            raise ValueError(f"{where}: expected {want}, got a numpy array with ndim={value.ndim}")
-        if not value.flags.c_contiguous:
-            raise ValueError(f"{where}: the numpy array is not C-contiguous; pass np.ascontiguousarray(...)")
-        if p.writes and not value.flags.writeable:
-            raise ValueError(f"{where}: the numpy array is read-only (flags.writeable is False, e.g. a "
-                             f"read-only memmap) and the kernel writes it; pass a writable array (np.array(a))")
-        if p.needs_grad:
-            raise TypeError(f"{where}: the kernel uses this array's gradient, so it needs a qd.ndarray(..., "
-                            f"needs_grad=True), not a numpy array (which has no gradient)")
-        return
-    if isinstance(value, Ndarray):
-        if value.dtype.name != p.dtype:
-            raise TypeError(f"{where}: expected {want}, got a qd.ndarray of {value.dtype}")
-        if len(value.storage_shape) != p.ndim:  # an ndarray of vectors counts its element's axes too
-            raise ValueError(f"{where}: expected {want}, got a qd.ndarray with ndim={len(value.storage_shape)}")
-        if p.needs_grad and value.grad is None:
-            raise ValueError(f"{where}: the kernel uses this array's gradient: pass a qd.ndarray created with "
-                             f"needs_grad=True")
-        if _built_without_its_gradient(meta, p) and value.grad is not None:
-            raise ValueError(f"{where}: this gradient kernel was compiled without a gradient for '{p.name}' "
-                             f"(its needs_grad=None follows the argument, and it had none to follow: built ahead "
-                             f"of time, or given it by keyword), so its gradient would stay zero; annotate it "
-                             f"needs_grad=True (and rebuild), pass it positionally, or pass an array without one")
-        return
-    if isinstance(value, Field):
-        raise TypeError(f"{where}: expected {want}, got {value._what()}; fields are global: "
-                        f"use them in the kernel directly instead of passing them")
-    raise TypeError(f"{where}: expected {want} (a numpy array or qd.ndarray), got {type(value).__name__}")
 
 
 class _Launcher:
@@ -488,7 +373,7 @@ class _Launcher:
         # A gradient word in the metadata means the code uses it (compiler/driver/kernel.py, build_meta):
         # then only a qd.ndarray with .grad, since a null gradient pointer would crash.
         grad_kernel_needs_grad = bool(p.needs_grad)
-        refuse_grad = _built_without_its_gradient(meta, p)  # then only arrays without one
+        refuse_grad = built_without_its_gradient(meta, p)  # then only arrays without one
         writes = bool(p.writes)  # then only writable numpy arrays
         element_axes = slice(ndim - len(p.element_shape), ndim) if p.element_shape else None  # vectors: their shape
         # pointer, shape..., [gradient pointer]: one pack into consecutive ctx words
@@ -515,7 +400,7 @@ class _Launcher:
                     try:
                         alloc = g[device_buffer] = copies.buffer(index, a.nbytes)
                     except MemoryError as e:
-                        raise MemoryError(f"{_where(meta, index)}: the {arch} device has no room for a copy of "
+                        raise MemoryError(f"{argument_name(meta, index)}: the {arch} device has no room for a copy of "
                                           f"this array of shape {a.shape} ({a.nbytes} bytes): {e}") from None
                     ptr, grad = alloc.ptr, 0
             elif isinstance(a, Ndarray) and a.dtype.name == p.dtype and len(a.storage_shape) == ndim and (
@@ -525,7 +410,7 @@ class _Launcher:
                 grad = a.grad.allocation().ptr if a.grad is not None else 0
             else:
                 check_ndarray(meta, index, a)
-                raise AssertionError(f"{_where(meta, index)}: {a!r} passed no check")  # check_ndarray raises
+                raise AssertionError(f"{argument_name(meta, index)}: {a!r} passed no check")  # check_ndarray raises
             shape = a.shape if isinstance(a, np.ndarray) else a.storage_shape
             if with_grad:
                 pack(mem, offset, ptr, *shape, grad)
@@ -561,7 +446,7 @@ class _Launcher:
             if i in self.vectors:
                 g[f"_q_elements{i}"] = element_reader(self.meta, self.vectors[i])
         for first, run in self.scalar_runs():
-            fmt = "=" + "".join(_PACK_CODE[p.dtype] + "x" * (8 - by_name(p.dtype).nbytes) for p in run)
+            fmt = "=" + "".join(PACK_CODE[p.dtype] + "x" * (8 - by_name(p.dtype).nbytes) for p in run)
             g[f"_q_pack{first}"] = struct.Struct(fmt).pack_into
         # A STORE_GLOBAL looks its name up at every launch: keyed by the very (interned) string
         # the code holds, the lookup compares no characters (~40 ns less for a new array)

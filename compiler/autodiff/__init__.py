@@ -6,7 +6,8 @@ it writes. Its tasks are, in order:
    (only the temporaries are written), and a task zeroing the temporaries' adjoints;
 2. the adjoint of every forward task, last task first (task_adjoint.py): each iteration
    runs a forward sweep pushing to adstacks, then a reverse sweep popping them.
-Then dead work is removed, the usual simplifications run, and every adstack is sized
+Then dead work is removed, a stack whose adjoint can live in a local loses its adjoint slot
+(register_adjoints.py), the usual simplifications run, and every adstack is sized
 (sizing.py). Kernels whose gradient would be wrong are rejected first (checks.py).
 """
 from __future__ import annotations
@@ -20,6 +21,7 @@ from .activity import Activity
 from . import checks
 from .checks import check_kernel, error
 from .cleanup import remove_dead_adstacks
+from .register_adjoints import adjoints_in_registers
 from .companions import CompanionBuffers
 from .sizing import size_stacks
 from .task_adjoint import NeedStack, TaskAdjoint
@@ -53,6 +55,7 @@ def make_grad_kernel(k: ir.KernelIR, field_objects: list, opts) -> GradKernelIR:
         g.body.append(t)
     lower_intrinsics(g)  # as the forward pipeline does after the point autodiff starts from
     remove_dead_adstacks(g)
+    adjoints_in_registers(g)
     simplify(g)
     remove_dead_adstacks(g)
     thread_local_reductions(g)

@@ -549,12 +549,29 @@ class VectorLowering:
         v = self.convert(value, place.type, value_node)
         if isinstance(place, ir.Alloca):
             self.emit(ir.LocalStore(place, v))
-        elif isinstance(place, RuntimeComponent):  # branch-free: a run of ifs on one index made LLVM's
-            for k, var in enumerate(place.variables):  # optimiser superlinear (minutes at 1024 components)
-                hit = self.values.binary("eq", place.index, k)
+        elif isinstance(place, RuntimeComponent):
+            if any(self.shared_by_iterations(var) for var in place.variables):
+                # a kernel-scope vector written by the iterations of a parallel loop: each writes
+                # only its component (rewriting all of them would race with the other threads)
+                self.store_one_component(place.index, place.variables, 0, v)
+                return
+            for k, var in enumerate(place.variables):  # branch-free: a run of ifs on one index made LLVM's
+                hit = self.values.binary("eq", place.index, k)  # optimiser superlinear (minutes at 1024)
                 self.emit(ir.LocalStore(var, self.values.select(hit, v, self.emit(ir.LocalLoad(var)))))
         else:
             self.emit(ir.GlobalStore(place, v))
+
+    def store_one_component(self, index, variables: list, first: int, v) -> None:
+        """`variables[index - first] = v`, storing into that variable only: a balanced tree of
+        ifs on `index` (depth log2 n, unlike a run of n ifs that LLVM's optimiser handles in
+        superlinear time)."""
+        if len(variables) == 1:
+            self.emit(ir.LocalStore(variables[0], v))
+            return
+        half = len(variables) // 2
+        branch = self.emit(ir.If(self.values.binary("lt", index, first + half)))
+        self.emit_into(branch.then_block, lambda: self.store_one_component(index, variables[:half], first, v))
+        self.emit_into(branch.else_block, lambda: self.store_one_component(index, variables[half:], first + half, v))
 
     def aug_assign_target(self, op: str, target: Target, value_node) -> None:
         """`t op= value`: atomic on field/ndarray components (add, sub, and integer bit ops) and

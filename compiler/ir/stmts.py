@@ -281,8 +281,8 @@ class FieldRef:
     def __init__(self, slot: int, name: str, dtype: DataType, shape: tuple, is_grad: bool):
         self.slot, self.name, self.dtype, self.shape, self.is_grad = slot, name, dtype, shape, is_grad
 
-    def __repr__(self):
-        return f"@{self.name}" + (".grad" if self.is_grad else "")
+    def __repr__(self):  # a companion's name says what it is: "x.grad", "x.dual"
+        return f"@{self.name}"
 
 
 class NdarrayRef:

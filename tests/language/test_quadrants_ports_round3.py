@@ -10,6 +10,7 @@ import pytest
 
 import qdc as qd
 from qdc.compiler.driver import kernel as K
+from qdc.compiler.driver.inspect import inspect_ir
 from qdc.compiler.driver.options import Options
 from qdc.compiler.targets.cpu import codegen
 from qdc.compiler.targets.cpu.target import TARGET as CPU
@@ -124,8 +125,8 @@ def test_assert_without_debug_evaluates_its_condition(arch):
     assert calls[None] == 6
 
 
-def test_a_pure_assert_without_debug_leaves_the_code_unchanged():
-    qd.init(arch=qd.cpu)
+def test_a_pure_assert_without_debug_leaves_the_code_unchanged(session_cache_dir):
+    qd.init(arch=qd.cpu, cache_dir=session_cache_dir)
     x = qd.field(qd.f32, shape=8)
 
     def llvm_text(kernel) -> str:
@@ -628,7 +629,7 @@ def test_ndrange_axes_orders_the_visit_and_keeps_each_index_on_its_axis(arch, ax
     assert list(qd.ndrange(*dims, axes=axes)) == want_order
 
 
-def test_ndrange_axes_errors():
+def test_ndrange_axes_errors(session_cache_dir):
     with pytest.raises(ValueError, match="has 3 entries"):
         qd.ndrange(4, 5, axes=(0, 1, 2))
     with pytest.raises(ValueError, match="not a permutation"):
@@ -636,7 +637,7 @@ def test_ndrange_axes_errors():
     with pytest.raises(TypeError, match="entries must be Python ints"):
         qd.ndrange(4, 5, axes=(True, False))
     assert qd.ndrange(3, 4, axes=(0, 1)).axes is None and qd.ndrange(3, 4, axes=(1, 0)).axes == (1, 0)
-    qd.init(arch=qd.cpu)
+    qd.init(arch=qd.cpu, cache_dir=session_cache_dir)
 
     @qd.kernel
     def k(n: qd.i32):
@@ -723,3 +724,42 @@ def test_vector_constructors_broadcast_and_concatenate(arch, rng):
 
     s = float(rng.integers(1, 9))
     np.testing.assert_array_equal(k(s), [[s] * 4, [s, 1, 2, 2 * s], [7, 6, 5, s]])
+
+
+# ---- a kernel-scope vector written at run-time indices by a parallel loop -----------------------
+
+def test_parallel_iterations_write_their_own_components_of_a_kernel_scope_vector(arch):
+    """Each iteration stores only its component: rewriting every component (a branch-free select
+    per component) made the threads of the loop undo each other's writes."""
+    n = 1024 if arch == "cpu" else 256  # the CPU's threads raced visibly at 1024 (lavapipe compiles slowly)
+    vec = qd.types.vector(n, qd.i32)
+
+    @qd.kernel
+    def k(s: qd.i32) -> vec:
+        ret = vec(0)
+        for i in range(n):
+            ret[i] = i * s + 1
+        return ret
+
+    for s in range(-10, 10):  # many launches: a race shows in some
+        np.testing.assert_array_equal(k(s), np.arange(n) * s + 1)
+
+
+def test_a_parallel_iteration_stores_only_the_component_it_indexes(session_cache_dir):
+    """What keeps the iterations apart, independent of thread timing: inside the parallel task
+    no component is read back and rewritten; each is stored once, under a test of the index."""
+    qd.init(arch=qd.cpu, cache_dir=session_cache_dir)
+    vec = qd.types.vector(8, qd.i32)
+
+    @qd.kernel
+    def k(s: qd.i32) -> vec:
+        ret = vec(0)
+        for i in range(8):
+            ret[i] = i * s + 1
+        return ret
+
+    text = inspect_ir(k)
+    task = text[text.index("range_for(range)"):]
+    task = task[:task.index("  task ")]
+    assert "temp_load" not in task and "select" not in task
+    assert task.count("temp_store") == 8 and task.count("if ") == 7

@@ -403,13 +403,7 @@ class WideChunkEnv(LaneAdStacks, _ChunkEnv):
         if not self.wide or not any(self.is_vec(self.vals.get(o)) for o in s.indices):
             return self._scalar(s)
         b, target = self.b, s.target
-        if isinstance(target, ir.FieldRef):
-            base = self.ctx_word(self.cg.meta.field_slot0 + target.slot, PTR)
-            dims = [ll.Constant(I64, d) for d in target.shape]
-        else:
-            slot = self.cg.param_slot[target.arg_index]
-            base = self.ctx_word(slot + 1 + target.ndim if target.is_grad else slot, PTR)
-            dims = [self.ctx_word(slot + 1 + d, I64) for d in range(target.ndim)]
+        base, dims = self.global_base(target)
         last = len(s.indices) - 1
         check = self.cg.check_id.get(s)  # debug=True: checked lane by lane, so gathered
         contiguous = check is None and all(not self.is_vec(self.v(i)) for i in s.indices[:-1]) \

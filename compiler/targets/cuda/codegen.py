@@ -26,8 +26,8 @@ from qdc.runtime.contract.artifact import KernelMeta
 
 from ... import ir
 from ..llvm.grid import GridKernelCodegen, internalize
-from ..llvm.llvm_ir import ModuleBuilder, start_function
-from ..llvm.llvm_types import I32, I64, PTR, VOID, lltype
+from ..llvm.llvm_ir import ModuleBuilder
+from ..llvm.llvm_types import I32, I64, lltype
 from . import toolkit, vectorize
 from .arch import TRIPLE
 from .block_reduce import BlockReduceEnv, flushable
@@ -88,11 +88,7 @@ class CudaKernelCodegen(GridKernelCodegen):
         arrays = None if self.check_id else vectorize.plan(task)
         if arrays is None:
             return super().emit_strided_chunk(task)
-        fn = ll.Function(self.mb.module, ll.FunctionType(VOID, [PTR, I64, I64, I64]), name=task.task_name + "_grid")
-        fn.linkage = "internal"
-        fn.args[0].add_attribute("noalias")
-        b = start_function(fn)
-        env = self.chunk_env(self, b, fn.args[0])
+        fn, b, env = self.start_strided_chunk(task)
         first, end, step = fn.args[1:]
         scalar_begin = vectorize.emit_vector_loop(self, env, task, arrays, first, end, step)
         it = lltype(task.index.type)

@@ -71,16 +71,20 @@ class GridKernelCodegen(KernelCodegen):
         env.block(task.prologue)
         return env.v(task.begin), env.v(task.end)
 
+    def start_strided_chunk(self, task: ir.Task):
+        """(function, builder at its entry, chunk env) of `<task>_grid(ctx, first, end, step)`."""
+        fn = ll.Function(self.mb.module, ll.FunctionType(VOID, [PTR, I64, I64, I64]), name=task.task_name + "_grid")
+        fn.linkage = "internal"
+        fn.args[0].add_attribute("noalias")
+        b = start_function(fn)
+        return fn, b, self.chunk_env(self, b, fn.args[0])
+
     def emit_strided_chunk(self, task: ir.Task) -> ll.Function:
         """`<task>_grid(ctx, i64 first, i64 end, i64 step)`: chunk_init, the body for indices
         first, first + step, ... below end, then (if there was one) chunk_final. The
         coordinates of a multi-dimensional range are divided out of each index: grid-stride
         threads do not walk rows."""
-        fn = ll.Function(self.mb.module, ll.FunctionType(VOID, [PTR, I64, I64, I64]), name=task.task_name + "_grid")
-        fn.linkage = "internal"
-        fn.args[0].add_attribute("noalias")
-        b = start_function(fn)
-        env = self.chunk_env(self, b, fn.args[0])
+        fn, b, env = self.start_strided_chunk(task)
         first, end, step = fn.args[1:]
         env.block(task.chunk_init)
         it = lltype(task.index.type)

@@ -37,18 +37,24 @@ def function_name(op: str, bits: int) -> str:
     return f"__qdc_vm_{op}_f{bits}"
 
 
-def define(module: ll.Module, op: str, bits: int) -> ll.Function:
-    """The function computing `op` on `bits`-wide floats in `module`, defined on first use."""
-    name = function_name(op, bits)
+def math_function(module: ll.Module, name: str, t, op: str):
+    """(function, builder at its entry) of a new internal, always inlined `t name(t, ...)` taking
+    `op`'s arguments; (the function, None) where `module` defines `name` already."""
     existing = module.globals.get(name)
     if existing is not None:
-        return existing
-    t = F64 if bits == 64 else F32
+        return existing, None
     fn = ll.Function(module, ll.FunctionType(t, [t] * ARITY.get(op, 1)), name=name)
     fn.linkage = "internal"
     fn.attributes.add("alwaysinline")
     fn.attributes.add("nounwind")
-    b = ll.IRBuilder(fn.append_basic_block("entry"))
+    return fn, ll.IRBuilder(fn.append_basic_block("entry"))
+
+
+def define(module: ll.Module, op: str, bits: int) -> ll.Function:
+    """The function computing `op` on `bits`-wide floats in `module`, defined on first use."""
+    fn, b = math_function(module, function_name(op, bits), F64 if bits == 64 else F32, op)
+    if b is None:
+        return fn
     if bits == 32 and op in FLOAT_OPS:
         b.ret(getattr(FloatMath(b), op)(*fn.args))
         return fn

@@ -19,7 +19,7 @@ from __future__ import annotations
 from llvmlite import ir as ll
 
 from ..fdlibm import Float64Math
-from .inline_math import ARITY, OPS
+from .inline_math import OPS, math_function
 from .inline_math_f32 import FLOAT_OPS, TRIG_FLOAT_LIMIT, FloatMath, FloatOps
 from .llvm_ops import F32, F64, I1, I32, I64, LlvmOps
 
@@ -63,25 +63,29 @@ class _VectorMixin:
         """`then` alone where every lane takes it (the common case: the costly side is for rare
         arguments), else both sides selected per lane (what if-conversion makes of the scalar
         branch)."""
+        return self.uniform_or_mixed(cond, then, lambda: [self.b.select(cond, t, e)
+                                                          for t, e in zip(then(), otherwise())], "lanes")
+
+    def uniform_or_mixed(self, cond, uniform, mixed, prefix: str) -> tuple:
+        """`uniform()` where every lane of `cond` holds, else `mixed()` (each a sequence of
+        values, emitted in a block of its own), joined by phis."""
         b = self.b
         every = b.call(self._intrinsic(f"llvm.vector.reduce.and.v{self.lanes}i1", I1, [cond.type]), [cond])
-        common, mixed, merge = (b.function.append_basic_block(name) for name in ("lanes.all", "lanes.mixed",
-                                                                                  "lanes.merge"))
-        b.cbranch(every, common, mixed)
-        b.position_at_end(common)
-        fast = then()
-        fast_end = b.block
-        b.branch(merge)
-        b.position_at_end(mixed)
-        both = [b.select(cond, t, e) for t, e in zip(then(), otherwise())]
-        mixed_end = b.block
-        b.branch(merge)
+        common, other, merge = (b.function.append_basic_block(f"{prefix}.{name}") for name in ("all", "mixed",
+                                                                                               "merge"))
+        b.cbranch(every, common, other)
+        ends, values = [], []
+        for block, make in ((common, uniform), (other, mixed)):
+            b.position_at_end(block)
+            values.append(make())
+            ends.append(b.block)
+            b.branch(merge)
         b.position_at_end(merge)
         out = []
-        for f, m in zip(fast, both):
-            phi = b.phi(f.type)
-            phi.add_incoming(f, fast_end)
-            phi.add_incoming(m, mixed_end)
+        for fast, slow in zip(*values):
+            phi = b.phi(fast.type)
+            phi.add_incoming(fast, ends[0])
+            phi.add_incoming(slow, ends[1])
             out.append(phi)
         return tuple(out)
 
@@ -127,30 +131,13 @@ class VectorFloatMath(FloatMath):
         Payne-Hanek for the other lanes one at a time, through the scalar code
         (`_large_reduction_function`): at W lanes its 64-bit integer products would be most of
         a kernel's machine code, for arguments that rarely occur."""
-        o, b, w = self.o, self.b, self.lanes
+        o, b = self.o, self.b
         small = o.lt(o.fabs(x), o.c(TRIG_FLOAT_LIMIT))
-        every = b.call(o._intrinsic(f"llvm.vector.reduce.and.v{w}i1", I1, [small.type]), [small])
-        common, mixed, merge = (b.function.append_basic_block(name) for name in ("trig.small", "trig.mixed",
-                                                                                  "trig.merge"))
-        b.cbranch(every, common, mixed)
-        b.position_at_end(common)
-        fast = self._reduce_float(x)
-        common_end = b.block
-        b.branch(merge)
-        b.position_at_end(mixed)
-        near = self._reduce_float(x)
-        far = self._reduce_lane_by_lane(x)
-        both = [b.select(small, a, c) for a, c in zip(near, far)]
-        mixed_end = b.block
-        b.branch(merge)
-        b.position_at_end(merge)
-        out = []
-        for f, m in zip(fast, both):
-            phi = b.phi(f.type)
-            phi.add_incoming(f, common_end)
-            phi.add_incoming(m, mixed_end)
-            out.append(phi)
-        return tuple(out)
+
+        def mixed():
+            near, far = self._reduce_float(x), self._reduce_lane_by_lane(x)
+            return [b.select(small, a, c) for a, c in zip(near, far)]
+        return o.uniform_or_mixed(small, lambda: self._reduce_float(x), mixed, "trig")
 
     def _reduce_lane_by_lane(self, x):
         """FloatMath._reduce_large of each lane, in a loop over the lanes."""
@@ -210,16 +197,10 @@ def vector_math(module: ll.Module, op: str, bits: int, lanes: int) -> ll.Functio
     where `op` has no vector form (the caller goes lane by lane)."""
     if op not in VECTOR_OPS[bits]:
         return None
-    name = function_name(op, bits, lanes)
-    existing = module.globals.get(name)
-    if existing is not None:
-        return existing
     t = ll.VectorType(F64 if bits == 64 else F32, lanes)
-    fn = ll.Function(module, ll.FunctionType(t, [t] * ARITY.get(op, 1)), name=name)
-    fn.linkage = "internal"
-    fn.attributes.add("alwaysinline")
-    fn.attributes.add("nounwind")
-    b = ll.IRBuilder(fn.append_basic_block("entry"))
+    fn, b = math_function(module, function_name(op, bits, lanes), t, op)
+    if b is None:
+        return fn
     if bits == 32 and op in FLOAT_OPS:
         b.ret(getattr(VectorFloatMath(b, lanes), op)(*fn.args))
         return fn

@@ -552,16 +552,19 @@ class _Env(AdStackLowering, MessageLowering):
         self.b.store(v, self.temp_ptr(s.slot))
 
     # ---- globals --------------------------------------------------------------------------------
+    def global_base(self, target):
+        """(base pointer, [extent of each axis as i64]) of a field or ndarray (argument or grad)."""
+        if isinstance(target, ir.FieldRef):
+            return (self.ctx_word(self.cg.meta.field_slot0 + target.slot, PTR),
+                    [ll.Constant(I64, d) for d in target.shape])
+        slot = self.cg.param_slot[target.arg_index]
+        return (self.ctx_word(slot + 1 + target.ndim if target.is_grad else slot, PTR),
+                [self.ctx_word(slot + 1 + d, I64) for d in range(target.ndim)])
+
     def s_GlobalPtr(self, s):
         b = self.b
         target = s.target
-        if isinstance(target, ir.FieldRef):
-            base = self.ctx_word(self.cg.meta.field_slot0 + target.slot, PTR)
-            dims = [ll.Constant(I64, d) for d in target.shape]
-        else:
-            slot = self.cg.param_slot[target.arg_index]
-            base = self.ctx_word(slot + 1 + target.ndim if target.is_grad else slot, PTR)
-            dims = [self.ctx_word(slot + 1 + d, I64) for d in range(target.ndim)]
+        base, dims = self.global_base(target)
         linear = None
         indices = []
         for idx, dim in zip(s.indices, dims):

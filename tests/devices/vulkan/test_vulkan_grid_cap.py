@@ -82,7 +82,7 @@ def test_readme_gradient_at_2_20_equals_the_cpu_gradient(session_cache_dir, rng)
     vk = gradient_on(qd.vulkan, xs, 64, session_cache_dir)
     dev = context.current().device
     held = adstack.adstack_heap_bytes("adstack_float")
-    assert 0 < held <= dev.task_slices({"policy": "grid", "block_dim": 0}, None) * 65 * 8
+    assert 0 < held <= dev.task_slices({"policy": "grid", "block_dim": 0}, None) * 65 * 4
     cpu = gradient_on(qd.cpu, xs, 64, session_cache_dir)
     np.testing.assert_allclose(vk, cpu, rtol=1e-4, atol=1e-7)
     np.testing.assert_allclose(vk[:4096], readme_gradient(xs[:4096], 64), rtol=1e-4, atol=1e-7)
@@ -92,7 +92,7 @@ def test_heaps_hold_fewer_invocations_when_a_binding_cannot_span_them(session_ca
     """A device whose maxStorageBufferRange holds only three invocations' stacks: the launch still
     runs every iteration, on those three."""
     dev = vulkan_device(cache_dir=session_cache_dir, ad_stack_size=64)
-    per_invocation = 64 * 8  # 64 entries x (primal + adjoint) x 4 bytes
+    per_invocation = 64 * 4  # 64 entries x 4 bytes (the primal: the adjoint is a local)
     monkeypatch.setattr(dev, "max_binding_bytes", lambda: 3 * per_invocation + 5)
     xs = rng.uniform(-1.0, 1.0, 1000).astype(np.float32)
     loop, x, y, n = readme_kernel(len(xs))
@@ -104,12 +104,12 @@ def test_heaps_hold_fewer_invocations_when_a_binding_cannot_span_them(session_ca
 
 def test_one_invocation_too_large_for_a_binding_is_a_clear_error(session_cache_dir, monkeypatch):
     dev = vulkan_device(cache_dir=session_cache_dir, ad_stack_size=64)
-    monkeypatch.setattr(dev, "max_binding_bytes", lambda: 64 * 8 - 4)
+    monkeypatch.setattr(dev, "max_binding_bytes", lambda: 64 * 4 - 4)  # one invocation's 64 f32 entries: 256
     loop, x, y, n = readme_kernel(8)
     x.from_numpy(np.linspace(0.1, 0.8, 8).astype(np.float32))
     n[None] = 10
     loop()
-    with pytest.raises(ValueError, match=r"kernel 'loop'.*512 bytes.*508 bytes.*ad_stack_size"):
+    with pytest.raises(ValueError, match=r"kernel 'loop'.*256 bytes.*252 bytes.*ad_stack_size"):
         loop.grad()
 
 
@@ -126,9 +126,9 @@ def test_a_device_without_int64_lowers_the_invocations_to_what_u32_indices_reach
     xs = np.array([0.5, -0.25, 0.75, 0.1], np.float32)
     x.from_numpy(xs)
     n[None] = 3
-    monkeypatch.setattr(layout, "U32_INDEX_LIMIT", 4 * 8 * 2 - 1)  # one element short of 4 x (8 x 2)
+    monkeypatch.setattr(layout, "U32_INDEX_LIMIT", 4 * 8 - 1)  # one element short of 4 x 8 entries
     np.testing.assert_allclose(run_grad(loop, x, y), readme_gradient(xs, 3), rtol=1e-5)
-    assert adstack.adstack_heap_bytes("adstack_float") == 3 * 8 * 2 * 4
+    assert adstack.adstack_heap_bytes("adstack_float") == 3 * 8 * 4
 
 
 class _Meta:
