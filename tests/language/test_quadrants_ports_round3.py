@@ -15,15 +15,10 @@ from qdc.compiler.driver.options import Options
 from qdc.compiler.targets.cpu import codegen
 from qdc.compiler.targets.cpu.target import TARGET as CPU
 
+from compile_error_util import compile_error
+
 I32_1D = qd.types.ndarray(dtype=qd.i32, ndim=1)
 F32_1D = qd.types.ndarray(dtype=qd.f32, ndim=1)
-
-
-def _compile_error(kernel, *args) -> qd.QdcCompileError:
-    with pytest.raises(qd.QdcCompileError) as info:
-        kernel(*args)
-    assert "internal compiler error" not in str(info.value)
-    return info.value
 
 
 # ---- func parameter annotations convert; a template parameter names the caller's local -------
@@ -70,7 +65,7 @@ def test_a_scalar_annotated_parameter_refuses_a_vector(arch):
     def k() -> qd.f32:
         return f(qd.math.vec2(1.0, 2.0))
 
-    e = _compile_error(k)
+    e = compile_error(k)
     assert "parameter 'a' is a f32" in str(e) and "f(qd.math.vec2" in str(e)
 
 
@@ -183,7 +178,7 @@ def test_a_loop_over_no_dimension_without_grouped_is_refused(arch):
         for i in qd.ndrange():
             pass
 
-    assert "qd.grouped(qd.ndrange())" in str(_compile_error(k))
+    assert "qd.grouped(qd.ndrange())" in str(compile_error(k))
 
 
 # ---- swizzles ------------------------------------------------------------------------------------
@@ -238,9 +233,9 @@ def test_swizzle_errors_are_located(arch):
         a = qd.math.vec2(1, 2)
         return a.stp.sum()
 
-    assert "repeats a component" in str(_compile_error(repeated))
-    assert "mixes letters" in str(_compile_error(mixed))
-    assert "out of range" in str(_compile_error(beyond))
+    assert "repeats a component" in str(compile_error(repeated))
+    assert "mixes letters" in str(compile_error(mixed))
+    assert "out of range" in str(compile_error(beyond))
 
 
 def test_python_scope_swizzles():
@@ -357,7 +352,7 @@ def test_rounding_refuses_a_non_type(arch):
     def k(x: qd.f32) -> qd.i32:
         return qd.floor(x, 3)
 
-    assert "dtype must be a qd type" in str(_compile_error(k, 1.5))
+    assert "dtype must be a qd type" in str(compile_error(k, 1.5))
 
 
 # ---- bool annotations -----------------------------------------------------------------------------
@@ -428,7 +423,7 @@ def test_tuple_arithmetic_other_than_concatenation_and_repetition_is_refused(arc
     def k() -> qd.i32:
         return (1, 2) + 3
 
-    assert "not defined on tuples" in str(_compile_error(k))
+    assert "not defined on tuples" in str(compile_error(k))
 
 
 # ---- annotations are part of what a compiled kernel is ------------------------------------------
@@ -509,7 +504,7 @@ def test_a_func_returns_a_struct_it_declares(arch, rng):
     r = k(n)
     assert r["a"] == n and list(r["v"]) == [n, -n]
     assert f.to_numpy()["a"].tolist() == [0, n, 0]
-    assert "declares a" in str(_compile_error(bad))
+    assert "declares a" in str(compile_error(bad))
 
 
 # ---- vector and/or, `...`, loops under a constant if ------------------------------------------
@@ -644,14 +639,14 @@ def test_ndrange_axes_errors(session_cache_dir):
         for i, j in qd.ndrange(4, 5, axes=(0, n)):
             pass
 
-    assert "must be known at compile time" in str(_compile_error(k, 1))
+    assert "must be known at compile time" in str(compile_error(k, 1))
 
     @qd.kernel
     def k2():
         for i, j in qd.ndrange(4, 5, axes=(0, 2)):
             pass
 
-    assert "not a permutation" in str(_compile_error(k2))
+    assert "not a permutation" in str(compile_error(k2))
 
 
 def test_vector_field_from_numpy_takes_column_or_row_elements(arch, rng):
@@ -694,8 +689,8 @@ def test_compile_time_python_containers_are_indexed_by_python(arch, rng):
 
     k()
     np.testing.assert_array_equal(x.to_numpy(), np.array(table.rows) * 2 + 3)
-    assert "_Table[9] failed at compile time: IndexError" in str(_compile_error(out_of_range))
-    assert "not subscriptable" in str(_compile_error(run_time_index, 1))
+    assert "_Table[9] failed at compile time: IndexError" in str(compile_error(out_of_range))
+    assert "not subscriptable" in str(compile_error(run_time_index, 1))
 
 
 def test_an_uncalled_qd_template_is_a_template_annotation(arch):

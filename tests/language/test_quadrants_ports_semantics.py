@@ -7,15 +7,10 @@ import qdc as qd
 from qdc.compiler.driver import kernel as K
 from qdc.compiler.driver.options import Options
 
+from compile_error_util import compile_error
+
 I32_1D = qd.types.ndarray(dtype=qd.i32, ndim=1)
 F32_1D = qd.types.ndarray(dtype=qd.f32, ndim=1)
-
-
-def _compile_error(kernel, *args) -> qd.QdcCompileError:
-    with pytest.raises(qd.QdcCompileError) as info:
-        kernel(*args)
-    assert "internal compiler error" not in str(info.value)
-    return info.value
 
 
 # ---- and / or give an operand ------------------------------------------------------------------
@@ -349,9 +344,9 @@ def test_loop_config_errors_are_located(arch):
         for i in range(4):
             pass
 
-    e = _compile_error(bad_name)
+    e = compile_error(bad_name)
     assert "identifier" in e.raw_message and "two words" in e.source_line
-    e = _compile_error(bad_threads)
+    e = compile_error(bad_threads)
     assert "parallelize=...) must be a positive integer" in e.raw_message
 
 
@@ -425,7 +420,7 @@ def test_compile_time_break_and_continue_in_static_loops(arch, rng):
     assert out.to_numpy().tolist() == [want, 0]
 
 
-def test_misuse_is_a_located_compile_error(arch):
+def test_misuse_is_a_locatedcompile_error(arch):
     @qd.kernel
     def runtime_break(n: qd.i32):
         for t in qd.static(range(3)):
@@ -447,11 +442,11 @@ def test_misuse_is_a_located_compile_error(arch):
     def func_of_a_number():
         qd.func(3)(1)
 
-    e = _compile_error(runtime_break, 1)
+    e = compile_error(runtime_break, 1)
     assert "must be decided at compile time" in e.raw_message and "break" in e.source_line
-    e = _compile_error(runtime_choice, 1)
+    e = compile_error(runtime_choice, 1)
     assert "chosen at compile time" in e.raw_message and "n > 0" in e.source_line
-    e = _compile_error(and_on_vectors, 1)
+    e = compile_error(and_on_vectors, 1)
     assert "scalars" in e.raw_message and "n and v" in e.source_line
-    e = _compile_error(func_of_a_number)
+    e = compile_error(func_of_a_number)
     assert "qd.func() takes a Python function" in e.raw_message
