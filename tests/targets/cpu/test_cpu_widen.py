@@ -68,10 +68,12 @@ class _ExactProgram:
             lambda: [f"v = v + a[(i * 3 + ki) % a.shape[0]] * {self.rng.uniform(-1, 1):.3f}"],
             lambda: ["if ki > 4:", "    counts[ki % 5] += 1"],
         ]
-        lines = self.pick(forms[3:9])()  # an inner loop: what makes a task run W iterations at a time
+        lines = []
         for _ in range(count):
             lines += self.pick(forms)()
-        return lines
+        # an inner loop, what makes a task run W iterations at a time; last, so that what it
+        # computes reaches the stores (an earlier one can be dead code, leaving no inner loop)
+        return lines + self.pick(forms[3:9])()
 
     def source(self, dtype: str) -> str:
         body = self.statements(int(self.rng.integers(3, 7)))
