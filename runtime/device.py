@@ -114,9 +114,7 @@ class Device:
         `offset` of `alloc`, ordered with the work around it as `copy_to_device` is. This
         generic form copies the repeated bytes from the host; devices override it with a fill
         on the device."""
-        if not pattern or nbytes % len(pattern):
-            raise ValueError(f"a fill of {nbytes} bytes with a pattern of {len(pattern)} bytes: not a whole number "
-                             f"of repetitions")
+        check_fill_pattern(pattern, nbytes)
         if nbytes:
             self.copy_to_device(alloc, np.tile(np.frombuffer(pattern, np.uint8), nbytes // len(pattern)), offset)
 
@@ -265,4 +263,30 @@ def check_copy_range(alloc: Allocation, offset: int, nbytes: int):
     return alloc.handle
 
 
-__all__ = ["Allocation", "Device", "DeviceCapabilities", "ErrorSlot", "check_copy_range", "host_memory"]
+FILL_SEED_BYTES = 4096  # a fill no device command writes: this much of the pattern written, then doubled by copies
+
+
+def check_fill_pattern(pattern: bytes, nbytes: int) -> None:
+    """Raise the ValueError for a fill of `nbytes` that is not a whole number of `pattern`s."""
+    if not pattern or nbytes % len(pattern):
+        raise ValueError(f"a fill of {nbytes} bytes with a pattern of {len(pattern)} bytes: not a whole number "
+                         f"of repetitions")
+
+
+def pattern_period(pattern: bytes) -> int:
+    """The length of the shortest prefix of which `pattern` is a repetition."""
+    n = len(pattern)
+    for unit in range(1, n):
+        if n % unit == 0 and pattern[:unit] * (n // unit) == pattern:
+            return unit
+    return n
+
+
+def fill_seed(pattern: bytes, nbytes: int) -> np.ndarray:
+    """The first min(FILL_SEED_BYTES, nbytes) bytes (whole patterns) of a fill, from which copies
+    doubling the written part cover the rest."""
+    return np.frombuffer(pattern * max(FILL_SEED_BYTES // len(pattern), 1), np.uint8)[:nbytes]
+
+
+__all__ = ["Allocation", "Device", "DeviceCapabilities", "ErrorSlot", "check_copy_range", "check_fill_pattern",
+           "fill_seed", "host_memory", "pattern_period"]

@@ -51,13 +51,13 @@ import ctypes
 
 import numpy as np
 
-from ..device import Allocation, Device, DeviceCapabilities, check_copy_range
+from ..device import (Allocation, Device, DeviceCapabilities, check_copy_range, check_fill_pattern, fill_seed,
+                      pattern_period)
 
 WAVES = 16                       # grid cap: this many waves of resident blocks on every multiprocessor
 RING_BYTES = 1 << 20             # pinned staging for ctx uploads and small copies (two halves)
 GRAPHS_PER_KERNEL = 8            # executable graphs kept per kernel (one per grid tuple launched)
 SMALL_COPY_BYTES = 1 << 14       # copies to the device up to this size are staged, not waited for
-FILL_SEED_BYTES = 1 << 12        # a pattern that no memset writes: this much staged, then doubled
 FILL64_ENTRY, FILL64_BLOCK = "qdc_fill64", 256
 CTX_ALIGN = 256
 # The driver calls a stream device makes, by role; each returns (status, values...) as the
@@ -70,15 +70,6 @@ CALLS = ("mem_alloc", "mem_free", "memset_d8_async", "memset_d16_async", "memset
 # executable graph, `graph_launch(exec, stream)`, `graph_destroy(graph)`, `graph_exec_destroy(exec)`.
 OPTIONAL_CALLS = ("begin_capture", "end_capture", "graph_instantiate", "graph_launch",
                   "graph_destroy", "graph_exec_destroy")
-
-
-def pattern_period(pattern: bytes) -> int:
-    """The length of the shortest prefix of which `pattern` is a repetition."""
-    n = len(pattern)
-    for unit in range(1, n):
-        if n % unit == 0 and pattern[:unit] * (n // unit) == pattern:
-            return unit
-    return n
 
 
 class StatusDriver:
@@ -220,9 +211,7 @@ class StreamDevice(Device):
         """`pattern` repeated over the range, on the stream (no wait): a memset of the pattern's
         period where the driver has one and the range is aligned to it, else the pattern staged
         once and doubled by device-to-device copies (each reads what the ones before wrote)."""
-        if not pattern or nbytes % len(pattern):
-            raise ValueError(f"a fill of {nbytes} bytes with a pattern of {len(pattern)} bytes: not a whole number "
-                             f"of repetitions")
+        check_fill_pattern(pattern, nbytes)
         check_copy_range(alloc, offset, nbytes)
         if nbytes == 0:
             return
@@ -268,7 +257,7 @@ class StreamDevice(Device):
                                        ctypes.addressof(params), 0), "filling device memory")  # params copied here
 
     def _fill_by_doubling(self, ptr: int, nbytes: int, word: bytes) -> None:
-        seed = np.frombuffer(word * max(FILL_SEED_BYTES // len(word), 1), np.uint8)[:nbytes]
+        seed = fill_seed(word, nbytes)
         self._staged_copy(ptr, seed)
         done = seed.size
         while done < nbytes:

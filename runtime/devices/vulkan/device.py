@@ -40,7 +40,7 @@ import time
 
 import numpy as np
 
-from ...device import Allocation, check_copy_range
+from ...device import Allocation, check_copy_range, check_fill_pattern, fill_seed, pattern_period
 from ..submission import QueuedKernel, Submission, SubmissionDevice
 from . import driver, kernels, pipelines
 
@@ -50,7 +50,6 @@ ARGS_RING_BYTES = 1 << 20
 # starts on long work while the host records more.
 BATCH_COMMANDS = 256
 UPDATE_BUFFER_BYTES = 65536     # vkCmdUpdateBuffer's limit (4-aligned offset and size)
-FILL_SEED_BYTES = 4096          # a fill vkCmdFillBuffer cannot do: this much written, then doubled by copies
 DESCRIPTOR_POOL_SETS = 1024
 WAVES = 4                  # grid cap: this many waves of the invocations the device runs at once
 FALLBACK_RESIDENT = 1 << 16  # invocations assumed to run at once where the driver does not say
@@ -263,10 +262,10 @@ class VulkanDevice(SubmissionDevice):
 
     def fill(self, alloc: Allocation, offset: int, nbytes: int, pattern: bytes) -> None:
         """vkCmdFillBuffer in the batch where the pattern repeats a 4-byte word over a 4-aligned
-        range; otherwise FILL_SEED_BYTES of it written, then copied onto the rest of the range
-        in doubling copies (each reads what the previous ones wrote)."""
+        range; otherwise `fill_seed` of it written, then copied onto the rest of the range in
+        doubling copies (each reads what the previous ones wrote)."""
         buf = check_copy_range(alloc, offset, nbytes)
-        _check_pattern(pattern, nbytes)
+        check_fill_pattern(pattern, nbytes)
         if nbytes == 0:
             return
         word, end = _repeated_word(pattern), offset + nbytes
@@ -276,7 +275,7 @@ class VulkanDevice(SubmissionDevice):
             self.lib.vkCmdFillBuffer(self._record([buf]), buf.handle, offset, end - offset,
                                      int(np.frombuffer(word, np.uint32)[0]))
             return
-        seed = np.frombuffer(pattern * max(FILL_SEED_BYTES // len(pattern), 1), np.uint8)[:nbytes]
+        seed = fill_seed(pattern, nbytes)
         self._record_write(buf, offset, seed)
         done = seed.size
         while done < nbytes:
@@ -527,19 +526,11 @@ class VulkanDevice(SubmissionDevice):
             self._command_pool = None
 
 
-def _check_pattern(pattern: bytes, nbytes: int) -> None:
-    if not pattern or nbytes % len(pattern):
-        raise ValueError(f"a fill of {nbytes} bytes with a pattern of {len(pattern)} bytes: not a whole number of "
-                         f"repetitions")
-
-
 def _repeated_word(pattern: bytes) -> bytes | None:
     """The 4 bytes whose repetition is `pattern` repeated (a pattern of period 1, 2 or 4
     bytes), or None."""
-    for period in (1, 2, 4):
-        if len(pattern) % period == 0 and pattern == pattern[:period] * (len(pattern) // period):
-            return pattern[:period] * (4 // period)
-    return None
+    period = pattern_period(pattern)
+    return pattern[:period] * (4 // period) if period in (1, 2, 4) else None
 
 
 def _first(types: list, want, what):
