@@ -199,13 +199,14 @@ def _record_planned(dev, loaded, tp, plan, ctx) -> bool:
             return False
         offsets.append(address - base)
     for j, (p, base, end) in enumerate(plan.dynamic):
-        tp.dynamic[j] = _write_ring(dev, loaded, tp, p, ctx) if base is None and end is None else offsets[j]
+        if base is None and end is None:  # the ring (a planned task binds no adstack words)
+            offsets[j] = _write_ring(dev, loaded.args.pack(ctx))
+        tp.dynamic[j] = offsets[j]
     return True
 
 
-def _write_ring(dev, loaded, tp, p, ctx) -> int:
+def _write_ring(dev, words) -> int:
     """This launch's "args" or "adstack_meta" words into the args ring; their offset there."""
-    words = loaded.args.pack(ctx) if p.resource == "args" else adstack_meta_words(loaded.meta, ctx, tp.name)
     offset = dev.args_space(words.nbytes)
     dev._args_ring.mapped[offset:offset + words.nbytes] = words.view(dev._args_ring.mapped.dtype)
     return offset
@@ -214,16 +215,18 @@ def _write_ring(dev, loaded, tp, p, ctx) -> int:
 def _record_resolved(dev, loaded, tp, ctx) -> None:
     """Resolve every binding from the ctx words (checking each), point tp.sets, tp.uses and
     tp.dynamic at them, and leave a LaunchPlan for the next launches when the task binds no
-    adstack heap (whose bound range depends on the launch's sizing)."""
+    adstack heap or words (the heaps' bound range depends on the launch's sizing)."""
     meta = loaded.meta
+    adstack_words = (adstack_meta_words(meta, ctx, tp.name)  # once: the ring and each heap's range read them
+                     if any(p.resource in HEAP_WORDS or p.resource == "adstack_meta" for p in tp.bindings) else None)
     buffers, uses, dynamic, ring = [], [], [], []
     for p in tp.bindings:
         if p.resource in LAUNCH_WRITTEN:  # this launch's words in the args ring, by dynamic offset
-            nbytes = loaded.args.nbytes if p.resource == "args" else 4 * len(adstack_meta_words(meta, ctx, tp.name))
-            buffers.append((dev._args_ring, 0, nbytes))
+            words = loaded.args.pack(ctx) if p.resource == "args" else adstack_words
+            buffers.append((dev._args_ring, 0, words.nbytes))
             uses.append(dev._args_ring)
             dynamic.append((p, None, None))
-            ring.append((len(dynamic) - 1, p))
+            ring.append((len(dynamic) - 1, words))
             continue
         alloc, offset = _bound_allocation(dev, meta, tp, p, ctx)
         buf = alloc.handle
@@ -233,18 +236,18 @@ def _record_resolved(dev, loaded, tp, ctx) -> None:
             tp.dynamic[len(dynamic)] = offset
             dynamic.append((p, alloc.ptr, alloc.ptr + alloc.nbytes) if p.word is not None else (p, None, offset))
         elif p.resource in HEAP_WORDS:
-            buffers.append((buf, 0, _heap_range(dev, meta, tp, p, alloc, ctx)))
+            buffers.append((buf, 0, _heap_range(dev, tp, p, alloc, adstack_words)))
         else:
             _check_bindable(dev, meta, tp, p, alloc, offset)
             # Whole 32-bit words: an 8/16-bit atomic is a compare-and-swap of the word holding
             # its element, which must lie in the bound range (the buffer is a multiple of 4).
             buffers.append((buf, offset, min(-(-(alloc.nbytes - offset) // 4) * 4, buf.size - offset)))
-    for j, p in ring:
-        tp.dynamic[j] = _write_ring(dev, loaded, tp, p, ctx)
+    for j, words in ring:
+        tp.dynamic[j] = _write_ring(dev, words)
     _bind_sets(dev, tp, buffers)
     tp.uses = uses
     tp.plan = None
-    if not any(p.resource in HEAP_WORDS for p in tp.bindings):
+    if adstack_words is None:
         key_words = [p.word for p in tp.bindings if p.word is not None and not p.dynamic]
         key_of = operator.itemgetter(*key_words) if key_words else _no_key
         tp.plan = LaunchPlan(dev.bindings_epoch, key_of, key_of(ctx.tolist()), dynamic)
@@ -254,13 +257,12 @@ def _no_key(words) -> tuple:
     return ()
 
 
-def _heap_range(dev, meta, tp, p, alloc, ctx) -> int:
+def _heap_range(dev, tp, p, alloc, words) -> int:
     """The bytes of an adstack heap a launch binds: the whole allocation up to the device's
     maxStorageBufferRange, which must cover what the launch uses (the sizing lowers the
     invocations the heaps hold until it does: this is the last line of defence). Python ints:
     the u32 words' product would wrap."""
     limit = dev.max_binding_bytes()
-    words = adstack_meta_words(meta, ctx, tp.name)
     needed = 4 * int(words[HEAP_WORDS[p.resource]]) * int(words[2])
     if needed > limit:
         raise ValueError(f"{tp.name}: its {p.resource} heap needs {needed} bytes, more than the Vulkan device's "

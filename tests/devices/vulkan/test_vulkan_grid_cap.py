@@ -158,8 +158,9 @@ def test_the_binding_check_multiplies_without_wrapping(monkeypatch):
     for invocations, fits in (((1 << 32) - 1) // 520, True), (1 << 25, False):
         ctx[15] = invocations
         binding = type("P", (), {"resource": "adstack_float"})()
+        words = pipelines.adstack_meta_words(_Meta, ctx, Tp.name)
         if fits:
-            assert pipelines._heap_range(Dev(), _Meta, Tp(), binding, Alloc(), ctx) == (1 << 32) - 1
+            assert pipelines._heap_range(Dev(), Tp(), binding, Alloc(), words) == (1 << 32) - 1
         else:
             with pytest.raises(ValueError, match=f"needs {520 << 25} bytes"):
-                pipelines._heap_range(Dev(), _Meta, Tp(), binding, Alloc(), ctx)
+                pipelines._heap_range(Dev(), Tp(), binding, Alloc(), words)
