@@ -1,3 +1,4 @@
+import functools
 import hashlib
 import os
 import shutil
@@ -131,6 +132,9 @@ def pytest_addoption(parser):
                           "vulkan when a Vulkan device exists here)")
     parser.addoption("--seed", type=int, default=_seed_from_environment(),
                      help=f"base seed of every test's random inputs (default: ${SEED_VARIABLE}, else 0)")
+    parser.addoption("--cpu-target", default=None,
+                     help="direct mode's default cpu_target for the whole run, e.g. x86-64-v2: the suite "
+                          "against the code of one ISA level (vector width) rather than the host's")
 
 
 def _seed_from_environment() -> int:
@@ -142,10 +146,23 @@ def _seed_from_environment() -> int:
 
 
 def pytest_configure(config):
+    if config.getoption("--cpu-target"):
+        _default_cpu_target(config.getoption("--cpu-target"))
     config.addinivalue_line("markers", "skip_arch(arch, reason): skip this test's case on `arch`, for `reason`")
     config.addinivalue_line("markers", "xfail_arch(arch, reason, strict=True, device=None): a known wrong result on "
                                        "`arch` (on devices whose name contains `device`, if given; strict: the case "
                                        "fails once it is fixed, so the mark goes)")
+
+
+def _default_cpu_target(target: str) -> None:
+    """Every `qd.init` of the run without a cpu_target of its own gets `target`."""
+    plain = qd.init
+
+    @functools.wraps(plain)
+    def init(arch=None, **options):
+        options.setdefault("cpu_target", target)
+        return plain(arch, **options)
+    qd.init = init
 
 
 _VULKAN_PROBE: list = []

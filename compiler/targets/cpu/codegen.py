@@ -27,9 +27,10 @@ from ... import ir
 from ...ir.adstack import AdStackAlloca
 from .multiversion import level_assembly, multiversioned_ir
 from .numpy_prologue import add_numpy_entry
+from .half_conversions import with_half_conversions
 from .isa_levels import CPU_LEVEL_OF, GENERIC, LEVELS, NATIVE, PORTABLE, CpuLevel, check_cpu_target, level_by_name
 from ..llvm.llvm_ir import ModuleBuilder
-from ..llvm.llvm_types import I32, I64, PTR, VOID
+from ..llvm.llvm_types import I1, I32, I64, PTR, VOID
 from .widen_codegen import CpuKernelCodegen, task_choices
 from .arch import PARALLEL_WORK_THRESHOLD
 
@@ -97,7 +98,7 @@ def _dispatch(builder: ll.IRBuilder, ctx, task: ir.Task, chunk, begin, end, cost
     builder.cbranch(builder.icmp_signed(">", n, ll.Constant(it, 0)), run, done)
     builder.position_at_end(run)
     if task.serial:
-        builder.call(chunk, [ctx, begin, end])
+        builder.call(chunk, [ctx, begin, end, ALONE])
         builder.branch(done)
         builder.position_at_end(done)
         return
@@ -125,7 +126,7 @@ def _dispatch(builder: ll.IRBuilder, ctx, task: ir.Task, chunk, begin, end, cost
     ser = fn.append_basic_block(f"{task.task_name}.ser")
     builder.cbranch(builder.and_(big, multi), par, ser)
     builder.position_at_end(ser)
-    builder.call(chunk, [ctx, begin, end])
+    builder.call(chunk, [ctx, begin, end, ALONE])
     builder.branch(done)
 
     builder.position_at_end(par)
@@ -160,6 +161,11 @@ def _skip_without_slices(builder: ll.IRBuilder, ctx, limit, done, meta: KernelMe
     builder.position_at_end(enough)
 
 
+# A chunk's `alone` argument (KernelCodegen.emit_chunk): the calling thread runs the whole task
+# (a serialized loop, one thread, or too little work to share), and a launch holds the GIL, so
+# no other kernel runs meanwhile; worker threads share the task.
+ALONE, NOT_ALONE = ll.Constant(I1, 1), ll.Constant(I1, 0)
+
 # The words of the closure `_dispatch` hands to each worker thread.
 _CLOSURE = ("ctx", "begin", "n", "chunk_size", "next_chunk")
 
@@ -190,7 +196,7 @@ def _omp_body(module, task: ir.Task, chunk, it):
     lo, hi = b.add(begin, lo), b.add(begin, hi)
     if it.width < 64:
         lo, hi = b.trunc(lo, it), b.trunc(hi, it)
-    b.call(chunk, [ctx, lo, hi])
+    b.call(chunk, [ctx, lo, hi, NOT_ALONE])
     b.branch(take)
     b.position_at_end(done)
     b.ret_void()
@@ -319,6 +325,7 @@ def compile_kernel(kernel: ir.KernelIR, meta: KernelMeta, opt_level: int = 3, fa
     task_bodies = [task.task_name + "_chunk" for task in kernel.tasks]  # KernelCodegen.emit_chunk's names
     text = str(module) if len(levels) == 1 else multiversioned_ir(module, task_bodies, levels,
                                                                   module.widen_overrides)
+    text = with_half_conversions(text)
     # A context of its own: the shared one accumulates metadata kinds from earlier modules,
     # which the bitcode writer records, so the same kernel's bitcode (and a `qdc pack` bundle)
     # would depend on what the process compiled before it.

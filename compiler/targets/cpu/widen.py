@@ -28,7 +28,7 @@ from qdc.runtime.contract.bounds import MAX_AXES
 
 from ... import ir
 from ..llvm.inline_math_vector import splat, vector_math
-from ..llvm.llvm_ir import _ChunkEnv, _FCMP, _FLOAT_BITS, _fsuffix, start_function
+from ..llvm.llvm_ir import _ChunkEnv, _FCMP, _FLOAT_BITS, _fsuffix, chunk_type, start_function
 from ..llvm.llvm_types import I1, I8, I32, I64, PTR, lltype, memtype
 from ..llvm.target import Inline, Intrinsic, PerWidth
 from .widen_adstack import LaneAdStacks
@@ -37,14 +37,13 @@ from .widen_plan import WidenPlan
 
 
 def emit_wide_chunk(cg, task: ir.Task, plan: WidenPlan, lanes: int, name: str) -> ll.Function:
-    """`void @<name>(ptr ctx, iN begin, iN end)`: the chunk of `task` at `lanes` lanes."""
-    it = lltype(task.index.type)
-    fn = ll.Function(cg.mb.module, ll.FunctionType(ll.VoidType(), [PTR, it, it]), name=name)
+    """`void @<name>(ptr ctx, iN begin, iN end, i1 alone)`: the chunk of `task` at `lanes` lanes."""
+    fn = ll.Function(cg.mb.module, chunk_type(task), name=name)
     fn.linkage = "internal"
     fn.args[0].add_attribute("noalias")
     b = start_function(fn)
     env = WideChunkEnv(cg, b, fn.args[0], plan, lanes)
-    begin, end = fn.args[1], fn.args[2]
+    begin, end, env.alone = fn.args[1], fn.args[2], fn.args[3]
     env.block(task.chunk_init)
     env.wide_loop(task, begin, end)
     if task.chunk_final.stmts:
@@ -549,15 +548,7 @@ class WideChunkEnv(LaneAdStacks, _ChunkEnv):
                 self.scalar_atomic(op, address, self.lane(v, i) if self.is_vec(v) else v, t)
 
     def scalar_atomic(self, op: str, ptr, v, t: T.DataType):
-        b = self.b
-        if t is T.u1:
-            v = b.zext(v, I8)
-        if t.is_float:
-            op = {"add": "fadd", "sub": "fsub", "min": "fmin", "max": "fmax"}[op]
-        else:
-            op = {"add": "add", "sub": "sub", "and": "and", "or": "or", "xor": "xor",
-                  "min": "min" if t.kind == "int" else "umin", "max": "max" if t.kind == "int" else "umax"}[op]
-        b.atomic_rmw(op, ptr, v, "monotonic")
+        self.atomic_update(op, ptr, v, t)
 
     def s_DebugMessage(self, s):
         """A print, failed assert or debug check's report: one record per running lane, in lane

@@ -18,7 +18,7 @@ from llvmlite import ir as ll
 
 from ... import ir
 from .llvm_ir import KernelCodegen, _ChunkEnv, _Env, start_function
-from .llvm_types import I64, PTR, VOID, lltype
+from .llvm_types import I1, I64, PTR, VOID, lltype
 
 
 def widen(builder: ll.IRBuilder, value):
@@ -57,7 +57,7 @@ class GridKernelCodegen(KernelCodegen):
                     b.call(chunk, [ctx])
                 else:
                     begin, end = self._range(task, b, ctx)
-                    b.call(chunk, [ctx, begin, end])
+                    b.call(chunk, [ctx, begin, end, ll.Constant(I1, 0)])  # plain atomics: see llvm_ir.py
         else:
             chunk = self.emit_strided_chunk(task)
             begin, end = self._range(task, b, ctx)

@@ -296,22 +296,29 @@ class FloatMath:
         return o.fsel(negate, o.neg(value), value)
 
     def sin(self, x):
+        return self.sin_reduced(x, *self.reduce(x))
+
+    def cos(self, x):
+        return self.cos_reduced(x, *self.reduce(x))
+
+    def tan(self, x):
+        return self.tan_reduced(x, *self.reduce(x))
+
+    # The functions of x = n pi/2 + hi + lo, from its reduction.
+    def sin_reduced(self, x, hi, lo, n):
         o = self.o
-        hi, lo, n = self.reduce(x)
         z = o.mul(hi, hi)
         value = self.by_quadrant(n, self.k_sin(hi, lo, z), self.k_cos(hi, lo, z), 0)
         return o.fsel(o.eq(x, o.c(0.0)), x, value)  # -0 stays -0
 
-    def cos(self, x):
+    def cos_reduced(self, x, hi, lo, n):
         o = self.o
-        hi, lo, n = self.reduce(x)
         z = o.mul(hi, hi)
         return self.by_quadrant(n, self.k_cos(hi, lo, z), self.k_sin(hi, lo, z), 1)
 
-    def tan(self, x):
+    def tan_reduced(self, x, hi, lo, n):
         """tan(hi + lo) = tan hi + lo (1 + tan^2 hi) for even n, -1 / that for odd n."""
         o = self.o
-        hi, lo, n = self.reduce(x)
         z = o.mul(hi, hi)
         odd_part = o.mul(o.mul(z, hi), self.poly(z, TANF_P))
         at_hi = o.add(hi, odd_part)

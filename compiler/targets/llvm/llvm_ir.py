@@ -119,14 +119,14 @@ class KernelCodegen:
         return cost(task.body, 1)
 
     def emit_chunk(self, task: ir.Task) -> ll.Function:
-        """`<task>_chunk(ctx)` for a serial task; `<task>_chunk(ctx, begin, end)` for a range-for
-        task: its chunk_init, the body for every index in [begin, end), then (if the chunk was
-        not empty) its chunk_final."""
+        """`<task>_chunk(ctx)` for a serial task; `<task>_chunk(ctx, begin, end, alone)` for a
+        range-for task: its chunk_init, the body for every index in [begin, end), then (if the
+        chunk was not empty) its chunk_final. `alone` (i1, see `_Env.atomic_update`): no other
+        thread runs any code of the launch meanwhile."""
         if task.kind == "serial":
             fnty = ll.FunctionType(VOID, [PTR])
         else:
-            it = lltype(task.index.type)
-            fnty = ll.FunctionType(VOID, [PTR, it, it])
+            fnty = chunk_type(task)
         fn = ll.Function(self.mb.module, fnty, name=task.task_name + "_chunk")
         fn.linkage = "internal"
         fn.args[0].add_attribute("noalias")
@@ -137,7 +137,7 @@ class KernelCodegen:
             if not b.block.is_terminated:
                 b.ret_void()
             return fn
-        begin, end = fn.args[1], fn.args[2]
+        begin, end, env.alone = fn.args[1], fn.args[2], fn.args[3]
         env.block(task.chunk_init)
         if task.axis_index:
             self.emit_rows(env, task, begin, end)
@@ -198,6 +198,12 @@ class KernelCodegen:
         env.loop(first, stop, task.body, bind, break_to=exit_bb, name="row")
 
 
+def chunk_type(task: ir.Task) -> ll.FunctionType:
+    """`void (ptr ctx, iN begin, iN end, i1 alone)`: a range-for task's chunk (KernelCodegen.emit_chunk)."""
+    it = lltype(task.index.type)
+    return ll.FunctionType(VOID, [PTR, it, it, I1])
+
+
 def start_function(fn: ll.Function) -> ll.IRBuilder:
     """An entry block reserved for allocas, branching to the block the returned builder fills."""
     entry = fn.append_basic_block("allocas")
@@ -225,6 +231,14 @@ def carries_state(loop: ir.Stmt) -> bool:
     return bool((read & written) - declared)
 
 
+def atomic_operation(op: str, t: T.DataType) -> str:
+    """The `atomicrmw` operation of the language's atomic `op` on a `t` (not "mul": no target has one)."""
+    if t.is_float:
+        return {"add": "fadd", "sub": "fsub", "min": "fmin", "max": "fmax"}[op]
+    return {"add": "add", "sub": "sub", "and": "and", "or": "or", "xor": "xor",
+            "min": "min" if t.kind == "int" else "umin", "max": "max" if t.kind == "int" else "umax"}[op]
+
+
 class _Env(AdStackLowering, MessageLowering):
     """Emission state inside one LLVM function."""
 
@@ -237,6 +251,7 @@ class _Env(AdStackLowering, MessageLowering):
         self.flags = ("fast",) if cg.fast_math else ()
         self.where = None  # source location of the innermost statement being lowered that has one
         self.chains = 0  # how many loops around the statement being lowered carry state (carries_state)
+        self.alone = None  # an i1: this thread runs alone (plain read-modify-writes); None: it may not
 
     def v(self, s):
         return self.vals[s]
@@ -646,19 +661,49 @@ class _Env(AdStackLowering, MessageLowering):
         return self.atomic_rmw(s.op, self.temp_ptr(s.slot), s.value, s.type)
 
     def atomic_rmw(self, op: str, ptr, value: ir.Stmt, t: T.DataType):
+        return self.atomic_update(op, ptr, self.v(value), t)
+
+    def atomic_update(self, op: str, ptr, v, t: T.DataType):
+        """`*ptr = op(*ptr, v)` atomically; the old value. Where `alone` holds at run time (a CPU
+        chunk that one thread runs while no other runs any code of the launch), a plain load and
+        store instead: x86 has no floating-point atomic add, and the compare-and-swap loop that
+        stands for one costs ~20 cycles even uncontended (most of a particle-to-grid scatter)."""
         b = self.b
-        v = self.v(value)
         if t is T.u1:
             v = b.zext(v, I8)
+        if self.alone is None:
+            old = self.atomic_instruction(op, ptr, v, t)
+        else:
+            with b.if_else(self.alone) as (plain, atomic):
+                with plain:
+                    plain_old, plain_end = self.read_modify_write(op, ptr, v, t), b.block
+                with atomic:
+                    atomic_old, atomic_end = self.atomic_instruction(op, ptr, v, t), b.block
+            old = b.phi(plain_old.type)
+            old.add_incoming(plain_old, plain_end)
+            old.add_incoming(atomic_old, atomic_end)
+        return b.icmp_unsigned("!=", old, ll.Constant(I8, 0)) if t is T.u1 else old
+
+    def atomic_instruction(self, op: str, ptr, v, t: T.DataType):
         if op == "mul":
             return self.multiply_atomically(ptr, v, t)
-        if t.is_float:
-            op = {"add": "fadd", "sub": "fsub", "min": "fmin", "max": "fmax"}[op]
+        return self.b.atomic_rmw(atomic_operation(op, t), ptr, v, "monotonic")
+
+    def read_modify_write(self, op: str, ptr, v, t: T.DataType):
+        """What `atomic_instruction` does, for a thread that runs alone."""
+        b = self.b
+        old = b.load(ptr, typ=v.type, align=max(t.nbytes, 1))
+        name = op if op == "mul" else atomic_operation(op, t)
+        if name in ("fmin", "fmax", "min", "max", "umin", "umax"):
+            intrinsic = {"fmin": "minnum", "fmax": "maxnum", "min": "smin", "max": "smax"}.get(name, name)
+            suffix = _fsuffix(v.type) if t.is_float else f"i{v.type.width}"
+            new = b.call(self.mb.declare(f"llvm.{intrinsic}.{suffix}", v.type, [v.type, v.type]), [old, v])
+        elif t.is_float:
+            new = {"fadd": b.fadd, "fsub": b.fsub, "mul": b.fmul}[name](old, v)
         else:
-            op = {"add": "add", "sub": "sub", "and": "and", "or": "or", "xor": "xor",
-                  "min": "min" if t.kind == "int" else "umin", "max": "max" if t.kind == "int" else "umax"}[op]
-        old = b.atomic_rmw(op, ptr, v, "monotonic")
-        return b.icmp_unsigned("!=", old, ll.Constant(I8, 0)) if t is T.u1 else old
+            new = {"add": b.add, "sub": b.sub, "mul": b.mul, "and": b.and_, "or": b.or_, "xor": b.xor}[name](old, v)
+        b.store(new, ptr, align=max(t.nbytes, 1))
+        return old
 
     def multiply_atomically(self, ptr, x, t: T.DataType):
         """`*ptr *= x` as a compare-and-swap loop on the element's bits (no target has a

@@ -8,6 +8,7 @@ chains call the C library); and the same random gradients as tests/autodiff's ge
 """
 from __future__ import annotations
 
+import itertools
 import shutil
 import subprocess
 import sys
@@ -158,9 +159,13 @@ def test_elementwise_math_matches_the_scalar_code_bit_for_bit(rng, tmp_path, mon
             "            out[11, i] = qd.pow(qd.abs(v), u)",
             "            out[12, i] = qd.atan2(v, u)", "")])
     module, _ = _import(tmp_path, monkeypatch, source, "elementwise_math")
-    for dtype, npt in (("f32", np.float32), ("f64", np.float64)):
+    below = np.nextafter(np.float32(0.78), np.float32(0))  # the largest argument of f32 trig's small path
+    for (dtype, npt), spread in itertools.product((("f32", np.float32), ("f64", np.float64)), ("wide", "small")):
         n = 1000 + int(rng.integers(0, 16))
-        x = np.concatenate([rng.uniform(-4, 4, n - 8), [0.0, -0.0, np.inf, -np.inf, np.nan, 1e30, -1e-30, 900.5]])
+        if spread == "wide":
+            x = np.concatenate([rng.uniform(-4, 4, n - 8), [0.0, -0.0, np.inf, -np.inf, np.nan, 1e30, -1e-30, 900.5]])
+        else:  # every lane of every step below pi/4: f32 trig's quadrant-0 path (inline_math_vector.py)
+            x = np.concatenate([rng.uniform(-0.78, 0.78, n - 8), [0.0, -0.0, below, -below, 1e-30, -1e-38, 0.5, -0.25]])
         x, y = x.astype(npt), rng.uniform(-3, 3, n).astype(npt)
 
         def run():
@@ -171,7 +176,7 @@ def test_elementwise_math_matches_the_scalar_code_bit_for_bit(rng, tmp_path, mon
 
         (scalar, _), (widened, launch) = _run_both(monkeypatch, tmp_path, run)
         assert launch.get("lanes", 0) >= 2, launch
-        _same_bits(scalar, widened, dtype)
+        _same_bits(scalar, widened, f"{dtype}, {spread} arguments")
 
 
 @pytest.mark.parametrize("dtype", ["f32", "f64"])
