@@ -15,10 +15,11 @@ Terms (as in ISPC):
   (pushes scatter, reads gather); elsewhere one count serves all lanes (a push is one vector
   store).
 
-Only tasks with an inner loop are widened: a body without one is a loop LLVM's own loop
-vectoriser widens already (if-converting its branches), with less code to optimise and emit;
-an inner loop (a dynamic trip count, a loop-carried chain, reverse mode's adstack loops) is
-what it cannot widen across the task's iterations.
+Tasks with an inner loop are widened: an inner loop (a dynamic trip count, a loop-carried
+chain, reverse mode's adstack loops) is what LLVM's own loop vectoriser cannot widen across the
+task's iterations. A body without one is a loop that vectoriser widens already (if-converting its
+branches), with less code to optimise and emit, unless it gathers from data-dependent addresses
+(`_indirect_accesses`): those are widened too, but not where they also scatter atomics.
 
 `plan(task)` returns a `WidenPlan` or the reason the task stays scalar (shown by `qdc inspect`).
 """
@@ -104,8 +105,11 @@ def plan(task: ir.Task) -> WidenPlan | str:
             break
         varying_locals |= walk.varying_stores
     if widening_mode() != "all" and not any(isinstance(s, (ir.RangeFor, ir.While)) for s in ir.walk(task.body)):
-        # LLVM's loop vectoriser widens the task's own loop as it is, in less build time
-        return "no inner loop (LLVM's loop vectoriser widens the task's loop)"
+        gathers, scatters = _indirect_accesses(task, p)
+        if scatters:  # one atomic per lane, in order: no faster than the scalar loop, and more code
+            return "no inner loop, and atomics at data-dependent addresses"
+        if not gathers:  # LLVM's loop vectoriser widens the task's own loop as it is, in less build time
+            return "no inner loop (LLVM's loop vectoriser widens the task's loop)"
     inner = _inner_loop_vectorised_by_llvm(task, p)
     if inner is not None:
         where = f" (line {inner.loc.line})" if inner.loc else ""
@@ -130,6 +134,24 @@ def _inner_loop_vectorised_by_llvm(task: ir.Task, p: WidenPlan):
             elif isinstance(s, ir.GlobalPtr) and s.indices and s.indices[-1] in along:
                 return loop
     return None
+
+
+def _indirect_accesses(task: ir.Task, p: WidenPlan) -> tuple[int, int]:
+    """(loads, atomics) of the body at addresses that vary with the lanes other than by the task
+    index plus a uniform offset (data-dependent, as a grid cell computed from a position).
+    LLVM's loop vectoriser does not widen a loop that gathers such addresses next to stores it
+    cannot tell apart from them (G2P's reads of the grid: 3x faster at W lanes)."""
+    along = {task.index}
+    indirect = set()
+    for s in ir.walk(task.body):
+        if isinstance(s, ir.Cast) and s.x in along or isinstance(s, ir.Binary) and s.op in ("add", "sub") \
+                and (s.a in along and s.b not in p.varying or s.b in along and s.a not in p.varying):
+            along.add(s)
+        elif isinstance(s, ir.GlobalPtr) and any(i in p.varying and i not in along for i in s.indices):
+            indirect.add(s)
+    loads = sum(isinstance(s, ir.GlobalLoad) and s.ptr in indirect for s in ir.walk(task.body))
+    atomics = sum(isinstance(s, ir.AtomicRMW) and s.ptr in indirect for s in ir.walk(task.body))
+    return loads, atomics
 
 
 class _Analysis:

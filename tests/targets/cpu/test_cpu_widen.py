@@ -235,6 +235,54 @@ def test_inspect_says_which_tasks_run_lanes_and_why_others_do_not(tmp_path, monk
     assert "off" in kernel_of(module.both).compile((x, y, c)).meta.tasks[0].launch["scalar"]
 
 
+GATHER_SOURCE = """
+import qdc as qd
+nd = qd.types.ndarray(dtype=qd.f32, ndim=1)
+grid = qd.types.ndarray(dtype=qd.f32, ndim=2)
+
+@qd.kernel
+def gather(pos: nd, g: grid, out: nd):
+    for p in range(pos.shape[0]):  # a G2P: cells computed from positions, no inner loop
+        base = qd.cast(pos[p] * 16.0 - 0.5, qd.i32)
+        fx = pos[p] * 16.0 - qd.cast(base, qd.f32)
+        acc = 0.0
+        for i in qd.static(range(3)):
+            w = 0.5 * (1.5 - fx) ** 2 if i == 0 else (0.75 - (fx - 1.0) ** 2 if i == 1 else 0.5 * (fx - 0.5) ** 2)
+            acc += w * g[base + i, p % 4] - qd.min(g[base + i, 0], fx)
+        out[p] = acc
+
+@qd.kernel
+def scatter(pos: nd, g: grid):
+    for p in range(pos.shape[0]):  # its P2G: atomics at those cells
+        base = qd.cast(pos[p] * 16.0 - 0.5, qd.i32)
+        g[base + 1, p % 4] += pos[p]
+"""
+
+
+def test_tasks_gathering_from_computed_addresses_run_lanes(rng, tmp_path, monkeypatch):
+    """A task without an inner loop that reads data-dependent addresses runs W iterations at a
+    time (LLVM's vectoriser leaves it scalar), bit for bit the scalar code; one that scatters
+    atomics to such addresses keeps the scalar code, saying why."""
+    module, _ = _import(tmp_path, monkeypatch, GATHER_SOURCE, "gathers")
+    n = 1000 + int(rng.integers(0, 64))
+    pos = rng.uniform(0.1, 0.9, n).astype(np.float32)
+    g = rng.uniform(-1, 1, (20, 4)).astype(np.float32)
+
+    def run():
+        out, scattered = np.zeros(n, np.float32), g.copy()
+        module.gather(pos, g, out)
+        module.scatter(pos, scattered)
+        launches = [kernel_of(module.gather).compile((pos, g, out)).meta.tasks[0].launch,
+                    kernel_of(module.scatter).compile((pos, scattered)).meta.tasks[0].launch]
+        return (out, scattered), launches
+
+    (scalar, _), (widened, (gather_launch, scatter_launch)) = _run_both(monkeypatch, tmp_path, run,
+                                                                        cpu_max_num_threads=1)
+    assert gather_launch.get("lanes", 0) >= 2, gather_launch
+    assert "atomics at data-dependent addresses" in describe_launch(scatter_launch)
+    _same_bits(scalar, widened, "gathers")
+
+
 def test_an_overflowing_lane_raises_naming_the_kernel(tmp_path, monkeypatch, rng):
     """The per-lane adstacks check their capacity as the scalar ones do: a launch that needs one
     entry more than allocated raises AdStackOverflowError (kernel, allocated, required), and the
