@@ -57,7 +57,7 @@ class GridKernelCodegen(KernelCodegen):
                     b.call(chunk, [ctx])
                 else:
                     begin, end = self._range(task, b, ctx)
-                    b.call(chunk, [ctx, begin, end, ll.Constant(I1, 0)])  # plain atomics: see llvm_ir.py
+                    b.call(chunk, [ctx, begin, end, ll.Constant(I1, 0)])  # atomics stay atomic on a GPU
         else:
             chunk = self.emit_strided_chunk(task)
             begin, end = self._range(task, b, ctx)
