@@ -121,7 +121,10 @@ class WideChunkEnv(LaneAdStacks, _ChunkEnv):
 
     # ---- the body loop --------------------------------------------------------------------
     def wide_loop(self, task: ir.Task, begin, end):
-        """The body for [begin, end), W indices a step; the last step's lanes past `end` off."""
+        """The body for [begin, end), W indices a step; the last step's lanes past `end` off. A
+        multi-dimensional range (`Task.axes`) is walked by rows, as the scalar code walks it: a
+        step's lanes lie in one row (fewer than W at a row's end), the outer coordinates are
+        uniform and the innermost one is the lane's, so accesses along a row stay contiguous."""
         b, w = self.b, self.W
         it = begin.type
         for var, op in self.plan.accumulators.items():
@@ -132,12 +135,16 @@ class WideChunkEnv(LaneAdStacks, _ChunkEnv):
         end64 = b.sext(end, I64) if it.width < 64 else end
         b.store(begin64, counter)
         head, body_bb, latch, exit_bb = (b.append_basic_block(f"lanes.{p}") for p in ("head", "body", "latch", "exit"))
+        rows = self.start_rows(task, begin, end, head, exit_bb) if task.axis_index else None
         b.branch(head)
         b.position_at_end(head)
         base64 = b.load(counter, typ=I64)
         b.cbranch(b.icmp_signed("<", base64, end64), body_bb, exit_bb)
         b.position_at_end(body_bb)
         left = b.sub(end64, base64)  # > 0; lane l runs if l < left (no index arithmetic can wrap)
+        step = ll.Constant(I64, w)
+        if rows is not None:
+            left, step = self.bind_row(task, rows, left)
         self.exec = b.icmp_signed("<", self.lane_numbers(I64), self.splat(left))
         base = b.trunc(base64, it) if it.width < 64 else base64
         self.vals[task.index] = b.add(self.splat(base), self.lane_numbers(it))
@@ -150,12 +157,61 @@ class WideChunkEnv(LaneAdStacks, _ChunkEnv):
         if not b.block.is_terminated:
             b.branch(latch)
         b.position_at_end(latch)
-        b.store(b.add(b.load(counter, typ=I64), ll.Constant(I64, w)), counter)
+        b.store(b.add(b.load(counter, typ=I64), step), counter)
+        if rows is not None:
+            self.next_row_position(rows, step)
         b.branch(head)
         b.position_at_end(exit_bb)
         for var, lanes in self.acc.items():  # the W partial results into the chunk's accumulator
             t, op = var.type, self.plan.accumulators[var]
             self.scalar_accumulate(op, self.v(var), self.reduce(op, b.load(lanes, typ=self.vt(t)), t), t)
+
+    def start_rows(self, task: ir.Task, begin, end, head, exit_bb):
+        """(coordinate slots, extents): `begin`'s coordinates, divided out where the range is
+        not empty (then every extent is >= 1)."""
+        b, it = self.b, begin.type
+        extents = [self.v(a) for a in task.axes]  # of axes 1..n-1
+        coords = [self.entry_alloca(it, f"coord{d}") for d in range(len(task.axis_index))]
+        start = b.append_basic_block("lanes.rows")
+        b.cbranch(b.icmp_signed("<", begin, end), start, exit_bb)
+        b.position_at_end(start)
+        rest = begin
+        for coord, extent in zip(reversed(coords[1:]), reversed(extents)):
+            b.store(b.srem(rest, extent), coord)
+            rest = b.sdiv(rest, extent)
+        b.store(rest, coords[0])
+        return coords, extents
+
+    def bind_row(self, task: ir.Task, rows, left):
+        """The step's coordinates; (lanes that run, the step) for `left` indices left in the range."""
+        b, w = self.b, self.W
+        coords, extents = rows
+        it = lltype(task.index.type)
+        for coord, slot in zip(task.axis_index[:-1], coords[:-1]):
+            self.vals[coord] = b.load(slot, typ=it)  # uniform in the step
+        column = b.load(coords[-1], typ=it)
+        self.vals[task.axis_index[-1]] = b.add(self.splat(column), self.lane_numbers(it))
+        self.lin[task.axis_index[-1]] = column
+        in_row = b.sub(extents[-1], column)
+        in_row = b.sext(in_row, I64) if it.width < 64 else in_row
+        left = b.select(b.icmp_signed("<", in_row, left), in_row, left)
+        return left, b.select(b.icmp_signed("<", left, ll.Constant(I64, w)), left, ll.Constant(I64, w))
+
+    def next_row_position(self, rows, step) -> None:
+        """The coordinates advanced by `step`, which ends in the current row: the innermost one,
+        then (at the row's end) the outer ones as an odometer."""
+        b = self.b
+        coords, extents = rows
+        it = extents[-1].type  # the index type, as the coordinates
+        column = b.add(b.load(coords[-1], typ=it), b.trunc(step, it) if it.width < 64 else step)
+        carry = b.icmp_signed("==", column, extents[-1])
+        b.store(b.select(carry, ll.Constant(it, 0), column), coords[-1])
+        for d in reversed(range(len(coords) - 1)):
+            bumped = b.add(b.load(coords[d], typ=it), b.zext(carry, it))
+            if d > 0:
+                carry = b.icmp_signed("==", bumped, extents[d - 1])
+                bumped = b.select(carry, ll.Constant(it, 0), bumped)
+            b.store(bumped, coords[d])
 
     # ---- structure --------------------------------------------------------------------------
     def block(self, block: ir.Block):

@@ -73,7 +73,7 @@ class WidenPlan:
 
     def __init__(self, task: ir.Task):
         self.task = task
-        self.varying: set = {task.index}
+        self.varying: set = {task.index, *task.axis_index[-1:]}  # outer coordinates: uniform in a row
         self.masked_loops: set = set()
         self.kills: set = set()  # Ifs holding a break/continue of the innermost (masked) loop
         self.accumulators: dict = {}  # chunk_init alloca the body accumulates into -> its op (in program order)
@@ -88,8 +88,6 @@ def plan(task: ir.Task) -> WidenPlan | str:
         return f"the width-W lowering is off ({SCALAR_SWITCH}=0)"
     if task.kind != "range_for" or task.serial:
         return "a serial task"
-    if task.axis_index:
-        return "a multi-dimensional range walked by rows"
     # A local is varying once a varying value or narrow code stores to it; that may make more
     # values varying and more code narrow: walk again until no local changes (each walk only
     # adds, and a refusal stays one).
@@ -141,7 +139,7 @@ def _indirect_accesses(task: ir.Task, p: WidenPlan) -> tuple[int, int]:
     index plus a uniform offset (data-dependent, as a grid cell computed from a position).
     LLVM's loop vectoriser does not widen a loop that gathers such addresses next to stores it
     cannot tell apart from them (G2P's reads of the grid: 3x faster at W lanes)."""
-    along = {task.index}
+    along = {task.index, *task.axis_index}  # a coordinate of a multi-dimensional range: along a row
     indirect = set()
     for s in ir.walk(task.body):
         if isinstance(s, ir.Cast) and s.x in along or isinstance(s, ir.Binary) and s.op in ("add", "sub") \

@@ -235,6 +235,95 @@ def test_inspect_says_which_tasks_run_lanes_and_why_others_do_not(tmp_path, monk
     assert "off" in kernel_of(module.both).compile((x, y, c)).meta.tasks[0].launch["scalar"]
 
 
+RANGES_SOURCE = """
+import qdc as qd
+nd2 = qd.types.ndarray(dtype=qd.f32, ndim=2)
+nd3 = qd.types.ndarray(dtype=qd.i32, ndim=3)
+
+@qd.kernel
+def rows(a: nd2, out: nd2, lo: qd.i32):
+    for i, j in qd.ndrange((lo, a.shape[0]), a.shape[1]):  # an offset axis, rows shorter or longer than W
+        z, k = a[i, j], 0
+        while qd.abs(z) < 4.0 and k < (i * 3 + j) % 23:  # lanes leave at different iterations
+            z = z * z - 0.5 + qd.cast(j, qd.f32) * 0.125
+            k += 1
+        out[i, j] = z + qd.cast(k, qd.f32)
+
+@qd.kernel
+def cells(c: nd3):
+    for i, j, k in c:
+        total = 0
+        for m in range((i + 2 * j + 3 * k) % 5):
+            total += m * i - j + k
+        c[i, j, k] = total
+"""
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_multi_dimensional_ranges_run_lanes_bit_for_bit(rng, tmp_path, monkeypatch, level):
+    """qd.ndrange (with an offset axis) and a 3-D struct-for with inner loops: each lane's
+    coordinates are divided out of its flat index, so the lanes of one step may span rows; the
+    same bits as the scalar code, which walks rows."""
+    if not _host_runs(level):
+        pytest.skip(f"this CPU cannot run {level} code")
+    module, _ = _import(tmp_path, monkeypatch, RANGES_SOURCE, "ranges")
+    shape2 = (int(rng.integers(3, 40)), int(rng.integers(1, 150)))
+    shape3 = tuple(int(v) for v in rng.integers(1, 12, 3))
+    a = rng.uniform(-1.5, 1.5, shape2).astype(np.float32)
+    lo = int(rng.integers(0, 3))
+
+    def run():
+        out, c = np.full(shape2, -7.0, np.float32), np.zeros(shape3, np.int32)
+        module.rows(a, out, lo)
+        module.cells(c)
+        launches = [kernel_of(module.rows).compile((a, out, lo)).meta.tasks[-1].launch,
+                    kernel_of(module.cells).compile((c,)).meta.tasks[-1].launch]
+        return (out, c), launches
+
+    (scalar, _), (widened, launches) = _run_both(monkeypatch, tmp_path, run, cpu_target=level,
+                                                 cpu_max_num_threads=16)
+    assert all(launch.get("lanes", 0) >= 2 for launch in launches), launches
+    assert np.all(scalar[0][:lo] == -7.0) and np.all(scalar[0][lo:] != -7.0)
+    _same_bits(scalar, widened, f"{shape2} {shape3} lo={lo}")
+
+
+GRID_GRAD_SOURCE = """
+import qdc as qd
+x = qd.field(qd.f32, shape=(SHAPE), needs_grad=True)
+n = qd.field(qd.i32, shape=())
+loss = qd.field(qd.f32, shape=(), needs_grad=True)
+
+@qd.kernel
+def program():
+    for i, j in x:
+        v = x[i, j]
+        for _ in range(n[None] + (i + j) % 3):  # per-lane trip counts: adstack counts per lane
+            v = qd.sin(v) * 0.9 + 0.05 * qd.cast(j, qd.f32)
+        loss[None] += v
+"""
+
+
+def test_gradients_of_a_multi_dimensional_range_match_the_scalar_code(rng, tmp_path, monkeypatch):
+    """Reverse mode through a dynamic loop in a 2-D struct-for: lanes in rows, per-lane adstacks."""
+    shape = (int(rng.integers(2, 9)), int(rng.integers(1, 90)))
+    module, _ = _import(tmp_path, monkeypatch, GRID_GRAD_SOURCE.replace("SHAPE", f"{shape[0]}, {shape[1]}"),
+                        "grid_grad")
+    x0, trips = rng.uniform(-1, 1, shape).astype(np.float32), int(rng.integers(2, 9))
+
+    def run():
+        module.x.from_numpy(x0)
+        module.n[None] = trips
+        with qd.ad.Tape(loss=module.loss):
+            module.program()
+        launch = module.program.grad.compile().meta.tasks[-1].launch
+        return (np.array([module.loss[None]]), module.x.grad.to_numpy()), launch
+
+    (scalar, _), (widened, launch) = _run_both(monkeypatch, tmp_path, run)
+    assert launch.get("lanes", 0) >= 2, launch
+    np.testing.assert_allclose(widened[0], scalar[0], rtol=1e-5)  # the loss sums in another order
+    np.testing.assert_allclose(widened[1], scalar[1], rtol=1e-4, atol=1e-6)  # libm sin vs the inline one per step
+
+
 GATHER_SOURCE = """
 import qdc as qd
 nd = qd.types.ndarray(dtype=qd.f32, ndim=1)
