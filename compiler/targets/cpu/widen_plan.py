@@ -62,6 +62,11 @@ ACCUMULATE_OPS = ("add", "mul", "min", "max", "and", "or", "xor")
 _SCALAR_TYPES = (T.u1, T.i8, T.i16, T.i32, T.i64, T.u8, T.u16, T.u32, T.u64, T.f32, T.f64)
 
 
+# A multi-dimensional range runs lanes along its rows (widen.py, `wide_loop`): rows known to be
+# shorter than the fewest lanes of any level (x86-64-v2's 16) would leave most lanes idle.
+SHORTEST_ROW = 16
+
+
 class Refused(Exception):
     pass
 
@@ -88,6 +93,8 @@ def plan(task: ir.Task) -> WidenPlan | str:
         return f"the width-W lowering is off ({SCALAR_SWITCH}=0)"
     if task.kind != "range_for" or task.serial:
         return "a serial task"
+    if task.axis_index and isinstance(task.axes[-1], ir.Const) and task.axes[-1].value < SHORTEST_ROW:
+        return f"rows of {task.axes[-1].value} elements, fewer than a vector's lanes"
     # A local is varying once a varying value or narrow code stores to it; that may make more
     # values varying and more code narrow: walk again until no local changes (each walk only
     # adds, and a refusal stays one).

@@ -287,6 +287,22 @@ def test_multi_dimensional_ranges_run_lanes_bit_for_bit(rng, tmp_path, monkeypat
     _same_bits(scalar, widened, f"{shape2} {shape3} lo={lo}")
 
 
+def test_rows_known_to_be_short_keep_the_scalar_code():
+    f = qd.field(qd.f32, shape=(64, 3))
+    n = qd.field(qd.i32, shape=())
+
+    @qd.kernel
+    def k():
+        for i, j in f:
+            for _ in range(n[None]):
+                f[i, j] += 1.0 + j
+    n[None] = 3
+    k()
+    np.testing.assert_array_equal(f.to_numpy(), np.tile(3.0 * np.arange(1, 4, dtype=np.float32), (64, 1)))
+    launch = kernel_of(k).compile(()).meta.tasks[-1].launch
+    assert "scalar code: rows of 3 elements, fewer than a vector's lanes" in describe_launch(launch)
+
+
 GRID_GRAD_SOURCE = """
 import qdc as qd
 x = qd.field(qd.f32, shape=(SHAPE), needs_grad=True)
