@@ -11,21 +11,40 @@ Kernels the width-W lowering takes beyond the 1-D dynamic loop of bench_autodiff
   case where lanes must stay contiguous along rows;
 - gather: G2P-like reads of a grid at cells computed from 2^18 positions (no inner loop).
 Each kernel is compiled twice in this process, the second time with `QDC_CPU_WIDEN=0`; both
-results must agree before anything is timed; rounds interleave the variants; best (median).
+results must agree before anything is timed; rounds interleave the variants (each variant's time
+in a round: the least of three calls in a row); best (median) of the rounds.
 """
 from __future__ import annotations
 
 import argparse
 import os
 import platform
+import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_autodiff import timed_rounds  # noqa: E402  (bench/ is not a package)
+
+def timed_rounds(variants: dict, rounds: int) -> dict:
+    """name -> {"best", "median"} seconds; rounds interleave the variants, and each variant's
+    time in a round is the least of three calls in a row, so that every variant runs with its
+    own data in the caches (else the one after another kernel's 4 MiB arrays pays for them)."""
+    for run in variants.values():
+        run()
+    times = {name: [] for name in variants}
+    for _ in range(rounds):
+        for name, run in variants.items():
+            best = None
+            for _ in range(3):
+                t0 = time.perf_counter()
+                run()
+                took = time.perf_counter() - t0
+                best = took if best is None else min(best, took)
+            times[name].append(best)
+    return {name: {"best": min(ts), "median": statistics.median(ts)} for name, ts in times.items()}
 
 SOURCE = '''
 import qdc as qd

@@ -115,6 +115,9 @@ def plan(task: ir.Task) -> WidenPlan | str:
             return "no inner loop, and atomics at data-dependent addresses"
         if not gathers:  # LLVM's loop vectoriser widens the task's own loop as it is, in less build time
             return "no inner loop (LLVM's loop vectoriser widens the task's loop)"
+    loops = [s for s in ir.walk(task.body) if isinstance(s, (ir.RangeFor, ir.While))]
+    if loops and not p.has_adstacks and all(_unrolled_by_llvm(loop) for loop in loops):
+        return "inner loops of a few constant trips, which LLVM unrolls to widen the task's loop"
     inner = _inner_loop_vectorised_by_llvm(task, p)
     if inner is not None:
         where = f" (line {inner.loc.line})" if inner.loc else ""
@@ -139,6 +142,22 @@ def _inner_loop_vectorised_by_llvm(task: ir.Task, p: WidenPlan):
             elif isinstance(s, ir.GlobalPtr) and s.indices and s.indices[-1] in along:
                 return loop
     return None
+
+
+UNROLLED_TRIPS = 16  # a constant trip count up to this: LLVM unrolls the loop completely
+# Math that the scalar code of a loop-carried chain calls from the C library (cpu/target.py's
+# chain_math_table): unrolled or not, LLVM does not widen those calls.
+CHAIN_MATH = ("sin", "cos", "tan", "exp", "log", "pow", "asin", "acos", "atan", "tanh", "atan2")
+
+
+def _unrolled_by_llvm(loop) -> bool:
+    """A loop with constant bounds and few trips, whose body LLVM's full unrolling copies out:
+    then its loop vectoriser widens the task's loop over contiguous elements, as fast as lanes
+    (a 2-D stencil with a 4-trip loop: 0.38 against 0.39 ms) in less build time."""
+    return isinstance(loop, ir.RangeFor) and isinstance(loop.begin, ir.Const) and isinstance(loop.end, ir.Const) \
+        and loop.end.value - loop.begin.value <= UNROLLED_TRIPS \
+        and not any(isinstance(s, (ir.Break, ir.Continue)) or getattr(s, "op", None) in CHAIN_MATH
+                    for s in ir.walk(loop.body))
 
 
 def _indirect_accesses(task: ir.Task, p: WidenPlan) -> tuple[int, int]:
