@@ -677,7 +677,7 @@ def make_launcher(meta: KernelMeta, device, loaded, fields: list, hooks: LaunchH
     if hooks is None and meta.adstack.get("stacks"):  # the heap sizing and overflow check
         hooks = launch_hooks(meta)
     if meta.random_slot is not None:  # the seed and the launch counter qd.random() draws from
-        hooks = _with_prepare(hooks, random_stream.STREAM.writer(meta.random_slot))
+        hooks = _with_prepare(hooks, random_stream.STREAM.writer(meta.random_slot, meta.name, meta.is_grad))
     checks = None
     if meta.debug_checks:  # debug=True: report the first out-of-range index after the launch
         from .contract.bounds import BoundsChecks

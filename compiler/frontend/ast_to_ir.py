@@ -425,7 +425,9 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
             self.error(f"'{_PY_COMPARE_SYMBOL[type(op_node)]}' in a kernel compares only with None; "
                        f"compare values with == / !=", node)
         if isinstance(op_node, (ast.In, ast.NotIn)) and (_holds_runtime(left) or _holds_runtime(right)
-                                                          or isinstance(right, VectorValue)):
+                                                          or isinstance(right, VectorValue)
+                                                          or isinstance(left, GLOBAL_ARRAYS)
+                                                          or isinstance(right, GLOBAL_ARRAYS)):
             self.error(f"'{_PY_COMPARE_SYMBOL[type(op_node)]}' needs compile-time operands (e.g. in "
                        f"qd.static(...)); compare run-time values with == one by one", node)
         if isinstance(left, VectorValue) or isinstance(right, VectorValue):

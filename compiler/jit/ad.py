@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 
-from qdc.runtime import context
+from qdc.runtime import context, random_stream
 from qdc.runtime.contract.objects import FieldMarker as Field, NdarrayMarker as Ndarray
 from qdc.runtime.kernel_function import observe_calls, stop_observing_calls
 
@@ -93,6 +93,7 @@ class Tape:
                 raise ValueError("the loss of a Tape needs a gradient: create it with needs_grad=True")
         self.loss, self.clear_gradients, self.validation = loss, clear_gradients, bool(validation)
         self.calls: list = []
+        self.random_counters: list = []  # per call: the qd.random() launch counter it drew with
         self.entered = self.evaluated = False
         self.grad_check = grad_check_mod.check_fields(grad_check, loss) if grad_check else None
         self.initial_state = grad_check_mod.StateSnapshot() if self.grad_check else None
@@ -125,6 +126,7 @@ class Tape:
         if self.initial_state is not None:  # what the finite differences start from
             self.initial_state.save_launch(kernel, args, kwargs)
         self.calls.append((kernel, args, kwargs))
+        self.random_counters.append(random_stream.STREAM.launches)  # the one this launch draws with, if it draws
 
     def grad(self) -> None:
         """Seed the loss gradient and run the recorded kernels' gradients, last first."""
@@ -135,8 +137,9 @@ class Tape:
             self._clear_gradients()
         if self.loss is not None:
             self.loss.grad.fill(1)
-        for kernel, args, kwargs in reversed(self.calls):
-            kernel.grad(*args, **kwargs)
+        for (kernel, args, kwargs), counter in reversed(list(zip(self.calls, self.random_counters))):
+            with random_stream.STREAM.replaying(counter):  # qd.random() draws what the launch drew
+                kernel.grad(*args, **kwargs)
         if self.grad_check:
             grad_check_mod.run_check(self.grad_check, self.loss, self.calls, self.initial_state)
 

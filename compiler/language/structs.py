@@ -43,8 +43,16 @@ class StructType:
         """A field of these structs: one field per member (`.to_numpy()` gives a dict of arrays)."""
         return device_arrays.struct_field(self, shape, needs_grad, name, needs_dual=needs_dual)
 
-    def __call__(self, **values) -> dict:
-        """Python scope: a dict of the members (missing ones zero), as struct fields read and write."""
+    def __call__(self, *positional, **values) -> dict:
+        """Python scope: a dict of the members (missing ones zero), as struct fields read and
+        write; positional values fill the members in declaration order, as in a kernel."""
+        if len(positional) > len(self.members):
+            raise TypeError(f"struct {self.name} has {len(self.members)} member(s), got {len(positional)} "
+                            f"positional values")
+        for member, value in zip(self.members, positional):
+            if member in values:
+                raise TypeError(f"struct {self.name}: member '{member}' given by position and by name")
+            values[member] = value
         unknown = set(values) - set(self.members)
         if unknown:
             raise TypeError(f"struct {self.name} has no member(s) {sorted(unknown)}")

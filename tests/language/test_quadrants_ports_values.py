@@ -190,6 +190,7 @@ def test_python_scope_constants_in_kernels(arch, rng):
     ("x[i] = 1 if i is not 2 else 0", "'is not' in a kernel compares only with None"),
     ("x[i] = i in (1, 2)", "'in' needs compile-time operands"),
     ("x[i] = 1 not in (i, 2)", "'not in' needs compile-time operands"),
+    ("x[i] = x in x", "'in' needs compile-time operands"),  # fields hold run-time values
     ("x[i] = not qd.Vector([i, 1])", "'not' is not defined on a vector/matrix"),
     ("x[i] = first(qd.Matrix([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]))",
      "parameter 'm' is a matrix(2, 2, f32), the argument has shape 2x3"),

@@ -204,6 +204,38 @@ def test_gradient_through_random_is_zero(arch, rng):
     np.testing.assert_allclose(x.grad.to_numpy(), np.cos(x.to_numpy()), rtol=1e-5, atol=1e-6)
 
 
+@qd.kernel
+def scaled_by_draws(x: qd.types.ndarray(dtype=qd.f32, ndim=1), drawn: qd.types.ndarray(dtype=qd.f32, ndim=2),
+                    loss: qd.types.ndarray(dtype=qd.f32, ndim=1), k: qd.i32):
+    for i in range(x.shape[0]):
+        r = qd.random()
+        drawn[k, i] = r
+        loss[0] += x[i] * x[i] * r * qd.cast(k + 1, qd.f32)
+
+
+def test_gradient_launches_draw_what_their_forward_launch_drew(arch, rng):
+    """d/dx of x^2 r (k + 1) is 2 x r (k + 1) with the r the forward launch drew: a Tape replays
+    each recorded launch's draws (three launches, each its own), a plain .grad the last forward's."""
+    n = 40
+    x = qd.ndarray(qd.f32, shape=n, needs_grad=True)
+    xs = rng.uniform(-2, 2, n).astype(np.float32)
+    x.from_numpy(xs)
+    drawn = qd.ndarray(qd.f32, shape=(3, n))
+    loss = qd.ndarray(qd.f32, shape=1, needs_grad=True)
+    with qd.ad.Tape(loss=loss):
+        for k in range(3):
+            scaled_by_draws(x, drawn, loss, k)
+    r = drawn.to_numpy()
+    assert len(np.unique(r)) == r.size  # three launches, three different streams
+    want = sum(2 * xs * r[k] * (k + 1) for k in range(3))
+    np.testing.assert_allclose(x.grad.to_numpy(), want, rtol=1e-5, atol=1e-5)
+    x.grad.fill(0)
+    loss.grad.from_numpy(np.ones(1, np.float32))
+    scaled_by_draws(x, drawn, loss, 1)
+    scaled_by_draws.grad(x, drawn, loss, 1)
+    np.testing.assert_allclose(x.grad.to_numpy(), 2 * xs * drawn.to_numpy()[1] * 2, rtol=1e-5, atol=1e-5)
+
+
 def test_stop_grad_blocks_the_gradient(arch, rng):
     n = 24
     xs = rng.uniform(-2, 2, n).astype(np.float32)

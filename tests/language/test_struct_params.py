@@ -80,6 +80,22 @@ def test_dataclass_parameters_methods_and_returned_structs(arch, rng):
     assert energy2 == pytest.approx(0.5 * a * float((v * k).astype(np.float64) @ (v * k)), rel=1e-6)
 
 
+def test_a_dataclass_built_by_position_in_python_scope(arch, rng):
+    """`Inner(b, n)` from Python fills the members in declaration order, as in a kernel;
+    mixing in a member's name twice or passing too many values is a TypeError."""
+    @qd.kernel
+    def twice(p: Inner) -> Inner:
+        return Inner(p.b * 2, p.n * 2)
+
+    b, n = float(rng.uniform(-1, 1)), int(rng.integers(-50, 50))
+    assert twice(Inner(b, n)) == {"b": 2 * b, "n": 2 * n}
+    assert Inner(b) == {"b": b, "n": 0} and Inner(b, n=n) == Inner(n=n, b=b)
+    with pytest.raises(TypeError, match="given by position and by name"):
+        Inner(b, b=b)
+    with pytest.raises(TypeError, match="has 2 member"):
+        Inner(b, n, 3)
+
+
 def test_an_object_with_the_members_as_attributes(arch, rng):
     S = qd.types.struct(x=qd.f32, y=qd.i32)
 
