@@ -162,6 +162,8 @@ def _check_parallel_races(k, accesses, differentiable):
         if t.kind != "range_for" or t.serial or _single_iteration(t):
             continue
         mine = [a for a in accesses if a.task == ti and differentiable(a.stmt.ptr.target)]
+        keys = IndexKeys(_written_buffers(k))
+        bounds = (keys.of(t.begin), keys.of(t.end))  # an element only outside them is no race
         writes = {}
         for a in mine:
             if a.write:
@@ -170,7 +172,7 @@ def _check_parallel_races(k, accesses, differentiable):
             if a.write:
                 continue
             for w in writes.get(a.buffer, ()):
-                if dependence.may_meet_in_other_iteration(w.key, a.key):
+                if dependence.may_meet_in_other_iteration(w.key, a.key, bounds):
                     raise error(a.stmt.loc, f"'{_name(a.stmt.ptr.target)}' is read here at an element that other "
                                             f"iterations of this parallel loop write (line {w.stmt.loc.line}): a "
                                             f"cross-iteration read-after-write, whose gradient would be wrong. "

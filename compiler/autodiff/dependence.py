@@ -162,9 +162,29 @@ def _affine_op(key) -> Affine | None:
 # not in the pattern is free. The accesses can meet under a pattern unless one dimension's
 # equation `key_later = key_earlier` has no solution under it.
 
-def may_meet_in_other_iteration(a_key: tuple, b_key: tuple) -> bool:
-    """Can two different iterations of a parallel task touch one element, with these keys?"""
+def may_meet_in_other_iteration(a_key: tuple, b_key: tuple, bounds: tuple | None = None) -> bool:
+    """Can two different iterations of a parallel task touch one element, with these keys?
+    `bounds`: the keys of the task's begin and end, if known."""
+    if bounds is not None and any(_outside_the_range(x, y, *bounds) or _outside_the_range(y, x, *bounds)
+                                  for x, y in zip(a_key, b_key)):
+        return False
     return _feasible(a_key, b_key, {TASK: "nonzero"})
+
+
+def _outside_the_range(moving, fixed, begin, end) -> bool:
+    """`moving` is the task index plus terms that do not change, `fixed` does not change: they
+    meet only in the iteration i = fixed - (moving - i); is that one outside [begin, end)?
+    (`out[i] = out[n] + ...` over range(n) reads an element no iteration writes.)"""
+    lo = affine(begin)
+    if end[0] == "Binary" and end[2] == ("'max'",) and end[3][1][:1] == ("const",) and lo is not None \
+            and lo.is_constant and end[3][1][2] <= lo.const:
+        end = end[3][0]  # max(E, c), c <= begin: past E is past the end, or no iteration runs
+    m, f, hi = affine(moving), affine(fixed), affine(end)
+    if None in (m, f, lo, hi) or m.symbols != {TASK: 1} or f.symbols or lo.symbols or hi.symbols:
+        return False
+    meeting = f.plus(Affine(const=m.const, invariant=m.invariant).scaled(-1))  # the one iteration
+    past_end, before_begin = meeting.plus(hi.scaled(-1)), lo.plus(meeting.scaled(-1))
+    return (not past_end.invariant and past_end.const >= 0) or (not before_begin.invariant and before_begin.const >= 1)
 
 
 def may_follow_on_same_element(later, earlier, task: ir.Task) -> bool:
