@@ -57,7 +57,8 @@ class PrintBuffer:
             elif record[0] == "overflow":
                 out.write(f"{text} in kernel '{kernel}' at {record[4]}\n    {record[5].strip()}\n")
             elif failure is None:
-                failure = AssertionError(f"{record[4]}: kernel '{kernel}': {text}\n    {record[5].strip()}")
+                error = IndexError if record[0] == "index" else AssertionError
+                failure = error(f"{record[4]}: kernel '{kernel}': {text}\n    {record[5].strip()}")
         if dropped:
             note = "at least " if saturated else ""
             out.write(f"[qdc] {note}{dropped} lines dropped: the print buffer holds {self.records} lines "

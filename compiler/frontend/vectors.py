@@ -399,12 +399,28 @@ class VectorLowering:
         if is_runtime(i):
             if not i.type.is_integral or i.type is T.u1:
                 self.error(f"a vector index must be an integer, got {i.type}", node)
+            if self.options.debug:
+                self.check_component_index(i, n, node)
             return i
         if isinstance(i, bool) or not isinstance(i, int):
             self.error(f"a vector index must be an integer, got {i!r}", node)
         if not -n <= i < n:
             self.error(f"index {i} is out of range for a dimension of size {n}", node)
         return i % n
+
+    def check_component_index(self, i, n: int, node) -> None:
+        """debug=True: a run-time component index outside [0, n) raises IndexError at sync,
+        as a global access out of its bounds does (else the select chain gives the last one)."""
+        from .printing import MessageBuilder  # (printing.py imports this module)
+        signed = T.i32 if i.type.bits <= 32 else T.i64
+        wide = i if i.type is signed else self.values.cast(i, signed)
+        outside = self.values.binary("bit_or", self.values.binary("lt", wide, 0), self.values.binary("ge", wide, n))
+        failed = self.emit(ir.If(self.values.to_bool(outside)))
+        message = MessageBuilder()
+        message.text("index ")
+        message.value(wide, "")
+        message.text(f" is out of range for a vector/matrix dimension of size {n}")
+        self.emit_into(failed.then_block, lambda: self.emit_message("index", message, node))
 
     def runtime_component(self, v: VectorValue, indices):
         """`v[i]` with `i` known at run time: a chain of selects over the components."""

@@ -38,7 +38,7 @@ RECORD_BYTES = 8 * RECORD_WORDS
 COUNT_LIMIT = 1 << 31
 DEFAULT_RECORDS = 4096  # 1 MiB of records per device
 
-MESSAGE_KINDS = ("print", "assert", "overflow")
+MESSAGE_KINDS = ("print", "assert", "overflow", "index")  # index: a debug check, raised as IndexError
 
 
 def message_key(kernel_name: str, messages: list) -> int:

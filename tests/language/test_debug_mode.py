@@ -259,3 +259,46 @@ def test_ahead_of_time_build_with_debug_raises_the_same_error(tmp_path, rng):
     assert f"marks.py:9:5: kernel 'mark': index {bad} out of range for field 'cells' of shape (10,)" in str(e.value)
     marks.mark(4)
     assert marks.cells.to_numpy().tolist() == [0, 0, 0, 0, 1, 0, 0, 0, 0, 0]
+
+
+@qd.kernel
+def pick_component(m: qd.types.NDArray[qd.math.mat2, 1], v: qd.types.NDArray[qd.math.vec3, 1],
+                   out: qd.types.ndarray(dtype=qd.f32, ndim=1), p: qd.i32, x: qd.i32, y: qd.i32):
+    for k in range(1):
+        out[0] = m[p][x, y]  # <- component of a matrix
+        w = v[p]
+        w[y] = 1.5            # <- component written
+        out[1] = w[x] + w[y]
+
+
+def test_run_time_component_indices_are_checked(arch, session_cache_dir, rng):
+    """`m[p][x, y]` with x or y known only at run time: outside the vector's or matrix's shape is
+    an IndexError at sync naming the kernel, the line and the index (without debug the select
+    chain over the components would give the last one); in range, the component itself."""
+    qd.init(arch=arch, cache_dir=session_cache_dir, debug=True)
+    m = rng.uniform(-1, 1, (4, 2, 2)).astype(np.float32)
+    v = rng.uniform(-1, 1, (4, 3)).astype(np.float32)
+    out = np.zeros(2, np.float32)
+    p, x, y = int(rng.integers(0, 4)), int(rng.integers(0, 2)), int(rng.integers(0, 2))
+    pick_component(m, v, out, p, x, y)
+    qd.sync()
+    w = v[p].copy()
+    w[y] = 1.5
+    np.testing.assert_allclose(out, [m[p, x, y], w[x] + w[y]], rtol=1e-6)
+    for bad_x, bad_y, shown in ((2, 0, 2), (0, -1, -1), (int(rng.integers(3, 100)), 1, None)):
+        with pytest.raises(IndexError) as info:
+            pick_component(m, v, out, p, bad_x, bad_y)
+            qd.sync()
+        text = str(info.value)
+        assert line_of("<- component of a matrix") in text and "kernel 'pick_component'" in text, text
+        assert f"index {bad_x if shown is None else shown} is out of range" in text, text
+    with pytest.raises(IndexError, match="index 3 is out of range for a vector/matrix dimension of size 3"):
+        write_component(v, out, 3)
+        qd.sync()
+
+
+@qd.kernel
+def write_component(v: qd.types.NDArray[qd.math.vec3, 1], out: qd.types.ndarray(dtype=qd.f32, ndim=1), y: qd.i32):
+    w = v[0]
+    w[y] = 1.5
+    out[0] = w[0]
