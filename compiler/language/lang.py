@@ -248,7 +248,8 @@ def _rounding(fn):
 
 floor = _python_scope("floor", _rounding(np.floor), "Largest integral value <= x (a float, or of type dtype).")
 ceil = _python_scope("ceil", _rounding(np.ceil), "Smallest integral value >= x (a float, or of type dtype).")
-round = _python_scope("round", _rounding(np.round),  # noqa: A001
+round = _python_scope("round", _rounding(lambda x: np.rint(x) if isinstance(x, _matrix_value.MatrixValue)  # noqa: A001
+                                         else np.round(x)),  # np.rint: a ufunc, so a qd.Vector stays one
                       "Nearest integral value, ties to even (a float, or of type dtype).")
 atan2 = _python_scope("atan2", np.arctan2, "Arc tangent of y / x in the right quadrant.")
 pow = _python_scope("pow", lambda x, y: x ** y, "x ** y.")  # noqa: A001

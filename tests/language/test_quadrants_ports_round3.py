@@ -238,6 +238,15 @@ def test_swizzle_errors_are_located(arch):
     assert "out of range" in str(compile_error(beyond))
 
 
+def test_python_scope_math_of_a_vector_is_a_vector(rng):
+    v = qd.Vector(rng.uniform(-3, 3, 4).round(1).tolist())
+    for fn, ref in ((qd.round, np.round), (qd.floor, np.floor), (qd.ceil, np.ceil), (qd.sin, np.sin)):
+        r = fn(v)
+        assert isinstance(r, qd.Matrix), (fn, type(r))
+        np.testing.assert_array_equal(r.to_numpy(), ref(v.to_numpy()))
+    assert qd.round(v, qd.i32).to_numpy().dtype.kind == "i" and qd.round(3) == 3 and qd.round(2.5) == 2.0
+
+
 def test_python_scope_swizzles():
     v = qd.Vector([1, 2, 3])
     assert isinstance(v.xx, qd.Matrix) and isinstance(v.x, int)
