@@ -76,6 +76,14 @@ class PrintLowering:
             message.text(f"assertion failed: {ast.unparse(node.test)}")
         self.emit_into(failed.then_block, lambda: self.assert_message(message, node))
 
+    def index_error(self, index: ir.Stmt, size: int, node) -> None:
+        """The "index" message of a run-time component index outside [0, size) (vectors.py)."""
+        message = MessageBuilder()
+        message.text("index ")
+        message.value(index, "")
+        message.text(f" is out of range for a vector/matrix dimension of size {size}")
+        self.emit_message("index", message, node)
+
     def assert_message(self, message: MessageBuilder, node: ast.Assert) -> None:
         if node.msg is not None:
             self.message_part(message, node.msg)

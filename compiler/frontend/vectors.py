@@ -411,16 +411,11 @@ class VectorLowering:
     def check_component_index(self, i, n: int, node) -> None:
         """debug=True: a run-time component index outside [0, n) raises IndexError at sync,
         as a global access out of its bounds does (else the select chain gives the last one)."""
-        from .printing import MessageBuilder  # (printing.py imports this module)
         signed = T.i32 if i.type.bits <= 32 else T.i64
         wide = i if i.type is signed else self.values.cast(i, signed)
         outside = self.values.binary("bit_or", self.values.binary("lt", wide, 0), self.values.binary("ge", wide, n))
         failed = self.emit(ir.If(self.values.to_bool(outside)))
-        message = MessageBuilder()
-        message.text("index ")
-        message.value(wide, "")
-        message.text(f" is out of range for a vector/matrix dimension of size {n}")
-        self.emit_into(failed.then_block, lambda: self.emit_message("index", message, node))
+        self.emit_into(failed.then_block, lambda: self.index_error(wide, n, node))  # printing.py
 
     def runtime_component(self, v: VectorValue, indices):
         """`v[i]` with `i` known at run time: a chain of selects over the components."""
