@@ -28,7 +28,8 @@ from qdc.runtime.contract.bounds import MAX_AXES
 
 from ... import ir
 from ..llvm.inline_math_vector import splat, vector_math
-from ..llvm.llvm_ir import _ChunkEnv, _FCMP, _FLOAT_BITS, _fsuffix, chunk_type, start_function
+from ..llvm.llvm_ir import (_ChunkEnv, _FCMP, _FLOAT_BITS, _fsuffix, carry_to_outer_coordinates, chunk_type,
+                             start_function)
 from ..llvm.llvm_types import I1, I8, I32, I64, PTR, lltype, memtype
 from ..llvm.target import Inline, Intrinsic, PerWidth
 from .widen_adstack import LaneAdStacks
@@ -206,12 +207,7 @@ class WideChunkEnv(LaneAdStacks, _ChunkEnv):
         column = b.add(b.load(coords[-1], typ=it), b.trunc(step, it) if it.width < 64 else step)
         carry = b.icmp_signed("==", column, extents[-1])
         b.store(b.select(carry, ll.Constant(it, 0), column), coords[-1])
-        for d in reversed(range(len(coords) - 1)):
-            bumped = b.add(b.load(coords[d], typ=it), b.zext(carry, it))
-            if d > 0:
-                carry = b.icmp_signed("==", bumped, extents[d - 1])
-                bumped = b.select(carry, ll.Constant(it, 0), bumped)
-            b.store(bumped, coords[d])
+        carry_to_outer_coordinates(b, coords, extents, carry)
 
     # ---- structure --------------------------------------------------------------------------
     def block(self, block: ir.Block):

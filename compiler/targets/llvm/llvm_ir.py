@@ -178,13 +178,7 @@ class KernelCodegen:
         after = b.add(start, length, flags=("nsw",))
         b.store(after, flat)
         b.store(ll.Constant(it, 0), coords[-1])
-        carry = ll.Constant(I1, 1)
-        for d in reversed(range(len(coords) - 1)):
-            bumped = b.add(b.load(coords[d], typ=it), b.zext(carry, it))
-            if d > 0:
-                carry = b.icmp_signed("==", bumped, extents[d - 1])
-                bumped = b.select(carry, ll.Constant(it, 0), bumped)
-            b.store(bumped, coords[d])
+        carry_to_outer_coordinates(b, coords, extents, ll.Constant(I1, 1))
         b.cbranch(b.icmp_signed("<", after, end), head, exit_bb)
         b.position_at_end(exit_bb)
 
@@ -196,6 +190,18 @@ class KernelCodegen:
             env.vals[task.axis_index[-1]] = col
             env.vals[task.index] = env.b.add(row_base, col, flags=("nsw",))
         env.loop(first, stop, task.body, bind, break_to=exit_bb, name="row")
+
+
+def carry_to_outer_coordinates(b: ll.IRBuilder, coords: list, extents: list, carry) -> None:
+    """The outer coordinates (slots `coords[:-1]`) after the innermost one wrapped (`carry`, an
+    i1) as an odometer: `extents[d - 1]` is coordinate d's extent."""
+    it = extents[-1].type
+    for d in reversed(range(len(coords) - 1)):
+        bumped = b.add(b.load(coords[d], typ=it), b.zext(carry, it))
+        if d > 0:
+            carry = b.icmp_signed("==", bumped, extents[d - 1])
+            bumped = b.select(carry, ll.Constant(it, 0), bumped)
+        b.store(bumped, coords[d])
 
 
 def chunk_type(task: ir.Task) -> ll.FunctionType:
