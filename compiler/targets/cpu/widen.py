@@ -623,7 +623,7 @@ class WideChunkEnv(LaneAdStacks, _ChunkEnv):
     def _spilled(self, vector):
         """(pointer to `vector` stored in an entry-block array, element type)."""
         array = self.entry_alloca(ll.ArrayType(vector.type.element, self.W))
-        self.b.store(vector, self.b.bitcast(array, ll.PointerType(vector.type)), align=1)  # (only the elements' alignment)
+        self.b.store(vector, self.b.bitcast(array, ll.PointerType(vector.type)), align=1)  # an array's alignment
         return array, vector.type.element
 
     def scalar_atomic(self, op: str, ptr, v, t: T.DataType):
