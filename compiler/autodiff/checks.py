@@ -127,11 +127,12 @@ def _check_reduced_temporaries(k) -> dict:
 # ---- global accesses --------------------------------------------------------------------
 
 class _Access:
-    __slots__ = ("stmt", "task", "task_stmt", "buffer", "key", "write", "positions")
+    __slots__ = ("stmt", "task", "task_stmt", "buffer", "key", "write", "positions", "bounds")
 
-    def __init__(self, stmt, task, task_stmt, buffer, key, write, positions):
+    def __init__(self, stmt, task, task_stmt, buffer, key, write, positions, bounds):
         self.stmt, self.task, self.task_stmt, self.buffer, self.key = stmt, task, task_stmt, buffer, key
         self.write, self.positions = write, positions
+        self.bounds = bounds  # the keys of the task's begin and end (a range-for task), else None
 
 
 def _written_buffers(k) -> set:
@@ -144,10 +145,11 @@ def _global_accesses(k) -> list:
     for ti, t in enumerate(k.tasks):
         positions = Positions(t.body)
         keys = IndexKeys(written)
+        bounds = (keys.of(t.begin), keys.of(t.end)) if t.kind == "range_for" else None
         for s in ir.walk(t.body):
             if isinstance(s, (ir.GlobalLoad, ir.GlobalStore, ir.AtomicRMW)):
                 out.append(_Access(s, ti, t, buffer_key(s.ptr.target), keys.of_ptr(s.ptr),
-                                   not isinstance(s, ir.GlobalLoad), positions))
+                                   not isinstance(s, ir.GlobalLoad), positions, bounds))
     return out
 
 
@@ -162,8 +164,6 @@ def _check_parallel_races(k, accesses, differentiable):
         if t.kind != "range_for" or t.serial or _single_iteration(t):
             continue
         mine = [a for a in accesses if a.task == ti and differentiable(a.stmt.ptr.target)]
-        keys = IndexKeys(_written_buffers(k))
-        bounds = (keys.of(t.begin), keys.of(t.end))  # an element only outside them is no race
         writes = {}
         for a in mine:
             if a.write:
@@ -172,7 +172,7 @@ def _check_parallel_races(k, accesses, differentiable):
             if a.write:
                 continue
             for w in writes.get(a.buffer, ()):
-                if dependence.may_meet_in_other_iteration(w.key, a.key, bounds):
+                if dependence.may_meet_in_other_iteration(w.key, a.key, w.bounds):
                     raise error(a.stmt.loc, f"'{_name(a.stmt.ptr.target)}' is read here at an element that other "
                                             f"iterations of this parallel loop write (line {w.stmt.loc.line}): a "
                                             f"cross-iteration read-after-write, whose gradient would be wrong. "

@@ -165,10 +165,16 @@ def _affine_op(key) -> Affine | None:
 def may_meet_in_other_iteration(a_key: tuple, b_key: tuple, bounds: tuple | None = None) -> bool:
     """Can two different iterations of a parallel task touch one element, with these keys?
     `bounds`: the keys of the task's begin and end, if known."""
-    if bounds is not None and any(_outside_the_range(x, y, *bounds) or _outside_the_range(y, x, *bounds)
-                                  for x, y in zip(a_key, b_key)):
+    if _apart_within(a_key, b_key, bounds):
         return False
     return _feasible(a_key, b_key, {TASK: "nonzero"})
+
+
+def _apart_within(a_key: tuple, b_key: tuple, bounds: tuple | None) -> bool:
+    """Does some dimension prove that no iteration of the range `bounds` (the keys of the task's
+    begin and end) makes the two keys meet?"""
+    return bounds is not None and any(_outside_the_range(x, y, *bounds) or _outside_the_range(y, x, *bounds)
+                                      for x, y in zip(a_key, b_key))
 
 
 def _outside_the_range(moving, fixed, begin, end) -> bool:
@@ -189,7 +195,9 @@ def _outside_the_range(moving, fixed, begin, end) -> bool:
 
 def may_follow_on_same_element(later, earlier, task: ir.Task) -> bool:
     """Can an execution of access `later` that follows one of `earlier` in task `task` (both
-    in it) touch earlier's element? `later`/`earlier` have .stmt, .key and .positions."""
+    in it) touch earlier's element? `later`/`earlier` have .stmt, .key, .positions and .bounds."""
+    if _apart_within(later.key, earlier.key, later.bounds):
+        return False  # no iteration of the task's range touches the other's element
     p = later.positions
     enclosing = set(p.loops[earlier.stmt])
     common = [loop for loop in p.loops[later.stmt] if loop in enclosing]

@@ -77,7 +77,7 @@ def test_cross_iteration_read_after_write_rejected():
 @qd.kernel
 def reads_past_the_range(n: qd.i32):
     for i in range(1, n):
-        out[i] = out[0] * 3.0 + x[i] * x[i] + out[n] * 2.0   # elements 0 and n: no iteration writes them
+        out[i] = out[0] * x[i] + out[n] * out[n]   # elements 0 and n: no iteration writes them
 
 
 @qd.kernel
@@ -87,16 +87,17 @@ def reads_the_last_iteration(n: qd.i32):
 
 
 def test_a_read_outside_the_written_range_is_no_race(rng):
-    """out[i] over range(1, n) and reads of out[0] and out[n]: no iteration writes what is read,
-    so the gradient is exact (the race check proves the one iteration that could meet them lies
-    outside the range); out[n - 1] over range(n) is still refused."""
+    """out[i] over range(1, n) and non-linear reads of out[0] and out[n]: no iteration writes
+    what is read, so the gradient is exact (the race and overwrite checks prove that the one
+    iteration that could meet them lies outside the range); out[n - 1] over range(n) is still
+    refused."""
     n = 5
     xs = rng.uniform(-1, 1, 8).astype(np.float32)
     start = rng.uniform(-1, 1, 8).astype(np.float32)
     x.from_numpy(xs)
     out.from_numpy(start)
     reads_past_the_range(n)
-    np.testing.assert_allclose(out.to_numpy()[1:n], start[0] * 3 + xs[1:n] ** 2 + start[n] * 2, rtol=1e-6)
+    np.testing.assert_allclose(out.to_numpy()[1:n], start[0] * xs[1:n] + start[n] ** 2, rtol=1e-6)
     x.grad.fill(0)
     out.grad.fill(0)
     seed = rng.uniform(-1, 1, 8).astype(np.float32)
@@ -104,8 +105,9 @@ def test_a_read_outside_the_written_range_is_no_race(rng):
     out.grad.from_numpy(seed)
     reads_past_the_range.grad(n)
     g = out.grad.to_numpy()
-    np.testing.assert_allclose(x.grad.to_numpy()[1:n], 2 * xs[1:n] * seed[1:n], rtol=1e-5)
-    np.testing.assert_allclose([g[0], g[n]], [3 * seed[1:n].sum(), 2 * seed[1:n].sum()], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(x.grad.to_numpy()[1:n], start[0] * seed[1:n], rtol=1e-5)
+    np.testing.assert_allclose([g[0], g[n]], [np.dot(xs[1:n], seed[1:n]), 2 * start[n] * seed[1:n].sum()],
+                               rtol=1e-5, atol=1e-6)
     e = grad_error(reads_the_last_iteration, 4)
     assert e.line == line_of(reads_the_last_iteration, "out[i] = out[n - 1]") and "cross-iteration" in e.raw_message
 
