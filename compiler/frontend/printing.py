@@ -10,6 +10,8 @@ an f-string, and without one it is the asserted expression's source.
 from __future__ import annotations
 
 import ast
+import re
+import string
 
 from qdc.runtime.contract import types as T
 from qdc.runtime.contract.print_buffer import MAX_VALUES
@@ -104,7 +106,66 @@ class PrintLowering:
                     self.error("conversions (!r, !s, !a) are not supported in kernel f-strings", part)
                 self.message_part(message, part.value, self.format_spec(part))
             return
+        if _is_str_format(node):  # "x = {} y = {:.3f}".format(x, y)
+            self.formatted_parts(message, node)
+            return
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and isinstance(node.left, ast.Constant) \
+                and isinstance(node.left.value, str):  # "x = %d, y = %.3f" % (x, y)
+            self.percent_parts(message, node)
+            return
         self.message_value(message, self.visit(node), spec, node)
+
+    def formatted_parts(self, message: MessageBuilder, node: ast.Call) -> None:
+        """`str.format` of a constant string: its fields by position (auto-numbered or
+        explicit) or by keyword, each with its spec, as an f-string would have them."""
+        keywords = {k.arg: k.value for k in node.keywords if k.arg is not None}
+        automatic = 0
+        try:
+            pieces = list(string.Formatter().parse(node.func.value.value))
+        except ValueError as e:
+            self.error(f"format string: {e}", node.func.value)
+        for literal, name, spec, conversion in pieces:
+            message.text(literal)
+            if name is None:
+                continue
+            if conversion is not None:
+                self.error("conversions (!r, !s, !a) are not supported in kernel format strings", node)
+            if name == "":
+                if automatic is None:
+                    self.error("format string: cannot switch from manual field numbering to automatic", node)
+                name, automatic = str(automatic), automatic + 1
+            elif name.isdigit():
+                if automatic:
+                    self.error("format string: cannot switch from automatic field numbering to manual", node)
+                automatic = None
+            if name.isdigit() and int(name) < len(node.args):
+                argument = node.args[int(name)]
+            elif name in keywords:
+                argument = keywords[name]
+            else:
+                self.error(f"format string field '{{{name}}}' has no argument", node)
+            self.message_part(message, argument, self.checked_spec(spec or "", node))
+
+    def percent_parts(self, message: MessageBuilder, node: ast.BinOp) -> None:
+        """printf-style `%` of a constant string: %d %i %u %f %e %g %x %o %s (flags, width and
+        precision as in C, which Python's format specs spell alike), %%."""
+        values = node.right.elts if isinstance(node.right, ast.Tuple) else [node.right]
+        text, at, used = node.left.value, 0, 0
+        for m in _PERCENT.finditer(text):
+            message.text(text[at:m.start()])
+            at = m.end()
+            flags, conversion = m.group(1), m.group(2)
+            if conversion == "%":
+                message.text("%")
+                continue
+            if used == len(values):
+                self.error("not enough values for the % format string", node)
+            spec = flags + {"i": "d", "u": "d", "s": ""}.get(conversion, conversion)
+            self.message_part(message, values[used], self.checked_spec(spec, node))
+            used += 1
+        message.text(text[at:])
+        if used != len(values):
+            self.error("more values than the % format string takes", node)
 
     def format_spec(self, part: ast.FormattedValue) -> str:
         spec = part.format_spec
@@ -112,11 +173,13 @@ class PrintLowering:
             return ""
         if not all(isinstance(p, ast.Constant) for p in spec.values):
             self.error("format specs in kernel f-strings must be constant (no nested {...})", spec)
-        text = "".join(p.value for p in spec.values)
+        return self.checked_spec("".join(p.value for p in spec.values), spec)
+
+    def checked_spec(self, text: str, node) -> str:
         try:
             format(0.0 if any(c in text for c in "eEfFgG%") else 0, text)
         except ValueError as e:
-            self.error(f"format spec '{text}': {e}", spec)
+            self.error(f"format spec '{text}': {e}", node)
         return text
 
     def message_value(self, message: MessageBuilder, v, spec: str, node) -> None:
@@ -153,3 +216,11 @@ class PrintLowering:
                   str(src.loc(node)), (src.source_line(node) or "").rstrip("\n")]
         self.kernel.messages.append(record)
         self.emit(ir.DebugMessage(len(self.kernel.messages) - 1, message.values))
+
+
+_PERCENT = re.compile(r"%([-+ #0]*\d*(?:\.\d+)?)([diufFeEgGxXos%])")
+
+
+def _is_str_format(node) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "format" \
+        and isinstance(node.func.value, ast.Constant) and isinstance(node.func.value.value, str)

@@ -51,6 +51,32 @@ def test_print_scalars_vectors_and_fstrings(arch, capfd, rng):
         f"{a} {2 * a}|"]
 
 
+def test_str_format_and_percent_formatting(arch, capfd, rng, session_cache_dir):
+    """`"...".format(...)` (automatic, numbered and keyword fields, specs) and printf-style
+    `"..." % (...)` in print and in an assert's message, as Python formats the same values."""
+    debug_on(arch, session_cache_dir)
+    a, b = int(rng.integers(-1000, 1000)), float(np.float32(rng.uniform(-10, 10)))
+
+    @qd.kernel
+    def show(a: qd.i32, b: qd.f32):
+        v = qd.math.vec2(b, 2.0 * b)
+        print("v = {0} b = {1:.3f} a = {a:>6d} {1:e}".format(v, b, a=a))
+        print("{} and {:+.1f}".format(a, b))
+        print("a = %d, b = %.2f, %8.3e, %x, 100%%" % (a, b, b, a + 4096))
+        print("just %5d" % a)
+        assert a > 5000, "a is %d" % a
+
+    with pytest.raises(AssertionError, match=f"a is {a}"):
+        show(a, b)
+        qd.sync()
+    v = [np.float32(b), np.float32(2.0) * np.float32(b)]  # printed as the shortest f32 text
+    assert capfd.readouterr().out.splitlines() == [
+        "v = {0} b = {1:.3f} a = {a:>6d} {1:e}".format(f"[{str(v[0])}, {str(v[1])}]", b, a=a),
+        "{} and {:+.1f}".format(a, b),
+        "a = %d, b = %.2f, %8.3e, %x, 100%%" % (a, b, b, a + 4096),
+        "just %5d" % a]
+
+
 def test_output_follows_launch_order(arch, capfd, rng):
     values = rng.integers(-(1 << 40), 1 << 40, 6)
 
