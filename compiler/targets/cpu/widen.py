@@ -29,7 +29,7 @@ from qdc.runtime.contract.bounds import MAX_AXES
 from ... import ir
 from ..llvm.inline_math_vector import splat, vector_math
 from ..llvm.llvm_ir import (_ChunkEnv, _FCMP, _FLOAT_BITS, _fsuffix, carry_to_outer_coordinates, chunk_type,
-                             start_function)
+                             start_function, store_coordinates)
 from ..llvm.llvm_types import I1, I8, I32, I64, PTR, lltype, memtype
 from ..llvm.target import Inline, Intrinsic, PerWidth
 from .widen_adstack import LaneAdStacks
@@ -176,11 +176,7 @@ class WideChunkEnv(LaneAdStacks, _ChunkEnv):
         start = b.append_basic_block("lanes.rows")
         b.cbranch(b.icmp_signed("<", begin, end), start, exit_bb)
         b.position_at_end(start)
-        rest = begin
-        for coord, extent in zip(reversed(coords[1:]), reversed(extents)):
-            b.store(b.srem(rest, extent), coord)
-            rest = b.sdiv(rest, extent)
-        b.store(rest, coords[0])
+        store_coordinates(b, begin, coords, extents)
         return coords, extents
 
     def bind_row(self, task: ir.Task, rows, left):

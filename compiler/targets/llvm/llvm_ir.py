@@ -160,11 +160,7 @@ class KernelCodegen:
         start_bb, head, exit_bb = (b.append_basic_block(n) for n in ("rows.start", "rows.head", "rows.exit"))
         b.cbranch(b.icmp_signed("<", begin, end), start_bb, exit_bb)
         b.position_at_end(start_bb)  # the range is not empty: every extent is >= 1
-        rest = begin
-        for coord, extent in zip(reversed(coords[1:]), reversed(extents)):
-            b.store(b.srem(rest, extent), coord)
-            rest = b.sdiv(rest, extent)
-        b.store(rest, coords[0])
+        store_coordinates(b, begin, coords, extents)
         b.store(begin, flat)
         b.branch(head)
         b.position_at_end(head)
@@ -190,6 +186,16 @@ class KernelCodegen:
             env.vals[task.axis_index[-1]] = col
             env.vals[task.index] = env.b.add(row_base, col, flags=("nsw",))
         env.loop(first, stop, task.body, bind, break_to=exit_bb, name="row")
+
+
+def store_coordinates(b: ll.IRBuilder, index, coords: list, extents: list) -> None:
+    """The coordinates of flat `index` in the row-major grid into the slots `coords` (every
+    extent >= 1: `extents[d - 1]` is coordinate d's)."""
+    rest = index
+    for coord, extent in zip(reversed(coords[1:]), reversed(extents)):
+        b.store(b.srem(rest, extent), coord)
+        rest = b.sdiv(rest, extent)
+    b.store(rest, coords[0])
 
 
 def carry_to_outer_coordinates(b: ll.IRBuilder, coords: list, extents: list, carry) -> None:
