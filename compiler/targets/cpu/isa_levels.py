@@ -14,6 +14,7 @@ covers every name used here). Pure data, no llvmlite: option validation imports 
 """
 from __future__ import annotations
 
+import sys
 from typing import NamedTuple
 
 PORTABLE, NATIVE = "portable", "native"
@@ -88,3 +89,25 @@ def check_cpu_target(value) -> None:
     levels = ", ".join(level.name for levels in LEVELS.values() for level in levels)
     raise ValueError(f"unknown cpu_target {value!r}: use 'portable', 'native', an ISA level ({levels}) or an "
                      f"LLVM CPU name qdc knows the level of (e.g. haswell, znver4, skylake-avx512, neoverse-n1)")
+
+
+def fixed_levels(cpu_target: str, machine: str) -> tuple[CpuLevel, ...]:
+    """The libraries a `cpu_target` other than native builds for the `machine` family, lowest first."""
+    if cpu_target == PORTABLE:
+        return LEVELS.get(machine, (GENERIC,))
+    check_cpu_target(cpu_target)  # an ISA level or a CPU name whose level is known, else ValueError
+    level_machine, level = level_by_name(CPU_LEVEL_OF.get(cpu_target, cpu_target))
+    if level_machine != machine:
+        raise ValueError(f"cpu_target '{cpu_target}' is for {level_machine} CPUs, but this compiler generates "
+                         f"{machine} code")
+    if cpu_target == level.name:
+        return (level,)
+    return (CpuLevel(cpu_target, cpu_target, "", level.requires),)
+
+
+def fixed_description(cpu_target: str, machine: str) -> str:
+    """The cache key's description of code for a `cpu_target` other than native: the family, the
+    operating system and the levels, none of which needs LLVM (an offline process computes keys
+    without loading it)."""
+    levels = [[lvl.name, lvl.llvm_cpu, lvl.llvm_features, list(lvl.requires)] for lvl in fixed_levels(cpu_target, machine)]
+    return f"{machine}-{sys.platform}/{cpu_target}/{levels}"

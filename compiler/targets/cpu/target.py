@@ -2,12 +2,13 @@
 ISA level (`cpu_target`, see isa_levels.py)."""
 from __future__ import annotations
 
+from qdc.runtime.contract.cpu_features import host_machine
+
 from ... import ir
 from ..base import Capabilities, TargetOption
-from ..llvm.target import PORTABLE_MATH, External, Inline, Intrinsic, LlvmTarget, PerWidth
-from ..llvm.inline_math import OPS as INLINE_MATH_OPS
+from ..llvm.target import INLINE_MATH_OPS, PORTABLE_MATH, External, Inline, Intrinsic, LlvmTarget, PerWidth
 from .arch import PARALLEL_WORK_THRESHOLD
-from .isa_levels import NATIVE, PORTABLE, check_cpu_target
+from .isa_levels import NATIVE, PORTABLE, check_cpu_target, fixed_description
 
 # Transcendental functions are branch-free IR of the lowering's own (llvm/inline_math.py), so
 # that the loop vectoriser widens loops calling them; a call to the C math library keeps a
@@ -53,10 +54,15 @@ class CpuTarget(LlvmTarget):
         return builder.zext(builder.call(thread_num, []), ll.IntType(64))
 
     def cache_description(self, opts) -> str:
-        from .codegen import target_description
         from .widen_plan import SCALAR_SWITCH, widening_mode
         mode = widening_mode()  # the code differs: so does the key
-        return target_description(opts.effective("cpu_target")) + ("" if mode == "1" else f"/{SCALAR_SWITCH}={mode}")
+        cpu_target = opts.effective("cpu_target")
+        if cpu_target == NATIVE:  # asks LLVM about the host
+            from .codegen import target_description
+            described = target_description(cpu_target)
+        else:  # no LLVM needed: an offline process computes keys without loading it
+            described = fixed_description(cpu_target, host_machine())
+        return described + ("" if mode == "1" else f"/{SCALAR_SWITCH}={mode}")
 
     def launch_policy(self, task: ir.Task) -> dict:
         return {"policy": "cpu_chunks", "parallel_from": self.parallel_from(task)}

@@ -1,0 +1,379 @@
+"""Template arguments described by value, and re-created from their descriptions.
+
+A kernel with `qd.template()` parameters is compiled per template argument. The offline cache
+(cache_key.kernel_key) and the kernel manifest (compiler/manifest/) need to say *which*
+argument in terms that hold in another process and on another machine, so every argument is
+described by what it is, as plain data (numbers, strings, lists and one-key mappings), the
+same tree on every machine for equal arguments:
+
+    None, True, 3, 0.5, "text"             themselves
+    {"tuple": [...]}, {"list": [...]}      element by element ({"dict": [[key, value], ...]})
+    {"dtype": "f32"}                       a qd scalar type
+    {"numpy": {"dtype": "float32", "value": 0.5}}               a numpy scalar
+    {"array": {"dtype": "<f4", "shape": [3], "data": [...]}}   a small numpy array, by content
+    {"enum": {"class": "pkg.mod:Mode", "name": "FAST"}}         an enum member
+    {"named": "pkg.mod:function"}          a function, class or other object its name leads back to
+    {"module": "math"}                     a module
+    {"field": {"name": .., "dtype": .., "shape": [..], "needs_grad": .., "needs_dual": ..,
+               "element_shape": [..]}}     a field, by declaration (its data is bound at launch)
+    {"struct_field": {"name": .., "members": {member: field description}}}
+    {"ndarray": {"dtype": .., "ndim": .., "needs_grad": .., "element_shape": [..]}}
+    {"namedtuple": {"class": "pkg.mod:Pair", "items": {name: description, ...}}}
+    {"object": {"class": "pkg.mod:Config", "attrs": {name: description, ...}}}
+                                           any other object (a config object, a dataclass, a
+                                           @qd.data_oriented instance): its class and its
+                                           instance attributes (`__dict__`, then `__slots__`), sorted
+
+An object is described through the attributes it holds, recursively (a config holding a
+dataclass holding fields); the fields met on the way are collected in order (`fields`), so a
+cached kernel binds the fields of the argument passed now, through the same routes. A class is
+named by module and qualified name; its source enters the cache key (cache_key.py), since its
+methods and properties run at compile time. What cannot be described (an object with no
+attributes of its own such as a lock or a socket, a cycle, too large a value) raises
+`Undescribable` naming the route to it (`cfg.solver.lock`).
+
+`rebuild` re-creates an argument from its description in a build process: values as they were,
+classes and functions imported by name, objects made without calling their `__init__` (their
+attributes set directly, so frozen dataclasses and immutable configs work too), and fields and
+ndarrays as stand-ins of the declared dtype and shape that never hold data (nothing is
+allocated until a launch, which a build never makes). Compiled against the stand-ins, a kernel
+gets the cache key the recording process computed for the real objects.
+"""
+from __future__ import annotations
+
+import enum
+import importlib
+import sys
+import types
+
+import numpy as np
+
+from qdc.runtime.contract import types as T
+from qdc.runtime.contract.objects import FieldMarker, NdarrayMarker, StructFieldMarker
+
+# Past these an argument is refused: describing it would cost more than compiling.
+MAX_VALUES, MAX_DEPTH, MAX_ARRAY_ELEMENTS = 1 << 16, 64, 4096
+
+
+class Undescribable(TypeError):
+    """A template argument, or something it holds, has no description by value."""
+
+
+class Description:
+    """The description of one template argument (`data`), the fields it holds in walk order,
+    and the functions and classes whose source decides what it does (for the cache key)."""
+
+    def __init__(self, data, fields: list, functions: list, classes: list, portable: str | None):
+        self.data, self.fields, self.functions, self.classes = data, fields, functions, classes
+        # Why it cannot be re-created in another process (a lambda, a class defined in a
+        # function), else None: the manifest warns about it.
+        self.portable_problem = portable
+
+
+def describe(value, route: str, field_index=None) -> Description:
+    """The description of `value` (named `route` in messages, e.g. "cfg"). `field_index(f)`,
+    if given, is called for each field reached, in order."""
+    walker = _Describer(field_index)
+    data = walker.value(value, route, 0)
+    return Description(data, walker.fields, walker.functions, walker.classes, walker.portable_problem)
+
+
+def class_name(cls) -> str:
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+class _Describer:
+    def __init__(self, field_index):
+        self.field_index = field_index
+        self.fields: list = []
+        self.functions: list = []
+        self.classes: list = []
+        self.portable_problem: str | None = None
+        self.budget = MAX_VALUES
+        self.enclosing: set = set()  # ids of the containers being described: a cycle is refused
+
+    def value(self, v, route: str, depth: int):
+        self.budget -= 1
+        if self.budget < 0:
+            raise Undescribable(f"{route}: the argument holds more than {MAX_VALUES} values to describe")
+        if depth > MAX_DEPTH:
+            raise Undescribable(f"{route}: nested more than {MAX_DEPTH} deep")
+        if v is None or type(v) in (bool, int, float, str):
+            return v
+        if type(v) is complex:
+            return {"complex": [v.real, v.imag]}
+        if type(v) is bytes:
+            return {"bytes": v.hex()}
+        if isinstance(v, T.DataType):
+            return {"dtype": v.name}
+        if isinstance(v, np.generic) and type(v).__module__ == "numpy":
+            if v.dtype.hasobject or v.dtype.kind not in "biufc":
+                raise Undescribable(f"{route}: a numpy {v.dtype} scalar cannot be described")
+            item = v.item()
+            return {"numpy": {"dtype": v.dtype.name,
+                              "value": [item.real, item.imag] if isinstance(item, complex) else item}}
+        if isinstance(v, enum.Enum):
+            self.named_class(type(v), route)
+            return {"enum": {"class": class_name(type(v)), "name": v.name}}
+        if isinstance(v, FieldMarker):
+            return {"field": self.field(v)}
+        if isinstance(v, StructFieldMarker):
+            members = {m: self.value(f, f"{route}.{m}", depth + 1) for m, f in v.members.items()}
+            return {"struct_field": {"name": v.name, "members": members}}
+        if isinstance(v, NdarrayMarker):
+            return {"ndarray": {"dtype": v.dtype.name, "ndim": len(v.shape), "needs_grad": v.grad is not None,
+                                "element_shape": list(v.element_shape)}}
+        if isinstance(v, np.ndarray):
+            return self.array(v, route)
+        if isinstance(v, types.ModuleType):
+            return {"module": v.__name__}
+        if isinstance(v, tuple) and hasattr(type(v), "_fields"):  # a named tuple
+            self.named_class(type(v), route)
+            return {"namedtuple": {"class": class_name(type(v)), "items": self.container(v, route, depth, lambda: {
+                name: self.value(e, f"{route}.{name}", depth + 1) for name, e in zip(type(v)._fields, v)})}}
+        if isinstance(v, (int, float, complex, str, bytes, tuple, list, dict)) and type(v).__module__ != "builtins":
+            raise Undescribable(f"{route} is a {type(v).__module__}.{type(v).__qualname__}, a subclass of "
+                                f"{type(v).__mro__[1].__name__} that cannot be described by value")
+        if type(v) in (tuple, list):
+            return {type(v).__name__: self.container(v, route, depth, lambda: [
+                self.value(e, f"{route}[{i}]", depth + 1) for i, e in enumerate(v)])}
+        if type(v) is dict:
+            return {"dict": self.container(v, route, depth, lambda: [
+                [self.value(k, f"{route} key", depth + 1), self.value(e, f"{route}[{k!r}]", depth + 1)]
+                for k, e in v.items()])}
+        if isinstance(v, (types.FunctionType, types.BuiltinFunctionType, type)) or _is_language_function(v):
+            return self.function(v, route)
+        return self.object(v, route, depth)
+
+    def container(self, v, route: str, depth: int, items):
+        if id(v) in self.enclosing:
+            raise Undescribable(f"{route}: contains itself")
+        self.enclosing.add(id(v))
+        try:
+            return items()
+        finally:
+            self.enclosing.discard(id(v))
+
+    def field(self, f) -> dict:
+        if self.field_index is not None:
+            self.field_index(f)
+        self.fields.append(f)
+        out = {"name": f.name, "dtype": f.dtype.name, "shape": list(f.shape), "needs_grad": bool(f.needs_grad),
+               "needs_dual": bool(getattr(f, "needs_dual", False))}
+        if f.element_shape:
+            out["element_shape"] = list(f.element_shape)
+        layout = getattr(f, "layout", None)
+        if layout is not None:  # a permuted layout (the tensor API) changes the addressing
+            out["layout"] = [int(a) for a in layout] if isinstance(layout, (tuple, list)) else str(layout)
+        return out
+
+    def array(self, v: np.ndarray, route: str) -> dict:
+        if v.dtype.hasobject or v.dtype.kind not in "biuf":
+            raise Undescribable(f"{route}: a numpy array of {v.dtype} cannot be described")
+        if v.size > MAX_ARRAY_ELEMENTS:
+            raise Undescribable(f"{route}: a numpy array of {v.size} elements is too large to describe by "
+                                f"content (at most {MAX_ARRAY_ELEMENTS}); pass it as a qd.ndarray")
+        return {"array": {"dtype": v.dtype.str, "shape": list(v.shape), "data": v.ravel().tolist()}}
+
+    def function(self, v, route: str) -> dict:
+        """By the name that leads back to it; its source enters the cache key (cache_key.py)."""
+        fn = getattr(v, "__wrapped__", None) or getattr(v, "fn", None) or v
+        module, qual = getattr(v, "__module__", None), getattr(v, "__qualname__", None)
+        if isinstance(v, type):
+            self.named_class(v, route)
+        elif isinstance(fn, types.FunctionType):
+            self.functions.append(v)
+        if not isinstance(module, str) or not isinstance(qual, str):
+            raise Undescribable(f"{route}: a {type(v).__name__} without a module and qualified name")
+        if _lookup(module, qual) is not v:
+            self.not_portable(f"{route}: {module}.{qual} cannot be imported by that name (a lambda or a "
+                              f"function defined inside another function?)")
+        return {"named": f"{module}:{qual}"}
+
+    def named_class(self, cls: type, route: str) -> None:
+        if cls not in self.classes:
+            self.classes.append(cls)
+        if _lookup(cls.__module__, cls.__qualname__) is not cls:
+            self.not_portable(f"{route}: class {cls.__module__}.{cls.__qualname__} cannot be imported by that "
+                              f"name (defined inside a function?)")
+
+    def object(self, v, route: str, depth: int) -> dict:
+        cls = type(v)
+        attrs = _attributes(v)
+        if attrs is None:
+            raise Undescribable(f"{route} is a {cls.__module__}.{cls.__qualname__} object, which holds no "
+                                f"attributes to describe it by")
+        self.named_class(cls, route)
+        described = self.container(v, route, depth, lambda: {
+            name: self.value(a, f"{route}.{name}", depth + 1) for name, a in attrs})
+        return {"object": {"class": class_name(cls), "attrs": described}}
+
+    def not_portable(self, problem: str) -> None:
+        if self.portable_problem is None:
+            self.portable_problem = problem
+
+
+def _is_language_function(v) -> bool:
+    """A `@qd.func` or `@qd.kernel` object: named like a function."""
+    from ..language import lang
+    return isinstance(v, lang.Func) or lang.is_kernel_function(v)
+
+
+def _attributes(v) -> list | None:
+    """(name, value) of an instance's own attributes, sorted; None for an object without any
+    (a C object, or a Python object whose attributes live elsewhere)."""
+    cls = type(v)
+    if cls.__module__ == "builtins":
+        return None
+    found: dict = {}
+    state = getattr(v, "__dict__", None)
+    if isinstance(state, dict):
+        found.update(state)
+    slots = [s for c in cls.__mro__ for s in getattr(c, "__slots__", ()) if s not in ("__dict__", "__weakref__")]
+    for s in ([slots] if isinstance(slots, str) else slots):
+        if hasattr(v, s):
+            found[s] = getattr(v, s)
+    if not found and state is None and not slots:
+        return None
+    return sorted(found.items())
+
+
+def _lookup(module: str, qual: str):
+    obj = sys.modules.get(module)
+    for part in qual.split("."):
+        obj = getattr(obj, part, None)
+    return obj
+
+
+# ---- re-creating an argument from its description ------------------------------------------
+
+class Unrebuildable(Exception):
+    """A description that no longer matches the program (a class renamed, a module gone)."""
+
+
+def rebuild(data, route: str):
+    """The argument `data` describes (see the module docstring), made in this process."""
+    if data is None or isinstance(data, (bool, int, float, str)):
+        return data
+    if isinstance(data, list):  # only inside tagged values
+        raise Unrebuildable(f"{route}: a bare list in a description")
+    if not isinstance(data, dict) or len(data) != 1:
+        raise Unrebuildable(f"{route}: {data!r} is not a description")
+    tag, body = next(iter(data.items()))
+    if tag == "tuple":
+        return tuple(rebuild(e, f"{route}[{i}]") for i, e in enumerate(body))
+    if tag == "list":
+        return [rebuild(e, f"{route}[{i}]") for i, e in enumerate(body)]
+    if tag == "dict":
+        return {rebuild(k, f"{route} key"): rebuild(e, f"{route}[{k!r}]") for k, e in body}
+    if tag == "complex":
+        return complex(*body)
+    if tag == "bytes":
+        return bytes.fromhex(body)
+    if tag == "dtype":
+        return T.by_name(body)
+    if tag == "numpy":
+        value = body["value"]
+        return np.dtype(body["dtype"]).type(complex(*value) if isinstance(value, list) else value)
+    if tag == "array":
+        return np.asarray(body["data"], dtype=np.dtype(body["dtype"])).reshape(body["shape"])
+    if tag == "enum":
+        cls = _import(body["class"], route)
+        try:
+            return cls[body["name"]]
+        except (KeyError, TypeError):
+            raise Unrebuildable(f"{route}: enum {body['class']} has no member {body['name']}") from None
+    if tag == "named":
+        return _import(body, route)
+    if tag == "module":
+        try:
+            return importlib.import_module(body)
+        except ImportError as e:
+            raise Unrebuildable(f"{route}: module {body} cannot be imported ({e})") from None
+    if tag == "field":
+        return _stand_in_field(body)
+    if tag == "struct_field":
+        from qdc.runtime.fields import StructField
+        members = {m: rebuild(d, f"{route}.{m}") for m, d in body["members"].items()}
+        return StructField.of_members(body["name"], members)
+    if tag == "ndarray":
+        return _stand_in_ndarray(body)
+    if tag == "object":
+        return _rebuild_object(body["class"], body["attrs"], route)
+    if tag == "namedtuple":
+        return _import(body["class"], route)(**{k: rebuild(d, f"{route}.{k}") for k, d in body["items"].items()})
+    raise Unrebuildable(f"{route}: unknown description '{tag}'")
+
+
+def _import(name: str, route: str):
+    module, _, qual = name.partition(":")
+    try:
+        importlib.import_module(module)
+    except Exception as e:  # noqa: BLE001 (a module that fails to import is a stale entry)
+        raise Unrebuildable(f"{route}: module {module} cannot be imported ({type(e).__name__}: {e})") from None
+    obj = _lookup(module, qual)
+    if obj is None:
+        raise Unrebuildable(f"{route}: {module} has no {qual}")
+    return obj
+
+
+def _rebuild_object(name: str, attrs: dict, route: str):
+    cls = _import(name, route)
+    if not isinstance(cls, type):
+        raise Unrebuildable(f"{route}: {name} is no longer a class")
+    try:
+        obj = cls.__new__(cls)
+    except TypeError:
+        obj = object.__new__(cls)
+    for attr, d in attrs.items():
+        object.__setattr__(obj, attr, rebuild(d, f"{route}.{attr}"))
+    return obj
+
+
+def _stand_in_field(d: dict):
+    from qdc.runtime.fields import ElementType, Field
+    dtype = T.by_name(d["dtype"])
+    spec = ElementType(dtype, tuple(d["element_shape"])) if d.get("element_shape") else dtype
+    f = Field(spec, tuple(d["shape"]), d["needs_grad"], d["name"], needs_dual=d.get("needs_dual", False))
+    if "layout" in d:
+        f.layout = tuple(d["layout"]) if isinstance(d["layout"], list) else d["layout"]
+    return f
+
+
+def _stand_in_ndarray(d: dict):
+    """An ndarray of the declared dtype and rank with no elements: only its type is compiled in."""
+    from qdc.runtime.fields import ElementType, Ndarray
+    dtype = T.by_name(d["dtype"])
+    spec = ElementType(dtype, tuple(d["element_shape"])) if d.get("element_shape") else dtype
+    return Ndarray(spec, (0,) * d["ndim"], needs_grad=d["needs_grad"])
+
+
+def brief(data, limit: int = 160) -> str:
+    """A one-line rendering of a description, for messages: `Config(n=3, mode=Mode.FAST)`."""
+    text = _brief(data)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _brief(d) -> str:
+    if not isinstance(d, dict):
+        return repr(d)
+    tag, body = next(iter(d.items()))
+    if tag in ("object", "namedtuple"):
+        inner = ", ".join(f"{k}={_brief(v)}" for k, v in body["attrs" if tag == "object" else "items"].items())
+        return f"{body['class'].rpartition(':')[2]}({inner})"
+    if tag in ("tuple", "list"):
+        inner = ", ".join(_brief(e) for e in body)
+        return f"({inner}{',' if len(body) == 1 else ''})" if tag == "tuple" else f"[{inner}]"
+    if tag == "enum":
+        return f"{body['class'].rpartition(':')[2]}.{body['name']}"
+    if tag == "field":
+        return f"field({body['dtype']}, shape={tuple(body['shape'])})"
+    if tag == "ndarray":
+        return f"ndarray({body['dtype']}, ndim={body['ndim']})"
+    if tag in ("dtype", "module"):
+        return str(body)
+    if tag == "named":
+        return body.replace(":", ".")
+    if tag == "numpy":
+        return f"np.{body['dtype']}({body['value']!r})"
+    return f"{tag}({body!r})"
