@@ -203,7 +203,8 @@ def qualified_name(v) -> tuple[str, str] | None:
     obj = sys.modules.get(module)
     for part in qual.split("."):
         obj = getattr(obj, part, None)
-    return (module, qual) if obj is v else None
+    # the script's own module by its import name: the same key run as a script or imported
+    return (template_values.import_name(module), qual) if obj is v else None
 
 
 def _qdc_attribute_name(v) -> str | None:
@@ -363,7 +364,7 @@ class _Walk:
             data = hashlib.sha256(np.ascontiguousarray(v).tobytes()).hexdigest()
             m.append(["array", label, v.dtype.str, list(v.shape), data])
         elif isinstance(v, types.FunctionType) and not _is_qdc_module(sys.modules.get(v.__module__)):
-            m.append(["pyfunc", label, v.__module__, v.__qualname__])  # inlined like a qd.func
+            m.append(["pyfunc", label, template_values.import_name(v.__module__), v.__qualname__])  # inlined like a qd.func
             self.function(v, label)
         else:
             self.identified(label, v)

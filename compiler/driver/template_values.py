@@ -15,7 +15,8 @@ same tree on every machine for equal arguments:
     {"named": "pkg.mod:function"}          a function, class or other object its name leads back to
     {"module": "math"}                     a module
     {"field": {"name": .., "dtype": .., "shape": [..], "needs_grad": .., "needs_dual": ..,
-               "element_shape": [..]}}     a field, by declaration (its data is bound at launch)
+               "element_shape": [..]}}     a field, by declaration (its data is bound at launch;
+                                           needs_dual and element_shape only where set)
     {"struct_field": {"name": .., "members": {member: field description}}}
     {"ndarray": {"dtype": .., "ndim": .., "needs_grad": .., "element_shape": [..]}}
     {"namedtuple": {"class": "pkg.mod:Pair", "items": {name: description, ...}}}
@@ -32,17 +33,12 @@ methods and properties run at compile time. What cannot be described (an object 
 attributes of its own such as a lock or a socket, a cycle, too large a value) raises
 `Undescribable` naming the route to it (`cfg.solver.lock`).
 
-`rebuild` re-creates an argument from its description in a build process: values as they were,
-classes and functions imported by name, objects made without calling their `__init__` (their
-attributes set directly, so frozen dataclasses and immutable configs work too), and fields and
-ndarrays as stand-ins of the declared dtype and shape that never hold data (nothing is
-allocated until a launch, which a build never makes). Compiled against the stand-ins, a kernel
-gets the cache key the recording process computed for the real objects.
+compiler/manifest/stand_ins.py re-creates an argument from its description in a build process.
 """
 from __future__ import annotations
 
 import enum
-import importlib
+import os
 import sys
 import types
 
@@ -79,7 +75,32 @@ def describe(value, route: str, field_index=None) -> Description:
 
 
 def class_name(cls) -> str:
-    return f"{cls.__module__}:{cls.__qualname__}"
+    return f"{import_name(cls.__module__)}:{cls.__qualname__}"
+
+
+def import_name(module: str) -> str:
+    """A module's name as another process imports it: the script a program was started with
+    (`__main__`) by its import name (`python app.py`: `app`; `python -m pkg.app`: `pkg.app`),
+    so that a description, a cache key or a manifest is the same whichever way the module ran."""
+    if module != "__main__":
+        return module
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and spec.name:
+        return spec.name
+    path = getattr(main, "__file__", None)
+    return os.path.splitext(os.path.basename(path))[0] if isinstance(path, str) else module
+
+
+def lookup(module: str, qual: str):
+    """The object `module`.`qual` names in this process (the script's own module under its import
+    name too), else None."""
+    obj = sys.modules.get(module)
+    if obj is None and module == import_name("__main__"):
+        obj = sys.modules.get("__main__")
+    for part in qual.split("."):
+        obj = getattr(obj, part, None)
+    return obj
 
 
 class _Describer:
@@ -158,8 +179,9 @@ class _Describer:
         if self.field_index is not None:
             self.field_index(f)
         self.fields.append(f)
-        out = {"name": f.name, "dtype": f.dtype.name, "shape": list(f.shape), "needs_grad": bool(f.needs_grad),
-               "needs_dual": bool(getattr(f, "needs_dual", False))}
+        out = {"name": f.name, "dtype": f.dtype.name, "shape": list(f.shape), "needs_grad": bool(f.needs_grad)}
+        if getattr(f, "needs_dual", False):
+            out["needs_dual"] = True
         if f.element_shape:
             out["element_shape"] = list(f.element_shape)
         layout = getattr(f, "layout", None)
@@ -185,7 +207,8 @@ class _Describer:
             self.functions.append(v)
         if not isinstance(module, str) or not isinstance(qual, str):
             raise Undescribable(f"{route}: a {type(v).__name__} without a module and qualified name")
-        if _lookup(module, qual) is not v:
+        module = import_name(module)
+        if lookup(module, qual) is not v:
             self.not_portable(f"{route}: {module}.{qual} cannot be imported by that name (a lambda or a "
                               f"function defined inside another function?)")
         return {"named": f"{module}:{qual}"}
@@ -193,9 +216,9 @@ class _Describer:
     def named_class(self, cls: type, route: str) -> None:
         if cls not in self.classes:
             self.classes.append(cls)
-        if _lookup(cls.__module__, cls.__qualname__) is not cls:
-            self.not_portable(f"{route}: class {cls.__module__}.{cls.__qualname__} cannot be imported by that "
-                              f"name (defined inside a function?)")
+        if lookup(import_name(cls.__module__), cls.__qualname__) is not cls:
+            self.not_portable(f"{route}: class {class_name(cls)} cannot be imported by that name (defined inside "
+                              f"a function?)")
 
     def object(self, v, route: str, depth: int) -> dict:
         cls = type(v)
@@ -236,116 +259,6 @@ def _attributes(v) -> list | None:
     if not found and state is None and not slots:
         return None
     return sorted(found.items())
-
-
-def _lookup(module: str, qual: str):
-    obj = sys.modules.get(module)
-    for part in qual.split("."):
-        obj = getattr(obj, part, None)
-    return obj
-
-
-# ---- re-creating an argument from its description ------------------------------------------
-
-class Unrebuildable(Exception):
-    """A description that no longer matches the program (a class renamed, a module gone)."""
-
-
-def rebuild(data, route: str):
-    """The argument `data` describes (see the module docstring), made in this process."""
-    if data is None or isinstance(data, (bool, int, float, str)):
-        return data
-    if isinstance(data, list):  # only inside tagged values
-        raise Unrebuildable(f"{route}: a bare list in a description")
-    if not isinstance(data, dict) or len(data) != 1:
-        raise Unrebuildable(f"{route}: {data!r} is not a description")
-    tag, body = next(iter(data.items()))
-    if tag == "tuple":
-        return tuple(rebuild(e, f"{route}[{i}]") for i, e in enumerate(body))
-    if tag == "list":
-        return [rebuild(e, f"{route}[{i}]") for i, e in enumerate(body)]
-    if tag == "dict":
-        return {rebuild(k, f"{route} key"): rebuild(e, f"{route}[{k!r}]") for k, e in body}
-    if tag == "complex":
-        return complex(*body)
-    if tag == "bytes":
-        return bytes.fromhex(body)
-    if tag == "dtype":
-        return T.by_name(body)
-    if tag == "numpy":
-        value = body["value"]
-        return np.dtype(body["dtype"]).type(complex(*value) if isinstance(value, list) else value)
-    if tag == "array":
-        return np.asarray(body["data"], dtype=np.dtype(body["dtype"])).reshape(body["shape"])
-    if tag == "enum":
-        cls = _import(body["class"], route)
-        try:
-            return cls[body["name"]]
-        except (KeyError, TypeError):
-            raise Unrebuildable(f"{route}: enum {body['class']} has no member {body['name']}") from None
-    if tag == "named":
-        return _import(body, route)
-    if tag == "module":
-        try:
-            return importlib.import_module(body)
-        except ImportError as e:
-            raise Unrebuildable(f"{route}: module {body} cannot be imported ({e})") from None
-    if tag == "field":
-        return _stand_in_field(body)
-    if tag == "struct_field":
-        from qdc.runtime.fields import StructField
-        members = {m: rebuild(d, f"{route}.{m}") for m, d in body["members"].items()}
-        return StructField.of_members(body["name"], members)
-    if tag == "ndarray":
-        return _stand_in_ndarray(body)
-    if tag == "object":
-        return _rebuild_object(body["class"], body["attrs"], route)
-    if tag == "namedtuple":
-        return _import(body["class"], route)(**{k: rebuild(d, f"{route}.{k}") for k, d in body["items"].items()})
-    raise Unrebuildable(f"{route}: unknown description '{tag}'")
-
-
-def _import(name: str, route: str):
-    module, _, qual = name.partition(":")
-    try:
-        importlib.import_module(module)
-    except Exception as e:  # noqa: BLE001 (a module that fails to import is a stale entry)
-        raise Unrebuildable(f"{route}: module {module} cannot be imported ({type(e).__name__}: {e})") from None
-    obj = _lookup(module, qual)
-    if obj is None:
-        raise Unrebuildable(f"{route}: {module} has no {qual}")
-    return obj
-
-
-def _rebuild_object(name: str, attrs: dict, route: str):
-    cls = _import(name, route)
-    if not isinstance(cls, type):
-        raise Unrebuildable(f"{route}: {name} is no longer a class")
-    try:
-        obj = cls.__new__(cls)
-    except TypeError:
-        obj = object.__new__(cls)
-    for attr, d in attrs.items():
-        object.__setattr__(obj, attr, rebuild(d, f"{route}.{attr}"))
-    return obj
-
-
-def _stand_in_field(d: dict):
-    from qdc.runtime.fields import ElementType, Field
-    dtype = T.by_name(d["dtype"])
-    spec = ElementType(dtype, tuple(d["element_shape"])) if d.get("element_shape") else dtype
-    f = Field(spec, tuple(d["shape"]), d["needs_grad"], d["name"], needs_dual=d.get("needs_dual", False))
-    if "layout" in d:
-        f.layout = tuple(d["layout"]) if isinstance(d["layout"], list) else d["layout"]
-    return f
-
-
-def _stand_in_ndarray(d: dict):
-    """An ndarray of the declared dtype and rank with no elements: only its type is compiled in."""
-    from qdc.runtime.fields import ElementType, Ndarray
-    dtype = T.by_name(d["dtype"])
-    spec = ElementType(dtype, tuple(d["element_shape"])) if d.get("element_shape") else dtype
-    return Ndarray(spec, (0,) * d["ndim"], needs_grad=d["needs_grad"])
 
 
 def brief(data, limit: int = 160) -> str:

@@ -31,17 +31,8 @@ def recording_to() -> str | None:
 
 
 def module_name(fn) -> str:
-    """The import name of the module defining `fn`: a script run as `python app.py` is `app`
-    (its file's stem), one run as `python -m pkg.app` is `pkg.app`."""
-    name = fn.__module__
-    if name != "__main__":
-        return name
-    main = sys.modules.get("__main__")
-    spec = getattr(main, "__spec__", None)
-    if spec is not None and spec.name:
-        return spec.name
-    path = getattr(main, "__file__", None)
-    return os.path.splitext(os.path.basename(path))[0] if path else name
+    """The import name of the module defining `fn` (template_values.import_name)."""
+    return template_values.import_name(fn.__module__)
 
 
 def arguments(params) -> list:
