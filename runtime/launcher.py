@@ -137,7 +137,7 @@ from .contract import sizeexpr as se
 from .contract.artifact import KernelMeta
 from .contract.bounds import ERROR_WORDS
 from .contract.error_slot import BOUNDS_WORD, OVERFLOW_WORD
-from .fields import Ndarray
+from .fields import Field, Ndarray
 from .returns import ResultReader
 from .vector_arguments import element_reader
 from .contract.types import by_name
@@ -386,7 +386,7 @@ class _Launcher:
         limits, arch = extent_limits(self.device), self.device.arch
 
         def bind(a):
-            if limits is not None and isinstance(a, (np.ndarray, Ndarray)):  # before a device copy is allocated
+            if limits is not None and isinstance(a, (np.ndarray, Ndarray, Field)):  # before a device copy is allocated
                 check_extent(meta, index, a.shape if isinstance(a, np.ndarray) else a.storage_shape, limits, arch)
             if isinstance(a, np.ndarray):
                 flags = a.flags
@@ -403,7 +403,7 @@ class _Launcher:
                         raise MemoryError(f"{argument_name(meta, index)}: the {arch} device has no room for a copy of "
                                           f"this array of shape {a.shape} ({a.nbytes} bytes): {e}") from None
                     ptr, grad = alloc.ptr, 0
-            elif isinstance(a, Ndarray) and a.dtype.name == p.dtype and len(a.storage_shape) == ndim and (
+            elif isinstance(a, (Ndarray, Field)) and a.dtype.name == p.dtype and len(a.storage_shape) == ndim and (
                     a.grad is not None or not grad_kernel_needs_grad) and (a.grad is None or not refuse_grad) and (
                     element_axes is None or a.storage_shape[element_axes] == p.element_shape):
                 ptr = a.allocation().ptr

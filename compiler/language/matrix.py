@@ -102,9 +102,9 @@ class MatrixType:
             raise ValueError(f"{self!r} needs {size} values, got {flat.size}")
         return MatrixValue.of(flat.astype(self.dtype.np_dtype).reshape(self.shape))
 
-    def field(self, shape=(), needs_grad=False, name=None, needs_dual=False) -> Field:
+    def field(self, shape=(), needs_grad=False, name=None, needs_dual=False, layout=None) -> Field:
         """A field of these elements (the runtime's, made through the contract: python_scope.py)."""
-        return device_arrays.field(self, shape, needs_grad, name, needs_dual=needs_dual)
+        return device_arrays.field(self, shape, needs_grad, name, needs_dual=needs_dual, layout=layout)
 
     def ndarray(self, shape, needs_grad=False, needs_dual=False) -> Ndarray:
         return device_arrays.ndarray(self, shape, needs_grad, needs_dual)
@@ -150,8 +150,15 @@ class Matrix(MatrixValue):
     __slots__ = ()
 
     @staticmethod
-    def field(n, m, dtype, shape=(), needs_grad=False, name=None, needs_dual=False) -> Field:
-        return MatrixType((n, m), dtype).field(shape, needs_grad, name, needs_dual)
+    def field(n, m, dtype, shape=(), needs_grad=False, name=None, needs_dual=False, layout=None) -> Field:
+        return MatrixType((n, m), dtype).field(shape, needs_grad, name, needs_dual, layout)
+
+    @staticmethod
+    def tensor(n, m, dtype, shape, **options):
+        """`qd.Matrix.tensor(n, m, dtype, shape, backend=qd.Backend.NDARRAY, needs_grad=False)`: a
+        field or ndarray of n x m matrices (runtime/tensors.py)."""
+        from qdc.runtime.tensors import matrix_tensor
+        return matrix_tensor(n, m, dtype, shape, **options)
 
     @staticmethod
     def ndarray(n, m, dtype, shape, needs_grad=False, needs_dual=False) -> Ndarray:
@@ -201,8 +208,15 @@ class Vector(Matrix):
             raise ValueError(f"qd.Vector() needs a flat list of numbers, got shape {self.shape}")
 
     @staticmethod
-    def field(n, dtype, shape=(), needs_grad=False, name=None, needs_dual=False) -> Field:
-        return MatrixType((n,), dtype).field(shape, needs_grad, name, needs_dual)
+    def field(n, dtype, shape=(), needs_grad=False, name=None, needs_dual=False, layout=None) -> Field:
+        return MatrixType((n,), dtype).field(shape, needs_grad, name, needs_dual, layout)
+
+    @staticmethod
+    def tensor(n, dtype, shape, **options):
+        """`qd.Vector.tensor(n, dtype, shape, backend=qd.Backend.NDARRAY, needs_grad=False)`: a
+        field or ndarray of n-vectors (runtime/tensors.py)."""
+        from qdc.runtime.tensors import vector_tensor
+        return vector_tensor(n, dtype, shape, **options)
 
     @staticmethod
     def ndarray(n, dtype, shape, needs_grad=False, needs_dual=False) -> Ndarray:
