@@ -256,10 +256,12 @@ def _plain_parameters(fn) -> list[str] | None:
     return names
 
 
-def kernel(fn=None, *, graph: bool = False):
+def kernel(fn=None, *, graph: bool = False, fastcache: bool = False):
     """`@qd.kernel`: the kernel as a plain Python function that compiles on first call, then
     launches (see Kernel). `@qd.kernel(graph=True)`: on CUDA the kernel's tasks (and its
-    `.grad`'s) are replayed as one graph per launch; on every other arch it changes nothing."""
+    `.grad`'s) are replayed as one graph per launch; on every other arch it changes nothing.
+    `fastcache=True` (Quadrants': cache the kernel across processes) is what qdc does for every
+    kernel, so it changes nothing."""
     if fn is None:
         return lambda f: Kernel(f, graph).function
     if not callable(fn):
