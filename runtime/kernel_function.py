@@ -42,6 +42,9 @@ def stub_direct_kernels() -> None:
     _direct.clear()
 
 
+lifecycle.on_pending(stub_direct_kernels)
+
+
 def stop_observing_calls() -> None:
     global _observers
     _observers -= 1

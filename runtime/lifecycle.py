@@ -16,6 +16,14 @@ from __future__ import annotations
 _hook = None        # callable of no arguments, or None: nobody observes materializations
 _clear_hook = None  # called when the runtime is replaced (qd.init, qd.reset)
 _pending = False    # fields were created since the last materialization
+# Called when a materialization becomes pending: kernel_function.py's, which sends every kernel
+# through its slow path (registered there, so that this module imports nothing).
+_stub_kernels = None
+
+
+def on_pending(stub_kernels) -> None:
+    global _stub_kernels
+    _stub_kernels = stub_kernels
 
 
 def set_hook(hook, clear=None) -> None:
@@ -34,8 +42,8 @@ def runtime_replaced() -> None:
     if _clear_hook is not None:
         _clear_hook()
     _pending = True
-    from .kernel_function import stub_direct_kernels
-    stub_direct_kernels()
+    if _stub_kernels is not None:
+        _stub_kernels()
 
 
 def fields_created() -> None:
@@ -44,8 +52,8 @@ def fields_created() -> None:
     if _hook is None or _pending:
         return
     _pending = True
-    from .kernel_function import stub_direct_kernels
-    stub_direct_kernels()
+    if _stub_kernels is not None:
+        _stub_kernels()
 
 
 def materialize_pending() -> None:

@@ -16,7 +16,8 @@ from qdc.runtime.contract import sizeexpr as se
 from qdc.runtime.contract import types as T
 from qdc.runtime.contract.artifact import MAX_ELEMENT_AXIS, FieldMeta, KernelMeta, ParamMeta, TaskMeta
 from qdc.runtime.contract.errors import QdcCompileError
-from qdc.runtime.contract.objects import NdarrayMarker as Ndarray, Tensor
+from qdc.runtime.contract.objects import NdarrayMarker as Ndarray
+from qdc.runtime.contract.tensor_api import Tensor
 
 from ..autodiff.sizeexpr_builder import SizeExprBuilder
 from ..frontend.structs import struct_layouts, struct_param, struct_param_problem

@@ -20,6 +20,7 @@ import numpy as np
 from qdc.runtime.contract import types as T
 from qdc.runtime.contract.matrix_value import MatrixValue, use_classes
 from qdc.runtime.contract.objects import FieldMarker as Field, NdarrayMarker as Ndarray
+from qdc.runtime.contract.tensor_api import Backend, check_keywords, coerce_backend
 from qdc.runtime.contract.python_scope import DEFAULT_FP, DEFAULT_IP, device_arrays, scope_types  # noqa: F401
 
 
@@ -109,6 +110,13 @@ class MatrixType:
     def ndarray(self, shape, needs_grad=False, needs_dual=False) -> Ndarray:
         return device_arrays.ndarray(self, shape, needs_grad, needs_dual)
 
+    def tensor(self, shape, backend=Backend.NDARRAY, needs_grad=False):
+        """A field (Backend.FIELD) or an ndarray (Backend.NDARRAY) of these elements."""
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        if coerce_backend(backend) is Backend.FIELD:
+            return self.field(shape, needs_grad)
+        return self.ndarray(shape, needs_grad)
+
     def _spec(self):
         dtype = self.declared_dtype.name if self.declared_dtype is not None else f"default_{self.default}"
         return (self.shape, dtype)
@@ -154,11 +162,11 @@ class Matrix(MatrixValue):
         return MatrixType((n, m), dtype).field(shape, needs_grad, name, needs_dual, layout)
 
     @staticmethod
-    def tensor(n, m, dtype, shape, **options):
+    def tensor(n, m, dtype, shape, *, backend=Backend.NDARRAY, needs_grad=False, **options):
         """`qd.Matrix.tensor(n, m, dtype, shape, backend=qd.Backend.NDARRAY, needs_grad=False)`: a
-        field or ndarray of n x m matrices (runtime/tensors.py)."""
-        from qdc.runtime.tensors import matrix_tensor
-        return matrix_tensor(n, m, dtype, shape, **options)
+        field or ndarray of n x m matrices (Quadrants' tensor API: runtime/tensors.py)."""
+        check_keywords("qd.Matrix.tensor", options, layout=False)
+        return MatrixType((n, m), dtype).tensor(shape, backend, needs_grad)
 
     @staticmethod
     def ndarray(n, m, dtype, shape, needs_grad=False, needs_dual=False) -> Ndarray:
@@ -212,11 +220,11 @@ class Vector(Matrix):
         return MatrixType((n,), dtype).field(shape, needs_grad, name, needs_dual, layout)
 
     @staticmethod
-    def tensor(n, dtype, shape, **options):
+    def tensor(n, dtype, shape, *, backend=Backend.NDARRAY, needs_grad=False, **options):
         """`qd.Vector.tensor(n, dtype, shape, backend=qd.Backend.NDARRAY, needs_grad=False)`: a
-        field or ndarray of n-vectors (runtime/tensors.py)."""
-        from qdc.runtime.tensors import vector_tensor
-        return vector_tensor(n, dtype, shape, **options)
+        field or ndarray of n-vectors (Quadrants' tensor API: runtime/tensors.py)."""
+        check_keywords("qd.Vector.tensor", options, layout=False)
+        return MatrixType((n,), dtype).tensor(shape, backend, needs_grad)
 
     @staticmethod
     def ndarray(n, dtype, shape, needs_grad=False, needs_dual=False) -> Ndarray:

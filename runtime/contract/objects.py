@@ -6,7 +6,6 @@ runtime/fields.py's Field and Ndarray derive from. What the compiler reads of a 
 declaration: `name`, `dtype`, `shape`, `element_shape`, `needs_grad`, `is_grad`, `grad`
 (and `needs_dual`, `dual`); of an ndarray its `dtype`, `storage_shape`, `element_shape`,
 `grad` and `dual`."""
-import abc
 
 
 class FieldMarker:
@@ -24,30 +23,3 @@ class StructFieldMarker:
     compiler reads its `name`, `shape`, `members` (name -> field or struct field), `grad`."""
     __slots__ = ()
 
-
-class Tensor(abc.ABC):
-    """`qd.Tensor` (Quadrants' tensor API, runtime/tensors.py): every field and ndarray is one;
-    as a kernel parameter annotation it takes either (an array argument whose dtype and ndim are
-    the argument's)."""
-
-    @classmethod
-    def __subclasshook__(cls, sub):
-        if cls is Tensor:
-            return issubclass(sub, (FieldMarker, NdarrayMarker)) or NotImplemented
-        return NotImplemented
-
-
-class _ElementRank(abc.ABCMeta):
-    """`isinstance` of VectorTensor/MatrixTensor: a field or ndarray whose elements have that rank."""
-
-    def __instancecheck__(cls, obj):
-        return isinstance(obj, (FieldMarker, NdarrayMarker)) and len(obj.element_shape) == cls.element_rank
-
-    def __subclasscheck__(cls, sub):
-        return False
-
-
-VectorTensor = _ElementRank("VectorTensor", (Tensor,), {
-    "element_rank": 1, "__module__": __name__, "__doc__": "A field or ndarray of vectors (`qd.Vector.tensor`)."})
-MatrixTensor = _ElementRank("MatrixTensor", (Tensor,), {
-    "element_rank": 2, "__module__": __name__, "__doc__": "A field or ndarray of matrices (`qd.Matrix.tensor`)."})
