@@ -262,26 +262,15 @@ class _Launcher:
     def launch_tasks(self, args: tuple) -> None:
         """Queue every task with the slices the device dispatches for its trip count, then hand
         the launch's own error slot to the device (`sync` reports from it)."""
-        device, meta = self.device, self.meta
-        slot = None
-        if self.errors is not None:
-            slot = device.acquire_error_slot()
-            self.point_errors_at(slot)
+        device = self.device
+        slot = self.own_error_slot()
         env = None
         ctx = ctypes.addressof(self.buf)
-        for i, task in enumerate(meta.tasks):
-            slices = self.fixed_slices[i]
-            if slices is None:
-                trips = self.simple_trips[i]
-                if trips is not None:  # an ndarray's extent or an integer argument: read directly
-                    slices = device.task_slices(task.launch, trips(args))
-                else:
-                    if env is None:
-                        env = sizeexpr_eval.LaunchEnv(args, self.fields, self.read_temp)
-                    slices = device.task_slices(task.launch, self.trip_count(i, env))
+        for i, slices in enumerate(self.fixed_slices):
+            if slices is None:  # evaluated now, after the earlier tasks were queued (a temporary waits for them)
+                slices, env = self.slices_now(i, args, env)
             device.launch_task(self.loaded, i, ctx, slices)
-        if slot is not None:
-            device.watch(slot, self.reporter())
+        self.watch_errors(slot)
         if self.sync_each_launch:
             device.sync()
 
@@ -294,24 +283,37 @@ class _Launcher:
     def launch_graph(self, args: tuple) -> None:
         """`launch_tasks` as one graph replay (Device.launch_graph): the same slices per task,
         the same error slot, errors at sync."""
-        device = self.device
-        slot = None
-        if self.errors is not None:
-            slot = device.acquire_error_slot()
-            self.point_errors_at(slot)
-        slices = self.fixed_slices
-        if None in slices:
-            slices, env = list(slices), None
-            for i, t in enumerate(self.meta.tasks):
-                if slices[i] is None:
-                    trips = self.simple_trips[i]
-                    if trips is None:
-                        env = env or sizeexpr_eval.LaunchEnv(args, self.fields, self.read_temp)
-                    slices[i] = device.task_slices(t.launch, trips(args) if trips is not None
-                                                   else self.trip_count(i, env))
-        device.launch_graph(self.loaded, ctypes.addressof(self.buf), slices)
+        slot = self.own_error_slot()
+        slices, env = list(self.fixed_slices), None
+        for i, fixed in enumerate(slices):
+            if fixed is None:
+                slices[i], env = self.slices_now(i, args, env)
+        self.device.launch_graph(self.loaded, ctypes.addressof(self.buf), slices)
+        self.watch_errors(slot)
+
+    def slices_now(self, task: int, args: tuple, env):
+        """The slices task `task` dispatches at this launch, and the evaluation environment
+        (`env`, made on first need and reused by the launch's later tasks)."""
+        trips = self.simple_trips[task]
+        if trips is not None:  # an ndarray's extent or an integer argument: read directly
+            return self.device.task_slices(self.meta.tasks[task].launch, trips(args)), env
+        if env is None:
+            env = sizeexpr_eval.LaunchEnv(args, self.fields, self.read_temp)
+        return self.device.task_slices(self.meta.tasks[task].launch, self.trip_count(task, env)), env
+
+    def own_error_slot(self):
+        """A slot of this launch's own for the kernel's errors, the ctx pointing into it (None
+        for a kernel that reports none)."""
+        if self.errors is None:
+            return None
+        slot = self.device.acquire_error_slot()
+        self.point_errors_at(slot)
+        return slot
+
+    def watch_errors(self, slot) -> None:
+        """Hand this launch's error slot to the device, which reports from it at sync."""
         if slot is not None:
-            device.watch(slot, self.reporter())
+            self.device.watch(slot, self.reporter())
 
     def trip_count(self, task: int, env) -> int | None:
         """Task `task`'s trip count for this launch (a temporary read waits for the earlier
