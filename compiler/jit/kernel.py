@@ -14,7 +14,7 @@ import types
 
 import numpy as np
 
-from qdc.runtime import context
+from qdc.runtime import context, external_arrays
 from qdc.runtime.contract import types as T
 from qdc.runtime.contract.objects import NdarrayMarker as Ndarray
 from qdc.runtime.kernel_function import KernelFunction
@@ -127,11 +127,17 @@ class Kernel(KernelFunction):
                 continue
             if a is _MISSING:
                 raise TypeError(f"kernel '{self.__name__}': missing argument '{p.name}'")
+            external = None if isinstance(a, (np.ndarray, Ndarray)) else external_arrays.signature(a)
             if isinstance(a, (np.ndarray, Ndarray)):
                 dt = T.from_numpy(a.dtype.np_dtype if isinstance(a, Ndarray) else a.dtype)
                 if dt is None:
                     raise TypeError(f"kernel '{self.__name__}', argument '{p.name}': unsupported dtype {a.dtype}")
                 ndim = len(a.storage_shape) if isinstance(a, Ndarray) else len(a.shape)
+            elif external is not None:  # a torch tensor, a DLPack array
+                dt, ndim = T.by_name(external[0]) if external[0] else None, external[1]
+                if dt is None:
+                    raise TypeError(f"kernel '{self.__name__}', argument '{p.name}': unsupported dtype "
+                                    f"{getattr(a, 'dtype', '?')}")
             else:
                 raise TypeError(f"kernel '{self.__name__}', argument '{p.name}': expected an ndarray, "
                                 f"got {type(a).__name__}")
@@ -142,7 +148,8 @@ class Kernel(KernelFunction):
             ndim = p.ndim + len(element_shape) - len(p.element_shape) if p.ndim is not None else ndim
             needs_grad = p.needs_grad
             if needs_grad is None:
-                needs_grad = dt.is_float and isinstance(a, Ndarray) and a.grad is not None
+                needs_grad = dt.is_float and (isinstance(a, Ndarray) and a.grad is not None
+                                              or external is not None and external[2])  # a tensor's requires_grad
             out[i] = ir.Param(p.name, "ndarray", dt, ndim, needs_grad, element_shape)
             key.append((dt.name, ndim, needs_grad, element_shape))
         return tuple(key), out
