@@ -1,4 +1,4 @@
-"""The `qdc` command (API.md §6): build, ls, inspect, verify, clean, pack, merge, push, pull.
+"""The `qdc` command (docs/api.md): build, ls, inspect, verify, clean, pack, merge, push, pull.
 
 Exit codes: 0 success, 1 a build or verify failure, 2 a usage error. Options come from flags,
 then `qdc.yaml` / `[tool.qdc]` in pyproject.toml (nearest to the working folder), then

@@ -23,7 +23,7 @@ def direct_options() -> options_mod.Options:
 
 
 def init(arch=None, **options):
-    """Select the device and set options (API.md §5).
+    """Select the device and set options (docs/api.md, Configuration).
 
     Calling it again resets the runtime: fields and ndarrays come back zeroed on first use,
     and kernels are recompiled (through the offline cache) for the new options on their next

@@ -1,4 +1,4 @@
-"""Vector and matrix types of the kernel language (API.md §2, "Vectors and matrices").
+"""Vector and matrix types of the kernel language (docs/api.md, Vectors and matrices).
 
 `qd.types.vector(n, dtype)`, `qd.types.matrix(n, m, dtype)`, `qd.math.vec3`... are
 `MatrixType`s: field and ndarray element types, annotations, and constructors (in kernels

@@ -1,4 +1,4 @@
-"""Struct types of the kernel language (API.md §2, "structs").
+"""Struct types of the kernel language (docs/api.md, Structs).
 
 `qd.types.struct(a=qd.f32, v=qd.math.vec3)` and `@qd.dataclass` classes are `StructType`s:
 constructors in kernels (`S(a=1.0, v=...)`, members left out are zero), annotations of locals

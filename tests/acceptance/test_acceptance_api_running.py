@@ -1,4 +1,4 @@
-"""Acceptance tests of ../shared/API.md §4-§5 (running kernels, configuration), written from the
+"""Acceptance tests of docs/api.md's Running kernels and Configuration, written from the
 page alone: `qd.init(arch=...)` strings and constants, `qd.gpu`, GPU launch semantics on Vulkan,
 argument errors naming kernel and parameter, read-only arrays and memmaps, fields and ndarrays
 from Python, options through `qd.init`, `qdc.yaml` and `[tool.qdc]`, and ahead of time:

@@ -1,4 +1,4 @@
-"""`qdc build --arch all` on kernels a target cannot express (API.md §1, §6: it works on any
+"""`qdc build --arch all` on kernels a target cannot express (docs/api.md, The qdc command: it works on any
 machine): such a kernel variant is skipped for that arch, with its reason, in the output, the
 summary and the module record, which loading reports; an arch named explicitly still fails
 with the located error."""
