@@ -101,7 +101,7 @@ def check_ndarray(meta: KernelMeta, index: int, value) -> None:
     if p.element_shape:
         want += f" ending in the element's axes {p.element_shape}"
     storage = value.shape if isinstance(value, np.ndarray) else getattr(value, "storage_shape", ())
-    if p.element_shape and isinstance(value, (np.ndarray, Ndarray)) and len(storage) == p.ndim \
+    if p.element_shape and isinstance(value, (np.ndarray, Ndarray, Field)) and len(storage) == p.ndim \
             and tuple(storage[p.ndim - len(p.element_shape):]) != p.element_shape:
         raise ValueError(f"{where}: expected {want}, got an array of shape {tuple(storage)}")
     if isinstance(value, np.ndarray):
@@ -116,9 +116,9 @@ def check_ndarray(meta: KernelMeta, index: int, value) -> None:
             raise TypeError(f"{where}: the kernel uses this array's gradient, so it needs a qd.ndarray(..., "
                             f"needs_grad=True), not a numpy array (which has no gradient)")
         return
-    if isinstance(value, Ndarray):
+    if isinstance(value, (Ndarray, Field)):  # a field's buffer is an array too (a qd.Tensor argument)
         if value.dtype.name != p.dtype:
-            raise TypeError(f"{where}: expected {want}, got a qd.ndarray of {value.dtype}")
+            raise TypeError(f"{where}: expected {want}, got a {value._what()} of {value.dtype}")
         if len(value.storage_shape) != p.ndim:  # an ndarray of vectors counts its element's axes too
             raise ValueError(f"{where}: expected {want}, got a qd.ndarray with ndim={len(value.storage_shape)}")
         if p.needs_grad and value.grad is None:
@@ -130,8 +130,5 @@ def check_ndarray(meta: KernelMeta, index: int, value) -> None:
                              f"of time, or given it by keyword), so its gradient would stay zero; annotate it "
                              f"needs_grad=True (and rebuild), pass it positionally, or pass an array without one")
         return
-    if isinstance(value, Field):
-        raise TypeError(f"{where}: expected {want}, got {value._what()}; fields are global: "
-                        f"use them in the kernel directly instead of passing them")
     raise TypeError(f"{where}: expected {want} (a numpy array, qd.ndarray, torch tensor or DLPack array), "
                     f"got {type(value).__name__}")

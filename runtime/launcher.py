@@ -137,7 +137,7 @@ from .contract import sizeexpr as se
 from .contract.artifact import KernelMeta
 from .contract.bounds import ERROR_WORDS
 from .contract.error_slot import BOUNDS_WORD, OVERFLOW_WORD
-from .fields import Ndarray
+from .fields import Field, Ndarray
 from .returns import ResultReader
 from .vector_arguments import element_reader
 from .contract.types import by_name
@@ -266,26 +266,15 @@ class _Launcher:
     def launch_tasks(self, args: tuple) -> None:
         """Queue every task with the slices the device dispatches for its trip count, then hand
         the launch's own error slot to the device (`sync` reports from it)."""
-        device, meta = self.device, self.meta
-        slot = None
-        if self.errors is not None:
-            slot = device.acquire_error_slot()
-            self.point_errors_at(slot)
+        device = self.device
+        slot = self.own_error_slot()
         env = None
         ctx = ctypes.addressof(self.buf)
-        for i, task in enumerate(meta.tasks):
-            slices = self.fixed_slices[i]
-            if slices is None:
-                trips = self.simple_trips[i]
-                if trips is not None:  # an ndarray's extent or an integer argument: read directly
-                    slices = device.task_slices(task.launch, trips(args))
-                else:
-                    if env is None:
-                        env = sizeexpr_eval.LaunchEnv(args, self.fields, self.read_temp)
-                    slices = device.task_slices(task.launch, self.trip_count(i, env))
+        for i, slices in enumerate(self.fixed_slices):
+            if slices is None:  # evaluated now, after the earlier tasks were queued (a temporary waits for them)
+                slices, env = self.slices_now(i, args, env)
             device.launch_task(self.loaded, i, ctx, slices)
-        if slot is not None:
-            device.watch(slot, self.reporter())
+        self.watch_errors(slot)
         if self.sync_each_launch:
             device.sync()
 
@@ -298,24 +287,37 @@ class _Launcher:
     def launch_graph(self, args: tuple) -> None:
         """`launch_tasks` as one graph replay (Device.launch_graph): the same slices per task,
         the same error slot, errors at sync."""
-        device = self.device
-        slot = None
-        if self.errors is not None:
-            slot = device.acquire_error_slot()
-            self.point_errors_at(slot)
-        slices = self.fixed_slices
-        if None in slices:
-            slices, env = list(slices), None
-            for i, t in enumerate(self.meta.tasks):
-                if slices[i] is None:
-                    trips = self.simple_trips[i]
-                    if trips is None:
-                        env = env or sizeexpr_eval.LaunchEnv(args, self.fields, self.read_temp)
-                    slices[i] = device.task_slices(t.launch, trips(args) if trips is not None
-                                                   else self.trip_count(i, env))
-        device.launch_graph(self.loaded, ctypes.addressof(self.buf), slices)
+        slot = self.own_error_slot()
+        slices, env = list(self.fixed_slices), None
+        for i, fixed in enumerate(slices):
+            if fixed is None:
+                slices[i], env = self.slices_now(i, args, env)
+        self.device.launch_graph(self.loaded, ctypes.addressof(self.buf), slices)
+        self.watch_errors(slot)
+
+    def slices_now(self, task: int, args: tuple, env):
+        """The slices task `task` dispatches at this launch, and the evaluation environment
+        (`env`, made on first need and reused by the launch's later tasks)."""
+        trips = self.simple_trips[task]
+        if trips is not None:  # an ndarray's extent or an integer argument: read directly
+            return self.device.task_slices(self.meta.tasks[task].launch, trips(args)), env
+        if env is None:
+            env = sizeexpr_eval.LaunchEnv(args, self.fields, self.read_temp)
+        return self.device.task_slices(self.meta.tasks[task].launch, self.trip_count(task, env)), env
+
+    def own_error_slot(self):
+        """A slot of this launch's own for the kernel's errors, the ctx pointing into it (None
+        for a kernel that reports none)."""
+        if self.errors is None:
+            return None
+        slot = self.device.acquire_error_slot()
+        self.point_errors_at(slot)
+        return slot
+
+    def watch_errors(self, slot) -> None:
+        """Hand this launch's error slot to the device, which reports from it at sync."""
         if slot is not None:
-            device.watch(slot, self.reporter())
+            self.device.watch(slot, self.reporter())
 
     def trip_count(self, task: int, env) -> int | None:
         """Task `task`'s trip count for this launch (a temporary read waits for the earlier
@@ -397,9 +399,9 @@ class _Launcher:
         after = self.after
 
         def bind(a):
-            if not isinstance(a, (np.ndarray, Ndarray)) and external_arrays.is_external(a):
+            if not isinstance(a, (np.ndarray, Ndarray, Field)) and external_arrays.is_external(a):
                 return bind_external(a)
-            if limits is not None and isinstance(a, (np.ndarray, Ndarray)):  # before a device copy is allocated
+            if limits is not None and isinstance(a, (np.ndarray, Ndarray, Field)):  # before a device copy is allocated
                 check_extent(meta, index, a.shape if isinstance(a, np.ndarray) else a.storage_shape, limits, arch)
             if isinstance(a, np.ndarray):
                 flags = a.flags
@@ -418,7 +420,7 @@ class _Launcher:
                         raise MemoryError(f"{argument_name(meta, index)}: the {arch} device has no room for a copy of "
                                           f"this array of shape {a.shape} ({a.nbytes} bytes): {e}") from None
                     ptr, grad = alloc.ptr, 0
-            elif isinstance(a, Ndarray) and a.dtype.name == p.dtype and len(a.storage_shape) == ndim and (
+            elif isinstance(a, (Ndarray, Field)) and a.dtype.name == p.dtype and len(a.storage_shape) == ndim and (
                     a.grad is not None or not grad_kernel_needs_grad) and (a.grad is None or not refuse_grad) and (
                     element_axes is None or a.storage_shape[element_axes] == p.element_shape):
                 ptr = a.allocation().ptr

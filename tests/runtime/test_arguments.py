@@ -132,7 +132,21 @@ def test_ndarray_dtype_and_rank_errors(arch, rng):
     with raises_naming(TypeError, "axpy", "y", "list"):
         axpy(y32.tolist(), x32, 1.0, 0)
     with raises_naming(TypeError, "axpy", "x", "field"):
-        axpy(y32, qd.field(qd.f32, 8), 1.0, 0)
+        axpy(y32, qd.field(qd.i32, 8), 1.0, 0)
+
+
+def test_a_field_is_an_array_argument(arch, rng):
+    """A field passed to an ndarray parameter is bound as the array it is (Quadrants' `qd.Tensor`
+    parameters take fields and ndarrays alike)."""
+    y, x0 = rng.random(8, dtype=np.float32), rng.random(8, dtype=np.float32)
+    x = qd.field(qd.f32, 8)
+    x.from_numpy(x0)
+    expected = 2.0 * x0 + y + 1
+    axpy(y, x, 2.0, 1)
+    np.testing.assert_allclose(y, expected, rtol=1e-6)
+    out = qd.field(qd.f32, 8)
+    axpy(out, x, 1.0, 0)
+    np.testing.assert_allclose(out.to_numpy(), x0, rtol=1e-6)
 
 
 def test_non_contiguous_arrays_are_copied_in_and_written_back(arch, rng):

@@ -112,11 +112,6 @@ def create_instance(vk):
     return out[0]
 
 
-def destroy_instance(vk, instance) -> None:
-    vk.lib.vkDestroyInstance(instance, vk.ffi.NULL)
-    _live["instances"] -= 1
-
-
 def shared_instance(vk):
     """The process's one VkInstance, created on first use (VulkanUnavailableError when no driver
     can create one; the next call tries again). Callers never destroy it."""
