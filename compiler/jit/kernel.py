@@ -142,7 +142,7 @@ class Kernel(KernelFunction):
                 raise TypeError(f"kernel '{self.__name__}', argument '{p.name}': expected an ndarray, "
                                 f"got {type(a).__name__}")
             element_shape = p.element_shape
-            if p.dtype is None and not isinstance(a, np.ndarray) and a.element_shape:  # a qd.ndarray of vectors
+            if p.dtype is None and isinstance(a, (Ndarray, Field)) and a.element_shape:  # a qd.ndarray of vectors
                 element_shape = a.element_shape
             dt = p.dtype or dt
             ndim = p.ndim + len(element_shape) - len(p.element_shape) if p.ndim is not None else ndim
