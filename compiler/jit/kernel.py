@@ -14,7 +14,7 @@ import types
 
 import numpy as np
 
-from qdc.runtime import context
+from qdc.runtime import context, external_arrays
 from qdc.runtime.contract import types as T
 from qdc.runtime.contract.objects import FieldMarker as Field, NdarrayMarker as Ndarray
 from qdc.runtime.kernel_function import KernelFunction
@@ -127,22 +127,31 @@ class Kernel(KernelFunction):
                 continue
             if a is _MISSING:
                 raise TypeError(f"kernel '{self.__name__}': missing argument '{p.name}'")
+            external = None if isinstance(a, (np.ndarray, Ndarray, Field)) else external_arrays.signature(a)
             if isinstance(a, (np.ndarray, Ndarray, Field)):  # a field passed as a qd.Tensor: its buffer
                 dt = T.from_numpy(a.dtype if isinstance(a, np.ndarray) else a.dtype.np_dtype)
                 if dt is None:
                     raise TypeError(f"kernel '{self.__name__}', argument '{p.name}': unsupported dtype {a.dtype}")
                 ndim = len(a.shape) if isinstance(a, np.ndarray) else len(a.storage_shape)
+            elif external is not None:  # a torch tensor, a DLPack array
+                dt, ndim = T.by_name(external[0]) if external[0] else None, external[1]
+                if dt is None:
+                    raise TypeError(f"kernel '{self.__name__}', argument '{p.name}': unsupported dtype "
+                                    f"{getattr(a, 'dtype', '?')}")
             else:
                 raise TypeError(f"kernel '{self.__name__}', argument '{p.name}': expected an ndarray, "
                                 f"got {type(a).__name__}")
             element_shape = p.element_shape
-            if p.dtype is None and not isinstance(a, np.ndarray) and a.element_shape:  # a qd.ndarray of vectors
+            if p.dtype is None and isinstance(a, (Ndarray, Field)) and a.element_shape:  # a qd.ndarray of vectors
                 element_shape = a.element_shape
             dt = p.dtype or dt
             ndim = p.ndim + len(element_shape) - len(p.element_shape) if p.ndim is not None else ndim
             needs_grad = p.needs_grad
             if needs_grad is None:
-                needs_grad = dt.is_float and not isinstance(a, np.ndarray) and a.grad is not None
+                if external is not None:  # a tensor's requires_grad
+                    needs_grad = dt.is_float and external[2]
+                else:
+                    needs_grad = dt.is_float and not isinstance(a, np.ndarray) and a.grad is not None
             out[i] = ir.Param(p.name, "ndarray", dt, ndim, needs_grad, element_shape)
             key.append((dt.name, ndim, needs_grad, element_shape))
         return tuple(key), out
