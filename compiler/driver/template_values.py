@@ -10,7 +10,6 @@ same tree on every machine for equal arguments:
     {"tuple": [...]}, {"list": [...]}      element by element ({"dict": [[key, value], ...]})
     {"dtype": "f32"}                       a qd scalar type
     {"numpy": {"dtype": "float32", "value": 0.5}}               a numpy scalar
-    {"array": {"dtype": "<f4", "shape": [3], "data": [...]}}   a small numpy array, by content
     {"enum": {"class": "pkg.mod:Mode", "name": "FAST"}}         an enum member
     {"named": "pkg.mod:function"}          a function, class or other object its name leads back to
     {"module": "math"}                     a module
@@ -19,8 +18,13 @@ same tree on every machine for equal arguments:
                                            needs_dual and element_shape only where set)
     {"struct_field": {"name": .., "members": {member: field description}}}
     {"ndarray": {"dtype": .., "ndim": .., "needs_grad": .., "element_shape": [..]}}
+                                           an array (a qd.ndarray or numpy array): passed at every
+                                           launch, so by its type only
     {"namedtuple": {"class": "pkg.mod:Pair", "items": {name: description, ...}}}
     {"object": {"class": "pkg.mod:Config", "attrs": {name: description, ...}}}
+    {"dataclass_argument": {"object": ...}}    the argument of a dataclass-annotated parameter:
+                                           its members annotated with a scalar type are passed at
+                                           every launch, so by their annotation: {"scalar": "f32"}
                                            any other object (a config object, a dataclass, a
                                            @qd.data_oriented instance): its class and its
                                            instance attributes (`__dict__`, then `__slots__`), sorted
@@ -45,10 +49,13 @@ import types
 import numpy as np
 
 from qdc.runtime.contract import types as T
-from qdc.runtime.contract.objects import FieldMarker, NdarrayMarker, StructFieldMarker
+from qdc.runtime.contract.objects import FieldMarker, StructFieldMarker
+
+from ..language.dataclass_args import (DataclassArgument, array_type, is_array_argument, is_dataclass_instance,
+                                       members as dataclass_members, scalar_annotation)
 
 # Past these an argument is refused: describing it would cost more than compiling.
-MAX_VALUES, MAX_DEPTH, MAX_ARRAY_ELEMENTS = 1 << 16, 64, 4096
+MAX_VALUES, MAX_DEPTH = 1 << 16, 64
 
 
 class Undescribable(TypeError):
@@ -141,11 +148,14 @@ class _Describer:
         if isinstance(v, StructFieldMarker):
             members = {m: self.value(f, f"{route}.{m}", depth + 1) for m, f in v.members.items()}
             return {"struct_field": {"name": v.name, "members": members}}
-        if isinstance(v, NdarrayMarker):
-            return {"ndarray": {"dtype": v.dtype.name, "ndim": len(v.shape), "needs_grad": v.grad is not None,
-                                "element_shape": list(v.element_shape)}}
-        if isinstance(v, np.ndarray):
-            return self.array(v, route)
+        if is_array_argument(v):
+            try:
+                dtype, ndim, element_shape, grad = array_type(v)
+            except TypeError as e:
+                raise Undescribable(f"{route}: {e}") from None
+            return {"ndarray": {"dtype": dtype, "ndim": ndim, "needs_grad": grad, "element_shape": list(element_shape)}}
+        if isinstance(v, DataclassArgument):
+            return {"dataclass_argument": self.object(v.value, route, depth, runtime_scalars=True)}
         if isinstance(v, types.ModuleType):
             return {"module": v.__name__}
         if isinstance(v, tuple) and hasattr(type(v), "_fields"):  # a named tuple
@@ -189,14 +199,6 @@ class _Describer:
             out["layout"] = [int(a) for a in layout] if isinstance(layout, (tuple, list)) else str(layout)
         return out
 
-    def array(self, v: np.ndarray, route: str) -> dict:
-        if v.dtype.hasobject or v.dtype.kind not in "biuf":
-            raise Undescribable(f"{route}: a numpy array of {v.dtype} cannot be described")
-        if v.size > MAX_ARRAY_ELEMENTS:
-            raise Undescribable(f"{route}: a numpy array of {v.size} elements is too large to describe by "
-                                f"content (at most {MAX_ARRAY_ELEMENTS}); pass it as a qd.ndarray")
-        return {"array": {"dtype": v.dtype.str, "shape": list(v.shape), "data": v.ravel().tolist()}}
-
     def function(self, v, route: str) -> dict:
         """By the name that leads back to it; its source enters the cache key (cache_key.py)."""
         fn = getattr(v, "__wrapped__", None) or getattr(v, "fn", None) or v
@@ -220,15 +222,28 @@ class _Describer:
             self.not_portable(f"{route}: class {class_name(cls)} cannot be imported by that name (defined inside "
                               f"a function?)")
 
-    def object(self, v, route: str, depth: int) -> dict:
+    def object(self, v, route: str, depth: int, runtime_scalars: bool = False) -> dict:
+        """`runtime_scalars`: `v` is (held by) a dataclass parameter's argument, whose members
+        annotated with a scalar type are launch arguments (language/dataclass_args.py)."""
         cls = type(v)
         attrs = _attributes(v)
         if attrs is None:
             raise Undescribable(f"{route} is a {cls.__module__}.{cls.__qualname__} object, which holds no "
                                 f"attributes to describe it by")
         self.named_class(cls, route)
-        described = self.container(v, route, depth, lambda: {
-            name: self.value(a, f"{route}.{name}", depth + 1) for name, a in attrs})
+        scalars = {}
+        if runtime_scalars and is_dataclass_instance(v):
+            scalars = {name: ann for name, ann in dataclass_members(cls)
+                       if scalar_annotation(ann, T.i32, T.f32) is not None}
+
+        def member(name, a):
+            sub = f"{route}.{name}"
+            if name in scalars and not is_array_argument(a):
+                return {"scalar": getattr(scalars[name], "name", getattr(scalars[name], "__name__", ""))}
+            if runtime_scalars and is_dataclass_instance(a):
+                return self.object(a, sub, depth + 1, runtime_scalars=True)
+            return self.value(a, sub, depth + 1)
+        described = self.container(v, route, depth, lambda: {name: member(name, a) for name, a in attrs})
         return {"object": {"class": class_name(cls), "attrs": described}}
 
     def not_portable(self, problem: str) -> None:
@@ -283,6 +298,10 @@ def _brief(d) -> str:
         return f"field({body['dtype']}, shape={tuple(body['shape'])})"
     if tag == "ndarray":
         return f"ndarray({body['dtype']}, ndim={body['ndim']})"
+    if tag == "dataclass_argument":
+        return _brief(body)
+    if tag == "scalar":
+        return f"<{body}>"
     if tag in ("dtype", "module"):
         return str(body)
     if tag == "named":

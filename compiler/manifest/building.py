@@ -29,6 +29,7 @@ from qdc.runtime.contract.python_scope import scope_types
 from .. import ir
 from ..driver import build as build_mod
 from ..driver import template_values
+from ..driver.templates import TemplateArgs
 from ..jit.aot import Instantiation
 from ..jit.kernel import kernel_of
 from . import manifest_file, stand_ins
@@ -60,7 +61,7 @@ class ManifestKernel(Instantiation):
 
     def recorded_params(self, opts) -> list:
         """The parameters as recorded, checked against the kernel's annotations today."""
-        current = self.kernel.params_for(opts)
+        current = [p for p in self.kernel.params_for(opts) if p.kind != "dataclass"]  # those are among the templates
         recorded = self.entry.get("arguments") or []
         names = [a.get("name") for a in recorded]
         if names != [p.name for p in current]:
@@ -106,14 +107,22 @@ def recreate(e: dict, opts) -> ManifestKernel:
     params = kernel.template_params
     recorded = e.get("templates") or {}
     names = params.names if params is not None else []
-    if sorted(names) != sorted(recorded):
-        raise StaleEntry(f"its template parameters are now ({', '.join(names)}), recorded "
-                         f"({', '.join(recorded)})")
+    # a dataclass parameter's argument is compiled in as a template's is (jit/kernel.py, _with_dataclasses)
+    dataclasses = [p.name for p in kernel.params_for(opts) if p.kind == "dataclass"]
+    if sorted(names + dataclasses) != sorted(recorded):
+        raise StaleEntry(f"its template and dataclass parameters are now ({', '.join(names + dataclasses)}), "
+                         f"recorded ({', '.join(recorded)})")
     try:
         values = {name: stand_ins.rebuild(d, name) for name, d in recorded.items()}
     except stand_ins.Unrebuildable as err:
         raise StaleEntry(str(err)) from None
-    made = ManifestKernel(kernel, params.bind(values) if params is not None else None, e)
+    templates = params.bind({n: values[n] for n in names}) if params is not None else None
+    if dataclasses:
+        merged = TemplateArgs.__new__(TemplateArgs)
+        merged.values = {**(templates.values if templates is not None else {}), **{n: values[n] for n in dataclasses}}
+        merged.key = ()
+        templates = merged
+    made = ManifestKernel(kernel, templates, e)
     made.recorded_params(made.options_over(opts))  # checked now: a stale entry is reported, not failed
     return made
 

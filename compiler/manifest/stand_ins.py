@@ -19,6 +19,7 @@ from qdc.runtime.contract import types as T
 from qdc.runtime.fields import ElementType, Field, Ndarray, StructField
 
 from ..driver.template_values import lookup
+from ..language.dataclass_args import DataclassArgument
 
 
 class Unrebuildable(Exception):
@@ -49,8 +50,10 @@ def rebuild(data, route: str):
     if tag == "numpy":
         value = body["value"]
         return np.dtype(body["dtype"]).type(complex(*value) if isinstance(value, list) else value)
-    if tag == "array":
-        return np.asarray(body["data"], dtype=np.dtype(body["dtype"])).reshape(body["shape"])
+    if tag == "dataclass_argument":
+        return DataclassArgument(rebuild(body, route))
+    if tag == "scalar":  # a launch argument: any value of its type stands in for it
+        return _scalar_stand_in(body)
     if tag == "enum":
         cls = _import(body["class"], route)
         try:
@@ -101,6 +104,12 @@ def _rebuild_object(name: str, attrs: dict, route: str):
     for attr, d in attrs.items():
         object.__setattr__(obj, attr, rebuild(d, f"{route}.{attr}"))
     return obj
+
+
+def _scalar_stand_in(annotation: str):
+    if annotation in ("bool", "int", "float"):
+        return {"bool": False, "int": 0, "float": 0.0}[annotation]
+    return 0.0 if T.by_name(annotation).is_float else 0
 
 
 def _stand_in_field(d: dict):
