@@ -1,7 +1,8 @@
 """A program in the style of a physics engine, for the manifest tests (test_manifest.py):
 kernels instantiated from configuration objects decided at run time (a plain config object
 holding a frozen dataclass of numbers, an enum, a numpy scalar and a tuple, and an unfrozen
-dataclass of fields), a gradient, and an ndarray parameter whose dtype follows the argument.
+dataclass of fields and a numpy array), a dataclass parameter (an ndarray, a launch-time scalar
+and a field), a gradient, and an ndarray parameter whose dtype follows the argument.
 
     python manifest_app.py CACHE_DIR [SCALE]
 
@@ -36,12 +37,20 @@ class State:
     vel: object
 
 
+@dataclasses.dataclass(frozen=True)
+class Dofs:
+    vel: qd.types.ndarray()
+    n: qd.i32
+    mass: qd.template()
+
+
 class SolverConfig:
     """A configuration object as engines keep one: plain attributes, set at run time."""
 
     def __init__(self, n, physics, state):
         self.n, self.physics, self.state = n, physics, state
         self.dtype = qd.f32
+        self.forces = np.full(n, 0.5, np.float32)  # an array: passed at every launch
 
     @property
     def double_damping(self):
@@ -51,7 +60,7 @@ class SolverConfig:
 @qd.kernel
 def advance(cfg: qd.template(), dt: qd.f32):
     for i in cfg.state.pos:
-        v = cfg.state.vel[i] + cfg.physics.gravity[2] * dt
+        v = cfg.state.vel[i] + cfg.physics.gravity[2] * dt + cfg.forces[i] * dt
         if qd.static(cfg.physics.integrator == Integrator.DAMPED):
             v = v * (1.0 - cfg.double_damping)
         for _ in qd.static(range(int(cfg.physics.substeps))):
@@ -62,6 +71,12 @@ def advance(cfg: qd.template(), dt: qd.f32):
 def energy(state: qd.template(), loss: qd.template()):
     for i in state.pos:
         loss[None] += state.pos[i] * state.pos[i]
+
+
+@qd.kernel
+def kick(dofs: Dofs, cfg: qd.template(), dt: qd.f32):
+    for i in range(dofs.n):
+        dofs.vel[i] += cfg.physics.gravity[2] * dt * dofs.mass[i]
 
 
 @qd.kernel
@@ -84,17 +99,22 @@ def run(cache_dir: str, damping: float) -> dict:
     energy.grad(state, loss)
     a = np.ones(4, np.float64)
     scale(a, 3.0)
+    mass = qd.field(qd.f32, shape=n, name="mass")
+    mass.fill(2.0)
+    dofs = Dofs(np.ones(n, np.float32), n, mass)
+    kick(dofs, cfg, 0.5)
     from qdc.compiler.jit.offline_cache import Counts
     return {"pos": state.pos.to_numpy().tolist(), "loss": float(loss[None]), "grad": state.pos.grad.to_numpy().tolist(),
-            "a": a.tolist(), "compiled": Counts.compiled, "from_cache": Counts.from_cache,
+            "a": a.tolist(), "vel": dofs.vel.tolist(), "compiled": Counts.compiled, "from_cache": Counts.from_cache,
             "llvmlite": "llvmlite" in sys.modules}
 
 
 def expected(damping: float) -> dict:
     """What run() computes, in numpy (float64)."""
-    v = (np.arange(8) - 9.8 * 0.01) * (1 - 2 * damping)
+    v = (np.arange(8) - 9.8 * 0.01 + 0.5 * 0.01) * (1 - 2 * damping)
     pos = 2 * v * 0.01
-    return {"pos": pos, "loss": float((pos * pos).sum()), "grad": 2 * pos, "a": np.full(4, 3.0)}
+    return {"pos": pos, "loss": float((pos * pos).sum()), "grad": 2 * pos, "a": np.full(4, 3.0),
+            "vel": np.full(8, 1 - 9.8 * 0.5 * 2)}
 
 
 if __name__ == "__main__":

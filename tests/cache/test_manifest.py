@@ -48,7 +48,7 @@ def _check(result: dict, damping: float) -> None:
     finally:
         sys.path.pop(0)
     want = manifest_app.expected(damping)
-    for name in ("pos", "grad", "a"):
+    for name in ("pos", "grad", "a", "vel"):
         np.testing.assert_allclose(result[name], want[name], rtol=1e-5, atol=1e-6, err_msg=name)
     assert result["loss"] == pytest.approx(want["loss"], rel=1e-5)
 
@@ -71,10 +71,10 @@ def recorded(tmp_path_factory):
 
 def test_a_recorded_run_built_from_its_manifest_runs_offline_with_no_compile(recorded):
     root, app, manifest, build_output = recorded
-    assert "4 built" in build_output, build_output
+    assert "5 built" in build_output, build_output
     entries = manifest_file.read(str(manifest))
     assert sorted((e["kernel"], e["variant"]) for e in entries) == [
-        ("advance", "forward"), ("energy", "forward"), ("energy", "grad"), ("scale", "forward")]
+        ("advance", "forward"), ("energy", "forward"), ("energy", "grad"), ("kick", "forward"), ("scale", "forward")]
     advance = next(e for e in entries if e["kernel"] == "advance")
     assert advance["module"] == "manifest_app" and advance["arches"] == ["cpu"]
     physics = advance["templates"]["cfg"]["object"]["attrs"]["physics"]["object"]
@@ -84,7 +84,7 @@ def test_a_recorded_run_built_from_its_manifest_runs_offline_with_no_compile(rec
     assert scale["arguments"][0] == {"name": "a", "kind": "ndarray", "dtype": "f64", "ndim": 1, "needs_grad": False}
     result = _app(str(app), root / "built", QDC_OFFLINE="1")
     _check(result, 0.1)
-    assert result["compiled"] == 0 and result["from_cache"] == 4
+    assert result["compiled"] == 0 and result["from_cache"] == 5
     assert result["llvmlite"] is False  # an offline process never loads LLVM
 
 
@@ -92,7 +92,7 @@ def test_a_second_process_compiles_nothing(recorded, tmp_path):
     root, app, _, _ = recorded
     first = _app(str(app), tmp_path / "cache")
     second = _app(str(app), tmp_path / "cache")
-    assert first["compiled"] == 4 and second["compiled"] == 0 and second["from_cache"] == 4
+    assert first["compiled"] == 5 and second["compiled"] == 0 and second["from_cache"] == 5
     _check(second, 0.1)
 
 
@@ -115,7 +115,7 @@ def test_manifests_of_two_runs_merge_and_rerecording_is_stable(recorded, tmp_pat
     entries = manifest_file.read(str(merged))
     dampings = sorted(e["templates"]["cfg"]["object"]["attrs"]["physics"]["object"]["attrs"]["damping"]
                       for e in entries if e["kernel"] == "advance")
-    assert dampings == [0.1, 0.25] and len(entries) == 5  # energy and scale are the same variants in both runs
+    assert dampings == [0.1, 0.25] and len(entries) == 7  # energy and scale are the same variants in both runs
     again = tmp_path / "again.manifest"
     r = _qdc("record", "-o", str(again), "--", sys.executable, str(app), str(tmp_path / "c"))
     assert r.returncode == 0, r.stderr
@@ -132,7 +132,7 @@ def test_a_manifest_holds_no_path_and_builds_on_another_machine(recorded, tmp_pa
     shutil.copy(manifest, tmp_path / "kernels.manifest")
     r = _qdc("build", "--manifest", str(tmp_path / "kernels.manifest"), "--cache", str(tmp_path / "built"),
              "-j", "1", cwd=str(elsewhere))
-    assert r.returncode == 0 and "4 built" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 0 and "5 built" in r.stdout, r.stdout + r.stderr
     result = _app(str(elsewhere / "manifest_app.py"), tmp_path / "built", QDC_OFFLINE="1")
     assert result["compiled"] == 0
     _check(result, 0.1)
@@ -154,4 +154,4 @@ def test_stale_entries_are_reported_and_the_rest_built(recorded, tmp_path):
     assert "stale manifest entry manifest_app.rescale (forward)" in r.stderr
     assert "module manifest_app has no @qd.kernel rescale" in r.stderr
     assert "stale manifest entry manifest_app.energy (grad)" in r.stderr and "has no OldState" in r.stderr
-    assert "2 built" in r.stdout and "2 stale manifest entries" in r.stdout, r.stdout
+    assert "3 built" in r.stdout and "2 stale manifest entries" in r.stdout, r.stdout
