@@ -313,6 +313,9 @@ class GlobalLoad(Stmt):
     def __init__(self, ptr: GlobalPtr, loc=None):
         super().__init__(ptr.type, loc)
         self.ptr = ptr
+        # Where a later write of the same kernel may overwrite what this reads (set by autodiff's
+        # checks): a gradient kernel, which runs after the kernel, cannot read it again.
+        self.clobbered_by: SourceLoc | None = None
 
 
 class GlobalStore(Stmt):
@@ -335,6 +338,7 @@ class AtomicRMW(Stmt):
         assert op in ATOMIC_OPS, op
         super().__init__(ptr.type, loc)
         self.op, self.ptr, self.value = op, ptr, value
+        self.clobbered_by: SourceLoc | None = None  # a min/max whose final value a later write changes (GlobalLoad's)
 
 
 class TempLoad(Stmt):
