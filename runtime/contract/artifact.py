@@ -77,10 +77,12 @@ heap layout the code was generated for (runtime/contract/adstack_layout.py).
 `cpu_libraries` (CPU entries; empty in entries written before it existed, which the CPU
 device refuses) has one record per native library of the kernel, lowest ISA level first:
 {"artifact": kind of the library's artifact, "target": the ISA level or CPU name it was built
-for, "machine": architecture family ("x86_64", "aarch64"), "features": the CPU features its
-code needs, LLVM names}, and "level" where one library holds the code of several levels
+for, "machine": architecture family ("x86_64", "aarch64"), "os" ("linux", "macos"; absent in
+entries written before `cpu_targets`: Linux), "triple" (LLVM's), "features": the CPU features
+its code needs, LLVM names}, and "level" where one library holds the code of several levels
 (a portable build): the device passes it to the library's `qdc_set_cpu_level` after loading.
-The CPU device loads the last one whose features the host has
+An entry built for several platforms (`cpu_targets`) has one library per platform, each with
+its levels. The CPU device loads, of its host platform's, the last one whose features the host has
 (runtime/devices/cpu/device.py; compiler/targets/cpu/isa_levels.py says what `cpu_target` builds).
 Each library exports `entry` and every task's entry, and no other function but `<entry>_np`,
 `<entry>_py` (runtime/devices/cpu/numpy_binding.py) and `qdc_set_cpu_level`.
@@ -611,7 +613,9 @@ def check_cpu_library_record(i: int, r) -> None:
           and isinstance(r.get("machine"), str) and _FEATURE_NAME.match(r["machine"])
           and isinstance(r.get("features"), list) and len(r["features"]) <= 256
           and all(isinstance(f, str) and _FEATURE_NAME.match(f) for f in r["features"])
-          and ("level" not in r or (_is_int(r["level"]) and 0 <= r["level"] < 16)), f"cpu library record {i}")
+          and ("level" not in r or (_is_int(r["level"]) and 0 <= r["level"] < 16))
+          and all(key not in r or (isinstance(r[key], str) and _FEATURE_NAME.match(r[key])) for key in ("os", "triple")),
+          f"cpu library record {i}")
 
 
 def check_debug_record(d: dict, i: int, r) -> None:
