@@ -35,7 +35,8 @@ nothing special to say: `num_threads` (the threads a launch may use: the ctx's t
 `sync_each_launch` (sync after every launch, so that its errors surface there), `has_graphs`
 and `launch_graph` (every task of a kernel as one graph replay), `numpy_binding` (a kernel
 library that binds numpy arguments itself), `copy_between` (device-to-device copies) and
-`close` (release the driver objects and threads a device holds).
+`close` (release the driver objects and threads a device holds); `stream` and `device` (the
+driver's, for ordering other libraries' work with this device's).
 
 Loss. A GPU that reports device loss or a launch timeout (the driver's sticky errors) calls
 `device_lost(reason)`: from then on the device is `lost` and every use (sync, launches, host
@@ -98,6 +99,10 @@ class Device:
     sync_each_launch: bool = False  # launchers sync after every launch (errors raised at the launch)
     has_graphs: bool = False  # launch_graph replays a kernel as one graph (else task by task)
     print_buffer = None  # what kernels print, the runtime's (kernel_messages.PrintBuffer, made on first use)
+    # Where other libraries' arrays meet this device's work (runtime/external_arrays.py), on the
+    # devices that have them (CUDA): the driver's stream launches are queued on, and its device.
+    stream = None
+    device = None
 
     # ---- memory ----------------------------------------------------------------------------
     def allocate(self, nbytes: int) -> Allocation:

@@ -10,6 +10,7 @@ from conftest import REPO_ROOT
 
 RUNTIME = os.path.join(REPO_ROOT, "runtime")
 DEVICE_NAMES = {"device", "dev"}  # how the runtime names a device: `device.x`, `self.device.x`, `rt.device.x`
+HOLDERS = {"self", "rt", "runtime"}  # ... and `context.current().device.x`, not a torch tensor's `a.device`
 
 
 def _runtime_sources():
@@ -23,8 +24,10 @@ def _runtime_sources():
 
 
 def _names_a_device(node) -> bool:
-    return isinstance(node, ast.Name) and node.id in DEVICE_NAMES or \
-        isinstance(node, ast.Attribute) and node.attr in DEVICE_NAMES
+    if isinstance(node, ast.Name):
+        return node.id in DEVICE_NAMES
+    return isinstance(node, ast.Attribute) and node.attr in DEVICE_NAMES and (
+        isinstance(node.value, ast.Call) or isinstance(node.value, ast.Name) and node.value.id in HOLDERS)
 
 
 def test_the_runtime_asks_a_device_only_what_device_declares():
