@@ -91,6 +91,7 @@ def kernel_key(fn, params, opts, arch: str, variant: str = "forward", templates=
         walk.value(f"<template {name}>", value)  # not an identifier: never names an unnamed field
     decls = [[f.name, f.dtype.name, list(f.shape), bool(f.needs_grad), bool(f.is_grad),
               bool(getattr(f, "needs_dual", False))] + ([list(f.element_shape)] if f.element_shape else [])
+             + ([["layout", *f.layout]] if getattr(f, "layout", None) else [])
              for f in walk.fields]
     material = ["qdc-kernel-key", FORMAT_VERSION, compiler_fingerprint(arch), arch,
                 targets.get(arch).cache_description(opts),

@@ -566,6 +566,8 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
             hint = f" (index a 0-d array with {base.name}[None])" if rank == 0 else ""
             self.error(f"{what} has {rank} dimension(s) but is indexed with {len(indices)} "
                        f"index(es){hint}", node)
+        if isinstance(base, Field) and base.layout is not None:  # stored with its axes permuted
+            indices = [indices[axis] for axis in base.layout]
         return ref, indices
 
     def index_value(self, node, what: str, value) -> ir.Stmt:

@@ -122,6 +122,20 @@ class _TypesNamespace:
     def __init__(self):
         for t in T.ALL_TYPES:
             setattr(self, t.name, t)
+        self.primitive_types = _PrimitiveTypes()
+
+
+class _PrimitiveTypes:
+    """`qd.types.primitive_types`: the scalar types, also grouped as Quadrants groups them."""
+
+    def __init__(self):
+        for t in T.ALL_TYPES:
+            setattr(self, t.name, t)
+        self.all_types = list(T.ALL_TYPES)
+        self.real_types = [t for t in T.ALL_TYPES if t.is_float]
+        self.integer_types = [t for t in T.ALL_TYPES if not t.is_float and t is not T.u1]
+        self.signed_integer_types = [t for t in self.integer_types if t.name.startswith("i")]
+        self.unsigned_integer_types = [t for t in self.integer_types if t.name.startswith("u")]
 
 
 types = _TypesNamespace()
