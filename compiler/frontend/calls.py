@@ -16,9 +16,10 @@ from qdc.runtime.contract import types as T
 from qdc.runtime.contract.objects import FieldMarker as Field
 
 from .. import ir
-from ..language import lang
+from ..language import lang, simt
 from .numeric_calls import NUMERIC_CALLS
 from .objects import GLOBAL_ARRAYS, NdarrayHandle, RangeSpec
+from .simt_calls import is_library_func
 from .lambda_source import callable_source
 from .source import is_tail_return
 from .values import is_runtime
@@ -70,7 +71,9 @@ class CallLowering:
         callee = self.visit(node.func)
         callee = _SCOPE_BUILTINS.get(callee, callee) if _hashable(callee) else callee
         if isinstance(callee, lang.Func):
-            return self.inline_func(callee, node)
+            return self.inline_library_func(callee, node) if is_library_func(callee) else self.inline_func(callee, node)
+        if _hashable(callee) and callee in simt.PRIMITIVES:
+            return self.call_simt(simt.PRIMITIVES[callee], node)
         if isinstance(callee, StructType):
             return self.construct_struct(callee, node)
         if isinstance(callee, BoundStructMethod):  # `self` is the struct it was called on

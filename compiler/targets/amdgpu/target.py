@@ -28,7 +28,7 @@ MAX_BLOCK_DIM = 1024      # HIP's limit on threads per block
 class AmdgpuTarget(LlvmTarget):
     arch = "amdgpu"
     display_name, workgroup_word = "AMDGPU", "block"
-    capabilities = Capabilities(max_workgroup_size=MAX_BLOCK_DIM)
+    capabilities = Capabilities(max_workgroup_size=MAX_BLOCK_DIM, simt=True)
     source_folders = ("llvm", "amdgpu")
     math_table = AMDGPU_MATH
     heap_layout = LLVM_HEAP_INTERLEAVED  # as on CUDA: a wavefront's pushes of entry j side by side
