@@ -43,6 +43,10 @@ class AmdgpuTarget(LlvmTarget):
         from .codegen import global_thread_id
         return global_thread_id(mb, builder)
 
+    def simt_instructions(self):
+        from .simt import AMDGCN
+        return AMDGCN
+
     def cache_description(self, opts) -> str:
         import llvmlite.binding as llvm
 

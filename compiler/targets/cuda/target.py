@@ -39,6 +39,10 @@ class CudaTarget(LlvmTarget):
         from .codegen import global_thread_id
         return global_thread_id(mb, builder)
 
+    def simt_instructions(self):
+        from .simt import NVPTX
+        return NVPTX
+
     def cache_description(self, opts) -> str:
         import llvmlite.binding as llvm
 
