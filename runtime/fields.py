@@ -14,7 +14,7 @@ import weakref
 import numpy as np
 
 from . import context
-from . import element_proxy
+from . import element_proxy, lifecycle
 from .contract.objects import FieldMarker, NdarrayMarker, StructFieldMarker
 from .contract.python_scope import device_arrays, scope_types
 from .contract.types import DataType, from_numpy as dtype_from_numpy
@@ -143,6 +143,18 @@ class _DeviceArray:
             raise AttributeError(f"{self._what()} holds scalars: it has no .m")
         return self._element_shape[1] if len(self._element_shape) == 2 else 1
 
+    layout = None  # the storage order of the axes (runtime/tensors.py): canonical
+
+    def _unwrap(self):
+        """Quadrants' `qd.Tensor._unwrap()`: a qdc array is its own implementation."""
+        return self
+
+    def has_grad(self) -> bool:
+        return self.grad is not None
+
+    def has_dual(self) -> bool:
+        return self.dual is not None
+
     def __deepcopy__(self, memo):
         """A new array of the same kind with a copy of the contents (and of .grad and .dual):
         copied on the device where it can copy between buffers, else through the host."""
@@ -173,6 +185,8 @@ class _DeviceArray:
     def allocation(self):
         """This array's memory on the active runtime (allocated, zeroed, on first use); a
         DeviceLostError while that runtime's device is lost."""
+        if lifecycle._pending:  # a Python-scope access after new fields were declared
+            lifecycle.materialize_pending()
         rt = context.current()
         if rt.device.lost is not None:
             rt.device.check_not_lost()
@@ -319,6 +333,7 @@ class Field(_DeviceArray, FieldMarker):
 
     def __init__(self, dtype, shape=(), needs_grad=False, name=None, _is_grad=False, needs_dual=False):
         super().__init__(dtype, shape)
+        lifecycle.fields_created()
         self.id = next(_ids)
         self.name = name or f"field{self.id}"
         self.is_grad = _is_grad
@@ -367,12 +382,23 @@ class Ndarray(_DeviceArray, NdarrayMarker):
         return f"<qdc ndarray {self._dtype}{list(self._shape)}>"
 
 
-def field(dtype, shape=(), needs_grad=False, name=None, needs_dual=False) -> Field:
+def field(dtype, shape=(), needs_grad=False, name=None, needs_dual=False, layout=None) -> Field:
+    _check_storage_layout(layout)
     return Field(dtype, shape, needs_grad, name, needs_dual=needs_dual)
 
 
-def ndarray(dtype, shape, needs_grad=False, needs_dual=False) -> Ndarray:
+def ndarray(dtype, shape, needs_grad=False, needs_dual=False, layout=None) -> Ndarray:
+    _check_storage_layout(layout)
     return Ndarray(dtype, shape, needs_grad, needs_dual)
+
+
+def _check_storage_layout(layout) -> None:
+    """`layout=`: qd.Layout.AOS/SOA (how members are stored: a hint, see runtime/tensors.py), or
+    a permutation of the axes (qd.tensor's; the identity is None by then)."""
+    if layout is None or type(layout).__name__ == "Layout":
+        return
+    raise NotImplementedError(f"layout={layout!r}: arrays stored with permuted axes are not supported yet; "
+                              f"allocate the array with its axes in storage order")
 
 
 def _is_struct_type(dtype) -> bool:
@@ -470,4 +496,9 @@ class StructField(StructFieldMarker):
         return f"<qdc struct field {self.name}: {list(self.members)}{list(self.shape)}>"
 
 
-device_arrays.install(Field, Ndarray, StructField)  # what the language's constructors make (qd.Vector.field, ...)
+def struct_field(struct_type, shape=(), needs_grad=False, name=None, needs_dual=False, layout=None) -> StructField:
+    _check_storage_layout(layout)
+    return StructField(struct_type, shape, needs_grad, name, needs_dual=needs_dual)
+
+
+device_arrays.install(field, ndarray, struct_field)  # what the language's constructors make (qd.Vector.field, ...)

@@ -1,4 +1,4 @@
-"""`qdc.runtime.load`: run prebuilt kernels without the compiler (API.md §4, Ahead of time).
+"""`qdc.runtime.load`: run prebuilt kernels without the compiler (docs/api.md, Running kernels).
 
     mod = load("cache", "heat", arch="cpu")    # a cache folder or a `qdc pack` bundle
     mod.T.from_numpy(t0); mod.step(0.1)        # fields and kernels are attributes
@@ -232,7 +232,7 @@ class LoadedModule:
         return out
 
     def adstack_heap_bytes(self) -> int:
-        """Bytes held by the runtime's adstack heap (API.md §3), as `qd.adstack_heap_bytes()`."""
+        """Bytes held by the runtime's adstack heap (docs/api.md, Autodiff), as `qd.adstack_heap_bytes()`."""
         from .adstack import adstack_heap_bytes
         return adstack_heap_bytes()
 

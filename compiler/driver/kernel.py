@@ -17,6 +17,7 @@ from qdc.runtime.contract import types as T
 from qdc.runtime.contract.artifact import MAX_ELEMENT_AXIS, FieldMeta, KernelMeta, ParamMeta, TaskMeta
 from qdc.runtime.contract.errors import QdcCompileError
 from qdc.runtime.contract.objects import NdarrayMarker as Ndarray
+from qdc.runtime.contract.tensor_api import Tensor
 
 from ..autodiff.sizeexpr_builder import SizeExprBuilder
 from ..frontend.structs import struct_layouts, struct_param, struct_param_problem
@@ -55,6 +56,8 @@ def parse_params(fn, opts, templates: list | None = None) -> list[ir.Param]:
             except Exception as e:  # noqa: BLE001  (reported at the parameter)
                 raise _param_error(fn, name, f"has an annotation that cannot be evaluated: "
                                              f"{type(e).__name__}: {e}") from None
+        if _is_method_self(fn, name, ann):
+            ann = lang.Template()  # a kernel method's `self` (a @qd.data_oriented instance) is a template
         if ann is inspect.Parameter.empty:
             raise _param_error(fn, name, "needs a type annotation (a qd scalar type, a vector/matrix type, "
                                          "qd.types.ndarray(...) or qd.template())")
@@ -62,6 +65,8 @@ def parse_params(fn, opts, templates: list | None = None) -> list[ir.Param]:
             ann = opts.default_ip
         elif ann is float:
             ann = opts.default_fp
+        elif isinstance(ann, type) and issubclass(ann, Tensor):
+            ann = lang.NdarrayType()  # qd.Tensor: an ndarray or a field, dtype and ndim the argument's
         if lang.is_template_annotation(ann):
             if templates is not None:
                 templates.append(name)
@@ -85,6 +90,12 @@ def parse_params(fn, opts, templates: list | None = None) -> list[ir.Param]:
         else:
             raise _param_error(fn, name, f"has unsupported annotation {ann!r}")
     return params
+
+
+def _is_method_self(fn, name: str, ann) -> bool:
+    """The unannotated first parameter `self` of a kernel defined in a class."""
+    return (ann is inspect.Parameter.empty and name == "self" and "." in fn.__qualname__
+            and next(iter(inspect.signature(fn).parameters)) == "self")
 
 
 _UNSUPPORTED_KINDS = {

@@ -92,7 +92,7 @@ class CallLowering:
         name = getattr(callee, "__name__", type(callee).__name__)
         if lang.is_kernel_function(callee):
             self.error(f"kernel '{name}' cannot be called from a kernel; make it a @qd.func")
-        if _plain_function(callee):  # inlined like a @qd.func, as Quadrants does (API.md §2)
+        if _plain_function(callee):  # inlined like a @qd.func, as Quadrants does (docs/api.md)
             return self.inline_func(_as_func(callee), node)
         hint = " (decorate it with @qd.func)" if inspect.isfunction(callee) else ""
         self.error(f"'{name}' is not a qd.func or a qd intrinsic and cannot be called in a kernel{hint}")

@@ -14,9 +14,9 @@ import types
 
 import numpy as np
 
-from qdc.runtime import context
+from qdc.runtime import context, external_arrays
 from qdc.runtime.contract import types as T
-from qdc.runtime.contract.objects import NdarrayMarker as Ndarray
+from qdc.runtime.contract.objects import FieldMarker as Field, NdarrayMarker as Ndarray
 from qdc.runtime.kernel_function import KernelFunction
 from qdc.runtime.launcher import make_launcher
 
@@ -127,22 +127,31 @@ class Kernel(KernelFunction):
                 continue
             if a is _MISSING:
                 raise TypeError(f"kernel '{self.__name__}': missing argument '{p.name}'")
-            if isinstance(a, (np.ndarray, Ndarray)):
-                dt = T.from_numpy(a.dtype.np_dtype if isinstance(a, Ndarray) else a.dtype)
+            external = None if isinstance(a, (np.ndarray, Ndarray, Field)) else external_arrays.signature(a)
+            if isinstance(a, (np.ndarray, Ndarray, Field)):  # a field passed as a qd.Tensor: its buffer
+                dt = T.from_numpy(a.dtype if isinstance(a, np.ndarray) else a.dtype.np_dtype)
                 if dt is None:
                     raise TypeError(f"kernel '{self.__name__}', argument '{p.name}': unsupported dtype {a.dtype}")
-                ndim = len(a.storage_shape) if isinstance(a, Ndarray) else len(a.shape)
+                ndim = len(a.shape) if isinstance(a, np.ndarray) else len(a.storage_shape)
+            elif external is not None:  # a torch tensor, a DLPack array
+                dt, ndim = T.by_name(external[0]) if external[0] else None, external[1]
+                if dt is None:
+                    raise TypeError(f"kernel '{self.__name__}', argument '{p.name}': unsupported dtype "
+                                    f"{getattr(a, 'dtype', '?')}")
             else:
                 raise TypeError(f"kernel '{self.__name__}', argument '{p.name}': expected an ndarray, "
                                 f"got {type(a).__name__}")
             element_shape = p.element_shape
-            if p.dtype is None and isinstance(a, Ndarray) and a.element_shape:  # a qd.ndarray of vectors
+            if p.dtype is None and isinstance(a, (Ndarray, Field)) and a.element_shape:  # a qd.ndarray of vectors
                 element_shape = a.element_shape
             dt = p.dtype or dt
             ndim = p.ndim + len(element_shape) - len(p.element_shape) if p.ndim is not None else ndim
             needs_grad = p.needs_grad
             if needs_grad is None:
-                needs_grad = dt.is_float and isinstance(a, Ndarray) and a.grad is not None
+                if external is not None:  # a tensor's requires_grad
+                    needs_grad = dt.is_float and external[2]
+                else:
+                    needs_grad = dt.is_float and not isinstance(a, np.ndarray) and a.grad is not None
             out[i] = ir.Param(p.name, "ndarray", dt, ndim, needs_grad, element_shape)
             key.append((dt.name, ndim, needs_grad, element_shape))
         return tuple(key), out
@@ -256,10 +265,12 @@ def _plain_parameters(fn) -> list[str] | None:
     return names
 
 
-def kernel(fn=None, *, graph: bool = False):
+def kernel(fn=None, *, graph: bool = False, fastcache: bool = False):
     """`@qd.kernel`: the kernel as a plain Python function that compiles on first call, then
     launches (see Kernel). `@qd.kernel(graph=True)`: on CUDA the kernel's tasks (and its
-    `.grad`'s) are replayed as one graph per launch; on every other arch it changes nothing."""
+    `.grad`'s) are replayed as one graph per launch; on every other arch it changes nothing.
+    `fastcache=True` (Quadrants': cache the kernel across processes) is what qdc does for every
+    kernel, so it changes nothing."""
     if fn is None:
         return lambda f: Kernel(f, graph).function
     if not callable(fn):

@@ -1,4 +1,4 @@
-"""`qd.template()` / `qd.Template` parameters (API.md §2): fields and compile-time values.
+"""`qd.template()` / `qd.Template` parameters (docs/api.md, Writing kernels): fields and compile-time values.
 
 A template argument is a field (the kernel is compiled per distinct field declaration and
 bound to the field passed) or a Python value (a compile-time constant). Each enters the cache

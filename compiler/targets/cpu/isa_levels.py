@@ -1,4 +1,4 @@
-"""What `cpu_target` (API.md §5) means: the CPU levels a kernel's native code is built for.
+"""What `cpu_target` (docs/api.md, Configuration) means: the CPU levels a kernel's native code is built for.
 
     portable  one library per ISA level of the architecture family (x86-64-v2/v3/v4 on x86,
               armv8-a / armv8.2-a / armv8.2-a+SVE on aarch64); the runtime loads the best one

@@ -209,7 +209,7 @@ def _libgomp_loaded() -> bool:
     return True
 
 
-# ---- which library of a kernel this CPU can run (cpu_target, API.md §5) ---------------------
+# ---- which library of a kernel this CPU can run (cpu_target, docs/api.md) ---------------------
 #
 # A CPU entry records its libraries lowest ISA level first (KernelMeta.cpu_libraries): the
 # artifact kind, the level or CPU name, the architecture family and the features its code

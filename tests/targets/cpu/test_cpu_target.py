@@ -1,4 +1,4 @@
-"""cpu_target (API.md §5): `qdc build` makes portable CPU code, one library
+"""cpu_target (docs/api.md, Configuration): `qdc build` makes portable CPU code, one library
 with the code of every ISA level, and the loader picks the best level the host runs; a host lacking what an entry
 needs gets a CacheError naming the missing features, never an illegal instruction."""
 import os
