@@ -36,6 +36,17 @@ from .positions import Positions
 _UNSUPPORTED_LOOPS = (ir.While, ir.Break, ir.Continue)
 
 
+def refuse_block_level(k: ir.KernelIR, what: str) -> None:
+    """Block-level code (qd.simt) has no derivative here: the reverse sweep replays a thread's
+    iterations on their own, so its barriers would no longer meet, and the adjoint of a
+    subgroup exchange is the reverse exchange among lanes that no longer run together."""
+    for s in ir.walk(k.body):
+        if ir.simt_construct(s) is not None:
+            raise error(s.loc, f"{ir.simt_construct(s)} cannot be used in kernel '{k.name}', which needs {what}: "
+                               f"block-level code (qd.simt) is not differentiated; compute the gradient in a "
+                               f"kernel without it")
+
+
 def error(loc: ir.SourceLoc | None, message: str) -> QdcCompileError:
     if loc is None:
         return QdcCompileError(message)
@@ -44,6 +55,7 @@ def error(loc: ir.SourceLoc | None, message: str) -> QdcCompileError:
 
 
 def check_kernel(k: ir.KernelIR, differentiable) -> None:
+    refuse_block_level(k, "a gradient")
     for t in k.tasks:
         for s in ir.walk(t.body):
             if isinstance(s, _UNSUPPORTED_LOOPS):
