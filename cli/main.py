@@ -336,7 +336,8 @@ def _describe_entry(entry) -> str:
         lines.append(_describe_task(t, m))
     for lib in getattr(m, "cpu_libraries", None) or []:
         needs = ", ".join(lib["features"]) or "nothing beyond the baseline"
-        lines.append(f"  library   {lib['artifact']} for {lib['target']} ({lib['machine']}): needs {needs}")
+        platform = f"{lib['machine']}-{lib.get('os', 'linux')}" + (f", {lib['triple']}" if "triple" in lib else "")
+        lines.append(f"  library   {lib['artifact']} for {lib['target']} ({platform}): needs {needs}")
     width = max([12] + [len(a["file"]) for a in r["artifacts"].values()])
     for kind, a in sorted(r["artifacts"].items()):
         lines.append(f"  artifact  {a['file']:<{width}} {_human(a['size']):>10}  sha256 {a['sha256']}")

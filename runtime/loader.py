@@ -19,7 +19,7 @@ from .adstack import launch_hooks
 from .bundle import open_store
 from .cache import cache_error, module_path, module_problems, read_entry, read_module
 from .contract.errors import QdcError
-from .devices.cpu.device import LibraryLoadError
+from .devices.cpu.device import LibraryLoadError, host_libraries
 from .fields import ElementType, Field, StructField
 from .kernel_function import KernelFunction
 from .launcher import make_launcher
@@ -64,6 +64,9 @@ def load(cache_dir_or_bundle, module: str, arch: str = "cpu", local_cache=None) 
     if not (isinstance(skipped, dict) and all(isinstance(r, str) and isinstance(n, str) and n not in entries
                                               and split_variant(n)[0].isidentifier() for n, r in skipped.items())):
         raise cache_error(where, "malformed metadata: skipped")
+    if arch == "cpu":  # code built for other CPU platforms only (cpu_targets) is refused here, not at a launch
+        for name, entry in entries.items():
+            host_libraries(entry.meta.cpu_libraries, name)
     context.for_arch(arch)
     return LoadedModule(record, entries, store.location)
 
