@@ -39,6 +39,7 @@ from qdc.runtime.contract.objects import StructFieldMarker as StructField
 from ..language import matrix as M
 from .objects import GLOBAL_ARRAYS, NdarrayHandle, Shape
 from .printing import PrintLowering
+from .simt_calls import SimtCalls
 from .source import source_info
 from .static_python import StaticPython
 from .host_objects import HostObject, HostObjects, unwrap
@@ -123,7 +124,7 @@ _UNSUPPORTED = {
 
 
 class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLowering, VectorMath, PrintLowering,
-               StructLowering, StaticPython, HostObjects):
+               StructLowering, StaticPython, HostObjects, SimtCalls):
     """Lowers one `@qd.kernel` into a KernelIR. `templates`: name -> argument of its
     qd.template() parameters (compile-time objects); `returns`: whether to store the return
     value (the grad variant returns nothing); `arch`: the target (default `options.arch`), which
@@ -137,6 +138,7 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
         self.field_objects: list[Field] = []
         self.options = options
         self.shape_type = extents.shape_type(arch or options.arch)  # of `a.shape[k]`: the target's index width
+        self.target_arch = arch or options.arch
         self.frames: list[Frame] = [Frame(fn, self.src, True, self.kernel.body, 0)]
         self.blocks: list[ir.Block] = [self.kernel.body]
         self.pending_loop_config = None  # a LoopConfig set by qd.loop_config(...), consumed by the next for
@@ -159,13 +161,18 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
         return self.frames[-1]
 
     def error(self, message: str, node=None):
+        if self.library_site is not None:  # inside qd.simt's library: the user's call is at fault
+            loc, line = self.library_site
+            raise QdcCompileError(message, loc.filename, loc.line, loc.col, line)
         node = node or (self.node_stack[-1] if self.node_stack else self.frame.src.fn_def)
         src = self.frame.src
         loc = src.loc(node)
         raise QdcCompileError(message, loc.filename, loc.line, loc.col, src.source_line(node))
 
     def emit(self, stmt: ir.Stmt) -> ir.Stmt:
-        if stmt.loc is None and self.node_stack:
+        if stmt.loc is None and self.library_site is not None:
+            stmt.loc = self.library_site[0]
+        elif stmt.loc is None and self.node_stack:
             stmt.loc = self.frame.src.loc(self.node_stack[-1])
         return self.blocks[-1].append(stmt)
 
