@@ -174,6 +174,8 @@ class _Describer:
                 for k, e in v.items()])}
         if isinstance(v, (types.FunctionType, types.BuiltinFunctionType, type)) or _is_language_function(v):
             return self.function(v, route)
+        if _names_itself(v):  # a callable object its module names (numpy.sin, a ufunc)
+            return {"named": f"{import_name(v.__module__)}:{v.__qualname__}"}
         return self.object(v, route, depth)
 
     def container(self, v, route: str, depth: int, items):
@@ -255,6 +257,14 @@ def _is_language_function(v) -> bool:
     """A `@qd.func` or `@qd.kernel` object: named like a function."""
     from ..language import lang
     return isinstance(v, lang.Func) or lang.is_kernel_function(v)
+
+
+def _names_itself(v) -> bool:
+    module, qual = getattr(v, "__module__", None), getattr(v, "__qualname__", None)
+    try:
+        return isinstance(module, str) and isinstance(qual, str) and lookup(import_name(module), qual) is v
+    except Exception:  # noqa: BLE001 (attributes that raise: not a named object)
+        return False
 
 
 def _attributes(v) -> list | None:

@@ -100,7 +100,10 @@ def _rebuild_object(name: str, attrs: dict, route: str):
     try:
         obj = cls.__new__(cls)
     except TypeError:
-        obj = object.__new__(cls)
+        try:
+            obj = object.__new__(cls)
+        except TypeError as e:
+            raise Unrebuildable(f"{route}: a {name} cannot be made without its arguments ({e})") from None
     for attr, d in attrs.items():
         object.__setattr__(obj, attr, rebuild(d, f"{route}.{attr}"))
     return obj
