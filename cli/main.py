@@ -112,6 +112,8 @@ class _BuildCommand(click.Command):
 @click.option("--shard", metavar="K/N", help="Build only shard K of N (a stable split of kernel x arch).")
 @click.option("--remote", "remote_url", metavar="URL", help=REMOTE_HELP)
 @click.option("-v", "--verbose", is_flag=True, help="Name each cache hit too, not only each kernel compiled.")
+@click.option("--timings", "show_timings", is_flag=True,
+              help="Print where each kernel's build time went, per phase and arch, largest kernels first.")
 @click.option("--opt-level", type=click.IntRange(0, 3), help="LLVM optimisation level (default 3).")
 @click.option("--fast-math/--no-fast-math", default=None, help="Allow float reassociation (default off).")
 @click.option("--debug/--no-debug", default=None, help="Bounds checks on every global access.")
@@ -120,7 +122,7 @@ class _BuildCommand(click.Command):
 @click.option("--ad-stack-size", type=click.IntRange(min=0), help="Force N adstack slots (0: sized by the compiler).")
 @click.option("--default-ad-stack-size", type=click.IntRange(min=1), help="Fallback adstack capacity (256).")
 @click.option("--ad-stack-strict/--no-ad-stack-strict", default=None, help="Unsized adstacks are errors.")
-def build(paths, arch, cache_dir, jobs, force, verbose, shard, remote_url, **flags):
+def build(paths, arch, cache_dir, jobs, force, verbose, shard, remote_url, show_timings, **flags):
     """Compile every kernel in PATHS (.py files or folders) into the cache."""
     from qdc.compiler.driver import build as build_mod
     from qdc.compiler.driver.options import ConfigError, resolve
@@ -140,7 +142,7 @@ def build(paths, arch, cache_dir, jobs, force, verbose, shard, remote_url, **fla
         report = build_mod.build(list(paths), arches, opts, cache_dir, jobs or os.cpu_count() or 1, force,
                                  log=lambda text: click.echo(text, err=True), out=click.echo, verbose=verbose,
                                  skip_unexpressible=build_mod.means_every_arch(arch_spec), shard=shard,
-                                 remote=remote_url)
+                                 remote=remote_url, show_timings=show_timings)
     except (ConfigError, build_mod.BuildUsageError) as e:
         raise click.UsageError(str(e)) from None
     sys.exit(0 if report.ok else 1)

@@ -32,7 +32,7 @@ from qdc.runtime.contract.python_scope import scope_types
 from qdc.runtime import remote as remote_mod
 
 from . import cache_key, options as options_mod
-from .. import targets
+from .. import targets, timings
 from ..jit.aot import Instantiation
 from ..jit.kernel import Kernel, kernel_of
 from ..jit.offline_cache import store
@@ -212,20 +212,27 @@ def run_job(src: ModuleSource, job: Job, opts, cache: Cache, force: bool) -> dic
     t0 = time.perf_counter()
     kernel = src.kernels[job.kernel]
     arch_opts = _options_for(opts, job.arch)
+    spent = timings.KernelTimings()
     try:
-        params = _variant_params(_params_for_aot(kernel, arch_opts), job.variant)
-        templates = _templates_of(kernel)
-        deps = cache_key.kernel_key(kernel.fn, params, arch_opts, job.arch, job.variant, templates)
+        with timings.recording(spent):
+            with timings.phase("cache key"):
+                params = _variant_params(_params_for_aot(kernel, arch_opts), job.variant)
+                templates = _templates_of(kernel)
+                deps = cache_key.kernel_key(kernel.fn, params, arch_opts, job.arch, job.variant, templates)
         compiled = compile_recording_warnings(kernel.fn, params, arch_opts, job.arch, job.variant, templates)
-        try:
-            stored = store(cache, deps, compiled, kernel.fn, job.arch, job.variant, arch_opts, replace=force,
-                           raise_errors=True)
-        except OSError as e:
-            raise CacheWriteError(f"cannot write its cache entry in {cache.root}: {e.strerror or e}") from None
+        for name, (wall, cpu) in compiled.timings.phases.items():
+            spent.add(name, wall, cpu)
+        with timings.recording(spent), timings.phase("cache write"):
+            try:
+                stored = store(cache, deps, compiled, kernel.fn, job.arch, job.variant, arch_opts, replace=force,
+                               raise_errors=True)
+            except OSError as e:
+                raise CacheWriteError(f"cannot write its cache entry in {cache.root}: {e.strerror or e}") from None
         if not stored:
             raise RuntimeError("the kernel reaches a field through an expression the cache key cannot follow "
                                "(bind the field to a module-level name)")
-        return {"status": "built", "key": deps.key, "seconds": time.perf_counter() - t0}
+        return {"status": "built", "key": deps.key, "seconds": time.perf_counter() - t0,
+                "timings": spent.to_wire()}
     except TargetCannotExpress as e:  # skipped by `--arch all`, a failure otherwise (`_Outcome`)
         return {"status": CANNOT_EXPRESS, "error": str(e), "reason": f"{e.filename}:{e.line}:{e.col}: {e.raw_message}"}
     except Exception as e:  # noqa: BLE001  (reported per kernel; the build goes on)
@@ -263,6 +270,8 @@ class BuildReport:
     modules: int = 0
     seconds: float = 0.0
     errors: list = dataclasses.field(default_factory=list)
+    # (kernel variant, arch, compiler/timings.KernelTimings) of each variant compiled
+    timings: list = dataclasses.field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -318,7 +327,8 @@ def shard_units(units: list[tuple], shard: tuple[int, int] | None) -> set:
 
 def build(paths, arches, opts, cache_dir: str, jobs: int = 1, force: bool = False,
           log=None, out=None, verbose: bool = False, skip_unexpressible: bool = False,
-          shard: tuple[int, int] | None = None, remote: str | None = None) -> BuildReport:
+          shard: tuple[int, int] | None = None, remote: str | None = None,
+          show_timings: bool = False) -> BuildReport:
     """Build every kernel under `paths` for `arches` into `cache_dir`. `log(text)` gets errors
     (default: stderr); `out(text)` a numbered line per kernel variant compiled (`verbose`: a
     line per cache hit too) and the summary (default: stdout). `skip_unexpressible` (`--arch
@@ -327,7 +337,8 @@ def build(paths, arches, opts, cache_dir: str, jobs: int = 1, force: bool = Fals
     build only shard K's kernels (`shard_units`); the module records name every kernel's entry
     and are complete once the shards' caches are merged. `remote`: a store URL (runtime/remote.py)
     where misses are looked up before compiling and where built entries, then complete module
-    records, are uploaded."""
+    records, are uploaded. `show_timings` (`--timings`): before the summary, where each kernel
+    variant compiled spent its time, per phase (compiler/timings.py), largest first."""
     log = log or (lambda text: print(text, file=sys.stderr, flush=True))
     out = out or (lambda text: print(text, flush=True))
     t0 = time.perf_counter()
@@ -343,6 +354,8 @@ def build(paths, arches, opts, cache_dir: str, jobs: int = 1, force: bool = Fals
     finally:
         _forget_modules(imported_before, files)  # a later build in this process imports afresh
     report.seconds = time.perf_counter() - t0
+    if show_timings and report.timings:
+        out(timings.table(report.timings))
     out(_summary(report, arches))
     return report
 
@@ -404,6 +417,9 @@ def _build_sources(sources, files, arches, opts, cache: Cache, jobs: int, force:
         if result["status"] == CANNOT_EXPRESS:
             result = {**result, "status": "skipped" if skip_unexpressible else "failed"}
         results[_job_id(job)] = result
+        if "timings" in result:
+            report.timings.append((_variant_name(job.module, job.kernel, job.variant), job.arch,
+                                   timings.KernelTimings(result["timings"])))
         progress.step(job, result)
 
     def here(job: Job) -> dict:

@@ -15,6 +15,8 @@ import tempfile
 
 from qdc.runtime.contract.errors import QdcCompileError
 
+from ... import timings
+
 MIN_LLD = 16
 INSTALL_HINT = ("apt-get install -y lld-16 (or any lld of version 16 or newer), or pip install ziglang "
                 "(its ld.lld matches llvmlite's LLVM)")
@@ -63,10 +65,9 @@ def link(obj: bytes, what: str) -> bytes:
         src, out = os.path.join(folder, "k.o"), os.path.join(folder, "k.hsaco")
         with open(src, "wb") as f:
             f.write(obj)
-        proc = subprocess.run(found[0] + ["-shared", "--no-undefined", src, "-o", out], capture_output=True,
-                              text=True)
-        if proc.returncode != 0:
+        returncode, output = timings.run_tool(found[0] + ["-shared", "--no-undefined", src, "-o", out])
+        if returncode != 0:
             raise QdcCompileError(f"internal compiler error: ld.lld could not link the code object of {what}:\n"
-                                  f"{proc.stderr}{proc.stdout}")
+                                  f"{output}")
         with open(out, "rb") as f:
             return f.read()

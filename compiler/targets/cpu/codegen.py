@@ -12,7 +12,6 @@ import hashlib
 import os
 import shutil
 import struct
-import subprocess
 import sys
 import tempfile
 
@@ -23,7 +22,7 @@ from qdc.runtime.contract.adstack_layout import REQUIRED_MAX as ADSTACK_REQUIRED
 from qdc.runtime.contract.artifact import KernelMeta
 from qdc.runtime.contract.cpu_features import HOST_FEATURE_SOURCES, host_machine
 
-from ... import ir
+from ... import ir, timings
 from ...ir.adstack import AdStackAlloca
 from .multiversion import level_assembly, multiversioned_ir
 from .numpy_prologue import add_numpy_entry
@@ -299,18 +298,18 @@ def link_shared_library(obj: bytes) -> bytes:
             commands.insert(0, direct)
         for command in commands:
             try:
-                done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                returncode, output = timings.run_tool(command)  # its CPU time counts to the link
             except FileNotFoundError:
                 if command is direct:
                     continue
                 raise RuntimeError(f"the CPU backend needs a C compiler driver to link ('{cc}' not found; "
                                    f"set CC)") from None
             if command is direct:
-                _direct_ld_works = done.returncode == 0
-            if done.returncode == 0:
+                _direct_ld_works = returncode == 0
+            if returncode == 0:
                 with open(so, "rb") as f:
                     return f.read()
-        raise RuntimeError(f"linking the kernel library failed:\n{done.stdout}")
+        raise RuntimeError(f"linking the kernel library failed:\n{output}")
 
 
 def compile_kernel(kernel: ir.KernelIR, meta: KernelMeta, opt_level: int = 3, fast_math: bool = False,
@@ -323,17 +322,24 @@ def compile_kernel(kernel: ir.KernelIR, meta: KernelMeta, opt_level: int = 3, fa
     levels = cpu_levels(cpu_target)
     module = generate_llvm(kernel, meta, fast_math, target=target, levels=levels)
     task_bodies = [task.task_name + "_chunk" for task in kernel.tasks]  # KernelCodegen.emit_chunk's names
-    text = str(module) if len(levels) == 1 else multiversioned_ir(module, task_bodies, levels,
-                                                                  module.widen_overrides)
-    text = with_half_conversions(text)
-    # A context of its own: the shared one accumulates metadata kinds from earlier modules,
-    # which the bitcode writer records, so the same kernel's bitcode (and a `qdc pack` bundle)
-    # would depend on what the process compiled before it.
-    parsed = llvm.parse_assembly(text, context=llvm.create_context())
-    parsed.verify()
-    mod, tm = optimise(parsed, opt_level, levels[0])
-    so = link_shared_library(tm.emit_object(mod))
-    out = {"ll": str(mod).encode(), "bc": mod.as_bitcode(), "so": so, "so_sha256": hashlib.sha256(so).hexdigest()}
+    with timings.phase("IR multiversioning" if len(levels) > 1 else "IR text"):
+        text = str(module) if len(levels) == 1 else multiversioned_ir(module, task_bodies, levels,
+                                                                      module.widen_overrides)
+        text = with_half_conversions(text)
+    with timings.phase("LLVM parse"):
+        # A context of its own: the shared one accumulates metadata kinds from earlier modules,
+        # which the bitcode writer records, so the same kernel's bitcode (and a `qdc pack` bundle)
+        # would depend on what the process compiled before it.
+        parsed = llvm.parse_assembly(text, context=llvm.create_context())
+        parsed.verify()
+    with timings.phase("LLVM optimisation"):
+        mod, tm = optimise(parsed, opt_level, levels[0])
+    with timings.phase("object emission"):
+        obj = tm.emit_object(mod)
+    with timings.phase("linking"):
+        so = link_shared_library(obj)
+    with timings.phase("artifacts"):
+        out = {"ll": str(mod).encode(), "bc": mod.as_bitcode(), "so": so, "so_sha256": hashlib.sha256(so).hexdigest()}
     if keep_assembly:
         assembly = tm.emit_assembly(mod)
         for i, level in enumerate(levels):
