@@ -693,8 +693,9 @@ def check_bindings(d: dict, bindings, what: str) -> None:
 
 
 # Keys a policy may add: the CPU's width-W lowering (compiler/targets/cpu/widen_codegen.py)
-# records "lanes" (adstack heap slices one thread takes) or "scalar" (why the task is not widened).
-OPTIONAL_LAUNCH_KEYS = {"cpu_chunks": {"lanes", "scalar"}, "grid": set()}
+# records "lanes" (adstack heap slices one thread takes; "lanes_reason": why that few) or "scalar"
+# (why the task is not widened).
+OPTIONAL_LAUNCH_KEYS = {"cpu_chunks": {"lanes", "lanes_reason", "scalar"}, "grid": set()}
 
 
 def check_launch_policy(launch, what: str) -> None:
@@ -705,8 +706,9 @@ def check_launch_policy(launch, what: str) -> None:
         _need(_is_int(launch["parallel_from"]) and 0 <= launch["parallel_from"] <= 1 << 62,
               f"{what}: launch policy parallel_from")
         _need(_is_int(launch.get("lanes", 1)) and 1 <= launch.get("lanes", 1) <= 64, f"{what}: launch policy lanes")
-        _need(isinstance(launch.get("scalar", ""), str) and len(launch.get("scalar", "")) <= 200,
-              f"{what}: launch policy scalar")
+        for key in ("scalar", "lanes_reason"):
+            _need(isinstance(launch.get(key, ""), str) and len(launch.get(key, "")) <= 200,
+                  f"{what}: launch policy {key}")
     else:
         # 0: the device's default block size (no qd.loop_config(block_dim=...) on the loop)
         _need(_is_int(launch["block_dim"]) and 0 <= launch["block_dim"] <= 1 << 16, f"{what}: launch policy block_dim")

@@ -36,7 +36,8 @@ class TaskChoice:
         found = plan(task)
         self.plan: WidenPlan | None = found if isinstance(found, WidenPlan) else None
         self.reason = None if self.plan else found
-        self.lanes = tuple(lanes_for(vector_bits(level), self.plan.float_bits) for level in levels) if self.plan else ()
+        self.lanes = tuple(lanes_for(vector_bits(level), self.plan.float_bits, self.plan.registers)
+                           for level in levels) if self.plan else ()
         self.level_names = tuple(level.name for level in levels)
 
     @property
@@ -45,7 +46,10 @@ class TaskChoice:
 
     def record(self) -> dict:
         """What the task's launch record adds."""
-        return {"lanes": self.max_lanes} if self.plan else {"scalar": self.reason[:200]}
+        if self.plan is None:
+            return {"scalar": self.reason[:200]}
+        return {"lanes": self.max_lanes, **({"lanes_reason": self.plan.registers_reason[:200]}
+                                             if self.plan.registers_reason else {})}
 
 
 class CpuKernelCodegen(KernelCodegen):
