@@ -31,6 +31,22 @@ _LANG = {"static", "ndrange", "grouped", "loop_config", "types", "sin", "cos", "
          "random", "stop_grad", "raw_div", "raw_mod", "bit_shr", "Struct", "dataclass"}
 _DECORATORS = {"kernel", "func"}  # qdc.compiler.jit.kernel
 _API = {"init", "reset"}
+# Quadrants' names (a Quadrants program runs on qdc: quadrants_compat/): name -> defining module
+_QUADRANTS_NAMES = {
+    "Tensor": "qdc.runtime.tensors", "VectorTensor": "qdc.runtime.tensors", "MatrixTensor": "qdc.runtime.tensors",
+    "tensor": "qdc.runtime.tensors", "Backend": "qdc.runtime.tensors", "Layout": "qdc.runtime.tensors",
+    "perf_dispatch": "qdc.runtime.perf_dispatch", "data_oriented": "qdc.compiler.language.data_oriented",
+    "DEBUG": "qdc.quadrants_compat.logging", "TRACE": "qdc.quadrants_compat.logging",
+    "INFO": "qdc.quadrants_compat.logging", "WARN": "qdc.quadrants_compat.logging",
+    "ERROR": "qdc.quadrants_compat.logging", "CRITICAL": "qdc.quadrants_compat.logging",
+    "set_logging_level": "qdc.quadrants_compat.logging", "is_logging_effective": "qdc.quadrants_compat.logging",
+}
+_QUADRANTS_MODULES = {"_logging": "qdc.quadrants_compat.logging", "lang": "qdc.quadrants_compat.lang"}
+
+
+def install_as_quadrants() -> None:
+    """Make every later `import quadrants` resolve to qdc (quadrants_compat/)."""
+    importlib.import_module("qdc.quadrants_compat").install()
 
 
 def __getattr__(name):
@@ -55,6 +71,12 @@ def __getattr__(name):
         return getattr(_compiler_module("qdc.compiler.language.lang", name), name)
     if name in _API:
         return getattr(_compiler_module("qdc.compiler.jit.api", name), name)
+    if name in _QUADRANTS_NAMES:
+        return getattr(importlib.import_module(_QUADRANTS_NAMES[name]), name)
+    if name in _QUADRANTS_MODULES:
+        return importlib.import_module(_QUADRANTS_MODULES[name])
+    if name in ("x64", "arm64"):  # Quadrants' names of the CPU arch
+        return "cpu"
     raise AttributeError(f"module 'qdc' has no attribute '{name}'")
 
 

@@ -1,4 +1,4 @@
-"""The `qdc` command (API.md §6): build, ls, inspect, verify, clean, pack, merge, push, pull.
+"""The `qdc` command (docs/api.md): build, ls, inspect, verify, clean, pack, merge, push, pull.
 
 Exit codes: 0 success, 1 a build or verify failure, 2 a usage error. Options come from flags,
 then `qdc.yaml` / `[tool.qdc]` in pyproject.toml (nearest to the working folder), then
@@ -51,6 +51,11 @@ REMOTE_HELP = "Remote store URL (s3://, gs://, az://, http(s)://, file://). Defa
 def _fail(message: str) -> None:
     click.echo(f"qdc: error: {message}", err=True)
     sys.exit(1)
+
+
+def _count(n: int, noun: str, plural: str | None = None) -> str:
+    """'1 kernel', '2 kernels' ('1 entry', '2 entries' with the plural given)."""
+    return f"{n} {noun}" if n == 1 else f"{n} {plural or noun + 's'}"
 
 
 def _human(n: float) -> str:
@@ -176,14 +181,14 @@ def ls_cmd(cache_dir, remote_url):
         for kernel, reason in sorted(skipped.items() if isinstance(skipped, dict) else []):
             rows.append(f"  {kernel:<24} {'skipped':>10}  {reason}")
         total = sum(_entry_size_and_date(store, k)[0] for k in record["kernels"].values())
-        click.echo(f"{module} ({arch}): {len(record['kernels'])} kernels, {len(record['fields'])} fields, "
+        click.echo(f"{module} ({arch}): {_count(len(record['kernels']), 'kernel')}, {_count(len(record['fields']), 'field')}, "
                    f"{_human(total)}, built {_date(record.get('built', 0))}")
         for row in rows:
             click.echo(row)
     if isinstance(store, C.Cache):
         entries = store.entries()
         loose = [e for e in entries if e["key"] not in referenced]
-        click.echo(f"{len(entries)} entries, {_human(sum(e['size'] for e in entries))} in {store.location}"
+        click.echo(f"{_count(len(entries), 'entry', 'entries')}, {_human(sum(e['size'] for e in entries))} in {store.location}"
                    f" ({len(loose)} not in any module: direct-mode compiles or older builds)")
 
 
@@ -333,7 +338,8 @@ def _describe_entry(entry) -> str:
         lines.append(_describe_task(t, m))
     for lib in getattr(m, "cpu_libraries", None) or []:
         needs = ", ".join(lib["features"]) or "nothing beyond the baseline"
-        lines.append(f"  library   {lib['artifact']} for {lib['target']} ({lib['machine']}): needs {needs}")
+        platform = f"{lib['machine']}-{lib.get('os', 'linux')}" + (f", {lib['triple']}" if "triple" in lib else "")
+        lines.append(f"  library   {lib['artifact']} for {lib['target']} ({platform}): needs {needs}")
     width = max([12] + [len(a["file"]) for a in r["artifacts"].values()])
     for kind, a in sorted(r["artifacts"].items()):
         lines.append(f"  artifact  {a['file']:<{width}} {_human(a['size']):>10}  sha256 {a['sha256']}")
@@ -375,7 +381,7 @@ def verify(source, cache_dir, remote_url):
         _fail(str(e))
     for path, reason in problems:
         click.echo(f"{path}: {reason}", err=True)
-    click.echo(f"qdc verify: {checked} files checked in {store.location}, {len(problems)} bad")
+    click.echo(f"qdc verify: {_count(checked, 'file')} checked in {store.location}, {len(problems)} bad")
     sys.exit(1 if problems else 0)
 
 
@@ -419,7 +425,8 @@ def _clean_remote(remote_url, older_than, max_size, everything) -> None:
         stats = clean_remote(_remote_store(remote_url), seconds)
     except Exception as e:  # noqa: BLE001 (CacheError naming the object)
         _fail(str(e))
-    click.echo(f"qdc clean: deleted {stats['evicted']} entries and {stats['modules_dropped']} module records "
+    click.echo(f"qdc clean: deleted {_count(stats['evicted'], 'entry', 'entries')} and "
+               f"{_count(stats['modules_dropped'], 'module record')} "
                f"from {remote_url}")
 
 
@@ -450,7 +457,7 @@ def pack(cache_dir, output, remote_url):
         stats = pack_bundle(store, output)
     except (C.CacheError, FileNotFoundError, ValueError) as e:
         _fail(f"{e} (nothing was packed; run `qdc verify`)")
-    click.echo(f"qdc pack: {stats['modules']} module records, {stats['files']} files, "
+    click.echo(f"qdc pack: {_count(stats['modules'], 'module record')}, {_count(stats['files'], 'file')}, "
                f"{_human(stats['bytes'])} -> {output}")
 
 
@@ -473,7 +480,8 @@ def merge(dest, sources):
         stats = merge_caches(C.Cache(root), stores)
     except (C.CacheError, OSError) as e:
         _fail(str(e))
-    click.echo(f"qdc merge: {stats['entries']} entries and {stats['modules']} module records merged into {dest}")
+    click.echo(f"qdc merge: {_count(stats['entries'], 'entry', 'entries')} and "
+               f"{_count(stats['modules'], 'module record')} merged into {dest}")
 
 
 @cli.command()
@@ -491,7 +499,7 @@ def push(cache_dir, remote_url):
         _fail(str(e))
     for line in stats["incomplete"]:
         click.echo(f"qdc push: not uploaded yet, entries missing on the remote: {line}", err=True)
-    click.echo(f"qdc push: {stats['entries']} entries, {stats['modules']} module records -> {url}")
+    click.echo(f"qdc push: {_count(stats['entries'], 'entry', 'entries')}, {_count(stats['modules'], 'module record')} -> {url}")
 
 
 @cli.command()
@@ -511,7 +519,8 @@ def pull(modules, arch, cache_dir, remote_url):
         fetched = sum(pull_module(store, cache, m, arch) for m in names)
     except Exception as e:  # noqa: BLE001 (CacheError / ModuleNotBuiltError naming the object)
         _fail(str(e))
-    click.echo(f"qdc pull: {len(names)} modules ({arch}), {fetched} entries fetched into {cache.root}")
+    click.echo(f"qdc pull: {_count(len(names), 'module')} ({arch}), {_count(fetched, 'entry', 'entries')} fetched into "
+               f"{cache.root}")
 
 
 def _no_remote():

@@ -27,7 +27,9 @@ _LAZY = {"load": ".loader", "ndarray": ".fields", "Ndarray": ".fields", "FwdMode
 def sync() -> None:
     """Wait until every kernel launched on the active runtime has finished, and raise the first
     error any of them hit (an `AdStackOverflowError`, a bounds error) naming its kernel."""
-    from . import context
+    from . import context, lifecycle
+    if lifecycle._pending:
+        lifecycle.materialize_pending()
     if context.has_runtime():  # nothing was ever launched otherwise: no device to start
         context.current().device.sync()
 

@@ -1,4 +1,4 @@
-"""`qdc.runtime.load`: run prebuilt kernels without the compiler (API.md §4, Ahead of time).
+"""`qdc.runtime.load`: run prebuilt kernels without the compiler (docs/api.md, Running kernels).
 
     mod = load("cache", "heat", arch="cpu")    # a cache folder or a `qdc pack` bundle
     mod.T.from_numpy(t0); mod.step(0.1)        # fields and kernels are attributes
@@ -19,7 +19,7 @@ from .adstack import launch_hooks
 from .bundle import open_store
 from .cache import cache_error, module_path, module_problems, read_entry, read_module
 from .contract.errors import QdcError
-from .devices.cpu.device import LibraryLoadError
+from .devices.cpu.device import LibraryLoadError, host_libraries
 from .fields import ElementType, Field, StructField
 from .kernel_function import KernelFunction
 from .launcher import make_launcher
@@ -64,6 +64,9 @@ def load(cache_dir_or_bundle, module: str, arch: str = "cpu", local_cache=None) 
     if not (isinstance(skipped, dict) and all(isinstance(r, str) and isinstance(n, str) and n not in entries
                                               and split_variant(n)[0].isidentifier() for n, r in skipped.items())):
         raise cache_error(where, "malformed metadata: skipped")
+    if arch == "cpu":  # code built for other CPU platforms only (cpu_targets) is refused here, not at a launch
+        for name, entry in entries.items():
+            host_libraries(entry.meta.cpu_libraries, name)
     context.for_arch(arch)
     return LoadedModule(record, entries, store.location)
 
@@ -232,7 +235,7 @@ class LoadedModule:
         return out
 
     def adstack_heap_bytes(self) -> int:
-        """Bytes held by the runtime's adstack heap (API.md §3), as `qd.adstack_heap_bytes()`."""
+        """Bytes held by the runtime's adstack heap (docs/api.md, Autodiff), as `qd.adstack_heap_bytes()`."""
         from .adstack import adstack_heap_bytes
         return adstack_heap_bytes()
 

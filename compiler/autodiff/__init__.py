@@ -78,6 +78,7 @@ class _KernelContext:
         self.grad.fields = list(k.fields)
         self.grad.num_temps, self.grad.temp_types = k.num_temps, list(k.temp_types)
         self.grad.messages = list(k.messages)  # the forward sweep's prints and debug checks name them
+        self.grad.members = dict(k.members)  # the parameters read off dataclass and template arguments
         self.activity = None
         self.adjoint_temps: dict = {}  # temp slot -> slot of its adjoint
         self._grads = CompanionBuffers(self.grad, self.field_objects, "grad")

@@ -19,10 +19,12 @@ from qdc.runtime.contract.artifact import (MAX_ELEMENT_AXIS, VARIANT_SUFFIXES, F
                                              TaskMeta)
 from qdc.runtime.contract.errors import QdcCompileError
 from qdc.runtime.contract.objects import NdarrayMarker as Ndarray
+from qdc.runtime.contract.tensor_api import Tensor
 
 from ..autodiff.sizeexpr_builder import SizeExprBuilder
 from ..frontend.structs import struct_layouts, struct_param, struct_param_problem
 from ..language import lang, matrix as M
+from ..language.dataclass_args import is_dataclass_type
 from ..language.structs import StructType
 from ..passes import bounds_checks
 from .. import ir, targets, timings
@@ -45,7 +47,9 @@ def parse_params(fn, opts, templates: list | None = None) -> list[ir.Param]:
     `qd.template()` parameters are not among them: their names go to `templates`. A vector or
     matrix type (`v: qd.math.vec3`) is a parameter of kind "vector" with its element shape:
     passed by value, its elements become scalar parameters in the IR (frontend/vectors.py,
-    element_params) and in the metadata."""
+    element_params) and in the metadata. A `dataclasses.dataclass` type is a parameter of kind
+    "dataclass" whose dtype is that class: the members its argument holds become parameters
+    when the kernel is compiled for it (language/dataclass_args.py)."""
     sig = inspect.signature(fn)
     params = []
     for name, p in sig.parameters.items():
@@ -58,13 +62,19 @@ def parse_params(fn, opts, templates: list | None = None) -> list[ir.Param]:
             except Exception as e:  # noqa: BLE001  (reported at the parameter)
                 raise _param_error(fn, name, f"has an annotation that cannot be evaluated: "
                                              f"{type(e).__name__}: {e}") from None
+        if _is_method_self(fn, name, ann):
+            ann = lang.Template()  # a kernel method's `self` (a @qd.data_oriented instance) is a template
         if ann is inspect.Parameter.empty:
             raise _param_error(fn, name, "needs a type annotation (a qd scalar type, a vector/matrix type, "
                                          "qd.types.ndarray(...) or qd.template())")
-        if ann is int:
+        if ann is bool:
+            ann = T.u1
+        elif ann is int:
             ann = opts.default_ip
         elif ann is float:
             ann = opts.default_fp
+        elif isinstance(ann, type) and issubclass(ann, Tensor):
+            ann = lang.NdarrayType()  # qd.Tensor: an ndarray or a field, dtype and ndim the argument's
         if lang.is_template_annotation(ann):
             if templates is not None:
                 templates.append(name)
@@ -81,6 +91,8 @@ def parse_params(fn, opts, templates: list | None = None) -> list[ir.Param]:
             if problem:
                 raise _param_error(fn, name, problem)
             params.append(struct_param(name, ann, opts.default_ip, opts.default_fp))
+        elif is_dataclass_type(ann):  # its members are parameters: which ones, the argument says
+            params.append(ir.Param(name, "dataclass", ann))
         elif isinstance(ann, lang.NdarrayType):
             es = ann.element_shape  # an ndarray of vectors: its components are trailing axes
             ndim = None if ann.ndim is None else ann.ndim + len(es)
@@ -88,6 +100,12 @@ def parse_params(fn, opts, templates: list | None = None) -> list[ir.Param]:
         else:
             raise _param_error(fn, name, f"has unsupported annotation {ann!r}")
     return params
+
+
+def _is_method_self(fn, name: str, ann) -> bool:
+    """The unannotated first parameter `self` of a kernel defined in a class."""
+    return (ann is inspect.Parameter.empty and name == "self" and "." in fn.__qualname__
+            and next(iter(inspect.signature(fn).parameters)) == "self")
 
 
 _UNSUPPORTED_KINDS = {
@@ -129,7 +147,7 @@ def build_meta(kir: ir.KernelIR, entry: str, is_grad: bool = False, adstack: dic
         task_records(kir, entry, adstack, launch_policy),
         kir.num_temps, is_grad, adstack, bounds_checks.records(kir) if debug else None,
         returns=kir.returns, random=any(isinstance(s, ir.RandomState) for s in ir.walk(kir.body)),
-        messages=kir.messages, structs=struct_layouts(kir.params))
+        messages=kir.messages, structs=struct_layouts(kir.params), members=kir.members)
 
 
 def _needs_grad_meta(p: ir.Param, index: int, grads: set | None):

@@ -40,6 +40,8 @@ from ..language import matrix as M
 from .objects import GLOBAL_ARRAYS, NdarrayHandle, Shape
 from .printing import PrintLowering
 from .source import source_info
+from .static_python import StaticPython
+from .host_objects import HostObject, HostObjects, unwrap
 from .values import ValueBuilder, is_number, is_runtime, not_a_value_message, short_number
 
 
@@ -122,7 +124,7 @@ _UNSUPPORTED = {
 
 
 class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLowering, VectorMath, PrintLowering,
-               StructLowering):
+               StructLowering, StaticPython, HostObjects):
     """Lowers one `@qd.kernel` into a KernelIR. `templates`: name -> argument of its
     qd.template() parameters (compile-time objects); `returns`: whether to store the return
     value (the grad variant returns nothing); `arch`: the target (default `options.arch`), which
@@ -149,6 +151,7 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
         self.constants_used: dict = {}  # name -> value of captured compile-time constants (cache key)
         self.funcs_used: list = []
         self.templates = templates or {}
+        self.member_variables: dict = {}  # parameter index -> the variable a dataclass's scalar member is read into
         self.init_returns(fn, returns)
 
     # ---- infrastructure -------------------------------------------------------------
@@ -255,7 +258,7 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
         for name, (stype, variables) in struct_scalars.items():
             scope[name] = self.struct_parameter_var(stype, variables)
         for name, value in self.templates.items():  # compile-time objects, like captured globals
-            scope[name] = self.capture(name, value)
+            scope[name] = self.host_root(name, value)
         self.visit_body(fdef.body)
         if self.pending_loop_config is not None:
             self.error("qd.loop_config() must be followed directly by the for loop it configures")
@@ -328,6 +331,8 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
             return self.struct_attribute(base, attr, node)
         if isinstance(base, StructField):
             return self.struct_field_attribute(base, attr)
+        if isinstance(base, HostObject):
+            return self.host_attribute(base, attr, node)
         if isinstance(base, Field):
             if attr == "grad":
                 if base.grad is None:
@@ -436,8 +441,8 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
                 self.error(f"comparison '{_PY_COMPARE_SYMBOL[type(op_node)]}' is not defined on vectors", node)
             return self.vector_compare(op, self.vector_operand(left, node), self.vector_operand(right, node), node)
         if not _holds_runtime(left) and not _holds_runtime(right):
-            try:
-                return _PY_COMPARE[type(op_node)](left, right)
+            try:  # objects reached from arguments compare as themselves
+                return _PY_COMPARE[type(op_node)](unwrap(left), unwrap(right))
             except TypeError as e:  # e.g. `1 < "a"`: Python's own message names the operand types
                 self.error(f"compile-time comparison failed: {e}", node)
         if isinstance(left, tuple) or isinstance(right, tuple):
@@ -566,6 +571,8 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
             hint = f" (index a 0-d array with {base.name}[None])" if rank == 0 else ""
             self.error(f"{what} has {rank} dimension(s) but is indexed with {len(indices)} "
                        f"index(es){hint}", node)
+        if isinstance(base, Field) and base.layout is not None:  # stored with its axes permuted
+            indices = [indices[axis] for axis in base.layout]
         return ref, indices
 
     def index_value(self, node, what: str, value) -> ir.Stmt:
@@ -606,8 +613,10 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
 
     def visit_Assign(self, node: ast.Assign):
         value = self.visit(node.value)
+        static = self.binds_static(node.value)
         for target in node.targets:
-            self.assign(target, value, node.value)
+            if not (static and self.bind_static_names(target, value)):
+                self.assign(target, value, node.value)
 
     def visit_AnnAssign(self, node: ast.AnnAssign):
         if not isinstance(node.target, ast.Name):

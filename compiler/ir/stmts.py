@@ -506,6 +506,9 @@ class KernelIR:
         # The print, assert and debug-check messages that DebugMessage statements name: the
         # artifact's `messages` records (runtime/contract/print_buffer.py).
         self.messages: list = []
+        # Parameters read off a dataclass or template argument at launch (frontend/host_objects.py):
+        # parameter name -> the path to it, [argument, attribute or index, ...]
+        self.members: dict = {}
 
     def field_ref(self, field, is_grad: bool) -> FieldRef:
         """The kernel's reference to `field` (a runtime Field object), allocated on first use."""

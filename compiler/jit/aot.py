@@ -1,4 +1,4 @@
-"""`qd.aot`: declarations for ahead-of-time builds (API.md §4).
+"""`qd.aot`: declarations for ahead-of-time builds (docs/api.md, Running kernels).
 
 `name = qd.aot.instantiate(kernel, **template_args)` at module level of a kernel module
 declares one instantiation of a kernel with qd.template() parameters: `qdc build` compiles it

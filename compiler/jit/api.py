@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import warnings
 
-from qdc.runtime import context, random_stream
+from qdc.runtime import context, lifecycle, random_stream
 from qdc.runtime.contract.arches import GPU_ARCHES
 from qdc.runtime.contract.python_scope import scope_types
 
@@ -23,7 +23,7 @@ def direct_options() -> options_mod.Options:
 
 
 def init(arch=None, **options):
-    """Select the device and set options (API.md §5).
+    """Select the device and set options (docs/api.md, Configuration).
 
     Calling it again resets the runtime: fields and ndarrays come back zeroed on first use,
     and kernels are recompiled (through the offline cache) for the new options on their next
@@ -32,8 +32,9 @@ def init(arch=None, **options):
     compiled without being stored).
     """
     opts = options_mod.Options()
+    options = quadrants_options(options)
     if arch is not None:
-        options["arch"] = arch
+        options["arch"] = QUADRANTS_ARCHES.get(arch, arch)
     gpu = options.get("arch") == GPU
     if gpu:
         options["arch"] = GPU_ARCHES[0]  # validated with the rest; the one that works is chosen below
@@ -51,6 +52,7 @@ def init(arch=None, **options):
             opts.arch = context.current().arch  # qd.gpu: the one chosen
             _set_direct(opts)
             random_stream.restart(opts.random_seed)
+            lifecycle.runtime_replaced()
     return opts
 
 
@@ -61,6 +63,46 @@ def _set_direct(opts) -> None:
 
 
 GPU = "gpu"
+
+# Quadrants' names of the CPU arch
+QUADRANTS_ARCHES = {"x64": "cpu", "arm64": "cpu", "host": "cpu"}
+
+# Quadrants' qd.init options that change nothing on qdc, and why (docs/api.md lists them).
+QUADRANTS_NO_OPS = {
+    "enable_fallback": "qdc never falls back from the arch asked (but for qd.gpu, which warns)",
+    "force_scalarize_matrix": "qdc always lowers vectors and matrices to scalars",
+    "advanced_optimization": "qdc's pass pipeline is fixed; opt_level sets LLVM's level",
+    "cfg_optimization": "qdc's pass pipeline is fixed",
+    "ad_stack_experimental_enabled": "adstacks are always on and sized exactly (ad_stack_size)",
+    "ad_stack_sparse_threshold_bytes": "adstacks are always sized from the launch's data",
+    "offline_cache": "kernels always go through the cache at cache_dir",
+    "offline_cache_max_size_of_files": "the direct-mode cache is not evicted automatically: `qdc clean --max-size`",
+    "offline_cache_cleaning_policy": "the direct-mode cache is not evicted automatically: `qdc clean --max-size`",
+    "offline_cache_file_path": "use cache_dir",
+    "num_compile_threads": "a kernel compiles on the calling thread",
+    "print_full_traceback": "qdc's errors name the kernel source line themselves",
+    "print_ir": "use `qdc inspect --ir` or QDC_LOG",
+    "kernel_profiler": "not offered",
+    "device_memory_GB": "qdc allocates device memory per array",
+    "device_memory_fraction": "qdc allocates device memory per array",
+    "fast_math_reductions": "reductions follow fast_math",
+}
+
+
+def quadrants_options(options: dict) -> dict:
+    """qd.init's keyword arguments with Quadrants' options applied: `log_level` sets the level of
+    Quadrants' logging names, `check_out_of_bound=True` turns on qdc's bounds checks (debug), the
+    options of QUADRANTS_NO_OPS are dropped."""
+    out = {}
+    for name, value in options.items():
+        if name == "log_level":
+            from qdc.quadrants_compat import logging as quadrants_logging
+            quadrants_logging.set_logging_level(value)
+        elif name != "check_out_of_bound" and name not in QUADRANTS_NO_OPS:
+            out[name] = value
+    if options.get("check_out_of_bound"):
+        out["debug"] = True
+    return out
 
 
 def _start_first_gpu(opts) -> None:

@@ -170,6 +170,27 @@ class Unsupported(Exception):
     turns it into a located QdcCompileError (`codegen_error`)."""
 
 
+def lower_statement(lowering, kernel: ir.KernelIR, s: ir.Stmt, lower: Callable, generating: str):
+    """`lower(s)` inside the one error context every code generator lowers statements in (as
+    Numba's `lower_block`): `lowering.where` is the source location of the innermost located
+    statement being lowered, and what goes wrong becomes a QdcCompileError at that line naming
+    the kernel and the statement: an `Unsupported` as its message says, any other exception as
+    an internal compiler error while `generating` (the cause chained for a developer)."""
+    outer = lowering.where
+    lowering.where = s.loc or outer
+    try:
+        r = lower(s)
+    except QdcCompileError:
+        raise
+    except Unsupported as e:
+        raise codegen_error(kernel, s, str(e), lowering.where) from None
+    except Exception as e:  # a code generator bug: still located
+        raise codegen_error(kernel, s, f"internal compiler error while {generating}: {type(e).__name__}: {e}",
+                            lowering.where) from e
+    lowering.where = outer
+    return r
+
+
 def codegen_error(kernel: ir.KernelIR, s: ir.Stmt, message: str, loc: ir.SourceLoc | None = None,
                   describe: bool = True, error: type = QdcCompileError) -> QdcCompileError:
     """A QdcCompileError (or subclass `error`) at `s`'s source line (else `loc`, the nearest

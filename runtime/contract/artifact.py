@@ -77,10 +77,12 @@ heap layout the code was generated for (runtime/contract/adstack_layout.py).
 `cpu_libraries` (CPU entries; empty in entries written before it existed, which the CPU
 device refuses) has one record per native library of the kernel, lowest ISA level first:
 {"artifact": kind of the library's artifact, "target": the ISA level or CPU name it was built
-for, "machine": architecture family ("x86_64", "aarch64"), "features": the CPU features its
-code needs, LLVM names}, and "level" where one library holds the code of several levels
+for, "machine": architecture family ("x86_64", "aarch64"), "os" ("linux", "macos"; absent in
+entries written before `cpu_targets`: Linux), "triple" (LLVM's), "features": the CPU features
+its code needs, LLVM names}, and "level" where one library holds the code of several levels
 (a portable build): the device passes it to the library's `qdc_set_cpu_level` after loading.
-The CPU device loads the last one whose features the host has
+An entry built for several platforms (`cpu_targets`) has one library per platform, each with
+its levels. The CPU device loads, of its host platform's, the last one whose features the host has
 (runtime/devices/cpu/device.py; compiler/targets/cpu/isa_levels.py says what `cpu_target` builds).
 Each library exports `entry` and every task's entry, and no other function but `<entry>_np`,
 `<entry>_py` (runtime/devices/cpu/numpy_binding.py) and `qdc_set_cpu_level`.
@@ -124,6 +126,11 @@ parameters) maps each such parameter to its layout, {"name": the struct's name, 
 records' types (check_struct_layout). A kernel returning a struct has its members' values
 in "returns" (one [dtype, shape] value per scalar or vector/matrix member) and "structs":
 [[first value, layout]] there groups them back into one returned struct each.
+
+Dataclass parameters and arrays inside template arguments (the compiler's
+frontend/host_objects.py): "members" (absent otherwise) maps each parameter read off an
+argument to its path, [argument, attribute or index, ...]; the launch function takes the
+argument and reads the parameter from it at every launch (runtime/member_arguments.py).
 
 Bump FORMAT_VERSION whenever this layout or the metadata schema changes incompatibly. Version 4: task
 records with entry, iterations, launch policy and adstack ids (version 3's `range` is gone);
@@ -269,8 +276,10 @@ class KernelMeta:
     def __init__(self, name: str, entry: str, params: list, fields: list, tasks: list,
                  num_temps: int = 0, is_grad: bool = False, adstack: dict | None = None,
                  debug_checks: list | None = None, cpu_libraries: list | None = None, returns: dict | None = None,
-                 random: bool = False, messages: list | None = None, structs: dict | None = None):
+                 random: bool = False, messages: list | None = None, structs: dict | None = None,
+                 members: dict | None = None):
         self.name, self.entry = name, entry
+        self.members = members or {}  # parameter -> the path it is read from (see the module docstring)
         self.structs = structs or {}  # struct parameter -> its layout (see the module docstring)
         self.returns = returns  # the "returns" record, None when the kernel returns nothing
         self.cpu_libraries = cpu_libraries or []  # CPU entries: one record per library, see the docstring
@@ -339,6 +348,8 @@ class KernelMeta:
             d["messages"] = self.messages
         if self.structs:  # absent without struct parameters: such metadata reads as before
             d["structs"] = self.structs
+        if self.members:  # absent without dataclass parameters: such metadata reads as before
+            d["members"] = self.members
         return d
 
     @classmethod
@@ -352,7 +363,7 @@ class KernelMeta:
                    [TaskMeta.from_dict(t) for t in d["tasks"]],
                    d["num_temps"], d["is_grad"], d.get("adstack") or {}, d.get("debug_checks") or [],
                    d.get("cpu_libraries") or [], d.get("returns"), d.get("random", False),
-                   d.get("messages") or [], d.get("structs") or {})
+                   d.get("messages") or [], d.get("structs") or {}, d.get("members") or {})
 
 
 # ---- records ------------------------------------------------------------------------------
@@ -440,6 +451,7 @@ def check_kernel_meta(d) -> None:
                              and all(_is_int(s) and 0 < s <= largest for s in p[6])),
               f"element shape of parameter {p[0]!r}")
     _check_arguments(d["params"], structs)
+    _check_members(d.get("members", {}), d["params"])
     for f in _list(d, "fields", 4):
         check_field(f[0], f[1], f[2], module_attribute=False)
         _need(isinstance(f[3], bool), f"field {f[0]!r}")
@@ -491,6 +503,18 @@ def _check_arguments(params: list, structs: dict) -> None:
         names.add(p[0])
         i += count
     _need(set(structs) <= names, "structs: a struct parameter the kernel does not have")
+
+
+def _check_members(members, params: list) -> None:
+    """"members": parameter name -> [argument, step, ...], each step an attribute (an
+    identifier) or an index (an int), naming a scalar or ndarray parameter the kernel has."""
+    _need(isinstance(members, dict), "members")
+    kinds = {p[0]: p[1] for p in params}
+    for name, path in members.items():
+        _need(isinstance(name, str) and kinds.get(name) in ("scalar", "ndarray") and isinstance(path, list)
+              and 0 < len(path) <= 64 and isinstance(path[0], str) and _IDENT.match(path[0])
+              and all((isinstance(s, str) and _IDENT.match(s)) or (_is_int(s) and 0 <= s < 1 << 20)
+                      for s in path[1:]), f"members: parameter {name!r:.60}")
 
 
 MAX_STRUCT_SCALARS = 4096  # the scalars of one struct parameter or returned struct
@@ -611,7 +635,9 @@ def check_cpu_library_record(i: int, r) -> None:
           and isinstance(r.get("machine"), str) and _FEATURE_NAME.match(r["machine"])
           and isinstance(r.get("features"), list) and len(r["features"]) <= 256
           and all(isinstance(f, str) and _FEATURE_NAME.match(f) for f in r["features"])
-          and ("level" not in r or (_is_int(r["level"]) and 0 <= r["level"] < 16)), f"cpu library record {i}")
+          and ("level" not in r or (_is_int(r["level"]) and 0 <= r["level"] < 16))
+          and all(key not in r or (isinstance(r[key], str) and _FEATURE_NAME.match(r[key])) for key in ("os", "triple")),
+          f"cpu library record {i}")
 
 
 def check_debug_record(d: dict, i: int, r) -> None:

@@ -114,7 +114,7 @@ def test_ls_and_inspect(small_cache):
     runner = CliRunner()
     r = runner.invoke(cli, ["ls", "--cache", small_cache])
     assert r.exit_code == 0
-    assert "good (cpu): 2 kernels, 1 fields" in r.output and "axpb" in r.output and "total" in r.output
+    assert "good (cpu): 2 kernels, 1 field," in r.output and "axpb" in r.output and "total" in r.output
 
     r = runner.invoke(cli, ["inspect", "good.axpb", "--cache", small_cache])
     assert r.exit_code == 0

@@ -229,9 +229,6 @@ class _Analysis:
         where = f" (line {s.loc.line})" if getattr(s, "loc", None) else ""
         raise Refused(why + where)
 
-    def is_varying(self, s) -> bool:
-        return s in self.p.varying
-
     def block(self, block: ir.Block, narrow: bool, loop) -> bool:
         """Walks `block`; whether it holds a break/continue of `loop` (not crossing inner loops)."""
         exits = False

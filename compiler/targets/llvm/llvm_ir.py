@@ -14,11 +14,10 @@ from qdc.runtime.contract import types as T
 from qdc.runtime.contract.artifact import KernelMeta
 
 from qdc.runtime.contract.bounds import MAX_AXES
-from qdc.runtime.contract.errors import QdcCompileError
 
 from ... import ir
 from ...passes.bounds_checks import checked_accesses
-from ..base import Unsupported, codegen_error
+from ..base import Unsupported, lower_statement
 from .llvm_adstack import AdStackLowering
 from .llvm_messages import MessageLowering
 from .llvm_types import I1, I8, I16, I64, PTR, VOID, lltype, memtype
@@ -331,23 +330,15 @@ class _Env(AdStackLowering, MessageLowering):
     def stmt(self, s: ir.Stmt):
         """Lowers `s`; what goes wrong is a QdcCompileError at its line (or its nearest located
         enclosing statement's), naming it."""
-        outer = self.where
-        self.where = s.loc or outer
-        try:
-            method = getattr(self, "s_" + type(s).__name__, None)
-            if method is None:
-                raise Unsupported(f"target '{self.cg.target.arch}' cannot generate code for {type(s).__name__}")
-            r = method(s)
-        except QdcCompileError:
-            raise
-        except Unsupported as e:
-            raise codegen_error(self.cg.k, s, str(e), self.where) from None
-        except Exception as e:  # a code generator bug: still located, the cause chained for a developer
-            raise codegen_error(self.cg.k, s, f"internal compiler error while generating code: "
-                                              f"{type(e).__name__}: {e}", self.where) from e
-        self.where = outer
+        r = lower_statement(self, self.cg.k, s, self.lower_stmt, "generating code")
         if r is not None:
             self.vals[s] = r
+
+    def lower_stmt(self, s: ir.Stmt):
+        method = getattr(self, "s_" + type(s).__name__, None)
+        if method is None:
+            raise Unsupported(f"target '{self.cg.target.arch}' cannot generate code for {type(s).__name__}")
+        return method(s)
 
     # ---- values ---------------------------------------------------------------------------
     def s_Const(self, s):

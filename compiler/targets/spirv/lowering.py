@@ -17,13 +17,12 @@ say) gets one variable per type, all at its binding.
 from __future__ import annotations
 
 from qdc.runtime.contract import types as T
-from qdc.runtime.contract.errors import QdcCompileError
 from qdc.runtime.contract.spirv_args import arg_words  # the "args" words, as the devices pack them
 
 from ... import ir
 from ...passes.bounds_checks import checked_accesses
 from ...ir.adstack import AdStackAlloca
-from ..base import Capabilities, Unsupported, codegen_error
+from ..base import Capabilities, Unsupported, lower_statement
 from .adstack import AdStackLowering
 from .arith import ValueLowering
 from .builder import FunctionBuilder, ModuleBuilder
@@ -210,25 +209,17 @@ class TaskLowering(ValueLowering, MemoryLowering, AdStackLowering, MessageLoweri
     def stmt(self, s: ir.Stmt) -> None:
         """Lowers `s`; what goes wrong is a QdcCompileError at its line (or its nearest located
         enclosing statement's), naming it."""
-        outer = self.where
-        self.where = s.loc or outer
-        try:
-            method = getattr(self, "s_" + type(s).__name__, None)
-            if s.type is not None and not isinstance(s, ir.LoopIndex):
-                self.ty(s.type)  # a type the target lacks is reported as the statement's own
-            if method is None:
-                raise Unsupported(f"target '{self.arch}' cannot generate code for {type(s).__name__} yet")
-            r = method(s)
-        except QdcCompileError:
-            raise
-        except Unsupported as e:
-            raise codegen_error(self.k, s, str(e), self.where) from None
-        except Exception as e:  # a code generator bug: still located, the cause chained for a developer
-            raise codegen_error(self.k, s, f"internal compiler error while generating SPIR-V: "
-                                           f"{type(e).__name__}: {e}", self.where) from e
-        self.where = outer
+        r = lower_statement(self, self.k, s, self.lower_stmt, "generating SPIR-V")
         if r is not None:
             self.vals[s] = r
+
+    def lower_stmt(self, s: ir.Stmt):
+        method = getattr(self, "s_" + type(s).__name__, None)
+        if s.type is not None and not isinstance(s, ir.LoopIndex):
+            self.ty(s.type)  # a type the target lacks is reported as the statement's own
+        if method is None:
+            raise Unsupported(f"target '{self.arch}' cannot generate code for {type(s).__name__} yet")
+        return method(s)
 
     def s_If(self, s):
         self.if_then(self.v(s.cond), lambda: self.block(s.then_block), lambda: self.block(s.else_block))

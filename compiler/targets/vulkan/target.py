@@ -34,7 +34,7 @@ SPIRV_ENV = "spirv1.5/vulkan1.2"
 
 class VulkanTarget(Target):
     arch = "vulkan"
-    # What the generated code may use. lavapipe and NVIDIA have all of these (GPU.md); a device
+    # What the generated code may use. lavapipe and NVIDIA have all of these; a device
     # without one refuses the module at load, as it refuses a block_dim beyond its own limit.
     capabilities = Capabilities(int64=True, float64=True, float_atomic_add=True, subgroup_reductions=True,
                                 adstack_dtypes=frozenset(("f32", "i32", "u1", "f64", "i64")))

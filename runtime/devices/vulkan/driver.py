@@ -17,7 +17,7 @@ INSTALL_HINT = "pip install vulkan; apt-get install mesa-vulkan-drivers libvulka
 API_VERSION_1_2 = (1 << 22) | (2 << 12)
 VENDOR_NVIDIA = 0x10DE
 # Workgroup size for launch policies that leave it to the device (block_dim 0): 256 on NVIDIA
-# (GPU.md: 2711 GB/s on an H100 saxpy), and 256 elsewhere: on lavapipe bench/bench_vulkan.py
+# (2711 GB/s on an H100 saxpy), and 256 elsewhere: on lavapipe bench/bench_vulkan.py
 # measured saxpy 2^22 f32 at 1.5/1.8/2.1/2.2/2.2/1.8 GB/s for 32..1024 (128-512 within noise).
 DEFAULT_BLOCK_DIM = {VENDOR_NVIDIA: 256}
 FALLBACK_BLOCK_DIM = 256
@@ -110,11 +110,6 @@ def create_instance(vk):
                                      f"{INSTALL_HINT}")
     _live["instances"] += 1
     return out[0]
-
-
-def destroy_instance(vk, instance) -> None:
-    vk.lib.vkDestroyInstance(instance, vk.ffi.NULL)
-    _live["instances"] -= 1
 
 
 def shared_instance(vk):

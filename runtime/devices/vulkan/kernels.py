@@ -1,5 +1,5 @@
 """Kernels on Vulkan: a compute pipeline per task from its SPIR-V (`spirv_t<i>`), built once
-per loaded kernel, and the per-launch pieces the ABI fixes (DESIGN.md "Backends"; the task
+per loaded kernel, and the per-launch pieces the ABI fixes (docs/design.md, Devices and launches; the task
 record's "bindings", runtime/contract/artifact.py):
 
 - descriptor set layouts from the bindings: every buffer a storage buffer; "args" and
