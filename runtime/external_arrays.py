@@ -28,6 +28,7 @@ hand its memory out again before the kernel is done with it.
 from __future__ import annotations
 
 import sys
+import weakref
 
 import numpy as np
 
@@ -229,14 +230,17 @@ def qdc_stream(device) -> int:
     return int(device.stream)
 
 
+_TORCH_STREAMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # device -> torch's view of its stream
+
+
 def _order_with_torch(device, after: list, *tensors) -> None:
     """Make qdc's stream wait for PyTorch's current stream now, and PyTorch's current stream
     wait for qdc's once the launch is queued (`after`; once per launch however many tensors)."""
     torch = sys.modules["torch"]
-    ours = getattr(device, "_torch_stream", None)
+    ours = _TORCH_STREAMS.get(device)
     if ours is None:
-        ours = device._torch_stream = torch.cuda.ExternalStream(qdc_stream(device),
-                                                                device=torch.device("cuda", cuda_ordinal(device)))
+        ours = _TORCH_STREAMS[device] = torch.cuda.ExternalStream(qdc_stream(device),
+                                                                  device=torch.device("cuda", cuda_ordinal(device)))
     theirs = torch.cuda.current_stream(ours.device)
     for t in tensors:
         if t is not None:

@@ -188,16 +188,7 @@ class _DeviceArray:
         return copy
 
     def _copy_onto(self, other: "_DeviceArray") -> None:
-        device = context.current().device
-        copy_between = getattr(device, "copy_between", None)
-        if copy_between is not None:
-            copy_between(self.allocation(), other.allocation(), self.nbytes)
-            return
-        view, other_view = self._synced_view(), other._host_view()
-        if view is not None and other_view is not None:
-            np.copyto(other_view, view)
-        else:
-            other.from_numpy(self.to_numpy())
+        context.current().device.copy_between(self.allocation(), other.allocation(), self.nbytes)
 
     def __len__(self) -> int:
         if not self._shape:

@@ -232,11 +232,11 @@ def _compile(fn, params, opts, arch, dump, variant, templates) -> CompiledKernel
                       arch=arch)
         kir = fe.build()
     if variant == "grad":  # the adjoint of the offloaded kernel (compiler/autodiff)
-        from ..autodiff import PIPELINE_STOP, make_grad_kernel
+        from ..autodiff.grad_kernel import PIPELINE_STOP, make_grad_kernel
         with timings.phase("passes"):
             run_pipeline(kir, dump=dump, stop_after=PIPELINE_STOP)
         with timings.phase("autodiff"):
-            grad = make_grad_kernel(kir, fe.field_objects, opts)
+            grad = make_grad_kernel(kir, fe.field_objects, opts, dump=dump)
         kir, field_objects, adstack = grad.kernel, grad.field_objects, {"stacks": grad.stacks}
     else:  # forward_ad: the pipeline's forward_mode pass adds tangents (autodiff/forward_mode.py)
         field_objects, adstack = fe.field_objects, None

@@ -16,9 +16,10 @@ from qdc.runtime.contract import types as T
 from qdc.runtime.contract.objects import FieldMarker as Field
 
 from .. import ir
-from ..language import lang
+from ..language import lang, simt
 from .numeric_calls import NUMERIC_CALLS
 from .objects import GLOBAL_ARRAYS, NdarrayHandle, RangeSpec
+from .simt_calls import is_library_func
 from .lambda_source import callable_source
 from .host_objects import check_dataclass_parameter, unwrap
 from .source import is_tail_return
@@ -71,7 +72,9 @@ class CallLowering:
         if self.is_host_call(callee, _BUILTINS):  # Python run now, inside qd.static(...)
             return self.host_call(callee, node)
         if isinstance(callee, lang.Func):
-            return self.inline_func(callee, node)
+            return self.inline_library_func(callee, node) if is_library_func(callee) else self.inline_func(callee, node)
+        if _hashable(callee) and callee in simt.PRIMITIVES:
+            return self.call_simt(simt.PRIMITIVES[callee], node)
         if isinstance(callee, StructType):
             return self.construct_struct(callee, node)
         if isinstance(callee, BoundStructMethod):  # `self` is the struct it was called on

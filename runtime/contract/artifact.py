@@ -720,8 +720,9 @@ def check_bindings(d: dict, bindings, what: str) -> None:
 
 # Keys a policy may add: the CPU's width-W lowering (compiler/targets/cpu/widen_codegen.py)
 # records "lanes" (adstack heap slices one thread takes; "lanes_reason": why that few) or "scalar"
-# (why the task is not widened).
-OPTIONAL_LAUNCH_KEYS = {"cpu_chunks": {"lanes", "lanes_reason", "scalar"}, "grid": set()}
+# (why the task is not widened). A GPU task with block-level code records the subgroup size it was
+# built for ("subgroup_size"), which a device of another size refuses.
+OPTIONAL_LAUNCH_KEYS = {"cpu_chunks": {"lanes", "lanes_reason", "scalar"}, "grid": {"subgroup_size"}}
 
 
 def check_launch_policy(launch, what: str) -> None:
@@ -738,6 +739,8 @@ def check_launch_policy(launch, what: str) -> None:
     else:
         # 0: the device's default block size (no qd.loop_config(block_dim=...) on the loop)
         _need(_is_int(launch["block_dim"]) and 0 <= launch["block_dim"] <= 1 << 16, f"{what}: launch policy block_dim")
+        _need(_is_int(launch.get("subgroup_size", 1)) and 1 <= launch.get("subgroup_size", 1) <= 128,
+              f"{what}: launch policy subgroup_size")
 
 
 def _check_task_stacks(d: dict) -> None:
