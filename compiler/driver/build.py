@@ -189,10 +189,11 @@ def _options_for(opts, arch):
 def _params_for_aot(kernel: Kernel, opts):
     params = kernel.params_for(opts)
     for p in params:
-        if p.kind == "ndarray" and (p.dtype is None or p.ndim is None):
+        if p.kind == "ndarray" and (p.dtype is None or p.ndim is None or None in p.element_shape):
             code = kernel.fn.__code__
             raise QdcCompileError(f"ndarray parameter '{p.name}' of kernel '{kernel.__name__}' needs dtype= and "
-                                  f"ndim= in its annotation to be built ahead of time", code.co_filename,
+                                  f"ndim= (and an element_dim's element_shape=) in its annotation to be built "
+                                  f"ahead of time", code.co_filename,
                                   code.co_firstlineno, 1)
     return params
 

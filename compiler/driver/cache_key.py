@@ -41,6 +41,8 @@ from qdc.runtime.contract.objects import FieldMarker as Field, StructFieldMarker
 
 from .. import targets
 from ..language import lang
+from ..language.dataclass_args import (DataclassArgument, array_type, is_array_argument, is_dataclass_instance,
+                                       members as dataclass_members, scalar_annotation)
 
 # Past these a captured value is not keyed (the kernel is compiled without the cache).
 _MAX_VALUES, _MAX_DEPTH = 1 << 16, 16
@@ -87,10 +89,12 @@ def kernel_key(fn, params, opts, arch: str, variant: str = "forward", templates=
     what it is, as a captured global is (a field by its declaration, a value by its content)."""
     walk = _Walk(debug=bool(opts.debug))
     walk.function(fn, fn.__name__)
+    walk.arrays_by_type = True  # an array among the template arguments is passed at launch: by its type
     for name, value in (templates.values.items() if templates else ()):
         walk.value(f"<template {name}>", value)  # not an identifier: never names an unnamed field
     decls = [[f.name, f.dtype.name, list(f.shape), bool(f.needs_grad), bool(f.is_grad),
               bool(getattr(f, "needs_dual", False))] + ([list(f.element_shape)] if f.element_shape else [])
+             + ([["layout", *f.layout]] if getattr(f, "layout", None) else [])
              for f in walk.fields]
     material = ["qdc-kernel-key", FORMAT_VERSION, compiler_fingerprint(arch), arch,
                 targets.get(arch).cache_description(opts),
@@ -220,6 +224,7 @@ class _Walk:
         self._field_index: dict = {}
         self._fns: set = set()
         self._budget = _MAX_VALUES
+        self.arrays_by_type = False  # arrays are parameters (template arguments), not constants
 
     def function(self, fn, label: str) -> None:
         if fn in self._fns:
@@ -313,6 +318,10 @@ class _Walk:
             for i, (k, item) in enumerate(v.items()):
                 self.value(f"{label}.key[{i}]", k, depth + 1)
                 self.value(f"{label}[{k!r}]", item, depth + 1)
+        elif isinstance(v, DataclassArgument) or is_dataclass_instance(v):
+            self.dataclass(label, v, depth)
+        elif self.arrays_by_type and is_array_argument(v):
+            m.append(["ndarray_argument", label, *_array_type(v, label)])
         elif isinstance(v, np.ndarray) and not v.dtype.hasobject:
             data = hashlib.sha256(np.ascontiguousarray(v).tobytes()).hexdigest()
             m.append(["array", label, v.dtype.str, list(v.shape), data])
@@ -321,6 +330,21 @@ class _Walk:
             self.function(v, label)
         else:
             self.identified(label, v)
+
+    def dataclass(self, label: str, v, depth: int) -> None:
+        """A dataclass instance member by member; a dataclass parameter's scalar members (by
+        annotation) are arguments, keyed by their annotation only."""
+        runtime_scalars = isinstance(v, DataclassArgument)
+        inst = v.value if runtime_scalars else v
+        self.material.append(["dataclass", label, type(inst).__module__, type(inst).__qualname__, runtime_scalars])
+        for name, ann in dataclass_members(type(inst)):
+            member, sub = getattr(inst, name), f"{label}.{name}"
+            if runtime_scalars and scalar_annotation(ann, T.i32, T.f32) is not None and not is_array_argument(member):
+                self.material.append(["scalar_member", sub, getattr(ann, "name", getattr(ann, "__name__", ""))])
+            elif runtime_scalars and is_dataclass_instance(member):
+                self.dataclass(sub, DataclassArgument(member), depth + 1)
+            else:
+                self.value(sub, member, depth + 1)
 
     def identified(self, label: str, v) -> None:
         """Intrinsics, math functions, classes, language objects: by their qualified name."""
@@ -351,6 +375,13 @@ class _Walk:
             i = self._field_index[id(f)] = len(self.fields)
             self.fields.append(f)
         return i
+
+
+def _array_type(a, label: str) -> list:
+    try:
+        return list(array_type(a))
+    except TypeError as e:
+        raise UncacheableKernel(f"'{label}': {e}") from None
 
 
 # ---- which parameters' gradients a kernel's source can reach --------------------------------

@@ -22,6 +22,7 @@ from qdc.runtime.contract.tensor_api import Tensor
 from ..autodiff.sizeexpr_builder import SizeExprBuilder
 from ..frontend.structs import struct_layouts, struct_param, struct_param_problem
 from ..language import lang, matrix as M
+from ..language.dataclass_args import is_dataclass_type
 from ..language.structs import StructType
 from ..passes import bounds_checks
 from .. import ir, targets
@@ -43,7 +44,9 @@ def parse_params(fn, opts, templates: list | None = None) -> list[ir.Param]:
     `qd.template()` parameters are not among them: their names go to `templates`. A vector or
     matrix type (`v: qd.math.vec3`) is a parameter of kind "vector" with its element shape:
     passed by value, its elements become scalar parameters in the IR (frontend/vectors.py,
-    element_params) and in the metadata."""
+    element_params) and in the metadata. A `dataclasses.dataclass` type is a parameter of kind
+    "dataclass" whose dtype is that class: the members its argument holds become parameters
+    when the kernel is compiled for it (language/dataclass_args.py)."""
     sig = inspect.signature(fn)
     params = []
     for name, p in sig.parameters.items():
@@ -61,7 +64,9 @@ def parse_params(fn, opts, templates: list | None = None) -> list[ir.Param]:
         if ann is inspect.Parameter.empty:
             raise _param_error(fn, name, "needs a type annotation (a qd scalar type, a vector/matrix type, "
                                          "qd.types.ndarray(...) or qd.template())")
-        if ann is int:
+        if ann is bool:
+            ann = T.u1
+        elif ann is int:
             ann = opts.default_ip
         elif ann is float:
             ann = opts.default_fp
@@ -83,6 +88,8 @@ def parse_params(fn, opts, templates: list | None = None) -> list[ir.Param]:
             if problem:
                 raise _param_error(fn, name, problem)
             params.append(struct_param(name, ann, opts.default_ip, opts.default_fp))
+        elif is_dataclass_type(ann):  # its members are parameters: which ones, the argument says
+            params.append(ir.Param(name, "dataclass", ann))
         elif isinstance(ann, lang.NdarrayType):
             es = ann.element_shape  # an ndarray of vectors: its components are trailing axes
             ndim = None if ann.ndim is None else ann.ndim + len(es)
@@ -137,7 +144,7 @@ def build_meta(kir: ir.KernelIR, entry: str, is_grad: bool = False, adstack: dic
         task_records(kir, entry, adstack, launch_policy),
         kir.num_temps, is_grad, adstack, bounds_checks.records(kir) if debug else None,
         returns=kir.returns, random=any(isinstance(s, ir.RandomState) for s in ir.walk(kir.body)),
-        messages=kir.messages, structs=struct_layouts(kir.params))
+        messages=kir.messages, structs=struct_layouts(kir.params), members=kir.members)
 
 
 def _needs_grad_meta(p: ir.Param, index: int, grads: set | None):
@@ -207,9 +214,9 @@ def compile_kernel(fn, params, opts, arch="cpu", dump=None, variant="forward", t
     fe = FrontEnd(fn, params, opts, templates.values if templates else None, returns=variant != "grad", arch=arch)
     kir = fe.build()
     if variant == "grad":  # the adjoint of the offloaded kernel (compiler/autodiff)
-        from ..autodiff import PIPELINE_STOP, make_grad_kernel
+        from ..autodiff.grad_kernel import PIPELINE_STOP, make_grad_kernel
         run_pipeline(kir, dump=dump, stop_after=PIPELINE_STOP)
-        grad = make_grad_kernel(kir, fe.field_objects, opts)
+        grad = make_grad_kernel(kir, fe.field_objects, opts, dump=dump)
         kir, field_objects, adstack = grad.kernel, grad.field_objects, {"stacks": grad.stacks}
     else:  # forward_ad: the pipeline's forward_mode pass adds tangents (autodiff/forward_mode.py)
         field_objects, adstack = fe.field_objects, None

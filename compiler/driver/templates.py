@@ -1,7 +1,10 @@
 """Template parameters (`x: qd.template()` / `qd.Template`): what a call binds to them.
 
 A template argument is a field (the kernel is compiled per distinct field declaration and
-bound to the field passed) or a Python value that becomes a compile-time constant. Direct
+bound to the field passed) or a Python value that becomes a compile-time constant; an array
+(a qd.ndarray or numpy array), also one inside a tuple or an object's attributes, is passed
+at every launch like an ndarray parameter (compiler/frontend/host_objects.py) and keys the
+kernel by its type only. Direct
 mode compiles once per distinct template argument: `specialisation_key` says which
 arguments are the same (a field by identity, a value by type and value), and the cache key
 (cache_key.kernel_key) keys each by what it is, as it does captured globals. The launch
@@ -15,6 +18,8 @@ import numpy as np
 
 from qdc.runtime.contract import types as T
 from qdc.runtime.contract.objects import FieldMarker as Field, NdarrayMarker as Ndarray
+
+from ..language.dataclass_args import array_type
 
 _VALUES = (bool, int, float, complex, str, bytes, type(None))
 
@@ -72,11 +77,11 @@ def specialisation_key(v, what: str, _enclosing: tuple = ()):
                             f"a template argument; pass a flatter value")
         inner = _enclosing + (id(v),)
         return (type(v).__qualname__, tuple(specialisation_key(e, what, inner) for e in v))
-    if isinstance(v, Ndarray):
-        raise TypeError(f"{what}: a qd.ndarray is passed through a qd.types.ndarray() parameter, not a template")
-    if isinstance(v, np.ndarray):
-        raise TypeError(f"{what}: a numpy array cannot be a template argument (its contents could change "
-                        f"after compiling); pass it as a qd.types.ndarray() parameter, or a tuple of values")
+    if isinstance(v, (Ndarray, np.ndarray)):  # passed at every launch (frontend/host_objects.py): by its type
+        try:
+            return ("ndarray",) + array_type(v)
+        except TypeError as e:
+            raise TypeError(f"{what}: {e}") from None
     try:
         hash(v)
     except TypeError:

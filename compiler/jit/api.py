@@ -50,10 +50,20 @@ def init(arch=None, **options):
     finally:  # the replaced device's pending error may raise once the new runtime is in place
         if context.has_runtime() and context.current().generation != before:
             opts.arch = context.current().arch  # qd.gpu: the one chosen
+            _adopt_device_subgroup_size(opts)
             _set_direct(opts)
             random_stream.restart(opts.random_seed)
             lifecycle.runtime_replaced()
     return opts
+
+
+def _adopt_device_subgroup_size(opts) -> None:
+    """On Vulkan, kernels are compiled for the device's subgroup size (qd.simt.subgroup.group_size()
+    is a compile-time int) unless `vulkan_subgroup_size` was given."""
+    if opts.arch == "vulkan" and opts.vulkan_subgroup_size is None:
+        size = getattr(context.current().device.capabilities, "subgroup_size", 0)
+        if size:
+            opts.vulkan_subgroup_size = int(size)
 
 
 def _set_direct(opts) -> None:

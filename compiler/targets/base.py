@@ -39,6 +39,8 @@ class Capabilities:
     subgroup_size: int | None = None
     # chunk_final's atomics combine the partials of a subgroup/warp first (one atomic per group)
     subgroup_reductions: bool = False
+    # Runs tasks as blocks of threads: qd.simt's barriers, indices, subgroup ops, shared arrays
+    simt: bool = False
 
 
 @dataclass(frozen=True)
@@ -119,6 +121,11 @@ class Target:
                     f"'{self.arch}' stores only {', '.join(sorted(storable))} there: use one of those "
                     f"types for it", where, describe=False, error=TargetCannotExpress)
         for s, where in located:
+            construct = None if self.capabilities.simt else ir.simt_construct(s)
+            if construct is not None:
+                raise codegen_error(
+                    kernel, s, f"{construct} needs a GPU arch (cuda, amdgpu, vulkan, metal): target "
+                    f"'{self.arch}' runs no blocks of threads", where, describe=False, error=TargetCannotExpress)
             lacking = self._lacking_type(s)
             if lacking is not None:
                 raise codegen_error(

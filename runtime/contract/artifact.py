@@ -127,6 +127,11 @@ records' types (check_struct_layout). A kernel returning a struct has its member
 in "returns" (one [dtype, shape] value per scalar or vector/matrix member) and "structs":
 [[first value, layout]] there groups them back into one returned struct each.
 
+Dataclass parameters and arrays inside template arguments (the compiler's
+frontend/host_objects.py): "members" (absent otherwise) maps each parameter read off an
+argument to its path, [argument, attribute or index, ...]; the launch function takes the
+argument and reads the parameter from it at every launch (runtime/member_arguments.py).
+
 Bump FORMAT_VERSION whenever this layout or the metadata schema changes incompatibly. Version 4: task
 records with entry, iterations, launch policy and adstack ids (version 3's `range` is gone);
 adstack records without "iterations"/"parallel_from"; temporaries and error words in device
@@ -271,8 +276,10 @@ class KernelMeta:
     def __init__(self, name: str, entry: str, params: list, fields: list, tasks: list,
                  num_temps: int = 0, is_grad: bool = False, adstack: dict | None = None,
                  debug_checks: list | None = None, cpu_libraries: list | None = None, returns: dict | None = None,
-                 random: bool = False, messages: list | None = None, structs: dict | None = None):
+                 random: bool = False, messages: list | None = None, structs: dict | None = None,
+                 members: dict | None = None):
         self.name, self.entry = name, entry
+        self.members = members or {}  # parameter -> the path it is read from (see the module docstring)
         self.structs = structs or {}  # struct parameter -> its layout (see the module docstring)
         self.returns = returns  # the "returns" record, None when the kernel returns nothing
         self.cpu_libraries = cpu_libraries or []  # CPU entries: one record per library, see the docstring
@@ -341,6 +348,8 @@ class KernelMeta:
             d["messages"] = self.messages
         if self.structs:  # absent without struct parameters: such metadata reads as before
             d["structs"] = self.structs
+        if self.members:  # absent without dataclass parameters: such metadata reads as before
+            d["members"] = self.members
         return d
 
     @classmethod
@@ -354,7 +363,7 @@ class KernelMeta:
                    [TaskMeta.from_dict(t) for t in d["tasks"]],
                    d["num_temps"], d["is_grad"], d.get("adstack") or {}, d.get("debug_checks") or [],
                    d.get("cpu_libraries") or [], d.get("returns"), d.get("random", False),
-                   d.get("messages") or [], d.get("structs") or {})
+                   d.get("messages") or [], d.get("structs") or {}, d.get("members") or {})
 
 
 # ---- records ------------------------------------------------------------------------------
@@ -442,6 +451,7 @@ def check_kernel_meta(d) -> None:
                              and all(_is_int(s) and 0 < s <= largest for s in p[6])),
               f"element shape of parameter {p[0]!r}")
     _check_arguments(d["params"], structs)
+    _check_members(d.get("members", {}), d["params"])
     for f in _list(d, "fields", 4):
         check_field(f[0], f[1], f[2], module_attribute=False)
         _need(isinstance(f[3], bool), f"field {f[0]!r}")
@@ -493,6 +503,18 @@ def _check_arguments(params: list, structs: dict) -> None:
         names.add(p[0])
         i += count
     _need(set(structs) <= names, "structs: a struct parameter the kernel does not have")
+
+
+def _check_members(members, params: list) -> None:
+    """"members": parameter name -> [argument, step, ...], each step an attribute (an
+    identifier) or an index (an int), naming a scalar or ndarray parameter the kernel has."""
+    _need(isinstance(members, dict), "members")
+    kinds = {p[0]: p[1] for p in params}
+    for name, path in members.items():
+        _need(isinstance(name, str) and kinds.get(name) in ("scalar", "ndarray") and isinstance(path, list)
+              and 0 < len(path) <= 64 and isinstance(path[0], str) and _IDENT.match(path[0])
+              and all((isinstance(s, str) and _IDENT.match(s)) or (_is_int(s) and 0 <= s < 1 << 20)
+                      for s in path[1:]), f"members: parameter {name!r:.60}")
 
 
 MAX_STRUCT_SCALARS = 4096  # the scalars of one struct parameter or returned struct
@@ -698,7 +720,9 @@ def check_bindings(d: dict, bindings, what: str) -> None:
 
 # Keys a policy may add: the CPU's width-W lowering (compiler/targets/cpu/widen_codegen.py)
 # records "lanes" (adstack heap slices one thread takes) or "scalar" (why the task is not widened).
-OPTIONAL_LAUNCH_KEYS = {"cpu_chunks": {"lanes", "scalar"}, "grid": set()}
+# A GPU task with block-level code records the subgroup size it was built for ("subgroup_size"),
+# which a device of another size refuses.
+OPTIONAL_LAUNCH_KEYS = {"cpu_chunks": {"lanes", "scalar"}, "grid": {"subgroup_size"}}
 
 
 def check_launch_policy(launch, what: str) -> None:
@@ -714,6 +738,8 @@ def check_launch_policy(launch, what: str) -> None:
     else:
         # 0: the device's default block size (no qd.loop_config(block_dim=...) on the loop)
         _need(_is_int(launch["block_dim"]) and 0 <= launch["block_dim"] <= 1 << 16, f"{what}: launch policy block_dim")
+        _need(_is_int(launch.get("subgroup_size", 1)) and 1 <= launch.get("subgroup_size", 1) <= 128,
+              f"{what}: launch policy subgroup_size")
 
 
 def _check_task_stacks(d: dict) -> None:

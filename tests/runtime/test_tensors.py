@@ -64,6 +64,39 @@ def test_tensor_argument_errors():
         qd.tensor(qd.f32, (3, 4), layout=qd.Layout.SOA)
 
 
+@qd.kernel
+def stencil(a: qd.template(), out: qd.template()):
+    for i, j, k in a:
+        out[i, j, k] = a[i, j, k] * 2 + a[(i + 1) % a.shape[0], j, k]
+
+
+@pytest.mark.parametrize("layout", [(2, 1, 0), (1, 2, 0), (0, 2, 1)])
+def test_permuted_field_layouts(layout, arch, rng):
+    """A field stored with its axes permuted is indexed in declared order everywhere: kernels,
+    Python scope, to_numpy/from_numpy; its memory holds the axes in `layout` order."""
+    qd.init(arch=arch)
+    shape = (3, 4, 5)
+    values = rng.standard_normal(shape).astype(np.float32)
+    a = qd.tensor(qd.f32, shape, backend=qd.Backend.FIELD, layout=layout)
+    out = qd.tensor(qd.f32, shape, backend=qd.Backend.FIELD, layout=layout[::-1])
+    a.from_numpy(values)
+    assert a.shape == shape and a.layout == layout and a.storage_shape == tuple(shape[i] for i in layout)
+    stencil(a, out)
+    np.testing.assert_allclose(out.to_numpy(), values * 2 + np.roll(values, -1, axis=0), rtol=1e-6)
+    i, j, k = (int(rng.integers(n)) for n in shape)
+    assert a[i, j, k] == values[i, j, k]
+    a[i, j, k] = 7.0
+    stored = np.empty(a.storage_shape, np.float32)
+    stored[...] = np.transpose(a.to_numpy(), layout)
+    assert stored[tuple((i, j, k)[axis] for axis in layout)] == 7.0
+
+
+def test_arrays_with_a_layout_are_not_array_arguments():
+    t = qd.tensor(qd.f32, (4, 3), backend=qd.Backend.FIELD, layout=(1, 0))
+    with pytest.raises(TypeError, match="axes permuted"):
+        axpy_tensor(t, t, 1.0)
+
+
 def test_identity_layout_and_member_storage_hints(rng):
     t = qd.tensor(qd.i32, (2, 3), backend=qd.Backend.FIELD, layout=(0, 1))
     assert t.layout is None and t.shape == (2, 3)

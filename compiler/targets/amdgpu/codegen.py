@@ -35,10 +35,17 @@ DISPATCH_WORKGROUP_SIZE_X, DISPATCH_GRID_SIZE_X = 4, 12
 
 
 @functools.lru_cache(maxsize=None)
-def target_machine(gfx: str, opt_level: int = 3):
+def target_machine(gfx: str, opt_level: int = 3, features: str = ""):
     llvm.initialize_all_targets()
     llvm.initialize_all_asmprinters()
-    return llvm.Target.from_triple(TRIPLE).create_target_machine(cpu=gfx, features="", opt=opt_level, reloc="pic")
+    return llvm.Target.from_triple(TRIPLE).create_target_machine(cpu=gfx, features=features, opt=opt_level,
+                                                                 reloc="pic")
+
+
+def wavefront_features(kernel: ir.KernelIR) -> str:
+    """Block-level code (qd.simt) assumes wavefronts of 64 lanes (simt.py), which RDNA (gfx10+,
+    32 lanes by default) runs when asked; other kernels keep the processor's default."""
+    return "+wavefrontsize64" if any(ir.uses_simt(t) is not None for t in kernel.tasks) else ""
 
 
 def dispatch_field(mb: ModuleBuilder, b: ll.IRBuilder, offset: int, ty):
@@ -76,14 +83,14 @@ def generate_llvm(kernel: ir.KernelIR, meta: KernelMeta, fast_math: bool, target
     return str(mb.module)
 
 
-def compile_for(text: str, gfx: str, entries: set, opt_level: int) -> tuple:
+def compile_for(text: str, gfx: str, entries: set, opt_level: int, features: str = "") -> tuple:
     """(relocatable object, (optimised IR text, its bitcode)) for processor `gfx` from the
     module text."""
     context = llvm.create_context()  # the bitcode must not depend on earlier kernels (cpu/codegen.py)
     module = llvm.parse_assembly(text, context=context)
     module.verify()  # llvmlite's LLVM aborts the process on bad IR given to a backend
     internalize(module, entries)
-    tm = target_machine(gfx, opt_level)
+    tm = target_machine(gfx, opt_level, features)
     pto = llvm.create_pipeline_tuning_options(speed_level=opt_level)
     pb = llvm.create_pass_builder(tm, pto)
     pb.getModulePassManager().run(module, pb)
@@ -100,7 +107,7 @@ def compile_code_objects(kernel: ir.KernelIR, meta: KernelMeta, gfx_targets: tup
     entries = {t.entry for t in meta.tasks}
     artifacts = {}
     for gfx in gfx_targets:
-        obj, optimised = compile_for(text, gfx, entries, opt_level)
+        obj, optimised = compile_for(text, gfx, entries, opt_level, wavefront_features(kernel))
         artifacts[f"hsaco_{gfx}"] = linker.link(obj, f"kernel '{kernel.name}' for {gfx}")
         if "ll" not in artifacts:
             artifacts["ll"], artifacts["bc"] = optimised

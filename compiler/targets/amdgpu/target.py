@@ -28,7 +28,7 @@ MAX_BLOCK_DIM = 1024      # HIP's limit on threads per block
 class AmdgpuTarget(LlvmTarget):
     arch = "amdgpu"
     display_name, workgroup_word = "AMDGPU", "block"
-    capabilities = Capabilities(max_workgroup_size=MAX_BLOCK_DIM)
+    capabilities = Capabilities(max_workgroup_size=MAX_BLOCK_DIM, simt=True)
     source_folders = ("llvm", "amdgpu")
     math_table = AMDGPU_MATH
     heap_layout = LLVM_HEAP_INTERLEAVED  # as on CUDA: a wavefront's pushes of entry j side by side
@@ -42,6 +42,10 @@ class AmdgpuTarget(LlvmTarget):
         """The global thread id: each grid-stride thread owns one heap slice."""
         from .codegen import global_thread_id
         return global_thread_id(mb, builder)
+
+    def simt_instructions(self):
+        from .simt import AMDGCN
+        return AMDGCN
 
     def cache_description(self, opts) -> str:
         import llvmlite.binding as llvm

@@ -24,7 +24,7 @@ MAX_BLOCK_DIM = 1024      # CUDA's limit on threads per block
 class CudaTarget(LlvmTarget):
     arch = "cuda"
     display_name, workgroup_word = "CUDA", "block"
-    capabilities = Capabilities(max_workgroup_size=MAX_BLOCK_DIM, subgroup_size=32, subgroup_reductions=True)
+    capabilities = Capabilities(max_workgroup_size=MAX_BLOCK_DIM, subgroup_size=32, subgroup_reductions=True, simt=True)
     source_folders = ("llvm", "cuda")
     math_table = CUDA_MATH
     heap_layout = LLVM_HEAP_INTERLEAVED  # a warp's pushes of entry j land side by side
@@ -38,6 +38,10 @@ class CudaTarget(LlvmTarget):
         the heap for the threads a launch really runs)."""
         from .codegen import global_thread_id
         return global_thread_id(mb, builder)
+
+    def simt_instructions(self):
+        from .simt import NVPTX
+        return NVPTX
 
     def cache_description(self, opts) -> str:
         import llvmlite.binding as llvm

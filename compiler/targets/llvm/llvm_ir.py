@@ -20,6 +20,7 @@ from ...passes.bounds_checks import checked_accesses
 from ..base import Unsupported, lower_statement
 from .llvm_adstack import AdStackLowering
 from .llvm_messages import MessageLowering
+from .llvm_simt import SimtLowering
 from .llvm_types import I1, I8, I16, I64, PTR, VOID, lltype, memtype
 from . import inline_math
 from .target import MATH_ARITY, Inline, Intrinsic, PerWidth
@@ -250,7 +251,7 @@ def atomic_operation(op: str, t: T.DataType) -> str:
             "min": "min" if t.kind == "int" else "umin", "max": "max" if t.kind == "int" else "umax"}[op]
 
 
-class _Env(AdStackLowering, MessageLowering):
+class _Env(AdStackLowering, MessageLowering, SimtLowering):
     """Emission state inside one LLVM function."""
 
     def __init__(self, cg: KernelCodegen, builder: ll.IRBuilder, ctx):
@@ -572,6 +573,8 @@ class _Env(AdStackLowering, MessageLowering):
     # ---- globals --------------------------------------------------------------------------------
     def global_base(self, target):
         """(base pointer, [extent of each axis as i64]) of a field or ndarray (argument or grad)."""
+        if isinstance(target, ir.SharedRef):
+            return self.shared_base(target)
         if isinstance(target, ir.FieldRef):
             return (self.ctx_word(self.cg.meta.field_slot0 + target.slot, PTR),
                     [ll.Constant(I64, d) for d in target.shape])

@@ -39,7 +39,7 @@ class MetalTarget(Target):
     # float_atomic_add=False: an f32 atomic add is a compare-and-swap loop on its bits (spirv-cross
     # releases before 2023 translate OpAtomicFAddEXT to GLSL's atomicAdd, which is no MSL).
     capabilities = Capabilities(int64=False, float64=False, float_atomic_add=False,
-                                adstack_dtypes=frozenset(("f32", "i32", "u1")), max_workgroup_size=MAX_BLOCK_DIM)
+                                adstack_dtypes=frozenset(("f32", "i32", "u1")), max_workgroup_size=MAX_BLOCK_DIM, simt=True)
     source_folders = ("spirv", "metal")
 
     def cache_description(self, opts) -> str:

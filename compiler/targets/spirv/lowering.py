@@ -28,13 +28,14 @@ from .arith import ValueLowering
 from .builder import FunctionBuilder, ModuleBuilder
 from .memory import MemoryLowering
 from .messages import MessageLowering
+from .simt import SimtLowering
 from .spec import GLSL, BuiltIn, Decoration, Op, StorageClass
 
 DESCRIPTOR_SET = 0
 DEFAULT_SPEC_BLOCK_DIM = 128  # the WorkgroupSize's default; the device always specialises it
 
 
-class TaskLowering(ValueLowering, MemoryLowering, AdStackLowering, MessageLowering):
+class TaskLowering(SimtLowering, ValueLowering, MemoryLowering, AdStackLowering, MessageLowering):
     def __init__(self, kernel: ir.KernelIR, task: ir.Task, entry: str, capabilities: Capabilities, arch: str,
                  block_dim: int | None, debug: bool = False, fast_math: bool = False):
         self.k, self.task, self.entry, self.caps, self.arch = kernel, task, entry, capabilities, arch
@@ -106,6 +107,7 @@ class TaskLowering(ValueLowering, MemoryLowering, AdStackLowering, MessageLoweri
         gid, groups = fb.emit(Op.Load, v3, gid_var), fb.emit(Op.Load, v3, groups_var)
         gx, gy = (fb.emit(Op.CompositeExtract, u32, gid, i) for i in (0, 1))
         nx, ny = (fb.emit(Op.CompositeExtract, u32, groups, i) for i in (0, 1))
+        self.block_size, self.groups = size_x, (nx, ny)  # for qd.simt's indices (simt.py)
         row = self.op(Op.IMul, T.u32, nx, size_x)
         self.invocation = self.op(Op.IAdd, T.u32, gx, self.op(Op.IMul, T.u32, gy, row))
         self.total = self.op(Op.IMul, T.u32, row, ny)

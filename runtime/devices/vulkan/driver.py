@@ -66,6 +66,10 @@ class VulkanCapabilities(DeviceCapabilities):
     subgroup_size: int = 1
     subgroup_basic: bool = False
     subgroup_arithmetic: bool = False
+    subgroup_vote: bool = False
+    subgroup_ballot: bool = False
+    subgroup_shuffle: bool = False
+    subgroup_shuffle_relative: bool = False
     ieee_preserve: bool = False  # SignedZeroInfNanPreserve for f32 (and f64 where it has Float64)
     default_block_dim: int = FALLBACK_BLOCK_DIM
     # Invocations the device runs at once (multiprocessors x warps each x 32, from
@@ -255,6 +259,10 @@ def read_capabilities(vk, physical, chain: FeatureChain) -> VulkanCapabilities:
         subgroup_size=v11.subgroupSize,
         subgroup_basic=_subgroup_has(vk, v11, vk.VK_SUBGROUP_FEATURE_BASIC_BIT),
         subgroup_arithmetic=_subgroup_has(vk, v11, vk.VK_SUBGROUP_FEATURE_ARITHMETIC_BIT),
+        subgroup_vote=_subgroup_has(vk, v11, vk.VK_SUBGROUP_FEATURE_VOTE_BIT),
+        subgroup_ballot=_subgroup_has(vk, v11, vk.VK_SUBGROUP_FEATURE_BALLOT_BIT),
+        subgroup_shuffle=_subgroup_has(vk, v11, vk.VK_SUBGROUP_FEATURE_SHUFFLE_BIT),
+        subgroup_shuffle_relative=_subgroup_has(vk, v11, vk.VK_SUBGROUP_FEATURE_SHUFFLE_RELATIVE_BIT),
         ieee_preserve=bool(v12.shaderSignedZeroInfNanPreserveFloat32
                            and (v12.shaderSignedZeroInfNanPreserveFloat64 or not f.shaderFloat64)),
         default_block_dim=min(DEFAULT_BLOCK_DIM.get(p.vendorID, FALLBACK_BLOCK_DIM), limits.maxComputeWorkGroupSize[0]),
