@@ -18,7 +18,7 @@ from qdc.cli.main import cli
 from qdc.compiler.driver import build as build_mod
 from qdc.compiler.driver.options import resolve
 from qdc.compiler.targets import lld
-from qdc.compiler.targets.cpu import codegen
+from qdc.compiler.targets.cpu import platforms
 from qdc.compiler.targets.cpu.isa_levels import PLATFORMS, parse_cpu_targets
 from qdc.runtime import ModuleNotBuiltError
 from qdc.runtime.cache import Cache, read_module
@@ -102,20 +102,20 @@ def test_cli_flag_and_config_file(tmp_path, monkeypatch):
 
 
 def test_platforms_have_their_own_cache_keys():
-    keys = {targets: codegen.target_description("portable", parse_cpu_targets(targets))
+    keys = {targets: platforms.target_description("portable", parse_cpu_targets(targets))
             for targets in (None, "x86_64", "aarch64", "x86_64,aarch64", "aarch64-linux")}
     assert len(set(keys.values()) - {keys[None]}) == 3 + (HOST not in PLATFORMS)
     if HOST in PLATFORMS:  # unset: the host's platform alone, as named
-        assert keys[None] == codegen.target_description("portable", (HOST,))
+        assert keys[None] == platforms.target_description("portable", (HOST,))
     assert "aarch64-unknown-linux-gnu" in keys["aarch64-linux"] and "arm64-apple-macosx" in keys["aarch64"]
 
 
 def test_native_code_is_for_this_machine_only():
     other = next(p for p in PLATFORMS.values() if p.name != HOST)
     with pytest.raises(ValueError, match=f"'native' is this machine's CPU, which cannot run {other.name} code"):
-        codegen.cpu_levels("native", other)
+        platforms.cpu_levels("native", other)
     with pytest.raises(ValueError, match="'x86-64-v3' is for x86_64 CPUs.*cpu_targets: aarch64-linux"):
-        codegen.cpu_levels("x86-64-v3", PLATFORMS["aarch64-linux"])
+        platforms.cpu_levels("x86-64-v3", PLATFORMS["aarch64-linux"])
 
 
 # ---- what a build for every platform holds ---------------------------------------------------
