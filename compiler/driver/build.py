@@ -129,8 +129,9 @@ def _load_sources(files: list[str]) -> list[ModuleSource]:
 
 
 def _has_templates(kernel: Kernel) -> bool:
+    """Template and dataclass parameters: built as the instantiations a module declares."""
     try:
-        return kernel.template_params is not None
+        return kernel.template_params is not None or bool(kernel.dataclass_names)
     except QdcCompileError:  # a bad annotation: the kernel's job reports it
         return False
 
@@ -188,7 +189,7 @@ def _options_for(opts, arch):
 
 
 def _params_for_aot(kernel: Kernel, opts):
-    params = kernel.params_for(opts)
+    params = [p for p in kernel.params_for(opts) if p.kind != "dataclass"]  # instantiated: their members
     for p in params:
         if p.kind == "ndarray" and (p.dtype is None or p.ndim is None or None in p.element_shape):
             code = kernel.fn.__code__
@@ -206,7 +207,7 @@ def _variant_params(params: list, variant: str) -> list:
 
 def _templates_of(kernel):
     """The bound template arguments of an instantiation (`qd.aot.instantiate`), else None."""
-    return kernel.templates if isinstance(kernel, Instantiation) else None
+    return kernel.build_templates() if isinstance(kernel, Instantiation) else None
 
 
 def _job_options(kernel, opts, arch: str):
@@ -238,6 +239,7 @@ def run_job(src: ModuleSource, job: Job, opts, cache: Cache, force: bool) -> dic
                 templates = _templates_of(kernel)
                 deps = cache_key.kernel_key(kernel.fn, params, arch_opts, job.arch, job.variant, templates)
         compiled = compile_recording_warnings(kernel.fn, params, arch_opts, job.arch, job.variant, templates)
+        _check_members_buildable(compiled.meta)
         for name, (wall, cpu) in compiled.timings.phases.items():
             spent.add(name, wall, cpu)
         with timings.recording(spent), timings.phase("cache write"):
@@ -255,6 +257,16 @@ def run_job(src: ModuleSource, job: Job, opts, cache: Cache, force: bool) -> dic
         return {"status": CANNOT_EXPRESS, "error": str(e), "reason": f"{e.filename}:{e.line}:{e.col}: {e.raw_message}"}
     except Exception as e:  # noqa: BLE001  (reported per kernel; the build goes on)
         return {"status": "failed", "error": _job_error(src, job, e)}
+
+
+def _check_members_buildable(meta) -> None:
+    """A built kernel reads members only off its own arguments: an array inside a template
+    argument exists only in the building process."""
+    for name, path in meta.members.items():
+        if path[0] not in (meta.signature or ()):
+            raise RuntimeError(f"it reads the array {'.'.join(map(str, path))} inside template argument "
+                               f"'{path[0]}', which a built kernel cannot take: pass the array as an ndarray "
+                               f"parameter (or inside a dataclass parameter) to build it ahead of time")
 
 
 CANNOT_EXPRESS = "cannot_express"  # a job's status before the build decides: skipped or failed

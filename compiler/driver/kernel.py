@@ -147,7 +147,8 @@ def build_meta(kir: ir.KernelIR, entry: str, is_grad: bool = False, adstack: dic
         task_records(kir, entry, adstack, launch_policy),
         kir.num_temps, is_grad, adstack, bounds_checks.records(kir) if debug else None,
         returns=kir.returns, random=any(isinstance(s, ir.RandomState) for s in ir.walk(kir.body)),
-        messages=kir.messages, structs=struct_layouts(kir.params), members=kir.members)
+        messages=kir.messages, structs=struct_layouts(kir.params), members=kir.members,
+        signature=kir.signature if kir.members else None)
 
 
 def _needs_grad_meta(p: ir.Param, index: int, grads: set | None):
