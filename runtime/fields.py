@@ -261,6 +261,16 @@ class _DeviceArray:
         else:
             context.current().device.copy_to_device(self.allocation(), np.ascontiguousarray(arr, want))
 
+    def to_torch(self, device=None):
+        """A copy of the contents as a torch tensor on `device` (default the CPU), as Quadrants'."""
+        from .torch_conversions import to_torch
+        return to_torch(self, device)
+
+    def from_torch(self, tensor) -> None:
+        """Overwrite the contents with a torch tensor's (same shape), as from_numpy does."""
+        from .torch_conversions import from_torch
+        from_torch(self, tensor)
+
     def fill(self, value) -> None:
         """Set every element to `value`: on a device without host memory, a fill on the device
         ordered with the launches before and after it (no wait)."""
@@ -403,6 +413,15 @@ class Ndarray(_DeviceArray, NdarrayMarker):
 
     def _empty_like(self) -> "Ndarray":
         return Ndarray(self._element_spec(), self._shape, self.needs_grad, self.needs_dual, self._layout)
+
+    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        """A DLPack capsule over this array's memory (no copy): torch.from_dlpack(a), np.from_dlpack(a)."""
+        from .dlpack_capsule import export
+        return export(self, stream, max_version, dl_device, copy)
+
+    def __dlpack_device__(self) -> tuple:
+        from .dlpack_capsule import dlpack_device
+        return dlpack_device(self)
 
     def __repr__(self):
         return f"<qdc ndarray {self._dtype}{list(self._shape)}>"
