@@ -391,7 +391,7 @@ class _Launcher:
                         raise MemoryError(f"{argument_name(meta, index)}: the {arch} device has no room for a copy of "
                                           f"this array of shape {a.shape} ({a.nbytes} bytes): {e}") from None
                     ptr, grad = alloc.ptr, 0
-            elif isinstance(a, (Ndarray, Field)) and a.layout is None and a.dtype.name == p.dtype and len(a.storage_shape) == ndim and (
+            elif isinstance(a, (Ndarray, Field)) and a.layout == p.layout and a.dtype.name == p.dtype and len(a.storage_shape) == ndim and (
                     a.grad is not None or not grad_kernel_needs_grad) and (a.grad is None or not refuse_grad) and (
                     element_axes is None or a.storage_shape[element_axes] == p.element_shape):
                 ptr = a.allocation().ptr
