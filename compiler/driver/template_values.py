@@ -150,10 +150,13 @@ class _Describer:
             return {"struct_field": {"name": v.name, "members": members}}
         if is_array_argument(v):
             try:
-                dtype, ndim, element_shape, grad = array_type(v)
+                dtype, ndim, element_shape, grad, layout = array_type(v)
             except TypeError as e:
                 raise Undescribable(f"{route}: {e}") from None
-            return {"ndarray": {"dtype": dtype, "ndim": ndim, "needs_grad": grad, "element_shape": list(element_shape)}}
+            described = {"dtype": dtype, "ndim": ndim, "needs_grad": grad, "element_shape": list(element_shape)}
+            if layout is not None:
+                described["layout"] = list(layout)
+            return {"ndarray": described}
         if isinstance(v, DataclassArgument):
             return {"dataclass_argument": self.object(v.value, route, depth, runtime_scalars=True)}
         if isinstance(v, types.ModuleType):
@@ -196,9 +199,8 @@ class _Describer:
             out["needs_dual"] = True
         if f.element_shape:
             out["element_shape"] = list(f.element_shape)
-        layout = getattr(f, "layout", None)
-        if layout is not None:  # a permuted layout (the tensor API) changes the addressing
-            out["layout"] = [int(a) for a in layout] if isinstance(layout, (tuple, list)) else str(layout)
+        if f.layout is not None:  # a permuted layout (the tensor API) changes the addressing
+            out["layout"] = [int(a) for a in f.layout]
         return out
 
     def function(self, v, route: str) -> dict:
