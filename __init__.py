@@ -8,10 +8,12 @@ imported lazily on first use, so `from qdc.runtime import load` stays compiler-f
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import sys
 
 from qdc.runtime.contract import arches as _arches
 from qdc.runtime.contract.errors import (AdStackOverflowError, CacheError, DeviceLostError,  # noqa: F401
-                                       QdcCompileError, QdcError)
+                                       KernelNotPrebuiltError, QdcCompileError, QdcError)
 from qdc.runtime.fields import Field, Ndarray, field, ndarray  # noqa: F401
 from qdc.runtime.contract.types import f16, f32, f64, i8, i16, i32, i64, u1, u8, u16, u32, u64  # noqa: F401
 
@@ -49,7 +51,33 @@ def install_as_quadrants() -> None:
     importlib.import_module("qdc.quadrants_compat").install()
 
 
+class _TorchModule:
+    """`import qdc.torch` finds qdc/runtime/torch_ops.py (differentiable PyTorch ops): a file or
+    folder named `torch` in this package's root would shadow the real torch for every script
+    run from the repository, whose root is this package. The module is the same object under
+    both names."""
+
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        return importlib.util.spec_from_loader(name, _TorchModule) if name == "qdc.torch" else None
+
+    @staticmethod
+    def create_module(spec):
+        return importlib.import_module("qdc.runtime.torch_ops")
+
+    @staticmethod
+    def exec_module(module):
+        pass
+
+
+if not any(getattr(finder, "__qualname__", None) == "_TorchModule" and getattr(finder, "__module__", None) == __name__
+           for finder in sys.meta_path):
+    sys.meta_path.append(_TorchModule)
+
+
 def __getattr__(name):
+    if name == "torch":  # qdc.torch without `import qdc.torch`
+        return importlib.import_module("qdc.torch")
     if name in _arches.names():  # qd.cpu, qd.cuda, ...: an arch is named by its own name
         return name
     if name == "ad":  # qd.ad.Tape
@@ -64,6 +92,8 @@ def __getattr__(name):
         return _compiler_module("qdc.compiler.language.mathlib", name)
     if name in ("Vector", "Matrix", "zero"):
         return getattr(_compiler_module("qdc.compiler.language.matrix", name), name)
+    if name == "from_dlpack":  # qd.from_dlpack(obj): a qd.ndarray over another library's array
+        return importlib.import_module("qdc.runtime.dlpack").from_dlpack
     if name == "adstack_heap_bytes":
         return importlib.import_module("qdc.runtime.adstack").adstack_heap_bytes
     if name == "sync":  # kept here after the first call: a loop of launch + qd.sync() pays no lookup

@@ -15,8 +15,8 @@ qdc never imports torch for this: a tensor can only exist where its program impo
   `requires_grad=True`; its `.grad` (created as zeros when None, as Quadrants does) is the
   gradient buffer that the kernel accumulates into.
 
-A DLPack object on the host is taken through `np.from_dlpack` (a numpy view of its memory: numpy
-arrays' rules apply); one on a CUDA device through its capsule (runtime/dlpack.py).
+A DLPack object on the host is taken as a numpy view of its memory (numpy
+arrays' rules apply); one on a CUDA device through its capsule (runtime/dlpack_capsule.py).
 
 CUDA ordering. qdc launches on a stream of its own (runtime/devices/stream.py). Binding a CUDA
 tensor makes that stream wait for the work already queued on PyTorch's current stream, and once
@@ -28,9 +28,11 @@ hand its memory out again before the kernel is done with it.
 from __future__ import annotations
 
 import sys
+import weakref
 
 import numpy as np
 
+from . import dlpack_capsule
 from .argument_checks import ArrayMismatchError, argument_name
 
 # qdc's scalar types by the torch dtype's attribute name
@@ -92,7 +94,11 @@ def host_view(a) -> np.ndarray | None:
     kind, _ = a.__dlpack_device__()
     if int(kind) not in (1, 3):  # kDLCPU, kDLCUDAHost: memory the host addresses
         return None
-    return np.from_dlpack(a)
+    from .contract.types import by_name
+    memory = dlpack_capsule.import_array(a)
+    if memory.dtype_name is None or not memory.contiguous:  # numpy's view (and its errors)
+        return np.from_dlpack(a)
+    return dlpack_capsule.host_array(memory, by_name(memory.dtype_name).np_dtype)
 
 
 def signature(a) -> tuple[str | None, int, bool] | None:
@@ -108,8 +114,7 @@ def signature(a) -> tuple[str | None, int, bool] | None:
         from .contract.types import from_numpy
         dt = from_numpy(view.dtype)
         return (dt.name if dt is not None else None), view.ndim, False
-    from . import dlpack
-    memory = dlpack.import_array(a)
+    memory = dlpack_capsule.import_array(a)
     return memory.dtype_name, len(memory.shape), False
 
 
@@ -207,10 +212,9 @@ def _bind_dlpack(meta, index: int, a, device) -> Bound:
     view = host_view(a)
     if view is not None:  # host memory: bound as the numpy array it is (numpy's rules, copies included)
         return Bound(host=view)
-    from . import dlpack
     where = argument_name(meta, index)
     p = meta.params[index]
-    memory = dlpack.import_array(a, stream=qdc_stream(device) if device.arch == "cuda" else None)
+    memory = dlpack_capsule.import_array(a, stream=qdc_stream(device) if device.arch == "cuda" else None)
     if device.arch != "cuda" or memory.device != ("cuda", cuda_ordinal(device)):
         raise ArrayMismatchError(f"{where}: kernels on arch {device.arch} cannot use an array on "
                                  f"{memory.device[0]}:{memory.device[1]}")
@@ -229,14 +233,17 @@ def qdc_stream(device) -> int:
     return int(device.stream)
 
 
+_TORCH_STREAMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # device -> torch's view of its stream
+
+
 def _order_with_torch(device, after: list, *tensors) -> None:
     """Make qdc's stream wait for PyTorch's current stream now, and PyTorch's current stream
     wait for qdc's once the launch is queued (`after`; once per launch however many tensors)."""
     torch = sys.modules["torch"]
-    ours = getattr(device, "_torch_stream", None)
+    ours = _TORCH_STREAMS.get(device)
     if ours is None:
-        ours = device._torch_stream = torch.cuda.ExternalStream(qdc_stream(device),
-                                                                device=torch.device("cuda", cuda_ordinal(device)))
+        ours = _TORCH_STREAMS[device] = torch.cuda.ExternalStream(qdc_stream(device),
+                                                                  device=torch.device("cuda", cuda_ordinal(device)))
     theirs = torch.cuda.current_stream(ours.device)
     for t in tensors:
         if t is not None:

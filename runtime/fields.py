@@ -188,16 +188,7 @@ class _DeviceArray:
         return copy
 
     def _copy_onto(self, other: "_DeviceArray") -> None:
-        device = context.current().device
-        copy_between = getattr(device, "copy_between", None)
-        if copy_between is not None:
-            copy_between(self.allocation(), other.allocation(), self.nbytes)
-            return
-        view, other_view = self._synced_view(), other._host_view()
-        if view is not None and other_view is not None:
-            np.copyto(other_view, view)
-        else:
-            other.from_numpy(self.to_numpy())
+        context.current().device.copy_between(self.allocation(), other.allocation(), self.nbytes)
 
     def __len__(self) -> int:
         if not self._shape:
@@ -269,6 +260,16 @@ class _DeviceArray:
             np.copyto(view, arr, casting="same_kind")
         else:
             context.current().device.copy_to_device(self.allocation(), np.ascontiguousarray(arr, want))
+
+    def to_torch(self, device=None):
+        """A copy of the contents as a torch tensor on `device` (default the CPU), as Quadrants'."""
+        from .torch_conversions import to_torch
+        return to_torch(self, device)
+
+    def from_torch(self, tensor) -> None:
+        """Overwrite the contents with a torch tensor's (same shape), as from_numpy does."""
+        from .torch_conversions import from_torch
+        from_torch(self, tensor)
 
     def fill(self, value) -> None:
         """Set every element to `value`: on a device without host memory, a fill on the device
@@ -412,6 +413,15 @@ class Ndarray(_DeviceArray, NdarrayMarker):
 
     def _empty_like(self) -> "Ndarray":
         return Ndarray(self._element_spec(), self._shape, self.needs_grad, self.needs_dual, self._layout)
+
+    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        """A DLPack capsule over this array's memory (no copy): torch.from_dlpack(a), np.from_dlpack(a)."""
+        from .dlpack_capsule import export
+        return export(self, stream, max_version, dl_device, copy)
+
+    def __dlpack_device__(self) -> tuple:
+        from .dlpack_capsule import dlpack_device
+        return dlpack_device(self)
 
     def __repr__(self):
         return f"<qdc ndarray {self._dtype}{list(self._shape)}>"

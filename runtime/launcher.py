@@ -160,8 +160,7 @@ class _Launcher:
         # numpy arrays bound by the kernel's own entry (runtime/devices/cpu/numpy_binding.py):
         # not with hooks, which read the bound words before the call
         self.binding = device.numpy_binding(loaded, meta) if hooks is None and device.capabilities.fused_launch \
-            and device.capabilities.host_memory and hasattr(device, "numpy_binding") and not meta.graph_loops \
-            else None
+            and device.capabilities.host_memory and not meta.graph_loops else None
         self.buf = (ctypes.c_uint64 * max(meta.ctx_words, 1, self.binding.ctx_words if self.binding else 0))()
         # every argument bound by the library itself, in one builtin call (numpy_binding.py)
         self.python = self.binding.python_entry(getattr(loaded, "lib", None), self.buf) if self.binding else None
@@ -185,7 +184,7 @@ class _Launcher:
             self.fixed_slices = [device.task_slices(t.launch, self.trip_count(i, no_args))
                                  if self.iterations[i] is None or isinstance(self.iterations[i], se.Const) else None
                                  for i, t in enumerate(meta.tasks)]
-            if graph and getattr(device, "has_graphs", False):
+            if graph and device.has_graphs:
                 # A graph replays every task without the host in between: a trip count that an
                 # earlier task computes (a temporary) is not read back; the task runs on the grid
                 # cap and its grid-stride loop reads the bound on the device (design.md, "Graphs").
@@ -193,7 +192,7 @@ class _Launcher:
                 self.fixed_slices = [device.task_slices(t.launch, None)
                                      if fixed is None and se.reads_temps(self.iterations[i]) else fixed
                                      for i, (t, fixed) in enumerate(zip(meta.tasks, self.fixed_slices))]
-            self.sync_each_launch = getattr(device, "sync_each_launch", False)
+            self.sync_each_launch = device.sync_each_launch
             self.simple_trips = [_simple_trip_count(tree) for tree in self.iterations]
             if call == self.launch_tasks and None not in self.fixed_slices and hooks is None \
                     and not self.sync_each_launch:
@@ -249,7 +248,7 @@ class _Launcher:
         for i, f in enumerate(self.fields):
             w[m.field_slot0 + i] = f.allocation().ptr
         w[m.temps_slot] = self.temps.ptr
-        w[m.threads_slot] = getattr(context.current().device, "num_threads", 1)
+        w[m.threads_slot] = context.current().device.num_threads
         for i, p in enumerate(m.params):
             if p.kind == "ndarray":
                 self.g[f"_q_arr{i}"] = _UNBOUND

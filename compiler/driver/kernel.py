@@ -145,6 +145,7 @@ def build_meta(kir: ir.KernelIR, entry: str, is_grad: bool = False, adstack: dic
         kir.num_temps, is_grad, adstack, bounds_checks.records(kir) if debug else None,
         returns=kir.returns, random=any(isinstance(s, ir.RandomState) for s in ir.walk(kir.body)),
         messages=kir.messages, structs=struct_layouts(kir.params), members=kir.members,
+        signature=kir.signature if kir.members else None,
         graph_loops=_graph_loop_records(kir))
 
 
@@ -225,9 +226,9 @@ def compile_kernel(fn, params, opts, arch="cpu", dump=None, variant="forward", t
     fe = FrontEnd(fn, params, opts, templates.values if templates else None, returns=variant != "grad", arch=arch)
     kir = fe.build()
     if variant == "grad":  # the adjoint of the offloaded kernel (compiler/autodiff)
-        from ..autodiff import PIPELINE_STOP, make_grad_kernel
+        from ..autodiff.grad_kernel import PIPELINE_STOP, make_grad_kernel
         run_pipeline(kir, dump=dump, stop_after=PIPELINE_STOP)
-        grad = make_grad_kernel(kir, fe.field_objects, opts)
+        grad = make_grad_kernel(kir, fe.field_objects, opts, dump=dump)
         kir, field_objects, adstack = grad.kernel, grad.field_objects, {"stacks": grad.stacks}
     else:  # forward_ad: the pipeline's forward_mode pass adds tangents (autodiff/forward_mode.py)
         field_objects, adstack = fe.field_objects, None

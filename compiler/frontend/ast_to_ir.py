@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import builtins
 import contextlib
+import inspect
 import operator
 import types
 import warnings
@@ -43,6 +44,7 @@ from .simt_calls import SimtCalls
 from .source import source_info
 from .static_python import StaticPython
 from .host_objects import HostObject, HostObjects, unwrap
+from ..language.dataclass_args import DataclassArgument
 from .values import ValueBuilder, is_number, is_runtime, not_a_value_message, short_number
 
 
@@ -116,7 +118,6 @@ _UNSUPPORTED = {
     "Starred": "starred expressions are not supported in kernels",
     "NamedExpr": "assignment expressions (:=) are not supported in kernels",
     "Match": "match statements are not supported in kernels",
-    "Slice": "slices are not supported in kernels; index one element at a time",
     "Yield": "yield is not supported in kernels",
     "YieldFrom": "yield is not supported in kernels",
     "Await": "await is not supported in kernels",
@@ -153,6 +154,8 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
         self.constants_used: dict = {}  # name -> value of captured compile-time constants (cache key)
         self.funcs_used: list = []
         self.templates = templates or {}
+        self.kernel.signature = [n for n in inspect.signature(fn).parameters
+                                 if n not in self.templates or isinstance(self.templates[n], DataclassArgument)]
         self.member_variables: dict = {}  # parameter index -> the variable a dataclass's scalar member is read into
         self.init_returns(fn, returns)
 
@@ -319,6 +322,19 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
         if isinstance(node.value, (bool, int, float, str)) or node.value is None:
             return node.value
         self.error(f"constant {node.value!r} is not supported in kernels")
+
+    def visit_Slice(self, node: ast.Slice):
+        """`a:b:c` in a subscript: a Python slice of compile-time integers (vectors, matrices and
+        tuples are sliced at compile time)."""
+        parts = []
+        for part in (node.lower, node.upper, node.step):
+            v = None if part is None else self.scalar(self.visit(part), part)
+            if v is not None and (is_runtime(v) or isinstance(v, bool) or not isinstance(v, int)):
+                self.error("slice bounds and steps must be compile-time integers", part)
+            parts.append(v)
+        if parts[2] == 0:
+            self.error("a slice step cannot be zero", node.step)
+        return slice(*parts)
 
     def visit_Tuple(self, node: ast.Tuple):
         if any(isinstance(e, ast.Starred) for e in node.elts):  # (*t, x), [*v]: spread, as in Python
@@ -529,8 +545,8 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
             return self.vector_subscript(base, node)
         if isinstance(base, (tuple, list)):
             idx = self.visit(node.slice)
-            if is_runtime(idx) or not isinstance(idx, int):
-                self.error("a tuple can only be indexed with a compile-time integer", node.slice)
+            if is_runtime(idx) or not isinstance(idx, (int, slice)):
+                self.error("a tuple can only be indexed with a compile-time integer or slice", node.slice)
             try:
                 return base[idx]
             except IndexError:
@@ -569,6 +585,9 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
             rank, what = base.ndim, f"ndarray '{base.name}'"
         indices = []
         for n in index_nodes:
+            if isinstance(n, ast.Slice):
+                self.error(f"{what} cannot be sliced in kernels (vectors and matrices can); index one "
+                           f"element at a time", n)
             v = self.visit(n)
             # a vector index (`x[I]`, `grid[base + offset]`) or a tuple held in a local gives one
             # index per component

@@ -313,6 +313,9 @@ class GlobalLoad(Stmt):
     def __init__(self, ptr: GlobalPtr, loc=None):
         super().__init__(ptr.type, loc)
         self.ptr = ptr
+        # Where a later write of the same kernel may overwrite what this reads (set by autodiff's
+        # checks): a gradient kernel, which runs after the kernel, cannot read it again.
+        self.clobbered_by: SourceLoc | None = None
 
 
 class GlobalStore(Stmt):
@@ -335,6 +338,7 @@ class AtomicRMW(Stmt):
         assert op in ATOMIC_OPS, op
         super().__init__(ptr.type, loc)
         self.op, self.ptr, self.value = op, ptr, value
+        self.clobbered_by: SourceLoc | None = None  # a min/max whose final value a later write changes (GlobalLoad's)
 
 
 class TempLoad(Stmt):
@@ -525,6 +529,9 @@ class KernelIR:
         # Parameters read off a dataclass or template argument at launch (frontend/host_objects.py):
         # parameter name -> the path to it, [argument, attribute or index, ...]
         self.members: dict = {}
+        # The kernel's arguments in call order (its template ones aside): what a launch that reads
+        # members takes (None: one argument per parameter)
+        self.signature: list | None = None
 
     def field_ref(self, field, is_grad: bool) -> FieldRef:
         """The kernel's reference to `field` (a runtime Field object), allocated on first use."""

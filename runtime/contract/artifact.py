@@ -130,7 +130,8 @@ in "returns" (one [dtype, shape] value per scalar or vector/matrix member) and "
 Dataclass parameters and arrays inside template arguments (the compiler's
 frontend/host_objects.py): "members" (absent otherwise) maps each parameter read off an
 argument to its path, [argument, attribute or index, ...]; the launch function takes the
-argument and reads the parameter from it at every launch (runtime/member_arguments.py).
+argument and reads the parameter from it at every launch (runtime/member_arguments.py);
+"signature" lists the arguments that launch takes, in call order.
 
 Bump FORMAT_VERSION whenever this layout or the metadata schema changes incompatibly. Version 4: task
 records with entry, iterations, launch policy and adstack ids (version 3's `range` is gone);
@@ -277,11 +278,12 @@ class KernelMeta:
                  num_temps: int = 0, is_grad: bool = False, adstack: dict | None = None,
                  debug_checks: list | None = None, cpu_libraries: list | None = None, returns: dict | None = None,
                  random: bool = False, messages: list | None = None, structs: dict | None = None,
-                 members: dict | None = None, graph_loops: list | None = None):
+                 members: dict | None = None, signature: list | None = None, graph_loops: list | None = None):
         self.name, self.entry = name, entry
         # qd.graph.do_while loops: [first task, end task, flag parameter] each (see the docstring)
         self.graph_loops = graph_loops or []
         self.members = members or {}  # parameter -> the path it is read from (see the module docstring)
+        self.signature = list(signature) if signature is not None else None  # with members: the arguments
         self.structs = structs or {}  # struct parameter -> its layout (see the module docstring)
         self.returns = returns  # the "returns" record, None when the kernel returns nothing
         self.cpu_libraries = cpu_libraries or []  # CPU entries: one record per library, see the docstring
@@ -352,6 +354,7 @@ class KernelMeta:
             d["structs"] = self.structs
         if self.members:  # absent without dataclass parameters: such metadata reads as before
             d["members"] = self.members
+            d["signature"] = self.signature
         if self.graph_loops:  # absent without qd.graph.do_while: such metadata reads as before
             d["graph_loops"] = self.graph_loops
         return d
@@ -367,7 +370,7 @@ class KernelMeta:
                    [TaskMeta.from_dict(t) for t in d["tasks"]],
                    d["num_temps"], d["is_grad"], d.get("adstack") or {}, d.get("debug_checks") or [],
                    d.get("cpu_libraries") or [], d.get("returns"), d.get("random", False),
-                   d.get("messages") or [], d.get("structs") or {}, d.get("members") or {},
+                   d.get("messages") or [], d.get("structs") or {}, d.get("members") or {}, d.get("signature"),
                    d.get("graph_loops") or [])
 
 
@@ -456,7 +459,7 @@ def check_kernel_meta(d) -> None:
                              and all(_is_int(s) and 0 < s <= largest for s in p[6])),
               f"element shape of parameter {p[0]!r}")
     _check_arguments(d["params"], structs)
-    _check_members(d.get("members", {}), d["params"])
+    _check_members(d.get("members", {}), d["params"], d.get("signature"))
     for f in _list(d, "fields", 4):
         check_field(f[0], f[1], f[2], module_attribute=False)
         _need(isinstance(f[3], bool), f"field {f[0]!r}")
@@ -528,10 +531,14 @@ def _check_arguments(params: list, structs: dict) -> None:
     _need(set(structs) <= names, "structs: a struct parameter the kernel does not have")
 
 
-def _check_members(members, params: list) -> None:
+def _check_members(members, params: list, signature) -> None:
     """"members": parameter name -> [argument, step, ...], each step an attribute (an
-    identifier) or an index (an int), naming a scalar or ndarray parameter the kernel has."""
+    identifier) or an index (an int), naming a scalar or ndarray parameter the kernel has;
+    "signature" (with members): the distinct argument names the launch takes, in order."""
     _need(isinstance(members, dict), "members")
+    _need(not members or (isinstance(signature, list) and len(signature) <= 1024
+                          and all(isinstance(n, str) and _IDENT.match(n) for n in signature)
+                          and len(set(signature)) == len(signature)), "signature")
     kinds = {p[0]: p[1] for p in params}
     for name, path in members.items():
         _need(isinstance(name, str) and kinds.get(name) in ("scalar", "ndarray") and isinstance(path, list)
