@@ -119,6 +119,8 @@ class _BuildCommand(click.Command):
 @click.option("--shard", metavar="K/N", help="Build only shard K of N (a stable split of kernel x arch).")
 @click.option("--remote", "remote_url", metavar="URL", help=REMOTE_HELP)
 @click.option("-v", "--verbose", is_flag=True, help="Name each cache hit too, not only each kernel compiled.")
+@click.option("--timings", "show_timings", is_flag=True,
+              help="Print where each kernel's build time went, per phase and arch, largest kernels first.")
 @click.option("--opt-level", type=click.IntRange(0, 3), help="LLVM optimisation level (default 3).")
 @click.option("--fast-math/--no-fast-math", default=None, help="Allow float reassociation (default off).")
 @click.option("--debug/--no-debug", default=None, help="Bounds checks on every global access.")
@@ -127,7 +129,7 @@ class _BuildCommand(click.Command):
 @click.option("--ad-stack-size", type=click.IntRange(min=0), help="Force N adstack slots (0: sized by the compiler).")
 @click.option("--default-ad-stack-size", type=click.IntRange(min=1), help="Fallback adstack capacity (256).")
 @click.option("--ad-stack-strict/--no-ad-stack-strict", default=None, help="Unsized adstacks are errors.")
-def build(paths, manifest, arch, cache_dir, jobs, force, verbose, shard, remote_url, **flags):
+def build(paths, manifest, arch, cache_dir, jobs, force, verbose, shard, remote_url, show_timings, **flags):
     """Compile every kernel in PATHS (.py files or folders), or every kernel variant of a
     manifest (--manifest FILE), into the cache."""
     from qdc.compiler.driver import build as build_mod
@@ -150,7 +152,7 @@ def build(paths, manifest, arch, cache_dir, jobs, force, verbose, shard, remote_
         # explicitly must build every kernel)
         how = dict(log=lambda text: click.echo(text, err=True), out=click.echo, verbose=verbose,
                    skip_unexpressible=arch_spec is not None and build_mod.means_every_arch(arch_spec), shard=shard,
-                   remote=remote_url)
+                   remote=remote_url, show_timings=show_timings)
         if manifest:
             from qdc.compiler.manifest.building import build_manifest
             report = build_manifest(manifest, arches, opts, cache_dir, jobs or os.cpu_count() or 1, force, **how)
@@ -298,6 +300,7 @@ def inspect(target, arch, cache_dir, view):
         _fail(str(e))
     if view is None:
         click.echo(_describe_entry(entry))
+        click.echo(f"  launch    {_launch_path(store.location, module, kernel, arch)}")
     elif view == "size-expr":
         from qdc.runtime.adstack import describe_stacks
         click.echo(describe_stacks(entry.meta))
@@ -309,6 +312,16 @@ def inspect(target, arch, cache_dir, view):
                 _fail(str(e))
     else:
         click.echo(_artifact_text(entry, view, arch), nl=False)
+
+
+def _launch_path(location: str, module: str, kernel: str, arch: str) -> str:
+    """How the kernel's launches go on this machine's `arch` device, and why (runtime/launch_path.py),
+    or why that is not known here."""
+    from qdc.runtime.loader import launch_path, load
+    try:
+        return str(launch_path(load(location, module, arch=arch), kernel))
+    except Exception as e:  # noqa: BLE001 (no such device here, a module this host cannot run: said, not raised)
+        return f"not known here: {e}"
 
 
 def _artifact_text(entry, view: str, arch: str) -> str:

@@ -32,7 +32,7 @@ from qdc.runtime.contract.python_scope import scope_types
 from qdc.runtime import remote as remote_mod
 
 from . import cache_key, options as options_mod
-from .. import targets
+from .. import targets, timings
 from ..jit.aot import Instantiation
 from ..jit.kernel import Kernel, kernel_of
 from ..jit.offline_cache import store
@@ -230,22 +230,30 @@ def run_job(src: ModuleSource, job: Job, opts, cache: Cache, force: bool) -> dic
     """Compile one kernel variant and store it: {"status": "built"|"failed", "key", "error", "seconds"}."""
     t0 = time.perf_counter()
     kernel = src.kernels[job.kernel]
+    spent = timings.KernelTimings()
     try:
-        arch_opts = _job_options(kernel, opts, job.arch)
-        params = _job_params(kernel, arch_opts, job.variant)
-        templates = _templates_of(kernel)
-        deps = cache_key.kernel_key(kernel.fn, params, arch_opts, job.arch, job.variant, templates)
+        with timings.recording(spent):
+            with timings.phase("cache key"):
+                arch_opts = _job_options(kernel, opts, job.arch)
+                params = _job_params(kernel, arch_opts, job.variant)
+                templates = _templates_of(kernel)
+                deps = cache_key.kernel_key(kernel.fn, params, arch_opts, job.arch, job.variant, templates)
         compiled = compile_recording_warnings(kernel.fn, params, arch_opts, job.arch, job.variant, templates)
-        _check_members_buildable(compiled.meta)
-        try:
-            stored = store(cache, deps, compiled, kernel.fn, job.arch, job.variant, arch_opts, replace=force,
-                           raise_errors=True)
-        except OSError as e:
-            raise CacheWriteError(f"cannot write its cache entry in {cache.root}: {e.strerror or e}") from None
+        if not getattr(kernel, "serves_direct_mode", False):  # a manifest entry's process reads them itself
+            _check_members_buildable(compiled.meta)
+        for name, (wall, cpu) in compiled.timings.phases.items():
+            spent.add(name, wall, cpu)
+        with timings.recording(spent), timings.phase("cache write"):
+            try:
+                stored = store(cache, deps, compiled, kernel.fn, job.arch, job.variant, arch_opts, replace=force,
+                               raise_errors=True)
+            except OSError as e:
+                raise CacheWriteError(f"cannot write its cache entry in {cache.root}: {e.strerror or e}") from None
         if not stored:
             raise RuntimeError("the kernel reaches a field through an expression the cache key cannot follow "
                                "(bind the field to a module-level name)")
-        return {"status": "built", "key": deps.key, "seconds": time.perf_counter() - t0}
+        return {"status": "built", "key": deps.key, "seconds": time.perf_counter() - t0,
+                "timings": spent.to_wire()}
     except TargetCannotExpress as e:  # skipped by `--arch all`, a failure otherwise (`_Outcome`)
         return {"status": CANNOT_EXPRESS, "error": str(e), "reason": f"{e.filename}:{e.line}:{e.col}: {e.raw_message}"}
     except Exception as e:  # noqa: BLE001  (reported per kernel; the build goes on)
@@ -294,6 +302,8 @@ class BuildReport:
     seconds: float = 0.0
     errors: list = dataclasses.field(default_factory=list)
     stale: list = dataclasses.field(default_factory=list)  # manifest entries the program no longer matches
+    # (kernel variant, arch, compiler/timings.KernelTimings) of each variant compiled
+    timings: list = dataclasses.field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -349,7 +359,8 @@ def shard_units(units: list[tuple], shard: tuple[int, int] | None) -> set:
 
 def build(paths, arches, opts, cache_dir: str, jobs: int = 1, force: bool = False,
           log=None, out=None, verbose: bool = False, skip_unexpressible: bool = False,
-          shard: tuple[int, int] | None = None, remote: str | None = None) -> BuildReport:
+          shard: tuple[int, int] | None = None, remote: str | None = None,
+          show_timings: bool = False) -> BuildReport:
     """Build every kernel under `paths` for `arches` into `cache_dir`. `log(text)` gets errors
     (default: stderr); `out(text)` a numbered line per kernel variant compiled (`verbose`: a
     line per cache hit too) and the summary (default: stdout). `skip_unexpressible` (`--arch
@@ -358,7 +369,8 @@ def build(paths, arches, opts, cache_dir: str, jobs: int = 1, force: bool = Fals
     build only shard K's kernels (`shard_units`); the module records name every kernel's entry
     and are complete once the shards' caches are merged. `remote`: a store URL (runtime/remote.py)
     where misses are looked up before compiling and where built entries, then complete module
-    records, are uploaded."""
+    records, are uploaded. `show_timings` (`--timings`): before the summary, where each kernel
+    variant compiled spent its time, per phase (compiler/timings.py), largest first."""
     log = log or (lambda text: print(text, file=sys.stderr, flush=True))
     out = out or (lambda text: print(text, flush=True))
     t0 = time.perf_counter()
@@ -374,7 +386,7 @@ def build(paths, arches, opts, cache_dir: str, jobs: int = 1, force: bool = Fals
     finally:
         _forget_modules(imported_before, files)  # a later build in this process imports afresh
     report.seconds = time.perf_counter() - t0
-    out(_summary(report, arches))
+    print_summary(report, arches, out, show_timings)
     return report
 
 
@@ -435,6 +447,9 @@ def _build_sources(sources, files, arches, opts, cache: Cache, jobs: int, force:
         if result["status"] == CANNOT_EXPRESS:
             result = {**result, "status": "skipped" if skip_unexpressible else "failed"}
         results[_job_id(job)] = result
+        if "timings" in result:
+            report.timings.append((_variant_name(job.module, job.kernel, job.variant), job.arch,
+                                   timings.KernelTimings(result["timings"])))
         progress.step(job, result)
 
     def here(job: Job) -> dict:
@@ -618,6 +633,13 @@ def _module_fields(src: ModuleSource):
 
 def _declared_fields(src: ModuleSource) -> list:
     return [*src.fields.values(), *(f for f in src.reached if not f.is_grad)]
+
+
+def print_summary(report: BuildReport, arches, out, show_timings: bool = False) -> None:
+    """The summary line, after (`show_timings`) where each kernel variant's time went."""
+    if show_timings and report.timings:
+        out(timings.table(report.timings))
+    out(_summary(report, arches))
 
 
 def _summary(report: BuildReport, arches) -> str:

@@ -42,6 +42,9 @@ class StaleEntry(Exception):
 class ManifestKernel(Instantiation):
     """One manifest entry re-created: the kernel, its template arguments, and the variant,
     parameters and code options it was recorded with (build.py asks for them by name)."""
+    # Its entries serve direct-mode processes of the program, which read arrays off their own
+    # template arguments at launch (a module loaded by `qdc.runtime.load` could not)
+    serves_direct_mode = True
 
     def __init__(self, kernel, templates, entry: dict):
         super().__init__(kernel, templates)
@@ -162,7 +165,7 @@ def load_entries(entries: list, opts, log) -> tuple[list, list]:
 
 def build_manifest(path: str, arches, opts, cache_dir: str, jobs: int = 1, force: bool = False, log=None,
                    out=None, verbose: bool = False, skip_unexpressible: bool = False, shard=None,
-                   remote: str | None = None) -> build_mod.BuildReport:
+                   remote: str | None = None, show_timings: bool = False) -> build_mod.BuildReport:
     """Build every entry of the manifest at `path` for `arches` (None: the arches it records)."""
     log = log or (lambda text: print(text, file=sys.stderr, flush=True))
     out = out or (lambda text: print(text, flush=True))
@@ -189,5 +192,5 @@ def build_manifest(path: str, arches, opts, cache_dir: str, jobs: int = 1, force
                                       skip_unexpressible, shard, remote_store)
     report.stale = stale
     report.seconds = time.perf_counter() - t0
-    out(build_mod._summary(report, arches))
+    build_mod.print_summary(report, arches, out, show_timings)
     return report
