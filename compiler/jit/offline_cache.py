@@ -2,17 +2,24 @@
 kernel variant from it, or compiles and stores it there; `qdc build` stores what it builds
 (compiler/driver/build.py).
 
+With trusted keys (qd.init(trusted_keys=...) or $QDC_TRUSTED_KEYS), an entry is used only if
+a trusted key signed it (runtime/signing.py); any other is refused with a CacheError, never
+recompiled over. A kernel compiled here is then stored only if $QDC_SIGNING_KEY can sign it
+(it would be refused next time); that key signs whatever this process stores.
+
 This is the top floor, with the kernel objects: like a deployment it uses the runtime (the
 cache folder's reader and writer), while the compiler below it takes from the runtime only
 runtime/contract/ (tests/architecture/test_contract_boundary.py).
 """
 from __future__ import annotations
 
+import os
 import time
 import warnings
 
+from qdc.runtime import signing
 from qdc.runtime.cache import Cache, check_cache_folder, writable_problem
-from qdc.runtime.contract.errors import CacheError
+from qdc.runtime.contract.errors import CacheError, SignatureError
 
 from ..driver import cache_key, kernel as compiling
 from ..driver.kernel import CompiledKernel, compile_recording_warnings, replay_warnings
@@ -23,6 +30,7 @@ _NOT_STORED = frozenset({"ll"})
 
 _CACHES: dict = {}      # cache folder -> Cache
 _UNWRITABLE: set = set()  # cache folders we failed to write (warned once)
+_TRUST: dict = {}       # the settings -> (Trust or None, SigningKey or None)
 
 
 def cache_for(opts) -> Cache:
@@ -33,10 +41,20 @@ def cache_for(opts) -> Cache:
     return cache
 
 
+def trust_for(opts) -> tuple:
+    """(Trust or None, SigningKey or None) of direct mode's options and environment."""
+    variables = (signing.TRUSTED_KEYS_VARIABLE, signing.REVOKED_KEYS_VARIABLE, signing.SIGNING_KEY_VARIABLE)
+    settings = (repr(opts.trusted_keys), repr(opts.revoked_keys), *(os.environ.get(v) for v in variables))
+    if settings not in _TRUST:
+        _TRUST[settings] = (signing.trust_from(opts.trusted_keys, opts.revoked_keys), signing.signing_key_from())
+    return _TRUST[settings]
+
+
 def check_cache_dir(opts) -> None:
-    """At `qd.init`: ValueError if cache_dir is a file; if it is not writable (a read-only
-    deployment, say), one warning now, and kernels are compiled without being stored (its
-    entries are still used)."""
+    """At `qd.init`: ValueError if cache_dir is a file or a trusted key cannot be read; if the
+    cache is not writable (a read-only deployment, say), one warning now, and kernels are
+    compiled without being stored (its entries are still used)."""
+    trust_for(opts)
     root = check_cache_folder(opts.resolved_cache_dir, "cache_dir")
     problem = writable_problem(root)
     if problem is None:
@@ -56,20 +74,30 @@ def obtain(fn, params, opts, arch: str, variant: str = "forward", templates=None
         cache_key.log(f"kernel '{fn.__name__}' ({variant}) is compiled but not cached: {e}")
         # the front end explains why
         return compiling.compile_kernel(fn, params, opts, arch, variant=variant, templates=templates)
-    hit = load_cached(cache, deps)
+    trust, signer = trust_for(opts)
+    hit = load_cached(cache, deps, trust)
     if hit is not None:
         replay_warnings(hit.warnings, fn)
         return hit
     compiled = compile_recording_warnings(fn, params, opts, arch, variant, templates)
     compiled.deps = deps
-    store(cache, deps, compiled, fn, arch, variant, opts)
+    if trust is not None and signer is None:
+        cache_key.log(f"kernel '{fn.__name__}' ({variant}) is compiled but not cached: trusted keys are configured "
+                      f"and no signing key (${signing.SIGNING_KEY_VARIABLE}) signs what this process stores")
+    elif store(cache, deps, compiled, fn, arch, variant, opts) and signer is not None:
+        try:
+            cache.sign_entry(deps.key, signer)
+        except (OSError, CacheError) as e:
+            warnings.warn(f"qdc: could not sign cache entry {deps.key[:12]}… ({e})", stacklevel=3)
     return compiled
 
 
 
-def load_cached(cache: Cache, deps) -> CompiledKernel | None:
+def load_cached(cache: Cache, deps, trust=None) -> CompiledKernel | None:
     try:
-        entry = cache.lookup(deps.key)
+        entry = cache.lookup(deps.key, trust)
+    except SignatureError:
+        raise  # refused, never replaced: whoever could write it there must not win by it
     except CacheError as e:
         warnings.warn(f"qdc: discarding a corrupt cache entry and recompiling: {e}", stacklevel=4)
         cache.evict(deps.key)
