@@ -4,12 +4,7 @@ the fields the module declares, as it declares them. Loading, `qdc verify` and `
 this (runtime/loader.py, verify.py, bundle.py); `Cache.write_module` records what it compares."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from .contract import artifact as A
-
-if TYPE_CHECKING:
-    from .cache import Entry
 
 split_variant = A.split_variant
 
@@ -37,7 +32,7 @@ def module_problems(where: str, body: dict, entries: dict) -> list[tuple[str, st
     return problems
 
 
-def _kernel_problem(name: str, entry: Entry, arch: str, signature) -> str | None:
+def _kernel_problem(name: str, entry, arch: str, signature) -> str | None:
     _, variant = split_variant(name)
     record, meta = entry.record, entry.meta
     held = f"entry {entry.key[:12]}…, which holds the {record['variant']} variant of kernel '{meta.name}'"
@@ -66,7 +61,7 @@ def _params_text(params) -> str:
         return "?"
 
 
-def _field_problem(name: str, entry: Entry, fields: dict) -> str | None:
+def _field_problem(name: str, entry, fields: dict) -> str | None:
     for fm in entry.meta.fields:
         base, secondary = A.secondary_field(fm.name) if fm.is_grad else (fm.name, None)
         declared = fields.get(base)

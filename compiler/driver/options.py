@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 
 from qdc.runtime.contract import arches
 from qdc.runtime.contract import types as T
@@ -169,14 +170,17 @@ def find_config(start: str = ".") -> tuple[str | None, dict]:
 
 
 def _key_paths(value, folder: str):
-    """A trusted/revoked keys setting of a file with its key files' paths relative to `folder`
-    (a key's own text stays as it is)."""
-    from qdc.runtime.signing import KEY_PREFIX
-    items = value.split(",") if isinstance(value, str) and KEY_PREFIX not in value else value
+    """A trusted/revoked keys setting of a file with its key files' paths relative to `folder`.
+    A key's own text (`qdc-ed25519 <base64> name`, `@revoked ...`: it has spaces) and a bare
+    fingerprint (32 hex digits) stay as they are."""
+    items = value.split(",") if isinstance(value, str) and not value.strip().startswith("@") else value
     if not isinstance(items, list):
         return value
-    return [os.path.join(folder, os.path.expanduser(i.strip())) if isinstance(i, str) and KEY_PREFIX not in i
-            and not i.strip().startswith("@") else i for i in items]
+    return [os.path.join(folder, os.path.expanduser(i.strip())) if isinstance(i, str) and i.strip()
+            and not _KEY_TEXT.search(i.strip()) else i for i in items]
+
+
+_KEY_TEXT = re.compile(r"\s|^@|^[0-9a-fA-F]{32}$")
 
 
 def _read_yaml(path: str) -> dict:
