@@ -381,8 +381,8 @@ def _describe_entry(entry) -> str:
 
 
 def _describe_signers(store, entry, record, trust) -> str:
-    """Who signed the entry and its module record, and whether each signature holds (judged
-    against `trust` when keys are given)."""
+    """Who signed the entry and its module record, and whose signed statement in the module
+    record gives the entry's digest; whether each holds (judged against `trust` when keys are given)."""
     from qdc.runtime import signing
     from qdc.runtime.contract.artifact import ENTRY_RECORD, MODULE_RECORD
     files = store.open_entry(entry.key)
@@ -391,7 +391,8 @@ def _describe_signers(store, entry, record, trust) -> str:
     finally:
         files.close()
     module = signing.check_signature_list(record.get("signed", []))
-    lines = []
+    lines = [f"  {'attested':<9} in the module record: {line}"
+             for line in signing.describe_attestations(record, entry.record, trust)] if signing.available() else []
     for what, kind, body, signatures in (("signed", ENTRY_RECORD, entry.record, signed),
                                          ("module", MODULE_RECORD, record, module)):
         if signatures and not signing.available():

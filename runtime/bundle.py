@@ -155,10 +155,10 @@ def pack(cache: Store, out_path: str, signer: signing.SigningKey | None = None) 
     modules = list_modules(cache)
     for module, arch in modules:
         body = read_module(cache, module, arch)
-        if signer is not None:
-            body = dict(body, signed=signing.kept_signatures(A.MODULE_RECORD, body, [body], signer))
-        members[module_path(module, arch)] = _normalised(A.MODULE_RECORD, body)
         entries = {name: read_entry(cache, key) for name, key in body["kernels"].items()}
+        if signer is not None:
+            body = signing.sign_module(body, {e.key: e.record for e in entries.values()}, [body], signer)
+        members[module_path(module, arch)] = _normalised(A.MODULE_RECORD, body)
         problems = module_problems(cache.where(module_path(module, arch)), body, entries)
         if problems:
             raise cache_error(*problems[0])

@@ -336,10 +336,11 @@ def read_record(store: Store, name: str, kind: str) -> dict:
     return decode(store.read(name, MAX_RECORD_BYTES), store.where(name), kind)
 
 
-def read_entry(store: Store, key: str, trust: signing.Trust | None = None) -> Entry:
+def read_entry(store: Store, key: str, trust: signing.Trust | None = None, attested: str | None = None) -> Entry:
     """Read entry `key` and check every artifact's sha256, and that it defines exactly the
     entry points its record names (contract/entry_points.py), before handing any of it out;
-    with `trust`, first that a trusted key signed its record (runtime/signing.py).
+    with `trust`, first that a trusted key signed its record (runtime/signing.py), or that its
+    digest is `attested`, the one a trusted statement of its module record gives (Trust.attested).
     FileNotFoundError if it is absent; CacheError if anything fails its check (SignatureError if
     the signature does). A concurrent replacement of the entry is never seen as either (see the
     module docstring)."""
@@ -349,7 +350,7 @@ def read_entry(store: Store, key: str, trust: signing.Trust | None = None) -> En
         files = None
         try:
             files = store.open_entry(key)
-            return _read_entry_files(store, key, files, trust)
+            return _read_entry_files(store, key, files, trust, attested)
         except (FileNotFoundError, CacheError):
             if time.monotonic() > deadline:
                 raise
@@ -373,12 +374,14 @@ def _wait_for_replacement(store: Store, key: str, deadline: float) -> None:
         time.sleep(0.002)
 
 
-def _read_entry_files(store: Store, key: str, files: EntryFiles, trust) -> Entry:
+def _read_entry_files(store: Store, key: str, files: EntryFiles, trust, attested) -> Entry:
     record = decode(files.read(META_FILE, max_bytes=MAX_RECORD_BYTES), files.where(META_FILE), A.ENTRY_RECORD)
     if record["key"] != key:
         raise cache_error(files.where(META_FILE), f"the record is for key {record['key']}, not the key of its "
                                                   f"folder (the cache was tampered with or mixed up)")
-    if trust is not None:
+    if trust is not None and not (attested is not None and signing.entry_digest(record) == attested) \
+            and trust.refusal(A.ENTRY_RECORD, record,  # first only what a trusted key may have signed
+                              signing.read_entry_signatures(files, trust.signature_files())):
         check_trust(trust, A.ENTRY_RECORD, record, signing.read_entry_signatures(files), store.where(files.base),
                     f"entry {key[:12]}… (kernel '{record['meta']['name']}', {record['variant']}, {record['arch']})")
     artifacts = {}
@@ -568,17 +571,16 @@ class Cache(DirStore):
         `signed_as` wherever their signed content is this record's (runtime/signing.py), and
         `signer` signs it."""
         body = dict(body, module=check_module_name(module), arch=arch)
-        body["signatures"] = self._signatures(body["kernels"])
+        entries = self._entry_records(body["kernels"])
+        body["signatures"] = {name: entry_signature(entries[key]) for name, key in body["kernels"].items()
+                              if key in entries}
         A.check_module_record(body)
         name = module_path(module, arch)
         try:
             old = read_record(self, name, A.MODULE_RECORD)
         except (FileNotFoundError, CacheError):
             old = None
-        signed = signing.kept_signatures(A.MODULE_RECORD, body, [old, *signed_as], signer)
-        body.pop("signed", None)
-        if signed:
-            body["signed"] = signed
+        body = signing.sign_module(body, entries, [r for r in (old, *signed_as) if r is not None], signer)
         if old is not None and _without_times(old) == _without_times(body):
             return False
         path = self.path(name)
@@ -589,11 +591,12 @@ class Cache(DirStore):
         os.replace(tmp, path)
         return True
 
-    def _signatures(self, kernels: dict) -> dict:
+    def _entry_records(self, kernels: dict) -> dict:
+        """Key -> record of the entries `kernels` names that are here and readable."""
         out = {}
-        for name, key in kernels.items():
+        for key in kernels.values():
             try:
-                out[name] = entry_signature(read_record(self, f"{entry_path(key)}/{META_FILE}", A.ENTRY_RECORD))
+                out[key] = read_record(self, f"{entry_path(key)}/{META_FILE}", A.ENTRY_RECORD)
             except (FileNotFoundError, CacheError):
                 continue  # a missing or bad entry is reported as such
         return out

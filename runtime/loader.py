@@ -54,11 +54,12 @@ def load(cache_dir_or_bundle, module: str, arch: str = "cpu", local_cache=None, 
         cache_dir_or_bundle = read_through(cache_dir_or_bundle, module, arch, local_cache, trust)
     store = open_store(cache_dir_or_bundle)
     record = read_module(store, module, arch, trust)
+    attested = trust.attested(record) if trust is not None else {}  # entry digests a trusted key vouches for
     where = store.where(module_path(module, arch))
     entries, missing = {}, []
     for name, key in record["kernels"].items():
         try:
-            entries[name] = read_entry(store, key, trust)
+            entries[name] = read_entry(store, key, trust, attested.get(key))
         except FileNotFoundError:
             missing.append(name)
     if missing:

@@ -19,7 +19,7 @@ from .cache import (ENTRIES, META_FILE, RECORD_TIME_FIELDS, Cache, Store, cache_
                     module_path, read_entry, read_module)
 
 # A shard's record knows only its own entries' parameters; cryptographic signatures are kept apart.
-_NOT_COMPARED = RECORD_TIME_FIELDS + ("signatures", "signed")
+_NOT_COMPARED = RECORD_TIME_FIELDS + ("signatures", "signed", "attested")
 
 
 def entry_keys(store: Store) -> list[str]:
@@ -67,7 +67,7 @@ def merge(dest: Cache, sources: list[Store], signer: signing.SigningKey | None =
         installed += 1
     written, unsigned = 0, []
     for (module, arch), (_, body) in sorted(records.items()):
-        body = {k: v for k, v in body.items() if k not in ("signatures", "signed")}
+        body = {k: v for k, v in body.items() if k not in ("signatures", "signed", "attested")}
         written += dest.write_module(module, arch, body, signer, signed_as=tuple(originals[(module, arch)]))
         if any(r.get("signed") for r in originals[(module, arch)]) and \
                 not read_module(dest, module, arch).get("signed"):

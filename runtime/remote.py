@@ -184,14 +184,15 @@ class _Downloaded(Store):
 
 # ---- between a remote and a local cache -------------------------------------------------------
 
-def fetch_entry(remote: RemoteStore, cache: Cache, key: str, trust: signing.Trust | None = None) -> bool:
+def fetch_entry(remote: RemoteStore, cache: Cache, key: str, trust: signing.Trust | None = None,
+                attested: str | None = None) -> bool:
     """Download entry `key` with its signatures, verify it whole (with `trust`, its signature
-    too), and install it into `cache` in one rename; an entry `cache` holds already only gains
+    too, or its `attested` digest), and install it into `cache` in one rename; an entry `cache` holds already only gains
     the signatures it lacks. False if the remote has no such entry; CacheError (naming the URL)
     if it fails its checks, and then nothing is installed."""
     downloaded = _Downloaded(remote)
     try:
-        read_entry(downloaded, key, trust)  # sha256, sizes, entry points: before anything reaches the disk
+        read_entry(downloaded, key, trust, attested)  # sha256, sizes, entry points: before anything reaches the disk
     except FileNotFoundError:
         return False
     base = entry_path(key)
@@ -231,28 +232,39 @@ def push_module(remote: RemoteStore, cache: Cache, module: str, arch: str) -> li
     """Upload a local module record once every entry it names is on the remote; the kernels whose
     entries are not there yet (nothing written then). Entries the local cache lacks (another
     shard's) are fetched first and the record rewritten with their signatures, so that the record
-    uploaded is the whole one. A record already there is replaced only if it differs in more
-    than its build time."""
+    uploaded is the whole one; it keeps the signed statements of the record already there that
+    still hold (another shard's: runtime/signing.py). A record already there is replaced only if
+    it differs in more than its build time."""
     body = read_module(cache, module, arch)
     missing = [k for k, key in sorted(body["kernels"].items()) if not remote.exists(f"{entry_path(key)}/{META_FILE}")]
     if missing:
         return missing
     absent = [key for key in body["kernels"].values() if not cache.has_entry(key)]
-    if absent:
-        for key in absent:
-            fetch_entry(remote, cache, key)
-        cache.write_module(module, arch, body)  # the signatures of every kernel now
-        body = read_module(cache, module, arch)
+    for key in absent:
+        fetch_entry(remote, cache, key)
     name = module_path(module, arch)
+    theirs = _remote_record(remote, name)
+    if absent or theirs:
+        cache.write_module(module, arch, body, signed_as=(theirs,) if theirs else ())  # every kernel's parameters
+        body = read_module(cache, module, arch)
     data = cache.read(name)
-    if not remote.put(name, data):
-        try:
-            same = _timeless(decode(remote.read(name), remote.where(name), A.MODULE_RECORD)) == _timeless(body)
-        except CacheError:
-            same = False  # a damaged record: the good one replaces it
-        if not same:
-            remote.put(name, data, create=False)
+    if theirs is None:
+        if remote.put(name, data):
+            return []
+        theirs = _remote_record(remote, name)  # another shard's, written meanwhile
+    if not (theirs and _timeless(theirs) == _timeless(body)):
+        remote.put(name, data, create=False)
     return []
+
+
+def _remote_record(remote: RemoteStore, name: str) -> dict | None:
+    """The remote's module record `name`; None if absent, {} if damaged (the good one replaces it)."""
+    try:
+        return decode(remote.read(name), remote.where(name), A.MODULE_RECORD)
+    except FileNotFoundError:
+        return None
+    except CacheError:
+        return {}
 
 
 def pull_module(remote: RemoteStore, cache: Cache, module: str, arch: str, trust: signing.Trust | None = None) -> int:
@@ -261,11 +273,12 @@ def pull_module(remote: RemoteStore, cache: Cache, module: str, arch: str, trust
     fetched. CacheError naming the first kernel whose entry is on neither side."""
     downloaded = _Downloaded(remote)
     body = read_module(downloaded, module, arch, trust)
+    attested = trust.attested(body) if trust is not None else {}
     fetched = 0
     for kernel, key in sorted(body["kernels"].items()):
-        if cache.has_entry(key) and (trust is None or _trusted_here(cache, key, trust)):
+        if cache.has_entry(key) and (trust is None or _trusted_here(cache, key, trust, attested.get(key))):
             continue
-        if not fetch_entry(remote, cache, key, trust):
+        if not fetch_entry(remote, cache, key, trust, attested.get(key)):
             raise cache_error(remote.where(module_path(module, arch)),
                               f"kernel '{kernel}' refers to entry {key[:12]}…, which the remote does not hold "
                               f"(a shard of the build has not pushed it yet?)")
@@ -275,9 +288,9 @@ def pull_module(remote: RemoteStore, cache: Cache, module: str, arch: str, trust
     return fetched
 
 
-def _trusted_here(cache: Cache, key: str, trust: signing.Trust) -> bool:
+def _trusted_here(cache: Cache, key: str, trust: signing.Trust, attested: str | None) -> bool:
     try:
-        read_entry(cache, key, trust)
+        read_entry(cache, key, trust, attested)
         return True
     except (CacheError, FileNotFoundError):
         return False  # fetched before the store was signed, say: the store's signatures are fetched

@@ -3,9 +3,9 @@ the keys a deployment trusts before any native code they describe is loaded.
 
 What is signed is a record's whole content: an entry record holds the kernel's metadata and
 every artifact's sha256 and size, its key, arch, compiler and options; a module record its
-fields and which entry each kernel is. The message is a canonical msgpack encoding (maps
-sorted by key) of that content with the record's kind and the artifact format version, minus
-what may change without changing what runs: build times (zeroed by `qdc pack`), and the
+fields and which entry each kernel is. The message is the msgpack encoding of that content
+(its fields sorted by name, each as the record stores it) with the record's kind and the
+artifact format version, minus what may change without changing what runs: build times (zeroed by `qdc pack`), and the
 module record's copy of each kernel's parameters (taken from the signed entries). So a
 signature survives `qdc pack` and `qdc merge` but no change to any code or metadata, and an
 artifact swapped under a record fails its sha256 check.
@@ -13,10 +13,19 @@ artifact swapped under a record fails its sha256 check.
 Where signatures live:
     entries/<kk>/<key>/signature-<fingerprint>   one file per signing key, beside meta.msgpack
     modules/<arch>/<module>.msgpack              the record's "signed" list (replaced with it)
+                                                 and its "attested" statements (below)
 An entry is immutable (on a remote store, create-if-absent), so signatures are files of their
 own: a CI run can sign an entry another run wrote, and a second key can sign it too (key
 rotation). A signature is {"public_key": 32 bytes, "name": the key's name, "signature": 64
 bytes}; keys are named by fingerprint, the first 128 bits of sha256 of the public key.
+
+One signature check per kernel would make loading a module of many kernels noticeably slower
+(an Ed25519 verification costs about as much as loading a small library), so a signing build
+also puts into each module record a statement, signed, of the digest (sha256 of the signed
+message) of every entry it names: `load` checks the module record and the statements (one per
+shard that built the module), and then each entry by its digest alone; an entry no trusted
+statement covers is checked by its own signature. Statements are kept where they still cover
+an entry, so `qdc merge` keeps each shard's.
 
 Key files (`qdc keygen KEYFILE`): KEYFILE is the private key (PKCS#8 PEM, mode 0600); KEYFILE.pub
 one line `qdc-ed25519 <base64 public key> <name>`. Trusted keys are such lines (files of them or
@@ -46,13 +55,14 @@ EXTRA_HINT = ("signed artifacts need the cryptography package: pip install 'qdc[
 KEY_PREFIX = "qdc-ed25519"
 REVOKED_MARK = "@revoked"
 SIGNATURE_RECORD = "signature"
+ATTESTATION = "entry-digests"  # what a statement in a module record's "attested" list signs
 SIGNATURE_PREFIX = "signature-"
 SIGNATURE_FILE_RE = re.compile(r"^signature-[0-9a-f]{32}$")
 MAX_SIGNATURE_BYTES = 4096   # a signature file is ~150 bytes: anything larger is not read
 MAX_SIGNATURES = 16          # signature files read per entry (keys in rotation, not a flood)
 # Not signed: build times (zeroed by `qdc pack`), a module record's copy of its entries'
 # parameters (merged from shards' records) and the signatures themselves.
-UNSIGNED_FIELDS = frozenset(("created", "built", "signatures", "signed"))
+UNSIGNED_FIELDS = frozenset(("created", "built", "signatures", "signed", "attested"))
 _DOMAIN = b"qdc signed record v1\n"
 _FINGERPRINT_RE = re.compile(r"^[0-9a-f]{32}$")
 
@@ -271,13 +281,14 @@ class Trust:
             if isinstance(sig, str):
                 unknown.append(sig)
                 continue
-            key = PublicKey(sig["public_key"], sig["name"])
-            trusted = self.trusted.get(key.fingerprint)
+            trusted = self.trusted.get(fingerprint(sig["public_key"]))
             if trusted is not None:
                 if trusted.verifies(sig["signature"], message):
                     return None
                 altered.append(trusted.describe())
-            elif key.fingerprint in self.revoked:
+                continue
+            key = PublicKey(sig["public_key"], sig["name"])
+            if key.fingerprint in self.revoked:
                 revoked.append(key.describe())
             else:
                 unknown.append(f"signed by an unknown key {key.describe()}")
@@ -290,6 +301,23 @@ class Trust:
             return f"{unknown[0]}, not by a trusted key (trusted: {self.describe()})"
         return (f"unsigned, and only what a trusted key signed is loaded (trusted: {self.describe()}); sign builds "
                 f"with `qdc build --sign KEYFILE`")
+
+    def attested(self, module_record: dict) -> dict:
+        """Entry key -> digest, of the statements of `module_record` that a trusted key signed."""
+        out = {}
+        statements = module_record.get("attested", [])
+        for st in statements[:MAX_SIGNATURES] if isinstance(statements, list) else ():
+            if not (isinstance(st, dict) and isinstance(st.get("digests"), dict) and _is_signature(st.get("signature"))):
+                continue
+            sig = st["signature"]
+            trusted = self.trusted.get(fingerprint(sig["public_key"]))
+            if trusted is not None and trusted.verifies(sig["signature"], _attestation_message(module_record, st)):
+                out.update(st["digests"])
+        return out
+
+    def signature_files(self) -> list[str]:
+        """The names of the signature files that can hold a trusted signature."""
+        return [signature_file(fp) for fp in self.trusted]
 
     def with_key(self, key: PublicKey) -> "Trust":
         return Trust([*self.trusted.values(), key], self.revoked)
@@ -323,21 +351,11 @@ def signing_key_from(spec=None) -> SigningKey | None:
 # ---- what is signed, and signature files -------------------------------------------------------
 
 def signed_message(kind: str, body: dict) -> bytes:
-    content = {k: v for k, v in body.items() if k not in UNSIGNED_FIELDS}
-    return _DOMAIN + msgpack.packb([kind, A.FORMAT_VERSION, _canonical(content)], use_bin_type=True)
-
-
-def _canonical(value):
-    if isinstance(value, dict):
-        return {k: _canonical(v) for k, v in sorted(value.items(), key=_map_order)}
-    if isinstance(value, (list, tuple)):
-        return [_canonical(v) for v in value]
-    return value
-
-
-def _map_order(item):
-    key = item[0]
-    return (0, key) if isinstance(key, str) else (1, msgpack.packb(key, use_bin_type=True))
+    """What a signature of record `body` signs: its kind, the format version and its signed fields,
+    sorted by name, each encoded as the record stores it (msgpack keeps a map's order through
+    decoding and encoding, so a record read back signs as it was written, in one C call)."""
+    content = sorted((k, v) for k, v in body.items() if k not in UNSIGNED_FIELDS)
+    return _DOMAIN + msgpack.packb([kind, A.FORMAT_VERSION, content], use_bin_type=True)
 
 
 def encode_signature(signature: dict) -> bytes:
@@ -365,17 +383,22 @@ def check_signature_list(signed) -> list:
     return [sig if _is_signature(sig) else "a malformed signature" for sig in signed[:MAX_SIGNATURES]]
 
 
-def read_entry_signatures(files) -> list:
+def read_entry_signatures(files, names: list | None = None) -> list:
     """The signatures of an entry (`files`: its EntryFiles), parsed, with a problem string for each
-    signature file that is unreadable or not named after its key's fingerprint."""
+    signature file that is unreadable or not named after its key's fingerprint. `names`: only
+    those files, where present (no listing of the entry's folder)."""
     out = []
-    for name in sorted(n for n in files.names() if n.startswith(SIGNATURE_PREFIX))[:MAX_SIGNATURES]:
+    if names is None:
+        names = sorted(n for n in files.names() if n.startswith(SIGNATURE_PREFIX))[:MAX_SIGNATURES]
+    for name in names:
         try:
             sig = decode_signature(files.read(name, max_bytes=MAX_SIGNATURE_BYTES))
             if not SIGNATURE_FILE_RE.match(name) or name != signature_file(fingerprint(sig["public_key"])):
                 raise ValueError("not named after its key's fingerprint")
             out.append(sig)
-        except (ValueError, FileNotFoundError) as e:
+        except FileNotFoundError:
+            continue  # one of `names` that is absent (a listed file removed meanwhile is unsigned too)
+        except ValueError as e:
             out.append(f"an unreadable signature file {files.where(name)} ({e})")
         except Exception as e:  # noqa: BLE001 (a CacheError of the store: too large, not a file)
             out.append(f"an unreadable signature file ({e})")
@@ -412,6 +435,56 @@ def kept_signatures(kind: str, body: dict, records: list, signer: SigningKey | N
     if signer is not None:
         out[signer.public.fingerprint] = signer.sign(kind, body)
     return [out[fp] for fp in sorted(out)]
+
+
+def entry_digest(record: dict) -> str:
+    """What a module record's statement holds of an entry record: the sha256 of its signed message."""
+    return hashlib.sha256(signed_message(A.ENTRY_RECORD, record)).hexdigest()
+
+
+def _attestation_message(module_record: dict, statement: dict) -> bytes:
+    return signed_message(ATTESTATION, _attestation_body(module_record, statement))
+
+
+def _attestation_body(module_record: dict, statement: dict) -> dict:
+    return {"module": module_record.get("module"), "arch": module_record.get("arch"), "digests": statement["digests"]}
+
+
+def describe_attestations(module_record: dict, entry_record: dict, trust: "Trust | None") -> list[str]:
+    """One line per statement of `module_record` that gives `entry_record`'s digest: who signed it
+    and whether that holds (as describe_signatures)."""
+    digest, lines = entry_digest(entry_record), []
+    statements = module_record.get("attested", [])
+    for st in statements if isinstance(statements, list) else ():
+        if isinstance(st, dict) and isinstance(st.get("digests"), dict) and _is_signature(st.get("signature")) \
+                and st["digests"].get(entry_record.get("key")) == digest:
+            lines += describe_signatures(ATTESTATION, _attestation_body(module_record, st), [st["signature"]], trust)
+    return lines
+
+
+def sign_module(body: dict, entries: dict, records: list, signer: SigningKey | None = None) -> dict:
+    """Module record `body` with its signatures: those of `records` (the record it replaces, the
+    shards' it merges) that still hold (kept_signatures) and `signer`'s; and the statements of
+    entry digests (`entries`: key -> the entry records at hand) that still cover one of them,
+    `signer`'s first, each kept only where it covers an entry that those before it do not."""
+    out = {k: v for k, v in body.items() if k not in ("signed", "attested")}
+    signed = kept_signatures(A.MODULE_RECORD, out, records, signer)
+    current = {key: entry_digest(record) for key, record in sorted(entries.items())}
+    statements = []
+    if signer is not None and current:
+        statement = {"digests": current}
+        statement["signature"] = signer.sign(ATTESTATION, _attestation_body(out, statement))
+        statements.append(statement)
+    for record in records:
+        kept = record.get("attested", []) if isinstance(record, dict) else []
+        statements += [st for st in kept if isinstance(st, dict) and isinstance(st.get("digests"), dict)]
+    attested, covered = [], set()
+    for st in statements:
+        pairs = {(k, d) for k, d in st["digests"].items() if current.get(k) == d} - covered
+        if pairs and st not in attested:
+            attested.append(st)
+            covered |= pairs
+    return {**out, **({"signed": signed} if signed else {}), **({"attested": attested} if attested else {})}
 
 
 def describe_signatures(kind: str, body: dict, signatures: list, trust: Trust | None) -> list[str]:

@@ -24,7 +24,7 @@ def verify_store(store: Store, trust: signing.Trust | None = None,
     problems: list[tuple[str, str]] = []
     entries: dict = {}  # key -> Entry, or None where the entry is bad
     names = store.names()
-    signatures = _Signatures(trust, states, problems)
+    signatures = _Signatures(trust, states, problems, _attested(store, trust))
     checked = _verify_entries(store, names, entries, problems, signatures)
     for name in names:
         parts = name.split("/")
@@ -35,17 +35,36 @@ def verify_store(store: Store, trust: signing.Trust | None = None,
     return checked, problems
 
 
+def _attested(store: Store, trust) -> dict:
+    """Entry key -> (digest, module record) that a trusted statement of a module record gives, as
+    loading takes them (signing.Trust.attested)."""
+    out: dict = {}
+    for module, arch in list_modules(store) if trust is not None else ():
+        try:
+            body = read_module(store, module, arch)
+        except (CacheError, ValueError, FileNotFoundError):
+            continue  # reported with the module
+        where = store.where(module_path(module, arch))
+        out.update({key: (digest, where) for key, digest in trust.attested(body).items()})
+    return out
+
+
 class _Signatures:
     """Checks the signatures of each record verified, and notes who signed it."""
 
-    def __init__(self, trust, states, problems):
-        self.trust, self.states, self.problems = trust, states, problems
+    def __init__(self, trust, states, problems, attested: dict):
+        self.trust, self.states, self.problems, self.attested = trust, states, problems, attested
 
     def check(self, kind: str, body: dict, signatures: list, where: str) -> None:
         if self.trust is None and (not signatures or not signing.available()):
             return  # nothing to check, or no cryptography to check it with (and no keys configured)
         if self.states is not None:
             self.states += [(where, line) for line in signing.describe_signatures(kind, body, signatures, self.trust)]
+        digest, record = self.attested.get(body.get("key"), (None, None)) if kind == A.ENTRY_RECORD else (None, None)
+        if digest is not None and digest == signing.entry_digest(body):
+            if self.states is not None:
+                self.states.append((where, f"its digest is in a statement signed by a trusted key in {record}"))
+            return
         if self.trust is not None:
             reason = self.trust.refusal(kind, body, signatures)
             if reason is not None:

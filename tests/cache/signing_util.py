@@ -57,6 +57,15 @@ def sign_entry_as(folder: str, key: signing.SigningKey) -> None:
         f.write(signing.encode_signature(key.sign(A.ENTRY_RECORD, record)))
 
 
+def rewrite_record(folder: str) -> None:
+    """Change what the entry's record says of where it was built: no artifact changes, so the entry
+    still loads where nothing is trusted, but it is no longer what was signed."""
+    meta_path = os.path.join(folder, META_FILE)
+    record = read_plain_record(meta_path, A.ENTRY_RECORD)
+    record["source"] += " (rebuilt elsewhere)"
+    write_record(meta_path, A.ENTRY_RECORD, record)
+
+
 def replace_library(folder: str) -> str:
     """Change the entry's CPU library and re-compute its record's sha256 and size to match (what a
     writer without the key does to have other code run): the path of the library."""

@@ -20,8 +20,8 @@ from qdc.runtime.contract import artifact as A
 from qdc.runtime.contract.errors import CacheError, SignatureError
 
 from remote_util import qdc, write_project
-from signing_util import (ModuleLoads, entry_folder, make_keys, read_plain_record, replace_library, sign_entry_as,
-                          signature_files, write_record)
+from signing_util import (ModuleLoads, entry_folder, make_keys, read_plain_record, replace_library,
+                          rewrite_record, sign_entry_as, signature_files, write_record)
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +78,7 @@ def test_a_signed_build_loads_with_its_key_and_runs(cache, keys, rng, monkeypatc
 
 def test_an_unsigned_entry_is_refused_before_any_native_code_is_loaded(cache, keys, arch, monkeypatch):
     folder = entry_folder(cache, "mod0", "k1", arch)
+    rewrite_record(folder)  # no longer the entry the module record's signed statement vouches for
     for path in signature_files(folder):
         os.unlink(path)
     loads = ModuleLoads(monkeypatch)
@@ -105,6 +106,25 @@ def test_a_recomputed_record_is_refused_whether_it_keeps_the_ci_signature_or_an_
     assert loads.count == 0
 
 
+def test_the_module_records_signed_statement_vouches_for_its_entries_digests(cache, keys, rng, monkeypatch):
+    """Loading checks one statement per module, not one signature per entry: an entry whose own
+    signature is gone still loads while its digest is the one the statement signed."""
+    for kernel in ("k0", "k0.grad", "k1", "k1.grad"):
+        for path in signature_files(entry_folder(cache, "mod0", kernel)):
+            os.unlink(path)
+    verified = []
+    real = signing.PublicKey.verifies
+    monkeypatch.setattr(signing.PublicKey, "verifies", lambda self, *a: verified.append(1) or real(self, *a))
+    _run_k0(load(cache, "mod0", arch="cpu", trusted_keys=[keys.ci_pub]), rng)
+    assert len(verified) == 2  # the module record's signature and its statement
+    assert qdc("verify", cache, "--trusted-keys", keys.ci_pub).exit_code == 0
+    inspect = qdc("inspect", "mod0.k0", "--cache", cache, "--trusted-keys", keys.ci_pub).stdout
+    assert "attested  in the module record: signed by 'ci'" in inspect and "signed    unsigned" in inspect
+    rewrite_record(entry_folder(cache, "mod0", "k0"))
+    with pytest.raises(SignatureError, match="kernel 'k0', forward, cpu\\) refused: unsigned"):
+        load(cache, "mod0", arch="cpu", trusted_keys=[keys.ci_pub])
+
+
 def test_a_module_record_pointed_at_another_signed_entry_is_refused(cache, keys):
     path = os.path.join(cache, "modules", "cpu", "mod0.msgpack")
     record = read_plain_record(path, A.MODULE_RECORD)
@@ -127,11 +147,8 @@ def test_rotation_trusts_either_key_and_revocation_refuses_what_a_key_signed(bui
     # a key revoked after rotation: the new key's signatures still hold
     _run_k0(load(cache, "mod0", arch="cpu", trusted_keys=[keys.ci_pub, keys.next_pub], revoked_keys=[keys.ci_pub]),
             rng)
-    only_ci = str(tmp_path / "only-ci")
-    shutil.copytree(cache, only_ci)
-    for kernel in ("k0", "k0.grad", "k1", "k1.grad"):  # the entries as they were before the new key
-        os.unlink(os.path.join(entry_folder(only_ci, "mod0", kernel),
-                               signing.signature_file(keys.next_key.public.fingerprint)))
+    only_ci = str(tmp_path / "only-ci")  # as it was before the new key
+    shutil.copytree(built / "cache", only_ci)
     revoked = f"@revoked {keys.ci_key.public.fingerprint}"
     with pytest.raises(SignatureError, match="signed by a revoked key 'ci'"):
         load(only_ci, "mod0", arch="cpu", trusted_keys=[keys.ci_pub, keys.next_pub, revoked])
@@ -158,6 +175,7 @@ def test_verify_reports_who_signed_each_entry_and_fails_on_an_untrusted_one(cach
     trusted = [line for line in result.stdout.splitlines() if "signed by 'ci'" in line and "trusted key" in line]
     assert len(trusted) == 8 + 2  # the entries and module records of both arches
     folder = entry_folder(cache, "mod0", "k1.grad")
+    rewrite_record(folder)
     for path in signature_files(folder):
         os.unlink(path)
     result = qdc("verify", cache, "--trusted-keys", f"{keys.next_pub},{keys.ci_pub}", ok=False)
