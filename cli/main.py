@@ -1,4 +1,5 @@
-"""The `qdc` command (API.md §6): build, ls, inspect, verify, clean, pack, merge, push, pull, keygen.
+"""The `qdc` command (docs/api.md): build, record, ls, inspect, verify, clean, pack, merge, push, pull,
+keygen.
 
 Exit codes: 0 success, 1 a build or verify failure, 2 a usage error. Options come from flags,
 then `qdc.yaml` / `[tool.qdc]` in pyproject.toml (nearest to the working folder), then
@@ -71,9 +72,7 @@ def _trust(trusted_keys=(), revoked_keys=()):
     try:
         return trust_from(list(trusted_keys) or config.get("trusted_keys"),
                           list(revoked_keys) or config.get("revoked_keys"))
-    except ImportError as e:
-        raise click.UsageError(str(e)) from None
-    except (TypeError, ValueError) as e:
+    except (ImportError, TypeError, ValueError) as e:  # no cryptography, or a key that cannot be read
         raise click.UsageError(str(e)) from None
 
 
@@ -89,6 +88,11 @@ def _signer(spec):
 def _fail(message: str) -> None:
     click.echo(f"qdc: error: {message}", err=True)
     sys.exit(1)
+
+
+def _count(n: int, noun: str, plural: str | None = None) -> str:
+    """'1 kernel', '2 kernels' ('1 entry', '2 entries' with the plural given)."""
+    return f"{n} {noun}" if n == 1 else f"{n} {plural or noun + 's'}"
 
 
 def _human(n: float) -> str:
@@ -143,13 +147,17 @@ class _BuildCommand(click.Command):
 
 
 @cli.command(cls=_BuildCommand)
-@click.argument("paths", nargs=-1, required=True)
+@click.argument("paths", nargs=-1)
+@click.option("--manifest", "manifest", metavar="FILE",
+              help="Build exactly the kernel variants of a manifest recorded by `qdc record` (instead of PATHS).")
 @click.option("--cache", "cache_dir", help=f"Cache folder to write. Default: {DEFAULT_CACHE}.")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), help="Compile in N processes. Default: CPU count.")
 @click.option("--force", is_flag=True, help="Recompile even kernels whose entries are cached.")
 @click.option("--shard", metavar="K/N", help="Build only shard K of N (a stable split of kernel x arch).")
 @click.option("--remote", "remote_url", metavar="URL", help=REMOTE_HELP)
 @click.option("-v", "--verbose", is_flag=True, help="Name each cache hit too, not only each kernel compiled.")
+@click.option("--timings", "show_timings", is_flag=True,
+              help="Print where each kernel's build time went, per phase and arch, largest kernels first.")
 @click.option("--opt-level", type=click.IntRange(0, 3), help="LLVM optimisation level (default 3).")
 @click.option("--fast-math/--no-fast-math", default=None, help="Allow float reassociation (default off).")
 @click.option("--debug/--no-debug", default=None, help="Bounds checks on every global access.")
@@ -160,30 +168,72 @@ class _BuildCommand(click.Command):
 @click.option("--ad-stack-strict/--no-ad-stack-strict", default=None, help="Unsized adstacks are errors.")
 @click.option("--sign", "sign_key", metavar="KEYFILE", help=SIGN_HELP + " Signs every entry and module record.")
 @click.option("--trusted-keys", help="Keys whose signed entries a remote may supply (with --sign, that key too).")
-def build(paths, arch, cache_dir, jobs, force, verbose, shard, remote_url, sign_key, **flags):
-    """Compile every kernel in PATHS (.py files or folders) into the cache."""
+def build(paths, manifest, arch, cache_dir, jobs, force, verbose, shard, remote_url, show_timings, sign_key,
+          **flags):
+    """Compile every kernel in PATHS (.py files or folders), or every kernel variant of a
+    manifest (--manifest FILE), into the cache."""
     from qdc.compiler.driver import build as build_mod
     from qdc.compiler.driver.options import ConfigError, resolve
+    if bool(paths) == bool(manifest):
+        raise click.UsageError("give kernel PATHS or --manifest FILE (one of them)")
     source, file_values = _config()
     file_values = dict(file_values)
-    arch_spec = arch or file_values.pop("arch", None) or "cpu"
+    # a manifest builds the arches it recorded unless told otherwise
+    arch_spec = arch or file_values.pop("arch", None) or (None if manifest else "cpu")
     file_values.pop("arch", None)
     remote_url = remote_url or os.environ.get("QDC_REMOTE") or file_values.get("remote")
     file_values.pop("remote", None)
     cache_dir = cache_dir or file_values.get("cache_dir") or DEFAULT_CACHE
     try:
         opts = resolve(flags, file_values, source or "configuration file")
-        arches = build_mod.resolve_arches(arch_spec)
+        arches = None if arch_spec is None else build_mod.resolve_arches(arch_spec)
         shard = build_mod.parse_shard(shard)
         # `all` means every arch that can express each kernel: the others skip it (an arch named
         # explicitly must build every kernel)
-        report = build_mod.build(list(paths), arches, opts, cache_dir, jobs or os.cpu_count() or 1, force,
-                                 log=lambda text: click.echo(text, err=True), out=click.echo, verbose=verbose,
-                                 skip_unexpressible=build_mod.means_every_arch(arch_spec), shard=shard,
-                                 remote=remote_url, signer=_signer(sign_key))
+        how = dict(log=lambda text: click.echo(text, err=True), out=click.echo, verbose=verbose,
+                   skip_unexpressible=arch_spec is not None and build_mod.means_every_arch(arch_spec), shard=shard,
+                   remote=remote_url, show_timings=show_timings,
+                   signer=_signer(sign_key))
+        if manifest:
+            from qdc.compiler.manifest.building import build_manifest
+            report = build_manifest(manifest, arches, opts, cache_dir, jobs or os.cpu_count() or 1, force, **how)
+        else:
+            report = build_mod.build(list(paths), arches, opts, cache_dir, jobs or os.cpu_count() or 1, force, **how)
     except (ConfigError, build_mod.BuildUsageError) as e:
         raise click.UsageError(str(e)) from None
     sys.exit(0 if report.ok else 1)
+
+
+# ---- record ------------------------------------------------------------------------------------
+
+@cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("-o", "--output", "output", metavar="FILE", required=True, help="The manifest to write.")
+@click.option("--append", is_flag=True, help="Merge into FILE instead of starting it afresh.")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def record(output, append, command):
+    """Run COMMAND (after --) and write a manifest of every kernel variant it compiled or loaded,
+    for `qdc build --manifest FILE`. Processes COMMAND starts record into FILE too."""
+    import subprocess
+    from qdc.compiler.manifest import manifest_file
+    from qdc.compiler.manifest.recording import RECORD_VARIABLE
+    path = os.path.abspath(output)
+    if os.path.isdir(path):
+        raise click.UsageError(f"{output} is a folder: -o takes the manifest file to write")
+    try:
+        if append and os.path.exists(path):
+            manifest_file.read(path)  # refuse to merge into something that is not a manifest
+        else:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(manifest_file.dumps([]))
+    except (OSError, manifest_file.ManifestError) as e:
+        raise click.UsageError(str(e)) from None
+    try:
+        code = subprocess.call(list(command), env={**os.environ, RECORD_VARIABLE: path})
+    except OSError as e:
+        _fail(f"cannot run {command[0]}: {e}")
+    entries = manifest_file.read(path)
+    click.echo(f"qdc record: {len(entries)} kernel variants in {output}", err=True)
+    sys.exit(code)
 
 
 # ---- ls / inspect --------------------------------------------------------------------------------
@@ -214,14 +264,14 @@ def ls_cmd(cache_dir, remote_url):
         for kernel, reason in sorted(skipped.items() if isinstance(skipped, dict) else []):
             rows.append(f"  {kernel:<24} {'skipped':>10}  {reason}")
         total = sum(_entry_size_and_date(store, k)[0] for k in record["kernels"].values())
-        click.echo(f"{module} ({arch}): {len(record['kernels'])} kernels, {len(record['fields'])} fields, "
+        click.echo(f"{module} ({arch}): {_count(len(record['kernels']), 'kernel')}, {_count(len(record['fields']), 'field')}, "
                    f"{_human(total)}, built {_date(record.get('built', 0))}")
         for row in rows:
             click.echo(row)
     if isinstance(store, C.Cache):
         entries = store.entries()
         loose = [e for e in entries if e["key"] not in referenced]
-        click.echo(f"{len(entries)} entries, {_human(sum(e['size'] for e in entries))} in {store.location}"
+        click.echo(f"{_count(len(entries), 'entry', 'entries')}, {_human(sum(e['size'] for e in entries))} in {store.location}"
                    f" ({len(loose)} not in any module: direct-mode compiles or older builds)")
 
 
@@ -373,7 +423,8 @@ def _describe_entry(entry) -> str:
         lines.append(_describe_task(t, m))
     for lib in getattr(m, "cpu_libraries", None) or []:
         needs = ", ".join(lib["features"]) or "nothing beyond the baseline"
-        lines.append(f"  library   {lib['artifact']} for {lib['target']} ({lib['machine']}): needs {needs}")
+        platform = f"{lib['machine']}-{lib.get('os', 'linux')}" + (f", {lib['triple']}" if "triple" in lib else "")
+        lines.append(f"  library   {lib['artifact']} for {lib['target']} ({platform}): needs {needs}")
     width = max([12] + [len(a["file"]) for a in r["artifacts"].values()])
     for kind, a in sorted(r["artifacts"].items()):
         lines.append(f"  artifact  {a['file']:<{width}} {_human(a['size']):>10}  sha256 {a['sha256']}")
@@ -442,7 +493,7 @@ def verify(source, cache_dir, remote_url, trust):
         click.echo(f"{path}: {state}")
     for path, reason in problems:
         click.echo(f"{path}: {reason}", err=True)
-    click.echo(f"qdc verify: {checked} files checked in {store.location}, {len(problems)} bad")
+    click.echo(f"qdc verify: {_count(checked, 'file')} checked in {store.location}, {len(problems)} bad")
     sys.exit(1 if problems else 0)
 
 
@@ -486,7 +537,8 @@ def _clean_remote(remote_url, older_than, max_size, everything) -> None:
         stats = clean_remote(_remote_store(remote_url), seconds)
     except Exception as e:  # noqa: BLE001 (CacheError naming the object)
         _fail(str(e))
-    click.echo(f"qdc clean: deleted {stats['evicted']} entries and {stats['modules_dropped']} module records "
+    click.echo(f"qdc clean: deleted {_count(stats['evicted'], 'entry', 'entries')} and "
+               f"{_count(stats['modules_dropped'], 'module record')} "
                f"from {remote_url}")
 
 
@@ -518,7 +570,7 @@ def pack(cache_dir, output, remote_url, sign_key):
         stats = pack_bundle(store, output, _signer(sign_key) if sign_key else None)
     except (C.CacheError, FileNotFoundError, ValueError) as e:
         _fail(f"{e} (nothing was packed; run `qdc verify`)")
-    click.echo(f"qdc pack: {stats['modules']} module records, {stats['files']} files, "
+    click.echo(f"qdc pack: {_count(stats['modules'], 'module record')}, {_count(stats['files'], 'file')}, "
                f"{_human(stats['bytes'])} -> {output}")
 
 
@@ -547,7 +599,8 @@ def merge(dest, sources, sign_key):
     for record in stats["unsigned"]:
         click.echo(f"qdc merge: warning: the merged record of {record} matches no source's signed record and is "
                    f"unsigned: give --sign KEYFILE", err=True)
-    click.echo(f"qdc merge: {stats['entries']} entries and {stats['modules']} module records merged into {dest}")
+    click.echo(f"qdc merge: {_count(stats['entries'], 'entry', 'entries')} and "
+               f"{_count(stats['modules'], 'module record')} merged into {dest}")
 
 
 @cli.command()
@@ -565,7 +618,7 @@ def push(cache_dir, remote_url):
         _fail(str(e))
     for line in stats["incomplete"]:
         click.echo(f"qdc push: not uploaded yet, entries missing on the remote: {line}", err=True)
-    click.echo(f"qdc push: {stats['entries']} entries, {stats['modules']} module records -> {url}")
+    click.echo(f"qdc push: {_count(stats['entries'], 'entry', 'entries')}, {_count(stats['modules'], 'module record')} -> {url}")
 
 
 @cli.command()
@@ -586,7 +639,8 @@ def pull(modules, arch, cache_dir, remote_url, trust):
         fetched = sum(pull_module(store, cache, m, arch, trust) for m in names)
     except Exception as e:  # noqa: BLE001 (CacheError / ModuleNotBuiltError naming the object)
         _fail(str(e))
-    click.echo(f"qdc pull: {len(names)} modules ({arch}), {fetched} entries fetched into {cache.root}")
+    click.echo(f"qdc pull: {_count(len(names), 'module')} ({arch}), {_count(fetched, 'entry', 'entries')} fetched into "
+               f"{cache.root}")
 
 
 # ---- keys ----------------------------------------------------------------------------------------

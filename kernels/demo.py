@@ -1,4 +1,4 @@
-"""The example of API.md §2: a parallel loop with a dynamic inner loop (its gradient needs
+"""The first example of docs/api.md: a parallel loop with a dynamic inner loop (its gradient needs
 adstacks), and a kernel on an ndarray argument."""
 import qdc as qd
 

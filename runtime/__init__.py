@@ -18,16 +18,19 @@ import importlib
 from .contract.errors import AdStackOverflowError, CacheError, ModuleNotBuiltError, QdcError
 from .contract.types import f16, f32, f64, i8, i16, i32, i64, u1, u8, u16, u32, u64
 
-__all__ = ["load", "ndarray", "Ndarray", "sync", "FwdMode", "QdcError", "CacheError", "ModuleNotBuiltError",
+__all__ = ["load", "ndarray", "Ndarray", "sync", "FwdMode", "from_dlpack", "QdcError", "CacheError", "ModuleNotBuiltError",
            "AdStackOverflowError", "f16", "f32", "f64", "i8", "i16", "i32", "i64", "u1", "u8", "u16", "u32", "u64"]
 
-_LAZY = {"load": ".loader", "ndarray": ".fields", "Ndarray": ".fields", "FwdMode": ".forward_mode"}
+_LAZY = {"load": ".loader", "ndarray": ".fields", "Ndarray": ".fields", "FwdMode": ".forward_mode",
+         "from_dlpack": ".dlpack"}
 
 
 def sync() -> None:
     """Wait until every kernel launched on the active runtime has finished, and raise the first
     error any of them hit (an `AdStackOverflowError`, a bounds error) naming its kernel."""
-    from . import context
+    from . import context, lifecycle
+    if lifecycle._pending:
+        lifecycle.materialize_pending()
     if context.has_runtime():  # nothing was ever launched otherwise: no device to start
         context.current().device.sync()
 

@@ -19,6 +19,12 @@ PACK_CODE = {"i8": "b", "i16": "h", "i32": "i", "i64": "q", "u8": "B", "u16": "H
 _LARGEST_NUMPY_ARRAY = (1 << 63) - 1  # elements (and bytes): numpy's sizes are signed 64-bit
 
 
+class ArrayMismatchError(TypeError, ValueError):
+    """An external array (a torch tensor, a DLPack array) of the wrong rank, element axes or
+    device for its ndarray parameter: a TypeError, as any argument of the wrong type is, and a
+    ValueError, as a numpy array of the wrong rank is."""
+
+
 def built_without_its_gradient(meta: KernelMeta, p) -> bool:
     """A float ndarray of a grad kernel whose needs_grad followed the argument in an AOT build
     (None): a qd.ndarray with a gradient passed to it would silently get none."""
@@ -95,7 +101,7 @@ def check_ndarray(meta: KernelMeta, index: int, value) -> None:
     if p.element_shape:
         want += f" ending in the element's axes {p.element_shape}"
     storage = value.shape if isinstance(value, np.ndarray) else getattr(value, "storage_shape", ())
-    if p.element_shape and isinstance(value, (np.ndarray, Ndarray)) and len(storage) == p.ndim \
+    if p.element_shape and isinstance(value, (np.ndarray, Ndarray, Field)) and len(storage) == p.ndim \
             and tuple(storage[p.ndim - len(p.element_shape):]) != p.element_shape:
         raise ValueError(f"{where}: expected {want}, got an array of shape {tuple(storage)}")
     if isinstance(value, np.ndarray):
@@ -103,8 +109,6 @@ def check_ndarray(meta: KernelMeta, index: int, value) -> None:
             raise TypeError(f"{where}: expected {want}, got a numpy array of dtype {value.dtype}")
         if value.ndim != p.ndim:
             raise ValueError(f"{where}: expected {want}, got a numpy array with ndim={value.ndim}")
-        if not value.flags.c_contiguous:
-            raise ValueError(f"{where}: the numpy array is not C-contiguous; pass np.ascontiguousarray(...)")
         if p.writes and not value.flags.writeable:
             raise ValueError(f"{where}: the numpy array is read-only (flags.writeable is False, e.g. a "
                              f"read-only memmap) and the kernel writes it; pass a writable array (np.array(a))")
@@ -112,9 +116,13 @@ def check_ndarray(meta: KernelMeta, index: int, value) -> None:
             raise TypeError(f"{where}: the kernel uses this array's gradient, so it needs a qd.ndarray(..., "
                             f"needs_grad=True), not a numpy array (which has no gradient)")
         return
-    if isinstance(value, Ndarray):
+    if isinstance(value, (Ndarray, Field)):  # a field's buffer is an array too (a qd.Tensor argument)
+        if value.layout is not None:
+            raise TypeError(f"{where}: this {value._what()} is stored with its axes permuted (layout="
+                            f"{value.layout}); an array argument must be stored in declared order (a field "
+                            f"with a layout can be used as a global or template argument instead)")
         if value.dtype.name != p.dtype:
-            raise TypeError(f"{where}: expected {want}, got a qd.ndarray of {value.dtype}")
+            raise TypeError(f"{where}: expected {want}, got a {value._what()} of {value.dtype}")
         if len(value.storage_shape) != p.ndim:  # an ndarray of vectors counts its element's axes too
             raise ValueError(f"{where}: expected {want}, got a qd.ndarray with ndim={len(value.storage_shape)}")
         if p.needs_grad and value.grad is None:
@@ -126,7 +134,5 @@ def check_ndarray(meta: KernelMeta, index: int, value) -> None:
                              f"of time, or given it by keyword), so its gradient would stay zero; annotate it "
                              f"needs_grad=True (and rebuild), pass it positionally, or pass an array without one")
         return
-    if isinstance(value, Field):
-        raise TypeError(f"{where}: expected {want}, got {value._what()}; fields are global: "
-                        f"use them in the kernel directly instead of passing them")
-    raise TypeError(f"{where}: expected {want} (a numpy array or qd.ndarray), got {type(value).__name__}")
+    raise TypeError(f"{where}: expected {want} (a numpy array, qd.ndarray, torch tensor or DLPack array), "
+                    f"got {type(value).__name__}")

@@ -73,11 +73,8 @@ def _wait_for_loss(device: Device) -> DeviceLostError | None:
 def _abandon(device: Device) -> None:
     """Release a lost device (its memory is gone; each device's close waits for nothing that
     could hang): a failure of its cleanup is no news, the loss was reported."""
-    close = getattr(device, "close", None)
-    if close is None:
-        return
     try:
-        close()
+        device.close()
     except Exception:  # noqa: BLE001
         pass
 
@@ -87,16 +84,15 @@ def _retire(device: Device) -> None:
     threads, which tests that re-initialise hundreds of times must not pile up). Its errors
     still raise here, after the new runtime is in place: a launch's error is never lost (nor
     hidden by a failing close, which still destroys the device)."""
-    close = getattr(device, "close", None) or (lambda: None)
     try:
         device.sync()
     except BaseException:
         try:
-            close()
+            device.close()
         except Exception:  # noqa: BLE001 (the launch's error is the one to report)
             pass
         raise
-    close()
+    device.close()
 
 
 def has_runtime() -> bool:

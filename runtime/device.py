@@ -30,6 +30,14 @@ the device's print buffer (runtime/kernel_messages.py), where a failed assert is
 A synchronous fused launch reads its own slot
 right after the call instead (the launcher's finish hooks).
 
+What else the runtime may ask, all declared on `Device` with the answer of a device that has
+nothing special to say: `num_threads` (the threads a launch may use: the ctx's threads word),
+`sync_each_launch` (sync after every launch, so that its errors surface there), `has_graphs`
+and `launch_graph` (every task of a kernel as one graph replay), `numpy_binding` (a kernel
+library that binds numpy arguments itself), `copy_between` (device-to-device copies) and
+`close` (release the driver objects and threads a device holds); `stream` and `device` (the
+driver's, for ordering other libraries' work with this device's).
+
 Loss. A GPU that reports device loss or a launch timeout (the driver's sticky errors) calls
 `device_lost(reason)`: from then on the device is `lost` and every use (sync, launches, host
 access to its fields) raises DeviceLostError naming the last RECENT_KERNELS kernels submitted
@@ -87,6 +95,14 @@ class Device:
     arch: str = "?"
     capabilities = DeviceCapabilities()
     lost: DeviceLostError | None = None  # set at a device loss (see the module docstring)
+    num_threads: int = 1  # the worker threads a launch may use (the CPU's; a GPU says 1)
+    sync_each_launch: bool = False  # launchers sync after every launch (errors raised at the launch)
+    has_graphs: bool = False  # launch_graph replays a kernel as one graph (else task by task)
+    print_buffer = None  # what kernels print, the runtime's (kernel_messages.PrintBuffer, made on first use)
+    # Where other libraries' arrays meet this device's work (runtime/external_arrays.py), on the
+    # devices that have them (CUDA): the driver's stream launches are queued on, and its device.
+    stream = None
+    device = None
 
     # ---- memory ----------------------------------------------------------------------------
     def allocate(self, nbytes: int) -> Allocation:
@@ -123,6 +139,16 @@ class Device:
         submitted so far is done."""
         raise NotImplementedError
 
+    def copy_between(self, src: Allocation, dst: Allocation, nbytes: int) -> None:
+        """Copy the first `nbytes` bytes of `src` to `dst`, ordered with the work around it. This
+        generic form goes through the host; GPUs override it with a copy on the device."""
+        if host_memory(self):
+            dst.host[:nbytes] = src.host[:nbytes]
+            return
+        data = np.empty(nbytes, np.uint8)
+        self.copy_to_host(src, data)
+        self.copy_to_device(dst, data)
+
     # ---- kernels ---------------------------------------------------------------------------
     def load_kernel(self, artifacts: dict, meta) -> object:
         """Turn a kernel's artifacts into something `launch_call` / `launch_task` accept."""
@@ -144,6 +170,17 @@ class Device:
         """The thread slices a task with launch policy `launch` (its record's) dispatches for
         `iterations` trip count (None: unknown, the most the device would run)."""
         raise NotImplementedError
+
+    def launch_graph(self, loaded, ctx_address: int, slices: list) -> None:
+        """Every task of `loaded` in order, task i on `slices[i]` thread slices, as one replay
+        of a graph where the device `has_graphs`; this generic form launches task by task."""
+        for task, n in enumerate(slices):
+            self.launch_task(loaded, task, ctx_address, n)
+
+    def numpy_binding(self, loaded, meta):
+        """An object through which `loaded`'s own library binds numpy arguments (the CPU's
+        runtime/devices/cpu/numpy_binding.py), or None: the launcher binds them."""
+        return None
 
     # ---- completion and errors --------------------------------------------------------------
     def max_binding_bytes(self) -> int | None:
@@ -208,6 +245,10 @@ class Device:
         first = first or failed_assert
         if first is not None:
             raise first
+
+    def close(self) -> None:
+        """Release what the device holds (driver objects, threads) once it is replaced; a lost
+        device's close waits for nothing."""
 
     # ---- loss -------------------------------------------------------------------------------
     def _note_submitted(self, kernel: str) -> None:

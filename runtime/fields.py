@@ -14,8 +14,9 @@ import weakref
 import numpy as np
 
 from . import context
-from . import element_proxy
+from . import element_proxy, lifecycle
 from .contract.objects import FieldMarker, NdarrayMarker, StructFieldMarker
+from .contract.tensor_api import Layout, check_layout
 from .contract.python_scope import device_arrays, scope_types
 from .contract.types import DataType, from_numpy as dtype_from_numpy
 
@@ -87,9 +88,10 @@ def _data_type(dtype) -> DataType:
 class _DeviceArray:
     """Shared host-side API of fields and ndarrays."""
 
-    def __init__(self, dtype, shape):
+    def __init__(self, dtype, shape, layout=None):
         self._dtype, self._element_shape = _element_type(dtype)
         self._shape = _normalise_shape(shape)
+        self._layout = check_layout(layout, len(self._shape))
         self._alloc = None
         self._gen = 0
         self._view = None
@@ -113,9 +115,31 @@ class _DeviceArray:
 
     @property
     def storage_shape(self) -> tuple:
-        """`shape` followed by `element_shape`: the shape of the scalar array in memory (and of
-        to_numpy()); kernels index it with the element's components as trailing indices."""
-        return self._shape + self._element_shape
+        """`shape` (its axes in storage order, `layout`) followed by `element_shape`: the shape of
+        the scalar array in memory; kernels index it with the element's components as trailing
+        indices."""
+        if self._layout is None:
+            return self._shape + self._element_shape
+        return tuple(self._shape[a] for a in self._layout) + self._element_shape
+
+    @property
+    def layout(self):
+        """The order the axes are stored in, outermost first (qd.tensor's `layout=`), or None:
+        as declared. Kernels and Python scope index the array in its declared (canonical) order."""
+        return self._layout
+
+    def _canonical(self, stored: np.ndarray) -> np.ndarray:
+        """An array in storage order seen in the declared order of the axes (a view)."""
+        if self._layout is None:
+            return stored
+        inverse = [self._layout.index(a) for a in range(len(self._shape))]
+        return stored.transpose(inverse + list(range(len(self._shape), stored.ndim)))
+
+    def _stored(self, canonical: np.ndarray) -> np.ndarray:
+        """The inverse of `_canonical`."""
+        if self._layout is None:
+            return canonical
+        return canonical.transpose(list(self._layout) + list(range(len(self._shape), canonical.ndim)))
 
     def _element_spec(self):
         """What a buffer of the same elements (a .grad, a .dual) is declared with."""
@@ -143,6 +167,16 @@ class _DeviceArray:
             raise AttributeError(f"{self._what()} holds scalars: it has no .m")
         return self._element_shape[1] if len(self._element_shape) == 2 else 1
 
+    def _unwrap(self):
+        """Quadrants' `qd.Tensor._unwrap()`: a qdc array is its own implementation."""
+        return self
+
+    def has_grad(self) -> bool:
+        return self.grad is not None
+
+    def has_dual(self) -> bool:
+        return self.dual is not None
+
     def __deepcopy__(self, memo):
         """A new array of the same kind with a copy of the contents (and of .grad and .dual):
         copied on the device where it can copy between buffers, else through the host."""
@@ -154,16 +188,7 @@ class _DeviceArray:
         return copy
 
     def _copy_onto(self, other: "_DeviceArray") -> None:
-        device = context.current().device
-        copy_between = getattr(device, "copy_between", None)
-        if copy_between is not None:
-            copy_between(self.allocation(), other.allocation(), self.nbytes)
-            return
-        view, other_view = self._synced_view(), other._host_view()
-        if view is not None and other_view is not None:
-            np.copyto(other_view, view)
-        else:
-            other.from_numpy(self.to_numpy())
+        context.current().device.copy_between(self.allocation(), other.allocation(), self.nbytes)
 
     def __len__(self) -> int:
         if not self._shape:
@@ -173,6 +198,8 @@ class _DeviceArray:
     def allocation(self):
         """This array's memory on the active runtime (allocated, zeroed, on first use); a
         DeviceLostError while that runtime's device is lost."""
+        if lifecycle._pending:  # a Python-scope access after new fields were declared
+            lifecycle.materialize_pending()
         rt = context.current()
         if rt.device.lost is not None:
             rt.device.check_not_lost()
@@ -198,8 +225,10 @@ class _DeviceArray:
         """A copy of the contents (converted to `dtype` if given). `keep_dims=True` gives a
         vector element the shape (n, 1), as Quadrants does."""
         out = self._copy_to_numpy(dtype)
+        if self._layout is not None:
+            out = np.ascontiguousarray(self._canonical(out))
         if keep_dims and len(self._element_shape) == 1:
-            return out.reshape(self.storage_shape + (1,))
+            return out.reshape(self._shape + self._element_shape + (1,))
         return out
 
     def _copy_to_numpy(self, dtype) -> np.ndarray:
@@ -214,12 +243,14 @@ class _DeviceArray:
     def from_numpy(self, arr) -> None:
         """Overwrite the contents with `arr` (same shape; converted within its kind)."""
         arr = np.asarray(arr)
-        if len(self._element_shape) == 1 and arr.shape in (self.storage_shape + (1,),  # a column or row vector
-                                                           self.storage_shape[:-1] + (1,) + self.storage_shape[-1:]):
-            arr = arr.reshape(self.storage_shape)  # each element a column or row, as in Quadrants
-        if arr.shape != self.storage_shape:
+        canonical = self._shape + self._element_shape
+        if len(self._element_shape) == 1 and arr.shape in (canonical + (1,),  # a column or row vector
+                                                           canonical[:-1] + (1,) + canonical[-1:]):
+            arr = arr.reshape(canonical)  # each element a column or row, as in Quadrants
+        if arr.shape != canonical:
             raise ValueError(f"{self._what()}: from_numpy got an array of shape {arr.shape}, "
-                             f"expected {self.storage_shape}")
+                             f"expected {canonical}")
+        arr = self._stored(arr)
         want = self._dtype.np_dtype
         if arr.dtype != want and not np.can_cast(arr.dtype, want, "same_kind"):
             raise TypeError(f"{self._what()} holds {self._dtype}: from_numpy cannot convert {arr.dtype} "
@@ -229,6 +260,16 @@ class _DeviceArray:
             np.copyto(view, arr, casting="same_kind")
         else:
             context.current().device.copy_to_device(self.allocation(), np.ascontiguousarray(arr, want))
+
+    def to_torch(self, device=None):
+        """A copy of the contents as a torch tensor on `device` (default the CPU), as Quadrants'."""
+        from .torch_conversions import to_torch
+        return to_torch(self, device)
+
+    def from_torch(self, tensor) -> None:
+        """Overwrite the contents with a torch tensor's (same shape), as from_numpy does."""
+        from .torch_conversions import from_torch
+        from_torch(self, tensor)
 
     def fill(self, value) -> None:
         """Set every element to `value`: on a device without host memory, a fill on the device
@@ -271,11 +312,16 @@ class _DeviceArray:
                 raise IndexError(f"{self._what()}: index {k} is out of range for a dimension of size {n}")
         return key
 
+    def _stored_index(self, key: tuple) -> tuple:
+        """A checked index in the declared order of the axes, in their storage order."""
+        return key if self._layout is None else tuple(key[a] for a in self._layout)
+
     def __getitem__(self, key):
-        return self._read_element(self._index(key))
+        key = self._index(key)
+        return self._read_element(self._stored_index(key), key)
 
     def __setitem__(self, key, value):
-        key = self._index(key)
+        key = self._stored_index(self._index(key))
         element = self._element(value)
         view = self._host_view()
         if view is not None:
@@ -287,28 +333,29 @@ class _DeviceArray:
     def _byte_offset(self, idx: tuple) -> int:
         """Where element `idx` (in range; negative indices count from the end) starts."""
         flat = 0
-        for i, n in zip(idx, self._shape):
+        for i, n in zip(idx, self.storage_shape):
             flat = flat * n + (i + n if i < 0 else i)
         return flat * self._element_count() * self._dtype.np_dtype.itemsize
 
     def _element_count(self) -> int:
         return int(np.prod(self._element_shape, dtype=np.int64))
 
-    def _read_element(self, idx: tuple):
+    def _read_element(self, idx: tuple, key: tuple | None = None):
         """Element `idx` (checked by the caller) as a Python scalar, or a vector/matrix element as
         a qd.Matrix that writes item assignments back (runtime/element_proxy.py): read through the host view
         where the device shares memory, else a ranged read of that element alone (never a
         copy of the whole array)."""
+        key = idx if key is None else key  # the element proxy stores back through __setitem__
         view = self._synced_view()
         if view is not None:
             if not self._element_shape:
                 return view[idx].item()
-            return element_proxy.element(view[idx].copy(), self, idx)
+            return element_proxy.element(view[idx].copy(), self, key)
         out = np.empty(self._element_count(), self._dtype.np_dtype)
         context.current().device.copy_to_host(self.allocation(), out, self._byte_offset(idx))
         if not self._element_shape:
             return out[0].item()
-        return element_proxy.element(out.reshape(self._element_shape), self, idx)
+        return element_proxy.element(out.reshape(self._element_shape), self, key)
 
     def _what(self) -> str:
         return type(self).__name__.lower()
@@ -317,16 +364,19 @@ class _DeviceArray:
 class Field(_DeviceArray, FieldMarker):
     """`qd.field(dtype, shape=(), needs_grad=False, name=None, needs_dual=False)`: a dense global array."""
 
-    def __init__(self, dtype, shape=(), needs_grad=False, name=None, _is_grad=False, needs_dual=False):
-        super().__init__(dtype, shape)
+    def __init__(self, dtype, shape=(), needs_grad=False, name=None, _is_grad=False, needs_dual=False, layout=None):
+        super().__init__(dtype, shape, layout)
+        lifecycle.fields_created()
         self.id = next(_ids)
         self.name = name or f"field{self.id}"
         self.is_grad = _is_grad
         self.needs_grad = bool(needs_grad)
-        self.grad = Field(self._element_spec(), self._shape, name=self.name + ".grad", _is_grad=True) if needs_grad else None
+        self.grad = Field(self._element_spec(), self._shape, name=self.name + ".grad", _is_grad=True,
+                          layout=self._layout) if needs_grad else None
         # Forward mode's tangents (runtime/forward_mode.py); a dual is a buffer of its field, as a .grad is
         self.needs_dual = bool(needs_dual)
-        self.dual = Field(self._element_spec(), self._shape, name=self.name + ".dual", _is_grad=True) if needs_dual else None
+        self.dual = Field(self._element_spec(), self._shape, name=self.name + ".dual", _is_grad=True,
+                          layout=self._layout) if needs_dual else None
         if needs_dual:
             DUAL_FIELDS.add(self)
 
@@ -341,7 +391,8 @@ class Field(_DeviceArray, FieldMarker):
         return f"field '{self.name}'"
 
     def _empty_like(self) -> "Field":
-        return Field(self._element_spec(), self._shape, self.needs_grad, self.name, needs_dual=self.needs_dual)
+        return Field(self._element_spec(), self._shape, self.needs_grad, self.name, needs_dual=self.needs_dual,
+                     layout=self._layout)
 
     def __repr__(self):
         return f"<qdc field {self.name}: {self._dtype}{list(self._shape)}>"
@@ -350,29 +401,44 @@ class Field(_DeviceArray, FieldMarker):
 class Ndarray(_DeviceArray, NdarrayMarker):
     """`qd.ndarray(dtype, shape, needs_grad=False, needs_dual=False)`: a device-resident array passed to kernels."""
 
-    def __init__(self, dtype, shape, needs_grad=False, needs_dual=False):
-        super().__init__(dtype, shape)
+    def __init__(self, dtype, shape, needs_grad=False, needs_dual=False, layout=None):
+        super().__init__(dtype, shape, layout)
         self.needs_grad = bool(needs_grad)
-        self.grad = Ndarray(self._element_spec(), self._shape) if needs_grad else None
+        self.grad = Ndarray(self._element_spec(), self._shape, layout=self._layout) if needs_grad else None
         self.needs_dual = bool(needs_dual)
-        self.dual = Ndarray(self._element_spec(), self._shape) if needs_dual else None
+        self.dual = Ndarray(self._element_spec(), self._shape, layout=self._layout) if needs_dual else None
 
     def _what(self):
         return f"qd.ndarray {self._dtype}{list(self._shape)}"
 
     def _empty_like(self) -> "Ndarray":
-        return Ndarray(self._element_spec(), self._shape, self.needs_grad, self.needs_dual)
+        return Ndarray(self._element_spec(), self._shape, self.needs_grad, self.needs_dual, self._layout)
+
+    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        """A DLPack capsule over this array's memory (no copy): torch.from_dlpack(a), np.from_dlpack(a)."""
+        from .dlpack_capsule import export
+        return export(self, stream, max_version, dl_device, copy)
+
+    def __dlpack_device__(self) -> tuple:
+        from .dlpack_capsule import dlpack_device
+        return dlpack_device(self)
 
     def __repr__(self):
         return f"<qdc ndarray {self._dtype}{list(self._shape)}>"
 
 
-def field(dtype, shape=(), needs_grad=False, name=None, needs_dual=False) -> Field:
-    return Field(dtype, shape, needs_grad, name, needs_dual=needs_dual)
+def field(dtype, shape=(), needs_grad=False, name=None, needs_dual=False, layout=None) -> Field:
+    """`layout`: the storage order of the axes (a permutation), or qd.Layout.AOS/SOA (a storage
+    hint, runtime/tensors.py)."""
+    return Field(dtype, shape, needs_grad, name, needs_dual=needs_dual, layout=_axes_order(layout))
 
 
-def ndarray(dtype, shape, needs_grad=False, needs_dual=False) -> Ndarray:
-    return Ndarray(dtype, shape, needs_grad, needs_dual)
+def ndarray(dtype, shape, needs_grad=False, needs_dual=False, layout=None) -> Ndarray:
+    return Ndarray(dtype, shape, needs_grad, needs_dual, _axes_order(layout))
+
+
+def _axes_order(layout):
+    return None if isinstance(layout, Layout) else layout
 
 
 def _is_struct_type(dtype) -> bool:
@@ -470,4 +536,10 @@ class StructField(StructFieldMarker):
         return f"<qdc struct field {self.name}: {list(self.members)}{list(self.shape)}>"
 
 
-device_arrays.install(Field, Ndarray, StructField)  # what the language's constructors make (qd.Vector.field, ...)
+def struct_field(struct_type, shape=(), needs_grad=False, name=None, needs_dual=False, layout=None) -> StructField:
+    if _axes_order(layout) is not None:
+        raise NotImplementedError(f"layout={layout!r}: a struct field's axes are stored in declared order")
+    return StructField(struct_type, shape, needs_grad, name, needs_dual=needs_dual)
+
+
+device_arrays.install(field, ndarray, struct_field)  # what the language's constructors make (qd.Vector.field, ...)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import weakref
 
+from . import lifecycle
 from .launcher import stub_function
 
 # The kernel functions whose code is launch code now: the ones `observe_calls` must stub.
@@ -31,9 +32,17 @@ def observe_calls() -> None:
     call takes its owner's slow path."""
     global _observers
     _observers += 1
+    stub_direct_kernels()
+
+
+def stub_direct_kernels() -> None:
+    """Send every kernel's next call through its slow path once (runtime/lifecycle.py)."""
     for kernel in list(_direct):
         kernel.function.__code__ = kernel.stub_code
     _direct.clear()
+
+
+lifecycle.on_pending(stub_direct_kernels)
 
 
 def stop_observing_calls() -> None:
@@ -47,10 +56,15 @@ class KernelFunction:
     attribute name -> callable set on the function (`grad`, `forward_ad`)."""
 
     def __init__(self, code_name: str, params: list[str] | None, variants: dict):
-        self.function = stub_function(code_name, params, self._slow_call)
+        self.function = stub_function(code_name, params, self._stub_call)
         self.stub_code = self.function.__code__
         for attribute, call in variants.items():
             setattr(self.function, attribute, call)
+
+    def _stub_call(self, *args, **kwargs):
+        if lifecycle._pending:
+            lifecycle.materialize_pending()
+        return self._slow_call(*args, **kwargs)
 
     def _slow_call(self, *args, **kwargs):
         raise NotImplementedError

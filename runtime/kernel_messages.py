@@ -70,14 +70,12 @@ class PrintBuffer:
 
 def print_buffer(device) -> PrintBuffer:
     """`device`'s print buffer, made on first use."""
-    buf = device.__dict__.get("_print_buffer")
-    if buf is None:
-        buf = device._print_buffer = PrintBuffer(device)
-    return buf
+    if device.print_buffer is None:
+        device.print_buffer = PrintBuffer(device)
+    return device.print_buffer
 
 
 def drain(device) -> None:
     """Drain `device`'s print buffer, if it has one."""
-    buf = device.__dict__.get("_print_buffer")
-    if buf is not None:
-        buf.drain()
+    if device.print_buffer is not None:
+        device.print_buffer.drain()

@@ -130,14 +130,14 @@ import sys
 
 import numpy as np
 
-from . import context, sizeexpr_eval
+from . import context, external_arrays, sizeexpr_eval
 from . import random_stream
 from .adstack import launch_hooks
 from .contract import sizeexpr as se
 from .contract.artifact import KernelMeta
 from .contract.bounds import ERROR_WORDS
 from .contract.error_slot import BOUNDS_WORD, OVERFLOW_WORD
-from .fields import Ndarray
+from .fields import Field, Ndarray
 from .returns import ResultReader
 from .vector_arguments import element_reader
 from .contract.types import by_name
@@ -160,7 +160,7 @@ class _Launcher:
         # numpy arrays bound by the kernel's own entry (runtime/devices/cpu/numpy_binding.py):
         # not with hooks, which read the bound words before the call
         self.binding = device.numpy_binding(loaded, meta) if hooks is None and device.capabilities.fused_launch \
-            and device.capabilities.host_memory and hasattr(device, "numpy_binding") else None
+            and device.capabilities.host_memory else None
         self.buf = (ctypes.c_uint64 * max(meta.ctx_words, 1, self.binding.ctx_words if self.binding else 0))()
         # every argument bound by the library itself, in one builtin call (numpy_binding.py)
         self.python = self.binding.python_entry(getattr(loaded, "lib", None), self.buf) if self.binding else None
@@ -183,7 +183,7 @@ class _Launcher:
             self.fixed_slices = [device.task_slices(t.launch, self.trip_count(i, no_args))
                                  if self.iterations[i] is None or isinstance(self.iterations[i], se.Const) else None
                                  for i, t in enumerate(meta.tasks)]
-            if graph and getattr(device, "has_graphs", False):
+            if graph and device.has_graphs:
                 # A graph replays every task without the host in between: a trip count that an
                 # earlier task computes (a temporary) is not read back; the task runs on the grid
                 # cap and its grid-stride loop reads the bound on the device (design.md, "Graphs").
@@ -191,7 +191,7 @@ class _Launcher:
                 self.fixed_slices = [device.task_slices(t.launch, None)
                                      if fixed is None and se.reads_temps(self.iterations[i]) else fixed
                                      for i, (t, fixed) in enumerate(zip(meta.tasks, self.fixed_slices))]
-            self.sync_each_launch = getattr(device, "sync_each_launch", False)
+            self.sync_each_launch = device.sync_each_launch
             self.simple_trips = [_simple_trip_count(tree) for tree in self.iterations]
             if call == self.launch_tasks and None not in self.fixed_slices and hooks is None \
                     and not self.sync_each_launch:
@@ -200,6 +200,9 @@ class _Launcher:
                 self.fixed_launches = [(i, n) for i, n in enumerate(self.fixed_slices) if n > 0]
                 self.ctx_address = ctypes.addressof(self.buf)
         self.function = function  # the launch function: its code is fast_code or, while stale, stale_code
+        # What runs once this launch is queued, from binding its arguments (external_arrays.py,
+        # non-contiguous arrays): write-backs of copies, stream joins; cleared by `run_after`.
+        self.after: list = []
         self.launch = self.fast_code = self.stale_code = None
         self.kinds = {i: None for i, p in enumerate(meta.params) if p.kind == "ndarray"}  # see `body`
         # The launch function takes one argument per ArgumentMeta; the launch code binds one value
@@ -218,7 +221,8 @@ class _Launcher:
                        "_q_len": len, "_q_bool": bool,  # builtins by names no parameter can shadow
                        "_q_ndarray": np.ndarray, "_q_address": ctypes.addressof, "_q_from_buffer": ctypes.c_char.from_buffer,
                        "_q_buffer_errors": (TypeError, ValueError, BufferError),
-                       "_q_id": id, "_q_pack_object": _PACK_OBJECT, "_q_native_refused": self.native_refused})
+                       "_q_id": id, "_q_pack_object": _PACK_OBJECT, "_q_native_refused": self.native_refused,
+                       "_q_after": self.after, "_q_run_after": self.run_after})
         if self.python is not None:
             self.g["_q_fast"], self.g["_q_fast_refused"] = self.python.function, self.fast_refused
         self.hooks = hooks
@@ -240,7 +244,7 @@ class _Launcher:
         for i, f in enumerate(self.fields):
             w[m.field_slot0 + i] = f.allocation().ptr
         w[m.temps_slot] = self.temps.ptr
-        w[m.threads_slot] = getattr(context.current().device, "num_threads", 1)
+        w[m.threads_slot] = context.current().device.num_threads
         for i, p in enumerate(m.params):
             if p.kind == "ndarray":
                 self.g[f"_q_arr{i}"] = _UNBOUND
@@ -262,26 +266,15 @@ class _Launcher:
     def launch_tasks(self, args: tuple) -> None:
         """Queue every task with the slices the device dispatches for its trip count, then hand
         the launch's own error slot to the device (`sync` reports from it)."""
-        device, meta = self.device, self.meta
-        slot = None
-        if self.errors is not None:
-            slot = device.acquire_error_slot()
-            self.point_errors_at(slot)
+        device = self.device
+        slot = self.own_error_slot()
         env = None
         ctx = ctypes.addressof(self.buf)
-        for i, task in enumerate(meta.tasks):
-            slices = self.fixed_slices[i]
-            if slices is None:
-                trips = self.simple_trips[i]
-                if trips is not None:  # an ndarray's extent or an integer argument: read directly
-                    slices = device.task_slices(task.launch, trips(args))
-                else:
-                    if env is None:
-                        env = sizeexpr_eval.LaunchEnv(args, self.fields, self.read_temp)
-                    slices = device.task_slices(task.launch, self.trip_count(i, env))
+        for i, slices in enumerate(self.fixed_slices):
+            if slices is None:  # evaluated now, after the earlier tasks were queued (a temporary waits for them)
+                slices, env = self.slices_now(i, args, env)
             device.launch_task(self.loaded, i, ctx, slices)
-        if slot is not None:
-            device.watch(slot, self.reporter())
+        self.watch_errors(slot)
         if self.sync_each_launch:
             device.sync()
 
@@ -294,24 +287,37 @@ class _Launcher:
     def launch_graph(self, args: tuple) -> None:
         """`launch_tasks` as one graph replay (Device.launch_graph): the same slices per task,
         the same error slot, errors at sync."""
-        device = self.device
-        slot = None
-        if self.errors is not None:
-            slot = device.acquire_error_slot()
-            self.point_errors_at(slot)
-        slices = self.fixed_slices
-        if None in slices:
-            slices, env = list(slices), None
-            for i, t in enumerate(self.meta.tasks):
-                if slices[i] is None:
-                    trips = self.simple_trips[i]
-                    if trips is None:
-                        env = env or sizeexpr_eval.LaunchEnv(args, self.fields, self.read_temp)
-                    slices[i] = device.task_slices(t.launch, trips(args) if trips is not None
-                                                   else self.trip_count(i, env))
-        device.launch_graph(self.loaded, ctypes.addressof(self.buf), slices)
+        slot = self.own_error_slot()
+        slices, env = list(self.fixed_slices), None
+        for i, fixed in enumerate(slices):
+            if fixed is None:
+                slices[i], env = self.slices_now(i, args, env)
+        self.device.launch_graph(self.loaded, ctypes.addressof(self.buf), slices)
+        self.watch_errors(slot)
+
+    def slices_now(self, task: int, args: tuple, env):
+        """The slices task `task` dispatches at this launch, and the evaluation environment
+        (`env`, made on first need and reused by the launch's later tasks)."""
+        trips = self.simple_trips[task]
+        if trips is not None:  # an ndarray's extent or an integer argument: read directly
+            return self.device.task_slices(self.meta.tasks[task].launch, trips(args)), env
+        if env is None:
+            env = sizeexpr_eval.LaunchEnv(args, self.fields, self.read_temp)
+        return self.device.task_slices(self.meta.tasks[task].launch, self.trip_count(task, env)), env
+
+    def own_error_slot(self):
+        """A slot of this launch's own for the kernel's errors, the ctx pointing into it (None
+        for a kernel that reports none)."""
+        if self.errors is None:
+            return None
+        slot = self.device.acquire_error_slot()
+        self.point_errors_at(slot)
+        return slot
+
+    def watch_errors(self, slot) -> None:
+        """Hand this launch's error slot to the device, which reports from it at sync."""
         if slot is not None:
-            device.watch(slot, self.reporter())
+            self.device.watch(slot, self.reporter())
 
     def trip_count(self, task: int, env) -> int | None:
         """Task `task`'s trip count for this launch (a temporary read waits for the earlier
@@ -359,6 +365,12 @@ class _Launcher:
         if self.binding.call(self.g["_q_arg"]):
             raise AssertionError(f"kernel '{self.meta.name}': an argument bound in Python was refused")
 
+    def run_after(self) -> None:
+        actions = self.after[:]
+        self.after.clear()
+        for action in actions:
+            action()
+
     def bad_scalars(self, first: int, values: tuple):
         for i, v in enumerate(values):
             explain_scalar(self.meta, first + i, v)
@@ -384,16 +396,21 @@ class _Launcher:
         copies, device_buffer = self.copies, f"_q_dev{index}"
         uncached = self.python is not None
         limits, arch = extent_limits(self.device), self.device.arch
+        after = self.after
 
         def bind(a):
-            if limits is not None and isinstance(a, (np.ndarray, Ndarray)):  # before a device copy is allocated
+            if not isinstance(a, (np.ndarray, Ndarray, Field)) and external_arrays.is_external(a):
+                return bind_external(a)
+            if limits is not None and isinstance(a, (np.ndarray, Ndarray, Field)):  # before a device copy is allocated
                 check_extent(meta, index, a.shape if isinstance(a, np.ndarray) else a.storage_shape, limits, arch)
             if isinstance(a, np.ndarray):
                 flags = a.flags
-                if grad_kernel_needs_grad or a.dtype != np_dtype or a.ndim != ndim or not flags.c_contiguous \
+                if grad_kernel_needs_grad or a.dtype != np_dtype or a.ndim != ndim \
                         or writes and not flags.writeable \
                         or element_axes is not None and a.shape[element_axes] != p.element_shape:
                     check_ndarray(meta, index, a)  # raises, naming what is wrong
+                if copies is None and not flags.c_contiguous:
+                    return bind_copy(a)
                 if copies is None:
                     ptr, grad = numpy_address(a), 0
                 else:  # the launch code copies it in (and out) at every launch
@@ -403,7 +420,7 @@ class _Launcher:
                         raise MemoryError(f"{argument_name(meta, index)}: the {arch} device has no room for a copy of "
                                           f"this array of shape {a.shape} ({a.nbytes} bytes): {e}") from None
                     ptr, grad = alloc.ptr, 0
-            elif isinstance(a, Ndarray) and a.dtype.name == p.dtype and len(a.storage_shape) == ndim and (
+            elif isinstance(a, (Ndarray, Field)) and a.layout is None and a.dtype.name == p.dtype and len(a.storage_shape) == ndim and (
                     a.grad is not None or not grad_kernel_needs_grad) and (a.grad is None or not refuse_grad) and (
                     element_axes is None or a.storage_shape[element_axes] == p.element_shape):
                 ptr = a.allocation().ptr
@@ -420,9 +437,42 @@ class _Launcher:
             # the Python entry rewrites a numpy array's words at its next launch: not cached
             g[arr], g[probe], g[numpy_flag] = _UNBOUND if numpy and uncached else a, \
                 (shape[0] if ndim in (1, 2) else shape), numpy
-            if numpy is not self.kinds[index]:
-                self.kinds[index] = numpy
+            set_kind(numpy)
+
+        def set_kind(kind) -> None:
+            if kind is not self.kinds[index]:
+                self.kinds[index] = kind
                 self.specialise()
+
+        def bind_copy(a: np.ndarray) -> None:
+            """A numpy array that is not C-contiguous: the kernel works on a contiguous copy, written
+            back once the launch is done where it writes the parameter (every launch copies)."""
+            copy = np.ascontiguousarray(a)
+            after.append((lambda: np.copyto(a, copy)) if writes else (lambda: copy))  # keeps the copy alive
+            pack(mem, offset, numpy_address(copy), *copy.shape)
+            g[arr], g[numpy_flag] = _UNBOUND, True
+            set_kind("always")
+
+        def bind_external(a) -> None:
+            """A torch tensor or DLPack array (runtime/external_arrays.py)."""
+            bound = external_arrays.bind(meta, index, a, self.device, after, with_grad, refuse_grad, writes)
+            if bound.host is not None:  # host memory that the launch treats as a numpy array
+                bind(bound.host)
+                g[arr] = _UNBOUND  # the next launch binds `a` again
+                return
+            if limits is not None:
+                check_extent(meta, index, bound.shape, limits, arch)
+            if with_grad:
+                pack(mem, offset, bound.ptr, *bound.shape, bound.grad_ptr)
+            else:
+                pack(mem, offset, bound.ptr, *bound.shape)
+            g[numpy_flag] = False
+            if bound.cacheable:  # the launch code compares the address before skipping this
+                g[arr], g[f"_q_ptr{index}"] = a, bound.ptr
+                g["_q_data_ptr"] = type(a).data_ptr
+            else:
+                g[arr] = _UNBOUND
+            set_kind("tensor" if bound.cacheable else "always")
         return bind
 
     def bool_converter(self, index: int):
@@ -458,16 +508,18 @@ class _Launcher:
         """The launch statements. `kinds[i]` says whether the array cached for ndarray parameter
         i is a numpy array (True: test its shape too), not one (False) or either (None)."""
         if self.uses_python_entry(kinds):
-            args = f"({''.join(n + ', ' for n in self.argument_names)})"
-            return [f"    if _q_fast{args} is not None:", f"        return _q_fast_refused({args})"] \
-                + self.return_statements()
+            return self.python_entry_body(kinds)
         body = []
         values = self.value_names
         for i, p in enumerate(self.meta.params):
             if i in self.vectors:  # its elements into locals, packed and checked as scalars below
                 elements = "".join(values[k] + ", " for k in range(i, i + self.vectors[i].count))
                 body += [f"    {elements}= _q_elements{i}({p.name})"]
-            if p.kind == "ndarray":
+            if p.kind == "ndarray" and kinds[i] in ("tensor", "always"):  # external_arrays.py, copies
+                body += self.tensor_statements(i, kinds[i])
+                if self.copies is not None:
+                    body += [f"    if _q_numpy{i}:", f"        _q_copy_in(_q_dev{i}, {p.name})"]
+            elif p.kind == "ndarray":
                 probe = f"_q_len({p.name}) != _q_len{i}" if p.ndim in (1, 2) else f"{p.name}.shape != _q_shape{i}"
                 if p.writes:  # a numpy array made read-only in place since it was bound: bind refuses it
                     probe += f" or not {p.name}.flags.writeable"
@@ -486,7 +538,7 @@ class _Launcher:
             packed = ", ".join(values[first:first + len(run)])
             body += ["    try:", f"        _q_pack{first}(_q_mem, {8 * run[0].slot}, {packed})",
                      "    except _q_scalar_errors:", f"        _q_bad_scalars({first}, ({packed},))"]
-        rebound = [i for i in kinds if kinds[i] and (self.inline_rebind(i) or i in self.native_params())]
+        rebound = [i for i in kinds if kinds[i] is True and (self.inline_rebind(i) or i in self.native_params())]
         if rebound:  # rebind_numpy and the native path update the cache
             body.insert(0, "    global " + ", ".join(f"_q_arr{i}, {self.probe_name(i)}" for i in rebound))
         hooks = self.hooks  # not looked up in the namespace: an owner's may hold an earlier launcher's names
@@ -495,7 +547,7 @@ class _Launcher:
             body += [f"    _q_lctx.args = {args}", "    _q_prepare(_q_lctx)"]
         if not self.fused:  # the asynchronous path: the error hooks report at sync, not from `finish`
             body.append(f"    _q_call({args})")
-            body += self.copy_out_statements()
+            body += self.copy_out_statements() + self.after_statements()
             if hooks is not None and hooks.finish is not None and hooks.report is None:
                 body.append("    _q_finish()")  # a hook of the caller's own: run once the tasks are queued
             return body + self.return_statements()
@@ -503,14 +555,52 @@ class _Launcher:
             body += ["    if _q_call(_q_arg):", f"        _q_native_refused({args})"]
         else:
             body.append("    _q_call(_q_arg)")
+        body += self.after_statements()
         if hooks is not None and hooks.finish is not None:
             body.append("    _q_finish()")
         return body + self.return_statements()
 
+    @staticmethod
+    def after_statements() -> list[str]:
+        """Run what binding queued for after the launch (`after`): nothing, unless an argument
+        was copied or is an external array."""
+        return ["    if _q_after:", "        _q_run_after()"]
+
     def uses_python_entry(self, kinds: dict) -> bool:
         """Whether the launch code for these kinds is one call of the library's Python entry:
         when every cached array is a numpy array (a qd.ndarray keeps its cached words)."""
-        return self.python is not None and all(kinds.values())
+        if self.python is None or None in kinds.values():
+            return False
+        return self.python.keeps_bound or all(kind is True for kind in kinds.values())
+
+    def python_entry_body(self, kinds: dict) -> list[str]:
+        """One call of the library's Python entry. A numpy array goes to it as it is; any other
+        array is bound by the launch code while it is not the cached one (`tensor_statements`)
+        and goes as None, which leaves its words as they are."""
+        body, passed = [], []
+        for i, p in enumerate(self.meta.params):
+            if p.kind != "ndarray" or kinds[i] is True:
+                passed.append(p.name)
+                continue
+            passed.append("None")
+            if kinds[i] is False:
+                body += [f"    if {p.name} is not _q_arr{i}:", f"        _q_bind{i}({p.name})"]
+            else:
+                body += self.tensor_statements(i, kinds[i])
+        args = f"({''.join(n + ', ' for n in self.argument_names)})"
+        body += [f"    if _q_fast({''.join(n + ', ' for n in passed)}) is not None:", f"        return _q_fast_refused({args})"]
+        if body[0].startswith("    if _q_fast"):  # every array a numpy array: nothing was bound here
+            return body + self.return_statements()
+        return body + self.after_statements() + self.return_statements()
+
+    def tensor_statements(self, index: int, kind: str) -> list[str]:
+        """Binding an external array (a tensor) or a copied one: a cached tensor (kind "tensor")
+        again only when it is another one or its address changed (`resize_`, `set_`, `.data = `);
+        anything else (kind "always") at every launch."""
+        a = self.meta.params[index].name
+        if kind == "tensor":
+            return [f"    if {a} is not _q_arr{index} or _q_data_ptr({a}) != _q_ptr{index}:", f"        _q_bind{index}({a})"]
+        return [f"    _q_bind{index}({a})"]
 
     def fast_refused(self, args: tuple):
         """The Python entry ran nothing (an argument it does not bind, or a wrong one): launch
@@ -639,11 +729,22 @@ class _DeviceCopies:
             alloc = self.buffers[index] = self.device.allocate(nbytes)
         return alloc
 
-    def copy_in(self, alloc, a: np.ndarray) -> None:
-        self.device.copy_to_device(alloc, a.reshape(-1))  # 1-d: a 0-d array has no byte view
+    def copy_in(self, alloc, a) -> None:
+        self.device.copy_to_device(alloc, _host_array(a).reshape(-1))  # 1-d: a 0-d array has no byte view
 
-    def copy_out(self, alloc, a: np.ndarray) -> None:
-        self.device.copy_to_host(alloc, a.reshape(-1))  # a view of `a` (C-contiguous): fills `a`
+    def copy_out(self, alloc, a) -> None:
+        a = _host_array(a)
+        if a.flags.c_contiguous:
+            self.device.copy_to_host(alloc, a.reshape(-1))  # a view of `a`: fills `a`
+            return
+        contiguous = np.empty(a.shape, a.dtype)  # a transpose, a strided slice: written back through a copy
+        self.device.copy_to_host(alloc, contiguous.reshape(-1))
+        a[...] = contiguous
+
+
+def _host_array(a) -> np.ndarray:
+    """A numpy argument as it is, a host tensor or DLPack array as its numpy view."""
+    return a if isinstance(a, np.ndarray) else external_arrays.host_view(a)
 
 
 def _check_names(name: str, params: list[str]) -> None:

@@ -1,4 +1,4 @@
-"""What the API.md acceptance tests share: compile errors located at a marked source line."""
+"""What the acceptance tests share: compile errors located at a marked source line."""
 import os
 
 import numpy as np

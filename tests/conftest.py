@@ -2,6 +2,7 @@ import functools
 import hashlib
 import os
 import shutil
+import site
 import sys
 import tempfile
 
@@ -24,46 +25,51 @@ for _folder, _subfolders, _ in os.walk(TESTS_DIR):
 
 os.environ["QDC_VERIFY_IR"] = "1"  # verify the IR between passes for every kernel the suite compiles
 
-# Set before any test module is even imported, so that a `qd.init()` without cache_dir, in a test,
-# at collection or in a subprocess (which inherits the environment), uses the session's cache.
-USER_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "qdc")
-SESSION_CACHE = tempfile.mkdtemp(prefix="qdc-test-cache-")
+# The suite runs in a home folder of its own, set before any test module is even imported and
+# inherited by every process a test starts: whatever a test or a qdc process it runs writes under
+# ~ (the direct-mode default ~/.cache/qdc, a remote store's read-through cache) lands there, never
+# in the user's home, and other processes using qdc meanwhile cannot make the suite fail. The
+# device drivers' own caches (Mesa's shader cache, CUDA's JIT cache) and user-installed packages
+# stay where they were: the suite is no slower for it, and its subprocesses import what it does.
+_USER_HOME = os.path.expanduser("~")
+_USER_CACHE_HOME = os.environ.get("XDG_CACHE_HOME") or os.path.join(_USER_HOME, ".cache")
+os.environ.setdefault("PYTHONUSERBASE", site.getuserbase())
+os.environ.setdefault("MESA_SHADER_CACHE_DIR", os.path.join(_USER_CACHE_HOME, "mesa_shader_cache"))
+os.environ.setdefault("CUDA_CACHE_PATH", os.path.join(_USER_HOME, ".nv", "ComputeCache"))
+SESSION_HOME = tempfile.mkdtemp(prefix="qdc-test-home-")
+os.environ["HOME"] = SESSION_HOME
+os.environ["XDG_CACHE_HOME"] = os.path.join(SESSION_HOME, ".cache")
+# What a qdc process falling back to the user's cache would write (a test that forgets its
+# cache_dir, a subprocess that drops QDC_CACHE_DIR): it must stay absent.
+USER_CACHE = os.path.join(SESSION_HOME, ".cache", "qdc")
+# Direct mode's cache for the whole session: a `qd.init()` without cache_dir, in a test, at
+# collection or in a subprocess, uses it.
+SESSION_CACHE = os.path.join(SESSION_HOME, "qdc-cache")
 os.environ[CACHE_DIR_VARIABLE] = SESSION_CACHE
 
 
-def _listing(folder: str) -> dict:
-    """relative path -> (mtime in ns, size) of everything under `folder` ({} if it is absent)."""
-    out = {}
-    for root, dirs, files in os.walk(folder):
-        for name in dirs + files:
-            path = os.path.join(root, name)
-            try:
-                st = os.lstat(path)
-            except OSError:  # removed while we looked: the comparison reports it
-                continue
-            out[os.path.relpath(path, folder)] = (st.st_mtime_ns, st.st_size)
-    return out
-
-
-_USER_CACHE_BEFORE = _listing(USER_CACHE)
+def _paths_under(folder: str) -> list:
+    """Every path under `folder`, relative to it ([] if it is absent)."""
+    return sorted(os.path.relpath(os.path.join(root, name), folder)
+                  for root, dirs, files in os.walk(folder) for name in dirs + files)
 
 
 @pytest.fixture(scope="session", autouse=True)
 def user_cache_untouched():
-    """The suite fails (an error at the last test's teardown) if ~/.cache/qdc changed while it ran."""
+    """The suite fails (an error at the last test's teardown) if one of its own processes wrote the
+    user's cache, which here is the session home's ~/.cache/qdc."""
     yield
-    after = _listing(USER_CACHE)
-    shutil.rmtree(SESSION_CACHE, ignore_errors=True)
-    if after != _USER_CACHE_BEFORE:
-        changed = sorted(p for p in set(after) | set(_USER_CACHE_BEFORE) if after.get(p) != _USER_CACHE_BEFORE.get(p))
-        pytest.fail(f"the test session changed the user's cache {USER_CACHE} ({len(changed)} paths, e.g. "
-                    f"{', '.join(changed[:5])}): every test must use the session cache", pytrace=False)
+    written = _paths_under(USER_CACHE)
+    shutil.rmtree(SESSION_HOME, ignore_errors=True)
+    if written:
+        pytest.fail(f"the test session changed the user's cache ~/.cache/qdc ({len(written)} paths, e.g. "
+                    f"{', '.join(written[:5])}): every test must use the session cache", pytrace=False)
 
 
 @pytest.fixture(scope="session")
 def session_cache_dir():
     """A cache private to this test session: every kernel is really compiled (and its IR verified)
-    once, and the user's ~/.cache/qdc is neither read nor written (QDC_CACHE_DIR points here too)."""
+    once (QDC_CACHE_DIR points here too)."""
     return SESSION_CACHE
 
 

@@ -36,6 +36,17 @@ from .positions import Positions
 _UNSUPPORTED_LOOPS = (ir.While, ir.Break, ir.Continue)
 
 
+def refuse_block_level(k: ir.KernelIR, what: str) -> None:
+    """Block-level code (qd.simt) has no derivative here: the reverse sweep replays a thread's
+    iterations on their own, so its barriers would no longer meet, and the adjoint of a
+    subgroup exchange is the reverse exchange among lanes that no longer run together."""
+    for s in ir.walk(k.body):
+        if ir.simt_construct(s) is not None:
+            raise error(s.loc, f"{ir.simt_construct(s)} cannot be used in kernel '{k.name}', which needs {what}: "
+                               f"block-level code (qd.simt) is not differentiated; compute the gradient in a "
+                               f"kernel without it")
+
+
 def error(loc: ir.SourceLoc | None, message: str) -> QdcCompileError:
     if loc is None:
         return QdcCompileError(message)
@@ -44,6 +55,7 @@ def error(loc: ir.SourceLoc | None, message: str) -> QdcCompileError:
 
 
 def check_kernel(k: ir.KernelIR, differentiable) -> None:
+    refuse_block_level(k, "a gradient")
     for t in k.tasks:
         for s in ir.walk(t.body):
             if isinstance(s, _UNSUPPORTED_LOOPS):
@@ -216,7 +228,7 @@ def _mark_clobbered_reads(accesses) -> None:
     after the forward kernel and would read the new contents. A load is marked when a later
     write may hit its element; an atomic min/max (whose reverse reads the final value to find
     the winner) when a later write of another kind may. Copies of a load keep the mark
-    (clone_stmt copies attributes); the autodiff driver rejects any marked load the gradient
+    (clone_stmt copies attributes); check_unstable_loads rejects any marked load the gradient
     still needs after dead code is removed, so a value used only linearly (`out[i] * 2.0`)
     may be overwritten freely: its gradient does not need it."""
     writes: dict = {}
@@ -231,7 +243,7 @@ def _mark_clobbered_reads(accesses) -> None:
             if w is a or (atomic_op and getattr(w.stmt, "op", None) == atomic_op):
                 continue
             if _clobbers(w, a):
-                a.stmt._ad_clobbered_by = w.stmt.loc
+                a.stmt.clobbered_by = w.stmt.loc
                 break
 
 
@@ -239,3 +251,31 @@ def _clobbers(w: _Access, read: _Access) -> bool:
     if w.task != read.task:
         return w.task > read.task
     return dependence.may_follow_on_same_element(w, read, w.task_stmt)
+
+
+# ---- checks of the forward kernel's activity and of the finished gradient kernel -----------
+
+def check_gradient_through_plain_globals(k: ir.KernelIR, activity, differentiable) -> None:
+    """A value with a gradient stored into a field or ndarray without one, and read back into
+    the result: the gradient would silently stop there."""
+    read_back = {buffer_key(s.ptr.target) for s in ir.walk(k.body)
+                 if isinstance(s, ir.GlobalLoad) and s in activity.useful and s.type.is_float}
+    for s in ir.walk(k.body):
+        if isinstance(s, (ir.GlobalStore, ir.AtomicRMW)) and s.value in activity.varied \
+                and not differentiable(s.ptr.target) and buffer_key(s.ptr.target) in read_back:
+            target = s.ptr.target
+            raise error(s.loc, f"a value with a gradient is stored into '{target.name}', which has none, and read "
+                               f"back into the result: the gradient would stop here. Create it with "
+                               f"needs_grad=True")
+
+
+def check_unstable_loads(g: ir.KernelIR) -> None:
+    """Reject a load marked by _mark_clobbered_reads that the gradient kernel `g` still needs."""
+    for s in ir.walk(g.body):
+        if isinstance(s, ir.GlobalLoad) and s.clobbered_by is not None:
+            raise error(s.loc, f"the gradient needs the value read here (its use is not linear), but kernel "
+                               f"'{g.name}' overwrites '{s.ptr.target.name}' afterwards (line "
+                               f"{s.clobbered_by.line}), and its gradient kernel runs after it "
+                               f"and would read the new value. Keep the update linear in the old value "
+                               f"(`x[i] = x[i] * c + v` with c free of gradients), or write the new values to "
+                               f"a separate field")

@@ -45,3 +45,10 @@ def _sweep_once(k: ir.KernelIR) -> bool:
 
     return sweep(k.body, dead)
 
+
+def drop_empty_tasks(g: ir.KernelIR) -> None:
+    """Remove the tasks the passes emptied and name the others in order, as their entry points
+    are named: `<kernel>_grad_t<i>_<kind>`."""
+    g.body.stmts = [t for t in g.body.stmts if t.body.stmts]
+    for i, t in enumerate(g.tasks):
+        t.task_name = f"{g.name}_grad_t{i}_{t.source_kind}"

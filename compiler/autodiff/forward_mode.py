@@ -25,7 +25,7 @@ from __future__ import annotations
 from .. import ir
 from . import rules
 from .activity import gradient_operands
-from .checks import error
+from .checks import error, refuse_block_level
 from .companions import CompanionBuffers
 
 DUAL_SUFFIX = ".dual"
@@ -41,6 +41,7 @@ class ForwardModePass:
 
     def __call__(self, k: ir.KernelIR) -> bool:
         _reject_gradient_buffers(k)
+        refuse_block_level(k, "forward-mode derivatives")
         duals = _DualBuffers(k, self.field_objects)
         varied, varied_vars = _varied(k, duals)
         _Tangents(duals, varied, varied_vars, ir.users_count(k.body)).block(k.body)

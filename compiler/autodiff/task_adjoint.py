@@ -249,8 +249,7 @@ class TaskAdjoint:
             g = self.op("neg", g)
         elif op in ("min", "max"):
             final = self.emit(ir.GlobalLoad(self.primal(s.ptr), s.loc))
-            if getattr(s, "_ad_clobbered_by", None) is not None:  # a later write changes the final value
-                final._ad_clobbered_by = s._ad_clobbered_by
+            final.clobbered_by = s.clobbered_by  # a later write changes the final value
             g = self.select(self.op("eq", self.primal(s.value), final), g, self.const(0.0, s.value.type))
         self.acc(s.value, g)
 

@@ -1,4 +1,4 @@
-"""Compile/runtime options (API.md §5): one dataclass, filled from defaults, files and flags.
+"""Compile/runtime options (docs/api.md, Configuration): one dataclass, filled from defaults, files and flags.
 
 An `Options` is always passed explicitly: `qdc build` makes one per build and hands it down
 (build -> compile_kernel -> front end, passes, targets); direct mode's is the one `qd.init`
@@ -26,7 +26,7 @@ def target_options() -> dict:
 
 @dataclasses.dataclass(init=False)
 class Options:
-    """The options of API.md §5: the common ones below, and those the targets declare (`cpu_target`,
+    """The options of docs/api.md: the common ones below, and those the targets declare (`cpu_target`,
     `cuda_arch`, `amdgpu_targets`, ...), read and set as attributes too (None: unset)."""
     arch: str = "cpu"
     opt_level: int = 3
@@ -40,6 +40,9 @@ class Options:
     cache_dir: str | None = None
     cpu_max_num_threads: int | None = None
     random_seed: int = 0  # where qd.random()'s streams start (runtime/random_stream.py); not in cache keys
+    # Direct mode takes every kernel from the cache (or remote store) and never compiles
+    # (compiler/jit/offline_cache.py); QDC_OFFLINE=1 sets it where qd.init does not.
+    offline: bool = False
     # Public keys whose signatures make a cache entry runnable, and keys revoked (runtime/signing.py):
     # key files or their text, a list or one comma-separated string; None: $QDC_TRUSTED_KEYS, $QDC_REVOKED_KEYS.
     trusted_keys: object = None
@@ -141,7 +144,7 @@ def option_names() -> tuple:
 
 
 
-# ---- configuration files (API.md §5: flags win, then the file, then the defaults) ---------
+# ---- configuration files (docs/api.md, Configuration: flags win, then the file, then the defaults) ---------
 
 class ConfigError(ValueError):
     """A configuration file is unreadable or sets an unknown or invalid option."""

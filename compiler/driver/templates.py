@@ -1,10 +1,15 @@
 """Template parameters (`x: qd.template()` / `qd.Template`): what a call binds to them.
 
 A template argument is a field (the kernel is compiled per distinct field declaration and
-bound to the field passed) or a Python value that becomes a compile-time constant. Direct
-mode compiles once per distinct template argument: `specialisation_key` says which
-arguments are the same (a field by identity, a value by type and value), and the cache key
-(cache_key.kernel_key) keys each by what it is, as it does captured globals. The launch
+bound to the field passed) or a Python value that becomes a compile-time constant: a number,
+a dtype, a tuple, a config object, a dataclass; an array (a qd.ndarray or numpy array), also
+one inside a tuple or an object's attributes, is passed at every launch like an ndarray
+parameter (compiler/frontend/host_objects.py) and keys the kernel by its type only. Within a
+process, `specialisation_key` says which arguments are the same (a field or an object by
+identity, a value by type and value: an object's attributes are read when its variant is
+compiled, as in Quadrants); the offline cache (cache_key.kernel_key) keys each by its
+description by value (template_values.py), so another process passing an equal argument
+finds the variant compiled for this one. The launch
 function of a template kernel takes only the other parameters: `split` separates them.
 """
 from __future__ import annotations
@@ -15,6 +20,8 @@ import numpy as np
 
 from qdc.runtime.contract import types as T
 from qdc.runtime.contract.objects import FieldMarker as Field, NdarrayMarker as Ndarray
+
+from ..language.dataclass_args import array_type
 
 _VALUES = (bool, int, float, complex, str, bytes, type(None))
 
@@ -72,17 +79,18 @@ def specialisation_key(v, what: str, _enclosing: tuple = ()):
                             f"a template argument; pass a flatter value")
         inner = _enclosing + (id(v),)
         return (type(v).__qualname__, tuple(specialisation_key(e, what, inner) for e in v))
-    if isinstance(v, Ndarray):
-        raise TypeError(f"{what}: a qd.ndarray is passed through a qd.types.ndarray() parameter, not a template")
-    if isinstance(v, np.ndarray):
-        raise TypeError(f"{what}: a numpy array cannot be a template argument (its contents could change "
-                        f"after compiling); pass it as a qd.types.ndarray() parameter, or a tuple of values")
-    try:
-        hash(v)
-    except TypeError:
-        raise TypeError(f"{what}: a {type(v).__name__} cannot be a template argument (it is not hashable); "
-                        f"pass a field, a number, a string or a tuple of them") from None
-    return ("object", _Identity(v))
+    if isinstance(v, (Ndarray, np.ndarray)):  # passed at every launch (frontend/host_objects.py): by its type
+        try:
+            return ("ndarray",) + array_type(v)
+        except TypeError as e:
+            raise TypeError(f"{what}: {e}") from None
+    if type(v).__module__ == "builtins":
+        try:
+            hash(v)
+        except TypeError:
+            raise TypeError(f"{what}: a {type(v).__name__} cannot be a template argument (it is not hashable); "
+                            f"pass a field, a number, a string, a tuple of them or a config object") from None
+    return ("object", _Identity(v))  # a config object, hashable or not (an unfrozen dataclass)
 
 
 def _value_key(v):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import builtins
 import contextlib
+import inspect
 import operator
 import types
 import warnings
@@ -39,7 +40,11 @@ from qdc.runtime.contract.objects import StructFieldMarker as StructField
 from ..language import matrix as M
 from .objects import GLOBAL_ARRAYS, NdarrayHandle, Shape
 from .printing import PrintLowering
+from .simt_calls import SimtCalls
 from .source import source_info
+from .static_python import StaticPython
+from .host_objects import HostObject, HostObjects, unwrap
+from ..language.dataclass_args import DataclassArgument
 from .values import ValueBuilder, is_number, is_runtime, not_a_value_message, short_number
 
 
@@ -113,7 +118,6 @@ _UNSUPPORTED = {
     "Starred": "starred expressions are not supported in kernels",
     "NamedExpr": "assignment expressions (:=) are not supported in kernels",
     "Match": "match statements are not supported in kernels",
-    "Slice": "slices are not supported in kernels; index one element at a time",
     "Yield": "yield is not supported in kernels",
     "YieldFrom": "yield is not supported in kernels",
     "Await": "await is not supported in kernels",
@@ -122,7 +126,7 @@ _UNSUPPORTED = {
 
 
 class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLowering, VectorMath, PrintLowering,
-               StructLowering):
+               StructLowering, StaticPython, HostObjects, SimtCalls):
     """Lowers one `@qd.kernel` into a KernelIR. `templates`: name -> argument of its
     qd.template() parameters (compile-time objects); `returns`: whether to store the return
     value (the grad variant returns nothing); `arch`: the target (default `options.arch`), which
@@ -136,6 +140,7 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
         self.field_objects: list[Field] = []
         self.options = options
         self.shape_type = extents.shape_type(arch or options.arch)  # of `a.shape[k]`: the target's index width
+        self.target_arch = arch or options.arch
         self.frames: list[Frame] = [Frame(fn, self.src, True, self.kernel.body, 0)]
         self.blocks: list[ir.Block] = [self.kernel.body]
         self.pending_loop_config = None  # a LoopConfig set by qd.loop_config(...), consumed by the next for
@@ -149,6 +154,9 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
         self.constants_used: dict = {}  # name -> value of captured compile-time constants (cache key)
         self.funcs_used: list = []
         self.templates = templates or {}
+        self.kernel.signature = [n for n in inspect.signature(fn).parameters
+                                 if n not in self.templates or isinstance(self.templates[n], DataclassArgument)]
+        self.member_variables: dict = {}  # parameter index -> the variable a dataclass's scalar member is read into
         self.init_returns(fn, returns)
 
     # ---- infrastructure -------------------------------------------------------------
@@ -157,13 +165,18 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
         return self.frames[-1]
 
     def error(self, message: str, node=None):
+        if self.library_site is not None:  # inside qd.simt's library: the user's call is at fault
+            loc, line = self.library_site
+            raise QdcCompileError(message, loc.filename, loc.line, loc.col, line)
         node = node or (self.node_stack[-1] if self.node_stack else self.frame.src.fn_def)
         src = self.frame.src
         loc = src.loc(node)
         raise QdcCompileError(message, loc.filename, loc.line, loc.col, src.source_line(node))
 
     def emit(self, stmt: ir.Stmt) -> ir.Stmt:
-        if stmt.loc is None and self.node_stack:
+        if stmt.loc is None and self.library_site is not None:
+            stmt.loc = self.library_site[0]
+        elif stmt.loc is None and self.node_stack:
             stmt.loc = self.frame.src.loc(self.node_stack[-1])
         return self.blocks[-1].append(stmt)
 
@@ -255,7 +268,7 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
         for name, (stype, variables) in struct_scalars.items():
             scope[name] = self.struct_parameter_var(stype, variables)
         for name, value in self.templates.items():  # compile-time objects, like captured globals
-            scope[name] = self.capture(name, value)
+            scope[name] = self.host_root(name, value)
         self.visit_body(fdef.body)
         if self.pending_loop_config is not None:
             self.error("qd.loop_config() must be followed directly by the for loop it configures")
@@ -310,6 +323,19 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
             return node.value
         self.error(f"constant {node.value!r} is not supported in kernels")
 
+    def visit_Slice(self, node: ast.Slice):
+        """`a:b:c` in a subscript: a Python slice of compile-time integers (vectors, matrices and
+        tuples are sliced at compile time)."""
+        parts = []
+        for part in (node.lower, node.upper, node.step):
+            v = None if part is None else self.scalar(self.visit(part), part)
+            if v is not None and (is_runtime(v) or isinstance(v, bool) or not isinstance(v, int)):
+                self.error("slice bounds and steps must be compile-time integers", part)
+            parts.append(v)
+        if parts[2] == 0:
+            self.error("a slice step cannot be zero", node.step)
+        return slice(*parts)
+
     def visit_Tuple(self, node: ast.Tuple):
         if any(isinstance(e, ast.Starred) for e in node.elts):  # (*t, x), [*v]: spread, as in Python
             return tuple(self.spread(node.elts)[0])
@@ -328,6 +354,8 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
             return self.struct_attribute(base, attr, node)
         if isinstance(base, StructField):
             return self.struct_field_attribute(base, attr)
+        if isinstance(base, HostObject):
+            return self.host_attribute(base, attr, node)
         if isinstance(base, Field):
             if attr == "grad":
                 if base.grad is None:
@@ -436,8 +464,8 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
                 self.error(f"comparison '{_PY_COMPARE_SYMBOL[type(op_node)]}' is not defined on vectors", node)
             return self.vector_compare(op, self.vector_operand(left, node), self.vector_operand(right, node), node)
         if not _holds_runtime(left) and not _holds_runtime(right):
-            try:
-                return _PY_COMPARE[type(op_node)](left, right)
+            try:  # objects reached from arguments compare as themselves
+                return _PY_COMPARE[type(op_node)](unwrap(left), unwrap(right))
             except TypeError as e:  # e.g. `1 < "a"`: Python's own message names the operand types
                 self.error(f"compile-time comparison failed: {e}", node)
         if isinstance(left, tuple) or isinstance(right, tuple):
@@ -517,8 +545,8 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
             return self.vector_subscript(base, node)
         if isinstance(base, (tuple, list)):
             idx = self.visit(node.slice)
-            if is_runtime(idx) or not isinstance(idx, int):
-                self.error("a tuple can only be indexed with a compile-time integer", node.slice)
+            if is_runtime(idx) or not isinstance(idx, (int, slice)):
+                self.error("a tuple can only be indexed with a compile-time integer or slice", node.slice)
             try:
                 return base[idx]
             except IndexError:
@@ -557,6 +585,9 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
             rank, what = base.ndim, f"ndarray '{base.name}'"
         indices = []
         for n in index_nodes:
+            if isinstance(n, ast.Slice):
+                self.error(f"{what} cannot be sliced in kernels (vectors and matrices can); index one "
+                           f"element at a time", n)
             v = self.visit(n)
             # a vector index (`x[I]`, `grid[base + offset]`) or a tuple held in a local gives one
             # index per component
@@ -566,6 +597,8 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
             hint = f" (index a 0-d array with {base.name}[None])" if rank == 0 else ""
             self.error(f"{what} has {rank} dimension(s) but is indexed with {len(indices)} "
                        f"index(es){hint}", node)
+        if isinstance(base, Field) and base.layout is not None:  # stored with its axes permuted
+            indices = [indices[axis] for axis in base.layout]
         return ref, indices
 
     def index_value(self, node, what: str, value) -> ir.Stmt:
@@ -606,8 +639,10 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
 
     def visit_Assign(self, node: ast.Assign):
         value = self.visit(node.value)
+        static = self.binds_static(node.value)
         for target in node.targets:
-            self.assign(target, value, node.value)
+            if not (static and self.bind_static_names(target, value)):
+                self.assign(target, value, node.value)
 
     def visit_AnnAssign(self, node: ast.AnnAssign):
         if not isinstance(node.target, ast.Name):

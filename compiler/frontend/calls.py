@@ -16,10 +16,12 @@ from qdc.runtime.contract import types as T
 from qdc.runtime.contract.objects import FieldMarker as Field
 
 from .. import ir
-from ..language import lang
+from ..language import lang, simt
 from .numeric_calls import NUMERIC_CALLS
 from .objects import GLOBAL_ARRAYS, NdarrayHandle, RangeSpec
+from .simt_calls import is_library_func
 from .lambda_source import callable_source
+from .host_objects import check_dataclass_parameter, unwrap
 from .source import is_tail_return
 from .values import is_runtime
 from .vector_math import MATH_FUNCTIONS, BoundMethod
@@ -59,18 +61,20 @@ def _as_func(fn) -> lang.Func:
 
 
 class CallLowering:
-    static_depth = 0  # > 0 while the arguments of a qd.static(...) are lowered
-
     def visit_Call(self, node: ast.Call):
         if isinstance(node.func, ast.Attribute) and node.func.attr == "fill":
             target = self.vector_target(node.func.value)
             if target is not None and not isinstance(target, StructTarget):  # v.fill(x): every component x
                 (value,) = self.call_args(node, 1, 1, "fill")
                 return self.store_target(target, self.scalar(value, node.args[0]), node.args[0])
-        callee = self.visit(node.func)
+        callee = unwrap(self.visit(node.func))  # a method of an object reached from an argument: the method
         callee = _SCOPE_BUILTINS.get(callee, callee) if _hashable(callee) else callee
+        if self.is_host_call(callee, _BUILTINS):  # Python run now, inside qd.static(...)
+            return self.host_call(callee, node)
         if isinstance(callee, lang.Func):
-            return self.inline_func(callee, node)
+            return self.inline_library_func(callee, node) if is_library_func(callee) else self.inline_func(callee, node)
+        if _hashable(callee) and callee in simt.PRIMITIVES:
+            return self.call_simt(simt.PRIMITIVES[callee], node)
         if isinstance(callee, StructType):
             return self.construct_struct(callee, node)
         if isinstance(callee, BoundStructMethod):  # `self` is the struct it was called on
@@ -89,7 +93,7 @@ class CallLowering:
         name = getattr(callee, "__name__", type(callee).__name__)
         if lang.is_kernel_function(callee):
             self.error(f"kernel '{name}' cannot be called from a kernel; make it a @qd.func")
-        if _plain_function(callee):  # inlined like a @qd.func, as Quadrants does (API.md §2)
+        if _plain_function(callee):  # inlined like a @qd.func, as Quadrants does (docs/api.md)
             return self.inline_func(_as_func(callee), node)
         hint = " (decorate it with @qd.func)" if inspect.isfunction(callee) else ""
         self.error(f"'{name}' is not a qd.func or a qd intrinsic and cannot be called in a kernel{hint}")
@@ -424,6 +428,7 @@ class CallLowering:
         matrix_types = {name: self.matrix_parameter(func, name, value, node) for name, value in bound.arguments.items()}
         aliases = self.template_aliases(func, signature, node, arg_nodes)
         for name, value in bound.arguments.items():
+            check_dataclass_parameter(func.__name__, name, self.parameter_annotation(func, name), value, self.error)
             if name not in aliases and (dtype := self.scalar_parameter_type(func, name)) is not None:
                 # an annotated scalar parameter converts its argument, as in Quadrants
                 arg_node = self.argument_node(signature, node, arg_nodes, name) or node

@@ -6,6 +6,7 @@ over the product of its dimensions; the loop targets decompose the flat index ro
 from __future__ import annotations
 
 import ast
+import types
 
 from qdc.runtime.contract import types as T
 from qdc.runtime.contract.objects import FieldMarker as Field, StructFieldMarker
@@ -95,6 +96,8 @@ class LoopLowering:
             it = list(it)
         if grouped:  # qd.static(qd.grouped(...)): vector indices of constants
             it = [self.vector_of((len(i),), i) for i in (idx if isinstance(idx, tuple) else (idx,) for idx in it)]
+        if _host_iterable(it):  # enumerate(...), zip(...), a dict's items(), a generator: its items now
+            it = list(it)
         if not isinstance(it, (range, tuple, list)):
             self.error("qd.static() loops need a compile-time iterable (a range of constants, a tuple "
                        "or a qd.ndrange of constants)", iter_node)
@@ -307,3 +310,13 @@ class LoopLowering:
 
 def _is_zero(v) -> bool:
     return (not is_runtime(v) and v == 0) or (isinstance(v, ir.Const) and v.value == 0)
+
+
+def _host_iterable(it) -> bool:
+    """A Python iterable other than the language's (a range of constants, a tuple, a list, a
+    qd.ndrange) and no string: its items are unrolled over (they may hold run-time values,
+    `enumerate((i_x, i_y))`)."""
+    if isinstance(it, (range, tuple, list, str, bytes, lang.ndrange, lang.grouped)) or is_runtime(it):
+        return False
+    return isinstance(it, (enumerate, zip, map, filter, reversed, dict, set, frozenset, types.GeneratorType)) \
+        or type(it).__name__ in ("dict_keys", "dict_values", "dict_items")

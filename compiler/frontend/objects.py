@@ -21,7 +21,23 @@ class NdarrayHandle:
         return ir.NdarrayRef(self.arg_index, self.name, self.dtype, self.ndim + len(self.element_shape), self.is_grad)
 
 
-GLOBAL_ARRAYS = (Field, NdarrayHandle)
+class SharedArrayHandle:
+    """A `qd.simt.block.SharedArray` inside a kernel: indexed like an ndarray, its shape static."""
+
+    def __init__(self, ref: ir.SharedRef, element: tuple):
+        self.shared = ref
+        self.name, self.dtype = ref.name, ref.dtype
+        self.element_shape = element
+        self.ndim = len(ref.shape) - len(element)
+        self.shape = ref.shape[:self.ndim]
+        self.is_grad = False
+
+    def ref(self) -> ir.SharedRef:
+        return self.shared
+
+
+# What a kernel indexes as memory: fields, ndarray parameters, block-shared arrays.
+GLOBAL_ARRAYS = (Field, NdarrayHandle, SharedArrayHandle)
 
 
 class Shape(tuple):

@@ -1,4 +1,4 @@
-"""Kernel return values (API.md §2): `-> qd.f32` (any scalar type), a vector/matrix type, or a
+"""Kernel return values (docs/api.md): `-> qd.f32` (any scalar type), a vector/matrix type, or a
 tuple of them (`-> tuple[qd.f32, qd.i32]`, or Quadrants' `-> (qd.f32, qd.i32)`).
 
 A kernel returns from its top-level code, once, as its last statement (as in Quadrants, a

@@ -147,7 +147,7 @@ class ValueBuilder:
             self.error(not_a_value_message(v))
         if (dtype is None and isinstance(v, int) and not isinstance(v, bool) and not fits(v, self.default_ip)
                 and (fits(v, T.i64) or fits(v, T.u64))):
-            # On its own a literal is default_ip (API.md §2): widening it silently would make
+            # On its own a literal is default_ip (docs/api.md): widening it silently would make
             # `v = 3000000000; a_i32[0] = v` wrap at the store.
             self.error(f"integer {self.describe(v)} does not fit in {self.default_ip} (default_ip), the type "
                        f"a literal takes on its own{_range_hint(self.default_ip)}; write "

@@ -373,6 +373,12 @@ class VectorLowering:
     # ---- indexing and attributes -----------------------------------------------------------
     def vector_subscript(self, v: VectorValue, node: ast.Subscript):
         indices = self.component_indices(self.visit(node.slice))
+        sliced = self.sliced_positions(indices, v.shape, node.slice)
+        if sliced is not None:  # m[i, :], m[:, j], v[1:3]: the selected components, read
+            shape, positions = sliced
+            values = [v.at(*p) if not any(is_runtime(i) for i in p) else self.runtime_component(v, list(p))
+                      for p in positions]
+            return values[0] if not shape else VectorValue(shape, values)
         if len(indices) == 1 and v.is_matrix:  # m[i]: row i
             i = self.component_index(indices[0], v.shape[0], node.slice)
             if is_runtime(i):
@@ -486,9 +492,36 @@ class VectorLowering:
             return Target((len(indices),), [inner.places[i] for i in indices])
         return self.index_target(inner, node)
 
+    def sliced_positions(self, indices: list, shape: tuple, node):
+        """(result shape, component positions) of an index with slices (`m[i, :]`, `m[:, j]`,
+        `v[1:3]`, `v[::-1]`, any step Python allows), None without one. A sliced axis takes the
+        components Python's slice selects; an integer axis (a run-time one too) one component."""
+        if not any(isinstance(i, slice) for i in indices):
+            return None
+        if len(indices) == 1 and len(shape) == 2:  # m[a:b]: rows
+            indices = [indices[0], slice(None)]
+        if len(indices) != len(shape):
+            self.error(f"a {kind_of(shape)} of shape {shape_text(shape)} is indexed with {len(indices)} "
+                       f"index(es)", node)
+        axes, out_shape = [], []
+        for i, n in zip(indices, shape):
+            if isinstance(i, slice):
+                picked = list(range(*i.indices(n)))
+                if not picked:
+                    self.error(f"the slice selects no component of a dimension of size {n}", node)
+                axes.append(picked)
+                out_shape.append(len(picked))
+            else:
+                axes.append([self.component_index(i, n, node)])
+        return tuple(out_shape), list(itertools.product(*axes))
+
     def index_target(self, inner: Target, node: ast.Subscript) -> Target:
         indices = self.component_indices(self.visit(node.slice))
         shape = inner.shape
+        sliced = self.sliced_positions(indices, shape, node.slice)
+        if sliced is not None:  # m[i, :] = ...: the selected places
+            out_shape, positions = sliced
+            return Target(out_shape, [self.component_place(inner, list(p), shape) for p in positions])
         if len(indices) == 1 and len(shape) == 2:  # m[i]: a row
             i = self.component_index(indices[0], shape[0], node.slice)
             if is_runtime(i):
@@ -498,19 +531,23 @@ class VectorLowering:
             self.error(f"a {kind_of(shape)} of shape {shape_text(shape)} is indexed with {len(indices)} index(es)",
                        node.slice)
         checked = [self.component_index(i, n, node.slice) for i, n in zip(indices, shape)]
+        return Target((), [self.component_place(inner, checked, shape)])
+
+    def component_place(self, inner: Target, checked: list, shape: tuple):
+        """The place of component `checked` (indices, compile-time or run-time) of `inner`."""
         if not any(is_runtime(i) for i in checked):
             flat = checked[0] if len(checked) == 1 else checked[0] * shape[1] + checked[1]
-            return Target((), [inner.places[flat]])
+            return inner.places[flat]
         flat = self.values.cast(self.flat_index(checked, shape), T.i32)
         first = inner.places[0]
         if isinstance(first, ir.GlobalPtr):  # a run-time index into a field element: address it directly
             n_element = len(shape)
             field_indices = first.indices[:len(first.indices) - n_element]
             indices_rt = [self.values.cast(i, T.i32) for i in checked]
-            return Target((), [self.emit(ir.GlobalPtr(first.target, [*field_indices, *indices_rt]))])
+            return self.emit(ir.GlobalPtr(first.target, [*field_indices, *indices_rt]))
         if not all(isinstance(p, ir.Alloca) for p in inner.places):
             self.error("a run-time index cannot select part of this vector")
-        return Target((), [RuntimeComponent(flat, inner.places)])
+        return RuntimeComponent(flat, inner.places)
 
     def global_vector_ptrs(self, base, node: ast.Subscript) -> list:
         """One GlobalPtr per component of the vector element `base[...]`, row-major."""

@@ -152,7 +152,7 @@ class Printer:
         return f"arg{i}"
 
     def target_name(self, target) -> str:
-        if isinstance(target, ir.FieldRef):
+        if isinstance(target, (ir.FieldRef, ir.SharedRef)):
             return repr(target)
         return self.param_name(target.arg_index) + (".grad" if target.is_grad else "")
 

@@ -311,6 +311,8 @@ class _TypeRules:
             self.expect(s, 0 <= tgt.slot < len(self.k.fields) and self.k.fields[tgt.slot] is tgt,
                         f"field {tgt!r} is not in the kernel's field table")
             rank = len(tgt.shape)
+        elif isinstance(tgt, ir.SharedRef):
+            rank = len(tgt.shape)
         else:
             p = self.param(s, tgt.arg_index)
             self.expect(s, p.kind == "ndarray" and p.dtype is tgt.dtype and p.ndim == tgt.ndim,

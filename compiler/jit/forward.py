@@ -1,4 +1,4 @@
-"""`qd.ad.FwdMode`: forward-mode autodiff in direct mode (API.md §3, "Forward mode").
+"""`qd.ad.FwdMode`: forward-mode autodiff in direct mode (docs/api.md, Autodiff).
 
 The context manager itself is the runtime's (runtime/forward_mode.py), shared with prebuilt
 modules. What direct mode adds: while a FwdMode is active a kernel call (which then takes the

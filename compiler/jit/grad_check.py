@@ -1,5 +1,5 @@
 """`qd.ad.Tape(loss, grad_check=[fields])`: the recorded gradients checked against central
-finite differences (API.md §3).
+finite differences (docs/api.md, Autodiff).
 
 While the Tape records, every field a recorded kernel touches and every array argument is
 saved as it was before the first recorded launch that could change it (`StateSnapshot`). After

@@ -14,9 +14,9 @@ import types
 
 import numpy as np
 
-from qdc.runtime import context
+from qdc.runtime import context, external_arrays
 from qdc.runtime.contract import types as T
-from qdc.runtime.contract.objects import NdarrayMarker as Ndarray
+from qdc.runtime.contract.objects import FieldMarker as Field, NdarrayMarker as Ndarray
 from qdc.runtime.kernel_function import KernelFunction
 from qdc.runtime.launcher import make_launcher
 
@@ -25,6 +25,9 @@ from ..driver import cache_key
 from ..driver.kernel import CompiledKernel, dual_params, parse_params
 from ..driver.templates import TemplateArgs, TemplateDispatch, TemplateParams
 from ..language import lang
+from ..language.dataclass_args import DataclassArgument, argument_key, is_dataclass_instance
+from ..driver.templates import specialisation_key
+from qdc.runtime.member_arguments import member_launcher
 from . import ad, forward
 from .api import direct_options
 from .offline_cache import obtain
@@ -58,6 +61,9 @@ class Kernel(KernelFunction):
         self._params_types = None  # the (default_ip, default_fp) `_params` were parsed under
         self._templated = self._forward_templated = self._annotated = None  # set with `params`
         self._template_params = None  # TemplateParams when some parameter is a qd.template(); set with `params`
+        self._dataclass_at: list = []  # indices of the dataclass parameters (among `params`); set with `params`
+        self._runtime_names: list = []  # the parameters other than template ones; set with `params`
+        self._member_launches: dict = {}  # see _member_launch
         self._dispatch = None  # TemplateDispatch: the launch code of a template kernel, made at its first launch
         self._launchers: dict = {}  # (variant, specialisation key) -> (generation, launch, compiled)
         self.grad = ad.GradKernel(self)  # `kernel.grad(*args)`: the reverse-mode variant
@@ -92,10 +98,12 @@ class Kernel(KernelFunction):
             if template_names:
                 self._template_params = TemplateParams(self.fn, template_names)
             shaped = [i for i, p in enumerate(annotated)
-                      if p.kind == "ndarray" and (p.dtype is None or p.ndim is None)]
+                      if p.kind == "ndarray" and (p.dtype is None or p.ndim is None or None in p.element_shape)]
             follow = [i for i, p in enumerate(annotated) if p.kind == "ndarray" and p.needs_grad is None]
             read = cache_key.grad_read_params(self.fn, {annotated[i].name for i in follow}) if follow else set()
             self._annotated = annotated
+            self._dataclass_at = [i for i, p in enumerate(annotated) if p.kind == "dataclass"]
+            self._runtime_names = [p.name for p in annotated]  # the launch function's arguments
             # The forward variant depends on the argument's gradient only where it uses `.grad`;
             # the grad variant always does. `_templated`: what some variant specialises on.
             self._forward_templated = sorted({*shaped, *(i for i in follow if annotated[i].name in read)})
@@ -127,22 +135,33 @@ class Kernel(KernelFunction):
                 continue
             if a is _MISSING:
                 raise TypeError(f"kernel '{self.__name__}': missing argument '{p.name}'")
-            if isinstance(a, (np.ndarray, Ndarray)):
-                dt = T.from_numpy(a.dtype.np_dtype if isinstance(a, Ndarray) else a.dtype)
+            external = None if isinstance(a, (np.ndarray, Ndarray, Field)) else external_arrays.signature(a)
+            if isinstance(a, (np.ndarray, Ndarray, Field)):  # a field passed as a qd.Tensor: its buffer
+                dt = T.from_numpy(a.dtype if isinstance(a, np.ndarray) else a.dtype.np_dtype)
                 if dt is None:
                     raise TypeError(f"kernel '{self.__name__}', argument '{p.name}': unsupported dtype {a.dtype}")
-                ndim = len(a.storage_shape) if isinstance(a, Ndarray) else len(a.shape)
+                ndim = len(a.shape) if isinstance(a, np.ndarray) else len(a.storage_shape)
+            elif external is not None:  # a torch tensor, a DLPack array
+                dt, ndim = T.by_name(external[0]) if external[0] else None, external[1]
+                if dt is None:
+                    raise TypeError(f"kernel '{self.__name__}', argument '{p.name}': unsupported dtype "
+                                    f"{getattr(a, 'dtype', '?')}")
             else:
                 raise TypeError(f"kernel '{self.__name__}', argument '{p.name}': expected an ndarray, "
                                 f"got {type(a).__name__}")
             element_shape = p.element_shape
-            if p.dtype is None and isinstance(a, Ndarray) and a.element_shape:  # a qd.ndarray of vectors
+            if p.dtype is None and isinstance(a, (Ndarray, Field)) and a.element_shape:  # a qd.ndarray of vectors
                 element_shape = a.element_shape
+            if None in element_shape:  # an element_dim without its shape: the argument's element or last axes
+                element_shape = _element_axes_of(a, len(element_shape))
             dt = p.dtype or dt
             ndim = p.ndim + len(element_shape) - len(p.element_shape) if p.ndim is not None else ndim
             needs_grad = p.needs_grad
             if needs_grad is None:
-                needs_grad = dt.is_float and isinstance(a, Ndarray) and a.grad is not None
+                if external is not None:  # a tensor's requires_grad
+                    needs_grad = dt.is_float and external[2]
+                else:
+                    needs_grad = dt.is_float and not isinstance(a, np.ndarray) and a.grad is not None
             out[i] = ir.Param(p.name, "ndarray", dt, ndim, needs_grad, element_shape)
             key.append((dt.name, ndim, needs_grad, element_shape))
         return tuple(key), out
@@ -159,6 +178,18 @@ class Kernel(KernelFunction):
         """The qd.template() parameters, None when there are none."""
         self.params  # noqa: B018  (parses the annotations)
         return self._template_params
+
+    @property
+    def dataclass_names(self) -> list[str]:
+        """The names of the dataclass parameters."""
+        self.params  # noqa: B018  (parses the annotations)
+        return [self._annotated[i].name for i in self._dataclass_at]
+
+    @property
+    def runtime_names(self) -> list[str]:
+        """The names of the parameters a launch takes: all but the qd.template() ones."""
+        self.params  # noqa: B018  (parses the annotations)
+        return list(self._runtime_names)
 
     def runtime_arguments(self, args, kwargs=None) -> tuple[tuple, dict | None]:
         """(args, kwargs) as the launch function takes them: without the template arguments."""
@@ -180,6 +211,8 @@ class Kernel(KernelFunction):
             templates, args = self._template_params.split(args, kwargs)
             kwargs = None
         key, params = self.specialise(args, variant, kwargs)
+        if self._dataclass_at:  # their arguments' members become parameters, as templates' arrays do
+            key, params, templates = self._with_dataclasses(args, kwargs, key, params, templates)
         if templates is not None:
             key = (templates.key, key)
         own = variant == "forward" and not self._forward_templated and self._plain and templates is None
@@ -190,11 +223,52 @@ class Kernel(KernelFunction):
             launch = make_launcher(compiled.meta, rt.device, loaded, compiled.field_objects,
                                    function=self.function if own else None, graph=self.graph)
             entry = self._launchers[(variant, key)] = (rt.generation, launch, compiled)
+        launch = entry[1]
+        if entry[2].meta.members or self._dataclass_at:
+            launch = self._member_launch(entry, templates)
         if own:  # bound to this runtime: the function launches on its own unless calls are observed
-            self.launch_directly(entry[1].__qdc_launcher__.fast_code)
-        elif templates is not None and variant == "forward":
-            self._dispatch_to(templates, entry[1])
-        return entry[1], entry[2]
+            self.launch_directly(launch.__qdc_launcher__.fast_code)
+        elif templates is not None and variant == "forward" and not self._dataclass_at:
+            self._dispatch_to(templates, launch)
+        return launch, entry[2]
+
+    def _member_launch(self, entry, templates):
+        """The launch function of variant `entry` that takes the kernel's arguments (its
+        dataclass ones included) and reads the members it was compiled to take off them, and off
+        these template arguments: one per variant and distinct template objects holding members
+        (a variant keyed by an array's type serves every array of that type)."""
+        meta = entry[2].meta
+        values = {k: v.value if isinstance(v, DataclassArgument) else v
+                  for k, v in (templates.values.items() if templates is not None else ())}
+        roots = {path[0]: values[path[0]] for path in meta.members.values() if path[0] in values
+                 and path[0] not in self._runtime_names}
+        key = (id(entry[1]), tuple((name, id(v)) for name, v in sorted(roots.items())))
+        got = self._member_launches.get(key)
+        if got is None:
+            wrapped = member_launcher(meta, entry[1].__qdc_launcher__.launch, self._runtime_names, roots)
+            wrapped.__qdc_launcher__ = _MemberLaunch(wrapped)
+            got = self._member_launches[key] = (entry[1], roots, wrapped)  # keeps the ids' objects alive
+        return got[2]
+
+    def _with_dataclasses(self, args, kwargs, key, params, templates):
+        """(key, parameters, template arguments) for the dataclass arguments of a call: keyed by
+        their structure (dataclass_args.argument_key), given to the front end as compile-time
+        roots (alongside the template arguments), and out of the parameter list."""
+        values, keys = dict(templates.values) if templates is not None else {}, []
+        for i in self._dataclass_at:
+            p = self._annotated[i]
+            a = self._argument(i, args, kwargs)
+            if a is _MISSING:
+                raise TypeError(f"kernel '{self.__name__}': missing argument '{p.name}'")
+            if not (is_dataclass_instance(a) and isinstance(a, p.dtype)):
+                raise TypeError(f"kernel '{self.__name__}', argument '{p.name}': expected a {p.dtype.__qualname__} "
+                                f"instance, got {type(a).__name__}")
+            keys.append(argument_key(a, specialisation_key, f"argument '{p.name}' of kernel '{self.__name__}'"))
+            values[p.name] = DataclassArgument(a)
+        merged = TemplateArgs.__new__(TemplateArgs)
+        merged.values = values
+        merged.key = (templates.key if templates is not None else (), tuple(keys))
+        return (key, tuple(keys)), [p for p in params if p.kind != "dataclass"], merged
 
     def _dispatch_to(self, templates: TemplateArgs, launch) -> None:
         """Let the kernel function find this template variant's launch itself (TemplateDispatch),
@@ -246,6 +320,26 @@ def _no_integer_gradient(p: ir.Param) -> ir.Param:
     return p
 
 
+class _MemberLaunch:
+    """What `launch.__qdc_launcher__` offers for a launch function that reads members (see
+    runtime/member_arguments.py): its generic launch is the function itself."""
+    __slots__ = ("launch",)
+    fast_code = None
+
+    def __init__(self, launch):
+        self.launch = launch
+
+
+def _element_axes_of(a, count: int) -> tuple:
+    """The element shape of ndarray argument `a` for an annotation's `element_dim=count`: a
+    qd.ndarray's own element shape when it has that many axes, else its last `count` axes."""
+    own = getattr(a, "element_shape", ())
+    if len(own) == count:
+        return tuple(own)
+    shape = a.storage_shape if isinstance(a, Ndarray) else a.shape
+    return tuple(shape[len(shape) - count:]) if len(shape) >= count else tuple(shape)
+
+
 def _plain_parameters(fn) -> list[str] | None:
     """The parameter names, if the generated function can take them as its own."""
     names = []
@@ -256,10 +350,12 @@ def _plain_parameters(fn) -> list[str] | None:
     return names
 
 
-def kernel(fn=None, *, graph: bool = False):
+def kernel(fn=None, *, graph: bool = False, fastcache: bool = False):
     """`@qd.kernel`: the kernel as a plain Python function that compiles on first call, then
     launches (see Kernel). `@qd.kernel(graph=True)`: on CUDA the kernel's tasks (and its
-    `.grad`'s) are replayed as one graph per launch; on every other arch it changes nothing."""
+    `.grad`'s) are replayed as one graph per launch; on every other arch it changes nothing.
+    `fastcache=True` (Quadrants': cache the kernel across processes) is what qdc does for every
+    kernel, so it changes nothing."""
     if fn is None:
         return lambda f: Kernel(f, graph).function
     if not callable(fn):

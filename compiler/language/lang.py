@@ -33,7 +33,8 @@ class NdarrayType:
     (the default, as in Quadrants) follows the argument: dtype and ndim are the argument's, and
     a `qd.ndarray(..., needs_grad=True)` gets its gradient (the kernel is specialised on it)."""
 
-    def __init__(self, dtype=None, ndim=None, needs_grad=None):
+    def __init__(self, dtype=None, ndim=None, needs_grad=None, element_dim=None, element_shape=None,
+                 field_dim=None):
         self.element_shape = ()  # an ndarray of vectors/matrices (dtype=qd.math.vec3): its element's shape
         if isinstance(dtype, UnsizedElementType) or dtype is float or dtype is int:
             dtype = None  # follows the argument (Python float/int: the default_fp/default_ip arrays)
@@ -43,12 +44,46 @@ class NdarrayType:
             dtype = T.from_numpy(dtype)
         if needs_grad is not None:
             needs_grad = bool(needs_grad)
+        if field_dim is not None:  # Quadrants' older name of ndim
+            if ndim is not None and ndim != field_dim:
+                raise TypeError(f"qd.types.ndarray(): ndim={ndim} and field_dim={field_dim} disagree")
+            ndim = field_dim
+        self.element_shape = _element_axes(self.element_shape, element_dim, element_shape)
         self.dtype, self.ndim, self.needs_grad = dtype, ndim, needs_grad
 
     def __repr__(self):
         grad = "" if self.needs_grad is None else f", needs_grad={self.needs_grad}"
         element = f", element_shape={self.element_shape}" if self.element_shape else ""
         return f"ndarray(dtype={self.dtype}{element}, ndim={self.ndim}{grad})"
+
+
+def _element_axes(from_dtype: tuple, element_dim, element_shape) -> tuple:
+    """The element shape of an ndarray annotation, as Quadrants' `element_dim` (0 scalars,
+    1 vectors, 2 matrices) and `element_shape` say it; an axis of an element_dim without a
+    shape is None: its length is the argument's (its trailing axes)."""
+    if element_shape is not None:
+        element_shape = tuple(int(n) for n in element_shape)
+        if len(element_shape) > 2 or any(n <= 0 for n in element_shape):
+            raise TypeError(f"qd.types.ndarray(): element_shape {element_shape} is not the shape of a vector "
+                            f"(n,) or a matrix (n, m)")
+        if element_dim is not None and element_dim != len(element_shape):
+            raise TypeError(f"qd.types.ndarray(): element_shape {element_shape} and element_dim={element_dim} "
+                            f"disagree")
+        if from_dtype and from_dtype != element_shape:
+            raise TypeError(f"qd.types.ndarray(): element_shape {element_shape} and the dtype's element shape "
+                            f"{from_dtype} disagree")
+        return element_shape
+    if element_dim is None:
+        return from_dtype
+    if element_dim not in (0, 1, 2) or isinstance(element_dim, bool):
+        raise TypeError(f"qd.types.ndarray(): element_dim must be 0 (scalars), 1 (vectors) or 2 (matrices), "
+                        f"got {element_dim!r}")
+    if from_dtype:
+        if len(from_dtype) != element_dim:
+            raise TypeError(f"qd.types.ndarray(): element_dim={element_dim} and the dtype's element shape "
+                            f"{from_dtype} disagree")
+        return from_dtype
+    return (None,) * element_dim
 
 
 class _NdarraySubscript(NdarrayType):
@@ -122,6 +157,20 @@ class _TypesNamespace:
     def __init__(self):
         for t in T.ALL_TYPES:
             setattr(self, t.name, t)
+        self.primitive_types = _PrimitiveTypes()
+
+
+class _PrimitiveTypes:
+    """`qd.types.primitive_types`: the scalar types, also grouped as Quadrants groups them."""
+
+    def __init__(self):
+        for t in T.ALL_TYPES:
+            setattr(self, t.name, t)
+        self.all_types = list(T.ALL_TYPES)
+        self.real_types = [t for t in T.ALL_TYPES if t.is_float]
+        self.integer_types = [t for t in T.ALL_TYPES if not t.is_float and t is not T.u1]
+        self.signed_integer_types = [t for t in self.integer_types if t.name.startswith("i")]
+        self.unsigned_integer_types = [t for t in self.integer_types if t.name.startswith("u")]
 
 
 types = _TypesNamespace()

@@ -17,6 +17,7 @@ from .matrix import MatrixType
 pi = _math.pi
 e = _math.e
 inf = _math.inf
+nan = _math.nan
 
 vec2, vec3, vec4 = (MatrixType((n,), None, "fp", f"vec{n}") for n in (2, 3, 4))
 ivec2, ivec3, ivec4 = (MatrixType((n,), None, "ip", f"ivec{n}") for n in (2, 3, 4))

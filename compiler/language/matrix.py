@@ -1,4 +1,4 @@
-"""Vector and matrix types of the kernel language (API.md §2, "Vectors and matrices").
+"""Vector and matrix types of the kernel language (docs/api.md, Vectors and matrices).
 
 `qd.types.vector(n, dtype)`, `qd.types.matrix(n, m, dtype)`, `qd.math.vec3`... are
 `MatrixType`s: field and ndarray element types, annotations, and constructors (in kernels
@@ -20,6 +20,7 @@ import numpy as np
 from qdc.runtime.contract import types as T
 from qdc.runtime.contract.matrix_value import MatrixValue, use_classes
 from qdc.runtime.contract.objects import FieldMarker as Field, NdarrayMarker as Ndarray
+from qdc.runtime.contract.tensor_api import Backend, check_keywords, coerce_backend
 from qdc.runtime.contract.python_scope import DEFAULT_FP, DEFAULT_IP, device_arrays, scope_types  # noqa: F401
 
 
@@ -102,12 +103,19 @@ class MatrixType:
             raise ValueError(f"{self!r} needs {size} values, got {flat.size}")
         return MatrixValue.of(flat.astype(self.dtype.np_dtype).reshape(self.shape))
 
-    def field(self, shape=(), needs_grad=False, name=None, needs_dual=False) -> Field:
+    def field(self, shape=(), needs_grad=False, name=None, needs_dual=False, layout=None) -> Field:
         """A field of these elements (the runtime's, made through the contract: python_scope.py)."""
-        return device_arrays.field(self, shape, needs_grad, name, needs_dual=needs_dual)
+        return device_arrays.field(self, shape, needs_grad, name, needs_dual=needs_dual, layout=layout)
 
     def ndarray(self, shape, needs_grad=False, needs_dual=False) -> Ndarray:
         return device_arrays.ndarray(self, shape, needs_grad, needs_dual)
+
+    def tensor(self, shape, backend=Backend.NDARRAY, needs_grad=False):
+        """A field (Backend.FIELD) or an ndarray (Backend.NDARRAY) of these elements."""
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        if coerce_backend(backend) is Backend.FIELD:
+            return self.field(shape, needs_grad)
+        return self.ndarray(shape, needs_grad)
 
     def _spec(self):
         dtype = self.declared_dtype.name if self.declared_dtype is not None else f"default_{self.default}"
@@ -150,8 +158,15 @@ class Matrix(MatrixValue):
     __slots__ = ()
 
     @staticmethod
-    def field(n, m, dtype, shape=(), needs_grad=False, name=None, needs_dual=False) -> Field:
-        return MatrixType((n, m), dtype).field(shape, needs_grad, name, needs_dual)
+    def field(n, m, dtype, shape=(), needs_grad=False, name=None, needs_dual=False, layout=None) -> Field:
+        return MatrixType((n, m), dtype).field(shape, needs_grad, name, needs_dual, layout)
+
+    @staticmethod
+    def tensor(n, m, dtype, shape, *, backend=Backend.NDARRAY, needs_grad=False, **options):
+        """`qd.Matrix.tensor(n, m, dtype, shape, backend=qd.Backend.NDARRAY, needs_grad=False)`: a
+        field or ndarray of n x m matrices (Quadrants' tensor API: runtime/tensors.py)."""
+        check_keywords("qd.Matrix.tensor", options, layout=False)
+        return MatrixType((n, m), dtype).tensor(shape, backend, needs_grad)
 
     @staticmethod
     def ndarray(n, m, dtype, shape, needs_grad=False, needs_dual=False) -> Ndarray:
@@ -201,8 +216,15 @@ class Vector(Matrix):
             raise ValueError(f"qd.Vector() needs a flat list of numbers, got shape {self.shape}")
 
     @staticmethod
-    def field(n, dtype, shape=(), needs_grad=False, name=None, needs_dual=False) -> Field:
-        return MatrixType((n,), dtype).field(shape, needs_grad, name, needs_dual)
+    def field(n, dtype, shape=(), needs_grad=False, name=None, needs_dual=False, layout=None) -> Field:
+        return MatrixType((n,), dtype).field(shape, needs_grad, name, needs_dual, layout)
+
+    @staticmethod
+    def tensor(n, dtype, shape, *, backend=Backend.NDARRAY, needs_grad=False, **options):
+        """`qd.Vector.tensor(n, dtype, shape, backend=qd.Backend.NDARRAY, needs_grad=False)`: a
+        field or ndarray of n-vectors (Quadrants' tensor API: runtime/tensors.py)."""
+        check_keywords("qd.Vector.tensor", options, layout=False)
+        return MatrixType((n,), dtype).tensor(shape, backend, needs_grad)
 
     @staticmethod
     def ndarray(n, dtype, shape, needs_grad=False, needs_dual=False) -> Ndarray:

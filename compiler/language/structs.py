@@ -1,4 +1,4 @@
-"""Struct types of the kernel language (API.md §2, "structs").
+"""Struct types of the kernel language (docs/api.md, Structs).
 
 `qd.types.struct(a=qd.f32, v=qd.math.vec3)` and `@qd.dataclass` classes are `StructType`s:
 constructors in kernels (`S(a=1.0, v=...)`, members left out are zero), annotations of locals
@@ -39,9 +39,10 @@ class StructType:
         self.members = {k: _member_type(self.name, k, v) for k, v in members.items()}
         self.methods = dict(methods or {})
 
-    def field(self, shape=(), needs_grad=False, name=None, needs_dual=False):
-        """A field of these structs: one field per member (`.to_numpy()` gives a dict of arrays)."""
-        return device_arrays.struct_field(self, shape, needs_grad, name, needs_dual=needs_dual)
+    def field(self, shape=(), needs_grad=False, name=None, needs_dual=False, layout=None):
+        """A field of these structs: one field per member (`.to_numpy()` gives a dict of arrays;
+        `layout=qd.Layout.AOS/SOA` is a storage hint, runtime/tensors.py)."""
+        return device_arrays.struct_field(self, shape, needs_grad, name, needs_dual=needs_dual, layout=layout)
 
     def __call__(self, *positional, **values) -> dict:
         """Python scope: a dict of the members (missing ones zero), as struct fields read and
@@ -121,5 +122,5 @@ class Struct:
     """`qd.Struct.field({"a": qd.f32, "v": qd.math.vec3}, shape=n)`."""
 
     @staticmethod
-    def field(members: dict, shape=(), needs_grad=False, name=None, needs_dual=False):
-        return StructType(members).field(shape, needs_grad, name, needs_dual)
+    def field(members: dict, shape=(), needs_grad=False, name=None, needs_dual=False, layout=None):
+        return StructType(members).field(shape, needs_grad, name, needs_dual, layout)

@@ -1,6 +1,7 @@
 """Debug-mode bounds checks (`debug=True`): which global accesses of a kernel are checked.
 
-Every indexed `GlobalPtr` of the offloaded kernel gets one check; its id is its position in
+Every indexed `GlobalPtr` of the offloaded kernel, but those into block-shared arrays (whose
+static shape a GPU's shared memory holds), gets one check; its id is its position in
 `checked_accesses`, which the metadata table (`records`, runtime/contract/artifact.py) and the code
 generator both derive from the same final IR, so they always agree.
 """
@@ -12,7 +13,7 @@ from .. import ir
 def checked_accesses(kir: ir.KernelIR) -> list:
     """The indexed global accesses of `kir`, in program order (a check id is the position)."""
     return [s for task in kir.tasks for s in ir.walk_nested(task)
-            if isinstance(s, ir.GlobalPtr) and s.indices]
+            if isinstance(s, ir.GlobalPtr) and s.indices and not isinstance(s.target, ir.SharedRef)]
 
 
 def records(kir: ir.KernelIR) -> list:

@@ -8,7 +8,8 @@ its adjoint an atomic add; merging them makes the gradient as cheap as if it wer
 
 Straight-line code only: knowledge does not enter nested blocks, a statement with blocks (an if,
 a loop) between forgets every target written inside it, and a store or atomic forgets its target;
-a write to any ndarray forgets every ndarray (two arguments may be one array). Other parallel
+a write to any ndarray forgets every ndarray (two arguments may be one array); a barrier or
+fence (`qd.simt`) forgets everything, other threads' writes being visible after it. Other parallel
 iterations writing the element in between would be a race, as in Quadrants.
 """
 from __future__ import annotations
@@ -38,16 +39,22 @@ def _block(b: ir.Block, mapping: dict) -> None:
             known[s.ptr] = s
         elif isinstance(s, _WRITES):
             _forget(known, {_target(s.ptr.target)})
+        elif isinstance(s, ir.SimtSync):  # other threads' writes become visible here
+            known.clear()
         elif s.blocks():
             for child in s.blocks():
                 _block(child, mapping)
             _forget(known, {_target(w.ptr.target) for w in ir.walk_nested(s) if isinstance(w, _WRITES)})
+            if any(isinstance(w, ir.SimtSync) for w in ir.walk_nested(s)):
+                known.clear()
         keep.append(s)
     b.stmts = keep
 
 
 def _target(ref) -> tuple:
     """What a write may change: a field's buffer (its slot), or every ndarray at once."""
+    if isinstance(ref, ir.SharedRef):
+        return ("shared", ref.uid)
     return ("field", ref.slot, ref.is_grad) if isinstance(ref, ir.FieldRef) else ("ndarray",)
 
 

@@ -14,10 +14,12 @@ A pass listed with None runs only in the kernel variants that supply it (`varian
 it needs what the front end resolved for this compilation (the runtime Field objects).
 `forward_mode` is the forward-mode variant's tangent transform (autodiff/forward_mode.py).
 
-`run_pipeline` verifies the IR after every pass when asked to, or when the environment
-variable QDC_VERIFY_IR=1 is set (the test suite sets it, so every kernel it compiles is
-checked between passes); `dump(name, text)` receives the printed IR after each pass
-(`--ir` dumps).
+The gradient kernel has a list of its own (GRAD_PIPELINE in autodiff/grad_kernel.py: the
+forward list up to `simplify_tasks`, the reverse-mode transform, then its own passes), run by
+the same machinery: `run_passes` verifies the IR after every pass when asked to, or when the
+environment variable QDC_VERIFY_IR=1 is set (the test suite sets it, so every kernel it
+compiles is checked between passes), naming the pass that broke it; `dump(name, text)`
+receives the printed IR after each pass (`--ir` dumps).
 """
 from __future__ import annotations
 
@@ -53,14 +55,22 @@ def run_pipeline(k: ir.KernelIR, verify_each: bool = False, dump=None,
                  stop_after: str | None = None, variant_passes: dict | None = None) -> ir.KernelIR:
     """Run PIPELINE over `k` (up to and including pass `stop_after`, if given); the entries
     listed with None run the function `variant_passes` gives for their name, if any."""
-    names = [name for name, _ in PIPELINE]
+    return run_passes(k, PIPELINE, "the front end", verify_each, dump, stop_after, variant_passes)
+
+
+def run_passes(k: ir.KernelIR, passes: list, made_by: str, verify_each: bool = False, dump=None,
+               stop_after: str | None = None, variant_passes: dict | None = None,
+               offloaded: bool = False) -> ir.KernelIR:
+    """Run `passes` ((name, pass) pairs, in order) over `k`, which `made_by` produced (checked
+    first when verifying) and which is `offloaded` already or not until a pass named "offload"
+    has run; see run_pipeline for the other arguments."""
+    names = [name for name, _ in passes]
     if stop_after is not None and stop_after not in names:
         raise ValueError(f"unknown pass '{stop_after}' (passes: {', '.join(names)})")
     verify_each = verify_each or verify_requested()
     if verify_each:
-        _verify(k, "the front end", offloaded=False)
-    offloaded = False
-    for name, pass_fn in PIPELINE:
+        _verify(k, made_by, offloaded)
+    for name, pass_fn in passes:
         pass_fn = pass_fn or (variant_passes or {}).get(name)
         if pass_fn is None:
             continue

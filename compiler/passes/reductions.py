@@ -36,7 +36,9 @@ _INVARIANT_LEAVES = (ir.Const, ir.ArgLoad, ir.NdarrayShape)
 def thread_local_reductions(k: ir.KernelIR) -> bool:
     changed = False
     for t in k.tasks:
-        if t.kind == "range_for" and not t.serial:
+        # block-level code keeps its atomics: a shared array is per block, and a per-thread
+        # partial flushed after the loop would move updates past the loop's barriers
+        if t.kind == "range_for" and not t.serial and ir.uses_simt(t) is None:
             changed |= _reduce_task(t)
     if changed:  # the atomics' address computations in the body may now be unused
         eliminate_dead_code(k)

@@ -39,6 +39,8 @@ class Capabilities:
     subgroup_size: int | None = None
     # chunk_final's atomics combine the partials of a subgroup/warp first (one atomic per group)
     subgroup_reductions: bool = False
+    # Runs tasks as blocks of threads: qd.simt's barriers, indices, subgroup ops, shared arrays
+    simt: bool = False
 
 
 @dataclass(frozen=True)
@@ -119,6 +121,11 @@ class Target:
                     f"'{self.arch}' stores only {', '.join(sorted(storable))} there: use one of those "
                     f"types for it", where, describe=False, error=TargetCannotExpress)
         for s, where in located:
+            construct = None if self.capabilities.simt else ir.simt_construct(s)
+            if construct is not None:
+                raise codegen_error(
+                    kernel, s, f"{construct} needs a GPU arch (cuda, amdgpu, vulkan, metal): target "
+                    f"'{self.arch}' runs no blocks of threads", where, describe=False, error=TargetCannotExpress)
             lacking = self._lacking_type(s)
             if lacking is not None:
                 raise codegen_error(
@@ -168,6 +175,27 @@ class TargetCannotExpress(QdcCompileError):
 class Unsupported(Exception):
     """Raised inside a code generator for what it cannot lower; the statement being lowered
     turns it into a located QdcCompileError (`codegen_error`)."""
+
+
+def lower_statement(lowering, kernel: ir.KernelIR, s: ir.Stmt, lower: Callable, generating: str):
+    """`lower(s)` inside the one error context every code generator lowers statements in (as
+    Numba's `lower_block`): `lowering.where` is the source location of the innermost located
+    statement being lowered, and what goes wrong becomes a QdcCompileError at that line naming
+    the kernel and the statement: an `Unsupported` as its message says, any other exception as
+    an internal compiler error while `generating` (the cause chained for a developer)."""
+    outer = lowering.where
+    lowering.where = s.loc or outer
+    try:
+        r = lower(s)
+    except QdcCompileError:
+        raise
+    except Unsupported as e:
+        raise codegen_error(kernel, s, str(e), lowering.where) from None
+    except Exception as e:  # a code generator bug: still located
+        raise codegen_error(kernel, s, f"internal compiler error while {generating}: {type(e).__name__}: {e}",
+                            lowering.where) from e
+    lowering.where = outer
+    return r
 
 
 def codegen_error(kernel: ir.KernelIR, s: ir.Stmt, message: str, loc: ir.SourceLoc | None = None,

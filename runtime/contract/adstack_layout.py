@@ -193,16 +193,6 @@ def spirv_heap(int64: bool) -> SpirvHeapLayout:
     return SPIRV_HEAP_64 if int64 else SPIRV_HEAP_32
 
 
-def index_range_problem(stride_elements: int, invocations: int) -> str | None:
-    """Why `invocations` slices of `stride_elements` cannot be indexed with 32 bits, or None."""
-    span = stride_elements * invocations
-    if span <= U32_INDEX_LIMIT:
-        return None
-    return (f"its adstack heap would span {invocations} invocations x {stride_elements} elements = {span} "
-            f"elements, beyond the {U32_INDEX_LIMIT} a 32-bit index reaches (this device has no Int64): "
-            f"launch fewer iterations at once or lower the adstack capacity (qd.init(ad_stack_size=N))")
-
-
 def layout_of_record(record, kernel: str) -> HeapLayout:
     """The layout a kernel's code was generated for (entries written before the record existed
     have none, and were compiled for LLVM_HEAP); ValueError for one this runtime cannot lay out."""

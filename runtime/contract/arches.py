@@ -1,4 +1,4 @@
-"""The one table of arches qdc knows (API.md §4). Everything that lists arches derives from it:
+"""The one table of arches qdc knows (docs/api.md). Everything that lists arches derives from it:
 the package root's constants (`qd.cpu`, ...), `qd.init(arch=...)` and `qd.gpu`, the `qdc build
 --arch` choices, the compiler's targets (compiler/targets) and the runtime's devices
 (runtime/devices). Adding an arch is a row here, its target's folder and its device's folder.

@@ -62,6 +62,8 @@ def eligible(param) -> bool:
 
 PYTHON_MARKER = "qdc_python_entry_v1"
 PYTHON_ENTRY_SUFFIX = "_py"
+# Exported by libraries whose Python entry takes None for an array the launch code bound itself
+PYTHON_BOUND_MARKER = "qdc_python_entry_bound_v1"
 PYTHON_SCALARS = ("i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "f32", "f64", "u1")
 FLOAT_VALUE = 16  # PyFloatObject.ob_fval
 CDATA_POINTER = 16  # a ctypes object's b_ptr: the Python entry's `self` is the ctx buffer

@@ -5,6 +5,7 @@ code needs, as LLVM names them; the runtime picks the best library whose needs t
 from __future__ import annotations
 
 import platform
+import sys
 
 # Where each feature is read from: numpy's CPUID-based detection (what the CPU really
 # executes, also under an emulator, and only what the OS enabled), then /proc/cpuinfo on Linux
@@ -60,6 +61,12 @@ HOST_FEATURE_SOURCES = {
     "sve": ("SVE", "sve", None),
 }
 
+# On Linux aarch64 the kernel's AT_HWCAP bits (getauxval) are the truth, as numpy reads them:
+# an emulator (qemu-aarch64) sets them for the CPU it emulates, while /proc/cpuinfo is the
+# real host's, and numpy does not report every feature (crc, lse, rdm; SVE only from 1.25).
+AARCH64_HWCAP_BITS = {"fp-armv8": 0, "neon": 1, "crc": 7, "lse": 8, "fullfp16": 10, "rdm": 12, "dotprod": 20,
+                      "sve": 22}
+
 
 def normalise_machine(machine: str) -> str:
     """An architecture family name as entries record it: x86_64, aarch64, ..."""
@@ -69,3 +76,13 @@ def normalise_machine(machine: str) -> str:
 
 def host_machine() -> str:
     return normalise_machine(platform.machine())
+
+
+def host_os() -> str:
+    """The operating system as library records name it: "linux", "macos", else sys.platform."""
+    return "linux" if sys.platform.startswith("linux") else "macos" if sys.platform == "darwin" else sys.platform
+
+
+def host_platform() -> str:
+    """This host's CPU platform as library records and `cpu_targets` name it: "x86_64-linux"."""
+    return f"{host_machine()}-{host_os()}"

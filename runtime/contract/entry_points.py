@@ -6,7 +6,7 @@ between entries, or one whose symbols were renamed, even under a re-signed recor
 What each artifact kind must define (KernelMeta: `entry`, each task record's "entry"):
     a CPU library (a kind named by `cpu_libraries`)   exported functions: `entry` and every
         task's entry; besides them only `<entry>_np`, `<entry>_py` and qdc_set_cpu_level
-        (the ELF .dynsym; a Mach-O library is not read: see `defined_entries`)
+        (the ELF .dynsym, the Mach-O symbol table: see `defined_entries`)
     "ptx"            the `.entry` of every task
     "hsaco_<gfx>"    the kernel descriptor `<entry>.kd` of every task (an ELF code object)
     "spirv_t<i>"     one OpEntryPoint, task i's entry
@@ -117,15 +117,65 @@ def kernel_descriptors(data: bytes) -> set:
 
 
 def defined_entries(data: bytes) -> set | None:
-    """The functions a shared library exports: its ELF dynamic symbol table's defined global
-    functions; None for a Mach-O library (macOS), which is not read here (a missing entry is
-    then refused by dlopen's lookup when the kernel is loaded)."""
+    """The functions a shared library exports: an ELF file's dynamic symbol table's defined
+    global functions, a 64-bit Mach-O library's external symbols defined in its sections (the
+    C names, without Mach-O's leading underscore); None for a universal (fat) Mach-O file,
+    which is not read here (a missing entry is then refused by dlopen's lookup when the kernel
+    is loaded)."""
+    if data[:4] == _MACH_O_64:
+        return mach_o_exports(data)
     if data[:4] in _MACH_O_MAGICS:
         return None
     return {name for name, is_function in elf_dynamic_symbols(data) if is_function}
 
 
-_MACH_O_MAGICS = (b"\xcf\xfa\xed\xfe", b"\xfe\xed\xfa\xcf", b"\xca\xfe\xba\xbe")
+_MACH_O_64 = b"\xcf\xfa\xed\xfe"  # MH_MAGIC_64, little-endian (arm64, x86_64)
+_MACH_O_MAGICS = (b"\xfe\xed\xfa\xcf", b"\xca\xfe\xba\xbe")
+
+# ---- Mach-O ------------------------------------------------------------------------------------
+
+_LC_SYMTAB, _LC_SEGMENT_64 = 0x2, 0x19
+_N_STAB, _N_PEXT, _N_TYPE, _N_EXT, _N_SECT = 0xE0, 0x10, 0x0E, 0x01, 0x0E
+_S_ATTR_INSTRUCTIONS = 0x80000400  # S_ATTR_PURE_INSTRUCTIONS | S_ATTR_SOME_INSTRUCTIONS
+
+
+def mach_o_exports(data: bytes) -> set:
+    """The external functions a little-endian 64-bit Mach-O file defines (symbols of its
+    LC_SYMTAB in a section of instructions), leading underscore removed. ValueError if it is
+    malformed."""
+    try:
+        ncmds, sizeofcmds = struct.unpack_from("<II", data, 16)
+        at, end = 32, 32 + sizeofcmds
+        if end > len(data) or ncmds > MAX_SYMBOLS:
+            raise ValueError("malformed Mach-O file (load commands past its end)")
+        code_sections, symbols, ordinal = set(), [], 0
+        for _ in range(ncmds):
+            cmd, size = struct.unpack_from("<II", data, at)
+            if size < 8 or at + size > end:
+                raise ValueError("malformed Mach-O file (load command size)")
+            if cmd == _LC_SEGMENT_64:
+                for k in range(struct.unpack_from("<I", data, at + 64)[0]):  # section_64 records, numbered from 1
+                    ordinal += 1
+                    if struct.unpack_from("<I", data, at + 72 + 80 * k + 64)[0] & _S_ATTR_INSTRUCTIONS:
+                        code_sections.add(ordinal)
+            elif cmd == _LC_SYMTAB:
+                symbols.append(struct.unpack_from("<IIII", data, at + 8))
+            at += size
+        names = set()
+        for symoff, nsyms, stroff, strsize in symbols:
+            if nsyms > MAX_SYMBOLS or symoff + 16 * nsyms > len(data) or stroff + strsize > len(data):
+                raise ValueError("malformed Mach-O file (symbol table past its end)")
+            for strx, kind, section, _desc, _value in struct.iter_unpack("<IBBHQ", data[symoff:symoff + 16 * nsyms]):
+                if kind & (_N_STAB | _N_PEXT) or not kind & _N_EXT or kind & _N_TYPE != _N_SECT \
+                        or section not in code_sections:
+                    continue
+                if strx >= strsize:
+                    raise ValueError("malformed Mach-O file (symbol name out of its string table)")
+                name = data[stroff + strx:data.index(b"\0", stroff + strx, stroff + strsize)]
+                names.add(name.decode("utf-8", "replace").removeprefix("_"))
+        return names
+    except (struct.error, IndexError, OverflowError) as e:
+        raise ValueError(f"malformed Mach-O file ({e})") from None
 
 
 # ---- ELF ---------------------------------------------------------------------------------------

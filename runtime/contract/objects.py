@@ -22,3 +22,4 @@ class StructFieldMarker:
     """Base of every struct field (one field per member, runtime/fields.py's StructField): the
     compiler reads its `name`, `shape`, `members` (name -> field or struct field), `grad`."""
     __slots__ = ()
+

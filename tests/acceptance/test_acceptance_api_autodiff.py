@@ -1,4 +1,4 @@
-"""Acceptance tests of ../shared/API.md §3 (autodiff), written from the page alone: reverse mode
+"""Acceptance tests of the user reference's Autodiff, written from the page alone: reverse mode
 through overwritten globals (in-place updates, stores in both branches of an `if`, serial-loop
 dependencies, gradients w.r.t. the overwritten initial values), the listed rejections (located
 compile errors), `qd.ad.Tape(loss, validation, grad_check)`, forward mode (`needs_dual`, `.dual`,
@@ -908,7 +908,7 @@ def test_serial_chain_gradient_wrt_shared_parameter(arch, rng):
 
 
 def test_vulkan_kernel_return_is_a_host_read_that_raises_a_pending_error(rng, session_cache_dir):
-    # API.md §4: a host read synchronises first, and synchronising raises the first error; a
+    # docs/api.md: a host read synchronises first, and synchronising raises the first error; a
     # returned value is read back from the device like x[i]
     if vulkan_unavailable_reason() is not None:
         pytest.skip("no Vulkan device")

@@ -1,4 +1,4 @@
-"""Acceptance tests of ../shared/API.md §2 (writing kernels), written from the page alone as a
+"""Acceptance tests of the user reference's Writing kernels, written from the page alone as a
 Quadrants user would: `qd.template()`/`qd.Template` parameters (fields, Python values, on
 `@qd.func` too), kernel return values (scalars, vectors/matrices, tuples), `qd.abs/min/max`
 (n-ary), plain Python functions inlined, `qd.types.NDArray[dtype, ndim]` and arguments that

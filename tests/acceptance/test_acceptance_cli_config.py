@@ -1,4 +1,5 @@
-"""Acceptance tests of ../shared/API.md §5-§6 and a few §2 corners, written from the page alone:
+"""Acceptance tests of docs/api.md (configuration, the qdc command, a few kernel-language corners),
+written from the page alone:
 the `qdc` command end to end in subprocesses on temporary folders (`build` of a folder and of one
 file, its summary, cache hits, `-v`, `--force`, `-j`, a failing kernel or module, usage errors;
 `ls`, `inspect`, `clean`), `qdc.yaml` / `[tool.qdc]` and their precedence, integer semantics,
@@ -120,7 +121,7 @@ SUMMARY = re.compile(r"(\d+) built, (\d+) cached, (\d+) failed")
 def qdc_cmd(*args, cwd=None):
     """`qdc ARGS` in a subprocess: (exit code, stdout + stderr)."""
     exe = shutil.which("qdc")
-    assert exe, "the `qdc` console script is not installed (API.md §1)"
+    assert exe, "the `qdc` console script is not installed (docs/api.md, Installing)"
     r = subprocess.run([exe, *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=300)
     return r.returncode, r.stdout + r.stderr
 

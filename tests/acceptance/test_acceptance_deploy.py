@@ -1,4 +1,4 @@
-"""Acceptance tests of ../shared/API.md §4 and §6 for deployment, written from the page alone:
+"""Acceptance tests of docs/api.md for deployment, written from the page alone:
 `qdc verify` of a cache and of a bundle with flipped bytes, `qdc.CacheError` naming a corrupted
 file at load, `qdc pack` reproducibility, `cpu_target` names, and modules built by `qdc build`
 loaded from a cache folder and from a bundle by `qdc.runtime.load` in a fresh process in which

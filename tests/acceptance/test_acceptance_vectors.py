@@ -1,4 +1,4 @@
-"""Acceptance tests of API.md §2 "Vectors and matrices", written from API.md (and Quadrants'
+"""Acceptance tests of docs/api.md's Vectors and matrices, written from the user reference (and Quadrants'
 conventions where it says "as in Quadrants") without reference to qdc's implementation: each test
 is one promise, checked on fresh random inputs against numpy, analytic derivatives or float64
 central differences, on every arch of the suite."""

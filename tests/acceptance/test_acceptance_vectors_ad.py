@@ -1,4 +1,4 @@
-"""Acceptance tests of API.md §2 "Vectors and matrices" with §3 (autodiff) and §4 (ahead of
+"""Acceptance tests of docs/api.md's vectors and matrices with autodiff and ahead of
 time): gradients through vector and matrix operations, dynamic loops carrying vectors (Tape),
 forward mode, and a vector module built by `qdc build` and loaded without the compiler; checked
 against analytic derivatives and float64 central differences on fresh random inputs."""

@@ -1,4 +1,4 @@
-"""Acceptance tests of API.md §2 "Vectors and matrices", in kernels: element-wise operators and
+"""Acceptance tests of docs/api.md's Vectors and matrices, in kernels: element-wise operators and
 broadcasting, `@`, the methods, qd.math, atomics on elements and whole vectors, vectors through
 @qd.func and kernel returns; fresh random inputs checked against numpy on every arch of the suite."""
 import numpy as np

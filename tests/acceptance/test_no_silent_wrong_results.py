@@ -1,5 +1,5 @@
-"""No silent wrong results, tested as a user would against ../shared/API.md (§2 parameters and
-names, §3 gradients, §4 ahead of time, §5 cpu_target, §6 build/verify): every case either gives
+"""No silent wrong results, tested as a user would against the user reference
+(parameters and names, gradients, ahead of time, cpu_target, build/verify): every case either gives
 the right answer or fails loudly. References are independent: numpy for values, float64 central
 differences (written here) for gradients, and the exact error contracts (`file:line:col: error:`
 plus the source line; ValueError/TypeError naming kernel and parameter; CacheError naming the
@@ -168,7 +168,7 @@ def test_item1_qd_funcs_chosen_at_runtime(rng):
 
 
 def test_item1_plain_python_functions_and_their_own_captures(rng):
-    """API.md §2: a plain Python function called in a kernel is inlined like a @qd.func when its
+    """docs/api.md: a plain Python function called in a kernel is inlined like a @qd.func when its
     source is available; the key holds its source and its own captures."""
     v = float(rng.uniform(0.5, 1.5))
     xs[None] = v

@@ -1,4 +1,4 @@
-"""The API.md §2 example, end to end against numpy."""
+"""The README's first example, end to end against numpy."""
 import numpy as np
 
 import qdc as qd

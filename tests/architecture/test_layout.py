@@ -1,4 +1,4 @@
-"""The folder layout is the architecture (DESIGN.md "Layout"): these import boundaries keep it so.
+"""The folder layout is the architecture (docs/design.md, Layout): these import boundaries keep it so.
 
 - the runtime never imports the compiler (a deployment has no compiler and no llvmlite);
 - the front end, IR, passes and autodiff know no target;

@@ -1,4 +1,4 @@
-"""Overwriting globals in kernels that need a gradient (API.md §3): a store consumes the adjoint
+"""Overwriting globals in kernels that need a gradient (docs/api.md, Autodiff): a store consumes the adjoint
 of the value it overwrote, so in-place updates, stores in either branch of an `if`, repeated
 stores and dependencies carried by serial loops differentiate exactly, with respect to the
 overwritten initial values too. Every accepted case is checked against float64 central

@@ -1,4 +1,4 @@
-"""`qd.ad.Tape(loss, validation=False, grad_check=[fields])` (API.md §3): after the backward pass
+"""`qd.ad.Tape(loss, validation=False, grad_check=[fields])` (docs/api.md, Autodiff): after the backward pass
 the recorded gradients of the listed fields are compared with central finite differences
 (replaying the recorded forward launches from the state before the Tape), all state is put
 back, and a disagreement raises naming the worst element."""

@@ -1,4 +1,4 @@
-"""Cache keys identify every captured object by what it is (API.md §2): kernels that differ
+"""Cache keys identify every captured object by what it is (docs/api.md, Writing kernels): kernels that differ
 only in a captured function, module or value never share an entry, in one process or across
 processes; what the key cannot identify is compiled without the cache. Also: the test suite
 never touches the user's ~/.cache/qdc (QDC_CACHE_DIR, and the session check in conftest.py)."""

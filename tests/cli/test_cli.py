@@ -96,7 +96,7 @@ def test_usage_errors_exit_2(tmp_path):
                           (["clean", "--cache", str(tmp_path)], "--max-size SIZE or --all"),
                           (["clean", "--cache", str(tmp_path), "--max-size", "lots"], "invalid size"),
                           (["inspect", "nodot", "--cache", str(tmp_path)], "MODULE.KERNEL"),
-                          (["build"], "Missing argument")]:
+                          (["build"], "give kernel PATHS or --manifest FILE")]:
         r = runner.invoke(cli, args)
         assert r.exit_code == 2 and message in r.output, (args, r.output)
 
@@ -114,7 +114,7 @@ def test_ls_and_inspect(small_cache):
     runner = CliRunner()
     r = runner.invoke(cli, ["ls", "--cache", small_cache])
     assert r.exit_code == 0
-    assert "good (cpu): 2 kernels, 1 fields" in r.output and "axpb" in r.output and "total" in r.output
+    assert "good (cpu): 2 kernels, 1 field," in r.output and "axpb" in r.output and "total" in r.output
 
     r = runner.invoke(cli, ["inspect", "good.axpb", "--cache", small_cache])
     assert r.exit_code == 0

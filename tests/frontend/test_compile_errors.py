@@ -1,5 +1,5 @@
 """Everything outside the kernel language is a QdcCompileError naming file:line:col, followed by
-the source line and a caret (API.md §2) -- never an internal traceback.
+the source line and a caret (docs/api.md, Writing kernels) -- never an internal traceback.
 
 Each offending line below carries a marker comment `# E<n>`; the expected column is where the
 given snippet starts on that line. (A `break` outside any loop cannot be written at all:
@@ -131,7 +131,7 @@ def test_undefined_name():
 
 
 def test_a_plain_python_function_is_inlined_like_a_func():
-    """API.md §2: a plain Python function whose source is available is inlined like a qd.func."""
+    """docs/api.md: a plain Python function whose source is available is inlined like a qd.func."""
     @qd.kernel
     def k():
         x[0] = plain_python(1.5)

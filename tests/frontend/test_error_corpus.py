@@ -180,7 +180,7 @@ def bad_yield():
 
 @qd.kernel
 def bad_slice():
-    x[0] = x[1:3]  # <- bad_slice | 1:3 | slices are not supported
+    x[0] = x[1:3]  # <- bad_slice | 1:3 | field 'x' cannot be sliced in kernels
 
 @qd.kernel
 def bad_func_arity():

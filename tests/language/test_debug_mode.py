@@ -1,4 +1,4 @@
-"""`debug=True` (API.md §5): every index of every field/ndarray access is checked; the first
+"""`debug=True` (docs/api.md, Configuration): every index of every field/ndarray access is checked; the first
 out-of-range one of a launch raises IndexError naming source line, kernel, target and index,
 without the kernel touching memory outside the target. Without debug nothing is emitted."""
 import re

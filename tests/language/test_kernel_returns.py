@@ -1,4 +1,4 @@
-"""Kernel return values (API.md §2): `-> qd.f32` (any scalar type), a vector/matrix type, or a
+"""Kernel return values (docs/api.md): `-> qd.f32` (any scalar type), a vector/matrix type, or a
 tuple of them (`tuple[...]` or Quadrants' `(qd.f32, qd.i32)`), returned from the kernel's
 top-level code; the call gives Python scalars, numpy arrays for vectors/matrices, or a tuple.
 """

@@ -1,4 +1,4 @@
-"""Statements, qd.static, qd.func inlining and name resolution (API.md §2) against plain Python."""
+"""Statements, qd.static, qd.func inlining and name resolution (docs/api.md) against plain Python."""
 import numpy as np
 import pytest
 

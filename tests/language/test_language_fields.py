@@ -1,4 +1,4 @@
-"""Fields of every rank, ndarray parameters, and every form of for loop (API.md §2), including
+"""Fields of every rank, ndarray parameters, and every form of for loop (docs/api.md), including
 ranges not divisible by the thread count and qd.loop_config(serialize=True)."""
 import numpy as np
 import pytest

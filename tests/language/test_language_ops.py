@@ -1,4 +1,4 @@
-"""Operators, math intrinsics and atomics (API.md §2) against numpy / plain Python."""
+"""Operators, math intrinsics and atomics (docs/api.md, Writing kernels) against numpy / plain Python."""
 import math
 import uuid
 

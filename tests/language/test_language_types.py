@@ -1,4 +1,4 @@
-"""Types and promotion (API.md §2): weak literals, default_ip/default_fp, locals typed by their
+"""Types and promotion (docs/api.md): weak literals, default_ip/default_fp, locals typed by their
 first assignment, every scalar parameter type, f16, u1, and 64-bit integer paths."""
 import numpy as np
 

@@ -1,4 +1,4 @@
-"""Ndarray parameters (API.md §2): `needs_grad=None` follows the argument (a qd.ndarray with a
+"""Ndarray parameters (docs/api.md): `needs_grad=None` follows the argument (a qd.ndarray with a
 gradient gets it, in the kernel's specialisation and cache key), and read-only numpy arrays
 (flags.writeable False, read-only memmaps) are accepted where the kernel only reads them and
 refused, with nothing written, where it writes them; in direct mode and in a loaded module."""

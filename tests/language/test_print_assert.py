@@ -1,4 +1,4 @@
-"""print and assert in kernels, and the debug-mode overflow checks (API.md §2): output on the
+"""print and assert in kernels, and the debug-mode overflow checks (docs/api.md): output on the
 host's stdout at sync in launch order, AssertionError naming kernel and file:line, overflow
 reported with Quadrants' messages against Python's exact integers, and nothing of it in the
 code of a kernel compiled without debug."""

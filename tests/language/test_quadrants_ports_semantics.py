@@ -1,4 +1,4 @@
-"""Semantics and syntax ported Quadrants kernels rely on (API.md §2, "Also as in Quadrants"),
+"""Semantics and syntax ported Quadrants kernels rely on (docs/api.md, Writing kernels),
 checked against Python's own semantics, numpy and analytic derivatives, on every selected arch."""
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""Vectors, Python-scope values and refusals as in Quadrants (API.md §2, "Also as in Quadrants"):
+"""Vectors, Python-scope values and refusals as in Quadrants (docs/api.md, Writing kernels):
 element-wise unary, logical and comparison operators on vectors and matrices, `qd.min(*v)`,
 `qd.zero(x)`, the long type names, `copy.deepcopy` of ndarrays and fields, a kernel returning
 a 1024-element vector, `qd.Matrix` values in Python scope (also elements read from fields and

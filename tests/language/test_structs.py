@@ -1,4 +1,4 @@
-"""Structs in kernels (API.md §2): qd.types.struct and @qd.dataclass as locals, func arguments
+"""Structs in kernels (docs/api.md): qd.types.struct and @qd.dataclass as locals, func arguments
 and results, struct fields (one field per member) with dict to_numpy/from_numpy, member access,
 nested structs, gradients through struct fields, and located errors."""
 import numpy as np

@@ -1,4 +1,4 @@
-"""Vectors in kernels (API.md §2, "Vectors and matrices"): literals, types, indexing, swizzles,
+"""Vectors in kernels (docs/api.md, Vectors and matrices): literals, types, indexing, swizzles,
 element-wise arithmetic and broadcasting, methods, qd.math, funcs, unpacking, static loops,
 checked against numpy on fresh random inputs, on every arch of the suite."""
 import numpy as np

@@ -1,4 +1,4 @@
-"""`name = qd.aot.instantiate(kernel, **template_args)` (API.md §4): `qdc build` compiles each
+"""`name = qd.aot.instantiate(kernel, **template_args)` (docs/api.md): `qdc build` compiles each
 declared instantiation (and its gradient), `load` exposes `mod.name` without the template
 parameters; kernel return values work in loaded modules too. Built with the real `qdc build`
 command, loaded in a fresh process that never imports the compiler."""

@@ -176,7 +176,7 @@ def test_clean_remote_older_than_expires_old_objects_only(project, tmp_path):
             if "mod1" not in f:
                 os.utime(os.path.join(dirpath, f), (old, old))
     result = qdc("clean", "--remote", url, "--older-than", "30d")
-    assert "deleted 4 entries and 1 module records" in result.stdout
+    assert "deleted 4 entries and 1 module record from" in result.stdout
     assert qdc("verify", "--remote", url).exit_code == 0
     load(url, "mod1", arch="cpu", local_cache=str(tmp_path / "deploy"))
 

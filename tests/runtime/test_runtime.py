@@ -1,4 +1,4 @@
-"""Direct mode (API.md §4): host access to fields and ndarrays, qd.init resets, launcher hooks."""
+"""Direct mode (docs/api.md): host access to fields and ndarrays, qd.init resets, launcher hooks."""
 import subprocess
 import sys
 import textwrap

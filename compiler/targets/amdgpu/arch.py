@@ -1,4 +1,4 @@
-"""What `amdgpu_targets` (API.md §5) may be: the gfx processors a code object is built for,
+"""What `amdgpu_targets` (docs/api.md, Configuration) may be: the gfx processors a code object is built for,
 one code object each. Pure data, no llvmlite: option validation imports it."""
 from __future__ import annotations
 

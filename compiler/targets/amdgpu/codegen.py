@@ -23,7 +23,7 @@ from llvmlite import ir as ll
 
 from qdc.runtime.contract.artifact import KernelMeta
 
-from ... import ir
+from ... import ir, timings
 from ..llvm.grid import GridKernelCodegen, internalize
 from ..llvm.llvm_ir import ModuleBuilder
 from ..llvm.llvm_types import I16, I32, I64
@@ -35,10 +35,17 @@ DISPATCH_WORKGROUP_SIZE_X, DISPATCH_GRID_SIZE_X = 4, 12
 
 
 @functools.lru_cache(maxsize=None)
-def target_machine(gfx: str, opt_level: int = 3):
+def target_machine(gfx: str, opt_level: int = 3, features: str = ""):
     llvm.initialize_all_targets()
     llvm.initialize_all_asmprinters()
-    return llvm.Target.from_triple(TRIPLE).create_target_machine(cpu=gfx, features="", opt=opt_level, reloc="pic")
+    return llvm.Target.from_triple(TRIPLE).create_target_machine(cpu=gfx, features=features, opt=opt_level,
+                                                                 reloc="pic")
+
+
+def wavefront_features(kernel: ir.KernelIR) -> str:
+    """Block-level code (qd.simt) assumes wavefronts of 64 lanes (simt.py), which RDNA (gfx10+,
+    32 lanes by default) runs when asked; other kernels keep the processor's default."""
+    return "+wavefrontsize64" if any(ir.uses_simt(t) is not None for t in kernel.tasks) else ""
 
 
 def dispatch_field(mb: ModuleBuilder, b: ll.IRBuilder, offset: int, ty):
@@ -76,20 +83,24 @@ def generate_llvm(kernel: ir.KernelIR, meta: KernelMeta, fast_math: bool, target
     return str(mb.module)
 
 
-def compile_for(text: str, gfx: str, entries: set, opt_level: int) -> tuple:
+def compile_for(text: str, gfx: str, entries: set, opt_level: int, features: str = "") -> tuple:
     """(relocatable object, (optimised IR text, its bitcode)) for processor `gfx` from the
     module text."""
     context = llvm.create_context()  # the bitcode must not depend on earlier kernels (cpu/codegen.py)
-    module = llvm.parse_assembly(text, context=context)
-    module.verify()  # llvmlite's LLVM aborts the process on bad IR given to a backend
-    internalize(module, entries)
-    tm = target_machine(gfx, opt_level)
-    pto = llvm.create_pipeline_tuning_options(speed_level=opt_level)
-    pb = llvm.create_pass_builder(tm, pto)
-    pb.getModulePassManager().run(module, pb)
-    module.verify()
-    optimised = (str(module).encode(), module.as_bitcode())  # code generation then rewrites the module
-    return tm.emit_object(module), optimised
+    with timings.phase("LLVM parse"):
+        module = llvm.parse_assembly(text, context=context)
+        module.verify()  # llvmlite's LLVM aborts the process on bad IR given to a backend
+        internalize(module, entries)
+    tm = target_machine(gfx, opt_level, features)
+    with timings.phase("LLVM optimisation"):
+        pto = llvm.create_pipeline_tuning_options(speed_level=opt_level)
+        pb = llvm.create_pass_builder(tm, pto)
+        pb.getModulePassManager().run(module, pb)
+        module.verify()
+    with timings.phase("artifacts"):
+        optimised = (str(module).encode(), module.as_bitcode())  # code generation then rewrites the module
+    with timings.phase("object emission"):
+        return tm.emit_object(module), optimised
 
 
 def compile_code_objects(kernel: ir.KernelIR, meta: KernelMeta, gfx_targets: tuple, opt_level: int = 3,
@@ -100,8 +111,9 @@ def compile_code_objects(kernel: ir.KernelIR, meta: KernelMeta, gfx_targets: tup
     entries = {t.entry for t in meta.tasks}
     artifacts = {}
     for gfx in gfx_targets:
-        obj, optimised = compile_for(text, gfx, entries, opt_level)
-        artifacts[f"hsaco_{gfx}"] = linker.link(obj, f"kernel '{kernel.name}' for {gfx}")
+        obj, optimised = compile_for(text, gfx, entries, opt_level, wavefront_features(kernel))
+        with timings.phase("linking"):
+            artifacts[f"hsaco_{gfx}"] = linker.link(obj, f"kernel '{kernel.name}' for {gfx}")
         if "ll" not in artifacts:
             artifacts["ll"], artifacts["bc"] = optimised
     return artifacts

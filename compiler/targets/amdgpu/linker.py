@@ -1,50 +1,21 @@
-"""ld.lld, which turns the AMDGPU backend's relocatable object into a loadable code object (a
-shared ELF). Taken from PATH (`ld.lld`, or `ld.lld-<N>` from Debian's lld-N packages) or from
-the `ziglang` wheel (`python -m ziglang ld.lld`, LLD matching llvmlite's LLVM). The objects
-are code object v5 (codegen.py), which LLD 16 and newer link; Debian 12's plain `lld` (14)
-cannot."""
+"""ld.lld (compiler/targets/lld.py), which turns the AMDGPU backend's relocatable object into a
+loadable code object (a shared ELF). The objects are code object v5 (codegen.py), which LLD 16
+and newer link."""
 from __future__ import annotations
 
-import functools
 import os
-import re
-import shutil
-import subprocess
-import sys
 import tempfile
 
 from qdc.runtime.contract.errors import QdcCompileError
 
-MIN_LLD = 16
-INSTALL_HINT = ("apt-get install -y lld-16 (or any lld of version 16 or newer), or pip install ziglang "
-                "(its ld.lld matches llvmlite's LLVM)")
+from ... import timings
+from .. import lld
+from ..lld import INSTALL_HINT, MIN_LLD
 
 
-def _version(command: list) -> int | None:
-    try:
-        out = subprocess.run(command + ["--version"], capture_output=True, text=True, timeout=60).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    m = re.search(r"LLD (\d+)", out)
-    return int(m.group(1)) if m else None
-
-
-@functools.lru_cache(maxsize=None)
 def find_lld() -> tuple:
     """(command, LLD major version) of the newest usable ld.lld; () when there is none."""
-    candidates = [[p] for p in sorted({shutil.which(n) for n in ["ld.lld"] + [f"ld.lld-{v}" for v in range(40, 15, -1)]}
-                                      - {None})]
-    try:
-        import ziglang  # noqa: F401
-        candidates.append([sys.executable, "-m", "ziglang", "ld.lld"])
-    except ImportError:
-        pass
-    best = ()
-    for command in candidates:
-        version = _version(command)
-        if version is not None and version >= MIN_LLD and (not best or version > best[1]):
-            best = (command, version)
-    return best
+    return lld.find("ld.lld")
 
 
 def lld_description() -> str:
@@ -63,10 +34,9 @@ def link(obj: bytes, what: str) -> bytes:
         src, out = os.path.join(folder, "k.o"), os.path.join(folder, "k.hsaco")
         with open(src, "wb") as f:
             f.write(obj)
-        proc = subprocess.run(found[0] + ["-shared", "--no-undefined", src, "-o", out], capture_output=True,
-                              text=True)
-        if proc.returncode != 0:
+        returncode, output = timings.run_tool(found[0] + ["-shared", "--no-undefined", src, "-o", out])
+        if returncode != 0:
             raise QdcCompileError(f"internal compiler error: ld.lld could not link the code object of {what}:\n"
-                                  f"{proc.stderr}{proc.stdout}")
+                                  f"{output}")
         with open(out, "rb") as f:
             return f.read()

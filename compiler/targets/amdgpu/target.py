@@ -13,8 +13,7 @@ from qdc.runtime.contract.adstack_layout import LLVM_HEAP_INTERLEAVED
 
 from ... import ir
 from ..base import Capabilities, TargetOption
-from ..llvm.inline_math import OPS as INLINE_MATH_OPS
-from ..llvm.target import PORTABLE_MATH, Inline, Intrinsic, LlvmTarget, PerWidth
+from ..llvm.target import INLINE_MATH_OPS, PORTABLE_MATH, Inline, Intrinsic, LlvmTarget, PerWidth
 from .arch import CODE_OBJECT_VERSION, DEFAULT_AMDGPU_TARGETS, TRIPLE, check_amdgpu_targets, parse_amdgpu_targets
 
 BACKEND_F32_MATH = ("sin", "cos", "exp", "log", "pow")
@@ -28,7 +27,7 @@ MAX_BLOCK_DIM = 1024      # HIP's limit on threads per block
 class AmdgpuTarget(LlvmTarget):
     arch = "amdgpu"
     display_name, workgroup_word = "AMDGPU", "block"
-    capabilities = Capabilities(max_workgroup_size=MAX_BLOCK_DIM)
+    capabilities = Capabilities(max_workgroup_size=MAX_BLOCK_DIM, simt=True)
     source_folders = ("llvm", "amdgpu")
     math_table = AMDGPU_MATH
     heap_layout = LLVM_HEAP_INTERLEAVED  # as on CUDA: a wavefront's pushes of entry j side by side
@@ -43,13 +42,14 @@ class AmdgpuTarget(LlvmTarget):
         from .codegen import global_thread_id
         return global_thread_id(mb, builder)
 
-    def cache_description(self, opts) -> str:
-        import llvmlite.binding as llvm
+    def simt_instructions(self):
+        from .simt import AMDGCN
+        return AMDGCN
 
-        from .linker import lld_description
-        version = ".".join(map(str, llvm.llvm_version_info))
+    def cache_description(self, opts) -> str:
+        from .linker import lld_description  # LLVM's version is in every key already (compiler_fingerprint)
         gfx = ",".join(parse_amdgpu_targets(opts.effective("amdgpu_targets")))
-        return f"{TRIPLE}/{gfx}/co{CODE_OBJECT_VERSION}/llvm-{version}/{lld_description()}"
+        return f"{TRIPLE}/{gfx}/co{CODE_OBJECT_VERSION}/{lld_description()}"
 
     def launch_policy(self, task: ir.Task) -> dict:
         """Workgroups of block_dim work-items; a task that runs in order runs on one."""

@@ -9,26 +9,21 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import os
-import shutil
-import struct
-import subprocess
-import sys
-import tempfile
 
 import llvmlite.binding as llvm
 from llvmlite import ir as ll
 
 from qdc.runtime.contract.adstack_layout import REQUIRED_MAX as ADSTACK_REQUIRED_MAX, REQUIRED_SHIFT as ADSTACK_REQUIRED_SHIFT
 from qdc.runtime.contract.artifact import KernelMeta
-from qdc.runtime.contract.cpu_features import HOST_FEATURE_SOURCES, host_machine
 
-from ... import ir
+from ... import ir, timings
 from ...ir.adstack import AdStackAlloca
 from .multiversion import level_assembly, multiversioned_ir
 from .numpy_prologue import add_numpy_entry
 from .half_conversions import with_half_conversions
-from .isa_levels import CPU_LEVEL_OF, GENERIC, LEVELS, NATIVE, PORTABLE, CpuLevel, check_cpu_target, level_by_name
+from .isa_levels import NATIVE, CpuLevel, CpuPlatform
+from .link import link_shared_library
+from .platforms import cpu_levels, cpu_platforms, host_platform
 from ..llvm.llvm_ir import ModuleBuilder
 from ..llvm.llvm_types import I1, I32, I64, PTR, VOID
 from .widen_codegen import CpuKernelCodegen, task_choices
@@ -39,51 +34,21 @@ CHUNKS_PER_THREAD = 4
 
 
 @functools.lru_cache(maxsize=None)
-def _target_machine(opt_level: int, cpu: str | None = None, features: str | None = None):
-    """A target machine of this process's triple, for `cpu` with `features` (default: the host's)."""
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
-    triple = llvm.get_process_triple()
+def _target_machine(opt_level: int, cpu: str | None = None, features: str | None = None, triple: str | None = None):
+    """A target machine of `triple` (default: this process's), for `cpu` with `features`
+    (default: the host's)."""
+    if triple is None:
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        triple = llvm.get_process_triple()
+    else:
+        llvm.initialize_all_targets()
+        llvm.initialize_all_asmprinters()
     target = llvm.Target.from_triple(triple)
     if cpu is None:
         cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
     return target.create_target_machine(cpu=cpu, features=features or "", opt=opt_level, reloc="pic",
                                         codemodel="default")
-
-
-@functools.lru_cache(maxsize=None)
-def cpu_levels(cpu_target: str) -> tuple[CpuLevel, ...]:
-    """The libraries `cpu_target` builds (compiler/targets/cpu/isa_levels.py), lowest level first.
-    Code is generated for this process's triple, so for the host's architecture family."""
-    llvm.initialize_native_target()
-    machine = host_machine()
-    if cpu_target == PORTABLE:
-        return LEVELS.get(machine, (GENERIC,))
-    if cpu_target == NATIVE:
-        features = llvm.get_host_cpu_features().flatten()
-        needed = sorted(f[1:] for f in features.split(",") if f[:1] == "+" and f[1:] in HOST_FEATURE_SOURCES)
-        cpu = llvm.get_host_cpu_name()
-        return (CpuLevel(cpu, cpu, features, tuple(needed)),)
-    check_cpu_target(cpu_target)  # an ISA level or a CPU name whose level is known, else ValueError
-    level_machine, level = level_by_name(CPU_LEVEL_OF.get(cpu_target, cpu_target))
-    if level_machine != machine:
-        raise ValueError(f"cpu_target '{cpu_target}' is for {level_machine} CPUs, but this compiler generates "
-                         f"{machine} code")
-    if cpu_target == level.name:
-        return (level,)
-    return (CpuLevel(cpu_target, cpu_target, "", level.requires),)
-
-
-@functools.lru_cache(maxsize=None)
-def target_description(cpu_target: str = NATIVE) -> str:
-    """Goes into the cache key: code built for one CPU is not reused on another. Portable code
-    does not depend on the build host's CPU, only on the triple and the levels it is built for.
-    Kept per process (asking LLVM for the host's features takes ~0.5 ms, twice per kernel built)."""
-    llvm.initialize_native_target()
-    if cpu_target == NATIVE:
-        return f"{llvm.get_process_triple()}/{llvm.get_host_cpu_name()}/{llvm.get_host_cpu_features().flatten()}"
-    levels = [[lvl.name, lvl.llvm_cpu, lvl.llvm_features, list(lvl.requires)] for lvl in cpu_levels(cpu_target)]
-    return f"{llvm.get_process_triple()}/{cpu_target}/{levels}"
 
 
 def _dispatch(builder: ll.IRBuilder, ctx, task: ir.Task, chunk, begin, end, cost, meta: KernelMeta,
@@ -204,13 +169,15 @@ def _omp_body(module, task: ir.Task, chunk, it):
 
 
 def generate_llvm(kernel: ir.KernelIR, meta: KernelMeta, fast_math: bool = False, *, target,
-                  levels: tuple = ()) -> ll.Module:
+                  levels: tuple = (), platform: CpuPlatform | None = None) -> ll.Module:
     """`target`: the CpuTarget whose math table and thread slice index the lowering uses;
     `levels`: the ISA levels the code is for (default: the host's), which set each width-W
-    chunk's W (widen_codegen.py). The module carries the tasks' choices (`widen_choices`) and
-    the per-level chunks (`widen_overrides`) for compile_kernel."""
-    tm = _target_machine(3)  # for the triple's data layout, which every level of the triple shares
-    mb = ModuleBuilder(kernel.name, llvm.get_process_triple(), str(tm.target_data))
+    chunk's W (widen_codegen.py); `platform`: the one it is for (default: the host's). The
+    module carries the tasks' choices (`widen_choices`) and the per-level chunks
+    (`widen_overrides`) for compile_kernel."""
+    platform = platform or host_platform()
+    tm = _target_machine(3, *_machine_of(platform))  # for the data layout, which every level of the triple shares
+    mb = ModuleBuilder(kernel.name, platform.triple, str(tm.target_data))
     choices = task_choices(kernel, levels or (_host_level(),))
     cg = CpuKernelCodegen(mb, kernel, meta, fast_math, target=target, choices=choices)
 
@@ -227,11 +194,19 @@ def _host_level() -> CpuLevel:
     return cpu_levels(NATIVE)[0]
 
 
-def optimise(module, opt_level: int, level: CpuLevel | None = None):
+def _machine_of(platform: CpuPlatform, level: CpuLevel | None = None) -> tuple:
+    """_target_machine's cpu, features and triple for `level` (default: its generic CPU) of
+    `platform`; the process's own triple (and the host CPU) for a platform of its own."""
+    if platform.triple == llvm.get_process_triple():
+        return (level.llvm_cpu, level.llvm_features) if level else ()
+    return (level.llvm_cpu, level.llvm_features, platform.triple) if level else ("generic", "", platform.triple)
+
+
+def optimise(module, opt_level: int, level: CpuLevel | None = None, platform: CpuPlatform | None = None):
     """Parse (an ll.Module) or take (a parsed module) and optimise it for `level` (default: the
-    host CPU): the vectorisers pick vector widths from the target, so each level is optimised
-    on its own."""
-    tm = _target_machine(opt_level, *((level.llvm_cpu, level.llvm_features) if level else ()))
+    host CPU) of `platform` (default: the host's): the vectorisers pick vector widths from the
+    target, so each level is optimised on its own."""
+    tm = _target_machine(opt_level, *_machine_of(platform or host_platform(), level))
     if isinstance(module, ll.Module):
         module = llvm.parse_assembly(str(module))
         module.verify()
@@ -244,103 +219,52 @@ def optimise(module, opt_level: int, level: CpuLevel | None = None):
     return module, tm
 
 
-# Whether linking with `ld` itself works here (None: not tried yet). A kernel library needs
-# nothing the C compiler driver adds (no C runtime start files: no constructors, no main), and
-# calling `ld` directly skips the driver and collect2: about 6 ms a link instead of 18 on the
-# development machine. Where it fails (no GNU-style ld, libgomp.so.1 not in its search path),
-# every later link goes through `cc` (or `$CC`). `$CC` does not turn the direct link off: images
-# that set it for other builds (the lent GPU host's does) paid ~15 ms per kernel through it.
-_direct_ld_works: bool | None = None
-
-# libgomp for the worker threads; the C math library for whatever else the code calls (sinf,
-# and the calls LLVM lowers some intrinsics to). ld reads each library it is given in full,
-# about 2.5 ms apiece, so a library no symbol of the object needs is left out.
-_LIBGOMP_SYMBOLS = ("GOMP_", "omp_")
-
-
-def _undefined_symbols(obj: bytes) -> set[str] | None:
-    """The symbols an ELF64 object leaves to other libraries; None if it has no symbol table."""
-    sections = {s.name(): s.data() for s in llvm.ObjectFileRef.from_data(obj).sections()}
-    symtab, strtab = sections.get(b".symtab"), sections.get(b".strtab")
-    if symtab is None or strtab is None:
-        return None
-    return {strtab[name:strtab.index(b"\0", name)].decode()
-            for name, _info, _other, section, _value, _size in struct.iter_unpack("<IBBHQQ", symtab)
-            if section == 0 and name}  # section 0: undefined here
-
-
-def _direct_ld_command(o: str, so: str, undefined: set[str] | None) -> list | None:
-    if _direct_ld_works is False or not sys.platform.startswith("linux"):
-        return None
-    ld = shutil.which("ld")
-    if ld is None:
-        return None
-    libraries = []
-    if undefined is None or any(name.startswith(_LIBGOMP_SYMBOLS) for name in undefined):
-        libraries.append("-l:libgomp.so.1")
-    if undefined is None or any(not name.startswith(_LIBGOMP_SYMBOLS) for name in undefined):
-        libraries.append("-l:libm.so.6")
-    return [ld, "-shared", "--eh-frame-hdr", "--hash-style=gnu", "-z", "relro", "-z", "noexecstack",
-            "-o", so, o, *libraries]
-
-
-def link_shared_library(obj: bytes) -> bytes:
-    """Link one object into a shared library with `ld` (else the system C compiler driver)."""
-    global _direct_ld_works
-    cc = os.environ.get("CC", "cc")
-    with tempfile.TemporaryDirectory(prefix="qdc-link-") as folder:
-        o, so = os.path.join(folder, "k.o"), os.path.join(folder, "k.so")
-        with open(o, "wb") as f:
-            f.write(obj)
-        commands = [[cc, "-shared", "-o", so, o, "-lgomp", "-lm"]]
-        little_elf = sys.platform.startswith("linux") and sys.byteorder == "little"
-        direct = _direct_ld_command(o, so, _undefined_symbols(obj) if little_elf else None)
-        if direct is not None:
-            commands.insert(0, direct)
-        for command in commands:
-            try:
-                done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            except FileNotFoundError:
-                if command is direct:
-                    continue
-                raise RuntimeError(f"the CPU backend needs a C compiler driver to link ('{cc}' not found; "
-                                   f"set CC)") from None
-            if command is direct:
-                _direct_ld_works = done.returncode == 0
-            if done.returncode == 0:
-                with open(so, "rb") as f:
-                    return f.read()
-        raise RuntimeError(f"linking the kernel library failed:\n{done.stdout}")
-
-
 def compile_kernel(kernel: ir.KernelIR, meta: KernelMeta, opt_level: int = 3, fast_math: bool = False,
-                   cpu_target: str = NATIVE, keep_assembly: bool = False, *, target) -> dict:
-    """Artifacts of one kernel for the CPU: one shared library ("so") holding code for every
-    level of `cpu_target` (multiversion.py: the runtime picks the level at load), the records
-    of its levels ("cpu_libraries", for KernelMeta.cpu_libraries), and its optimised textual
-    LLVM IR and bitcode. `keep_assembly` adds the assembly of each level's task bodies as
-    "asm:<level>" (for tests)."""
-    levels = cpu_levels(cpu_target)
-    module = generate_llvm(kernel, meta, fast_math, target=target, levels=levels)
-    task_bodies = [task.task_name + "_chunk" for task in kernel.tasks]  # KernelCodegen.emit_chunk's names
-    text = str(module) if len(levels) == 1 else multiversioned_ir(module, task_bodies, levels,
-                                                                  module.widen_overrides)
-    text = with_half_conversions(text)
-    # A context of its own: the shared one accumulates metadata kinds from earlier modules,
-    # which the bitcode writer records, so the same kernel's bitcode (and a `qdc pack` bundle)
-    # would depend on what the process compiled before it.
-    parsed = llvm.parse_assembly(text, context=llvm.create_context())
-    parsed.verify()
-    mod, tm = optimise(parsed, opt_level, levels[0])
-    so = link_shared_library(tm.emit_object(mod))
-    out = {"ll": str(mod).encode(), "bc": mod.as_bitcode(), "so": so, "so_sha256": hashlib.sha256(so).hexdigest()}
-    if keep_assembly:
-        assembly = tm.emit_assembly(mod)
-        for i, level in enumerate(levels):
-            out[f"asm:{level.name}"] = assembly if len(levels) == 1 else level_assembly(assembly, task_bodies, i)
-    out["cpu_tasks"] = {task.task_name: choice.record() for task, choice in module.widen_choices.items()}
-    machine = host_machine()
-    out["cpu_libraries"] = [{"artifact": "so", "target": level.name, "machine": machine,
-                             "features": sorted(level.requires), **({"level": i} if len(levels) > 1 else {})}
-                            for i, level in enumerate(levels)]
+                   cpu_target: str = NATIVE, keep_assembly: bool = False, *, target, cpu_targets=None) -> dict:
+    """Artifacts of one kernel for the CPU: per platform of `cpu_targets` (default: the host's)
+    one shared library (the platform's artifact kind: "so" for x86_64 Linux) holding code for
+    every level of `cpu_target` (multiversion.py: the runtime picks the level at load), the
+    records of the libraries' levels ("cpu_libraries", for KernelMeta.cpu_libraries), and the
+    optimised textual LLVM IR and bitcode of the first platform (the host's when built).
+    `keep_assembly` adds the assembly of each level's task bodies as "asm:<level>" (other
+    platforms than the first: "asm:<platform>:<level>"; for tests)."""
+    out = {"cpu_libraries": [], "cpu_tasks": {}}
+    for n, platform in enumerate(cpu_platforms(cpu_targets)):
+        levels = cpu_levels(cpu_target, platform)
+        module = generate_llvm(kernel, meta, fast_math, target=target, levels=levels, platform=platform)
+        task_bodies = [task.task_name + "_chunk" for task in kernel.tasks]  # KernelCodegen.emit_chunk's names
+        with timings.phase("IR multiversioning" if len(levels) > 1 else "IR text"):
+            text = str(module) if len(levels) == 1 else multiversioned_ir(module, task_bodies, levels,
+                                                                          module.widen_overrides)
+            text = with_half_conversions(text)
+        with timings.phase("LLVM parse"):
+            # A context of its own: the shared one accumulates metadata kinds from earlier modules,
+            # which the bitcode writer records, so the same kernel's bitcode (and a `qdc pack` bundle)
+            # would depend on what the process compiled before it.
+            parsed = llvm.parse_assembly(text, context=llvm.create_context())
+            parsed.verify()
+        with timings.phase("LLVM optimisation"):
+            mod, tm = optimise(parsed, opt_level, levels[0], platform)
+        with timings.phase("object emission"):
+            obj = tm.emit_object(mod)
+        with timings.phase("linking"):
+            library = link_shared_library(obj, platform, host=platform == host_platform())
+        out[platform.artifact] = library
+        out[platform.artifact + "_sha256"] = hashlib.sha256(library).hexdigest()
+        if n == 0:
+            with timings.phase("artifacts"):
+                out["ll"], out["bc"] = str(mod).encode(), mod.as_bitcode()
+        if keep_assembly:
+            assembly = tm.emit_assembly(mod)
+            prefix = "asm:" if n == 0 else f"asm:{platform.name}:"
+            for i, level in enumerate(levels):
+                out[prefix + level.name] = assembly if len(levels) == 1 else level_assembly(assembly, task_bodies, i)
+        for task, choice in module.widen_choices.items():  # a thread takes the most lanes of any platform's
+            record = out["cpu_tasks"].setdefault(task.task_name, choice.record())
+            if "lanes" in record:
+                record["lanes"] = max(record["lanes"], choice.max_lanes)
+        out["cpu_libraries"] += [{"artifact": platform.artifact, "target": level.name, "machine": platform.machine,
+                                  "os": platform.os, "triple": platform.triple, "features": sorted(level.requires),
+                                  **({"level": i} if len(levels) > 1 else {})}
+                                 for i, level in enumerate(levels)]
     return out

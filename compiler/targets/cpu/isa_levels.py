@@ -1,4 +1,4 @@
-"""What `cpu_target` (API.md §5) means: the CPU levels a kernel's native code is built for.
+"""What `cpu_target` (docs/api.md, Configuration) means: the CPU levels a kernel's native code is built for.
 
     portable  one library per ISA level of the architecture family (x86-64-v2/v3/v4 on x86,
               armv8-a / armv8.2-a / armv8.2-a+SVE on aarch64); the runtime loads the best one
@@ -10,7 +10,13 @@
 Each library's entry record lists the CPU features its code needs (`requires`, LLVM feature
 names), so a host without them gets a clear CacheError instead of an illegal instruction.
 The runtime detects those features (HOST_FEATURE_SOURCES of runtime/contract/cpu_features.py
-covers every name used here). Pure data, no llvmlite: option validation imports it.
+covers every name used here).
+
+What `cpu_targets` (API.md §5) means: the platforms (ISA family and operating system) CPU code
+is built for, each its own library of the levels above, all in one cache entry; the runtime
+loads the one of its host's platform. An ISA family names every platform qdc deploys it on
+(`aarch64`: Linux and macOS); `aarch64-linux` names one. Unset: the host's platform alone.
+Pure data, no llvmlite: option validation imports it.
 """
 from __future__ import annotations
 
@@ -68,6 +74,56 @@ _KNOWN_CPUS = {
     "armv8.2-a+sve": "neoverse-v1 neoverse-n2 neoverse-v2",
 }
 CPU_LEVEL_OF = {cpu: level for level, names in _KNOWN_CPUS.items() for cpu in names.split()}
+
+
+class CpuPlatform(NamedTuple):
+    name: str      # what `cpu_targets` and the library records call it: "aarch64-linux"
+    machine: str   # the ISA family, a key of LEVELS
+    os: str        # "linux" or "macos" (runtime/contract/cpu_features.py, host_os)
+    triple: str    # LLVM's target triple
+    artifact: str  # the artifact kind of its library in a cache entry
+
+
+PLATFORMS = {p.name: p for p in (
+    CpuPlatform("x86_64-linux", "x86_64", "linux", "x86_64-unknown-linux-gnu", "so"),
+    CpuPlatform("aarch64-linux", "aarch64", "linux", "aarch64-unknown-linux-gnu", "so_aarch64"),
+    # macOS 11 is the first release for Apple silicon.
+    CpuPlatform("aarch64-macos", "aarch64", "macos", "arm64-apple-macosx11.0.0", "dylib_arm64"),
+)}
+FAMILIES = {"x86_64": ("x86_64-linux",), "aarch64": ("aarch64-linux", "aarch64-macos")}
+
+
+def parse_cpu_targets(value) -> tuple[str, ...] | None:
+    """The platform names `value` builds (None: unset, the host's platform), in PLATFORMS'
+    order whatever the order given, so that one set of platforms is one cache key; ValueError
+    naming an unknown one."""
+    if value is None:
+        return None
+    names = value.split(",") if isinstance(value, str) else list(value) if isinstance(value, (list, tuple)) else None
+    if names is None or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"cpu_targets must be ISA families such as 'x86_64,aarch64', comma-separated or a list, "
+                         f"got {value!r}")
+    chosen = set()
+    for name in (n.strip() for n in names):
+        found = FAMILIES.get(name) or ((name,) if name in PLATFORMS else None)
+        if found is None:
+            known = ", ".join([*FAMILIES, *PLATFORMS])
+            raise ValueError(f"cpu_targets: unknown CPU target {name!r} (known: {known})")
+        chosen.update(found)
+    if not chosen:
+        raise ValueError("cpu_targets names no CPU target")
+    return tuple(name for name in PLATFORMS if name in chosen)
+
+
+def platform_levels(platform: CpuPlatform) -> tuple:
+    """The levels of a portable build for `platform`: its family's, but SVE's on macOS (Apple's
+    CPUs have none)."""
+    levels = LEVELS.get(platform.machine, (GENERIC,))
+    return tuple(level for level in levels if platform.os != "macos" or "sve" not in level.requires)
+
+
+def check_cpu_targets(value) -> None:
+    parse_cpu_targets(value)
 
 
 def level_by_name(name: str) -> tuple[str, CpuLevel] | None:

@@ -7,7 +7,8 @@ what the words mean):
   the ctx buffer (a ctypes object): it binds every argument itself (numpy arrays, Python
   floats, ints and bools), runs the fused entry and returns None; it returns `self`, having
   run nothing, when an argument is not one it binds, which the launch code then binds in
-  Python (raising for what is wrong). Every check of the Python binding is made on every call,
+  Python (raising for what is wrong). None for an array says that the launch code bound it
+  itself (a qd.ndarray or tensor it caches): its words are left as they are. Every check of the Python binding is made on every call,
   so nothing is cached between launches."""
 from __future__ import annotations
 
@@ -163,8 +164,13 @@ def add_python_entry(module: ll.Module, meta: KernelMeta) -> None:
     binder.require(b.icmp_signed("==", nargs, ll.Constant(I64, len(meta.params))), "arguments")
     for i, p in enumerate(meta.params):
         obj = b.load(b.gep(args, [ll.Constant(I64, i)], source_etype=PTR), typ=PTR)
-        if p.kind == "ndarray":
+        if p.kind == "ndarray":  # None: the launch code bound it (a qd.ndarray, a tensor) and its words stand
+            bind, done = fn.append_basic_block(f"bind.{p.name}"), fn.append_basic_block(f"bound.{p.name}")
+            b.cbranch(b.icmp_unsigned("==", b.ptrtoint(obj, I64), binder.python_word(nb.PY_NONE)), done, bind)
+            b.position_at_end(bind)
             binder.array(i, p, obj)
+            b.branch(done)
+            b.position_at_end(done)
         else:
             binder.scalar(p, obj)
     b.call(entry, [ctx])
@@ -177,6 +183,7 @@ def add_python_entry(module: ll.Module, meta: KernelMeta) -> None:
     return_new_reference(this)
     _compile_lightly(fn)
     _marker(module, nb.PYTHON_MARKER)
+    _marker(module, nb.PYTHON_BOUND_MARKER)
 
 
 def _compile_lightly(fn: ll.Function) -> None:

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from ... import ir
 from ..base import Capabilities, TargetOption
-from ..llvm.target import PORTABLE_MATH, External, Inline, Intrinsic, LlvmTarget, PerWidth
-from ..llvm.inline_math import OPS as INLINE_MATH_OPS
+from ..llvm.target import INLINE_MATH_OPS, PORTABLE_MATH, External, Inline, Intrinsic, LlvmTarget, PerWidth
 from .arch import PARALLEL_WORK_THRESHOLD
-from .isa_levels import NATIVE, PORTABLE, check_cpu_target
+from .isa_levels import NATIVE, PORTABLE, check_cpu_target, check_cpu_targets, parse_cpu_targets
 
 # Transcendental functions are branch-free IR of the lowering's own (llvm/inline_math.py), so
 # that the loop vectoriser widens loops calling them; a call to the C math library keeps a
@@ -35,7 +34,12 @@ class CpuTarget(LlvmTarget):
     options = (TargetOption("cpu_target", default=NATIVE, build_default=PORTABLE, keyed=True,
                             validate=check_cpu_target,
                             help="CPU code: portable (default: x86-64-v2/v3/v4, the best picked at load), native "
-                                 "(this machine) or an ISA level / LLVM CPU name."),)
+                                 "(this machine) or an ISA level / LLVM CPU name."),
+               # Not keyed as a value: the target description names every platform's triple.
+               TargetOption("cpu_targets", validate=check_cpu_targets,
+                            help="ISA families to build CPU code for, comma-separated: x86_64, aarch64 (Linux and "
+                                 "macOS), or one platform such as aarch64-linux. Default: this machine's; load picks "
+                                 "the host's."))
 
     @property
     def math_table(self) -> dict:
@@ -53,10 +57,11 @@ class CpuTarget(LlvmTarget):
         return builder.zext(builder.call(thread_num, []), ll.IntType(64))
 
     def cache_description(self, opts) -> str:
-        from .codegen import target_description
+        from .platforms import target_description
         from .widen_plan import SCALAR_SWITCH, widening_mode
         mode = widening_mode()  # the code differs: so does the key
-        return target_description(opts.effective("cpu_target")) + ("" if mode == "1" else f"/{SCALAR_SWITCH}={mode}")
+        return target_description(opts.effective("cpu_target"), parse_cpu_targets(opts.cpu_targets)) + \
+            ("" if mode == "1" else f"/{SCALAR_SWITCH}={mode}")
 
     def launch_policy(self, task: ir.Task) -> dict:
         return {"policy": "cpu_chunks", "parallel_from": self.parallel_from(task)}
@@ -73,7 +78,8 @@ class CpuTarget(LlvmTarget):
     def generate(self, kernel: ir.KernelIR, meta, opts) -> dict:
         from .codegen import compile_kernel
         artifacts = compile_kernel(kernel, meta, int(opts.opt_level), bool(opts.fast_math),
-                                   opts.effective("cpu_target"), target=self)
+                                   opts.effective("cpu_target"), target=self,
+                                   cpu_targets=parse_cpu_targets(opts.cpu_targets))
         meta.cpu_libraries = artifacts.pop("cpu_libraries")  # which library suits which CPU: the loader picks
         lowered = artifacts.pop("cpu_tasks")  # width-W or scalar, per task (widen_codegen.py)
         for record in meta.tasks:

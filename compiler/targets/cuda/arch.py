@@ -1,4 +1,4 @@
-"""What `cuda_arch` (API.md §5) may be: the GPU generation PTX is generated for, as `sm_XY`.
+"""What `cuda_arch` (docs/api.md, Configuration) may be: the GPU generation PTX is generated for, as `sm_XY`.
 
 PTX for sm_XY runs on every GPU of compute capability X.Y or newer (the driver JIT-compiles
 it), so the default, sm_70, runs everywhere CUDA does today. Pure data, no llvmlite: option

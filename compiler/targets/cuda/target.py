@@ -24,7 +24,7 @@ MAX_BLOCK_DIM = 1024      # CUDA's limit on threads per block
 class CudaTarget(LlvmTarget):
     arch = "cuda"
     display_name, workgroup_word = "CUDA", "block"
-    capabilities = Capabilities(max_workgroup_size=MAX_BLOCK_DIM, subgroup_size=32, subgroup_reductions=True)
+    capabilities = Capabilities(max_workgroup_size=MAX_BLOCK_DIM, subgroup_size=32, subgroup_reductions=True, simt=True)
     source_folders = ("llvm", "cuda")
     math_table = CUDA_MATH
     heap_layout = LLVM_HEAP_INTERLEAVED  # a warp's pushes of entry j land side by side
@@ -39,12 +39,13 @@ class CudaTarget(LlvmTarget):
         from .codegen import global_thread_id
         return global_thread_id(mb, builder)
 
-    def cache_description(self, opts) -> str:
-        import llvmlite.binding as llvm
+    def simt_instructions(self):
+        from .simt import NVPTX
+        return NVPTX
 
-        from . import toolkit
-        version = ".".join(map(str, llvm.llvm_version_info))
-        return f"{TRIPLE}/{opts.effective('cuda_arch')}/llvm-{version}/libdevice-{toolkit.libdevice_digest()}"
+    def cache_description(self, opts) -> str:
+        from . import toolkit  # LLVM's version is in every key already (cache_key.compiler_fingerprint)
+        return f"{TRIPLE}/{opts.effective('cuda_arch')}/libdevice-{toolkit.libdevice_digest()}"
 
     def launch_policy(self, task: ir.Task) -> dict:
         """Blocks of block_dim threads; a task that runs in order runs on one thread."""

@@ -41,7 +41,8 @@ def _key(target) -> tuple:
 
 def plan(task: ir.Task) -> dict | None:
     """{array key: (target, loaded, stored)} of an element-wise task (module docstring), else None."""
-    if task.kind == "serial" or task.serial or task.axis_index or task.chunk_init.stmts or task.chunk_final.stmts:
+    if task.kind == "serial" or task.serial or task.axis_index or task.chunk_init.stmts or task.chunk_final.stmts \
+            or ir.uses_simt(task) is not None:  # a block's threads must run its iterations one by one
         return None
     arrays: dict = {}
     stored_any = False

@@ -14,13 +14,13 @@ from qdc.runtime.contract import types as T
 from qdc.runtime.contract.artifact import KernelMeta
 
 from qdc.runtime.contract.bounds import MAX_AXES
-from qdc.runtime.contract.errors import QdcCompileError
 
 from ... import ir
 from ...passes.bounds_checks import checked_accesses
-from ..base import Unsupported, codegen_error
+from ..base import Unsupported, lower_statement
 from .llvm_adstack import AdStackLowering
 from .llvm_messages import MessageLowering
+from .llvm_simt import SimtLowering
 from .llvm_types import I1, I8, I16, I64, PTR, VOID, lltype, memtype
 from . import inline_math
 from .target import MATH_ARITY, Inline, Intrinsic, PerWidth
@@ -251,7 +251,7 @@ def atomic_operation(op: str, t: T.DataType) -> str:
             "min": "min" if t.kind == "int" else "umin", "max": "max" if t.kind == "int" else "umax"}[op]
 
 
-class _Env(AdStackLowering, MessageLowering):
+class _Env(AdStackLowering, MessageLowering, SimtLowering):
     """Emission state inside one LLVM function."""
 
     def __init__(self, cg: KernelCodegen, builder: ll.IRBuilder, ctx):
@@ -331,23 +331,15 @@ class _Env(AdStackLowering, MessageLowering):
     def stmt(self, s: ir.Stmt):
         """Lowers `s`; what goes wrong is a QdcCompileError at its line (or its nearest located
         enclosing statement's), naming it."""
-        outer = self.where
-        self.where = s.loc or outer
-        try:
-            method = getattr(self, "s_" + type(s).__name__, None)
-            if method is None:
-                raise Unsupported(f"target '{self.cg.target.arch}' cannot generate code for {type(s).__name__}")
-            r = method(s)
-        except QdcCompileError:
-            raise
-        except Unsupported as e:
-            raise codegen_error(self.cg.k, s, str(e), self.where) from None
-        except Exception as e:  # a code generator bug: still located, the cause chained for a developer
-            raise codegen_error(self.cg.k, s, f"internal compiler error while generating code: "
-                                              f"{type(e).__name__}: {e}", self.where) from e
-        self.where = outer
+        r = lower_statement(self, self.cg.k, s, self.lower_stmt, "generating code")
         if r is not None:
             self.vals[s] = r
+
+    def lower_stmt(self, s: ir.Stmt):
+        method = getattr(self, "s_" + type(s).__name__, None)
+        if method is None:
+            raise Unsupported(f"target '{self.cg.target.arch}' cannot generate code for {type(s).__name__}")
+        return method(s)
 
     # ---- values ---------------------------------------------------------------------------
     def s_Const(self, s):
@@ -581,6 +573,8 @@ class _Env(AdStackLowering, MessageLowering):
     # ---- globals --------------------------------------------------------------------------------
     def global_base(self, target):
         """(base pointer, [extent of each axis as i64]) of a field or ndarray (argument or grad)."""
+        if isinstance(target, ir.SharedRef):
+            return self.shared_base(target)
         if isinstance(target, ir.FieldRef):
             return (self.ctx_word(self.cg.meta.field_slot0 + target.slot, PTR),
                     [ll.Constant(I64, d) for d in target.shape])

@@ -17,25 +17,25 @@ say) gets one variable per type, all at its binding.
 from __future__ import annotations
 
 from qdc.runtime.contract import types as T
-from qdc.runtime.contract.errors import QdcCompileError
 from qdc.runtime.contract.spirv_args import arg_words  # the "args" words, as the devices pack them
 
 from ... import ir
 from ...passes.bounds_checks import checked_accesses
 from ...ir.adstack import AdStackAlloca
-from ..base import Capabilities, Unsupported, codegen_error
+from ..base import Capabilities, Unsupported, lower_statement
 from .adstack import AdStackLowering
 from .arith import ValueLowering
 from .builder import FunctionBuilder, ModuleBuilder
 from .memory import MemoryLowering
 from .messages import MessageLowering
+from .simt import SimtLowering
 from .spec import GLSL, BuiltIn, Decoration, Op, StorageClass
 
 DESCRIPTOR_SET = 0
 DEFAULT_SPEC_BLOCK_DIM = 128  # the WorkgroupSize's default; the device always specialises it
 
 
-class TaskLowering(ValueLowering, MemoryLowering, AdStackLowering, MessageLowering):
+class TaskLowering(SimtLowering, ValueLowering, MemoryLowering, AdStackLowering, MessageLowering):
     def __init__(self, kernel: ir.KernelIR, task: ir.Task, entry: str, capabilities: Capabilities, arch: str,
                  block_dim: int | None, debug: bool = False, fast_math: bool = False):
         self.k, self.task, self.entry, self.caps, self.arch = kernel, task, entry, capabilities, arch
@@ -107,6 +107,7 @@ class TaskLowering(ValueLowering, MemoryLowering, AdStackLowering, MessageLoweri
         gid, groups = fb.emit(Op.Load, v3, gid_var), fb.emit(Op.Load, v3, groups_var)
         gx, gy = (fb.emit(Op.CompositeExtract, u32, gid, i) for i in (0, 1))
         nx, ny = (fb.emit(Op.CompositeExtract, u32, groups, i) for i in (0, 1))
+        self.block_size, self.groups = size_x, (nx, ny)  # for qd.simt's indices (simt.py)
         row = self.op(Op.IMul, T.u32, nx, size_x)
         self.invocation = self.op(Op.IAdd, T.u32, gx, self.op(Op.IMul, T.u32, gy, row))
         self.total = self.op(Op.IMul, T.u32, row, ny)
@@ -210,25 +211,17 @@ class TaskLowering(ValueLowering, MemoryLowering, AdStackLowering, MessageLoweri
     def stmt(self, s: ir.Stmt) -> None:
         """Lowers `s`; what goes wrong is a QdcCompileError at its line (or its nearest located
         enclosing statement's), naming it."""
-        outer = self.where
-        self.where = s.loc or outer
-        try:
-            method = getattr(self, "s_" + type(s).__name__, None)
-            if s.type is not None and not isinstance(s, ir.LoopIndex):
-                self.ty(s.type)  # a type the target lacks is reported as the statement's own
-            if method is None:
-                raise Unsupported(f"target '{self.arch}' cannot generate code for {type(s).__name__} yet")
-            r = method(s)
-        except QdcCompileError:
-            raise
-        except Unsupported as e:
-            raise codegen_error(self.k, s, str(e), self.where) from None
-        except Exception as e:  # a code generator bug: still located, the cause chained for a developer
-            raise codegen_error(self.k, s, f"internal compiler error while generating SPIR-V: "
-                                           f"{type(e).__name__}: {e}", self.where) from e
-        self.where = outer
+        r = lower_statement(self, self.k, s, self.lower_stmt, "generating SPIR-V")
         if r is not None:
             self.vals[s] = r
+
+    def lower_stmt(self, s: ir.Stmt):
+        method = getattr(self, "s_" + type(s).__name__, None)
+        if s.type is not None and not isinstance(s, ir.LoopIndex):
+            self.ty(s.type)  # a type the target lacks is reported as the statement's own
+        if method is None:
+            raise Unsupported(f"target '{self.arch}' cannot generate code for {type(s).__name__} yet")
+        return method(s)
 
     def s_If(self, s):
         self.if_then(self.v(s.cond), lambda: self.block(s.then_block), lambda: self.block(s.else_block))

@@ -117,6 +117,17 @@ class Op:
     Return = 253
     Unreachable = 255
     GroupNonUniformElect = 333
+    ControlBarrier = 224
+    MemoryBarrier = 225
+    TypeArray = 28
+    GroupNonUniformAll = 334
+    GroupNonUniformAny = 335
+    GroupNonUniformBroadcast = 337
+    GroupNonUniformBallot = 339
+    GroupNonUniformShuffle = 345
+    GroupNonUniformShuffleXor = 346
+    GroupNonUniformShuffleUp = 347
+    GroupNonUniformShuffleDown = 348
     GroupNonUniformIAdd = 349
     GroupNonUniformFAdd = 350
     GroupNonUniformIMul = 351
@@ -142,7 +153,11 @@ class Capability:  # §3.31
     Int16 = 22
     Int8 = 39
     GroupNonUniform = 61
+    GroupNonUniformVote = 62
     GroupNonUniformArithmetic = 63
+    GroupNonUniformBallot = 64
+    GroupNonUniformShuffle = 65
+    GroupNonUniformShuffleRelative = 66
     SignedZeroInfNanPreserve = 4466
     StorageBuffer16BitAccess = 4433
     StorageBuffer8BitAccess = 4448
@@ -157,6 +172,7 @@ EXECUTION_MODE_SIGNED_ZERO_INF_NAN_PRESERVE = 4461  # §3.6 (SPIR-V 1.4)
 
 class StorageClass:  # §3.7
     Input = 1
+    Workgroup = 4
     Function = 7
     StorageBuffer = 12
 
@@ -176,13 +192,20 @@ class Decoration:  # §3.20
 class BuiltIn:  # §3.21
     NumWorkgroups = 24
     WorkgroupSize = 25
+    WorkgroupId = 26
+    LocalInvocationId = 27
     GlobalInvocationId = 28
+    SubgroupSize = 36
+    SubgroupLocalInvocationId = 41
 
 
 SCOPE_DEVICE = 1             # §3.27
+SCOPE_WORKGROUP = 2
 SCOPE_SUBGROUP = 3
 GROUP_OPERATION_REDUCE = 0   # §3.28
 SEMANTICS_RELAXED = 0        # §3.25
+# AcquireRelease | UniformMemory (storage buffers) | WorkgroupMemory: what a barrier or fence orders
+SEMANTICS_ACQ_REL_MEMORY = 0x8 | 0x40 | 0x100
 SELECTION_CONTROL_NONE = 0   # §3.22
 LOOP_CONTROL_NONE = 0        # §3.23
 FUNCTION_CONTROL_NONE = 0    # §3.24

@@ -26,19 +26,25 @@ from __future__ import annotations
 
 from qdc.runtime.contract.adstack_layout import spirv_heap
 
-from ... import ir
-from ..base import Capabilities, Target, codegen_error
+from ... import ir, timings
+from ..base import Capabilities, Target, TargetOption, codegen_error
 
 SPIRV_ENV = "spirv1.5/vulkan1.2"
 
 
 class VulkanTarget(Target):
     arch = "vulkan"
-    # What the generated code may use. lavapipe and NVIDIA have all of these (GPU.md); a device
+    # What the generated code may use. lavapipe and NVIDIA have all of these; a device
     # without one refuses the module at load, as it refuses a block_dim beyond its own limit.
-    capabilities = Capabilities(int64=True, float64=True, float_atomic_add=True, subgroup_reductions=True,
+    capabilities = Capabilities(int64=True, float64=True, float_atomic_add=True, subgroup_reductions=True, simt=True,
                                 adstack_dtypes=frozenset(("f32", "i32", "u1", "f64", "i64")))
     source_folders = ("spirv", "vulkan")
+    # qd.simt.subgroup.group_size() is a compile-time int; a device of another size refuses
+    # kernels using subgroup operations at load. Direct mode sets it from the device.
+    options = (TargetOption("vulkan_subgroup_size", default=32, type=int, keyed=True,
+                            validate=lambda v: _check_subgroup_size(v),
+                            help="Lanes per subgroup of the Vulkan devices kernels are built for (default 32, "
+                                 "NVIDIA's; 64 on AMD's wave64, 8 on lavapipe)."),)
 
     def cache_description(self, opts) -> str:
         c = self.capabilities
@@ -54,18 +60,27 @@ class VulkanTarget(Target):
         from ..spirv.lowering import TaskLowering
         artifacts = {}
         for i, (task, record) in enumerate(zip(kernel.tasks, meta.tasks)):
-            module, bindings = TaskLowering(kernel, task, record.entry, self.capabilities, self.arch,
-                                            task.block_dim, bool(meta.debug_checks), bool(opts.fast_math)).lower()
+            with timings.phase("SPIR-V generation"):
+                module, bindings = TaskLowering(kernel, task, record.entry, self.capabilities, self.arch,
+                                                task.block_dim, bool(meta.debug_checks), bool(opts.fast_math)).lower()
             if tools.have_validator():  # the vulkan extra installs it; a failure is a compiler bug
-                problem = tools.validate(module)
+                with timings.phase("SPIR-V validation"):
+                    problem = tools.validate(module)
                 if problem is not None:
                     raise codegen_error(kernel, task, f"internal compiler error: the SPIR-V of task {i} "
                                                       f"fails validation: {problem}", kernel.loc)
             artifacts[f"spirv_t{i}"] = module
             record.bindings = bindings
+            if ir.uses_simt(task) is not None:  # the size its qd.simt code assumed, which the device checks
+                record.launch["subgroup_size"] = int(opts.effective("vulkan_subgroup_size"))
         if meta.adstack.get("stacks"):  # the layout the code was generated for, which the runtime checks
             meta.adstack["layout"] = spirv_heap(self.capabilities.int64).record()
         return artifacts
+
+
+def _check_subgroup_size(v) -> None:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1 or v > 128 or v & (v - 1):
+        raise ValueError(f"vulkan_subgroup_size must be a power of two from 1 to 128, got {v!r}")
 
 
 TARGET = VulkanTarget()

@@ -30,7 +30,7 @@ import numpy as np
 from . import numpy_binding
 from ...contract import cpu_binding, cpu_features, entry_points
 from ...device import Allocation, Device, DeviceCapabilities
-from ...contract.errors import CacheError, QdcError
+from ...contract.errors import CacheError, ModuleNotBuiltError, QdcError
 
 _ALIGN = 64
 LAUNCH_MODES = ("fused", "tasks", "tasks-deferred")
@@ -188,6 +188,9 @@ def prepare_libgomp() -> None:
     if _libgomp_prepared:
         return
     _libgomp_prepared = True
+    if sys.platform == "darwin":
+        load_libomp()
+        return
     count = os.environ.get("QDC_GOMP_SPINCOUNT", str(GOMP_SPINCOUNT))
     if count == "libgomp" or "GOMP_SPINCOUNT" in os.environ or "OMP_WAIT_POLICY" in os.environ \
             or not sys.platform.startswith("linux") or _libgomp_loaded():
@@ -201,6 +204,24 @@ def prepare_libgomp() -> None:
         del os.environ["GOMP_SPINCOUNT"]
 
 
+# macOS has no libgomp: a macOS kernel library (compiler/targets/cpu/link.py) leaves its GOMP_*
+# and omp_* calls to dyld's flat lookup, which LLVM's OpenMP runtime answers (libomp implements
+# libgomp's interface); it must be loaded, globally, before the first kernel library.
+LIBOMP_PATHS = ("libomp.dylib", "/opt/homebrew/opt/libomp/lib/libomp.dylib", "/usr/local/opt/libomp/lib/libomp.dylib")
+LIBOMP_HINT = "macOS kernel libraries need LLVM's OpenMP runtime, libomp: brew install libomp"
+
+
+def load_libomp() -> str | None:
+    """Load the first libomp of LIBOMP_PATHS with its symbols global; its path, or None."""
+    for path in LIBOMP_PATHS:
+        try:
+            ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+        except OSError:
+            continue
+        return path
+    return None
+
+
 def _libgomp_loaded() -> bool:
     try:
         ctypes.CDLL(_LIBGOMP, mode=os.RTLD_NOLOAD)
@@ -209,7 +230,7 @@ def _libgomp_loaded() -> bool:
     return True
 
 
-# ---- which library of a kernel this CPU can run (cpu_target, API.md §5) ---------------------
+# ---- which library of a kernel this CPU can run (cpu_target, docs/api.md) ---------------------
 #
 # A CPU entry records its libraries lowest ISA level first (KernelMeta.cpu_libraries): the
 # artifact kind, the level or CPU name, the architecture family and the features its code
@@ -220,14 +241,33 @@ def host_features() -> frozenset:
     """The features of cpu_features.HOST_FEATURE_SOURCES this CPU (and OS) support."""
     numpy_says = _numpy_cpu_features()
     os_says = _os_cpu_flags()
+    hwcap = _aarch64_hwcap()
     have = set()
     for feature, (numpy_key, cpuinfo_flag, sysctl_name) in cpu_features.HOST_FEATURE_SOURCES.items():
-        if numpy_key is not None and numpy_key in numpy_says:
+        if hwcap is not None and feature in cpu_features.AARCH64_HWCAP_BITS:
+            if hwcap >> cpu_features.AARCH64_HWCAP_BITS[feature] & 1:
+                have.add(feature)
+        elif numpy_key is not None and numpy_key in numpy_says:
             if numpy_says[numpy_key]:
                 have.add(feature)
         elif (cpuinfo_flag if sys.platform.startswith("linux") else sysctl_name) in os_says:
             have.add(feature)
     return frozenset(have)
+
+
+_AT_HWCAP = 16
+
+
+def _aarch64_hwcap() -> int | None:
+    """getauxval(AT_HWCAP) on Linux aarch64 (see cpu_features.AARCH64_HWCAP_BITS); else None."""
+    if not sys.platform.startswith("linux") or cpu_features.host_machine() != "aarch64":
+        return None
+    try:
+        getauxval = ctypes.CDLL(None).getauxval
+    except (OSError, AttributeError):
+        return None
+    getauxval.restype, getauxval.argtypes = ctypes.c_ulong, [ctypes.c_ulong]
+    return int(getauxval(_AT_HWCAP))
 
 
 def _numpy_cpu_features() -> dict:
@@ -249,9 +289,9 @@ def _os_cpu_flags() -> set:
     if sys.platform.startswith("linux"):
         try:
             with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-                for line in f:
+                for line in f:  # under qemu-user the real host's, of another family: not read
                     name, _, value = line.partition(":")
-                    if name.strip() in ("flags", "Features"):
+                    if name.strip() == ("Features" if cpu_features.host_machine() == "aarch64" else "flags"):
                         return set(value.split())
         except OSError:
             pass
@@ -285,19 +325,36 @@ def _sysctlbyname(name: str, out) -> bool:
         return False
 
 
-def select_library(libraries: list, kernel: str, machine: str | None = None, features=None) -> dict:
-    """The library record (KernelMeta.cpu_libraries) of the highest level this host can run;
-    CacheError saying what is missing when none fits. `machine`/`features` default to the host's."""
+def library_platform(record: dict) -> str:
+    """The platform a library record was built for ("aarch64-linux"); records written before
+    they named the operating system were built on, and for, Linux."""
+    return f"{record['machine']}-{record.get('os', 'linux')}"
+
+
+def host_libraries(libraries: list, kernel: str, platform: str | None = None) -> list:
+    """The records of `libraries` (KernelMeta.cpu_libraries) built for this host's platform
+    (or `platform`); ModuleNotBuiltError naming the platforms built and the one needed when
+    there are none (built with `cpu_targets` that leave this host out)."""
     if not libraries:
         raise CacheError(f"kernel '{kernel}': its cache entry does not record which CPU its code was built for "
                          f"(it was written by an older qdc); rebuild it with `qdc build`")
-    machine = cpu_features.host_machine() if machine is None else machine
-    features = host_features() if features is None else frozenset(features)
-    ours = [lib for lib in libraries if lib["machine"] == machine]
+    platform = cpu_features.host_platform() if platform is None else platform
+    ours = [lib for lib in libraries if library_platform(lib) == platform]
     if not ours:
-        built = ", ".join(sorted({lib["machine"] for lib in libraries}))
-        raise CacheError(f"kernel '{kernel}' was built for {built} CPUs, but this host is {machine}: "
-                         f"build it for this architecture with `qdc build`")
+        built = ", ".join(dict.fromkeys(library_platform(lib) for lib in libraries))
+        family = platform.split("-")[0]
+        raise ModuleNotBuiltError(f"kernel '{kernel}' was built for the CPU targets {built}, but this host is "
+                                  f"{platform}: build it for this host too with `qdc build --cpu-targets "
+                                  f"{family},...` (cpu_targets names the ISA families CPU code is built for)")
+    return ours
+
+
+def select_library(libraries: list, kernel: str, platform: str | None = None, features=None) -> dict:
+    """The library record (KernelMeta.cpu_libraries) of the highest level this host can run;
+    ModuleNotBuiltError when none is for this host's platform, CacheError saying what is
+    missing when none fits its CPU. `platform`/`features` default to the host's."""
+    ours = host_libraries(libraries, kernel, platform)
+    features = host_features() if features is None else frozenset(features)
     usable = [lib for lib in ours if set(lib["features"]) <= features]
     if usable:
         return usable[-1]
@@ -383,7 +440,9 @@ def _dlopen_temp_file(lib_bytes: bytes) -> ctypes.PyDLL:
                                    f"in-memory alternative); set TMPDIR to a folder on an exec-mounted filesystem, "
                                    f"e.g. TMPDIR=$HOME/.cache/qdc-tmp") from None
         # dlopen's reason names the private copy, which is gone: the caller names the library
-        raise LibraryLoadError(f"cannot load a kernel library: {str(e).replace(path + ': ', '')}") from None
+        reason = str(e).replace(path + ": ", "")
+        hint = f" ({LIBOMP_HINT})" if sys.platform == "darwin" and "omp" in reason.lower() else ""
+        raise LibraryLoadError(f"cannot load a kernel library: {reason}{hint}") from None
     finally:
         os.unlink(path)  # the mapping stays valid after unlink
 

@@ -103,7 +103,8 @@ class PythonEntry:
     the buffer, having run nothing, when an argument is not one it binds (the launch code
     then binds in Python). The method definition must outlive the function: kept here."""
 
-    def __init__(self, address: int, name: str, buf):
+    def __init__(self, address: int, name: str, buf, keeps_bound: bool = False):
+        self.keeps_bound = keeps_bound  # None for an array: its words, bound by the launch code, stand
         self.definition = _MethodDef(name.encode(), address, METH_FASTCALL, None)
         new_function = ctypes.pythonapi.PyCFunction_NewEx
         new_function.restype = ctypes.py_object
@@ -122,7 +123,11 @@ def python_entry(lib, meta, buf) -> PythonEntry | None:
         return None
     if not (layout.python_entry_possible(meta) and python_layout_matches()):
         return None
-    return PythonEntry(_address(fn), meta.name, buf)
+    try:
+        keeps_bound = bool(lib[layout.PYTHON_BOUND_MARKER])
+    except (AttributeError, TypeError):
+        keeps_bound = False
+    return PythonEntry(_address(fn), meta.name, buf, keeps_bound)
 
 
 class NumpyBinding:

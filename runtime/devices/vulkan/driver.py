@@ -17,7 +17,7 @@ INSTALL_HINT = "pip install vulkan; apt-get install mesa-vulkan-drivers libvulka
 API_VERSION_1_2 = (1 << 22) | (2 << 12)
 VENDOR_NVIDIA = 0x10DE
 # Workgroup size for launch policies that leave it to the device (block_dim 0): 256 on NVIDIA
-# (GPU.md: 2711 GB/s on an H100 saxpy), and 256 elsewhere: on lavapipe bench/bench_vulkan.py
+# (2711 GB/s on an H100 saxpy), and 256 elsewhere: on lavapipe bench/bench_vulkan.py
 # measured saxpy 2^22 f32 at 1.5/1.8/2.1/2.2/2.2/1.8 GB/s for 32..1024 (128-512 within noise).
 DEFAULT_BLOCK_DIM = {VENDOR_NVIDIA: 256}
 FALLBACK_BLOCK_DIM = 256
@@ -66,6 +66,10 @@ class VulkanCapabilities(DeviceCapabilities):
     subgroup_size: int = 1
     subgroup_basic: bool = False
     subgroup_arithmetic: bool = False
+    subgroup_vote: bool = False
+    subgroup_ballot: bool = False
+    subgroup_shuffle: bool = False
+    subgroup_shuffle_relative: bool = False
     ieee_preserve: bool = False  # SignedZeroInfNanPreserve for f32 (and f64 where it has Float64)
     default_block_dim: int = FALLBACK_BLOCK_DIM
     # Invocations the device runs at once (multiprocessors x warps each x 32, from
@@ -110,11 +114,6 @@ def create_instance(vk):
                                      f"{INSTALL_HINT}")
     _live["instances"] += 1
     return out[0]
-
-
-def destroy_instance(vk, instance) -> None:
-    vk.lib.vkDestroyInstance(instance, vk.ffi.NULL)
-    _live["instances"] -= 1
 
 
 def shared_instance(vk):
@@ -260,6 +259,10 @@ def read_capabilities(vk, physical, chain: FeatureChain) -> VulkanCapabilities:
         subgroup_size=v11.subgroupSize,
         subgroup_basic=_subgroup_has(vk, v11, vk.VK_SUBGROUP_FEATURE_BASIC_BIT),
         subgroup_arithmetic=_subgroup_has(vk, v11, vk.VK_SUBGROUP_FEATURE_ARITHMETIC_BIT),
+        subgroup_vote=_subgroup_has(vk, v11, vk.VK_SUBGROUP_FEATURE_VOTE_BIT),
+        subgroup_ballot=_subgroup_has(vk, v11, vk.VK_SUBGROUP_FEATURE_BALLOT_BIT),
+        subgroup_shuffle=_subgroup_has(vk, v11, vk.VK_SUBGROUP_FEATURE_SHUFFLE_BIT),
+        subgroup_shuffle_relative=_subgroup_has(vk, v11, vk.VK_SUBGROUP_FEATURE_SHUFFLE_RELATIVE_BIT),
         ieee_preserve=bool(v12.shaderSignedZeroInfNanPreserveFloat32
                            and (v12.shaderSignedZeroInfNanPreserveFloat64 or not f.shaderFloat64)),
         default_block_dim=min(DEFAULT_BLOCK_DIM.get(p.vendorID, FALLBACK_BLOCK_DIM), limits.maxComputeWorkGroupSize[0]),

@@ -1,5 +1,5 @@
 """Kernels on Vulkan: a compute pipeline per task from its SPIR-V (`spirv_t<i>`), built once
-per loaded kernel, and the per-launch pieces the ABI fixes (DESIGN.md "Backends"; the task
+per loaded kernel, and the per-launch pieces the ABI fixes (docs/design.md, Devices and launches; the task
 record's "bindings", runtime/contract/artifact.py):
 
 - descriptor set layouts from the bindings: every buffer a storage buffer; "args" and
@@ -32,7 +32,11 @@ CAPABILITY_NEEDS = {
     22: ("int16", "Int16 (16-bit integers)"),
     39: ("int8", "Int8 (8-bit integers)"),
     61: ("subgroup_basic", "GroupNonUniform (subgroup operations in compute shaders)"),
+    62: ("subgroup_vote", "GroupNonUniformVote (subgroup all/any in compute shaders)"),
     63: ("subgroup_arithmetic", "GroupNonUniformArithmetic (subgroup reductions in compute shaders)"),
+    64: ("subgroup_ballot", "GroupNonUniformBallot (subgroup ballot and broadcast in compute shaders)"),
+    65: ("subgroup_shuffle", "GroupNonUniformShuffle (subgroup shuffles in compute shaders)"),
+    66: ("subgroup_shuffle_relative", "GroupNonUniformShuffleRelative (subgroup shuffle up/down in compute shaders)"),
     4466: ("ieee_preserve", "SignedZeroInfNanPreserve (IEEE signed zeros, infinities and NaNs kept)"),
     4433: ("storage_16bit", "StorageBuffer16BitAccess (16-bit values in buffers)"),
     4448: ("storage_8bit", "StorageBuffer8BitAccess (8-bit values in buffers)"),

@@ -60,6 +60,11 @@ def build_task_pipeline(dev, artifacts: dict, meta, i: int):
         raise UnsupportedKernelError(f"{what}: launch policy {task.launch.get('policy')!r} is not a GPU grid")
     block = dev.block_dim(task.launch)
     caps = dev.capabilities
+    compiled_for = task.launch.get("subgroup_size")
+    if compiled_for is not None and compiled_for != caps.subgroup_size:
+        raise UnsupportedKernelError(f"{what}: its block-level code (qd.simt) was built for subgroups of "
+                                     f"{compiled_for} lanes, the Vulkan device '{caps.name}' has {caps.subgroup_size}: "
+                                     f"build it with vulkan_subgroup_size={caps.subgroup_size}")
     if block > min(caps.max_workgroup_size[0], caps.max_workgroup_invocations):
         raise UnsupportedKernelError(f"{what}: block_dim {block} exceeds the device's workgroup size limit "
                                      f"{min(caps.max_workgroup_size[0], caps.max_workgroup_invocations)}")

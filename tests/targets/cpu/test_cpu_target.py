@@ -1,4 +1,4 @@
-"""cpu_target (API.md §5): `qdc build` makes portable CPU code, one library
+"""cpu_target (docs/api.md, Configuration): `qdc build` makes portable CPU code, one library
 with the code of every ISA level, and the loader picks the best level the host runs; a host lacking what an entry
 needs gets a CacheError naming the missing features, never an illegal instruction."""
 import os
@@ -17,7 +17,7 @@ import qdc as qd
 from qdc.compiler.driver import build as build_mod
 from qdc.compiler.driver import cache_key
 from qdc.compiler.driver import kernel as K
-from qdc.compiler.targets.cpu import codegen as codegen
+from qdc.compiler.targets.cpu import codegen as codegen, platforms
 from qdc.compiler.targets.cpu.isa_levels import LEVELS, check_cpu_target
 from qdc.compiler.targets.cpu.target import TARGET as CPU
 from qdc.compiler.driver.options import Options, resolve
@@ -25,6 +25,7 @@ from qdc.runtime.contract import artifact as A
 from qdc.runtime.contract import cpu_features
 from qdc.runtime.devices.cpu import device as rcpu
 from qdc.runtime.cache import Cache, entry_path, read_module
+from qdc.runtime import ModuleNotBuiltError
 from qdc.runtime.loader import load
 
 X86 = platform.machine().lower() in ("x86_64", "amd64")
@@ -104,9 +105,9 @@ def test_cli_flag(tmp_path, monkeypatch):
 @needs_x86
 def test_a_cpu_of_another_architecture_is_refused():
     with pytest.raises(ValueError, match="'neoverse-n1' is for aarch64 CPUs, but this compiler generates x86_64"):
-        codegen.cpu_levels("neoverse-n1")
-    assert [lvl.name for lvl in codegen.cpu_levels("znver4")] == ["znver4"]
-    assert codegen.cpu_levels("znver4")[0].requires == LEVELS["x86_64"][2].requires
+        platforms.cpu_levels("neoverse-n1")
+    assert [lvl.name for lvl in platforms.cpu_levels("znver4")] == ["znver4"]
+    assert platforms.cpu_levels("znver4")[0].requires == LEVELS["x86_64"][2].requires
 
 
 @qd.kernel
@@ -211,13 +212,13 @@ def _records(machine="x86_64"):
 
 def test_selection_picks_the_best_level_the_host_runs():
     v2, v3, v4 = (set(level.requires) for level in LEVELS["x86_64"])
-    pick = lambda features: rcpu.select_library(_records(), "k", "x86_64", features)["target"]  # noqa: E731
+    pick = lambda features: rcpu.select_library(_records(), "k", "x86_64-linux", features)["target"]  # noqa: E731
     assert pick(v4 | {"avx512vnni"}) == "x86-64-v4"
     assert pick(v3) == "x86-64-v3"
     assert pick(v4 - {"avx512bw"}) == "x86-64-v3"
     assert pick(v2 | {"avx", "avx2"}) == "x86-64-v2"
     armv82 = set(LEVELS["aarch64"][1].requires)
-    assert rcpu.select_library(_records("aarch64"), "k", "aarch64", armv82)["target"] == "armv8.2-a"
+    assert rcpu.select_library(_records("aarch64"), "k", "aarch64-linux", armv82)["target"] == "armv8.2-a"
 
 
 def test_missing_features_are_a_cache_error_naming_them():
@@ -226,11 +227,12 @@ def test_missing_features_are_a_cache_error_naming_them():
     only_v4 = _records()[2:]
     with pytest.raises(qd.CacheError, match=r"kernel 'k': this CPU lacks avx512bw, avx512cd, avx512dq, avx512f, "
                                             r"avx512vl, .*x86-64-v4.*--cpu-target portable"):
-        rcpu.select_library(only_v4, "k", "x86_64", v3)
+        rcpu.select_library(only_v4, "k", "x86_64-linux", v3)
     with pytest.raises(qd.CacheError, match="lacks popcnt, sse4.2"):
-        rcpu.select_library(_records(), "k", "x86_64", v2 - {"popcnt", "sse4.2"})
-    with pytest.raises(qd.CacheError, match="built for x86_64 CPUs, but this host is aarch64"):
-        rcpu.select_library(_records(), "k", "aarch64", v4)
+        rcpu.select_library(_records(), "k", "x86_64-linux", v2 - {"popcnt", "sse4.2"})
+    with pytest.raises(ModuleNotBuiltError, match="kernel 'k' was built for the CPU targets x86_64-linux, but this "
+                                                  "host is aarch64-linux: .*--cpu-targets aarch64"):
+        rcpu.select_library(_records(), "k", "aarch64-linux", v4)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/cpuinfo flags")
@@ -315,17 +317,18 @@ def test_deployment_on_a_cpu_without_avx512(tmp_path, portable_cache):
 def test_libraries_are_linked_only_where_the_object_needs_them(monkeypatch):
     """ld reads every library it is given (~2.5 ms each): libm only for code that calls it."""
     import llvmlite.binding as llvm
+    from qdc.compiler.targets.cpu import link
     tm = codegen._target_machine(3)
     src = (f'target triple = "{llvm.get_process_triple()}"\ndeclare float @sinf(float)\n'
            'declare void @GOMP_parallel(ptr, ptr, i32, i32)\n'
            'define float @f(float %x) {\n  %s = call float @sinf(float %x)\n  ret float %s\n}\n'
            'define void @g(ptr %p) {\n  call void @GOMP_parallel(ptr %p, ptr null, i32 0, i32 0)\n  ret void\n}\n')
-    assert codegen._undefined_symbols(tm.emit_object(llvm.parse_assembly(src))) == {"sinf", "GOMP_parallel"}
-    monkeypatch.setattr(codegen, "_direct_ld_works", None)
+    assert link._undefined_symbols(tm.emit_object(llvm.parse_assembly(src))) == {"sinf", "GOMP_parallel"}
+    monkeypatch.setattr(link, "_direct_ld_works", None)
     monkeypatch.delenv("CC", raising=False)
     if shutil.which("ld") is None:
         pytest.skip("no ld")
-    libs = lambda undefined: [a for a in codegen._direct_ld_command("k.o", "k.so", undefined) if a.startswith("-l")]  # noqa: E731
+    libs = lambda undefined: [a for a in link._direct_ld_command("k.o", "k.so", undefined) if a.startswith("-l")]  # noqa: E731
     assert libs({"GOMP_parallel"}) == ["-l:libgomp.so.1"]
     assert libs({"GOMP_parallel", "expf"}) == ["-l:libgomp.so.1", "-l:libm.so.6"]
     assert libs(set()) == []

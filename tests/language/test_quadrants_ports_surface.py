@@ -1,4 +1,4 @@
-"""More of the surface ported Quadrants kernels rely on (API.md §2, "Also as in Quadrants"):
+"""More of the surface ported Quadrants kernels rely on (docs/api.md, Writing kernels):
 func parameter annotations, template parameters naming a caller's local, asserts without
 debug, 0-d loops, swizzles, vector operands written as tuples, rounding to a type, `bool`
 annotations, `*args` spreading. Checked against Python's own semantics and numpy, on every

@@ -1,0 +1,189 @@
+"""Linking a CPU kernel's object into the shared library the runtime dlopens, for the build
+host's platform with its own linker (`ld`, else the C compiler driver), for any other
+platform of `cpu_targets` (isa_levels.py) with LLVM's (compiler/targets/lld.py): ld.lld for
+Linux ELF, ld64.lld for macOS Mach-O. No cross toolchain or sysroot is needed: a kernel
+library needs nothing of the C runtime (no start files, no constructors), only libgomp's and
+the math library's functions, which the loading host's dynamic linker resolves.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import struct
+import sys
+import tempfile
+
+import llvmlite.binding as llvm
+
+from qdc.runtime.contract.errors import QdcCompileError
+
+from ... import timings
+from .. import lld
+from .isa_levels import CpuPlatform
+
+# Whether linking with `ld` itself works here (None: not tried yet). A kernel library needs
+# nothing the C compiler driver adds (no C runtime start files: no constructors, no main), and
+# calling `ld` directly skips the driver and collect2: about 6 ms a link instead of 18 on the
+# development machine. Where it fails (no GNU-style ld, libgomp.so.1 not in its search path),
+# every later link goes through `cc` (or `$CC`). `$CC` does not turn the direct link off: images
+# that set it for other builds (the lent GPU host's does) paid ~15 ms per kernel through it.
+_direct_ld_works: bool | None = None
+
+# libgomp for the worker threads; the C math library for whatever else the code calls (sinf,
+# and the calls LLVM lowers some intrinsics to). ld reads each library it is given in full,
+# about 2.5 ms apiece, so a library no symbol of the object needs is left out.
+_LIBGOMP_SYMBOLS = ("GOMP_", "omp_")
+LIBGOMP, LIBM = "libgomp.so.1", "libm.so.6"
+ELF_FLAGS = ["-shared", "--eh-frame-hdr", "--hash-style=gnu", "-z", "relro", "-z", "noexecstack"]
+
+
+def link_shared_library(obj: bytes, platform: CpuPlatform, host: bool) -> bytes:
+    """The library of object `obj` for `platform`; `host`: the build host's own platform."""
+    if host:
+        return _link_on_host(obj)
+    if platform.os == "macos":
+        return _link_mach_o(obj, platform)
+    return _link_elf(obj, platform)
+
+
+def _undefined_symbols(obj: bytes) -> set[str] | None:
+    """The symbols an ELF64 object leaves to other libraries; None if it has no symbol table."""
+    sections = {s.name(): s.data() for s in llvm.ObjectFileRef.from_data(obj).sections()}
+    symtab, strtab = sections.get(b".symtab"), sections.get(b".strtab")
+    if symtab is None or strtab is None:
+        return None
+    return {strtab[name:strtab.index(b"\0", name)].decode()
+            for name, _info, _other, section, _value, _size in struct.iter_unpack("<IBBHQQ", symtab)
+            if section == 0 and name}  # section 0: undefined here
+
+
+def _needed_libraries(undefined: set[str] | None) -> list[str]:
+    """Of libgomp and libm, those whose functions the object calls (both when unknown)."""
+    out = []
+    if undefined is None or any(name.startswith(_LIBGOMP_SYMBOLS) for name in undefined):
+        out.append(LIBGOMP)
+    if undefined is None or any(not name.startswith(_LIBGOMP_SYMBOLS) for name in undefined):
+        out.append(LIBM)
+    return out
+
+
+def _direct_ld_command(o: str, so: str, undefined: set[str] | None) -> list | None:
+    if _direct_ld_works is False or not sys.platform.startswith("linux"):
+        return None
+    ld = shutil.which("ld")
+    if ld is None:
+        return None
+    return [ld, *ELF_FLAGS, "-o", so, o, *(f"-l:{name}" for name in _needed_libraries(undefined))]
+
+
+def _run_in_folder(obj: bytes, commands, output: str, extra_files: dict | None = None) -> tuple[bytes | None, str]:
+    """Write `obj` (k.o) and `extra_files` into a private folder, run `commands(folder)` in
+    turn until one writes `output`: (its bytes, "") or (None, the last one's messages)."""
+    with tempfile.TemporaryDirectory(prefix="qdc-link-") as folder:
+        with open(os.path.join(folder, "k.o"), "wb") as f:
+            f.write(obj)
+        for name, data in (extra_files or {}).items():
+            with open(os.path.join(folder, name), "wb") as f:
+                f.write(data)
+        messages = ""
+        for command, on_done in commands(folder):
+            try:
+                returncode, messages = timings.run_tool(command)  # its CPU time counts to the link
+            except FileNotFoundError:
+                messages = f"'{command[0]}' not found"
+                if on_done is not None:
+                    on_done(False)
+                continue
+            if on_done is not None:
+                on_done(returncode == 0)
+            if returncode == 0:
+                with open(os.path.join(folder, output), "rb") as f:
+                    return f.read(), ""
+        return None, messages
+
+
+def _link_on_host(obj: bytes) -> bytes:
+    """With `ld` (else the system C compiler driver, `$CC` or `cc`)."""
+    cc = os.environ.get("CC", "cc")
+
+    def remember(worked: bool) -> None:
+        global _direct_ld_works
+        _direct_ld_works = worked
+
+    def commands(folder):
+        o, so = os.path.join(folder, "k.o"), os.path.join(folder, "k.so")
+        little_elf = sys.platform.startswith("linux") and sys.byteorder == "little"
+        direct = _direct_ld_command(o, so, _undefined_symbols(obj) if little_elf else None)
+        if direct is not None:
+            yield direct, remember
+        yield [cc, "-shared", "-o", so, o, "-lgomp", "-lm"], None
+    library, messages = _run_in_folder(obj, commands, "k.so")
+    if library is None:
+        if messages == f"'{cc}' not found":
+            raise RuntimeError(f"the CPU backend needs a C compiler driver to link ('{cc}' not found; set CC)")
+        raise RuntimeError(f"linking the kernel library failed:\n{messages}")
+    return library
+
+
+def _lld(flavor: str, platform: CpuPlatform) -> list:
+    found = lld.find(flavor)
+    if not found:
+        raise QdcCompileError(f"building CPU code for {platform.name} (cpu_targets) on this {sys.platform} machine "
+                              f"links it with {flavor} {lld.MIN_LLD} or newer, which is not installed: "
+                              f"{lld.INSTALL_HINT}")
+    return found[0]
+
+
+@functools.lru_cache(maxsize=None)
+def _stub_library(triple: str, soname: str) -> bytes:
+    """An empty ELF shared library named `soname` for `triple`: linked against it, a kernel
+    library records that it needs `soname` (DT_NEEDED), whose functions it leaves undefined
+    for the loading host's dynamic linker, without the build host having that library."""
+    target = llvm.Target.from_triple(triple)
+    machine = target.create_target_machine(cpu="generic", features="", opt=0, reloc="pic")
+    empty = machine.emit_object(llvm.parse_assembly(f'target triple = "{triple}"\n'))
+    command = lld.find("ld.lld")[0]  # _link_elf found it
+    library, messages = _run_in_folder(empty, lambda folder: [(command + ["-shared", "-soname", soname, "-o",
+                                                                          os.path.join(folder, "s.so"),
+                                                                          os.path.join(folder, "k.o")], None)],
+                                       "s.so")
+    if library is None:
+        raise QdcCompileError(f"internal compiler error: ld.lld could not make the {soname} stub for {triple}:\n"
+                              f"{messages}")
+    return library
+
+
+def _link_elf(obj: bytes, platform: CpuPlatform) -> bytes:
+    command = _lld("ld.lld", platform)
+    needed = _needed_libraries(_undefined_symbols(obj))
+    stubs = {name: _stub_library(platform.triple, name) for name in needed}
+    library, messages = _run_in_folder(
+        obj, lambda folder: [(command + [*ELF_FLAGS, "-o", os.path.join(folder, "k.so"), os.path.join(folder, "k.o"),
+                                         *(os.path.join(folder, name) for name in needed)], None)],
+        "k.so", stubs)
+    if library is None:
+        raise QdcCompileError(f"internal compiler error: ld.lld could not link the {platform.name} kernel "
+                              f"library:\n{messages}")
+    return library
+
+
+# A macOS kernel library leaves the math library's functions (libSystem, in every process) and
+# the OpenMP runtime's (libomp, which the runtime loads first: runtime/devices/cpu/device.py)
+# to dyld's flat lookup among the images already loaded: no SDK is needed to build it.
+MACOS_VERSION = "11.0"
+
+
+def _link_mach_o(obj: bytes, platform: CpuPlatform) -> bytes:
+    command = _lld("ld64.lld", platform)
+    arch = platform.triple.split("-")[0]
+    library, messages = _run_in_folder(
+        obj, lambda folder: [(command + ["-arch", arch, "-dylib", "-platform_version", "macos", MACOS_VERSION,
+                                         MACOS_VERSION, "-undefined", "dynamic_lookup", "-install_name",
+                                         "@rpath/qdc_kernel.dylib", "-o", os.path.join(folder, "k.dylib"),
+                                         os.path.join(folder, "k.o")], None)],
+        "k.dylib")
+    if library is None:
+        raise QdcCompileError(f"internal compiler error: ld64.lld could not link the {platform.name} kernel "
+                              f"library:\n{messages}")
+    return library

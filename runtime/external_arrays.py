@@ -1,0 +1,257 @@
+"""Other libraries' arrays as ndarray arguments: torch tensors and any object with `__dlpack__`
+(JAX, CuPy, ...), used in place.
+
+qdc never imports torch for this: a tensor can only exist where its program imported torch, so
+`sys.modules` says whether an argument may be one. What a tensor argument becomes:
+
+- a CPU tensor on arch cpu, or a CUDA tensor on arch cuda on the GPU the runtime uses: its own
+  memory (`data_ptr()`), so kernel writes are visible in the tensor (zero-copy);
+- a CPU tensor on an arch whose memory is the device's (Vulkan, Metal, ...): its numpy view,
+  which the launch copies to the device and back as it does a numpy array;
+- not C-contiguous (a transpose, a slice with a step): a contiguous copy (`t.contiguous()`)
+  that the kernel works on, written back into the original after the launch when the kernel
+  writes the parameter;
+- a parameter whose gradient the kernel uses (a grad kernel): the tensor must have
+  `requires_grad=True`; its `.grad` (created as zeros when None, as Quadrants does) is the
+  gradient buffer that the kernel accumulates into.
+
+A DLPack object on the host is taken as a numpy view of its memory (numpy
+arrays' rules apply); one on a CUDA device through its capsule (runtime/dlpack_capsule.py).
+
+CUDA ordering. qdc launches on a stream of its own (runtime/devices/stream.py). Binding a CUDA
+tensor makes that stream wait for the work already queued on PyTorch's current stream, and once
+the kernel's tasks are queued PyTorch's current stream waits for qdc's (each an event recorded
+on one stream and waited for on the other, on the device: the host never blocks); the tensor
+is marked as used on qdc's stream (`record_stream`) so that PyTorch's caching allocator does not
+hand its memory out again before the kernel is done with it.
+"""
+from __future__ import annotations
+
+import sys
+import weakref
+
+import numpy as np
+
+from . import dlpack_capsule
+from .argument_checks import ArrayMismatchError, argument_name
+
+# qdc's scalar types by the torch dtype's attribute name
+TORCH_NAMES = {"f16": "float16", "f32": "float32", "f64": "float64", "i8": "int8", "i16": "int16",
+               "i32": "int32", "i64": "int64", "u8": "uint8", "u16": "uint16", "u32": "uint32",
+               "u64": "uint64", "u1": "bool"}
+_by_torch_dtype: dict | None = None
+
+
+def loaded_torch():
+    """The torch module if the program imported it, else None (qdc does not import it here)."""
+    return sys.modules.get("torch")
+
+
+def is_tensor(a) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(a, torch.Tensor)
+
+
+def is_external(a) -> bool:
+    """Whether `a` is an array of another library that an ndarray parameter takes."""
+    return is_tensor(a) or (not isinstance(a, np.ndarray) and hasattr(type(a), "__dlpack__")
+                            and hasattr(type(a), "__dlpack_device__"))
+
+
+def qdc_dtype_name(tensor) -> str | None:
+    """qdc's name of a tensor's dtype ('f32', ...), None for one qdc has no type for (complex,
+    bfloat16, ...)."""
+    global _by_torch_dtype
+    if _by_torch_dtype is None:
+        torch = sys.modules["torch"]
+        _by_torch_dtype = {getattr(torch, n): q for q, n in TORCH_NAMES.items() if hasattr(torch, n)}
+    return _by_torch_dtype.get(tensor.dtype)
+
+
+def torch_dtype(name: str):
+    """The torch dtype of qdc scalar type `name`."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        import torch  # noqa: F811  (conversions to torch: the caller asked for tensors)
+    return getattr(torch, TORCH_NAMES[name])
+
+
+def describe(a) -> str:
+    """How an error message names an external array: `a torch.Tensor of dtype torch.float64
+    with shape (3, 4) on cpu`."""
+    if is_tensor(a):
+        return f"a torch.Tensor of dtype {a.dtype} with shape {tuple(a.shape)} on {a.device}"
+    return f"a {type(a).__module__.split('.')[0]}.{type(a).__name__} (DLPack)"
+
+
+def host_view(a) -> np.ndarray | None:
+    """A numpy view of a host (CPU) external array's memory (no copy); None where its memory is
+    a device's."""
+    if is_tensor(a):
+        if a.device.type != "cpu":
+            return None
+        return a.detach().numpy()
+    kind, _ = a.__dlpack_device__()
+    if int(kind) not in (1, 3):  # kDLCPU, kDLCUDAHost: memory the host addresses
+        return None
+    from .contract.types import by_name
+    memory = dlpack_capsule.import_array(a)
+    if memory.dtype_name is None or not memory.contiguous:  # numpy's view (and its errors)
+        return np.from_dlpack(a)
+    return dlpack_capsule.host_array(memory, by_name(memory.dtype_name).np_dtype)
+
+
+def signature(a) -> tuple[str | None, int, bool] | None:
+    """(qdc dtype name, ndim, whether it has a gradient to follow) of an external array, what
+    an ndarray parameter whose dtype, ndim or needs_grad is omitted takes from its argument;
+    None for anything that is not one."""
+    if is_tensor(a):
+        return qdc_dtype_name(a), a.dim(), bool(a.requires_grad) and a.is_floating_point()
+    if not is_external(a):
+        return None
+    view = host_view(a)
+    if view is not None:
+        from .contract.types import from_numpy
+        dt = from_numpy(view.dtype)
+        return (dt.name if dt is not None else None), view.ndim, False
+    memory = dlpack_capsule.import_array(a)
+    return memory.dtype_name, len(memory.shape), False
+
+
+class Bound:
+    """What binding an external array gives the launch: the address, shape and gradient address
+    to write into the ctx, whether the launch may skip rebinding it while the same tensor at
+    the same address comes again (`cacheable`), or a numpy array to bind instead (`host`)."""
+    __slots__ = ("ptr", "shape", "grad_ptr", "cacheable", "host")
+
+    def __init__(self, ptr=0, shape=(), grad_ptr=0, cacheable=False, host=None):
+        self.ptr, self.shape, self.grad_ptr, self.cacheable, self.host = ptr, shape, grad_ptr, cacheable, host
+
+
+def bind(meta, index: int, a, device, after: list, needs_grad: bool, refuse_grad: bool, writes: bool) -> Bound:
+    """Check external array `a` for ndarray parameter `index` and bind it (see the module
+    docstring); appends to `after` what must run once the launch is queued (write-backs,
+    stream joins). Raises TypeError/ValueError naming kernel and parameter."""
+    p = meta.params[index]
+    if not is_tensor(a):
+        return _bind_dlpack(meta, index, a, device)
+    where, given = argument_name(meta, index), describe(a)
+    want = _wanted(p)
+    name = qdc_dtype_name(a)
+    if name != p.dtype:
+        raise TypeError(f"{where}: expected {want}, got {given}")
+    if a.dim() != p.ndim:
+        raise ArrayMismatchError(f"{where}: expected {want}, got {given} (ndim={a.dim()})")
+    if p.element_shape and tuple(a.shape[p.ndim - len(p.element_shape):]) != tuple(p.element_shape):
+        raise ArrayMismatchError(f"{where}: expected {want}, got {given}")
+    if needs_grad and not a.requires_grad:
+        raise ValueError(f"{where}: the kernel uses this array's gradient: pass a tensor with requires_grad=True "
+                         f"(its .grad receives the gradient), got {given}")
+    if refuse_grad and a.requires_grad and a.is_leaf:
+        raise ValueError(f"{where}: this gradient kernel was compiled without a gradient for '{p.name}' (built ahead "
+                         f"of time with needs_grad=None), so the tensor's .grad would stay zero; annotate it "
+                         f"needs_grad=True (and rebuild), or pass a tensor without requires_grad")
+    on_device = _tensor_on_device(a, device, where, given)
+    if not on_device:  # a CPU tensor on a device with its own memory: copied in and out as numpy is
+        return Bound(host=a.detach().numpy())
+    data = a.detach()
+    contiguous = data.is_contiguous()
+    if not contiguous:
+        data = data.contiguous()
+        # the copy lives until the launch is queued (on CUDA, record_stream keeps its memory till the kernel is done)
+        after.append((lambda: a.detach().copy_(data)) if writes else (lambda: data))
+    grad_ptr = 0
+    if needs_grad:
+        grad = a.grad
+        if grad is None:
+            torch = sys.modules["torch"]
+            grad = a.grad = torch.zeros_like(a, memory_format=torch.contiguous_format)
+        if not grad.is_contiguous() or grad.dtype != a.dtype or grad.device != a.device:
+            raise ValueError(f"{where}: the tensor's .grad must be a C-contiguous tensor of its dtype on its device")
+        grad_ptr = grad.data_ptr()
+    if device.arch == "cuda":
+        _order_with_torch(device, after, data, a.grad if needs_grad else None)
+    # the launch code rebinds a cached tensor whose address changed (resize_, set_, .data =)
+    return Bound(data.data_ptr(), tuple(a.shape), grad_ptr, cacheable=contiguous and not needs_grad and device.arch == "cpu")
+
+
+def _wanted(p) -> str:
+    want = f"an ndarray of {p.dtype} with ndim={p.ndim}"
+    if p.element_shape:
+        want += f" ending in the element's axes {tuple(p.element_shape)}"
+    return want
+
+
+def _tensor_on_device(a, device, where: str, given: str) -> bool:
+    """Whether tensor `a`'s memory is `device`'s (else it is a CPU tensor that the launch copies
+    through the host); a tensor on another device is refused."""
+    kind = a.device.type
+    if device.arch == "cpu":
+        if kind != "cpu":
+            raise ArrayMismatchError(f"{where}: kernels on arch cpu take CPU tensors, got {given} "
+                                     f"(pass t.cpu(), or qd.init(arch=qd.cuda) for CUDA tensors)")
+        return True
+    if device.arch == "cuda" and kind == "cuda":
+        ordinal = cuda_ordinal(device)
+        if a.device.index != ordinal:
+            raise ArrayMismatchError(f"{where}: the runtime uses cuda:{ordinal}, got {given}")
+        return True
+    if kind == "cpu":
+        return False
+    raise ArrayMismatchError(f"{where}: kernels on arch {device.arch} take CPU tensors"
+                             f"{' or CUDA ones' if device.arch == 'cuda' else ''}, got {given}")
+
+
+def cuda_ordinal(device) -> int:
+    """The ordinal of the GPU a CUDA device runs on (as torch numbers them: both follow
+    CUDA_VISIBLE_DEVICES)."""
+    return int(device.device)
+
+
+def _bind_dlpack(meta, index: int, a, device) -> Bound:
+    view = host_view(a)
+    if view is not None:  # host memory: bound as the numpy array it is (numpy's rules, copies included)
+        return Bound(host=view)
+    where = argument_name(meta, index)
+    p = meta.params[index]
+    memory = dlpack_capsule.import_array(a, stream=qdc_stream(device) if device.arch == "cuda" else None)
+    if device.arch != "cuda" or memory.device != ("cuda", cuda_ordinal(device)):
+        raise ArrayMismatchError(f"{where}: kernels on arch {device.arch} cannot use an array on "
+                                 f"{memory.device[0]}:{memory.device[1]}")
+    if memory.dtype_name != p.dtype or len(memory.shape) != p.ndim:
+        raise ArrayMismatchError(f"{where}: expected {_wanted(p)}, got a DLPack array of "
+                                 f"{memory.dtype_name} with shape {memory.shape}")
+    if not memory.contiguous:
+        raise ValueError(f"{where}: the DLPack array is not C-contiguous, and a copy of it on the device could "
+                         f"not be written back: pass a contiguous array")
+    return Bound(memory.ptr, memory.shape, 0, host=None)
+
+
+# ---- CUDA: ordering with PyTorch's current stream -----------------------------------------------
+
+def qdc_stream(device) -> int:
+    return int(device.stream)
+
+
+_TORCH_STREAMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # device -> torch's view of its stream
+
+
+def _order_with_torch(device, after: list, *tensors) -> None:
+    """Make qdc's stream wait for PyTorch's current stream now, and PyTorch's current stream
+    wait for qdc's once the launch is queued (`after`; once per launch however many tensors)."""
+    torch = sys.modules["torch"]
+    ours = _TORCH_STREAMS.get(device)
+    if ours is None:
+        ours = _TORCH_STREAMS[device] = torch.cuda.ExternalStream(qdc_stream(device),
+                                                                  device=torch.device("cuda", cuda_ordinal(device)))
+    theirs = torch.cuda.current_stream(ours.device)
+    for t in tensors:
+        if t is not None:
+            t.record_stream(ours)
+    if not any(getattr(f, "joins_torch", False) for f in after):
+        ours.wait_stream(theirs)
+
+        def join():
+            theirs.wait_stream(ours)
+        join.joins_torch = True
+        after.append(join)

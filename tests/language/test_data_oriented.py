@@ -1,0 +1,65 @@
+"""@qd.data_oriented: kernels defined as methods take their instance as a template argument (its
+fields are the kernel's, its numbers compile-time values); two instances are two variants."""
+import numpy as np
+import pytest
+
+import qdc as qd
+
+
+@qd.data_oriented
+class Particles:
+    def __init__(self, n, drag):
+        self.x = qd.field(qd.f32, shape=n)
+        self.v = qd.Vector.field(2, qd.f32, shape=n)
+        self.drag = drag
+
+    @qd.kernel
+    def step(self, dt: qd.f32):
+        for i in self.x:
+            self.x[i] += dt * self.v[i].sum() * self.drag
+
+    @qd.kernel
+    def total(self) -> qd.f32:
+        s = 0.0
+        for i in self.x:
+            s += self.x[i]
+        return s
+
+
+def test_kernel_methods(arch, rng):
+    qd.init(arch=arch)
+    a, b = Particles(16, 0.5), Particles(8, 2.0)
+    va, vb = rng.standard_normal((16, 2)).astype(np.float32), rng.standard_normal((8, 2)).astype(np.float32)
+    a.v.from_numpy(va)
+    b.v.from_numpy(vb)
+    for _ in range(3):
+        a.step(0.1)
+        b.step(0.2)
+    np.testing.assert_allclose(a.x.to_numpy(), 3 * 0.1 * va.sum(1) * 0.5, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(b.x.to_numpy(), 3 * 0.2 * vb.sum(1) * 2.0, rtol=1e-5, atol=1e-6)
+    assert a.total() == pytest.approx(float(a.x.to_numpy().sum()), rel=1e-5, abs=1e-5)
+    assert Particles._data_oriented
+
+
+def test_instances_as_template_arguments(rng):
+    @qd.kernel
+    def scale(p: qd.template(), k: qd.f32):
+        for i in p.x:
+            p.x[i] *= k * p.drag
+
+    p = Particles(4, 3.0)
+    p.x.from_numpy(np.arange(4, dtype=np.float32))
+    scale(p, 2.0)
+    np.testing.assert_allclose(p.x.to_numpy(), np.arange(4) * 6.0)
+
+
+def test_options():
+    @qd.data_oriented(stable_members=True)
+    class Stable:
+        pass
+
+    assert Stable._qd_stable_members
+    with pytest.raises(NotImplementedError, match="template_primitives=False"):
+        qd.data_oriented(template_primitives=False)(type("Mutable", (), {}))
+    with pytest.raises(TypeError, match="decorates a class"):
+        qd.data_oriented(lambda: None)

@@ -1,0 +1,81 @@
+"""qd.simt where it cannot work: on the CPU (no blocks of threads), in kernels that need a
+derivative, and misused; each a located compile error naming the construct."""
+import numpy as np
+import pytest
+
+import qdc as qd
+from qdc.compiler.targets.base import TargetCannotExpress
+
+
+
+def assert_located(error, source: str, message: str) -> None:
+    """`error` is at the line holding `source`, in this file, and says `message`."""
+    text = str(error)
+    assert __file__.rstrip("c") in text and source in text and message in text, text
+    assert "internal compiler error" not in text
+
+
+@qd.kernel
+def subgroup_sum(x: qd.types.ndarray(qd.f32, ndim=1), y: qd.types.ndarray(qd.f32, ndim=1)):
+    qd.loop_config(block_dim=64)
+    for i in range(x.shape[0]):
+        y[i] = qd.simt.subgroup.reduce_all_add(x[i])
+
+
+@qd.kernel
+def block_barrier(x: qd.types.ndarray(qd.f32, ndim=1)):
+    qd.loop_config(block_dim=64)
+    for i in range(x.shape[0]):
+        qd.simt.block.sync()
+        x[i] = 1.0
+
+
+def test_the_cpu_refuses_block_level_code_at_its_line():
+    with pytest.raises(TargetCannotExpress) as e:
+        block_barrier(np.zeros(64, np.float32))
+    assert_located(e.value, "qd.simt.block.sync()", "qd.simt.block.sync() needs a GPU arch")
+    with pytest.raises(TargetCannotExpress) as e:
+        subgroup_sum(np.zeros(64, np.float32), np.zeros(64, np.float32))
+    assert_located(e.value, "qd.simt.subgroup.reduce_all_add(x[i])", "target 'cpu' runs no blocks of threads")
+
+
+def test_gradients_of_block_level_code_are_refused(vulkan_runtime):
+    x = qd.ndarray(qd.f32, shape=(64,), needs_grad=True)
+    y = qd.ndarray(qd.f32, shape=(64,), needs_grad=True)
+    with pytest.raises(qd.QdcCompileError) as e:
+        subgroup_sum.grad(x, y)
+    assert_located(e.value, "qd.simt.subgroup.reduce_all_add(x[i])", "which needs a gradient")
+
+
+@qd.kernel
+def shared_outside_a_loop(x: qd.types.ndarray(qd.f32, ndim=1)):
+    s = qd.simt.block.SharedArray((4,), qd.f32)
+    for i in range(x.shape[0]):
+        x[i] = s[0]
+
+
+@qd.kernel
+def shared_of_runtime_shape(x: qd.types.ndarray(qd.f32, ndim=1)):
+    for i in range(x.shape[0]):
+        s = qd.simt.block.SharedArray((x.shape[0],), qd.f32)
+        x[i] = s[0]
+
+
+@qd.kernel
+def block_dim_not_whole_subgroups(x: qd.types.ndarray(qd.f32, ndim=1)):
+    qd.loop_config(block_dim=12)
+    for i in range(x.shape[0]):
+        x[i] = qd.simt.block.reduce_add(x[i], 12, qd.f32)
+
+
+def test_misused_shared_arrays_and_block_sizes(vulkan_runtime):
+    x = np.zeros(64, np.float32)
+    with pytest.raises(qd.QdcCompileError) as e:
+        shared_outside_a_loop(x)
+    assert_located(e.value, "qd.simt.block.SharedArray((4,), qd.f32)", "must be made inside a parallel for loop")
+    with pytest.raises(qd.QdcCompileError) as e:
+        shared_of_runtime_shape(x)
+    assert_located(e.value, "qd.simt.block.SharedArray((x.shape[0],), qd.f32)", "compile-time int or tuple")
+    with pytest.raises(qd.QdcCompileError) as e:
+        block_dim_not_whole_subgroups(x)
+    assert_located(e.value, "qd.simt.block.reduce_add(x[i], 12, qd.f32)", "positive multiple of the subgroup size")

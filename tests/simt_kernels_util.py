@@ -1,0 +1,19 @@
+"""The block-level kernels of tests/language/test_simt.py compiled for an arch without its
+device (the compiler alone), for the target tests of every GPU arch."""
+import qdc as qd
+from qdc.compiler.driver import kernel as K
+from qdc.compiler.driver.options import Options
+
+import test_simt
+
+KERNELS = (test_simt.indices, test_simt.reverse_in_block, test_simt.exchanges, test_simt.subgroup_scans,
+           test_simt.block_scans, test_simt.publish)
+# Kernels whose values are all 32-bit (Metal has no 64-bit types; `exchanges` shuffles f64 and
+# ballots into a u64)
+KERNELS_32 = tuple(k for k in KERNELS if k is not test_simt.exchanges)
+
+
+def compile_simt(kernel, arch: str, **options):
+    qd.init(arch=qd.cpu)
+    k = kernel._primal
+    return K.compile_kernel(k.fn, k.params, Options(arch=arch, **options), arch=arch)

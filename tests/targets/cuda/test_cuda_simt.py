@@ -1,0 +1,25 @@
+"""qd.simt on CUDA (compiler/targets/cuda/simt.py), compiled without a GPU: the PTX has the
+block-level instructions and ptxas assembles it."""
+import pytest
+
+from qdc.compiler.targets.cuda import toolkit
+
+from simt_kernels_util import KERNELS, compile_simt
+import test_simt
+
+
+@pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: k._primal.fn.__name__)
+def test_ptx_assembles(kernel):
+    ptx = compile_simt(kernel, "cuda").artifacts["ptx"].decode()
+    if toolkit.ptxas_path() is None:
+        pytest.skip(f"ptxas not installed (pip install {toolkit.PACKAGE}): PTX generated but not assembled")
+    toolkit.assemble(ptx, toolkit.assembling_gpu("sm_70"))
+
+
+def test_ptx_has_the_block_level_instructions():
+    shared = compile_simt(test_simt.reverse_in_block, "cuda").artifacts["ptx"].decode()
+    assert "bar.sync" in shared and ".shared" in shared and "st.shared" in shared
+    exchanges = compile_simt(test_simt.exchanges, "cuda").artifacts["ptx"].decode()
+    for instruction in ("shfl.sync.idx", "shfl.sync.up", "shfl.sync.down", "vote.sync.ballot", "%laneid"):
+        assert instruction in exchanges, instruction
+    assert "membar.gl" in compile_simt(test_simt.publish, "cuda").artifacts["ptx"].decode()
