@@ -87,6 +87,8 @@ def __getattr__(name):
         return _compiler_module("qdc.compiler.jit.aot", name)
     if name == "simt":  # qd.simt.block, qd.simt.subgroup, qd.simt.grid, qd.simt.warp
         return _compiler_module("qdc.compiler.language.simt", name)
+    if name == "graph":  # qd.graph.do_while
+        return _compiler_module("qdc.compiler.language.graph", name)
     if name == "math":  # qd.math.vec3, qd.math.dot, ...
         return _compiler_module("qdc.compiler.language.mathlib", name)
     if name in ("Vector", "Matrix", "zero"):

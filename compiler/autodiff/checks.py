@@ -40,7 +40,13 @@ def refuse_block_level(k: ir.KernelIR, what: str) -> None:
     """Block-level code (qd.simt) has no derivative here: the reverse sweep replays a thread's
     iterations on their own, so its barriers would no longer meet, and the adjoint of a
     subgroup exchange is the reverse exchange among lanes that no longer run together."""
+    if k.graph_loops:
+        raise error(k.loc, f"qd.graph.do_while cannot be used in kernel '{k.name}', which needs {what}: its "
+                           f"loop is replayed from the host, which the derivative does not follow")
     for s in ir.walk(k.body):
+        if isinstance(s, ir.GraphDoWhile):
+            raise error(s.loc, f"qd.graph.do_while cannot be used in kernel '{k.name}', which needs {what}: its "
+                               f"loop is replayed from the host, which the derivative does not follow")
         if ir.simt_construct(s) is not None:
             raise error(s.loc, f"{ir.simt_construct(s)} cannot be used in kernel '{k.name}', which needs {what}: "
                                f"block-level code (qd.simt) is not differentiated; compute the gradient in a "
