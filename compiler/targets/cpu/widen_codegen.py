@@ -36,7 +36,7 @@ class TaskChoice:
         found = plan(task)
         self.plan: WidenPlan | None = found if isinstance(found, WidenPlan) else None
         self.reason = None if self.plan else found
-        self.lanes = tuple(lanes_for(vector_bits(level), self.plan.float_bits, self.plan.registers)
+        self.lanes = tuple(lanes_for(vector_bits(level), self.plan.float_bits, self.plan.registers, self.plan.lane_cap)
                            for level in levels) if self.plan else ()
         self.level_names = tuple(level.name for level in levels)
 
