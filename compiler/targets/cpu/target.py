@@ -57,8 +57,9 @@ class CpuTarget(LlvmTarget):
         return builder.zext(builder.call(thread_num, []), ll.IntType(64))
 
     def warm_up(self) -> None:
-        from .codegen import cpu_levels, _target_machine
+        from .codegen import _target_machine
         from .isa_levels import PORTABLE
+        from .platforms import cpu_levels
         _target_machine(3)  # LLVM's native target, and the triple's data layout every module takes
         cpu_levels(PORTABLE)
 

@@ -88,6 +88,9 @@ class WidenPlan:
         self.registers = REGISTERS_PER_STEP  # W is this many vector registers' worth of lanes (`_size_lanes`)
         self.registers_reason: str | None = None  # why fewer than REGISTERS_PER_STEP, for `qdc inspect`
         self.lane_cap: int | None = None  # the most lanes worth running (a short constant range)
+        # Widened for its gathers alone (no inner loop): at an ISA level without gather
+        # instructions the scalar code is as fast and far less code (widen_codegen.py)
+        self.gathers_only = False
 
 
 def plan(task: ir.Task) -> WidenPlan | str:
@@ -148,6 +151,7 @@ def _size_lanes(task: ir.Task, p: WidenPlan, has_inner_loop: bool) -> None:
     per_lane = gathers + atomics
     widest = lanes_for(512, p.float_bits) // REGISTERS_PER_STEP  # lanes of one register, widest level
     registers = REGISTERS_PER_STEP if has_inner_loop else 1
+    p.gathers_only = not has_inner_loop
     while registers > 1 and registers * widest * per_lane > LANE_OPERATION_BUDGET:
         registers //= 2
     trips = _constant_row(task)

@@ -93,7 +93,9 @@ def test_lanes_by_what_the_task_does(tmp_path, monkeypatch):
     assert short["lanes"] == 16 and "the range has 16 iterations" in short["lanes_reason"]
     assert _launch(module, "short_chain", "x86-64-v2")["lanes"] == 16  # still 4 SSE registers
     portable = _launch(module, "gather", "portable")  # the most lanes of any level: x86-64-v4's
-    assert portable["lanes"] == 16
+    assert portable["lanes"] == 16 and "scalar code at x86-64-v2 (no gathers)" in portable["lanes_reason"]
+    lowest = _launch(module, "gather", "x86-64-v2")  # no gather instructions: the scalar code
+    assert "lanes" not in lowest and "no gather instructions" in lowest["scalar"]
 
 
 def test_narrower_lanes_compute_what_numpy_does(tmp_path, monkeypatch, rng):
