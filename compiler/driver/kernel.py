@@ -141,14 +141,26 @@ def build_meta(kir: ir.KernelIR, entry: str, is_grad: bool = False, adstack: dic
     return KernelMeta(
         kir.name, entry,
         [ParamMeta(getattr(p, "argument", p.name), p.kind, p.dtype.name, p.ndim or 0, _needs_grad_meta(p, i, grads),
-                   i in written, p.element_shape)  # an element of a vector parameter: named as the parameter
+                   i in written, p.element_shape,  # an element of a vector parameter: named as the parameter
+                   layout=getattr(p, "layout", None) if p.kind == "ndarray" else None)  # a struct leaf's is its struct's
          for i, p in enumerate(kir.params)],
         [FieldMeta(f.name, f.dtype.name, f.shape, f.is_grad) for f in kir.fields],
         task_records(kir, entry, adstack, launch_policy),
         kir.num_temps, is_grad, adstack, bounds_checks.records(kir) if debug else None,
         returns=kir.returns, random=any(isinstance(s, ir.RandomState) for s in ir.walk(kir.body)),
         messages=kir.messages, structs=struct_layouts(kir.params), members=kir.members,
-        signature=kir.signature if kir.members else None)
+        signature=kir.signature if kir.members else None,
+        graph_loops=_graph_loop_records(kir))
+
+
+def _graph_loop_records(kir: ir.KernelIR) -> list:
+    """[first task, end task, flag parameter] of each qd.graph.do_while loop that kept a task."""
+    records = []
+    for loop, flag in enumerate(kir.graph_loops):
+        inside = [i for i, t in enumerate(kir.tasks) if loop in t.graph_loops]
+        if inside:
+            records.append([inside[0], inside[-1] + 1, flag])
+    return records
 
 
 def _needs_grad_meta(p: ir.Param, index: int, grads: set | None):
@@ -333,7 +345,7 @@ def dual_params(args, kwargs, key: tuple, params: list) -> tuple[tuple, list]:
             has_dual = None if p.dtype.is_float else False
         else:
             has_dual = isinstance(a, Ndarray) and a.dual is not None and p.dtype.is_float
-        out[i] = ir.Param(p.name, p.kind, p.dtype, p.ndim, has_dual, p.element_shape)
+        out[i] = ir.Param(p.name, p.kind, p.dtype, p.ndim, has_dual, p.element_shape, p.layout)
         duals.append(has_dual)
     return (key, tuple(duals)), out
 

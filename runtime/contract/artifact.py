@@ -190,12 +190,16 @@ class ParamMeta:
     as True. `element_shape`: an ndarray of vectors/matrices has it as its last axes (counted in
     `ndim`); a scalar record with one is an element of a vector/matrix parameter (see the module
     docstring); the record's 7th entry, absent otherwise."""
-    __slots__ = ("name", "kind", "dtype", "ndim", "needs_grad", "writes", "element_shape", "slot")
+    __slots__ = ("name", "kind", "dtype", "ndim", "needs_grad", "writes", "element_shape", "slot", "layout")
 
-    def __init__(self, name, kind, dtype, ndim=0, needs_grad=False, writes=True, element_shape=(), slot=0):
+    def __init__(self, name, kind, dtype, ndim=0, needs_grad=False, writes=True, element_shape=(), slot=0,
+                 layout=None):
         self.name, self.kind, self.dtype, self.ndim = name, kind, dtype, ndim
         self.needs_grad, self.writes, self.slot = needs_grad, writes, slot
         self.element_shape = tuple(element_shape)
+        # an ndarray stored with its axes permuted (KernelMeta "layouts"): the storage order of its
+        # own axes, which the kernel was compiled for; its shape words are in that order
+        self.layout = None if layout is None else tuple(layout)
 
     @property
     def words(self) -> int:
@@ -278,8 +282,10 @@ class KernelMeta:
                  num_temps: int = 0, is_grad: bool = False, adstack: dict | None = None,
                  debug_checks: list | None = None, cpu_libraries: list | None = None, returns: dict | None = None,
                  random: bool = False, messages: list | None = None, structs: dict | None = None,
-                 members: dict | None = None, signature: list | None = None):
+                 members: dict | None = None, signature: list | None = None, graph_loops: list | None = None):
         self.name, self.entry = name, entry
+        # qd.graph.do_while loops: [first task, end task, flag parameter] each (see the docstring)
+        self.graph_loops = graph_loops or []
         self.members = members or {}  # parameter -> the path it is read from (see the module docstring)
         self.signature = list(signature) if signature is not None else None  # with members: the arguments
         self.structs = structs or {}  # struct parameter -> its layout (see the module docstring)
@@ -353,6 +359,11 @@ class KernelMeta:
         if self.members:  # absent without dataclass parameters: such metadata reads as before
             d["members"] = self.members
             d["signature"] = self.signature
+        layouts = [[i, list(p.layout)] for i, p in enumerate(self.params) if p.layout is not None]
+        if layouts:  # absent without arrays stored with permuted axes: such metadata reads as before
+            d["layouts"] = layouts
+        if self.graph_loops:  # absent without qd.graph.do_while: such metadata reads as before
+            d["graph_loops"] = self.graph_loops
         return d
 
     @classmethod
@@ -360,13 +371,17 @@ class KernelMeta:
         """Rebuild from a dict that may come from a cache file: every value is checked
         (ValueError on anything malformed) so bad metadata fails here, not at launch."""
         check_kernel_meta(d)
+        params = [ParamMeta(*p) for p in d["params"]]
+        for i, layout in d.get("layouts", []):
+            params[i].layout = tuple(layout)
         return cls(d["name"], d["entry"],
-                   [ParamMeta(*p) for p in d["params"]],
+                   params,
                    [FieldMeta(*f) for f in d["fields"]],
                    [TaskMeta.from_dict(t) for t in d["tasks"]],
                    d["num_temps"], d["is_grad"], d.get("adstack") or {}, d.get("debug_checks") or [],
                    d.get("cpu_libraries") or [], d.get("returns"), d.get("random", False),
-                   d.get("messages") or [], d.get("structs") or {}, d.get("members") or {}, d.get("signature"))
+                   d.get("messages") or [], d.get("structs") or {}, d.get("members") or {}, d.get("signature"),
+                   d.get("graph_loops") or [])
 
 
 # ---- records ------------------------------------------------------------------------------
@@ -429,6 +444,17 @@ def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+def _check_layouts(layouts, params) -> None:
+    """Each entry: [index of an ndarray parameter, a permutation of its own (non-element) axes]."""
+    _need(isinstance(layouts, list), "layouts")
+    for entry in layouts:
+        _need(isinstance(entry, list) and len(entry) == 2 and _is_int(entry[0]) and 0 <= entry[0] < len(params)
+              and params[entry[0]][1] == "ndarray" and isinstance(entry[1], list), f"layout entry {entry!r:.60}")
+        p = params[entry[0]]
+        own = p[3] - (len(p[6]) if len(p) == 7 else 0)
+        _need(sorted(a for a in entry[1] if _is_int(a)) == list(range(own)), f"layout of parameter {p[0]!r}")
+
+
 def check_kernel_meta(d) -> None:
     _need(isinstance(d, dict), "kernel meta is not a map")
     _need(isinstance(d.get("name"), str) and _IDENT.match(d["name"]), "kernel name")
@@ -455,6 +481,7 @@ def check_kernel_meta(d) -> None:
               f"element shape of parameter {p[0]!r}")
     _check_arguments(d["params"], structs)
     _check_members(d.get("members", {}), d["params"], d.get("signature"))
+    _check_layouts(d.get("layouts", []), d["params"])
     for f in _list(d, "fields", 4):
         check_field(f[0], f[1], f[2], module_attribute=False)
         _need(isinstance(f[3], bool), f"field {f[0]!r}")
@@ -476,6 +503,24 @@ def check_kernel_meta(d) -> None:
         check_cpu_library_record(i, r)
     if "returns" in d:
         check_returns_record(d, d["returns"])
+    _check_graph_loops(d)
+
+
+def _check_graph_loops(d: dict) -> None:
+    """Each qd.graph.do_while record [first, end, flag]: a non-empty run of the kernel's tasks
+    and a 0-d i32 ndarray parameter; two loops are disjoint or one holds the other."""
+    loops = d.get("graph_loops", [])
+    _need(isinstance(loops, list) and len(loops) <= MAX_TASKS, "graph_loops")
+    params = d["params"]
+    for r in loops:
+        _need(isinstance(r, list) and len(r) == 3 and all(_is_int(v) for v in r)
+              and 0 <= r[0] < r[1] <= len(d["tasks"]) and 0 <= r[2] < len(params)
+              and params[r[2]][1] == "ndarray" and params[r[2]][2] == "i32" and params[r[2]][3] == 0,
+              f"graph_loops record {r!r:.60}")
+    for a in loops:
+        for b in loops:
+            _need(a[1] <= b[0] or b[1] <= a[0] or (a[0] <= b[0] and b[1] <= a[1]) or (b[0] <= a[0] and a[1] <= b[1]),
+                  "graph_loops overlap")
 
 
 MAX_MESSAGES = 1 << 16  # print, assert and debug-check messages of one kernel
