@@ -238,7 +238,8 @@ _TORCH_STREAMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # devic
 
 def _order_with_torch(device, after: list, *tensors) -> None:
     """Make qdc's stream wait for PyTorch's current stream now, and PyTorch's current stream
-    wait for qdc's once the launch is queued (`after`; once per launch however many tensors)."""
+    wait for qdc's once the launch is queued (first in `after`, before any write-back of a copy
+    that torch queues; once per launch however many tensors)."""
     torch = sys.modules["torch"]
     ours = _TORCH_STREAMS.get(device)
     if ours is None:
@@ -254,4 +255,4 @@ def _order_with_torch(device, after: list, *tensors) -> None:
         def join():
             theirs.wait_stream(ours)
         join.joins_torch = True
-        after.append(join)
+        after.insert(0, join)
