@@ -13,7 +13,7 @@ import sys
 
 from qdc.runtime.contract import arches as _arches
 from qdc.runtime.contract.errors import (AdStackOverflowError, CacheError, DeviceLostError,  # noqa: F401
-                                       QdcCompileError, QdcError)
+                                       KernelNotPrebuiltError, QdcCompileError, QdcError)
 from qdc.runtime.fields import Field, Ndarray, field, ndarray  # noqa: F401
 from qdc.runtime.contract.types import f16, f32, f64, i8, i16, i32, i64, u1, u8, u16, u32, u64  # noqa: F401
 

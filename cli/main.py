@@ -1,4 +1,4 @@
-"""The `qdc` command (docs/api.md): build, ls, inspect, verify, clean, pack, merge, push, pull.
+"""The `qdc` command (docs/api.md): build, record, ls, inspect, verify, clean, pack, merge, push, pull.
 
 Exit codes: 0 success, 1 a build or verify failure, 2 a usage error. Options come from flags,
 then `qdc.yaml` / `[tool.qdc]` in pyproject.toml (nearest to the working folder), then
@@ -110,13 +110,17 @@ class _BuildCommand(click.Command):
 
 
 @cli.command(cls=_BuildCommand)
-@click.argument("paths", nargs=-1, required=True)
+@click.argument("paths", nargs=-1)
+@click.option("--manifest", "manifest", metavar="FILE",
+              help="Build exactly the kernel variants of a manifest recorded by `qdc record` (instead of PATHS).")
 @click.option("--cache", "cache_dir", help=f"Cache folder to write. Default: {DEFAULT_CACHE}.")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), help="Compile in N processes. Default: CPU count.")
 @click.option("--force", is_flag=True, help="Recompile even kernels whose entries are cached.")
 @click.option("--shard", metavar="K/N", help="Build only shard K of N (a stable split of kernel x arch).")
 @click.option("--remote", "remote_url", metavar="URL", help=REMOTE_HELP)
 @click.option("-v", "--verbose", is_flag=True, help="Name each cache hit too, not only each kernel compiled.")
+@click.option("--timings", "show_timings", is_flag=True,
+              help="Print where each kernel's build time went, per phase and arch, largest kernels first.")
 @click.option("--opt-level", type=click.IntRange(0, 3), help="LLVM optimisation level (default 3).")
 @click.option("--fast-math/--no-fast-math", default=None, help="Allow float reassociation (default off).")
 @click.option("--debug/--no-debug", default=None, help="Bounds checks on every global access.")
@@ -125,30 +129,70 @@ class _BuildCommand(click.Command):
 @click.option("--ad-stack-size", type=click.IntRange(min=0), help="Force N adstack slots (0: sized by the compiler).")
 @click.option("--default-ad-stack-size", type=click.IntRange(min=1), help="Fallback adstack capacity (256).")
 @click.option("--ad-stack-strict/--no-ad-stack-strict", default=None, help="Unsized adstacks are errors.")
-def build(paths, arch, cache_dir, jobs, force, verbose, shard, remote_url, **flags):
-    """Compile every kernel in PATHS (.py files or folders) into the cache."""
+def build(paths, manifest, arch, cache_dir, jobs, force, verbose, shard, remote_url, show_timings, **flags):
+    """Compile every kernel in PATHS (.py files or folders), or every kernel variant of a
+    manifest (--manifest FILE), into the cache."""
     from qdc.compiler.driver import build as build_mod
     from qdc.compiler.driver.options import ConfigError, resolve
+    if bool(paths) == bool(manifest):
+        raise click.UsageError("give kernel PATHS or --manifest FILE (one of them)")
     source, file_values = _config()
     file_values = dict(file_values)
-    arch_spec = arch or file_values.pop("arch", None) or "cpu"
+    # a manifest builds the arches it recorded unless told otherwise
+    arch_spec = arch or file_values.pop("arch", None) or (None if manifest else "cpu")
     file_values.pop("arch", None)
     remote_url = remote_url or os.environ.get("QDC_REMOTE") or file_values.get("remote")
     file_values.pop("remote", None)
     cache_dir = cache_dir or file_values.get("cache_dir") or DEFAULT_CACHE
     try:
         opts = resolve(flags, file_values, source or "configuration file")
-        arches = build_mod.resolve_arches(arch_spec)
+        arches = None if arch_spec is None else build_mod.resolve_arches(arch_spec)
         shard = build_mod.parse_shard(shard)
         # `all` means every arch that can express each kernel: the others skip it (an arch named
         # explicitly must build every kernel)
-        report = build_mod.build(list(paths), arches, opts, cache_dir, jobs or os.cpu_count() or 1, force,
-                                 log=lambda text: click.echo(text, err=True), out=click.echo, verbose=verbose,
-                                 skip_unexpressible=build_mod.means_every_arch(arch_spec), shard=shard,
-                                 remote=remote_url)
+        how = dict(log=lambda text: click.echo(text, err=True), out=click.echo, verbose=verbose,
+                   skip_unexpressible=arch_spec is not None and build_mod.means_every_arch(arch_spec), shard=shard,
+                   remote=remote_url, show_timings=show_timings)
+        if manifest:
+            from qdc.compiler.manifest.building import build_manifest
+            report = build_manifest(manifest, arches, opts, cache_dir, jobs or os.cpu_count() or 1, force, **how)
+        else:
+            report = build_mod.build(list(paths), arches, opts, cache_dir, jobs or os.cpu_count() or 1, force, **how)
     except (ConfigError, build_mod.BuildUsageError) as e:
         raise click.UsageError(str(e)) from None
     sys.exit(0 if report.ok else 1)
+
+
+# ---- record ------------------------------------------------------------------------------------
+
+@cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("-o", "--output", "output", metavar="FILE", required=True, help="The manifest to write.")
+@click.option("--append", is_flag=True, help="Merge into FILE instead of starting it afresh.")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def record(output, append, command):
+    """Run COMMAND (after --) and write a manifest of every kernel variant it compiled or loaded,
+    for `qdc build --manifest FILE`. Processes COMMAND starts record into FILE too."""
+    import subprocess
+    from qdc.compiler.manifest import manifest_file
+    from qdc.compiler.manifest.recording import RECORD_VARIABLE
+    path = os.path.abspath(output)
+    if os.path.isdir(path):
+        raise click.UsageError(f"{output} is a folder: -o takes the manifest file to write")
+    try:
+        if append and os.path.exists(path):
+            manifest_file.read(path)  # refuse to merge into something that is not a manifest
+        else:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(manifest_file.dumps([]))
+    except (OSError, manifest_file.ManifestError) as e:
+        raise click.UsageError(str(e)) from None
+    try:
+        code = subprocess.call(list(command), env={**os.environ, RECORD_VARIABLE: path})
+    except OSError as e:
+        _fail(f"cannot run {command[0]}: {e}")
+    entries = manifest_file.read(path)
+    click.echo(f"qdc record: {len(entries)} kernel variants in {output}", err=True)
+    sys.exit(code)
 
 
 # ---- ls / inspect --------------------------------------------------------------------------------

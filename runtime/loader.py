@@ -23,6 +23,7 @@ from .devices.cpu.device import LibraryLoadError, host_libraries
 from .fields import ElementType, Field, StructField
 from .kernel_function import KernelFunction
 from .launcher import make_launcher
+from .member_arguments import member_launcher
 from .remote import is_remote, read_through
 from .contract.types import by_name
 
@@ -83,7 +84,9 @@ class LoadedKernel(KernelFunction):
         self.__name__ = name
         self._entry, self._fields, self._arch = entry, fields, arch
         self._skipped = skipped or {}  # variant -> why `qdc build --arch all` skipped it
-        super().__init__(name, [a.name for a in entry.meta.arguments],
+        # a kernel that reads members off its arguments (dataclass parameters) takes those arguments
+        self._members = bool(entry.meta.members)
+        super().__init__(name, entry.meta.signature if self._members else [a.name for a in entry.meta.arguments],
                          {"grad": grad.function if grad is not None else self._no_grad,
                           "forward_ad": forward_ad.function if forward_ad is not None else self._no_forward_ad})
         self._forward_ad = forward_ad
@@ -102,9 +105,13 @@ class LoadedKernel(KernelFunction):
             raise LibraryLoadError(f"{self._library_where()}: {e}") from None
         # Built ahead of time: an adstack overflow's remedy is a rebuild, not qd.init options.
         hooks = launch_hooks(meta, prebuilt=True) if meta.adstack.get("stacks") else None
-        launch = make_launcher(meta, rt.device, loaded, self._fields, hooks=hooks, function=self.function)
-        state = launch.__qdc_launcher__
-        self.launch_directly(state.fast_code)
+        if self._members:  # the launch reads the members first: it goes through member_launcher
+            launch = make_launcher(meta, rt.device, loaded, self._fields, hooks=hooks)
+            state = _MemberState(member_launcher(meta, launch.__qdc_launcher__.launch, meta.signature))
+        else:
+            launch = make_launcher(meta, rt.device, loaded, self._fields, hooks=hooks, function=self.function)
+            state = launch.__qdc_launcher__
+            self.launch_directly(state.fast_code)
         self._state = (rt.generation, state)
         return state
 
@@ -126,7 +133,8 @@ class LoadedKernel(KernelFunction):
             args, _ = forward_mode.dual_arguments(fwd._entry.meta, args, None)
             return fwd._current().launch(*args)
         state = self._current()
-        self.launch_directly(state.fast_code)  # back from a FwdMode or Tape, or loaded on a new runtime
+        if state.fast_code is not None:
+            self.launch_directly(state.fast_code)  # back from a FwdMode or Tape, or loaded on a new runtime
         return state.launch(*args)
 
     def _no_forward_ad(self, *args, **kwargs):
@@ -143,6 +151,16 @@ class LoadedKernel(KernelFunction):
 
     def __repr__(self):
         return f"<qdc loaded kernel {self.__name__} ({self._arch})>"
+
+
+class _MemberState:
+    """The launcher state of a kernel reading members (runtime/member_arguments.py): its calls
+    go through the stub, which launches through the member reads."""
+    __slots__ = ("launch",)
+    fast_code = None
+
+    def __init__(self, launch):
+        self.launch = launch
 
 
 class SkippedKernel:

@@ -32,7 +32,7 @@ from qdc.runtime.contract.python_scope import scope_types
 from qdc.runtime import remote as remote_mod
 
 from . import cache_key, options as options_mod
-from .. import targets
+from .. import targets, timings
 from ..jit.aot import Instantiation
 from ..jit.kernel import Kernel, kernel_of
 from ..jit.offline_cache import store
@@ -80,6 +80,7 @@ class ModuleSource:
     reached: list = dataclasses.field(default_factory=list)  # fields its kernels reach (any module)
     structs: dict = dataclasses.field(default_factory=dict)  # global name -> struct field (its members are fields)
     error: str | None = None
+    record: bool = True  # write module records (a manifest build adds entries only: compiler/manifest/building.py)
 
 
 def load_sources(files: list[str], opts) -> list[ModuleSource]:
@@ -128,8 +129,9 @@ def _load_sources(files: list[str]) -> list[ModuleSource]:
 
 
 def _has_templates(kernel: Kernel) -> bool:
+    """Template and dataclass parameters: built as the instantiations a module declares."""
     try:
-        return kernel.template_params is not None
+        return kernel.template_params is not None or bool(kernel.dataclass_names)
     except QdcCompileError:  # a bad annotation: the kernel's job reports it
         return False
 
@@ -187,7 +189,7 @@ def _options_for(opts, arch):
 
 
 def _params_for_aot(kernel: Kernel, opts):
-    params = kernel.params_for(opts)
+    params = [p for p in kernel.params_for(opts) if p.kind != "dataclass"]  # instantiated: their members
     for p in params:
         if p.kind == "ndarray" and (p.dtype is None or p.ndim is None or None in p.element_shape):
             code = kernel.fn.__code__
@@ -205,32 +207,66 @@ def _variant_params(params: list, variant: str) -> list:
 
 def _templates_of(kernel):
     """The bound template arguments of an instantiation (`qd.aot.instantiate`), else None."""
-    return kernel.templates if isinstance(kernel, Instantiation) else None
+    return kernel.build_templates() if isinstance(kernel, Instantiation) else None
+
+
+def _job_options(kernel, opts, arch: str):
+    """The options a kernel is built with for `arch`: a manifest entry's own code options over
+    the build's (compiler/manifest/building.py, ManifestKernel)."""
+    own = getattr(kernel, "options_over", None)
+    return _options_for(own(opts) if own is not None else opts, arch)
+
+
+def _job_params(kernel, opts, variant: str) -> list:
+    """The parameters of `variant` as built: a manifest entry's as they were recorded, else the
+    annotations' (`_params_for_aot`)."""
+    recorded = getattr(kernel, "recorded_params", None)
+    if recorded is not None:
+        return recorded(opts)
+    return _variant_params(_params_for_aot(kernel, opts), variant)
 
 
 def run_job(src: ModuleSource, job: Job, opts, cache: Cache, force: bool) -> dict:
     """Compile one kernel variant and store it: {"status": "built"|"failed", "key", "error", "seconds"}."""
     t0 = time.perf_counter()
     kernel = src.kernels[job.kernel]
-    arch_opts = _options_for(opts, job.arch)
+    spent = timings.KernelTimings()
     try:
-        params = _variant_params(_params_for_aot(kernel, arch_opts), job.variant)
-        templates = _templates_of(kernel)
-        deps = cache_key.kernel_key(kernel.fn, params, arch_opts, job.arch, job.variant, templates)
+        with timings.recording(spent):
+            with timings.phase("cache key"):
+                arch_opts = _job_options(kernel, opts, job.arch)
+                params = _job_params(kernel, arch_opts, job.variant)
+                templates = _templates_of(kernel)
+                deps = cache_key.kernel_key(kernel.fn, params, arch_opts, job.arch, job.variant, templates)
         compiled = compile_recording_warnings(kernel.fn, params, arch_opts, job.arch, job.variant, templates)
-        try:
-            stored = store(cache, deps, compiled, kernel.fn, job.arch, job.variant, arch_opts, replace=force,
-                           raise_errors=True)
-        except OSError as e:
-            raise CacheWriteError(f"cannot write its cache entry in {cache.root}: {e.strerror or e}") from None
+        _check_members_buildable(compiled.meta)
+        for name, (wall, cpu) in compiled.timings.phases.items():
+            spent.add(name, wall, cpu)
+        with timings.recording(spent), timings.phase("cache write"):
+            try:
+                stored = store(cache, deps, compiled, kernel.fn, job.arch, job.variant, arch_opts, replace=force,
+                               raise_errors=True)
+            except OSError as e:
+                raise CacheWriteError(f"cannot write its cache entry in {cache.root}: {e.strerror or e}") from None
         if not stored:
             raise RuntimeError("the kernel reaches a field through an expression the cache key cannot follow "
                                "(bind the field to a module-level name)")
-        return {"status": "built", "key": deps.key, "seconds": time.perf_counter() - t0}
+        return {"status": "built", "key": deps.key, "seconds": time.perf_counter() - t0,
+                "timings": spent.to_wire()}
     except TargetCannotExpress as e:  # skipped by `--arch all`, a failure otherwise (`_Outcome`)
         return {"status": CANNOT_EXPRESS, "error": str(e), "reason": f"{e.filename}:{e.line}:{e.col}: {e.raw_message}"}
     except Exception as e:  # noqa: BLE001  (reported per kernel; the build goes on)
         return {"status": "failed", "error": _job_error(src, job, e)}
+
+
+def _check_members_buildable(meta) -> None:
+    """A built kernel reads members only off its own arguments: an array inside a template
+    argument exists only in the building process."""
+    for name, path in meta.members.items():
+        if path[0] not in (meta.signature or ()):
+            raise RuntimeError(f"it reads the array {'.'.join(map(str, path))} inside template argument "
+                               f"'{path[0]}', which a built kernel cannot take: pass the array as an ndarray "
+                               f"parameter (or inside a dataclass parameter) to build it ahead of time")
 
 
 CANNOT_EXPRESS = "cannot_express"  # a job's status before the build decides: skipped or failed
@@ -264,10 +300,13 @@ class BuildReport:
     modules: int = 0
     seconds: float = 0.0
     errors: list = dataclasses.field(default_factory=list)
+    stale: list = dataclasses.field(default_factory=list)  # manifest entries the program no longer matches
+    # (kernel variant, arch, compiler/timings.KernelTimings) of each variant compiled
+    timings: list = dataclasses.field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return self.failed == 0 and not self.errors
+        return self.failed == 0 and not self.errors and not self.stale
 
 
 def means_every_arch(spec) -> bool:
@@ -319,7 +358,8 @@ def shard_units(units: list[tuple], shard: tuple[int, int] | None) -> set:
 
 def build(paths, arches, opts, cache_dir: str, jobs: int = 1, force: bool = False,
           log=None, out=None, verbose: bool = False, skip_unexpressible: bool = False,
-          shard: tuple[int, int] | None = None, remote: str | None = None) -> BuildReport:
+          shard: tuple[int, int] | None = None, remote: str | None = None,
+          show_timings: bool = False) -> BuildReport:
     """Build every kernel under `paths` for `arches` into `cache_dir`. `log(text)` gets errors
     (default: stderr); `out(text)` a numbered line per kernel variant compiled (`verbose`: a
     line per cache hit too) and the summary (default: stdout). `skip_unexpressible` (`--arch
@@ -328,7 +368,8 @@ def build(paths, arches, opts, cache_dir: str, jobs: int = 1, force: bool = Fals
     build only shard K's kernels (`shard_units`); the module records name every kernel's entry
     and are complete once the shards' caches are merged. `remote`: a store URL (runtime/remote.py)
     where misses are looked up before compiling and where built entries, then complete module
-    records, are uploaded."""
+    records, are uploaded. `show_timings` (`--timings`): before the summary, where each kernel
+    variant compiled spent its time, per phase (compiler/timings.py), largest first."""
     log = log or (lambda text: print(text, file=sys.stderr, flush=True))
     out = out or (lambda text: print(text, flush=True))
     t0 = time.perf_counter()
@@ -344,7 +385,7 @@ def build(paths, arches, opts, cache_dir: str, jobs: int = 1, force: bool = Fals
     finally:
         _forget_modules(imported_before, files)  # a later build in this process imports afresh
     report.seconds = time.perf_counter() - t0
-    out(_summary(report, arches))
+    print_summary(report, arches, out, show_timings)
     return report
 
 
@@ -405,6 +446,9 @@ def _build_sources(sources, files, arches, opts, cache: Cache, jobs: int, force:
         if result["status"] == CANNOT_EXPRESS:
             result = {**result, "status": "skipped" if skip_unexpressible else "failed"}
         results[_job_id(job)] = result
+        if "timings" in result:
+            report.timings.append((_variant_name(job.module, job.kernel, job.variant), job.arch,
+                                   timings.KernelTimings(result["timings"])))
         progress.step(job, result)
 
     def here(job: Job) -> dict:
@@ -429,7 +473,7 @@ def _build_sources(sources, files, arches, opts, cache: Cache, jobs: int, force:
     for src in by_name.values():
         if src.kernels or src.fields:
             report.modules += 1
-            for arch in arches:
+            for arch in arches if src.record else ():
                 _write_module_record(cache, src, arch, results, report, log)
     if remote is not None:
         problem = _push(remote, cache, by_name, arches, results, log)
@@ -473,7 +517,7 @@ def _plan(src: ModuleSource, arches, opts, cache: Cache, force: bool, results: d
     todo = []
     for name, kernel in src.kernels.items():
         for arch in arches:
-            keys, fields = _variant_keys(kernel, _options_for(opts, arch), arch)
+            keys, fields = _variant_keys(kernel, _job_options(kernel, opts, arch), arch)
             src.reached += fields
             for variant in keys or ["forward"]:
                 job = Job(src.name, name, variant, arch)
@@ -506,8 +550,12 @@ def _variant_keys(kernel: Kernel, opts, arch: str) -> tuple[dict, list]:
     the kernel touches needs_grad data. Empty if the key cannot be computed: the job then
     compiles and reports the real error."""
     try:
-        params = _params_for_aot(kernel, opts)
         templates = _templates_of(kernel)
+        variant = getattr(kernel, "variant", None)
+        if variant is not None:  # a manifest entry: exactly the variant it names
+            deps = cache_key.kernel_key(kernel.fn, _job_params(kernel, opts, variant), opts, arch, variant, templates)
+            return {variant: deps.key}, deps.fields
+        params = _params_for_aot(kernel, opts)
         deps = cache_key.kernel_key(kernel.fn, params, opts, arch, "forward", templates)
         keys = {"forward": deps.key}
         if deps.needs_grad:
@@ -586,6 +634,13 @@ def _declared_fields(src: ModuleSource) -> list:
     return [*src.fields.values(), *(f for f in src.reached if not f.is_grad)]
 
 
+def print_summary(report: BuildReport, arches, out, show_timings: bool = False) -> None:
+    """The summary line, after (`show_timings`) where each kernel variant's time went."""
+    if show_timings and report.timings:
+        out(timings.table(report.timings))
+    out(_summary(report, arches))
+
+
 def _summary(report: BuildReport, arches) -> str:
     """'qdc build: 3 kernels + 1 gradient in 2 modules for cpu: 4 built, 0 cached, 0 failed in 1.20 s'
     ('4 built, 0 cached, 1 skipped (target cannot express them), 0 failed' when some were)."""
@@ -603,6 +658,8 @@ def _summary(report: BuildReport, arches) -> str:
         parts.insert(2, f"{report.skipped} skipped (target cannot express them)")
     if report.errors:
         parts.append(_count(len(report.errors), "module error"))
+    if report.stale:
+        parts.append(_count(len(report.stale), "stale manifest entry").replace("entrys", "entries"))
     return (f"qdc build: {what} in {_count(report.modules, 'module')} for {', '.join(arches)}: "
             f"{', '.join(parts)} in {report.seconds:.2f} s")
 

@@ -24,6 +24,7 @@ direct-mode cache hit binds the right Field objects without compiling.
 from __future__ import annotations
 
 import ast
+import enum
 import hashlib
 import inspect
 import os
@@ -43,6 +44,7 @@ from .. import targets
 from ..language import lang
 from ..language.dataclass_args import (DataclassArgument, array_type, is_array_argument, is_dataclass_instance,
                                        members as dataclass_members, scalar_annotation)
+from . import template_values
 
 # Past these a captured value is not keyed (the kernel is compiled without the cache).
 _MAX_VALUES, _MAX_DEPTH = 1 << 16, 16
@@ -50,6 +52,11 @@ _MAX_VALUES, _MAX_DEPTH = 1 << 16, 16
 
 class UncacheableKernel(Exception):
     """The kernel's dependencies cannot be determined (e.g. its source is unavailable)."""
+
+
+class UndescribableTemplate(UncacheableKernel):
+    """A template argument has no description by value (template_values.py): the message
+    names the kernel, the parameter and the route to what cannot be described."""
 
 
 class KernelDeps:
@@ -86,12 +93,13 @@ class KernelDeps:
 
 def kernel_key(fn, params, opts, arch: str, variant: str = "forward", templates=None) -> KernelDeps:
     """`templates`: the TemplateArgs of a kernel with qd.template() parameters, each keyed by
-    what it is, as a captured global is (a field by its declaration, a value by its content)."""
+    its description by value (template_values.py: a field by its declaration, a config object
+    by its class and attributes), so that another process passing an equal argument hits."""
     walk = _Walk(debug=bool(opts.debug))
     walk.function(fn, fn.__name__)
     walk.arrays_by_type = True  # an array among the template arguments is passed at launch: by its type
     for name, value in (templates.values.items() if templates else ()):
-        walk.value(f"<template {name}>", value)  # not an identifier: never names an unnamed field
+        walk.template(fn.__name__, name, value)
     decls = [[f.name, f.dtype.name, list(f.shape), bool(f.needs_grad), bool(f.is_grad),
               bool(getattr(f, "needs_dual", False))] + ([list(f.element_shape)] if f.element_shape else [])
              + ([["layout", *f.layout]] if getattr(f, "layout", None) else [])
@@ -132,6 +140,26 @@ def _source(fn) -> tuple[str, ast.AST]:
                                     f"lines of a larger expression?)") from None
         got = _SOURCES[fn] = (text, tree)
     return got
+
+
+_CLASS_SOURCES = weakref.WeakKeyDictionary()
+
+
+def _class_source(cls) -> str | None:
+    """A class's source (its methods and properties run when a kernel reads a template object),
+    None where Python has none (a class made at run time keys by its name alone)."""
+    try:
+        return _CLASS_SOURCES[cls]
+    except KeyError:
+        pass
+    except TypeError:  # not weakly referable
+        return None
+    try:
+        text = inspect.getsource(cls)
+    except (OSError, TypeError):
+        text = None
+    _CLASS_SOURCES[cls] = text
+    return text
 
 
 def _name_chains(tree) -> list[tuple[str, ...]]:
@@ -179,7 +207,8 @@ def qualified_name(v) -> tuple[str, str] | None:
     obj = sys.modules.get(module)
     for part in qual.split("."):
         obj = getattr(obj, part, None)
-    return (module, qual) if obj is v else None
+    # the script's own module by its import name: the same key run as a script or imported
+    return (template_values.import_name(module), qual) if obj is v else None
 
 
 def _qdc_attribute_name(v) -> str | None:
@@ -264,6 +293,21 @@ class _Walk:
             del self.material[size:]
             self.material.append(["annotation", label, repr(ann)])
 
+    def template(self, kernel: str, name: str, value) -> None:
+        """A template argument by its description; the fields it holds in walk order (a cache
+        hit binds the fields of the argument passed now, through the same routes), and the
+        source of the functions and classes it names (their code runs at compile time)."""
+        label = f"<template {name}>"  # not an identifier: never names an unnamed field
+        try:
+            described = template_values.describe(value, name, lambda f: self.add_field(f, label))
+        except template_values.Undescribable as e:
+            raise UndescribableTemplate(f"template argument '{name}' of kernel '{kernel}': {e}") from None
+        self.material.append(["template", name, described.data])
+        for i, fn in enumerate(described.functions):
+            self.value(f"{label}.function[{i}]", fn)
+        for cls in described.classes:
+            self.material.append(["class", template_values.class_name(cls), _class_source(cls)])
+
     def chain(self, fn, closure: dict, chain: tuple) -> None:
         root = chain[0]
         if root in closure:
@@ -301,6 +345,9 @@ class _Walk:
         elif lang.is_kernel_function(v):
             m.append(["kernel", label, v.__qualname__])
             self.function(v.__wrapped__, label)
+        elif isinstance(v, enum.Enum):  # a member by its class and name (its value may be any object)
+            m.append(["enum", label, v.name])
+            self.identified(f"{label}.__class__", type(v))
         elif isinstance(v, _CONSTANTS):
             m.append(["const", label, type(v).__name__, repr(v)])
         elif isinstance(v, T.DataType):
@@ -326,7 +373,7 @@ class _Walk:
             data = hashlib.sha256(np.ascontiguousarray(v).tobytes()).hexdigest()
             m.append(["array", label, v.dtype.str, list(v.shape), data])
         elif isinstance(v, types.FunctionType) and not _is_qdc_module(sys.modules.get(v.__module__)):
-            m.append(["pyfunc", label, v.__module__, v.__qualname__])  # inlined like a qd.func
+            m.append(["pyfunc", label, template_values.import_name(v.__module__), v.__qualname__])  # inlined like a qd.func
             self.function(v, label)
         else:
             self.identified(label, v)
@@ -336,7 +383,8 @@ class _Walk:
         annotation) are arguments, keyed by their annotation only."""
         runtime_scalars = isinstance(v, DataclassArgument)
         inst = v.value if runtime_scalars else v
-        self.material.append(["dataclass", label, type(inst).__module__, type(inst).__qualname__, runtime_scalars])
+        self.material.append(["dataclass", label, template_values.import_name(type(inst).__module__),
+                              type(inst).__qualname__, runtime_scalars])
         for name, ann in dataclass_members(type(inst)):
             member, sub = getattr(inst, name), f"{label}.{name}"
             if runtime_scalars and scalar_annotation(ann, T.i32, T.f32) is not None and not is_array_argument(member):
@@ -454,12 +502,11 @@ def compiler_fingerprint(arch: str = "cpu") -> str:
     target's own folders (and the shared lowering it uses), the runtime contract, and the code
     generator's version. Editing another target's code leaves `arch`'s cache entries valid."""
     if arch not in _FINGERPRINTS:
-        import llvmlite
         import qdc
         target = targets.get(arch)
         compiler_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         targets_dir = os.path.join(compiler_dir, "targets")
-        h = hashlib.sha256(f"qdc {qdc.__version__} llvmlite {llvmlite.__version__}".encode())
+        h = hashlib.sha256(f"qdc {qdc.__version__} llvmlite {_llvmlite_version()}".encode())
         tops = [os.path.join(compiler_dir, d) for d in _NEUTRAL]
         tops += [os.path.join(targets_dir, d) for d in target.source_folders]
         tops.append(os.path.join(os.path.dirname(compiler_dir), "runtime", "contract"))
@@ -475,6 +522,17 @@ def compiler_fingerprint(arch: str = "cpu") -> str:
                 h.update(os.path.relpath(p, os.path.dirname(compiler_dir)).encode() + b"\0" + f.read() + b"\0")
         _FINGERPRINTS[arch] = h.hexdigest()
     return _FINGERPRINTS[arch]
+
+
+def _llvmlite_version() -> str:
+    """llvmlite's version (it decides the LLVM that generates code), read from its package
+    metadata: an offline process computes keys without importing llvmlite."""
+    from importlib import metadata
+    try:
+        return metadata.version("llvmlite")
+    except metadata.PackageNotFoundError:
+        import llvmlite  # a source tree on sys.path, not installed
+        return llvmlite.__version__
 
 
 def compiler_version(arch: str = "cpu") -> str:

@@ -14,7 +14,9 @@ import warnings
 
 from qdc.runtime.contract import sizeexpr as se
 from qdc.runtime.contract import types as T
-from qdc.runtime.contract.artifact import MAX_ELEMENT_AXIS, FieldMeta, KernelMeta, ParamMeta, TaskMeta
+from qdc.runtime.contract import log
+from qdc.runtime.contract.artifact import (MAX_ELEMENT_AXIS, VARIANT_SUFFIXES, FieldMeta, KernelMeta, ParamMeta,
+                                             TaskMeta)
 from qdc.runtime.contract.errors import QdcCompileError
 from qdc.runtime.contract.objects import NdarrayMarker as Ndarray
 from qdc.runtime.contract.tensor_api import Tensor
@@ -25,7 +27,7 @@ from ..language import lang, matrix as M
 from ..language.dataclass_args import is_dataclass_type
 from ..language.structs import StructType
 from ..passes import bounds_checks
-from .. import ir, targets
+from .. import ir, targets, timings
 
 
 class CompiledKernel:
@@ -36,6 +38,7 @@ class CompiledKernel:
         self.ir, self.meta, self.artifacts = kir, meta, artifacts
         self.field_objects, self.deps, self.from_cache = field_objects, deps, from_cache
         self.warnings: list = []  # [category name, message, filename, line] issued while compiling
+        self.timings = None  # compiler/timings.KernelTimings of the compile, None from the cache
 
 
 def parse_params(fn, opts, templates: list | None = None) -> list[ir.Param]:
@@ -144,7 +147,8 @@ def build_meta(kir: ir.KernelIR, entry: str, is_grad: bool = False, adstack: dic
         task_records(kir, entry, adstack, launch_policy),
         kir.num_temps, is_grad, adstack, bounds_checks.records(kir) if debug else None,
         returns=kir.returns, random=any(isinstance(s, ir.RandomState) for s in ir.walk(kir.body)),
-        messages=kir.messages, structs=struct_layouts(kir.params), members=kir.members)
+        messages=kir.messages, structs=struct_layouts(kir.params), members=kir.members,
+        signature=kir.signature if kir.members else None)
 
 
 def _needs_grad_meta(p: ir.Param, index: int, grads: set | None):
@@ -206,25 +210,45 @@ def _iterations(builder: SizeExprBuilder, t: ir.Task):
 
 def compile_kernel(fn, params, opts, arch="cpu", dump=None, variant="forward", templates=None) -> CompiledKernel:
     """Front end → passes → codegen for one (specialised) kernel variant. No cache involved.
-    `templates`: the TemplateArgs of a kernel with qd.template() parameters."""
+    `templates`: the TemplateArgs of a kernel with qd.template() parameters. The phases' times
+    are in `.timings` (compiler/timings.py; also recorded into an enclosing `recording()`),
+    and printed to stderr with QDC_LOG=timings."""
+    recorder = timings.KernelTimings()
+    with timings.recording(recorder):
+        compiled = _compile(fn, params, opts, arch, dump, variant, templates)
+    compiled.timings = recorder
+    if log.enabled("timings"):
+        name = fn.__name__ + VARIANT_SUFFIXES.get(variant, "")
+        log.log("timings", timings.describe(name, arch, recorder))
+    return compiled
+
+
+def _compile(fn, params, opts, arch, dump, variant, templates) -> CompiledKernel:
     from ..frontend.ast_to_ir import FrontEnd
     from ..passes.pipeline import run_pipeline
     target = targets.get(arch)
-    # The grad kernel returns nothing: its forward sweep need not compute the return value.
-    fe = FrontEnd(fn, params, opts, templates.values if templates else None, returns=variant != "grad", arch=arch)
-    kir = fe.build()
+    with timings.phase("front end"):
+        # The grad kernel returns nothing: its forward sweep need not compute the return value.
+        fe = FrontEnd(fn, params, opts, templates.values if templates else None, returns=variant != "grad",
+                      arch=arch)
+        kir = fe.build()
     if variant == "grad":  # the adjoint of the offloaded kernel (compiler/autodiff)
         from ..autodiff.grad_kernel import PIPELINE_STOP, make_grad_kernel
-        run_pipeline(kir, dump=dump, stop_after=PIPELINE_STOP)
-        grad = make_grad_kernel(kir, fe.field_objects, opts, dump=dump)
+        with timings.phase("passes"):
+            run_pipeline(kir, dump=dump, stop_after=PIPELINE_STOP)
+        with timings.phase("autodiff"):
+            grad = make_grad_kernel(kir, fe.field_objects, opts, dump=dump)
         kir, field_objects, adstack = grad.kernel, grad.field_objects, {"stacks": grad.stacks}
     else:  # forward_ad: the pipeline's forward_mode pass adds tangents (autodiff/forward_mode.py)
         field_objects, adstack = fe.field_objects, None
-        run_pipeline(kir, dump=dump, variant_passes=_variant_passes(variant, field_objects))
-    meta = build_meta(kir, f"qdc_{kir.name}" + _ENTRY_SUFFIX.get(variant, ""), variant == "grad", adstack,
-                      bool(opts.debug), target.launch_policy)
-    artifacts = target.compile(kir, meta, opts)
-    artifacts["ir"] = ir.print_kernel(kir).encode()
+        with timings.phase("passes"):
+            run_pipeline(kir, dump=dump, variant_passes=_variant_passes(variant, field_objects))
+    with timings.phase("IR generation"):  # the target's own phases inside are taken out of it
+        meta = build_meta(kir, f"qdc_{kir.name}" + _ENTRY_SUFFIX.get(variant, ""), variant == "grad", adstack,
+                          bool(opts.debug), target.launch_policy)
+        artifacts = target.compile(kir, meta, opts)
+    with timings.phase("artifacts"):
+        artifacts["ir"] = ir.print_kernel(kir).encode()
     return CompiledKernel(kir, meta, artifacts, field_objects, None)
 
 

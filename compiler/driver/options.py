@@ -39,6 +39,9 @@ class Options:
     cache_dir: str | None = None
     cpu_max_num_threads: int | None = None
     random_seed: int = 0  # where qd.random()'s streams start (runtime/random_stream.py); not in cache keys
+    # Direct mode takes every kernel from the cache (or remote store) and never compiles
+    # (compiler/jit/offline_cache.py); QDC_OFFLINE=1 sets it where qd.init does not.
+    offline: bool = False
     # The targets' options that were set, by name.
     target_values: dict = dataclasses.field(default_factory=dict)
 

@@ -1,13 +1,15 @@
 """Template parameters (`x: qd.template()` / `qd.Template`): what a call binds to them.
 
 A template argument is a field (the kernel is compiled per distinct field declaration and
-bound to the field passed) or a Python value that becomes a compile-time constant; an array
-(a qd.ndarray or numpy array), also one inside a tuple or an object's attributes, is passed
-at every launch like an ndarray parameter (compiler/frontend/host_objects.py) and keys the
-kernel by its type only. Direct
-mode compiles once per distinct template argument: `specialisation_key` says which
-arguments are the same (a field by identity, a value by type and value), and the cache key
-(cache_key.kernel_key) keys each by what it is, as it does captured globals. The launch
+bound to the field passed) or a Python value that becomes a compile-time constant: a number,
+a dtype, a tuple, a config object, a dataclass; an array (a qd.ndarray or numpy array), also
+one inside a tuple or an object's attributes, is passed at every launch like an ndarray
+parameter (compiler/frontend/host_objects.py) and keys the kernel by its type only. Within a
+process, `specialisation_key` says which arguments are the same (a field or an object by
+identity, a value by type and value: an object's attributes are read when its variant is
+compiled, as in Quadrants); the offline cache (cache_key.kernel_key) keys each by its
+description by value (template_values.py), so another process passing an equal argument
+finds the variant compiled for this one. The launch
 function of a template kernel takes only the other parameters: `split` separates them.
 """
 from __future__ import annotations
@@ -82,12 +84,13 @@ def specialisation_key(v, what: str, _enclosing: tuple = ()):
             return ("ndarray",) + array_type(v)
         except TypeError as e:
             raise TypeError(f"{what}: {e}") from None
-    try:
-        hash(v)
-    except TypeError:
-        raise TypeError(f"{what}: a {type(v).__name__} cannot be a template argument (it is not hashable); "
-                        f"pass a field, a number, a string or a tuple of them") from None
-    return ("object", _Identity(v))
+    if type(v).__module__ == "builtins":
+        try:
+            hash(v)
+        except TypeError:
+            raise TypeError(f"{what}: a {type(v).__name__} cannot be a template argument (it is not hashable); "
+                            f"pass a field, a number, a string, a tuple of them or a config object") from None
+    return ("object", _Identity(v))  # a config object, hashable or not (an unfrozen dataclass)
 
 
 def _value_key(v):

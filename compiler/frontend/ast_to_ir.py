@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import builtins
 import contextlib
+import inspect
 import operator
 import types
 import warnings
@@ -43,6 +44,7 @@ from .simt_calls import SimtCalls
 from .source import source_info
 from .static_python import StaticPython
 from .host_objects import HostObject, HostObjects, unwrap
+from ..language.dataclass_args import DataclassArgument
 from .values import ValueBuilder, is_number, is_runtime, not_a_value_message, short_number
 
 
@@ -152,6 +154,8 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
         self.constants_used: dict = {}  # name -> value of captured compile-time constants (cache key)
         self.funcs_used: list = []
         self.templates = templates or {}
+        self.kernel.signature = [n for n in inspect.signature(fn).parameters
+                                 if n not in self.templates or isinstance(self.templates[n], DataclassArgument)]
         self.member_variables: dict = {}  # parameter index -> the variable a dataclass's scalar member is read into
         self.init_returns(fn, returns)
 

@@ -513,6 +513,9 @@ class KernelIR:
         # Parameters read off a dataclass or template argument at launch (frontend/host_objects.py):
         # parameter name -> the path to it, [argument, attribute or index, ...]
         self.members: dict = {}
+        # The kernel's arguments in call order (its template ones aside): what a launch that reads
+        # members takes (None: one argument per parameter)
+        self.signature: list | None = None
 
     def field_ref(self, field, is_grad: bool) -> FieldRef:
         """The kernel's reference to `field` (a runtime Field object), allocated on first use."""

@@ -1,6 +1,7 @@
 """Direct-mode entry points: `qd.init`, `qd.reset` (`qd.sync` is the runtime's: qdc.runtime.sync)."""
 from __future__ import annotations
 
+import os
 import warnings
 
 from qdc.runtime import context, lifecycle, random_stream
@@ -14,7 +15,24 @@ from .offline_cache import check_cache_dir
 # config. `qd.init` replaces it; the kernel objects (kernel.py) read it when they compile and
 # pass it down explicitly. Python-scope declarations read its default types from the
 # contract's ScopeTypes (runtime/contract/python_scope.py), which qd.init keeps in step.
-_direct = options_mod.Options()
+OFFLINE_VARIABLE = "QDC_OFFLINE"  # "1": offline unless qd.init says otherwise
+
+
+def _offline_defaults(opts: options_mod.Options) -> options_mod.Options:
+    """An offline process looks up what `qdc build` builds: each target option it leaves unset
+    takes the build's default (portable CPU code, not the host's native one)."""
+    if opts.offline:
+        for name, (_, option) in options_mod.target_options().items():
+            if getattr(opts, name) is None and option.build_default is not None:
+                setattr(opts, name, option.build_default)
+    return opts
+
+
+def _offline_from_environment() -> bool:
+    return os.environ.get(OFFLINE_VARIABLE, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+_direct = _offline_defaults(options_mod.Options(offline=_offline_from_environment()))
 
 
 def direct_options() -> options_mod.Options:
@@ -25,7 +43,9 @@ def direct_options() -> options_mod.Options:
 def init(arch=None, **options):
     """Select the device and set options (docs/api.md, Configuration).
 
-    Calling it again resets the runtime: fields and ndarrays come back zeroed on first use,
+    `offline=True` (or QDC_OFFLINE=1): every kernel comes from the cache or the remote store
+    (QDC_REMOTE) and nothing is compiled; a variant that is not there raises
+    KernelNotPrebuiltError. Calling it again resets the runtime: fields and ndarrays come back zeroed on first use,
     and kernels are recompiled (through the offline cache) for the new options on their next
     launch. A failing call (unknown option or arch, a cache_dir that is a file) leaves the
     previous runtime active; a cache_dir that is not writable is a warning (kernels are then
@@ -38,7 +58,9 @@ def init(arch=None, **options):
     gpu = options.get("arch") == GPU
     if gpu:
         options["arch"] = GPU_ARCHES[0]  # validated with the rest; the one that works is chosen below
-    opts.update(**options)
+    if "offline" not in options and _offline_from_environment():
+        options["offline"] = True
+    _offline_defaults(opts.update(**options))
     random_stream.check_seed(opts.random_seed)
     check_cache_dir(opts)
     before = context.current().generation if context.has_runtime() else None

@@ -179,6 +179,18 @@ class Kernel(KernelFunction):
         self.params  # noqa: B018  (parses the annotations)
         return self._template_params
 
+    @property
+    def dataclass_names(self) -> list[str]:
+        """The names of the dataclass parameters."""
+        self.params  # noqa: B018  (parses the annotations)
+        return [self._annotated[i].name for i in self._dataclass_at]
+
+    @property
+    def runtime_names(self) -> list[str]:
+        """The names of the parameters a launch takes: all but the qd.template() ones."""
+        self.params  # noqa: B018  (parses the annotations)
+        return list(self._runtime_names)
+
     def runtime_arguments(self, args, kwargs=None) -> tuple[tuple, dict | None]:
         """(args, kwargs) as the launch function takes them: without the template arguments."""
         if self.template_params is None:

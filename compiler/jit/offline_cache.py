@@ -1,6 +1,8 @@
 """Compiled kernels through the offline cache (runtime/cache.py): direct mode obtains each
 kernel variant from it, or compiles and stores it there; `qdc build` stores what it builds
-(compiler/driver/build.py).
+(compiler/driver/build.py). An offline process (`offline=True`) only obtains: from the cache,
+else from the remote store of QDC_REMOTE, else KernelNotPrebuiltError. Every variant obtained
+is noted in the kernel manifest when one is being recorded (compiler/manifest/recording.py).
 
 This is the top floor, with the kernel objects: like a deployment it uses the runtime (the
 cache folder's reader and writer), while the compiler below it takes from the runtime only
@@ -8,14 +10,16 @@ runtime/contract/ (tests/architecture/test_contract_boundary.py).
 """
 from __future__ import annotations
 
+import os
 import time
 import warnings
 
 from qdc.runtime.cache import Cache, check_cache_folder, writable_problem
-from qdc.runtime.contract.errors import CacheError
+from qdc.runtime.contract.errors import CacheError, KernelNotPrebuiltError
 
 from ..driver import cache_key, kernel as compiling
 from ..driver.kernel import CompiledKernel, compile_recording_warnings, replay_warnings
+from ..manifest import recording
 
 # Artifacts kept in memory but not written to the cache (textual LLVM IR: `qdc inspect --llvm`
 # disassembles the stored bitcode instead).
@@ -47,24 +51,87 @@ def check_cache_dir(opts) -> None:
                   f"compiled on every run. Set qd.init(cache_dir=...) to a writable folder.", stacklevel=3)
 
 
+class Counts:
+    """Kernel variants this process compiled and took from the cache (tests count compiles)."""
+    compiled = 0
+    from_cache = 0
+
+
 def obtain(fn, params, opts, arch: str, variant: str = "forward", templates=None) -> CompiledKernel:
-    """The kernel variant from the cache when its key hits, else compiled and stored."""
+    """The kernel variant from the cache when its key hits, else compiled and stored. Offline
+    (`opts.offline`): from the cache or the remote store, else KernelNotPrebuiltError."""
     cache = cache_for(opts)
     try:
         deps = cache_key.kernel_key(fn, params, opts, arch, variant, templates)
     except cache_key.UncacheableKernel as e:  # compiled, never stored: better than a shared entry
-        cache_key.log(f"kernel '{fn.__name__}' ({variant}) is compiled but not cached: {e}")
-        # the front end explains why
-        return compiling.compile_kernel(fn, params, opts, arch, variant=variant, templates=templates)
+        if opts.offline:
+            raise _not_prebuilt(fn, params, arch, variant, templates, f"it cannot be looked up: {e}") from None
+        _uncacheable(fn, variant, e)
+        compiled = compiling.compile_kernel(fn, params, opts, arch, variant=variant, templates=templates)
+        Counts.compiled += 1
+        recording.note(fn, params, opts, arch, variant, templates)
+        return compiled
     hit = load_cached(cache, deps)
+    if hit is None and opts.offline and _fetched(cache, deps.key):
+        hit = load_cached(cache, deps)
+    if hit is None and opts.offline:
+        raise _not_prebuilt(fn, params, arch, variant, templates, f"neither the cache at {cache.root} nor "
+                            f"{remote_url() or 'a remote store (QDC_REMOTE)'} holds it")
+    recording.note(fn, params, opts, arch, variant, templates)
     if hit is not None:
+        Counts.from_cache += 1
         replay_warnings(hit.warnings, fn)
         return hit
     compiled = compile_recording_warnings(fn, params, opts, arch, variant, templates)
+    Counts.compiled += 1
     compiled.deps = deps
     store(cache, deps, compiled, fn, arch, variant, opts)
     return compiled
 
+
+_WARNED_UNDESCRIBABLE: set = set()
+
+
+def _uncacheable(fn, variant: str, e: Exception) -> None:
+    """A template argument that cannot be described is named once per kernel (it is compiled
+    in every process); anything else the cache cannot key, under QDC_LOG=cache."""
+    if isinstance(e, cache_key.UndescribableTemplate) and fn not in _WARNED_UNDESCRIBABLE:
+        _WARNED_UNDESCRIBABLE.add(fn)
+        warnings.warn(f"qdc: {e}: kernel '{fn.__name__}' is compiled in every process (never cached) and "
+                      f"cannot be built ahead of time; pass a config object of numbers, strings, dtypes, "
+                      f"tuples, fields and ndarrays", stacklevel=5)
+    cache_key.log(f"kernel '{fn.__name__}' ({variant}) is compiled but not cached: {e}")
+
+
+def _not_prebuilt(fn, params, arch, variant, templates, why: str) -> KernelNotPrebuiltError:
+    kernel = f"{recording.module_name(fn)}.{fn.__qualname__}"
+    instantiation = recording.instantiation_text(params, variant, arch, templates)
+    return KernelNotPrebuiltError(f"kernel '{kernel}' {instantiation} is not prebuilt and this process is offline "
+                                  f"(offline=True / QDC_OFFLINE=1: it never compiles): {why}. Record the program "
+                                  f"(qdc record -o kernels.manifest -- python ...) and build the manifest (qdc "
+                                  f"build --manifest kernels.manifest) into this cache", kernel, instantiation)
+
+
+_REMOTES: dict = {}
+
+
+def remote_url() -> str | None:
+    from qdc.runtime.remote import REMOTE_VARIABLE
+    return os.environ.get(REMOTE_VARIABLE) or None
+
+
+def _fetched(cache: Cache, key: str) -> bool:
+    """Whether entry `key` was fetched (verified) from the remote store of QDC_REMOTE into `cache`."""
+    url = remote_url()
+    if url is None:
+        return False
+    from qdc.runtime import remote as remote_mod
+    try:
+        store = _REMOTES.get(url) or _REMOTES.setdefault(url, remote_mod.RemoteStore(url))
+        return remote_mod.fetch_entry(store, cache, key)
+    except (ImportError, CacheError) as e:
+        warnings.warn(f"qdc: the remote store {url} cannot be read ({e})", stacklevel=5)
+        return False
 
 
 def load_cached(cache: Cache, deps) -> CompiledKernel | None:

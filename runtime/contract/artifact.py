@@ -130,7 +130,8 @@ in "returns" (one [dtype, shape] value per scalar or vector/matrix member) and "
 Dataclass parameters and arrays inside template arguments (the compiler's
 frontend/host_objects.py): "members" (absent otherwise) maps each parameter read off an
 argument to its path, [argument, attribute or index, ...]; the launch function takes the
-argument and reads the parameter from it at every launch (runtime/member_arguments.py).
+argument and reads the parameter from it at every launch (runtime/member_arguments.py);
+"signature" lists the arguments that launch takes, in call order.
 
 Bump FORMAT_VERSION whenever this layout or the metadata schema changes incompatibly. Version 4: task
 records with entry, iterations, launch policy and adstack ids (version 3's `range` is gone);
@@ -277,9 +278,10 @@ class KernelMeta:
                  num_temps: int = 0, is_grad: bool = False, adstack: dict | None = None,
                  debug_checks: list | None = None, cpu_libraries: list | None = None, returns: dict | None = None,
                  random: bool = False, messages: list | None = None, structs: dict | None = None,
-                 members: dict | None = None):
+                 members: dict | None = None, signature: list | None = None):
         self.name, self.entry = name, entry
         self.members = members or {}  # parameter -> the path it is read from (see the module docstring)
+        self.signature = list(signature) if signature is not None else None  # with members: the arguments
         self.structs = structs or {}  # struct parameter -> its layout (see the module docstring)
         self.returns = returns  # the "returns" record, None when the kernel returns nothing
         self.cpu_libraries = cpu_libraries or []  # CPU entries: one record per library, see the docstring
@@ -350,6 +352,7 @@ class KernelMeta:
             d["structs"] = self.structs
         if self.members:  # absent without dataclass parameters: such metadata reads as before
             d["members"] = self.members
+            d["signature"] = self.signature
         return d
 
     @classmethod
@@ -363,7 +366,7 @@ class KernelMeta:
                    [TaskMeta.from_dict(t) for t in d["tasks"]],
                    d["num_temps"], d["is_grad"], d.get("adstack") or {}, d.get("debug_checks") or [],
                    d.get("cpu_libraries") or [], d.get("returns"), d.get("random", False),
-                   d.get("messages") or [], d.get("structs") or {}, d.get("members") or {})
+                   d.get("messages") or [], d.get("structs") or {}, d.get("members") or {}, d.get("signature"))
 
 
 # ---- records ------------------------------------------------------------------------------
@@ -451,7 +454,7 @@ def check_kernel_meta(d) -> None:
                              and all(_is_int(s) and 0 < s <= largest for s in p[6])),
               f"element shape of parameter {p[0]!r}")
     _check_arguments(d["params"], structs)
-    _check_members(d.get("members", {}), d["params"])
+    _check_members(d.get("members", {}), d["params"], d.get("signature"))
     for f in _list(d, "fields", 4):
         check_field(f[0], f[1], f[2], module_attribute=False)
         _need(isinstance(f[3], bool), f"field {f[0]!r}")
@@ -505,10 +508,14 @@ def _check_arguments(params: list, structs: dict) -> None:
     _need(set(structs) <= names, "structs: a struct parameter the kernel does not have")
 
 
-def _check_members(members, params: list) -> None:
+def _check_members(members, params: list, signature) -> None:
     """"members": parameter name -> [argument, step, ...], each step an attribute (an
-    identifier) or an index (an int), naming a scalar or ndarray parameter the kernel has."""
+    identifier) or an index (an int), naming a scalar or ndarray parameter the kernel has;
+    "signature" (with members): the distinct argument names the launch takes, in order."""
     _need(isinstance(members, dict), "members")
+    _need(not members or (isinstance(signature, list) and len(signature) <= 1024
+                          and all(isinstance(n, str) and _IDENT.match(n) for n in signature)
+                          and len(set(signature)) == len(signature)), "signature")
     kinds = {p[0]: p[1] for p in params}
     for name, path in members.items():
         _need(isinstance(name, str) and kinds.get(name) in ("scalar", "ndarray") and isinstance(path, list)
@@ -719,10 +726,10 @@ def check_bindings(d: dict, bindings, what: str) -> None:
 
 
 # Keys a policy may add: the CPU's width-W lowering (compiler/targets/cpu/widen_codegen.py)
-# records "lanes" (adstack heap slices one thread takes) or "scalar" (why the task is not widened).
-# A GPU task with block-level code records the subgroup size it was built for ("subgroup_size"),
-# which a device of another size refuses.
-OPTIONAL_LAUNCH_KEYS = {"cpu_chunks": {"lanes", "scalar"}, "grid": {"subgroup_size"}}
+# records "lanes" (adstack heap slices one thread takes; "lanes_reason": why that few) or "scalar"
+# (why the task is not widened). A GPU task with block-level code records the subgroup size it was
+# built for ("subgroup_size"), which a device of another size refuses.
+OPTIONAL_LAUNCH_KEYS = {"cpu_chunks": {"lanes", "lanes_reason", "scalar"}, "grid": {"subgroup_size"}}
 
 
 def check_launch_policy(launch, what: str) -> None:
@@ -733,8 +740,9 @@ def check_launch_policy(launch, what: str) -> None:
         _need(_is_int(launch["parallel_from"]) and 0 <= launch["parallel_from"] <= 1 << 62,
               f"{what}: launch policy parallel_from")
         _need(_is_int(launch.get("lanes", 1)) and 1 <= launch.get("lanes", 1) <= 64, f"{what}: launch policy lanes")
-        _need(isinstance(launch.get("scalar", ""), str) and len(launch.get("scalar", "")) <= 200,
-              f"{what}: launch policy scalar")
+        for key in ("scalar", "lanes_reason"):
+            _need(isinstance(launch.get(key, ""), str) and len(launch.get(key, "")) <= 200,
+                  f"{what}: launch policy {key}")
     else:
         # 0: the device's default block size (no qd.loop_config(block_dim=...) on the loop)
         _need(_is_int(launch["block_dim"]) and 0 <= launch["block_dim"] <= 1 << 16, f"{what}: launch policy block_dim")

@@ -31,6 +31,16 @@ class ModuleNotBuiltError(CacheError, FileNotFoundError):
     catch a missing file."""
 
 
+class KernelNotPrebuiltError(CacheError):
+    """An offline process (`qd.init(offline=True)`, QDC_OFFLINE=1) launched a kernel variant that
+    neither its cache nor its remote store holds: it never compiles. `kernel` is the kernel's
+    module and name, `instantiation` its variant, template arguments and argument types."""
+
+    def __init__(self, message: str, kernel: str = "", instantiation: str = ""):
+        self.kernel, self.instantiation = kernel, instantiation
+        super().__init__(message)
+
+
 class DeviceLostError(QdcError, RuntimeError):
     """The GPU stopped running this process's work (device loss, a launch timeout, a kernel that
     crashed it): its memory and pending results are gone. `kernels` names the kernels submitted

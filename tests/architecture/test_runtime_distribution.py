@@ -6,7 +6,6 @@ forward mode, against numpy. With the full install, the same script imports none
 import importlib.metadata
 import os
 import re
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -19,7 +18,7 @@ import qdc
 from conftest import vulkan_unavailable_reason
 
 from conftest import REPO_ROOT as ROOT
-RUNTIME_PROJECT = os.path.join("packaging", "runtime")
+from runtime_wheel_util import RUNTIME_PROJECT, build_runtime_wheel
 COMPILER_ONLY = ("llvmlite", "click", "yaml", "qdc.compiler", "qdc.cli")
 
 KERNELS = """
@@ -156,23 +155,6 @@ def test_runtime_distribution_ships_every_runtime_package_and_only_those():
     assert set(runtime["project"]["optional-dependencies"]) == set(full["project"]["optional-dependencies"]) - {"test", "bench"}
 
 
-def _build_wheel(out) -> str:
-    """The qdc-runtime wheel, built from a copy of the sources it ships (setuptools leaves build/
-    and egg-info folders beside pyproject.toml: not in the work tree, where tests run at once)."""
-    src = out / "src"
-    shutil.copytree(os.path.join(ROOT, RUNTIME_PROJECT), src / RUNTIME_PROJECT)
-    shutil.copy(os.path.join(ROOT, "__init__.py"), src / "__init__.py")
-    shutil.copytree(os.path.join(ROOT, "runtime"), src / "runtime", ignore=shutil.ignore_patterns("__pycache__"))
-    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                        "--disable-pip-version-check", "-w", str(out / "dist"), RUNTIME_PROJECT],
-                       cwd=src, capture_output=True, text=True, timeout=300)
-    if "invalid command 'bdist_wheel'" in r.stdout + r.stderr:  # setuptools before 70.1 without `wheel`
-        pytest.skip("building a wheel with this setuptools needs the `wheel` package (pip install -e '.[test]')")
-    assert r.returncode == 0, r.stdout + r.stderr
-    (wheel,) = (out / "dist").glob("qdc_runtime-*.whl")
-    return str(wheel)
-
-
 def _requirement_closure(names) -> list:
     """The installed distributions `names` need at run time (extras left out), themselves included."""
     seen, todo = {}, list(names)
@@ -200,7 +182,7 @@ def _link_into(site_packages: str, names) -> None:
 def runtime_venv(tmp_path_factory):
     """(python of a fresh venv with only numpy, msgpack and the qdc-runtime wheel, its site-packages)."""
     out = tmp_path_factory.mktemp("runtime_dist")
-    wheel = _build_wheel(out)
+    wheel = build_runtime_wheel(out)
     venv.EnvBuilder(with_pip=False, symlinks=os.name != "nt").create(out / "venv")
     python = str(out / "venv" / ("Scripts/python.exe" if os.name == "nt" else "bin/python"))
     site_packages = subprocess.run([python, "-I", "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],

@@ -96,7 +96,7 @@ def test_usage_errors_exit_2(tmp_path):
                           (["clean", "--cache", str(tmp_path)], "--max-size SIZE or --all"),
                           (["clean", "--cache", str(tmp_path), "--max-size", "lots"], "invalid size"),
                           (["inspect", "nodot", "--cache", str(tmp_path)], "MODULE.KERNEL"),
-                          (["build"], "Missing argument")]:
+                          (["build"], "give kernel PATHS or --manifest FILE")]:
         r = runner.invoke(cli, args)
         assert r.exit_code == 2 and message in r.output, (args, r.output)
 

@@ -13,8 +13,7 @@ from qdc.runtime.contract.adstack_layout import LLVM_HEAP_INTERLEAVED
 
 from ... import ir
 from ..base import Capabilities, TargetOption
-from ..llvm.inline_math import OPS as INLINE_MATH_OPS
-from ..llvm.target import PORTABLE_MATH, Inline, Intrinsic, LlvmTarget, PerWidth
+from ..llvm.target import INLINE_MATH_OPS, PORTABLE_MATH, Inline, Intrinsic, LlvmTarget, PerWidth
 from .arch import CODE_OBJECT_VERSION, DEFAULT_AMDGPU_TARGETS, TRIPLE, check_amdgpu_targets, parse_amdgpu_targets
 
 BACKEND_F32_MATH = ("sin", "cos", "exp", "log", "pow")
@@ -48,12 +47,9 @@ class AmdgpuTarget(LlvmTarget):
         return AMDGCN
 
     def cache_description(self, opts) -> str:
-        import llvmlite.binding as llvm
-
-        from .linker import lld_description
-        version = ".".join(map(str, llvm.llvm_version_info))
+        from .linker import lld_description  # LLVM's version is in every key already (compiler_fingerprint)
         gfx = ",".join(parse_amdgpu_targets(opts.effective("amdgpu_targets")))
-        return f"{TRIPLE}/{gfx}/co{CODE_OBJECT_VERSION}/llvm-{version}/{lld_description()}"
+        return f"{TRIPLE}/{gfx}/co{CODE_OBJECT_VERSION}/{lld_description()}"
 
     def launch_policy(self, task: ir.Task) -> dict:
         """Workgroups of block_dim work-items; a task that runs in order runs on one."""

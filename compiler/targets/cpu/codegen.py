@@ -15,17 +15,15 @@ from llvmlite import ir as ll
 
 from qdc.runtime.contract.adstack_layout import REQUIRED_MAX as ADSTACK_REQUIRED_MAX, REQUIRED_SHIFT as ADSTACK_REQUIRED_SHIFT
 from qdc.runtime.contract.artifact import KernelMeta
-from qdc.runtime.contract.cpu_features import HOST_FEATURE_SOURCES, host_machine, host_os
 
-from ... import ir
+from ... import ir, timings
 from ...ir.adstack import AdStackAlloca
 from .multiversion import level_assembly, multiversioned_ir
 from .numpy_prologue import add_numpy_entry
 from .half_conversions import with_half_conversions
-from .isa_levels import (CPU_LEVEL_OF, NATIVE, PLATFORMS, PORTABLE, CpuLevel, CpuPlatform,
-                         check_cpu_target, level_by_name, parse_cpu_targets, platform_levels)
+from .isa_levels import NATIVE, CpuLevel, CpuPlatform
 from .link import link_shared_library
-from .. import lld
+from .platforms import cpu_levels, cpu_platforms, host_platform
 from ..llvm.llvm_ir import ModuleBuilder
 from ..llvm.llvm_types import I1, I32, I64, PTR, VOID
 from .widen_codegen import CpuKernelCodegen, task_choices
@@ -51,76 +49,6 @@ def _target_machine(opt_level: int, cpu: str | None = None, features: str | None
         cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
     return target.create_target_machine(cpu=cpu, features=features or "", opt=opt_level, reloc="pic",
                                         codemodel="default")
-
-
-@functools.lru_cache(maxsize=None)
-def host_platform() -> CpuPlatform:
-    """The platform this process runs on: the PLATFORMS one of its ISA family and operating
-    system, else one of its own (another family: one generic library, isa_levels.GENERIC)."""
-    machine, os_name = host_machine(), host_os()
-    known = PLATFORMS.get(f"{machine}-{os_name}")
-    if known is not None:
-        return known
-    llvm.initialize_native_target()
-    kind = ("dylib_" if os_name == "macos" else "so_") + machine.replace("-", "_")[:10]
-    return CpuPlatform(f"{machine}-{os_name}", machine, os_name, llvm.get_process_triple(), kind)
-
-
-def cpu_platforms(cpu_targets) -> tuple[CpuPlatform, ...]:
-    """The platforms `cpu_targets` builds libraries for (unset: the host's), in PLATFORMS' order."""
-    names = parse_cpu_targets(cpu_targets)
-    return (host_platform(),) if names is None else tuple(PLATFORMS[name] for name in names)
-
-
-@functools.lru_cache(maxsize=None)
-def cpu_levels(cpu_target: str, platform: CpuPlatform | None = None) -> tuple[CpuLevel, ...]:
-    """The levels `cpu_target` builds for `platform` (compiler/targets/cpu/isa_levels.py; default:
-    the host's), lowest level first."""
-    platform = platform or host_platform()
-    machine = platform.machine
-    if cpu_target == PORTABLE:
-        return platform_levels(platform)
-    if cpu_target == NATIVE:
-        if platform != host_platform():
-            raise ValueError(f"cpu_target 'native' is this machine's CPU, which cannot run {platform.name} code: build "
-                             f"with cpu_target 'portable' (the default of `qdc build`) for cpu_targets beyond "
-                             f"this machine's")
-        llvm.initialize_native_target()
-        features = llvm.get_host_cpu_features().flatten()
-        needed = sorted(f[1:] for f in features.split(",") if f[:1] == "+" and f[1:] in HOST_FEATURE_SOURCES)
-        cpu = llvm.get_host_cpu_name()
-        return (CpuLevel(cpu, cpu, features, tuple(needed)),)
-    check_cpu_target(cpu_target)  # an ISA level or a CPU name whose level is known, else ValueError
-    level_machine, level = level_by_name(CPU_LEVEL_OF.get(cpu_target, cpu_target))
-    if level_machine != machine:
-        raise ValueError(f"cpu_target '{cpu_target}' is for {level_machine} CPUs, but this compiler generates "
-                         f"{machine} code" + ("" if platform == host_platform() else f" (cpu_targets: {platform.name})"))
-    if cpu_target == level.name:
-        return (level,)
-    return (CpuLevel(cpu_target, cpu_target, "", level.requires),)
-
-
-@functools.lru_cache(maxsize=None)
-def target_description(cpu_target: str = NATIVE, cpu_targets=None) -> str:
-    """Goes into the cache key: code built for one CPU is not reused on another. Portable code
-    does not depend on the build host's CPU, only on the triples and the levels it is built
-    for, and on the linker of a platform that is not the host's (LLD's version).
-    Kept per process (asking LLVM for the host's features takes ~0.5 ms, twice per kernel built)."""
-    llvm.initialize_native_target()
-    if cpu_target == NATIVE and cpu_targets is None:
-        return f"{llvm.get_process_triple()}/{llvm.get_host_cpu_name()}/{llvm.get_host_cpu_features().flatten()}"
-    parts = []
-    for platform in cpu_platforms(cpu_targets):
-        levels = [[lvl.name, lvl.llvm_cpu, lvl.llvm_features, list(lvl.requires)]
-                  for lvl in cpu_levels(cpu_target, platform)]
-        linker = "" if platform == host_platform() else "/" + _cross_linker(platform)
-        parts.append(f"{platform.triple}/{cpu_target}/{levels}{linker}")
-    return ";".join(parts)
-
-
-def _cross_linker(platform: CpuPlatform) -> str:
-    found = lld.find("ld64.lld" if platform.os == "macos" else "ld.lld")
-    return f"lld-{found[1]}" if found else "no-lld"
 
 
 def _dispatch(builder: ll.IRBuilder, ctx, task: ir.Task, chunk, begin, end, cost, meta: KernelMeta,
@@ -305,20 +233,27 @@ def compile_kernel(kernel: ir.KernelIR, meta: KernelMeta, opt_level: int = 3, fa
         levels = cpu_levels(cpu_target, platform)
         module = generate_llvm(kernel, meta, fast_math, target=target, levels=levels, platform=platform)
         task_bodies = [task.task_name + "_chunk" for task in kernel.tasks]  # KernelCodegen.emit_chunk's names
-        text = str(module) if len(levels) == 1 else multiversioned_ir(module, task_bodies, levels,
-                                                                      module.widen_overrides)
-        text = with_half_conversions(text)
-        # A context of its own: the shared one accumulates metadata kinds from earlier modules,
-        # which the bitcode writer records, so the same kernel's bitcode (and a `qdc pack` bundle)
-        # would depend on what the process compiled before it.
-        parsed = llvm.parse_assembly(text, context=llvm.create_context())
-        parsed.verify()
-        mod, tm = optimise(parsed, opt_level, levels[0], platform)
-        library = link_shared_library(tm.emit_object(mod), platform, host=platform == host_platform())
+        with timings.phase("IR multiversioning" if len(levels) > 1 else "IR text"):
+            text = str(module) if len(levels) == 1 else multiversioned_ir(module, task_bodies, levels,
+                                                                          module.widen_overrides)
+            text = with_half_conversions(text)
+        with timings.phase("LLVM parse"):
+            # A context of its own: the shared one accumulates metadata kinds from earlier modules,
+            # which the bitcode writer records, so the same kernel's bitcode (and a `qdc pack` bundle)
+            # would depend on what the process compiled before it.
+            parsed = llvm.parse_assembly(text, context=llvm.create_context())
+            parsed.verify()
+        with timings.phase("LLVM optimisation"):
+            mod, tm = optimise(parsed, opt_level, levels[0], platform)
+        with timings.phase("object emission"):
+            obj = tm.emit_object(mod)
+        with timings.phase("linking"):
+            library = link_shared_library(obj, platform, host=platform == host_platform())
         out[platform.artifact] = library
         out[platform.artifact + "_sha256"] = hashlib.sha256(library).hexdigest()
         if n == 0:
-            out["ll"], out["bc"] = str(mod).encode(), mod.as_bitcode()
+            with timings.phase("artifacts"):
+                out["ll"], out["bc"] = str(mod).encode(), mod.as_bitcode()
         if keep_assembly:
             assembly = tm.emit_assembly(mod)
             prefix = "asm:" if n == 0 else f"asm:{platform.name}:"

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from ... import ir
 from ..base import Capabilities, TargetOption
-from ..llvm.target import PORTABLE_MATH, External, Inline, Intrinsic, LlvmTarget, PerWidth
-from ..llvm.inline_math import OPS as INLINE_MATH_OPS
+from ..llvm.target import INLINE_MATH_OPS, PORTABLE_MATH, External, Inline, Intrinsic, LlvmTarget, PerWidth
 from .arch import PARALLEL_WORK_THRESHOLD
 from .isa_levels import NATIVE, PORTABLE, check_cpu_target, check_cpu_targets, parse_cpu_targets
 
@@ -58,7 +57,7 @@ class CpuTarget(LlvmTarget):
         return builder.zext(builder.call(thread_num, []), ll.IntType(64))
 
     def cache_description(self, opts) -> str:
-        from .codegen import target_description
+        from .platforms import target_description
         from .widen_plan import SCALAR_SWITCH, widening_mode
         mode = widening_mode()  # the code differs: so does the key
         return target_description(opts.effective("cpu_target"), parse_cpu_targets(opts.cpu_targets)) + \

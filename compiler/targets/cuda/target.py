@@ -44,11 +44,8 @@ class CudaTarget(LlvmTarget):
         return NVPTX
 
     def cache_description(self, opts) -> str:
-        import llvmlite.binding as llvm
-
-        from . import toolkit
-        version = ".".join(map(str, llvm.llvm_version_info))
-        return f"{TRIPLE}/{opts.effective('cuda_arch')}/llvm-{version}/libdevice-{toolkit.libdevice_digest()}"
+        from . import toolkit  # LLVM's version is in every key already (cache_key.compiler_fingerprint)
+        return f"{TRIPLE}/{opts.effective('cuda_arch')}/libdevice-{toolkit.libdevice_digest()}"
 
     def launch_policy(self, task: ir.Task) -> dict:
         """Blocks of block_dim threads; a task that runs in order runs on one thread."""

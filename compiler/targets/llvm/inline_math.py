@@ -28,8 +28,7 @@ from llvmlite import ir as ll
 from ..fdlibm import Float64Math
 from .inline_math_f32 import FLOAT_OPS, FloatMath
 from .llvm_ops import F32, F64, LlvmOps
-
-OPS = ("sin", "cos", "tan", "asin", "acos", "atan", "tanh", "exp", "log", "pow", "atan2")
+from .target import INLINE_MATH_OPS as OPS
 ARITY = {"pow": 2, "atan2": 2}
 
 

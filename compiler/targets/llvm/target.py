@@ -60,6 +60,10 @@ class Inline:
     op: str
 
 
+# The ops inline_math.py defines (declared here, where a target's table can name them without
+# importing llvmlite: option validation and cache keys import the targets).
+INLINE_MATH_OPS = ("sin", "cos", "tan", "asin", "acos", "atan", "tanh", "exp", "log", "pow", "atan2")
+
 # round is round-half-to-even (numpy, Quadrants): llvm.rint in the default rounding mode.
 PORTABLE_MATH = {"sqrt": Intrinsic("llvm.sqrt"), "floor": Intrinsic("llvm.floor"), "ceil": Intrinsic("llvm.ceil"),
                  "round": Intrinsic("llvm.rint"), "abs": Intrinsic("llvm.fabs")}

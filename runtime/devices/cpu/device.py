@@ -188,6 +188,9 @@ def prepare_libgomp() -> None:
     if _libgomp_prepared:
         return
     _libgomp_prepared = True
+    if sys.platform == "darwin":
+        load_libomp()
+        return
     count = os.environ.get("QDC_GOMP_SPINCOUNT", str(GOMP_SPINCOUNT))
     if count == "libgomp" or "GOMP_SPINCOUNT" in os.environ or "OMP_WAIT_POLICY" in os.environ \
             or not sys.platform.startswith("linux") or _libgomp_loaded():
@@ -199,6 +202,24 @@ def prepare_libgomp() -> None:
         pass  # then the kernel library's own load reports what is missing
     finally:
         del os.environ["GOMP_SPINCOUNT"]
+
+
+# macOS has no libgomp: a macOS kernel library (compiler/targets/cpu/link.py) leaves its GOMP_*
+# and omp_* calls to dyld's flat lookup, which LLVM's OpenMP runtime answers (libomp implements
+# libgomp's interface); it must be loaded, globally, before the first kernel library.
+LIBOMP_PATHS = ("libomp.dylib", "/opt/homebrew/opt/libomp/lib/libomp.dylib", "/usr/local/opt/libomp/lib/libomp.dylib")
+LIBOMP_HINT = "macOS kernel libraries need LLVM's OpenMP runtime, libomp: brew install libomp"
+
+
+def load_libomp() -> str | None:
+    """Load the first libomp of LIBOMP_PATHS with its symbols global; its path, or None."""
+    for path in LIBOMP_PATHS:
+        try:
+            ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+        except OSError:
+            continue
+        return path
+    return None
 
 
 def _libgomp_loaded() -> bool:
@@ -419,7 +440,9 @@ def _dlopen_temp_file(lib_bytes: bytes) -> ctypes.PyDLL:
                                    f"in-memory alternative); set TMPDIR to a folder on an exec-mounted filesystem, "
                                    f"e.g. TMPDIR=$HOME/.cache/qdc-tmp") from None
         # dlopen's reason names the private copy, which is gone: the caller names the library
-        raise LibraryLoadError(f"cannot load a kernel library: {str(e).replace(path + ': ', '')}") from None
+        reason = str(e).replace(path + ": ", "")
+        hint = f" ({LIBOMP_HINT})" if sys.platform == "darwin" and "omp" in reason.lower() else ""
+        raise LibraryLoadError(f"cannot load a kernel library: {reason}{hint}") from None
     finally:
         os.unlink(path)  # the mapping stays valid after unlink
 

@@ -3,6 +3,7 @@ this one machine: Linux aarch64 shared libraries linked by ld.lld, macOS arm64 d
 ld64.lld, checked here by their structure, symbols and disassembly (tests/devices/cpu runs the
 aarch64 ones under qemu-aarch64). `load` takes the host platform's library, and refuses a
 module with none with ModuleNotBuiltError."""
+import ctypes
 import os
 import re
 import shutil
@@ -17,12 +18,13 @@ from qdc.cli.main import cli
 from qdc.compiler.driver import build as build_mod
 from qdc.compiler.driver.options import resolve
 from qdc.compiler.targets import lld
-from qdc.compiler.targets.cpu import codegen
+from qdc.compiler.targets.cpu import platforms
 from qdc.compiler.targets.cpu.isa_levels import PLATFORMS, parse_cpu_targets
 from qdc.runtime import ModuleNotBuiltError
 from qdc.runtime.cache import Cache, read_module
 from qdc.runtime.contract import cpu_features
 from qdc.runtime.contract.entry_points import defined_entries
+from qdc.runtime.devices.cpu import device as rcpu
 from qdc.runtime.loader import load
 
 HOST = cpu_features.host_platform()
@@ -40,10 +42,11 @@ steps = qd.field(qd.i32, shape=())
 @qd.kernel
 def chain():
     for i in x:
-        v = x[i]
-        for _ in range(steps[None]):
-            v = qd.sin(v) * 0.9 + 0.05
-        loss[None] += v
+        scaled = x[i] * 0.5
+        if scaled > 0:
+            for _ in range(steps[None]):
+                scaled = qd.sin(scaled) * 0.9
+        loss[None] += scaled
 
 
 @qd.kernel
@@ -99,20 +102,20 @@ def test_cli_flag_and_config_file(tmp_path, monkeypatch):
 
 
 def test_platforms_have_their_own_cache_keys():
-    keys = {targets: codegen.target_description("portable", parse_cpu_targets(targets))
+    keys = {targets: platforms.target_description("portable", parse_cpu_targets(targets))
             for targets in (None, "x86_64", "aarch64", "x86_64,aarch64", "aarch64-linux")}
     assert len(set(keys.values()) - {keys[None]}) == 3 + (HOST not in PLATFORMS)
     if HOST in PLATFORMS:  # unset: the host's platform alone, as named
-        assert keys[None] == codegen.target_description("portable", (HOST,))
+        assert keys[None] == platforms.target_description("portable", (HOST,))
     assert "aarch64-unknown-linux-gnu" in keys["aarch64-linux"] and "arm64-apple-macosx" in keys["aarch64"]
 
 
 def test_native_code_is_for_this_machine_only():
     other = next(p for p in PLATFORMS.values() if p.name != HOST)
     with pytest.raises(ValueError, match=f"'native' is this machine's CPU, which cannot run {other.name} code"):
-        codegen.cpu_levels("native", other)
+        platforms.cpu_levels("native", other)
     with pytest.raises(ValueError, match="'x86-64-v3' is for x86_64 CPUs.*cpu_targets: aarch64-linux"):
-        codegen.cpu_levels("x86-64-v3", PLATFORMS["aarch64-linux"])
+        platforms.cpu_levels("x86-64-v3", PLATFORMS["aarch64-linux"])
 
 
 # ---- what a build for every platform holds ---------------------------------------------------
@@ -228,3 +231,31 @@ def test_a_module_without_the_hosts_platform_is_not_built_for_it(tmp_path):
     built = ", ".join(name for name in PLATFORMS if name != HOST)
     assert f"was built for the CPU targets {built}, but this host is {HOST}" in str(e.value)
     assert f"--cpu-targets {HOST.split('-')[0]}" in str(e.value)
+
+
+def test_aarch64_features_come_from_hwcap(monkeypatch):
+    """On Linux aarch64 AT_HWCAP is the truth (qemu sets it for the CPU it emulates), whatever
+    numpy or /proc/cpuinfo (the real host's under qemu-user) say."""
+    bits = cpu_features.AARCH64_HWCAP_BITS
+    monkeypatch.setattr(rcpu, "_aarch64_hwcap", lambda: sum(1 << bits[f] for f in ("fp-armv8", "neon", "crc", "lse")))
+    monkeypatch.setattr(rcpu, "_numpy_cpu_features", lambda: {"ASIMDDP": True, "SVE": True})
+    monkeypatch.setattr(rcpu, "_os_cpu_flags", lambda: {"asimdrdm", "sve"})
+    rcpu.host_features.cache_clear()
+    try:
+        assert {f for f in rcpu.host_features() if f in bits} == {"fp-armv8", "neon", "crc", "lse"}
+    finally:
+        rcpu.host_features.cache_clear()
+
+
+def test_macos_loads_libomp_globally_before_kernels(monkeypatch):
+    loaded = []
+
+    def cdll(path, mode=0):
+        if path == rcpu.LIBOMP_PATHS[0]:
+            raise OSError(f"{path}: not found")
+        loaded.append((path, mode))
+    monkeypatch.setattr(rcpu.ctypes, "CDLL", cdll)
+    assert rcpu.load_libomp() == rcpu.LIBOMP_PATHS[1]
+    assert loaded == [(rcpu.LIBOMP_PATHS[1], ctypes.RTLD_GLOBAL)]
+    monkeypatch.setattr(rcpu.ctypes, "CDLL", lambda path, mode=0: (_ for _ in ()).throw(OSError(path)))
+    assert rcpu.load_libomp() is None

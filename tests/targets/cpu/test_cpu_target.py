@@ -17,7 +17,7 @@ import qdc as qd
 from qdc.compiler.driver import build as build_mod
 from qdc.compiler.driver import cache_key
 from qdc.compiler.driver import kernel as K
-from qdc.compiler.targets.cpu import codegen as codegen
+from qdc.compiler.targets.cpu import codegen as codegen, platforms
 from qdc.compiler.targets.cpu.isa_levels import LEVELS, check_cpu_target
 from qdc.compiler.targets.cpu.target import TARGET as CPU
 from qdc.compiler.driver.options import Options, resolve
@@ -105,9 +105,9 @@ def test_cli_flag(tmp_path, monkeypatch):
 @needs_x86
 def test_a_cpu_of_another_architecture_is_refused():
     with pytest.raises(ValueError, match="'neoverse-n1' is for aarch64 CPUs, but this compiler generates x86_64"):
-        codegen.cpu_levels("neoverse-n1")
-    assert [lvl.name for lvl in codegen.cpu_levels("znver4")] == ["znver4"]
-    assert codegen.cpu_levels("znver4")[0].requires == LEVELS["x86_64"][2].requires
+        platforms.cpu_levels("neoverse-n1")
+    assert [lvl.name for lvl in platforms.cpu_levels("znver4")] == ["znver4"]
+    assert platforms.cpu_levels("znver4")[0].requires == LEVELS["x86_64"][2].requires
 
 
 @qd.kernel

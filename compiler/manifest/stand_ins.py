@@ -1,0 +1,128 @@
+"""Template arguments re-created from their descriptions (compiler/driver/template_values.py)
+in a process that builds a manifest.
+
+`rebuild` makes values as they were, imports classes, enums and functions by name, makes objects
+without calling their `__init__` (their attributes set directly, so frozen dataclasses and
+immutable configs work too) and makes fields and ndarrays as stand-ins of the declared dtype,
+shape and name that never hold data (nothing is allocated until a launch, which a build never
+makes). A program's config object holding fields, ndarrays and nested dataclasses thus becomes
+a "shape-only" twin: compiled against it, a kernel gets the cache key the recording process
+computed for the real objects, since the key reads only what the description holds.
+"""
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+
+from qdc.runtime.contract import types as T
+from qdc.runtime.fields import ElementType, Field, Ndarray, StructField
+
+from ..driver.template_values import lookup
+from ..language.dataclass_args import DataclassArgument
+
+
+class Unrebuildable(Exception):
+    """A description that no longer matches the program (a class renamed, a module gone)."""
+
+
+def rebuild(data, route: str):
+    """The argument `data` describes (see the module docstring), made in this process."""
+    if data is None or isinstance(data, (bool, int, float, str)):
+        return data
+    if isinstance(data, list):  # only inside tagged values
+        raise Unrebuildable(f"{route}: a bare list in a description")
+    if not isinstance(data, dict) or len(data) != 1:
+        raise Unrebuildable(f"{route}: {data!r} is not a description")
+    tag, body = next(iter(data.items()))
+    if tag == "tuple":
+        return tuple(rebuild(e, f"{route}[{i}]") for i, e in enumerate(body))
+    if tag == "list":
+        return [rebuild(e, f"{route}[{i}]") for i, e in enumerate(body)]
+    if tag == "dict":
+        return {rebuild(k, f"{route} key"): rebuild(e, f"{route}[{k!r}]") for k, e in body}
+    if tag == "complex":
+        return complex(*body)
+    if tag == "bytes":
+        return bytes.fromhex(body)
+    if tag == "dtype":
+        return T.by_name(body)
+    if tag == "numpy":
+        value = body["value"]
+        return np.dtype(body["dtype"]).type(complex(*value) if isinstance(value, list) else value)
+    if tag == "dataclass_argument":
+        return DataclassArgument(rebuild(body, route))
+    if tag == "scalar":  # a launch argument: any value of its type stands in for it
+        return _scalar_stand_in(body)
+    if tag == "enum":
+        cls = _import(body["class"], route)
+        try:
+            return cls[body["name"]]
+        except (KeyError, TypeError):
+            raise Unrebuildable(f"{route}: enum {body['class']} has no member {body['name']}") from None
+    if tag == "named":
+        return _import(body, route)
+    if tag == "module":
+        try:
+            return importlib.import_module(body)
+        except ImportError as e:
+            raise Unrebuildable(f"{route}: module {body} cannot be imported ({e})") from None
+    if tag == "field":
+        return _stand_in_field(body)
+    if tag == "struct_field":
+        members = {m: rebuild(d, f"{route}.{m}") for m, d in body["members"].items()}
+        return StructField.of_members(body["name"], members)
+    if tag == "ndarray":
+        return _stand_in_ndarray(body)
+    if tag == "object":
+        return _rebuild_object(body["class"], body["attrs"], route)
+    if tag == "namedtuple":
+        return _import(body["class"], route)(**{k: rebuild(d, f"{route}.{k}") for k, d in body["items"].items()})
+    raise Unrebuildable(f"{route}: unknown description '{tag}'")
+
+
+def _import(name: str, route: str):
+    module, _, qual = name.partition(":")
+    try:
+        importlib.import_module(module)
+    except Exception as e:  # noqa: BLE001 (a module that fails to import is a stale entry)
+        raise Unrebuildable(f"{route}: module {module} cannot be imported ({type(e).__name__}: {e})") from None
+    obj = lookup(module, qual)
+    if obj is None:
+        raise Unrebuildable(f"{route}: {module} has no {qual}")
+    return obj
+
+
+def _rebuild_object(name: str, attrs: dict, route: str):
+    cls = _import(name, route)
+    if not isinstance(cls, type):
+        raise Unrebuildable(f"{route}: {name} is no longer a class")
+    try:
+        obj = cls.__new__(cls)
+    except TypeError:
+        obj = object.__new__(cls)
+    for attr, d in attrs.items():
+        object.__setattr__(obj, attr, rebuild(d, f"{route}.{attr}"))
+    return obj
+
+
+def _scalar_stand_in(annotation: str):
+    if annotation in ("bool", "int", "float"):
+        return {"bool": False, "int": 0, "float": 0.0}[annotation]
+    return 0.0 if T.by_name(annotation).is_float else 0
+
+
+def _stand_in_field(d: dict):
+    dtype = T.by_name(d["dtype"])
+    spec = ElementType(dtype, tuple(d["element_shape"])) if d.get("element_shape") else dtype
+    f = Field(spec, tuple(d["shape"]), d["needs_grad"], d["name"], needs_dual=d.get("needs_dual", False))
+    if "layout" in d:
+        f.layout = tuple(d["layout"]) if isinstance(d["layout"], list) else d["layout"]
+    return f
+
+
+def _stand_in_ndarray(d: dict):
+    """An ndarray of the declared dtype and rank with no elements: only its type is compiled in."""
+    dtype = T.by_name(d["dtype"])
+    spec = ElementType(dtype, tuple(d["element_shape"])) if d.get("element_shape") else dtype
+    return Ndarray(spec, (0,) * d["ndim"], needs_grad=d["needs_grad"])

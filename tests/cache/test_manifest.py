@@ -1,0 +1,157 @@
+"""Ahead of time for programs that do not declare their instantiations: `qdc record` writes a
+manifest of every kernel variant a run compiled or loaded (template arguments by value),
+`qdc build --manifest` builds it in another process and cache, and an offline process
+(QDC_OFFLINE=1) runs from that cache with no compile and without importing llvmlite.
+
+The program is tests/cache/manifest_app.py (config objects, dataclasses, an enum, a gradient,
+an ndarray whose dtype follows the argument); every run is a fresh process, as in deployment.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from qdc.compiler.manifest import manifest_file
+
+APP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "manifest_app.py")
+
+
+def _env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("QDC_RECORD", "QDC_OFFLINE", "QDC_REMOTE")}
+    here = os.path.dirname(os.path.dirname(os.path.dirname(APP)))  # the folder holding the qdc package
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), here) if p)
+    return {**env, **extra}
+
+
+def _qdc(*args, cwd=None, **env) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "qdc.cli.main", *args], capture_output=True, text=True, cwd=cwd,
+                          env=_env(**env), timeout=300)
+
+
+def _app(app: str, cache, *args, **env) -> dict:
+    r = subprocess.run([sys.executable, app, str(cache), *map(str, args)], capture_output=True, text=True,
+                       env=_env(**env), timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def _check(result: dict, damping: float) -> None:
+    sys.path.insert(0, os.path.dirname(APP))
+    try:
+        import manifest_app
+    finally:
+        sys.path.pop(0)
+    want = manifest_app.expected(damping)
+    for name in ("pos", "grad", "a", "vel"):
+        np.testing.assert_allclose(result[name], want[name], rtol=1e-5, atol=1e-6, err_msg=name)
+    assert result["loss"] == pytest.approx(want["loss"], rel=1e-5)
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """The app copied into a folder of its own, one run recorded (with the direct-mode cache
+    `first`) and the manifest built in a fresh process into an empty cache `built`."""
+    root = tmp_path_factory.mktemp("manifest")
+    app = root / "app" / "manifest_app.py"
+    app.parent.mkdir()
+    shutil.copy(APP, app)
+    manifest = root / "kernels.manifest"
+    r = _qdc("record", "-o", str(manifest), "--", sys.executable, str(app), str(root / "first"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = _qdc("build", "--manifest", str(manifest), "--cache", str(root / "built"), "-j", "1", cwd=str(app.parent))
+    assert r.returncode == 0, r.stdout + r.stderr
+    return root, app, manifest, r.stdout
+
+
+def test_a_recorded_run_built_from_its_manifest_runs_offline_with_no_compile(recorded):
+    root, app, manifest, build_output = recorded
+    assert "5 built" in build_output, build_output
+    entries = manifest_file.read(str(manifest))
+    assert sorted((e["kernel"], e["variant"]) for e in entries) == [
+        ("advance", "forward"), ("energy", "forward"), ("energy", "grad"), ("kick", "forward"), ("scale", "forward")]
+    advance = next(e for e in entries if e["kernel"] == "advance")
+    assert advance["module"] == "manifest_app" and advance["arches"] == ["cpu"]
+    physics = advance["templates"]["cfg"]["object"]["attrs"]["physics"]["object"]
+    assert physics["class"] == "manifest_app:Physics"
+    assert physics["attrs"]["integrator"] == {"enum": {"class": "manifest_app:Integrator", "name": "DAMPED"}}
+    scale = next(e for e in entries if e["kernel"] == "scale")
+    assert scale["arguments"][0] == {"name": "a", "kind": "ndarray", "dtype": "f64", "ndim": 1, "needs_grad": False}
+    result = _app(str(app), root / "built", QDC_OFFLINE="1")
+    _check(result, 0.1)
+    assert result["compiled"] == 0 and result["from_cache"] == 5
+    assert result["llvmlite"] is False  # an offline process never loads LLVM
+
+
+def test_a_second_process_compiles_nothing(recorded, tmp_path):
+    root, app, _, _ = recorded
+    first = _app(str(app), tmp_path / "cache")
+    second = _app(str(app), tmp_path / "cache")
+    assert first["compiled"] == 5 and second["compiled"] == 0 and second["from_cache"] == 5
+    _check(second, 0.1)
+
+
+def test_an_instantiation_not_built_raises_naming_it(recorded):
+    root, app, _, _ = recorded
+    r = subprocess.run([sys.executable, str(app), str(root / "built"), "0.25"], capture_output=True, text=True,
+                       env=_env(QDC_OFFLINE="1"), timeout=300)
+    assert r.returncode != 0
+    assert "KernelNotPrebuiltError" in r.stderr, r.stderr[-3000:]
+    assert "kernel 'manifest_app.advance' (forward, cpu) with cfg=SolverConfig(" in r.stderr
+    assert "damping=0.25" in r.stderr and "never compiles" in r.stderr
+
+
+def test_manifests_of_two_runs_merge_and_rerecording_is_stable(recorded, tmp_path):
+    root, app, manifest, _ = recorded
+    merged = tmp_path / "merged.manifest"
+    shutil.copy(manifest, merged)
+    r = _qdc("record", "--append", "-o", str(merged), "--", sys.executable, str(app), str(tmp_path / "c"), "0.25")
+    assert r.returncode == 0, r.stderr
+    entries = manifest_file.read(str(merged))
+    dampings = sorted(e["templates"]["cfg"]["object"]["attrs"]["physics"]["object"]["attrs"]["damping"]
+                      for e in entries if e["kernel"] == "advance")
+    assert dampings == [0.1, 0.25] and len(entries) == 7  # energy and scale are the same variants in both runs
+    again = tmp_path / "again.manifest"
+    r = _qdc("record", "-o", str(again), "--", sys.executable, str(app), str(tmp_path / "c"))
+    assert r.returncode == 0, r.stderr
+    assert again.read_text() == manifest.read_text()  # stable: same run, same bytes
+
+
+def test_a_manifest_holds_no_path_and_builds_on_another_machine(recorded, tmp_path):
+    root, app, manifest, _ = recorded
+    text = manifest.read_text()
+    assert str(root) not in text and os.sep + "tmp" not in text and os.path.expanduser("~") not in text
+    elsewhere = tmp_path / "checkout" / "src"  # the program's sources at another path
+    elsewhere.mkdir(parents=True)
+    shutil.copy(APP, elsewhere / "manifest_app.py")
+    shutil.copy(manifest, tmp_path / "kernels.manifest")
+    r = _qdc("build", "--manifest", str(tmp_path / "kernels.manifest"), "--cache", str(tmp_path / "built"),
+             "-j", "1", cwd=str(elsewhere))
+    assert r.returncode == 0 and "5 built" in r.stdout, r.stdout + r.stderr
+    result = _app(str(elsewhere / "manifest_app.py"), tmp_path / "built", QDC_OFFLINE="1")
+    assert result["compiled"] == 0
+    _check(result, 0.1)
+
+
+def test_stale_entries_are_reported_and_the_rest_built(recorded, tmp_path):
+    root, app, manifest, _ = recorded
+    entries = manifest_file.read(str(manifest))
+    for e in entries:
+        if e["kernel"] == "scale":
+            e["kernel"] = "rescale"  # renamed since it was recorded
+        if e["kernel"] == "energy" and e["variant"] == "grad":
+            e["templates"]["state"]["object"]["class"] = "manifest_app:OldState"  # a class gone
+    stale = tmp_path / "stale.manifest"
+    stale.write_text(manifest_file.dumps(entries))
+    r = _qdc("build", "--manifest", str(stale), "--cache", str(tmp_path / "built"), "-j", "1",
+             cwd=str(app.parent))
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "stale manifest entry manifest_app.rescale (forward)" in r.stderr
+    assert "module manifest_app has no @qd.kernel rescale" in r.stderr
+    assert "stale manifest entry manifest_app.energy (grad)" in r.stderr and "has no OldState" in r.stderr
+    assert "3 built" in r.stdout and "2 stale manifest entries" in r.stdout, r.stdout
