@@ -135,29 +135,26 @@ def bind(meta, index: int, a, device, after: list, needs_grad: bool, refuse_grad
     p = meta.params[index]
     if not is_tensor(a):
         return _bind_dlpack(meta, index, a, device)
-    where, given = argument_name(meta, index), describe(a)
-    want = _wanted(p)
-    name = qdc_dtype_name(a)
-    if name != p.dtype:
-        raise TypeError(f"{where}: expected {want}, got {given}")
-    if a.dim() != p.ndim:
-        raise ArrayMismatchError(f"{where}: expected {want}, got {given} (ndim={a.dim()})")
-    if p.element_shape and tuple(a.shape[p.ndim - len(p.element_shape):]) != tuple(p.element_shape):
-        raise ArrayMismatchError(f"{where}: expected {want}, got {given}")
+    shape = tuple(a.shape)
+    if qdc_dtype_name(a) != p.dtype:
+        raise TypeError(_mismatch(meta, index, a))
+    if len(shape) != p.ndim:
+        raise ArrayMismatchError(_mismatch(meta, index, a, f" (ndim={len(shape)})"))
+    if p.element_shape and shape[p.ndim - len(p.element_shape):] != tuple(p.element_shape):
+        raise ArrayMismatchError(_mismatch(meta, index, a))
     if needs_grad and not a.requires_grad:
-        raise ValueError(f"{where}: the kernel uses this array's gradient: pass a tensor with requires_grad=True "
-                         f"(its .grad receives the gradient), got {given}")
+        raise ValueError(f"{argument_name(meta, index)}: the kernel uses this array's gradient: pass a tensor with "
+                         f"requires_grad=True (its .grad receives the gradient), got {describe(a)}")
     if refuse_grad and a.requires_grad and a.is_leaf:
-        raise ValueError(f"{where}: this gradient kernel was compiled without a gradient for '{p.name}' (built ahead "
-                         f"of time with needs_grad=None), so the tensor's .grad would stay zero; annotate it "
-                         f"needs_grad=True (and rebuild), or pass a tensor without requires_grad")
-    on_device = _tensor_on_device(a, device, where, given)
-    if not on_device:  # a CPU tensor on a device with its own memory: copied in and out as numpy is
-        return Bound(host=a.detach().numpy())
-    data = a.detach()
-    contiguous = data.is_contiguous()
+        raise ValueError(f"{argument_name(meta, index)}: this gradient kernel was compiled without a gradient for "
+                         f"'{p.name}' (built ahead of time with needs_grad=None), so the tensor's .grad would stay "
+                         f"zero; annotate it needs_grad=True (and rebuild), or pass a tensor without requires_grad")
+    if not (device.arch == "cpu" and a.is_cpu or _tensor_on_device(meta, index, a, device)):
+        return Bound(host=a.detach().numpy())  # a CPU tensor on a device with its own memory: copied as numpy is
+    data = a
+    contiguous = a.is_contiguous()
     if not contiguous:
-        data = data.contiguous()
+        data = a.detach().contiguous()
         # the copy lives until the launch is queued (on CUDA, record_stream keeps its memory till the kernel is done)
         after.append((lambda: a.detach().copy_(data)) if writes else (lambda: data))
     grad_ptr = 0
@@ -167,12 +164,13 @@ def bind(meta, index: int, a, device, after: list, needs_grad: bool, refuse_grad
             torch = sys.modules["torch"]
             grad = a.grad = torch.zeros_like(a, memory_format=torch.contiguous_format)
         if not grad.is_contiguous() or grad.dtype != a.dtype or grad.device != a.device:
-            raise ValueError(f"{where}: the tensor's .grad must be a C-contiguous tensor of its dtype on its device")
+            raise ValueError(f"{argument_name(meta, index)}: the tensor's .grad must be a C-contiguous tensor of its "
+                             f"dtype on its device")
         grad_ptr = grad.data_ptr()
     if device.arch == "cuda":
         _order_with_torch(device, after, data, a.grad if needs_grad else None)
     # the launch code rebinds a cached tensor whose address changed (resize_, set_, .data =)
-    return Bound(data.data_ptr(), tuple(a.shape), grad_ptr, cacheable=contiguous and not needs_grad and device.arch == "cpu")
+    return Bound(data.data_ptr(), shape, grad_ptr, cacheable=contiguous and not needs_grad and device.arch == "cpu")
 
 
 def _wanted(p) -> str:
@@ -182,9 +180,14 @@ def _wanted(p) -> str:
     return want
 
 
-def _tensor_on_device(a, device, where: str, given: str) -> bool:
+def _mismatch(meta, index: int, a, detail: str = "") -> str:
+    return f"{argument_name(meta, index)}: expected {_wanted(meta.params[index])}, got {describe(a)}{detail}"
+
+
+def _tensor_on_device(meta, index: int, a, device) -> bool:
     """Whether tensor `a`'s memory is `device`'s (else it is a CPU tensor that the launch copies
     through the host); a tensor on another device is refused."""
+    where, given = argument_name(meta, index), describe(a)
     kind = a.device.type
     if device.arch == "cpu":
         if kind != "cpu":
