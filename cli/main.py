@@ -300,6 +300,7 @@ def inspect(target, arch, cache_dir, view):
         _fail(str(e))
     if view is None:
         click.echo(_describe_entry(entry))
+        click.echo(f"  launch    {_launch_path(store.location, module, kernel, arch)}")
     elif view == "size-expr":
         from qdc.runtime.adstack import describe_stacks
         click.echo(describe_stacks(entry.meta))
@@ -311,6 +312,16 @@ def inspect(target, arch, cache_dir, view):
                 _fail(str(e))
     else:
         click.echo(_artifact_text(entry, view, arch), nl=False)
+
+
+def _launch_path(location: str, module: str, kernel: str, arch: str) -> str:
+    """How the kernel's launches go on this machine's `arch` device, and why (runtime/launch_path.py),
+    or why that is not known here."""
+    from qdc.runtime.loader import launch_path, load
+    try:
+        return str(launch_path(load(location, module, arch=arch), kernel))
+    except Exception as e:  # noqa: BLE001 (no such device here, a module this host cannot run: said, not raised)
+        return f"not known here: {e}"
 
 
 def _artifact_text(entry, view: str, arch: str) -> str:

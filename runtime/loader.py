@@ -72,6 +72,14 @@ def load(cache_dir_or_bundle, module: str, arch: str = "cpu", local_cache=None) 
     return LoadedModule(record, entries, store.location)
 
 
+def launch_path(module: "LoadedModule", kernel: str):
+    """How launches of `kernel` (a variant's name: `k`, `k.grad`) of a loaded module go on the
+    active runtime, and why: a runtime/launch_path.py LaunchPath (`qdc inspect` shows it)."""
+    if kernel not in module._kernels:
+        raise QdcError(f"module '{module.__name__}' has no kernel '{kernel}'")
+    return module._kernels[kernel]._current().path
+
+
 class LoadedKernel(KernelFunction):
     """A prebuilt kernel. The module exposes its `function` (kernel_function.py), called like
     the `@qd.kernel` it was built from and, like that one, the launch function itself: bound

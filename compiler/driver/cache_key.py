@@ -108,7 +108,8 @@ def kernel_key(fn, params, opts, arch: str, variant: str = "forward", templates=
                 targets.get(arch).cache_description(opts),
                 sorted(opts.key().items()), variant, fn.__name__,
                 [[p.name, p.kind, p.dtype.name, p.ndim or 0, p.needs_grad]
-                 + ([list(p.element_shape)] if p.element_shape else []) for p in params],  # None: AOT, no argument
+                 + ([list(p.element_shape)] if p.element_shape else [])
+                 + ([["layout", *p.layout]] if getattr(p, "layout", None) else []) for p in params],  # None: AOT
                 walk.material, decls]
     try:
         packed = msgpack.packb(material, use_bin_type=True)

@@ -141,7 +141,8 @@ def build_meta(kir: ir.KernelIR, entry: str, is_grad: bool = False, adstack: dic
     return KernelMeta(
         kir.name, entry,
         [ParamMeta(getattr(p, "argument", p.name), p.kind, p.dtype.name, p.ndim or 0, _needs_grad_meta(p, i, grads),
-                   i in written, p.element_shape)  # an element of a vector parameter: named as the parameter
+                   i in written, p.element_shape,  # an element of a vector parameter: named as the parameter
+                   layout=getattr(p, "layout", None))
          for i, p in enumerate(kir.params)],
         [FieldMeta(f.name, f.dtype.name, f.shape, f.is_grad) for f in kir.fields],
         task_records(kir, entry, adstack, launch_policy),
@@ -322,7 +323,7 @@ def dual_params(args, kwargs, key: tuple, params: list) -> tuple[tuple, list]:
             has_dual = None if p.dtype.is_float else False
         else:
             has_dual = isinstance(a, Ndarray) and a.dual is not None and p.dtype.is_float
-        out[i] = ir.Param(p.name, p.kind, p.dtype, p.ndim, has_dual, p.element_shape)
+        out[i] = ir.Param(p.name, p.kind, p.dtype, p.ndim, has_dual, p.element_shape, p.layout)
         duals.append(has_dual)
     return (key, tuple(duals)), out
 

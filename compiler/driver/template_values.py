@@ -150,10 +150,13 @@ class _Describer:
             return {"struct_field": {"name": v.name, "members": members}}
         if is_array_argument(v):
             try:
-                dtype, ndim, element_shape, grad = array_type(v)
+                dtype, ndim, element_shape, grad, layout = array_type(v)
             except TypeError as e:
                 raise Undescribable(f"{route}: {e}") from None
-            return {"ndarray": {"dtype": dtype, "ndim": ndim, "needs_grad": grad, "element_shape": list(element_shape)}}
+            described = {"dtype": dtype, "ndim": ndim, "needs_grad": grad, "element_shape": list(element_shape)}
+            if layout is not None:
+                described["layout"] = list(layout)
+            return {"ndarray": described}
         if isinstance(v, DataclassArgument):
             return {"dataclass_argument": self.object(v.value, route, depth, runtime_scalars=True)}
         if isinstance(v, types.ModuleType):
@@ -174,6 +177,8 @@ class _Describer:
                 for k, e in v.items()])}
         if isinstance(v, (types.FunctionType, types.BuiltinFunctionType, type)) or _is_language_function(v):
             return self.function(v, route)
+        if _names_itself(v):  # a callable object its module names (numpy.sin, a ufunc)
+            return {"named": f"{import_name(v.__module__)}:{v.__qualname__}"}
         return self.object(v, route, depth)
 
     def container(self, v, route: str, depth: int, items):
@@ -194,9 +199,8 @@ class _Describer:
             out["needs_dual"] = True
         if f.element_shape:
             out["element_shape"] = list(f.element_shape)
-        layout = getattr(f, "layout", None)
-        if layout is not None:  # a permuted layout (the tensor API) changes the addressing
-            out["layout"] = [int(a) for a in layout] if isinstance(layout, (tuple, list)) else str(layout)
+        if f.layout is not None:  # a permuted layout (the tensor API) changes the addressing
+            out["layout"] = [int(a) for a in f.layout]
         return out
 
     def function(self, v, route: str) -> dict:
@@ -255,6 +259,14 @@ def _is_language_function(v) -> bool:
     """A `@qd.func` or `@qd.kernel` object: named like a function."""
     from ..language import lang
     return isinstance(v, lang.Func) or lang.is_kernel_function(v)
+
+
+def _names_itself(v) -> bool:
+    module, qual = getattr(v, "__module__", None), getattr(v, "__qualname__", None)
+    try:
+        return isinstance(module, str) and isinstance(qual, str) and lookup(import_name(module), qual) is v
+    except Exception:  # noqa: BLE001 (attributes that raise: not a named object)
+        return False
 
 
 def _attributes(v) -> list | None:

@@ -264,7 +264,8 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
                     scope[p.name] = var
             else:
                 es = p.element_shape
-                scope[p.name] = NdarrayHandle(i, p.name, p.dtype, p.ndim - len(es), p.needs_grad, element_shape=es)
+                scope[p.name] = NdarrayHandle(i, p.name, p.dtype, p.ndim - len(es), p.needs_grad, element_shape=es,
+                                              layout=p.layout)
         for name, (stype, variables) in struct_scalars.items():
             scope[name] = self.struct_parameter_var(stype, variables)
         for name, value in self.templates.items():  # compile-time objects, like captured globals
@@ -377,7 +378,9 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
 
     def extent(self, array: NdarrayHandle, dim: int) -> ir.Stmt:
         """`array.shape[dim]`, of the type the target's indices have (runtime/contract/extents.py:
-        i64 where arrays may pass 2**31 elements)."""
+        i64 where arrays may pass 2**31 elements). `dim` counts in declared order."""
+        if getattr(array, "layout", None) is not None and dim < len(array.layout):
+            dim = array.layout.index(dim)  # the shape words are in storage order
         return self.emit(ir.NdarrayShape(array.arg_index, dim, self.shape_type))
 
     def ndarray_attribute(self, base: NdarrayHandle, attr: str):
@@ -388,7 +391,7 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
             if not base.needs_grad:
                 self.error(f"ndarray parameter '{base.name}' has no .grad: annotate it with needs_grad=True")
             return NdarrayHandle(base.arg_index, base.name, base.dtype, base.ndim, True, grad=True,
-                                 element_shape=base.element_shape)
+                                 element_shape=base.element_shape, layout=base.layout)
         if attr == "dtype":
             return base.dtype
         self.error(f"ndarray has no attribute '{attr}' in kernels (use .shape, .dtype or .grad)")
@@ -597,8 +600,9 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
             hint = f" (index a 0-d array with {base.name}[None])" if rank == 0 else ""
             self.error(f"{what} has {rank} dimension(s) but is indexed with {len(indices)} "
                        f"index(es){hint}", node)
-        if isinstance(base, Field) and base.layout is not None:  # stored with its axes permuted
-            indices = [indices[axis] for axis in base.layout]
+        layout = getattr(base, "layout", None)
+        if layout is not None:  # stored with its axes permuted
+            indices = [indices[axis] for axis in layout] + indices[len(layout):]
         return ref, indices
 
     def index_value(self, node, what: str, value) -> ir.Stmt:

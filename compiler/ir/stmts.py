@@ -480,11 +480,13 @@ class Task(Stmt):
 class Param:
     """A kernel parameter: kind "scalar" or "ndarray". An ndarray of vectors/matrices has its
     `element_shape` as trailing axes, counted in `ndim` (the scalar array's rank)."""
-    __slots__ = ("name", "kind", "dtype", "ndim", "needs_grad", "element_shape")
+    __slots__ = ("name", "kind", "dtype", "ndim", "needs_grad", "element_shape", "layout")
 
-    def __init__(self, name, kind, dtype, ndim=0, needs_grad=False, element_shape=()):
+    def __init__(self, name, kind, dtype, ndim=0, needs_grad=False, element_shape=(), layout=None):
+        """`layout` (ndarrays): the order the array's own axes are stored in (None: as indexed)."""
         self.name, self.kind, self.dtype, self.ndim, self.needs_grad = name, kind, dtype, ndim, needs_grad
         self.element_shape = tuple(element_shape)
+        self.layout = None if layout is None else tuple(layout)
 
     def __repr__(self):
         if self.kind == "scalar":

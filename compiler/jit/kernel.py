@@ -162,8 +162,9 @@ class Kernel(KernelFunction):
                     needs_grad = dt.is_float and external[2]
                 else:
                     needs_grad = dt.is_float and not isinstance(a, np.ndarray) and a.grad is not None
-            out[i] = ir.Param(p.name, "ndarray", dt, ndim, needs_grad, element_shape)
-            key.append((dt.name, ndim, needs_grad, element_shape))
+            layout = getattr(a, "layout", None) if isinstance(a, (Ndarray, Field)) else None
+            out[i] = ir.Param(p.name, "ndarray", dt, ndim, needs_grad, element_shape, layout)
+            key.append((dt.name, ndim, needs_grad, element_shape, layout))
         return tuple(key), out
 
     def _argument(self, i: int, args, kwargs):

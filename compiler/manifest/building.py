@@ -42,6 +42,9 @@ class StaleEntry(Exception):
 class ManifestKernel(Instantiation):
     """One manifest entry re-created: the kernel, its template arguments, and the variant,
     parameters and code options it was recorded with (build.py asks for them by name)."""
+    # Its entries serve direct-mode processes of the program, which read arrays off their own
+    # template arguments at launch (a module loaded by `qdc.runtime.load` could not)
+    serves_direct_mode = True
 
     def __init__(self, kernel, templates, entry: dict):
         super().__init__(kernel, templates)

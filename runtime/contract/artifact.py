@@ -190,12 +190,16 @@ class ParamMeta:
     as True. `element_shape`: an ndarray of vectors/matrices has it as its last axes (counted in
     `ndim`); a scalar record with one is an element of a vector/matrix parameter (see the module
     docstring); the record's 7th entry, absent otherwise."""
-    __slots__ = ("name", "kind", "dtype", "ndim", "needs_grad", "writes", "element_shape", "slot")
+    __slots__ = ("name", "kind", "dtype", "ndim", "needs_grad", "writes", "element_shape", "slot", "layout")
 
-    def __init__(self, name, kind, dtype, ndim=0, needs_grad=False, writes=True, element_shape=(), slot=0):
+    def __init__(self, name, kind, dtype, ndim=0, needs_grad=False, writes=True, element_shape=(), slot=0,
+                 layout=None):
         self.name, self.kind, self.dtype, self.ndim = name, kind, dtype, ndim
         self.needs_grad, self.writes, self.slot = needs_grad, writes, slot
         self.element_shape = tuple(element_shape)
+        # an ndarray stored with its axes permuted (KernelMeta "layouts"): the storage order of its
+        # own axes, which the kernel was compiled for; its shape words are in that order
+        self.layout = None if layout is None else tuple(layout)
 
     @property
     def words(self) -> int:
@@ -353,6 +357,9 @@ class KernelMeta:
         if self.members:  # absent without dataclass parameters: such metadata reads as before
             d["members"] = self.members
             d["signature"] = self.signature
+        layouts = [[i, list(p.layout)] for i, p in enumerate(self.params) if p.layout is not None]
+        if layouts:  # absent without arrays stored with permuted axes: such metadata reads as before
+            d["layouts"] = layouts
         return d
 
     @classmethod
@@ -360,8 +367,11 @@ class KernelMeta:
         """Rebuild from a dict that may come from a cache file: every value is checked
         (ValueError on anything malformed) so bad metadata fails here, not at launch."""
         check_kernel_meta(d)
+        params = [ParamMeta(*p) for p in d["params"]]
+        for i, layout in d.get("layouts", []):
+            params[i].layout = tuple(layout)
         return cls(d["name"], d["entry"],
-                   [ParamMeta(*p) for p in d["params"]],
+                   params,
                    [FieldMeta(*f) for f in d["fields"]],
                    [TaskMeta.from_dict(t) for t in d["tasks"]],
                    d["num_temps"], d["is_grad"], d.get("adstack") or {}, d.get("debug_checks") or [],
@@ -429,6 +439,17 @@ def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+def _check_layouts(layouts, params) -> None:
+    """Each entry: [index of an ndarray parameter, a permutation of its own (non-element) axes]."""
+    _need(isinstance(layouts, list), "layouts")
+    for entry in layouts:
+        _need(isinstance(entry, list) and len(entry) == 2 and _is_int(entry[0]) and 0 <= entry[0] < len(params)
+              and params[entry[0]][1] == "ndarray" and isinstance(entry[1], list), f"layout entry {entry!r:.60}")
+        p = params[entry[0]]
+        own = p[3] - (len(p[6]) if len(p) == 7 else 0)
+        _need(sorted(a for a in entry[1] if _is_int(a)) == list(range(own)), f"layout of parameter {p[0]!r}")
+
+
 def check_kernel_meta(d) -> None:
     _need(isinstance(d, dict), "kernel meta is not a map")
     _need(isinstance(d.get("name"), str) and _IDENT.match(d["name"]), "kernel name")
@@ -455,6 +476,7 @@ def check_kernel_meta(d) -> None:
               f"element shape of parameter {p[0]!r}")
     _check_arguments(d["params"], structs)
     _check_members(d.get("members", {}), d["params"], d.get("signature"))
+    _check_layouts(d.get("layouts", []), d["params"])
     for f in _list(d, "fields", 4):
         check_field(f[0], f[1], f[2], module_attribute=False)
         _need(isinstance(f[3], bool), f"field {f[0]!r}")

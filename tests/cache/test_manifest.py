@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -155,3 +156,26 @@ def test_stale_entries_are_reported_and_the_rest_built(recorded, tmp_path):
     assert "module manifest_app has no @qd.kernel rescale" in r.stderr
     assert "stale manifest entry manifest_app.energy (grad)" in r.stderr and "has no OldState" in r.stderr
     assert "3 built" in r.stdout and "2 stale manifest entries" in r.stdout, r.stdout
+
+
+def test_shards_of_a_manifest_build_through_a_remote_store_serve_an_offline_process(recorded, tmp_path):
+    pytest.importorskip("obstore")
+    root, app, manifest, _ = recorded
+    store = tmp_path / "store"
+    store.mkdir()
+    url = store.as_uri()
+    outputs = []
+    for k in (1, 2):
+        r = _qdc("build", "--manifest", str(manifest), "--cache", str(tmp_path / f"shard{k}"), "-j", "1",
+                 "--shard", f"{k}/2", "--remote", url, cwd=str(app.parent))
+        assert r.returncode == 0, r.stdout + r.stderr
+        outputs.append(r.stdout)
+    built = [int(re.search(r"(\d+) built", out).group(1)) for out in outputs]
+    assert sum(built) == 5 and all(built), outputs  # the shards share the work
+    r = _qdc("merge", str(tmp_path / "merged"), str(tmp_path / "shard1"), str(tmp_path / "shard2"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert _app(str(app), tmp_path / "merged", QDC_OFFLINE="1")["compiled"] == 0
+    # a deployment with an empty cache takes every variant from the store, verified
+    result = _app(str(app), tmp_path / "empty", QDC_OFFLINE="1", QDC_REMOTE=url)
+    assert result["compiled"] == 0 and result["from_cache"] == 5 and not result["llvmlite"]
+    _check(result, 0.1)
