@@ -34,47 +34,7 @@ import numpy as np
 
 from . import dlpack_capsule
 from .argument_checks import ArrayMismatchError, argument_name
-
-# qdc's scalar types by the torch dtype's attribute name
-TORCH_NAMES = {"f16": "float16", "f32": "float32", "f64": "float64", "i8": "int8", "i16": "int16",
-               "i32": "int32", "i64": "int64", "u8": "uint8", "u16": "uint16", "u32": "uint32",
-               "u64": "uint64", "u1": "bool"}
-_by_torch_dtype: dict | None = None
-
-
-def loaded_torch():
-    """The torch module if the program imported it, else None (qdc does not import it here)."""
-    return sys.modules.get("torch")
-
-
-def is_tensor(a) -> bool:
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(a, torch.Tensor)
-
-
-def is_external(a) -> bool:
-    """Whether `a` is an array of another library that an ndarray parameter takes."""
-    return is_tensor(a) or (not isinstance(a, np.ndarray) and hasattr(type(a), "__dlpack__")
-                            and hasattr(type(a), "__dlpack_device__"))
-
-
-def qdc_dtype_name(tensor) -> str | None:
-    """qdc's name of a tensor's dtype ('f32', ...), None for one qdc has no type for (complex,
-    bfloat16, ...)."""
-    global _by_torch_dtype
-    if _by_torch_dtype is None:
-        torch = sys.modules["torch"]
-        _by_torch_dtype = {getattr(torch, n): q for q, n in TORCH_NAMES.items() if hasattr(torch, n)}
-    return _by_torch_dtype.get(tensor.dtype)
-
-
-def torch_dtype(name: str):
-    """The torch dtype of qdc scalar type `name`."""
-    torch = sys.modules.get("torch")
-    if torch is None:
-        import torch  # noqa: F811  (conversions to torch: the caller asked for tensors)
-    return getattr(torch, TORCH_NAMES[name])
-
+from .contract.foreign_arrays import is_tensor, qdc_dtype_name
 
 def describe(a) -> str:
     """How an error message names an external array: `a torch.Tensor of dtype torch.float64
@@ -99,23 +59,6 @@ def host_view(a) -> np.ndarray | None:
     if memory.dtype_name is None or not memory.contiguous:  # numpy's view (and its errors)
         return np.from_dlpack(a)
     return dlpack_capsule.host_array(memory, by_name(memory.dtype_name).np_dtype)
-
-
-def signature(a) -> tuple[str | None, int, bool] | None:
-    """(qdc dtype name, ndim, whether it has a gradient to follow) of an external array, what
-    an ndarray parameter whose dtype, ndim or needs_grad is omitted takes from its argument;
-    None for anything that is not one."""
-    if is_tensor(a):
-        return qdc_dtype_name(a), a.dim(), bool(a.requires_grad) and a.is_floating_point()
-    if not is_external(a):
-        return None
-    view = host_view(a)
-    if view is not None:
-        from .contract.types import from_numpy
-        dt = from_numpy(view.dtype)
-        return (dt.name if dt is not None else None), view.ndim, False
-    memory = dlpack_capsule.import_array(a)
-    return memory.dtype_name, len(memory.shape), False
 
 
 class Bound:
