@@ -124,7 +124,7 @@ class _Launcher:
         # numpy arrays bound by the kernel's own entry (runtime/devices/cpu/numpy_binding.py):
         # not with hooks, which read the bound words before the call
         self.binding = device.numpy_binding(loaded, meta) if hooks is None and device.capabilities.fused_launch \
-            and device.capabilities.host_memory else None
+            and device.capabilities.host_memory and not meta.graph_loops else None
         self.buf = (ctypes.c_uint64 * max(meta.ctx_words, 1, self.binding.ctx_words if self.binding else 0))()
         # every argument bound by the library itself, in one builtin call (numpy_binding.py)
         self.python = self.binding.python_entry(getattr(loaded, "lib", None), self.buf) if self.binding else None
@@ -132,11 +132,13 @@ class _Launcher:
         self.temps = device.allocate(8 * max(meta.num_temps, 1))  # values crossing tasks: device memory
         # Where a synchronous launch writes its errors; an asynchronous one gets a slot per launch.
         self.errors = device.acquire_error_slot() if hooks is not None and hooks.report is not None else None
-        self.fused = device.capabilities.fused_launch
+        # qd.graph.do_while replays tasks from the host: one task at a time, on every device
+        self.fused = device.capabilities.fused_launch and not meta.graph_loops
         if not self.fused:
             self.plan_task_slices()
         self.path = choose_launch_path(device, list(hooked_by), graph, self.binding, self.python,
-                                       not self.fused and None not in self.fixed_slices)
+                                       not self.fused and None not in self.fixed_slices,
+                                       graph_loops=bool(meta.graph_loops))
         call, arg = self.call_of(self.path.name)
         self.function = function  # the launch function: its code is fast_code or, while stale, stale_code
         # What runs once this launch is queued, from binding its arguments (external_arrays.py,
@@ -201,6 +203,9 @@ class _Launcher:
                                  if fixed is None and se.reads_temps(self.iterations[i]) else fixed
                                  for i, (t, fixed) in enumerate(zip(self.meta.tasks, self.fixed_slices))]
             return self.launch_graph, None
+        if path == "graph_loops":
+            self.steps = _loop_steps(self.meta.graph_loops, 0, len(self.meta.tasks))
+            return self.launch_loops, None
         if path == "fixed_tasks":
             self.fixed_launches = [(i, n) for i, n in enumerate(self.fixed_slices) if n > 0]
             self.ctx_address = ctypes.addressof(self.buf)
@@ -266,6 +271,44 @@ class _Launcher:
                 slices[i], env = self.slices_now(i, args, env)
         self.device.launch_graph(self.loaded, ctypes.addressof(self.buf), slices)
         self.watch_errors(slot)
+
+    def launch_loops(self, args: tuple) -> None:
+        """`launch_tasks` of a kernel with qd.graph.do_while loops: a loop's tasks are queued
+        again while its flag, read back after each pass, is nonzero."""
+        slot = self.own_error_slot()
+        self.run_steps(self.steps, args)
+        self.watch_errors(slot)
+        if self.sync_each_launch:
+            self.device.sync()
+
+    def run_steps(self, steps: list, args: tuple) -> None:
+        env, ctx = None, ctypes.addressof(self.buf)
+        for step in steps:
+            if isinstance(step, int):
+                slices = self.fixed_slices[step]
+                if slices is None:
+                    slices, env = self.slices_now(step, args, env)
+                self.device.launch_task(self.loaded, step, ctx, slices)
+                continue
+            flag, body = step
+            while True:
+                self.run_steps(body, args)
+                if self.flag_value(flag, args) == 0:
+                    break
+            env = None  # temporaries the loop's tasks wrote are read anew
+
+    def flag_value(self, index: int, args: tuple) -> int:
+        """A do_while flag (0-d i32 ndarray argument `index`) as the queued tasks leave it."""
+        a = args[index]
+        word = np.zeros(1, np.int32)
+        if hasattr(a, "allocation"):
+            self.device.copy_to_host(a.allocation(), word)
+        elif self.copies is not None and index in self.copies.buffers:
+            self.device.copy_to_host(self.copies.buffers[index], word)
+        else:
+            self.device.sync()
+            word[0] = _host_array(a).reshape(-1)[0]
+        return int(word[0])
 
     def slices_now(self, task: int, args: tuple, env):
         """The slices task `task` dispatches at this launch, and the evaluation environment
@@ -712,6 +755,24 @@ class _DeviceCopies:
         contiguous = np.empty(a.shape, a.dtype)  # a transpose, a strided slice: written back through a copy
         self.device.copy_to_host(alloc, contiguous.reshape(-1))
         a[...] = contiguous
+
+
+def _loop_steps(loops: list, first: int, end: int) -> list:
+    """Tasks [first, end) as steps: a task's index, or (flag, steps) for a do_while loop (the
+    outermost starting at a task; the loops inside it among its steps)."""
+    steps, i = [], first
+    while i < end:
+        starting = [r for r in loops if r[0] == i]
+        if not starting:
+            steps.append(i)
+            i += 1
+            continue
+        outer = max(starting, key=lambda r: r[1])
+        inside = [r for r in loops if r is not outer and outer[0] <= r[0] and r[1] <= outer[1]]
+        steps.append((outer[2], _loop_steps(inside, outer[0], outer[1])))
+        loops = [r for r in loops if r is not outer and r not in inside]
+        i = outer[1]
+    return steps
 
 
 def _host_array(a) -> np.ndarray:

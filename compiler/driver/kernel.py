@@ -149,7 +149,18 @@ def build_meta(kir: ir.KernelIR, entry: str, is_grad: bool = False, adstack: dic
         kir.num_temps, is_grad, adstack, bounds_checks.records(kir) if debug else None,
         returns=kir.returns, random=any(isinstance(s, ir.RandomState) for s in ir.walk(kir.body)),
         messages=kir.messages, structs=struct_layouts(kir.params), members=kir.members,
-        signature=kir.signature if kir.members else None)
+        signature=kir.signature if kir.members else None,
+        graph_loops=_graph_loop_records(kir))
+
+
+def _graph_loop_records(kir: ir.KernelIR) -> list:
+    """[first task, end task, flag parameter] of each qd.graph.do_while loop that kept a task."""
+    records = []
+    for loop, flag in enumerate(kir.graph_loops):
+        inside = [i for i, t in enumerate(kir.tasks) if loop in t.graph_loops]
+        if inside:
+            records.append([inside[0], inside[-1] + 1, flag])
+    return records
 
 
 def _needs_grad_meta(p: ir.Param, index: int, grads: set | None):

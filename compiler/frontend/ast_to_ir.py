@@ -817,10 +817,11 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
         """`var` is a local declared outside the top-level parallel loop being lowered: all its
         iterations update the same variable (a kernel temporary once offloaded), so `+=` on it
         must be atomic, as it is on a global."""
-        if not isinstance(var, ir.Alloca) or len(self.blocks) < 2:
+        top = self.top_depth()  # a qd.graph.do_while body is the kernel's top level too
+        if not isinstance(var, ir.Alloca) or len(self.blocks) <= top:
             return False
-        loop = self.blocks[1].parent
-        return isinstance(loop, ir.RangeFor) and not loop.serial and var.block is self.blocks[0]
+        loop = self.blocks[top].parent
+        return isinstance(loop, ir.RangeFor) and not loop.serial and var.block in self.blocks[:top]
 
     def warn_racy_update(self, target: ast.Name) -> None:
         """`s = s + v` (or `s *= v`) on a kernel-scope local in a parallel loop: iterations race
