@@ -731,6 +731,9 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
         (a new variable typed by `value` if it is a run-time value or a number)."""
         name = target.id
         scope = self.binding_scope(name)
+        if name == "_":  # the throwaway name: bound afresh, whatever `_` held (`v, _, _ = f()`)
+            self.frame.scopes[-1].pop(name, None)
+            scope = None
         current = scope[name] if scope is not None else self.lookup_nonlocal(name, target, required=False)
         if isinstance(current, GLOBAL_ARRAYS) and not isinstance(value, GLOBAL_ARRAYS):
             self.error(f"cannot assign to '{name}', which is a field or ndarray: write its elements "
