@@ -90,6 +90,10 @@ def _check_grad_buffer_accesses(k, differentiable):
                                f"want to do that, pass the grad tensor into the kernel directly")
 
 
+def _atomic_target(s) -> str:
+    return f"'{s.ptr.target.name}'" if isinstance(s, ir.AtomicRMW) else "a kernel-scope local"
+
+
 def _check_atomic_results(k, differentiable):
     uses = ir.users_count(k.body)
     for s in ir.walk(k.body):
@@ -99,6 +103,10 @@ def _check_atomic_results(k, differentiable):
                 raise error(s.loc, f"qd.atomic_mul on {what} cannot be differentiated (kernel '{k.name}' needs a "
                                    f"gradient): accumulate log-values with atomic_add, or multiply into a local "
                                    f"in a serial loop")
+        if isinstance(s, (ir.AtomicRMW, ir.TempAtomic)) and s.op == "xchg" and s.type.is_float \
+                and (isinstance(s, ir.TempAtomic) or differentiable(s.ptr.target)):
+            raise error(s.loc, f"qd.atomic_exchange on {_atomic_target(s)} cannot be differentiated (kernel "
+                               f"'{k.name}' needs a gradient): which thread's value remains is not determined")
         if isinstance(s, (ir.AtomicRMW, ir.TempAtomic)) and uses.get(s):
             raise error(s.loc, "the old value returned by an atomic operation cannot be used in a kernel that "
                                "needs a gradient (the gradient kernel does not repeat the atomic)")

@@ -326,7 +326,7 @@ class GlobalStore(Stmt):
         self.ptr, self.value = ptr, value
 
 
-ATOMIC_OPS = ("add", "sub", "mul", "min", "max", "and", "or", "xor")
+ATOMIC_OPS = ("add", "sub", "mul", "min", "max", "and", "or", "xor", "xchg")  # xchg: stores the value
 
 
 class AtomicRMW(Stmt):
