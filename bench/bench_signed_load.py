@@ -10,7 +10,7 @@ by its digest (runtime/signing.py). Both loads run in this
 one process, alternating round by round, each on a fresh CPU runtime (so every kernel library is
 really loaded again, as in a new process); min and median of R rounds each. The reading and
 checking part alone (records, hashes, signatures: what precedes the dlopen of each library) is
-timed the same way.
+timed the same way, and as it would be with one signature check per entry instead.
 """
 from __future__ import annotations
 
@@ -40,13 +40,13 @@ def build(tmp: str, n_kernels: int) -> tuple[str, str]:
     return cache, key + ".pub"
 
 
-def read_and_check(cache: str, trust) -> None:
+def read_and_check(cache: str, trust, per_entry: bool = False) -> None:
     """What `load` does before any library is loaded: the module record and every entry, read
-    and verified."""
+    and verified; `per_entry`: each entry by its own signature, not by the module's statement."""
     from qdc.runtime.cache import DirStore, read_entry, read_module
     store = DirStore(cache)
     record = read_module(store, "fifty", "cpu", trust)
-    attested = trust.attested(record) if trust is not None else {}
+    attested = trust.attested(record) if trust is not None and not per_entry else {}
     for key in record["kernels"].values():
         read_entry(store, key, trust, attested.get(key))
 
@@ -64,7 +64,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="qdc-bench-signed-") as tmp:
         cache, public = build(tmp, args.kernels)
         trust = signing.trust_from([public])
-        times = {"unsigned": [], "signed": [], "check unsigned": [], "check signed": []}
+        times = {"unsigned": [], "signed": [], "check unsigned": [], "check signed": [], "check per entry": []}
         for _ in range(args.rounds):
             for name, keys in (("unsigned", None), ("signed", [public])):
                 context.reset("cpu")
@@ -74,6 +74,9 @@ def main():
                 t0 = time.perf_counter()
                 read_and_check(cache, trust if keys else None)
                 times[f"check {name}"].append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            read_and_check(cache, trust, per_entry=True)
+            times["check per entry"].append(time.perf_counter() - t0)
     median = {k: statistics.median(v) for k, v in times.items()}
     least = {k: min(v) for k, v in times.items()}
     print(f"## qdc.runtime.load of {args.kernels} kernels, min / median of {args.rounds} rounds, "
@@ -83,8 +86,10 @@ def main():
     print(f"  ratio of medians (of minima):  {median['signed'] / median['unsigned']:.3f}x "
           f"({least['signed'] / least['unsigned']:.3f}x); goal <= 1.1x")
     print(f"  records + hashes alone:        {min_median(times['check unsigned'])}")
-    print(f"  ... + signatures:              {min_median(times['check signed'])}   "
-          f"({(least['check signed'] - least['check unsigned']) / args.kernels * 1e6:.0f} µs per entry, minima)")
+    print(f"  ... + signatures (as load):    {min_median(times['check signed'])}")
+    print(f"  ... + each entry's signature:  {min_median(times['check per entry'])}   "
+          f"({(least['check per entry'] - least['check unsigned']) / args.kernels * 1e6:.0f} µs per entry, minima; "
+          f"what the module's signed statement of digests saves)")
 
 
 if __name__ == "__main__":

@@ -196,12 +196,22 @@ def build(paths, manifest, arch, cache_dir, jobs, force, verbose, shard, remote_
                    signer=_signer(sign_key))
         if manifest:
             from qdc.compiler.manifest.building import build_manifest
+            _quadrants_alias()
             report = build_manifest(manifest, arches, opts, cache_dir, jobs or os.cpu_count() or 1, force, **how)
         else:
             report = build_mod.build(list(paths), arches, opts, cache_dir, jobs or os.cpu_count() or 1, force, **how)
     except (ConfigError, build_mod.BuildUsageError) as e:
         raise click.UsageError(str(e)) from None
     sys.exit(0 if report.ok else 1)
+
+
+def _quadrants_alias() -> None:
+    """A recorded program that imports `quadrants` ran on qdc (qdc.install_as_quadrants()): unless
+    a package of that name is installed, its modules import qdc under that name here too."""
+    import importlib.util
+    if importlib.util.find_spec("quadrants") is None:
+        import qdc
+        qdc.install_as_quadrants()
 
 
 # ---- record ------------------------------------------------------------------------------------

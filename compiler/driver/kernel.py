@@ -142,7 +142,7 @@ def build_meta(kir: ir.KernelIR, entry: str, is_grad: bool = False, adstack: dic
         kir.name, entry,
         [ParamMeta(getattr(p, "argument", p.name), p.kind, p.dtype.name, p.ndim or 0, _needs_grad_meta(p, i, grads),
                    i in written, p.element_shape,  # an element of a vector parameter: named as the parameter
-                   layout=getattr(p, "layout", None))
+                   layout=getattr(p, "layout", None) if p.kind == "ndarray" else None)  # a struct leaf's is its struct's
          for i, p in enumerate(kir.params)],
         [FieldMeta(f.name, f.dtype.name, f.shape, f.is_grad) for f in kir.fields],
         task_records(kir, entry, adstack, launch_policy),
