@@ -96,6 +96,7 @@ from .adstack import launch_hooks
 from .contract import sizeexpr as se
 from .contract.artifact import KernelMeta
 from .contract.bounds import ERROR_WORDS
+from .contract.foreign_arrays import is_external
 from .contract.error_slot import BOUNDS_WORD, OVERFLOW_WORD
 from .fields import Field, Ndarray
 from .returns import ResultReader
@@ -414,7 +415,7 @@ class _Launcher:
         after = self.after
 
         def bind(a):
-            if not isinstance(a, (np.ndarray, Ndarray, Field)) and external_arrays.is_external(a):
+            if not isinstance(a, (np.ndarray, Ndarray, Field)) and is_external(a):
                 return bind_external(a)
             if limits is not None and isinstance(a, (np.ndarray, Ndarray, Field)):  # before a device copy is allocated
                 check_extent(meta, index, a.shape if isinstance(a, np.ndarray) else a.storage_shape, limits, arch)
