@@ -61,6 +61,17 @@ def host_view(a) -> np.ndarray | None:
     return dlpack_capsule.host_array(memory, by_name(memory.dtype_name).np_dtype)
 
 
+def readable(a) -> np.ndarray:
+    """The contents of an external array as numpy, for the host to read before a launch (adstack
+    sizes): its host view, or a copy of a CUDA tensor (torch waits for the work that writes it)."""
+    view = host_view(a)
+    if view is not None:
+        return view
+    if is_tensor(a):
+        return a.detach().cpu().numpy()
+    raise TypeError(f"a {type(a).__name__} on a device: the host cannot read it to size the kernel's adstacks")
+
+
 class Bound:
     """What binding an external array gives the launch: the address, shape and gradient address
     to write into the ctx, whether the launch may skip rebinding it while the same tensor at
