@@ -390,3 +390,21 @@ def _sat_mul(a, b):
     overflow = (a != 0) & ((r // divisor != b) | ((a == -1) & (b == INT64_MIN)))
     positive = (a > 0) == (b > 0)
     return np.where(overflow, np.where(positive, INT64_MAX, INT64_MIN), r)
+
+
+def simple_trip_count(tree):
+    """`trips(args)` for a trip count that is one ndarray extent or one integer argument (what
+    `evaluate` gives for it, without building an environment per launch); None for any other."""
+    if isinstance(tree, NdarrayShape):
+        arg, axis = tree.arg, tree.axis
+        return lambda args: args[arg].shape[axis]
+    if isinstance(tree, ScalarArg):
+        arg = tree.arg
+
+        def scalar(args):
+            try:
+                return min(max(operator.index(args[arg]), 0), (1 << 63) - 1)
+            except TypeError:  # not an integer: unknown, as `trip_count` says
+                return None
+        return scalar
+    return None
