@@ -368,7 +368,9 @@ def describe_launch(launch: dict) -> str:
         pf = launch.get("parallel_from", 0)
         threads = "one thread" if pf == 0 else f"several threads from {pf} iterations"
         if "lanes" in launch:
-            return f"{threads}, up to {launch['lanes']} iterations at a time (SIMD lanes; fewer at lower ISA levels)"
+            why = f" ({launch['lanes_reason']})" if "lanes_reason" in launch else ""
+            return f"{threads}, up to {launch['lanes']} iterations at a time (SIMD lanes; fewer at lower ISA " \
+                   f"levels){why}"
         return threads + (f", scalar code: {launch['scalar']}" if "scalar" in launch else "")
     if launch.get("policy") == "grid":
         block = launch.get("block_dim")

@@ -117,10 +117,12 @@ def check_ndarray(meta: KernelMeta, index: int, value) -> None:
                             f"needs_grad=True), not a numpy array (which has no gradient)")
         return
     if isinstance(value, (Ndarray, Field)):  # a field's buffer is an array too (a qd.Tensor argument)
-        if value.layout is not None:
-            raise TypeError(f"{where}: this {value._what()} is stored with its axes permuted (layout="
-                            f"{value.layout}); an array argument must be stored in declared order (a field "
-                            f"with a layout can be used as a global or template argument instead)")
+        if value.layout != p.layout:
+            stored = "in declared order" if value.layout is None else f"with its axes permuted (layout={value.layout})"
+            wanted = "in declared order" if p.layout is None else f"with layout={p.layout}"
+            raise TypeError(f"{where}: this {value._what()} is stored {stored}; the kernel was compiled for an "
+                            f"array stored {wanted} (annotate the parameter without dtype or ndim, "
+                            f"qd.types.ndarray(), or qd.Tensor, to compile it for each layout)")
         if value.dtype.name != p.dtype:
             raise TypeError(f"{where}: expected {want}, got a {value._what()} of {value.dtype}")
         if len(value.storage_shape) != p.ndim:  # an ndarray of vectors counts its element's axes too

@@ -2,9 +2,9 @@
 
 For each compiled kernel, `make_launcher` generates a small Python function whose signature
 is exactly the kernel's (so Python itself reports a missing, extra or unknown argument,
-naming the kernel, and costs the launch nothing for it) and whose body writes the arguments
-straight into the ctx buffer (the word layout of runtime/contract/artifact.py) and makes one foreign
-call. For `k(a: ndarray(f32, 1), s: f32, n: i32)` the generated source is:
+naming the kernel, at no cost to the launch) and whose body writes the arguments straight into
+the ctx buffer (the word layout of runtime/contract/artifact.py) and makes one native call. For
+`k(a: ndarray(f32, 1), s: f32, n: i32)` the generated source is:
 
     def k(a, s, n):
         if a is not _q_arr0 or _q_len(a) != _q_len0:
@@ -15,110 +15,71 @@ call. For `k(a: ndarray(f32, 1), s: f32, n: i32)` the generated source is:
             _q_bad_scalars(1, (s, n,))
         _q_call(_q_arg)
 
-Why it is fast:
-- Scalars: each run of consecutive scalar slots is one `struct.pack_into` (which also does
-  the type checking: a float for an i32 or a str for an f32 raises, and only then
-  `_q_bad_scalars` works out which parameter to name).
+What keeps it short (figures: docs/benchmarks.md):
+- Scalars: each run of consecutive scalar slots is one `struct.pack_into`, which also type-checks;
+  only when it raises does `_q_bad_scalars` work out which parameter to name.
 - Ndarrays: full validation (type, dtype, ndim, C-contiguity, gradient buffer) and the data
-  pointer happen in `_q_bind<i>` only when the argument is not the same object as last time
-  (one condition for the common case; the pointer through the buffer protocol). The
-  launcher keeps a reference to the last array passed for each parameter: that keeps its
-  memory alive and makes numpy refuse to `resize` it, so its data pointer cannot change. A qd.ndarray's shape is fixed too. What a numpy
-  array can still do is change shape in place (`a.shape = ...`, same size): for ndim 1 and
-  2, `len(a)` detects every such change that keeps ndim (the first dimension and the size
-  fix the second) at a third of the cost of comparing `a.shape`, which higher ranks do.
-  Not re-checked, because each would cost as much as a scalar argument and none can make
-  the kernel touch memory outside the array: an in-place change of ndim that keeps the
-  first dimension (`a.shape = (16, 1)` on an array of shape (16,) passed before), an
-  in-place `a.dtype = ...` to a type of the same item size, `a.strides = ...` (deprecated).
-  A numpy array the kernel writes is also re-tested for `flags.writeable` at every launch
-  (about 40 ns): an array made read-only in place since it was bound must be refused, and
-  nothing else reveals it (a read-only memmap would otherwise crash the process). Which
-  parameters the kernel writes is `ParamMeta.writes`, from the compiled code.
-  The shape test is in the code only while the cached array is a numpy array: `_q_bind<i>`
-  swaps in code specialised to whether each cached array is one (`body`'s `kinds`; the
-  generic form tests `_q_numpy<i> and ...`), so neither kind pays for the other's test.
-  In the numpy-specialised code another numpy array is bound by the launch code itself
-  (`rebind_numpy`: class, dtype by identity, ndim, then the pointer through the buffer
-  protocol, which refuses non-C-contiguous and read-only arrays), falling back to
-  `_q_bind<i>` for anything else: a launch with a different array every call costs about
-  half what a `_q_bind<i>` call did. Where the kernel's library binds numpy arrays itself
-  (CPU, `device.numpy_binding`, runtime/devices/cpu/numpy_binding.py) that branch only writes
-  the array's address and a sentinel shape word, the entry checks and binds the array and
-  returns nonzero, having run nothing, when it refuses one: `_q_native_refused` then binds in
-  Python (raising, or accepting what the entry leaves to Python) and launches again.
-- The Python entry (CPU libraries that export it, numpy_binding.py `PythonEntry`): while every
-  cached array is a numpy array, the launch code is one call of a builtin function of the
-  kernel's library, `if _q_fast(a, s, n) is not None: return _q_fast_refused((a, s, n))`,
-  which checks and binds every argument itself (numpy arrays: type, ndim, dtype, flags, data
-  and shape read at every call; Python floats, ints and bools with struct's range checks) and
-  launches without releasing the GIL: about half a ctypes no-op call, whether the arrays are
-  new or not. Anything else it leaves to the generic code (`fast_refused`), which binds in
-  Python and raises naming what is wrong. Since these words change under it, nothing caches
-  a numpy array while the entry exists (`bind`, `specialise`).
-- The native call is `_q_call(_q_arg)` as the device hands it out (`Device.launch_call`):
-  on the CPU the ctypes function itself applied to a `byref` of the ctx buffer.
+  pointer happen in `_q_bind<i>` only when the argument is not the object passed last time. The
+  launcher keeps a reference to that object, which keeps its memory alive and makes numpy refuse
+  to `resize` it, so its pointer cannot change; a shape changed in place is caught by `len(a)`
+  (ndim 1 and 2: the first dimension and the size fix the second) or by comparing `a.shape`.
+  Not re-checked, since none can make the kernel touch memory outside the array: an in-place
+  change of ndim keeping the first dimension, of dtype to one of the same item size, of strides.
+  A numpy array the kernel writes (ParamMeta.writes) is re-tested for `flags.writeable` at every
+  launch: nothing else reveals an array made read-only since it was bound.
+- The launch code is specialised to whether each cached array is a numpy array (`body`'s
+  `kinds`), so neither kind pays for the other's tests; in the numpy form another numpy array is
+  bound by the launch code itself (`rebind_numpy`), anything else through `_q_bind<i>`.
+- Where the kernel's library binds numpy arrays itself (the CPU's numpy_binding.py), the launch
+  code writes only the array's address and a sentinel shape word; the entry checks and binds
+  the array and returns nonzero, having run nothing, when it refuses one, and
+  `_q_native_refused` binds in Python (raising, or accepting what the entry leaves to Python) and
+  launches again. Where the library also has a Python entry, the whole launch is one builtin
+  call, `if _q_fast(a, s, n) is not None: return _q_fast_refused((a, s, n))`, which checks and
+  binds every argument at every call; anything it leaves to Python goes the generic way.
+- The native call is `_q_call(_q_arg)` as the device hands it out (`Device.launch_call`).
 
-Devices without a fused launch (capabilities.fused_launch false: GPUs, or the CPU under
-QDC_CPU_LAUNCH=tasks) get `_q_call((args...))` = `launch_tasks`: each task is launched on its
-own (`Device.launch_task`) with the thread slices the device dispatches for its record's trip
-count (evaluated per launch; a temporary is read back from device memory), the launch's own
-error slot is handed to the device, and errors surface at `Device.sync` (`report` hooks)
-instead of in `finish`. Kernel temporaries live in device memory (one allocation per launcher).
+Launch paths. Which way a launch goes (one fused call, with or without the library's binding or
+Python entry; or task by task, as one graph, with slices fixed at load, or evaluated per launch)
+is chosen once per launcher by runtime/launch_path.py, which says why; `qdc inspect` shows it.
+Task by task (`launch_tasks`), each task is launched on its own (`Device.launch_task`) with the
+thread slices the device dispatches for its trip count, the launch's own error slot is handed to
+the device and errors surface at `Device.sync` (`report` hooks) instead of in `finish`. Kernel
+temporaries live in device memory (one allocation per launcher).
 
-Numpy arguments on a device without host memory (capabilities.host_memory false: Vulkan,
-CUDA): each ndarray parameter has a device buffer of its own (`_DeviceCopies`, reused while
-the array fits) whose address goes into the ctx instead of the array's. The launch code copies
-the array in on *every* launch (after the identity test, which only skips re-validation: the
-host data may have changed since) and, for a parameter the kernel writes (ParamMeta.writes),
-back out right after queueing the tasks, which waits for them: such a launch is synchronous.
-On host-memory devices (the CPU) none of this is in the generated code.
-- Nothing is tested per launch for runtime changes (`qd.init`): the runtime calls every
-  live launcher's `invalidate` (`context.on_reset`), which swaps the function's `__code__`
-  for a stub, `def k(a, s, n): return _q_slow(a, s, n)`; the slow path rebinds, swaps the
-  launch code back in and relaunches. An exact signature (no `*args` to catch extra
-  arguments) also lets CPython inline the call of the function into its caller's frame.
+Numpy arguments on a device without host memory (Vulkan, CUDA): each ndarray parameter has a
+device buffer of its own (`_DeviceCopies`, reused while the array fits); the launch code copies
+the array in at every launch (the host data may have changed) and, for a parameter the kernel
+writes, back out right after queueing the tasks, which makes such a launch synchronous.
 
-Owners. `make_launcher(..., function=f)` generates the code into `f.__globals__` and makes
-`f` the launch function, swapping its `__code__` as above: `f` is a function the caller
-owns, with the kernel's parameters (the function `@qd.kernel` returns, compiler/driver/kernel.py),
-so that a launch is a call of that one function with nothing in front of it. The owner
-provides `_q_slow` in that namespace, which the stub calls (after `qd.init`), and may itself
-set `f.__code__` to such a stub to see calls (a Tape records them); it may then recompile.
-`launch.__qdc_launcher__.launch` is the launch code (in its generic form) as a function of
-its own, for the slow paths: it launches even while `f` has a stub for code.
+Runtime changes (`qd.init`) are not tested per launch: the runtime calls every live launcher's
+`invalidate` (`context.on_reset`), which swaps the function's `__code__` for a stub,
+`def k(a, s, n): return _q_slow(a, s, n)`; the slow path rebinds, swaps the launch code back in
+and launches. An exact signature also lets CPython inline the call into its caller's frame.
 
-Hooks. `make_launcher(..., hooks=LaunchHooks(prepare=..., finish=...))` adds, around the
-native call, `prepare(ctx)` right before it and `finish()` right after it:
-- `prepare(ctx)` gets a `LaunchContext`: `meta`, `device`, `fields`, `args` (this launch's
-  arguments as passed, one per parameter record: a vector argument's elements one by one)
-  and `words` (a writable `np.uint64` view of the ctx buffer, every argument already bound).
-  It may read live data (scalars, ndarray shapes and elements, fields) and write words of its
-  own (e.g. an adstack heap pointer); it must not replace argument words. The same context object is reused by every launch.
-- `finish()` runs after the native call returns; it may raise (e.g. AdStackOverflowError),
-  which propagates to the caller. On the CPU the work is complete when it runs.
-Either may be None. A kernel without hooks gets generated code without any trace of them.
-Kernels with adstacks get the hooks of runtime/adstack.py, kernels compiled with debug=True
-a `finish` that reports bounds-check failures (runtime/contract/bounds.py), run after any other.
+Owners. `make_launcher(..., function=f)` generates the code into `f.__globals__` and makes `f`,
+a function the caller owns with the kernel's parameters (what `@qd.kernel` returns), the launch
+function, so that a launch is a call of that one function. The owner provides `_q_slow` in that
+namespace and may itself set `f.__code__` to a stub to see calls (a Tape records them).
+`launch.__qdc_launcher__.launch` is the launch code (in its generic form) as a function of its
+own, for the slow paths: it launches even while `f` has a stub for code.
 
-Vector and matrix arguments (`v: qd.math.vec3`): the metadata has one scalar record per
-element (runtime/contract/artifact.py), the launch function one parameter per argument. The
-launch code turns the argument into its elements first, `_q_e3, _q_e4, _q_e5, =
-_q_elements3(v)` (a list or tuple of the right length as it is, anything else through numpy
-with its shape checked: runtime/vector_arguments.py), then packs them with the other scalars,
-so each element is converted and checked as a scalar argument is, and an error names the
-argument and the element. The library's Python entry binds one value per record, so such
-kernels have none (numpy_binding.python_entry_possible).
+Hooks. `make_launcher(..., hooks=LaunchHooks(prepare=..., finish=...))` adds `prepare(ctx)`
+right before the native call and `finish()` right after it. `prepare` gets a `LaunchContext`
+(the same object at every launch: `meta`, `device`, `fields`, this launch's `args`, and `words`,
+a writable view of the ctx with every argument bound); it may read live data and write words of
+its own (an adstack heap pointer), never argument words. `finish` may raise (AdStackOverflowError); on the CPU the work
+is complete when it runs. A kernel without hooks has no trace of them in its code. Adstacks
+(runtime/adstack.py), `qd.random`, debug checks (runtime/contract/bounds.py) and the print
+buffer add theirs.
 
-Return values. The launch code of a kernel whose metadata has `returns` ends with `return
-_q_result()`, a runtime/returns.py ResultReader that reads the returned temporaries once the
-launch is done; the code of any other kernel has no trace of it.
-
-Only identifiers that pass `str.isidentifier` and integers reach the generated source, so
-metadata from a cache can never inject code.
-
-Threads: a launcher has one ctx buffer, so one kernel must not be launched from two Python
-threads at once (launches of different kernels may interleave freely).
+Vector and matrix arguments have one scalar record per element and one launch-function
+parameter: the launch code turns the argument into its elements first (`_q_e3, _q_e4, _q_e5, =
+_q_elements3(v)`, runtime/vector_arguments.py) and packs them as scalars, so an error names the
+argument and the element. A kernel with `returns` ends with `return _q_result()`
+(runtime/returns.py). Only identifiers that pass `str.isidentifier` and integers reach the
+generated source, so metadata from a cache can never inject code. A launcher has one ctx
+buffer: one kernel must not be launched from two Python threads at once.
 """
 from __future__ import annotations
 
@@ -143,6 +104,7 @@ from .vector_arguments import element_reader
 from .contract.types import by_name
 from . import kernel_messages
 from .launch_hooks import LaunchContext, LaunchHooks
+from .launch_path import choose_launch_path
 from .argument_checks import (PACK_CODE, argument_name, built_without_its_gradient, check_extent, check_ndarray,
                               explain_scalar, extent_limits, numpy_address)
 
@@ -155,12 +117,13 @@ _PACK_OBJECT = struct.Struct("=Qq").pack_into  # an array's address, and -1 (num
 class _Launcher:
     """The state behind one generated launch function: ctx buffer, caches, runtime binding."""
 
-    def __init__(self, meta: KernelMeta, device, loaded, fields: list, hooks, function, graph: bool = False):
+    def __init__(self, meta: KernelMeta, device, loaded, fields: list, hooks, function, graph: bool = False,
+                 hooked_by: tuple = ()):
         self.meta, self.device, self.fields, self.loaded = meta, device, fields, loaded
         # numpy arrays bound by the kernel's own entry (runtime/devices/cpu/numpy_binding.py):
         # not with hooks, which read the bound words before the call
         self.binding = device.numpy_binding(loaded, meta) if hooks is None and device.capabilities.fused_launch \
-            and device.capabilities.host_memory else None
+            and device.capabilities.host_memory and not meta.graph_loops else None
         self.buf = (ctypes.c_uint64 * max(meta.ctx_words, 1, self.binding.ctx_words if self.binding else 0))()
         # every argument bound by the library itself, in one builtin call (numpy_binding.py)
         self.python = self.binding.python_entry(getattr(loaded, "lib", None), self.buf) if self.binding else None
@@ -168,37 +131,14 @@ class _Launcher:
         self.temps = device.allocate(8 * max(meta.num_temps, 1))  # values crossing tasks: device memory
         # Where a synchronous launch writes its errors; an asynchronous one gets a slot per launch.
         self.errors = device.acquire_error_slot() if hooks is not None and hooks.report is not None else None
-        self.fused = device.capabilities.fused_launch
-        if self.fused:
-            call, arg = device.launch_call(loaded, self.buf)
-            if self.binding is not None:
-                self.binding.fill(self.words)
-                call = self.binding.call
-        else:
-            call, arg = self.launch_tasks, None
-            self.iterations = [_iterations(t) for t in meta.tasks]
-            # A task whose trip count is a constant (or unknown) dispatches the same slices at
-            # every launch: worked out once here, not per launch (None: evaluated per launch).
-            no_args = sizeexpr_eval.LaunchEnv((), fields, self.read_temp)
-            self.fixed_slices = [device.task_slices(t.launch, self.trip_count(i, no_args))
-                                 if self.iterations[i] is None or isinstance(self.iterations[i], se.Const) else None
-                                 for i, t in enumerate(meta.tasks)]
-            if graph and device.has_graphs:
-                # A graph replays every task without the host in between: a trip count that an
-                # earlier task computes (a temporary) is not read back; the task runs on the grid
-                # cap and its grid-stride loop reads the bound on the device (design.md, "Graphs").
-                call = self.launch_graph
-                self.fixed_slices = [device.task_slices(t.launch, None)
-                                     if fixed is None and se.reads_temps(self.iterations[i]) else fixed
-                                     for i, (t, fixed) in enumerate(zip(meta.tasks, self.fixed_slices))]
-            self.sync_each_launch = device.sync_each_launch
-            self.simple_trips = [_simple_trip_count(tree) for tree in self.iterations]
-            if call == self.launch_tasks and None not in self.fixed_slices and hooks is None \
-                    and not self.sync_each_launch:
-                # every task's slices known now and nothing to watch: a launch is only the launches
-                call = self.launch_fixed
-                self.fixed_launches = [(i, n) for i, n in enumerate(self.fixed_slices) if n > 0]
-                self.ctx_address = ctypes.addressof(self.buf)
+        # qd.graph.do_while replays tasks from the host: one task at a time, on every device
+        self.fused = device.capabilities.fused_launch and not meta.graph_loops
+        if not self.fused:
+            self.plan_task_slices()
+        self.path = choose_launch_path(device, list(hooked_by), graph, self.binding, self.python,
+                                       not self.fused and None not in self.fixed_slices,
+                                       graph_loops=bool(meta.graph_loops))
+        call, arg = self.call_of(self.path.name)
         self.function = function  # the launch function: its code is fast_code or, while stale, stale_code
         # What runs once this launch is queued, from binding its arguments (external_arrays.py,
         # non-contiguous arrays): write-backs of copies, stream joins; cleared by `run_after`.
@@ -234,6 +174,42 @@ class _Launcher:
             self.g["_q_lctx"] = LaunchContext(meta, device, fields, self.words, self.errors)
         if meta.returns:  # only kernels that return have this in their launch code
             self.g["_q_result"] = ResultReader(meta.returns, device, self.temps)
+
+    def plan_task_slices(self) -> None:
+        """What launching task by task needs: each task's trip count, and its thread slices where
+        they are the same at every launch (None: evaluated per launch)."""
+        self.iterations = [_iterations(t) for t in self.meta.tasks]
+        no_args = sizeexpr_eval.LaunchEnv((), self.fields, self.read_temp)  # a constant (or unknown) trip count
+        self.fixed_slices = [self.device.task_slices(t.launch, self.trip_count(i, no_args))
+                             if self.iterations[i] is None or isinstance(self.iterations[i], se.Const) else None
+                             for i, t in enumerate(self.meta.tasks)]
+        self.sync_each_launch = self.device.sync_each_launch
+        self.simple_trips = [_simple_trip_count(tree) for tree in self.iterations]
+
+    def call_of(self, path: str) -> tuple:
+        """`(call, arg)`: the native call of a launch on launch path `path` (launch_path.py)."""
+        if path in ("python_entry", "native_binding", "fused"):
+            call, arg = self.device.launch_call(self.loaded, self.buf)
+            if self.binding is not None:
+                self.binding.fill(self.words)
+                call = self.binding.call
+            return call, arg
+        if path == "graph":
+            # A graph replays every task without the host in between: a trip count that an
+            # earlier task computes (a temporary) is not read back; the task runs on the grid
+            # cap and its grid-stride loop reads the bound on the device (design.md, "Graphs").
+            self.fixed_slices = [self.device.task_slices(t.launch, None)
+                                 if fixed is None and se.reads_temps(self.iterations[i]) else fixed
+                                 for i, (t, fixed) in enumerate(zip(self.meta.tasks, self.fixed_slices))]
+            return self.launch_graph, None
+        if path == "graph_loops":
+            self.steps = _loop_steps(self.meta.graph_loops, 0, len(self.meta.tasks))
+            return self.launch_loops, None
+        if path == "fixed_tasks":
+            self.fixed_launches = [(i, n) for i, n in enumerate(self.fixed_slices) if n > 0]
+            self.ctx_address = ctypes.addressof(self.buf)
+            return self.launch_fixed, None
+        return self.launch_tasks, None
 
     # ---- slow paths -----------------------------------------------------------------------
 
@@ -294,6 +270,44 @@ class _Launcher:
                 slices[i], env = self.slices_now(i, args, env)
         self.device.launch_graph(self.loaded, ctypes.addressof(self.buf), slices)
         self.watch_errors(slot)
+
+    def launch_loops(self, args: tuple) -> None:
+        """`launch_tasks` of a kernel with qd.graph.do_while loops: a loop's tasks are queued
+        again while its flag, read back after each pass, is nonzero."""
+        slot = self.own_error_slot()
+        self.run_steps(self.steps, args)
+        self.watch_errors(slot)
+        if self.sync_each_launch:
+            self.device.sync()
+
+    def run_steps(self, steps: list, args: tuple) -> None:
+        env, ctx = None, ctypes.addressof(self.buf)
+        for step in steps:
+            if isinstance(step, int):
+                slices = self.fixed_slices[step]
+                if slices is None:
+                    slices, env = self.slices_now(step, args, env)
+                self.device.launch_task(self.loaded, step, ctx, slices)
+                continue
+            flag, body = step
+            while True:
+                self.run_steps(body, args)
+                if self.flag_value(flag, args) == 0:
+                    break
+            env = None  # temporaries the loop's tasks wrote are read anew
+
+    def flag_value(self, index: int, args: tuple) -> int:
+        """A do_while flag (0-d i32 ndarray argument `index`) as the queued tasks leave it."""
+        a = args[index]
+        word = np.zeros(1, np.int32)
+        if hasattr(a, "allocation"):
+            self.device.copy_to_host(a.allocation(), word)
+        elif self.copies is not None and index in self.copies.buffers:
+            self.device.copy_to_host(self.copies.buffers[index], word)
+        else:
+            self.device.sync()
+            word[0] = _host_array(a).reshape(-1)[0]
+        return int(word[0])
 
     def slices_now(self, task: int, args: tuple, env):
         """The slices task `task` dispatches at this launch, and the evaluation environment
@@ -420,7 +434,7 @@ class _Launcher:
                         raise MemoryError(f"{argument_name(meta, index)}: the {arch} device has no room for a copy of "
                                           f"this array of shape {a.shape} ({a.nbytes} bytes): {e}") from None
                     ptr, grad = alloc.ptr, 0
-            elif isinstance(a, (Ndarray, Field)) and a.layout is None and a.dtype.name == p.dtype and len(a.storage_shape) == ndim and (
+            elif isinstance(a, (Ndarray, Field)) and a.layout == p.layout and a.dtype.name == p.dtype and len(a.storage_shape) == ndim and (
                     a.grad is not None or not grad_kernel_needs_grad) and (a.grad is None or not refuse_grad) and (
                     element_axes is None or a.storage_shape[element_axes] == p.element_shape):
                 ptr = a.allocation().ptr
@@ -742,6 +756,24 @@ class _DeviceCopies:
         a[...] = contiguous
 
 
+def _loop_steps(loops: list, first: int, end: int) -> list:
+    """Tasks [first, end) as steps: a task's index, or (flag, steps) for a do_while loop (the
+    outermost starting at a task; the loops inside it among its steps)."""
+    steps, i = [], first
+    while i < end:
+        starting = [r for r in loops if r[0] == i]
+        if not starting:
+            steps.append(i)
+            i += 1
+            continue
+        outer = max(starting, key=lambda r: r[1])
+        inside = [r for r in loops if r is not outer and outer[0] <= r[0] and r[1] <= outer[1]]
+        steps.append((outer[2], _loop_steps(inside, outer[0], outer[1])))
+        loops = [r for r in loops if r is not outer and r not in inside]
+        i = outer[1]
+    return steps
+
+
 def _host_array(a) -> np.ndarray:
     """A numpy argument as it is, a host tensor or DLPack array as its numpy view."""
     return a if isinstance(a, np.ndarray) else external_arrays.host_view(a)
@@ -775,23 +807,28 @@ def make_launcher(meta: KernelMeta, device, loaded, fields: list, hooks: LaunchH
     With `graph` (`@qd.kernel(graph=True)`), a device with graphs (`Device.launch_graph`: CUDA)
     replays the kernel's tasks as one graph; elsewhere it changes nothing."""
     _check_names(meta.name, [a.name for a in meta.arguments])
+    hooked_by = ["the caller's"] if hooks is not None else []  # what puts hooks around it (launch_path.py)
     if hooks is None and meta.adstack.get("stacks"):  # the heap sizing and overflow check
         hooks = launch_hooks(meta)
+        hooked_by.append("adstacks")
     if meta.random_slot is not None:  # the seed and the launch counter qd.random() draws from
         hooks = _with_prepare(hooks, random_stream.STREAM.writer(meta.random_slot, meta.name, meta.is_grad))
+        hooked_by.append("qd.random")
     checks = None
     if meta.debug_checks:  # debug=True: report the first out-of-range index after the launch
         from .contract.bounds import BoundsChecks
         checks = BoundsChecks(meta)
         hooks = _with_finish(hooks, checks.finish, checks.report)
+        hooked_by.append("debug checks")
     printer = None
     if meta.messages:  # print, assert, debug checks: the device's print buffer, read after the launch
         printer = kernel_messages.print_buffer(device)
         if device.capabilities.synchronous:  # an asynchronous device reads it at sync
             hooks = _with_finish(hooks, printer.drain, None)
+            hooked_by.append("print")
     if hooks is not None and hooks.prepare is None and hooks.finish is None:
-        hooks = None
-    state = _Launcher(meta, device, loaded, fields, hooks, function, graph)
+        hooks, hooked_by = None, []
+    state = _Launcher(meta, device, loaded, fields, hooks, function, graph, tuple(hooked_by))
     if printer is not None:
         state.words[meta.print_slot] = printer.register(meta)
     if checks is not None:

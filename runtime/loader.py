@@ -3,8 +3,9 @@
     mod = load("cache", "heat", arch="cpu")    # a cache folder or a `qdc pack` bundle
     mod.T.from_numpy(t0); mod.step(0.1)        # fields and kernels are attributes
 
-Every record and artifact of the module is verified (format version, sha256) before any
-native code is loaded; a failure raises `qdc.CacheError` naming the file. Nothing read
+Every record and artifact of the module is verified (format version, sha256, and with trusted
+keys the signatures of the module record and of every entry: runtime/signing.py) before any
+native code is loaded; a failure raises `qdc.CacheError` naming the file and why. Nothing read
 from the cache is executed as Python: records are msgpack data, and the launcher only
 turns checked identifiers into its generated binding code.
 """
@@ -12,27 +13,34 @@ from __future__ import annotations
 
 import os
 
-from . import context, forward_mode
+from . import context, forward_mode, signing
 from .contract.arches import ARCHES
 from .contract.artifact import VARIANT_SUFFIXES, secondary_field, split_variant
 from .adstack import launch_hooks
 from .bundle import open_store
-from .cache import cache_error, module_path, module_problems, read_entry, read_module
+from .cache import cache_error, module_path, read_entry, read_module
+from .module_check import module_problems
 from .contract.errors import QdcError
 from .devices.cpu.device import LibraryLoadError, host_libraries
 from .fields import ElementType, Field, StructField
 from .kernel_function import KernelFunction
 from .launcher import make_launcher
+from .member_arguments import member_launcher
 from .remote import is_remote, read_through
 from .contract.types import by_name
 
 
 
-def load(cache_dir_or_bundle, module: str, arch: str = "cpu", local_cache=None) -> "LoadedModule":
+def load(cache_dir_or_bundle, module: str, arch: str = "cpu", local_cache=None, trusted_keys=None,
+         revoked_keys=None) -> "LoadedModule":
     """Load module `module` (its kernel file's stem) built for `arch` by `qdc build`. A remote
     store's URL (s3://, gs://, az://, http(s)://, file://; runtime/remote.py) is read through
     `local_cache` (default: one folder per remote under the user cache folder): the module is
-    fetched and verified there once, and loads offline afterwards."""
+    fetched and verified there once, and loads offline afterwards. `trusted_keys` (else
+    $QDC_TRUSTED_KEYS): public key files written by `qdc keygen`, or their text; with keys, the
+    module record and every entry must be signed by one of them that `revoked_keys` (else
+    $QDC_REVOKED_KEYS) does not revoke, or loading raises `qdc.CacheError` before any native code
+    is loaded."""
     if not isinstance(cache_dir_or_bundle, (str, os.PathLike)):
         raise TypeError(f"load(): the first argument must be a cache folder, bundle path or remote URL, "
                         f"got {type(cache_dir_or_bundle).__name__}")
@@ -42,15 +50,17 @@ def load(cache_dir_or_bundle, module: str, arch: str = "cpu", local_cache=None) 
         raise TypeError(f"load(): arch must be a string such as 'cpu', got {type(arch).__name__}")
     if arch not in ARCHES:
         raise ValueError(f"load(): unknown arch '{arch}' (choose from {', '.join(ARCHES)})")
+    trust = signing.trust_from(trusted_keys, revoked_keys)
     if is_remote(cache_dir_or_bundle):
-        cache_dir_or_bundle = read_through(cache_dir_or_bundle, module, arch, local_cache)
+        cache_dir_or_bundle = read_through(cache_dir_or_bundle, module, arch, local_cache, trust)
     store = open_store(cache_dir_or_bundle)
-    record = read_module(store, module, arch)
+    record = read_module(store, module, arch, trust)
+    attested = trust.attested(record) if trust is not None else {}  # entry digests a trusted key vouches for
     where = store.where(module_path(module, arch))
     entries, missing = {}, []
     for name, key in record["kernels"].items():
         try:
-            entries[name] = read_entry(store, key)
+            entries[name] = read_entry(store, key, trust, attested.get(key))
         except FileNotFoundError:
             missing.append(name)
     if missing:
@@ -71,6 +81,14 @@ def load(cache_dir_or_bundle, module: str, arch: str = "cpu", local_cache=None) 
     return LoadedModule(record, entries, store.location)
 
 
+def launch_path(module: "LoadedModule", kernel: str):
+    """How launches of `kernel` (a variant's name: `k`, `k.grad`) of a loaded module go on the
+    active runtime, and why: a runtime/launch_path.py LaunchPath (`qdc inspect` shows it)."""
+    if kernel not in module._kernels:
+        raise QdcError(f"module '{module.__name__}' has no kernel '{kernel}'")
+    return module._kernels[kernel]._current().path
+
+
 class LoadedKernel(KernelFunction):
     """A prebuilt kernel. The module exposes its `function` (kernel_function.py), called like
     the `@qd.kernel` it was built from and, like that one, the launch function itself: bound
@@ -83,7 +101,9 @@ class LoadedKernel(KernelFunction):
         self.__name__ = name
         self._entry, self._fields, self._arch = entry, fields, arch
         self._skipped = skipped or {}  # variant -> why `qdc build --arch all` skipped it
-        super().__init__(name, [a.name for a in entry.meta.arguments],
+        # a kernel that reads members off its arguments (dataclass parameters) takes those arguments
+        self._members = bool(entry.meta.members)
+        super().__init__(name, entry.meta.signature if self._members else [a.name for a in entry.meta.arguments],
                          {"grad": grad.function if grad is not None else self._no_grad,
                           "forward_ad": forward_ad.function if forward_ad is not None else self._no_forward_ad})
         self._forward_ad = forward_ad
@@ -102,9 +122,13 @@ class LoadedKernel(KernelFunction):
             raise LibraryLoadError(f"{self._library_where()}: {e}") from None
         # Built ahead of time: an adstack overflow's remedy is a rebuild, not qd.init options.
         hooks = launch_hooks(meta, prebuilt=True) if meta.adstack.get("stacks") else None
-        launch = make_launcher(meta, rt.device, loaded, self._fields, hooks=hooks, function=self.function)
-        state = launch.__qdc_launcher__
-        self.launch_directly(state.fast_code)
+        if self._members:  # the launch reads the members first: it goes through member_launcher
+            launch = make_launcher(meta, rt.device, loaded, self._fields, hooks=hooks)
+            state = _MemberState(member_launcher(meta, launch.__qdc_launcher__.launch, meta.signature))
+        else:
+            launch = make_launcher(meta, rt.device, loaded, self._fields, hooks=hooks, function=self.function)
+            state = launch.__qdc_launcher__
+            self.launch_directly(state.fast_code)
         self._state = (rt.generation, state)
         return state
 
@@ -126,7 +150,8 @@ class LoadedKernel(KernelFunction):
             args, _ = forward_mode.dual_arguments(fwd._entry.meta, args, None)
             return fwd._current().launch(*args)
         state = self._current()
-        self.launch_directly(state.fast_code)  # back from a FwdMode or Tape, or loaded on a new runtime
+        if state.fast_code is not None:
+            self.launch_directly(state.fast_code)  # back from a FwdMode or Tape, or loaded on a new runtime
         return state.launch(*args)
 
     def _no_forward_ad(self, *args, **kwargs):
@@ -143,6 +168,16 @@ class LoadedKernel(KernelFunction):
 
     def __repr__(self):
         return f"<qdc loaded kernel {self.__name__} ({self._arch})>"
+
+
+class _MemberState:
+    """The launcher state of a kernel reading members (runtime/member_arguments.py): its calls
+    go through the stub, which launches through the member reads."""
+    __slots__ = ("launch",)
+    fast_code = None
+
+    def __init__(self, launch):
+        self.launch = launch
 
 
 class SkippedKernel:

@@ -90,6 +90,6 @@ def _missing_reporter(meta, names: list, roots: dict):
                 except (AttributeError, IndexError, KeyError, TypeError):
                     raise TypeError(f"kernel '{meta.name}', argument '{path[0]}': it has no member "
                                     f"{path_text(path[:i + 1])}, which the kernel was compiled to read "
-                                    f"(got a {type(scope[path[0]]).__name__})") from None
+                                    f"(got {type(scope[path[0]]).__qualname__})") from None
         raise AssertionError("a member read failed, then succeeded")
     return report

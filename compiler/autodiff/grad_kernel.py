@@ -84,6 +84,7 @@ class _KernelContext:
         self.grad.num_temps, self.grad.temp_types = k.num_temps, list(k.temp_types)
         self.grad.messages = list(k.messages)  # the forward sweep's prints and debug checks name them
         self.grad.members = dict(k.members)  # the parameters read off dataclass and template arguments
+        self.grad.signature = k.signature
         self.activity = None
         self.adjoint_temps: dict = {}  # temp slot -> slot of its adjoint
         self._grads = CompanionBuffers(self.grad, self.field_objects, "grad")

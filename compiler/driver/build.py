@@ -8,6 +8,9 @@ module record listing the module's fields and kernel entries is written once all
 kernels are built; a module with a failed kernel keeps its previous record. With `--arch all`
 a kernel an arch cannot express (targets.base.TargetCannotExpress: f64 on Metal) is skipped
 for that arch: the record lists it under "skipped" with the reason, which loading reports.
+With a signing key (`--sign`), every entry of the build (compiled, cached or pulled) and every
+module record it writes is signed (runtime/signing.py); entries are then pulled from a remote
+only if that key, or a trusted one, signed them.
 """
 from __future__ import annotations
 
@@ -29,10 +32,10 @@ from qdc.runtime.cache import Cache, check_cache_folder, writable_problem
 from qdc.runtime.contract.errors import QdcCompileError
 from qdc.runtime.contract.objects import FieldMarker as Field, StructFieldMarker as StructField
 from qdc.runtime.contract.python_scope import scope_types
-from qdc.runtime import remote as remote_mod
+from qdc.runtime import remote as remote_mod, signing
 
 from . import cache_key, options as options_mod
-from .. import targets
+from .. import targets, timings
 from ..jit.aot import Instantiation
 from ..jit.kernel import Kernel, kernel_of
 from ..jit.offline_cache import store
@@ -129,8 +132,9 @@ def _load_sources(files: list[str]) -> list[ModuleSource]:
 
 
 def _has_templates(kernel: Kernel) -> bool:
+    """Template and dataclass parameters: built as the instantiations a module declares."""
     try:
-        return kernel.template_params is not None
+        return kernel.template_params is not None or bool(kernel.dataclass_names)
     except QdcCompileError:  # a bad annotation: the kernel's job reports it
         return False
 
@@ -188,7 +192,7 @@ def _options_for(opts, arch):
 
 
 def _params_for_aot(kernel: Kernel, opts):
-    params = kernel.params_for(opts)
+    params = [p for p in kernel.params_for(opts) if p.kind != "dataclass"]  # instantiated: their members
     for p in params:
         if p.kind == "ndarray" and (p.dtype is None or p.ndim is None or None in p.element_shape):
             code = kernel.fn.__code__
@@ -206,7 +210,7 @@ def _variant_params(params: list, variant: str) -> list:
 
 def _templates_of(kernel):
     """The bound template arguments of an instantiation (`qd.aot.instantiate`), else None."""
-    return kernel.templates if isinstance(kernel, Instantiation) else None
+    return kernel.build_templates() if isinstance(kernel, Instantiation) else None
 
 
 def _job_options(kernel, opts, arch: str):
@@ -229,25 +233,44 @@ def run_job(src: ModuleSource, job: Job, opts, cache: Cache, force: bool) -> dic
     """Compile one kernel variant and store it: {"status": "built"|"failed", "key", "error", "seconds"}."""
     t0 = time.perf_counter()
     kernel = src.kernels[job.kernel]
+    spent = timings.KernelTimings()
     try:
-        arch_opts = _job_options(kernel, opts, job.arch)
-        params = _job_params(kernel, arch_opts, job.variant)
-        templates = _templates_of(kernel)
-        deps = cache_key.kernel_key(kernel.fn, params, arch_opts, job.arch, job.variant, templates)
+        with timings.recording(spent):
+            with timings.phase("cache key"):
+                arch_opts = _job_options(kernel, opts, job.arch)
+                params = _job_params(kernel, arch_opts, job.variant)
+                templates = _templates_of(kernel)
+                deps = cache_key.kernel_key(kernel.fn, params, arch_opts, job.arch, job.variant, templates)
         compiled = compile_recording_warnings(kernel.fn, params, arch_opts, job.arch, job.variant, templates)
-        try:
-            stored = store(cache, deps, compiled, kernel.fn, job.arch, job.variant, arch_opts, replace=force,
-                           raise_errors=True)
-        except OSError as e:
-            raise CacheWriteError(f"cannot write its cache entry in {cache.root}: {e.strerror or e}") from None
+        if not getattr(kernel, "serves_direct_mode", False):  # a manifest entry's process reads them itself
+            _check_members_buildable(compiled.meta)
+        for name, (wall, cpu) in compiled.timings.phases.items():
+            spent.add(name, wall, cpu)
+        with timings.recording(spent), timings.phase("cache write"):
+            try:
+                stored = store(cache, deps, compiled, kernel.fn, job.arch, job.variant, arch_opts, replace=force,
+                               raise_errors=True)
+            except OSError as e:
+                raise CacheWriteError(f"cannot write its cache entry in {cache.root}: {e.strerror or e}") from None
         if not stored:
             raise RuntimeError("the kernel reaches a field through an expression the cache key cannot follow "
                                "(bind the field to a module-level name)")
-        return {"status": "built", "key": deps.key, "seconds": time.perf_counter() - t0}
+        return {"status": "built", "key": deps.key, "seconds": time.perf_counter() - t0,
+                "timings": spent.to_wire()}
     except TargetCannotExpress as e:  # skipped by `--arch all`, a failure otherwise (`_Outcome`)
         return {"status": CANNOT_EXPRESS, "error": str(e), "reason": f"{e.filename}:{e.line}:{e.col}: {e.raw_message}"}
     except Exception as e:  # noqa: BLE001  (reported per kernel; the build goes on)
         return {"status": "failed", "error": _job_error(src, job, e)}
+
+
+def _check_members_buildable(meta) -> None:
+    """A built kernel reads members only off its own arguments: an array inside a template
+    argument exists only in the building process."""
+    for name, path in meta.members.items():
+        if path[0] not in (meta.signature or ()):
+            raise RuntimeError(f"it reads the array {'.'.join(map(str, path))} inside template argument "
+                               f"'{path[0]}', which a built kernel cannot take: pass the array as an ndarray "
+                               f"parameter (or inside a dataclass parameter) to build it ahead of time")
 
 
 CANNOT_EXPRESS = "cannot_express"  # a job's status before the build decides: skipped or failed
@@ -282,6 +305,8 @@ class BuildReport:
     seconds: float = 0.0
     errors: list = dataclasses.field(default_factory=list)
     stale: list = dataclasses.field(default_factory=list)  # manifest entries the program no longer matches
+    # (kernel variant, arch, compiler/timings.KernelTimings) of each variant compiled
+    timings: list = dataclasses.field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -337,7 +362,8 @@ def shard_units(units: list[tuple], shard: tuple[int, int] | None) -> set:
 
 def build(paths, arches, opts, cache_dir: str, jobs: int = 1, force: bool = False,
           log=None, out=None, verbose: bool = False, skip_unexpressible: bool = False,
-          shard: tuple[int, int] | None = None, remote: str | None = None) -> BuildReport:
+          shard: tuple[int, int] | None = None, remote: str | None = None,
+          show_timings: bool = False, signer: signing.SigningKey | None = None) -> BuildReport:
     """Build every kernel under `paths` for `arches` into `cache_dir`. `log(text)` gets errors
     (default: stderr); `out(text)` a numbered line per kernel variant compiled (`verbose`: a
     line per cache hit too) and the summary (default: stdout). `skip_unexpressible` (`--arch
@@ -346,35 +372,49 @@ def build(paths, arches, opts, cache_dir: str, jobs: int = 1, force: bool = Fals
     build only shard K's kernels (`shard_units`); the module records name every kernel's entry
     and are complete once the shards' caches are merged. `remote`: a store URL (runtime/remote.py)
     where misses are looked up before compiling and where built entries, then complete module
-    records, are uploaded."""
+    records, are uploaded. `show_timings` (`--timings`): before the summary, where each kernel
+    variant compiled spent its time, per phase (compiler/timings.py), largest first. `signer`: the
+    key that signs every entry and module record of the build."""
     log = log or (lambda text: print(text, file=sys.stderr, flush=True))
     out = out or (lambda text: print(text, flush=True))
     t0 = time.perf_counter()
     files = discover(paths)
     cache = _writable_cache(cache_dir)
-    remote_store = _remote_store(remote, log)
+    remote_store = _remote_store(remote, log, _build_trust(opts, signer))
     cache.sweep_tmp()  # staging folders of killed builds, once stale
     imported_before = set(sys.modules)
     try:
         sources = load_sources(files, opts)
         report = _build_sources(sources, files, arches, opts, cache, jobs, force, log, out, verbose,
-                                skip_unexpressible, shard, remote_store)
+                                skip_unexpressible, shard, remote_store, signer)
     finally:
         _forget_modules(imported_before, files)  # a later build in this process imports afresh
     report.seconds = time.perf_counter() - t0
-    out(_summary(report, arches))
+    print_summary(report, arches, out, show_timings)
     return report
 
 
-def _remote_store(url, log):
+def _remote_store(url, log, trust=None):
     if url is None:
         return None
     try:
         store = remote_mod.RemoteStore(url)
     except (ImportError, remote_mod.CacheError) as e:
         raise BuildUsageError(str(e)) from None
-    store.log = log
+    store.log, store.trust = log, trust
     return store
+
+
+def _build_trust(opts, signer):
+    """Whose signatures make a remote's entry good enough to pull: the trusted keys, and the
+    build's own key (a signing build never signs what a stranger wrote)."""
+    try:
+        trust = signing.trust_from(opts.trusted_keys, opts.revoked_keys)
+    except (ImportError, ValueError) as e:
+        raise BuildUsageError(str(e)) from None
+    if signer is None:
+        return trust
+    return trust.with_key(signer.public) if trust is not None else signing.Trust([signer.public], set())
 
 
 def _writable_cache(cache_dir: str) -> Cache:
@@ -400,7 +440,8 @@ def _forget_modules(imported_before: set, files: list[str]) -> None:
 
 
 def _build_sources(sources, files, arches, opts, cache: Cache, jobs: int, force: bool, log, out,
-                   verbose: bool, skip_unexpressible: bool = False, shard=None, remote=None) -> BuildReport:
+                   verbose: bool, skip_unexpressible: bool = False, shard=None, remote=None,
+                   signer=None) -> BuildReport:
     report = BuildReport()
     todo, results = [], {}
     by_name = {s.name: s for s in sources if s.error is None}
@@ -423,6 +464,9 @@ def _build_sources(sources, files, arches, opts, cache: Cache, jobs: int, force:
         if result["status"] == CANNOT_EXPRESS:
             result = {**result, "status": "skipped" if skip_unexpressible else "failed"}
         results[_job_id(job)] = result
+        if "timings" in result:
+            report.timings.append((_variant_name(job.module, job.kernel, job.variant), job.arch,
+                                   timings.KernelTimings(result["timings"])))
         progress.step(job, result)
 
     def here(job: Job) -> dict:
@@ -444,11 +488,13 @@ def _build_sources(sources, files, arches, opts, cache: Cache, jobs: int, force:
             report.forward_modes += 1
         else:
             report.kernels += 1
+    if signer is not None:
+        _sign_entries(cache, results, signer, report, log)
     for src in by_name.values():
         if src.kernels or src.fields:
             report.modules += 1
             for arch in arches if src.record else ():
-                _write_module_record(cache, src, arch, results, report, log)
+                _write_module_record(cache, src, arch, results, report, log, signer)
     if remote is not None:
         problem = _push(remote, cache, by_name, arches, results, log)
         if problem is not None:  # the local build stands; the run fails, so that CI notices
@@ -513,7 +559,7 @@ def _pulled(remote, cache: Cache, key: str) -> bool:
     if remote is None:
         return False
     try:
-        return remote_mod.fetch_entry(remote, cache, key)
+        return remote_mod.fetch_entry(remote, cache, key, remote.trust)
     except remote_mod.CacheError as e:
         remote.log(f"qdc build: warning: {e} (compiling it instead)")
         return False
@@ -553,7 +599,18 @@ def _tally(report: BuildReport, todo: list[Job], results: dict) -> None:
             report.failed += 1
 
 
-def _write_module_record(cache: Cache, src: ModuleSource, arch: str, results: dict, report, log) -> None:
+def _sign_entries(cache: Cache, results: dict, signer, report, log) -> None:
+    """Sign every entry this build compiled, found cached or pulled (not other shards')."""
+    for key in sorted({r["key"] for r in results.values() if r["status"] in ("built", "cached", "pulled")}):
+        try:
+            cache.sign_entry(key, signer)
+        except (OSError, remote_mod.CacheError) as e:
+            report.errors.append(f"qdc build: error: cannot sign entry {key[:12]}…: {e}")
+            log(report.errors[-1])
+
+
+def _write_module_record(cache: Cache, src: ModuleSource, arch: str, results: dict, report, log,
+                         signer=None) -> None:
     kernels, skipped = {}, {}
     for name in src.kernels:
         for variant in VARIANTS:
@@ -580,7 +637,7 @@ def _write_module_record(cache: Cache, src: ModuleSource, arch: str, results: di
         record["struct_fields"] = {name: _struct_record(sf) for name, sf in src.structs.items()}
     if skipped:  # kernel variant name -> why the arch cannot express it; absent otherwise
         record["skipped"] = skipped
-    cache.write_module(src.name, arch, record)
+    cache.write_module(src.name, arch, record, signer)
 
 
 def _struct_record(sf) -> dict:
@@ -606,6 +663,13 @@ def _module_fields(src: ModuleSource):
 
 def _declared_fields(src: ModuleSource) -> list:
     return [*src.fields.values(), *(f for f in src.reached if not f.is_grad)]
+
+
+def print_summary(report: BuildReport, arches, out, show_timings: bool = False) -> None:
+    """The summary line, after (`show_timings`) where each kernel variant's time went."""
+    if show_timings and report.timings:
+        out(timings.table(report.timings))
+    out(_summary(report, arches))
 
 
 def _summary(report: BuildReport, arches) -> str:

@@ -100,7 +100,7 @@ def kernel_key(fn, params, opts, arch: str, variant: str = "forward", templates=
     walk.arrays_by_type = True  # an array among the template arguments is passed at launch: by its type
     for name, value in (templates.values.items() if templates else ()):
         walk.template(fn.__name__, name, value)
-    decls = [[f.name, f.dtype.name, list(f.shape), bool(f.needs_grad), bool(f.is_grad),
+    decls = [[template_values.stable_name(f.name), f.dtype.name, list(f.shape), bool(f.needs_grad), bool(f.is_grad),
               bool(getattr(f, "needs_dual", False))] + ([list(f.element_shape)] if f.element_shape else [])
              + ([["layout", *f.layout]] if getattr(f, "layout", None) else [])
              for f in walk.fields]
@@ -108,7 +108,8 @@ def kernel_key(fn, params, opts, arch: str, variant: str = "forward", templates=
                 targets.get(arch).cache_description(opts),
                 sorted(opts.key().items()), variant, fn.__name__,
                 [[p.name, p.kind, p.dtype.name, p.ndim or 0, p.needs_grad]
-                 + ([list(p.element_shape)] if p.element_shape else []) for p in params],  # None: AOT, no argument
+                 + ([list(p.element_shape)] if p.element_shape else [])
+                 + ([["layout", *p.layout]] if getattr(p, "layout", None) else []) for p in params],  # None: AOT
                 walk.material, decls]
     try:
         packed = msgpack.packb(material, use_bin_type=True)

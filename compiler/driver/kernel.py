@@ -14,7 +14,9 @@ import warnings
 
 from qdc.runtime.contract import sizeexpr as se
 from qdc.runtime.contract import types as T
-from qdc.runtime.contract.artifact import MAX_ELEMENT_AXIS, FieldMeta, KernelMeta, ParamMeta, TaskMeta
+from qdc.runtime.contract import log
+from qdc.runtime.contract.artifact import (MAX_ELEMENT_AXIS, VARIANT_SUFFIXES, FieldMeta, KernelMeta, ParamMeta,
+                                             TaskMeta)
 from qdc.runtime.contract.errors import QdcCompileError
 from qdc.runtime.contract.objects import NdarrayMarker as Ndarray
 from qdc.runtime.contract.tensor_api import Tensor
@@ -25,7 +27,7 @@ from ..language import lang, matrix as M
 from ..language.dataclass_args import is_dataclass_type
 from ..language.structs import StructType
 from ..passes import bounds_checks
-from .. import ir, targets
+from .. import ir, targets, timings
 
 
 class CompiledKernel:
@@ -36,6 +38,7 @@ class CompiledKernel:
         self.ir, self.meta, self.artifacts = kir, meta, artifacts
         self.field_objects, self.deps, self.from_cache = field_objects, deps, from_cache
         self.warnings: list = []  # [category name, message, filename, line] issued while compiling
+        self.timings = None  # compiler/timings.KernelTimings of the compile, None from the cache
 
 
 def parse_params(fn, opts, templates: list | None = None) -> list[ir.Param]:
@@ -138,13 +141,26 @@ def build_meta(kir: ir.KernelIR, entry: str, is_grad: bool = False, adstack: dic
     return KernelMeta(
         kir.name, entry,
         [ParamMeta(getattr(p, "argument", p.name), p.kind, p.dtype.name, p.ndim or 0, _needs_grad_meta(p, i, grads),
-                   i in written, p.element_shape)  # an element of a vector parameter: named as the parameter
+                   i in written, p.element_shape,  # an element of a vector parameter: named as the parameter
+                   layout=getattr(p, "layout", None) if p.kind == "ndarray" else None)  # a struct leaf's is its struct's
          for i, p in enumerate(kir.params)],
         [FieldMeta(f.name, f.dtype.name, f.shape, f.is_grad) for f in kir.fields],
         task_records(kir, entry, adstack, launch_policy),
         kir.num_temps, is_grad, adstack, bounds_checks.records(kir) if debug else None,
         returns=kir.returns, random=any(isinstance(s, ir.RandomState) for s in ir.walk(kir.body)),
-        messages=kir.messages, structs=struct_layouts(kir.params), members=kir.members)
+        messages=kir.messages, structs=struct_layouts(kir.params), members=kir.members,
+        signature=kir.signature if kir.members else None,
+        graph_loops=_graph_loop_records(kir))
+
+
+def _graph_loop_records(kir: ir.KernelIR) -> list:
+    """[first task, end task, flag parameter] of each qd.graph.do_while loop that kept a task."""
+    records = []
+    for loop, flag in enumerate(kir.graph_loops):
+        inside = [i for i, t in enumerate(kir.tasks) if loop in t.graph_loops]
+        if inside:
+            records.append([inside[0], inside[-1] + 1, flag])
+    return records
 
 
 def _needs_grad_meta(p: ir.Param, index: int, grads: set | None):
@@ -206,25 +222,45 @@ def _iterations(builder: SizeExprBuilder, t: ir.Task):
 
 def compile_kernel(fn, params, opts, arch="cpu", dump=None, variant="forward", templates=None) -> CompiledKernel:
     """Front end → passes → codegen for one (specialised) kernel variant. No cache involved.
-    `templates`: the TemplateArgs of a kernel with qd.template() parameters."""
+    `templates`: the TemplateArgs of a kernel with qd.template() parameters. The phases' times
+    are in `.timings` (compiler/timings.py; also recorded into an enclosing `recording()`),
+    and printed to stderr with QDC_LOG=timings."""
+    recorder = timings.KernelTimings()
+    with timings.recording(recorder):
+        compiled = _compile(fn, params, opts, arch, dump, variant, templates)
+    compiled.timings = recorder
+    if log.enabled("timings"):
+        name = fn.__name__ + VARIANT_SUFFIXES.get(variant, "")
+        log.log("timings", timings.describe(name, arch, recorder))
+    return compiled
+
+
+def _compile(fn, params, opts, arch, dump, variant, templates) -> CompiledKernel:
     from ..frontend.ast_to_ir import FrontEnd
     from ..passes.pipeline import run_pipeline
     target = targets.get(arch)
-    # The grad kernel returns nothing: its forward sweep need not compute the return value.
-    fe = FrontEnd(fn, params, opts, templates.values if templates else None, returns=variant != "grad", arch=arch)
-    kir = fe.build()
+    with timings.phase("front end"):
+        # The grad kernel returns nothing: its forward sweep need not compute the return value.
+        fe = FrontEnd(fn, params, opts, templates.values if templates else None, returns=variant != "grad",
+                      arch=arch)
+        kir = fe.build()
     if variant == "grad":  # the adjoint of the offloaded kernel (compiler/autodiff)
         from ..autodiff.grad_kernel import PIPELINE_STOP, make_grad_kernel
-        run_pipeline(kir, dump=dump, stop_after=PIPELINE_STOP)
-        grad = make_grad_kernel(kir, fe.field_objects, opts, dump=dump)
+        with timings.phase("passes"):
+            run_pipeline(kir, dump=dump, stop_after=PIPELINE_STOP)
+        with timings.phase("autodiff"):
+            grad = make_grad_kernel(kir, fe.field_objects, opts, dump=dump)
         kir, field_objects, adstack = grad.kernel, grad.field_objects, {"stacks": grad.stacks}
     else:  # forward_ad: the pipeline's forward_mode pass adds tangents (autodiff/forward_mode.py)
         field_objects, adstack = fe.field_objects, None
-        run_pipeline(kir, dump=dump, variant_passes=_variant_passes(variant, field_objects))
-    meta = build_meta(kir, f"qdc_{kir.name}" + _ENTRY_SUFFIX.get(variant, ""), variant == "grad", adstack,
-                      bool(opts.debug), target.launch_policy)
-    artifacts = target.compile(kir, meta, opts)
-    artifacts["ir"] = ir.print_kernel(kir).encode()
+        with timings.phase("passes"):
+            run_pipeline(kir, dump=dump, variant_passes=_variant_passes(variant, field_objects))
+    with timings.phase("IR generation"):  # the target's own phases inside are taken out of it
+        meta = build_meta(kir, f"qdc_{kir.name}" + _ENTRY_SUFFIX.get(variant, ""), variant == "grad", adstack,
+                          bool(opts.debug), target.launch_policy)
+        artifacts = target.compile(kir, meta, opts)
+    with timings.phase("artifacts"):
+        artifacts["ir"] = ir.print_kernel(kir).encode()
     return CompiledKernel(kir, meta, artifacts, field_objects, None)
 
 
@@ -298,7 +334,7 @@ def dual_params(args, kwargs, key: tuple, params: list) -> tuple[tuple, list]:
             has_dual = None if p.dtype.is_float else False
         else:
             has_dual = isinstance(a, Ndarray) and a.dual is not None and p.dtype.is_float
-        out[i] = ir.Param(p.name, p.kind, p.dtype, p.ndim, has_dual, p.element_shape)
+        out[i] = ir.Param(p.name, p.kind, p.dtype, p.ndim, has_dual, p.element_shape, p.layout)
         duals.append(has_dual)
     return (key, tuple(duals)), out
 

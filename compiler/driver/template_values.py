@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import enum
 import os
+import re
 import sys
 import types
 
@@ -79,6 +80,16 @@ def describe(value, route: str, field_index=None) -> Description:
     walker = _Describer(field_index)
     data = walker.value(value, route, 0)
     return Description(data, walker.fields, walker.functions, walker.classes, walker.portable_problem)
+
+
+_AUTOMATIC_NAME = re.compile(r"^(field|struct)\d+(?=$|\.|__)")
+
+
+def stable_name(name: str) -> str:
+    """A field's name as keys and descriptions hold it: a name qdc gave it from a creation count
+    (`field12`, `field12.grad`, `struct3__pos`) is `field*`, since another process of the program
+    may create its fields in another order; a name the program gave is itself."""
+    return _AUTOMATIC_NAME.sub(r"\1*", name)
 
 
 def class_name(cls) -> str:
@@ -147,13 +158,16 @@ class _Describer:
             return {"field": self.field(v)}
         if isinstance(v, StructFieldMarker):
             members = {m: self.value(f, f"{route}.{m}", depth + 1) for m, f in v.members.items()}
-            return {"struct_field": {"name": v.name, "members": members}}
+            return {"struct_field": {"name": stable_name(v.name), "members": members}}
         if is_array_argument(v):
             try:
-                dtype, ndim, element_shape, grad = array_type(v)
+                dtype, ndim, element_shape, grad, layout = array_type(v)
             except TypeError as e:
                 raise Undescribable(f"{route}: {e}") from None
-            return {"ndarray": {"dtype": dtype, "ndim": ndim, "needs_grad": grad, "element_shape": list(element_shape)}}
+            described = {"dtype": dtype, "ndim": ndim, "needs_grad": grad, "element_shape": list(element_shape)}
+            if layout is not None:
+                described["layout"] = list(layout)
+            return {"ndarray": described}
         if isinstance(v, DataclassArgument):
             return {"dataclass_argument": self.object(v.value, route, depth, runtime_scalars=True)}
         if isinstance(v, types.ModuleType):
@@ -174,6 +188,8 @@ class _Describer:
                 for k, e in v.items()])}
         if isinstance(v, (types.FunctionType, types.BuiltinFunctionType, type)) or _is_language_function(v):
             return self.function(v, route)
+        if _names_itself(v):  # a callable object its module names (numpy.sin, a ufunc)
+            return {"named": f"{import_name(v.__module__)}:{v.__qualname__}"}
         return self.object(v, route, depth)
 
     def container(self, v, route: str, depth: int, items):
@@ -189,14 +205,13 @@ class _Describer:
         if self.field_index is not None:
             self.field_index(f)
         self.fields.append(f)
-        out = {"name": f.name, "dtype": f.dtype.name, "shape": list(f.shape), "needs_grad": bool(f.needs_grad)}
+        out = {"name": stable_name(f.name), "dtype": f.dtype.name, "shape": list(f.shape), "needs_grad": bool(f.needs_grad)}
         if getattr(f, "needs_dual", False):
             out["needs_dual"] = True
         if f.element_shape:
             out["element_shape"] = list(f.element_shape)
-        layout = getattr(f, "layout", None)
-        if layout is not None:  # a permuted layout (the tensor API) changes the addressing
-            out["layout"] = [int(a) for a in layout] if isinstance(layout, (tuple, list)) else str(layout)
+        if f.layout is not None:  # a permuted layout (the tensor API) changes the addressing
+            out["layout"] = [int(a) for a in f.layout]
         return out
 
     def function(self, v, route: str) -> dict:
@@ -255,6 +270,14 @@ def _is_language_function(v) -> bool:
     """A `@qd.func` or `@qd.kernel` object: named like a function."""
     from ..language import lang
     return isinstance(v, lang.Func) or lang.is_kernel_function(v)
+
+
+def _names_itself(v) -> bool:
+    module, qual = getattr(v, "__module__", None), getattr(v, "__qualname__", None)
+    try:
+        return isinstance(module, str) and isinstance(qual, str) and lookup(import_name(module), qual) is v
+    except Exception:  # noqa: BLE001 (attributes that raise: not a named object)
+        return False
 
 
 def _attributes(v) -> list | None:

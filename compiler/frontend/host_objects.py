@@ -114,13 +114,14 @@ class HostObjects:
 
     def member_ndarray(self, path: tuple, a) -> NdarrayHandle:
         try:
-            dtype_name, ndim, element_shape, has_grad = array_type(a)
+            dtype_name, ndim, element_shape, has_grad, layout = array_type(a)
         except TypeError as e:
             self.error(f"{describe_path(path)}: {e}")
         dtype = T.by_name(dtype_name)
         index = self.member_parameter(path, ir.Param("", "ndarray", dtype, ndim + len(element_shape), has_grad,
-                                                     element_shape))
-        return NdarrayHandle(index, describe_path(path), dtype, ndim, has_grad, element_shape=element_shape)
+                                                     element_shape, layout))
+        return NdarrayHandle(index, describe_path(path), dtype, ndim, has_grad, element_shape=element_shape,
+                             layout=layout)
 
     def member_scalar(self, path: tuple, dtype: T.DataType, value):
         if not isinstance(value, (bool, int, float)) and not hasattr(value, "__index__") \

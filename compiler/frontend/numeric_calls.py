@@ -13,6 +13,7 @@ from qdc.runtime.contract import types as T
 
 from .. import ir
 from ..language import numeric
+from .bit_calls import BIT_CALLS
 from .values import is_runtime
 
 
@@ -62,8 +63,28 @@ def call_compile_time(fe, node, name):
         fe.error(f"{name}(): {e}")
 
 
-NUMERIC_CALLS = {"random": call_random, "stop_grad": call_stop_grad, "raw_div": call_raw_div,
-                 "raw_mod": call_raw_mod, "bit_shr": call_bit_shr, "compile_time": call_compile_time}
+def call_static_assert(fe, node, name):
+    """`qd.static_assert(cond, msg=None)`: a compile error at the call when `cond` is false."""
+    fe.reject_unpacking(node)
+    if not 1 <= len(node.args) + len(node.keywords) <= 2 or any(k.arg != "msg" for k in node.keywords):
+        fe.error(f"{name}() takes a condition and an optional message")
+    cond = fe.visit(node.args[0])
+    msg_node = node.args[1] if len(node.args) > 1 else (node.keywords[0].value if node.keywords else None)
+    msg = fe.visit(msg_node) if msg_node is not None else None
+    if is_runtime(cond) or is_runtime(msg):
+        fe.error(f"{name}() needs a condition known at compile time (a run-time value cannot be checked now)",
+                 node.args[0])
+    if not cond:
+        fe.error(f"static assertion failed{': ' + str(msg) if msg is not None else ''}", node)
+
+
+def call_outer(fe, node, name):
+    """`qd.outer(a, b)`: the matrix of a[i] * b[j]."""
+    return fe.outer_product(*fe.call_args(node, 2, 2, name))
+
+
+NUMERIC_CALLS = {"static_assert": call_static_assert, "outer": call_outer, "random": call_random, "stop_grad": call_stop_grad, "raw_div": call_raw_div,
+                 "raw_mod": call_raw_mod, "bit_shr": call_bit_shr, "compile_time": call_compile_time, **BIT_CALLS}
 
 
 def _integer_operands(fe, a, b):

@@ -326,7 +326,7 @@ class GlobalStore(Stmt):
         self.ptr, self.value = ptr, value
 
 
-ATOMIC_OPS = ("add", "sub", "mul", "min", "max", "and", "or", "xor")
+ATOMIC_OPS = ("add", "sub", "mul", "min", "max", "and", "or", "xor", "xchg")  # xchg: stores the value
 
 
 class AtomicRMW(Stmt):
@@ -423,6 +423,18 @@ class While(Stmt):
         self.body = Block(parent=self)
 
 
+class GraphDoWhile(While):
+    """`while qd.graph.do_while(flag):` at a kernel's top level (or in another one's body): the
+    body runs, then again while 0-d i32 ndarray argument `flag` is nonzero. Until offloading it
+    is a loop to every pass; offloading flattens it into the tasks of its body, each recording
+    the loops around it (`Task.graph_loops`), and the runtime replays them."""
+    ATTRS = ("flag",)
+
+    def __init__(self, flag: int, loc=None):
+        super().__init__(loc)
+        self.flag = flag
+
+
 class Break(Stmt):
     pass
 
@@ -468,6 +480,8 @@ class Task(Stmt):
         self.block_dim: int | None = None  # from the loop's qd.loop_config; None: the target's default
         self.max_threads: int | None = None  # qd.loop_config(parallelize=N) of the loop: at most N CPU threads
         self.label: str | None = None  # qd.loop_config(name=...) of the loop: part of task_name
+        # The qd.graph.do_while loops around the task, outermost first (KernelIR.graph_loops ids)
+        self.graph_loops: tuple = ()
         self.axes: list[Stmt] = []
         self.axis_index: list[LoopIndex] = []
 
@@ -480,11 +494,13 @@ class Task(Stmt):
 class Param:
     """A kernel parameter: kind "scalar" or "ndarray". An ndarray of vectors/matrices has its
     `element_shape` as trailing axes, counted in `ndim` (the scalar array's rank)."""
-    __slots__ = ("name", "kind", "dtype", "ndim", "needs_grad", "element_shape")
+    __slots__ = ("name", "kind", "dtype", "ndim", "needs_grad", "element_shape", "layout")
 
-    def __init__(self, name, kind, dtype, ndim=0, needs_grad=False, element_shape=()):
+    def __init__(self, name, kind, dtype, ndim=0, needs_grad=False, element_shape=(), layout=None):
+        """`layout` (ndarrays): the order the array's own axes are stored in (None: as indexed)."""
         self.name, self.kind, self.dtype, self.ndim, self.needs_grad = name, kind, dtype, ndim, needs_grad
         self.element_shape = tuple(element_shape)
+        self.layout = None if layout is None else tuple(layout)
 
     def __repr__(self):
         if self.kind == "scalar":
@@ -510,9 +526,14 @@ class KernelIR:
         # The print, assert and debug-check messages that DebugMessage statements name: the
         # artifact's `messages` records (runtime/contract/print_buffer.py).
         self.messages: list = []
+        # The flag argument of each qd.graph.do_while loop, by loop id (Task.graph_loops)
+        self.graph_loops: list = []
         # Parameters read off a dataclass or template argument at launch (frontend/host_objects.py):
         # parameter name -> the path to it, [argument, attribute or index, ...]
         self.members: dict = {}
+        # The kernel's arguments in call order (its template ones aside): what a launch that reads
+        # members takes (None: one argument per parameter)
+        self.signature: list | None = None
 
     def field_ref(self, field, is_grad: bool) -> FieldRef:
         """The kernel's reference to `field` (a runtime Field object), allocated on first use."""

@@ -16,8 +16,11 @@ from .kernel import kernel_of
 class Instantiation:
     """A kernel with its template arguments bound (`templates`, a TemplateArgs)."""
 
-    def __init__(self, kernel, templates):
+    def __init__(self, kernel, templates, examples: dict | None = None):
         self.kernel, self.templates = kernel, templates
+        # dataclass parameter -> the instance whose structure an ahead-of-time build compiles for
+        # (the call still passes one: its members are read at every launch)
+        self.examples = examples or {}
         self.fn = kernel.fn
         self.__name__ = kernel.__name__
         self.__doc__ = kernel.__doc__
@@ -41,7 +44,16 @@ class Instantiation:
 
     def all_arguments(self, args, kwargs=None) -> dict:
         """Every argument of the kernel by name: these and the bound template arguments."""
-        return {**dict(zip(self.kernel.template_params.runtime, args)), **(kwargs or {}), **self.templates.values}
+        bound = self.templates.values if self.templates is not None else {}
+        return {**dict(zip(self.kernel.runtime_names, args)), **(kwargs or {}), **bound}
+
+    def build_templates(self):
+        """What an ahead-of-time build compiles for: the template arguments and the example
+        instances of the dataclass parameters (compiler/language/dataclass_args.py)."""
+        if not self.examples:
+            return self.templates
+        params = self.kernel.params
+        return self.kernel._with_dataclasses((), self.examples, (), params, self.templates)[2]
 
     def launch_unrecorded(self, args, kwargs=None):
         launch = self.kernel._launcher(args, kwargs=kwargs, templates=self.templates)[0]
@@ -71,11 +83,25 @@ class _InstantiationGrad:
 
 
 def instantiate(kernel, **template_args) -> Instantiation:
-    """Bind every qd.template() parameter of `kernel` (a `@qd.kernel`) by keyword."""
+    """Bind every qd.template() parameter of `kernel` (a `@qd.kernel`) by keyword, and give
+    each dataclass parameter an example instance: the build compiles for its structure (which
+    members are fields, the types of its arrays), and the built kernel takes an instance of
+    that structure at every call."""
     k = kernel_of(kernel)
     if k is None:
         raise TypeError(f"qd.aot.instantiate() needs a @qd.kernel, got {type(kernel).__name__}")
-    if k.template_params is None:
+    dataclasses = set(k.dataclass_names)
+    examples = {n: v for n, v in template_args.items() if n in dataclasses}
+    if k.template_params is None and not dataclasses:
         raise TypeError(f"kernel '{k.__name__}' has no qd.template() parameters to instantiate; "
                         f"`qdc build` builds it as it is")
-    return Instantiation(k, k.template_params.bind(template_args))
+    missing = sorted(dataclasses - set(examples))
+    if missing:
+        raise TypeError(f"kernel '{k.__name__}': dataclass parameter '{missing[0]}' needs an example instance "
+                        f"(qd.aot.instantiate({k.__name__}, {missing[0]}=...)) to be built ahead of time")
+    rest = {n: v for n, v in template_args.items() if n not in dataclasses}
+    if k.template_params is None:
+        if rest:
+            raise TypeError(f"kernel '{k.__name__}' has no template parameter '{sorted(rest)[0]}'")
+        return Instantiation(k, None, examples)
+    return Instantiation(k, k.template_params.bind(rest), examples)

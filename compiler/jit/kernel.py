@@ -162,8 +162,9 @@ class Kernel(KernelFunction):
                     needs_grad = dt.is_float and external[2]
                 else:
                     needs_grad = dt.is_float and not isinstance(a, np.ndarray) and a.grad is not None
-            out[i] = ir.Param(p.name, "ndarray", dt, ndim, needs_grad, element_shape)
-            key.append((dt.name, ndim, needs_grad, element_shape))
+            layout = getattr(a, "layout", None) if isinstance(a, (Ndarray, Field)) else None
+            out[i] = ir.Param(p.name, "ndarray", dt, ndim, needs_grad, element_shape, layout)
+            key.append((dt.name, ndim, needs_grad, element_shape, layout))
         return tuple(key), out
 
     def _argument(self, i: int, args, kwargs):
@@ -178,6 +179,18 @@ class Kernel(KernelFunction):
         """The qd.template() parameters, None when there are none."""
         self.params  # noqa: B018  (parses the annotations)
         return self._template_params
+
+    @property
+    def dataclass_names(self) -> list[str]:
+        """The names of the dataclass parameters."""
+        self.params  # noqa: B018  (parses the annotations)
+        return [self._annotated[i].name for i in self._dataclass_at]
+
+    @property
+    def runtime_names(self) -> list[str]:
+        """The names of the parameters a launch takes: all but the qd.template() ones."""
+        self.params  # noqa: B018  (parses the annotations)
+        return list(self._runtime_names)
 
     def runtime_arguments(self, args, kwargs=None) -> tuple[tuple, dict | None]:
         """(args, kwargs) as the launch function takes them: without the template arguments."""

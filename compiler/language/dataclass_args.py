@@ -77,15 +77,16 @@ def scalar_annotation(ann, default_ip: T.DataType, default_fp: T.DataType) -> T.
 
 
 def array_type(a) -> tuple:
-    """(dtype name, rank without element axes, element shape, has a gradient) of an array argument."""
+    """(dtype name, rank without element axes, element shape, has a gradient, layout: the storage
+    order of its axes or None) of an array argument."""
     if isinstance(a, Ndarray):
         element = tuple(a.element_shape)
         grad = a.dtype.is_float and getattr(a, "grad", None) is not None
-        return a.dtype.name, len(a.storage_shape) - len(element), element, bool(grad)
+        return a.dtype.name, len(a.storage_shape) - len(element), element, bool(grad), getattr(a, "layout", None)
     dtype = T.from_numpy(a.dtype)
     if dtype is None:
         raise TypeError(f"an array of dtype {a.dtype} cannot be a kernel argument")
-    return dtype.name, a.ndim, (), False
+    return dtype.name, a.ndim, (), False, None
 
 
 class _Identity:

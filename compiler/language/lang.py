@@ -19,6 +19,7 @@ from qdc.runtime.contract import matrix_value as _matrix_value
 from qdc.runtime.contract import types as T
 
 from . import matrix as _matrix
+from . import bitops as _bitops
 from . import numeric as _numeric
 from . import structs as _structs
 from .funcs import Func  # noqa: F401  (lang.Func: what the front end inlines)
@@ -318,6 +319,20 @@ def _atomic(name):
 atomic_add, atomic_sub, atomic_min, atomic_max = map(_atomic, ("atomic_add", "atomic_sub", "atomic_min", "atomic_max"))
 atomic_and, atomic_or, atomic_xor = map(_atomic, ("atomic_and", "atomic_or", "atomic_xor"))
 atomic_mul = _atomic("atomic_mul")
+atomic_exchange = _atomic("atomic_exchange")
+
+def static_assert(cond, msg=None):
+    """A compile-time assertion: in a kernel, a compile error (with `msg`) when the compile-time
+    `cond` is false; in Python scope an AssertionError."""
+    if not cond:
+        raise AssertionError(msg or "static assertion failed")
+
+
+def outer(a, b):
+    """The outer product of two vectors: the matrix of a[i] * b[j] (`a.outer_product(b)`)."""
+    return _matrix.Matrix(np.outer(np.asarray(a.to_numpy() if hasattr(a, "to_numpy") else a),
+                                   np.asarray(b.to_numpy() if hasattr(b, "to_numpy") else b)))
+
 
 # `qd.abs` is the builtin; `qd.min`, `qd.max` are n-ary as the builtins, and element-wise on
 # Python-scope vectors and matrices, as in Quadrants (kernels treat all three as the builtins).
@@ -333,15 +348,16 @@ INTRINSICS = {
     atan2: ("binary", "atan2"), pow: ("binary", "pow"),
     atomic_add: ("atomic", "add"), atomic_sub: ("atomic", "sub"), atomic_min: ("atomic", "min"),
     atomic_max: ("atomic", "max"), atomic_and: ("atomic", "and"), atomic_or: ("atomic", "or"),
-    atomic_xor: ("atomic", "xor"), atomic_mul: ("atomic", "mul"),
+    atomic_xor: ("atomic", "xor"), atomic_mul: ("atomic", "mul"), atomic_exchange: ("atomic", "xchg"),
     select: ("select", None), cast: ("cast", None), static: ("static", None),
+    static_assert: ("static_assert", None), outer: ("outer", None),
     ndrange: ("ndrange", None), grouped: ("grouped", None), loop_config: ("loop_config", None),
     math.sin: ("unary", "sin"), math.cos: ("unary", "cos"), math.tan: ("unary", "tan"),
     math.exp: ("unary", "exp"), math.log: ("unary", "log"), math.sqrt: ("unary", "sqrt"),
     math.tanh: ("unary", "tanh"), math.floor: ("unary", "floor"), math.ceil: ("unary", "ceil"),
     math.atan2: ("binary", "atan2"), math.asin: ("unary", "asin"), math.acos: ("unary", "acos"),
     math.atan: ("unary", "atan"),
-    **_numeric.INTRINSICS,
+    **_numeric.INTRINSICS, **_bitops.INTRINSICS,
 }
 
 

@@ -12,6 +12,7 @@ import numpy as np
 from qdc.runtime.contract import types as T
 
 from .lang import acos, asin, atan, atan2, ceil, cos, exp, floor, log, pow, round, rsqrt, sin, sqrt, tan, tanh  # noqa: F401,A004
+from .bitops import clz, ffs, isinf, isnan, popcnt  # noqa: F401  (qd.math.isnan, ...)
 from .matrix import MatrixType
 
 pi = _math.pi

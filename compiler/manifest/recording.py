@@ -45,6 +45,8 @@ def arguments(params) -> list:
         if p.kind == "ndarray":
             a["ndim"] = p.ndim
             a["needs_grad"] = p.needs_grad
+            if getattr(p, "layout", None) is not None:
+                a["layout"] = list(p.layout)
         if getattr(p, "element_shape", ()):
             a["element_shape"] = list(p.element_shape)
         out.append(a)

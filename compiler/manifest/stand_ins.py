@@ -100,7 +100,10 @@ def _rebuild_object(name: str, attrs: dict, route: str):
     try:
         obj = cls.__new__(cls)
     except TypeError:
-        obj = object.__new__(cls)
+        try:
+            obj = object.__new__(cls)
+        except TypeError as e:
+            raise Unrebuildable(f"{route}: a {name} cannot be made without its arguments ({e})") from None
     for attr, d in attrs.items():
         object.__setattr__(obj, attr, rebuild(d, f"{route}.{attr}"))
     return obj
@@ -115,14 +118,15 @@ def _scalar_stand_in(annotation: str):
 def _stand_in_field(d: dict):
     dtype = T.by_name(d["dtype"])
     spec = ElementType(dtype, tuple(d["element_shape"])) if d.get("element_shape") else dtype
-    f = Field(spec, tuple(d["shape"]), d["needs_grad"], d["name"], needs_dual=d.get("needs_dual", False))
-    if "layout" in d:
-        f.layout = tuple(d["layout"]) if isinstance(d["layout"], list) else d["layout"]
-    return f
+    layout = tuple(d["layout"]) if isinstance(d.get("layout"), list) else None
+    name = None if d["name"].startswith("field*") else d["name"]  # named by its creation count, as it was
+    return Field(spec, tuple(d["shape"]), d["needs_grad"], name, needs_dual=d.get("needs_dual", False),
+                 layout=layout)
 
 
 def _stand_in_ndarray(d: dict):
     """An ndarray of the declared dtype and rank with no elements: only its type is compiled in."""
     dtype = T.by_name(d["dtype"])
     spec = ElementType(dtype, tuple(d["element_shape"])) if d.get("element_shape") else dtype
-    return Ndarray(spec, (0,) * d["ndim"], needs_grad=d["needs_grad"])
+    layout = tuple(d["layout"]) if d.get("layout") else None
+    return Ndarray(spec, (0,) * d["ndim"], needs_grad=d["needs_grad"], layout=layout)

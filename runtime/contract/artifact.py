@@ -130,7 +130,8 @@ in "returns" (one [dtype, shape] value per scalar or vector/matrix member) and "
 Dataclass parameters and arrays inside template arguments (the compiler's
 frontend/host_objects.py): "members" (absent otherwise) maps each parameter read off an
 argument to its path, [argument, attribute or index, ...]; the launch function takes the
-argument and reads the parameter from it at every launch (runtime/member_arguments.py).
+argument and reads the parameter from it at every launch (runtime/member_arguments.py);
+"signature" lists the arguments that launch takes, in call order.
 
 Bump FORMAT_VERSION whenever this layout or the metadata schema changes incompatibly. Version 4: task
 records with entry, iterations, launch policy and adstack ids (version 3's `range` is gone);
@@ -189,12 +190,16 @@ class ParamMeta:
     as True. `element_shape`: an ndarray of vectors/matrices has it as its last axes (counted in
     `ndim`); a scalar record with one is an element of a vector/matrix parameter (see the module
     docstring); the record's 7th entry, absent otherwise."""
-    __slots__ = ("name", "kind", "dtype", "ndim", "needs_grad", "writes", "element_shape", "slot")
+    __slots__ = ("name", "kind", "dtype", "ndim", "needs_grad", "writes", "element_shape", "slot", "layout")
 
-    def __init__(self, name, kind, dtype, ndim=0, needs_grad=False, writes=True, element_shape=(), slot=0):
+    def __init__(self, name, kind, dtype, ndim=0, needs_grad=False, writes=True, element_shape=(), slot=0,
+                 layout=None):
         self.name, self.kind, self.dtype, self.ndim = name, kind, dtype, ndim
         self.needs_grad, self.writes, self.slot = needs_grad, writes, slot
         self.element_shape = tuple(element_shape)
+        # an ndarray stored with its axes permuted (KernelMeta "layouts"): the storage order of its
+        # own axes, which the kernel was compiled for; its shape words are in that order
+        self.layout = None if layout is None else tuple(layout)
 
     @property
     def words(self) -> int:
@@ -277,9 +282,12 @@ class KernelMeta:
                  num_temps: int = 0, is_grad: bool = False, adstack: dict | None = None,
                  debug_checks: list | None = None, cpu_libraries: list | None = None, returns: dict | None = None,
                  random: bool = False, messages: list | None = None, structs: dict | None = None,
-                 members: dict | None = None):
+                 members: dict | None = None, signature: list | None = None, graph_loops: list | None = None):
         self.name, self.entry = name, entry
+        # qd.graph.do_while loops: [first task, end task, flag parameter] each (see the docstring)
+        self.graph_loops = graph_loops or []
         self.members = members or {}  # parameter -> the path it is read from (see the module docstring)
+        self.signature = list(signature) if signature is not None else None  # with members: the arguments
         self.structs = structs or {}  # struct parameter -> its layout (see the module docstring)
         self.returns = returns  # the "returns" record, None when the kernel returns nothing
         self.cpu_libraries = cpu_libraries or []  # CPU entries: one record per library, see the docstring
@@ -350,6 +358,12 @@ class KernelMeta:
             d["structs"] = self.structs
         if self.members:  # absent without dataclass parameters: such metadata reads as before
             d["members"] = self.members
+            d["signature"] = self.signature
+        layouts = [[i, list(p.layout)] for i, p in enumerate(self.params) if p.layout is not None]
+        if layouts:  # absent without arrays stored with permuted axes: such metadata reads as before
+            d["layouts"] = layouts
+        if self.graph_loops:  # absent without qd.graph.do_while: such metadata reads as before
+            d["graph_loops"] = self.graph_loops
         return d
 
     @classmethod
@@ -357,13 +371,17 @@ class KernelMeta:
         """Rebuild from a dict that may come from a cache file: every value is checked
         (ValueError on anything malformed) so bad metadata fails here, not at launch."""
         check_kernel_meta(d)
+        params = [ParamMeta(*p) for p in d["params"]]
+        for i, layout in d.get("layouts", []):
+            params[i].layout = tuple(layout)
         return cls(d["name"], d["entry"],
-                   [ParamMeta(*p) for p in d["params"]],
+                   params,
                    [FieldMeta(*f) for f in d["fields"]],
                    [TaskMeta.from_dict(t) for t in d["tasks"]],
                    d["num_temps"], d["is_grad"], d.get("adstack") or {}, d.get("debug_checks") or [],
                    d.get("cpu_libraries") or [], d.get("returns"), d.get("random", False),
-                   d.get("messages") or [], d.get("structs") or {}, d.get("members") or {})
+                   d.get("messages") or [], d.get("structs") or {}, d.get("members") or {}, d.get("signature"),
+                   d.get("graph_loops") or [])
 
 
 # ---- records ------------------------------------------------------------------------------
@@ -426,6 +444,17 @@ def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+def _check_layouts(layouts, params) -> None:
+    """Each entry: [index of an ndarray parameter, a permutation of its own (non-element) axes]."""
+    _need(isinstance(layouts, list), "layouts")
+    for entry in layouts:
+        _need(isinstance(entry, list) and len(entry) == 2 and _is_int(entry[0]) and 0 <= entry[0] < len(params)
+              and params[entry[0]][1] == "ndarray" and isinstance(entry[1], list), f"layout entry {entry!r:.60}")
+        p = params[entry[0]]
+        own = p[3] - (len(p[6]) if len(p) == 7 else 0)
+        _need(sorted(a for a in entry[1] if _is_int(a)) == list(range(own)), f"layout of parameter {p[0]!r}")
+
+
 def check_kernel_meta(d) -> None:
     _need(isinstance(d, dict), "kernel meta is not a map")
     _need(isinstance(d.get("name"), str) and _IDENT.match(d["name"]), "kernel name")
@@ -451,7 +480,8 @@ def check_kernel_meta(d) -> None:
                              and all(_is_int(s) and 0 < s <= largest for s in p[6])),
               f"element shape of parameter {p[0]!r}")
     _check_arguments(d["params"], structs)
-    _check_members(d.get("members", {}), d["params"])
+    _check_members(d.get("members", {}), d["params"], d.get("signature"))
+    _check_layouts(d.get("layouts", []), d["params"])
     for f in _list(d, "fields", 4):
         check_field(f[0], f[1], f[2], module_attribute=False)
         _need(isinstance(f[3], bool), f"field {f[0]!r}")
@@ -473,6 +503,24 @@ def check_kernel_meta(d) -> None:
         check_cpu_library_record(i, r)
     if "returns" in d:
         check_returns_record(d, d["returns"])
+    _check_graph_loops(d)
+
+
+def _check_graph_loops(d: dict) -> None:
+    """Each qd.graph.do_while record [first, end, flag]: a non-empty run of the kernel's tasks
+    and a 0-d i32 ndarray parameter; two loops are disjoint or one holds the other."""
+    loops = d.get("graph_loops", [])
+    _need(isinstance(loops, list) and len(loops) <= MAX_TASKS, "graph_loops")
+    params = d["params"]
+    for r in loops:
+        _need(isinstance(r, list) and len(r) == 3 and all(_is_int(v) for v in r)
+              and 0 <= r[0] < r[1] <= len(d["tasks"]) and 0 <= r[2] < len(params)
+              and params[r[2]][1] == "ndarray" and params[r[2]][2] == "i32" and params[r[2]][3] == 0,
+              f"graph_loops record {r!r:.60}")
+    for a in loops:
+        for b in loops:
+            _need(a[1] <= b[0] or b[1] <= a[0] or (a[0] <= b[0] and b[1] <= a[1]) or (b[0] <= a[0] and a[1] <= b[1]),
+                  "graph_loops overlap")
 
 
 MAX_MESSAGES = 1 << 16  # print, assert and debug-check messages of one kernel
@@ -505,10 +553,14 @@ def _check_arguments(params: list, structs: dict) -> None:
     _need(set(structs) <= names, "structs: a struct parameter the kernel does not have")
 
 
-def _check_members(members, params: list) -> None:
+def _check_members(members, params: list, signature) -> None:
     """"members": parameter name -> [argument, step, ...], each step an attribute (an
-    identifier) or an index (an int), naming a scalar or ndarray parameter the kernel has."""
+    identifier) or an index (an int), naming a scalar or ndarray parameter the kernel has;
+    "signature" (with members): the distinct argument names the launch takes, in order."""
     _need(isinstance(members, dict), "members")
+    _need(not members or (isinstance(signature, list) and len(signature) <= 1024
+                          and all(isinstance(n, str) and _IDENT.match(n) for n in signature)
+                          and len(set(signature)) == len(signature)), "signature")
     kinds = {p[0]: p[1] for p in params}
     for name, path in members.items():
         _need(isinstance(name, str) and kinds.get(name) in ("scalar", "ndarray") and isinstance(path, list)
@@ -719,10 +771,10 @@ def check_bindings(d: dict, bindings, what: str) -> None:
 
 
 # Keys a policy may add: the CPU's width-W lowering (compiler/targets/cpu/widen_codegen.py)
-# records "lanes" (adstack heap slices one thread takes) or "scalar" (why the task is not widened).
-# A GPU task with block-level code records the subgroup size it was built for ("subgroup_size"),
-# which a device of another size refuses.
-OPTIONAL_LAUNCH_KEYS = {"cpu_chunks": {"lanes", "scalar"}, "grid": {"subgroup_size"}}
+# records "lanes" (adstack heap slices one thread takes; "lanes_reason": why that few) or "scalar"
+# (why the task is not widened). A GPU task with block-level code records the subgroup size it was
+# built for ("subgroup_size"), which a device of another size refuses.
+OPTIONAL_LAUNCH_KEYS = {"cpu_chunks": {"lanes", "lanes_reason", "scalar"}, "grid": {"subgroup_size"}}
 
 
 def check_launch_policy(launch, what: str) -> None:
@@ -733,8 +785,9 @@ def check_launch_policy(launch, what: str) -> None:
         _need(_is_int(launch["parallel_from"]) and 0 <= launch["parallel_from"] <= 1 << 62,
               f"{what}: launch policy parallel_from")
         _need(_is_int(launch.get("lanes", 1)) and 1 <= launch.get("lanes", 1) <= 64, f"{what}: launch policy lanes")
-        _need(isinstance(launch.get("scalar", ""), str) and len(launch.get("scalar", "")) <= 200,
-              f"{what}: launch policy scalar")
+        for key in ("scalar", "lanes_reason"):
+            _need(isinstance(launch.get(key, ""), str) and len(launch.get(key, "")) <= 200,
+                  f"{what}: launch policy {key}")
     else:
         # 0: the device's default block size (no qd.loop_config(block_dim=...) on the loop)
         _need(_is_int(launch["block_dim"]) and 0 <= launch["block_dim"] <= 1 << 16, f"{what}: launch policy block_dim")

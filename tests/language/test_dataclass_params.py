@@ -4,6 +4,8 @@ arrays, scalars, compile-time values and `()` placeholders, flattened into one p
 member the kernel uses; gradients through needs_grad members against float64 central
 differences; arrays inside template arguments. Checked against numpy on random inputs."""
 import dataclasses
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -186,3 +188,97 @@ def test_arrays_inside_template_arguments(arch, rng):
         out[:] = 0
         damp(solver, out)
         np.testing.assert_allclose(out, v * np.float32(solver.damping), rtol=1e-6)
+
+
+BUILT_MODULE = '''
+import dataclasses
+import subprocess
+import sys
+import qdc as qd
+
+total = qd.field(qd.f32, shape=(), needs_grad=True)
+weights = qd.field(qd.f32, shape=8, needs_grad=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class Arrays:
+    x: qd.types.ndarray(dtype=qd.f32, ndim=1)
+    out: qd.types.ndarray(dtype=qd.f32, ndim=1)
+
+
+@dataclasses.dataclass(frozen=True)
+class State:
+    arrays: Arrays
+    w: qd.template()
+    loss: qd.template()
+    scale: qd.f32
+
+
+@qd.kernel
+def run(state: State, offset: qd.f32):
+    for i in state.arrays.x:
+        v = state.arrays.x[i] * state.w[i] * state.scale + offset
+        state.arrays.out[i] = v
+        state.loss[None] += v * v
+
+
+example = State(Arrays(qd.ndarray(qd.f32, (8,)), qd.ndarray(qd.f32, (8,))), weights, total, 1.0)
+run_state = qd.aot.instantiate(run, state=example)
+'''
+
+LOAD_BUILT = r"""
+import dataclasses, sys
+import numpy as np
+from qdc.runtime import load
+
+@dataclasses.dataclass(frozen=True)
+class Arrays:
+    x: object
+    out: object
+
+@dataclasses.dataclass(frozen=True)
+class State:  # the structure the build was made for; its fields are the module's own
+    arrays: Arrays
+    scale: float
+
+mod = load(sys.argv[1], "dcbuilt", arch=sys.argv[2])
+rng = np.random.default_rng(int(sys.argv[3]))
+x = rng.standard_normal(8).astype(np.float32)
+w = rng.standard_normal(8).astype(np.float32)
+out = np.zeros(8, np.float32)
+mod.weights.from_numpy(w)
+scale = float(rng.uniform(0.5, 2))
+mod.run_state(State(Arrays(x, out), scale), 0.25)
+want = x * w * np.float32(scale) + np.float32(0.25)
+assert np.allclose(out, want, rtol=1e-5), (out, want)
+assert np.isclose(mod.total[None], (want.astype(np.float64) ** 2).sum(), rtol=1e-5)
+mod.total.grad[None] = 1.0
+mod.run_state.grad(State(Arrays(x, out), scale), 0.25)
+assert np.allclose(mod.weights.grad.to_numpy(), 2 * want * x * np.float32(scale), rtol=1e-4)
+try:
+    mod.run_state(Arrays(x, out), 0.25)
+except TypeError as e:
+    assert "kernel 'run', argument 'state': it has no member state.arrays" in str(e), e
+else:
+    raise AssertionError("an argument without the members was accepted")
+leaked = sorted(n for n in sys.modules if n.startswith(("qdc.compiler", "llvmlite")))
+assert not leaked, leaked
+print("OK")
+"""
+
+
+def test_dataclass_kernels_built_ahead_of_time(arch, tmp_path, rng):
+    (tmp_path / "dcbuilt.py").write_text(BUILT_MODULE)
+    cache = str(tmp_path / "cache")
+    r = subprocess.run([sys.executable, "-m", "qdc.cli.main", "build", str(tmp_path / "dcbuilt.py"),
+                        "--cache", cache, "--arch", arch], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr + r.stdout
+    (tmp_path / "load.py").write_text(LOAD_BUILT)
+    r = subprocess.run([sys.executable, str(tmp_path / "load.py"), cache, arch, str(int(rng.integers(1 << 30)))],
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and "OK" in r.stdout, r.stderr
+
+
+def test_an_instantiation_needs_every_dataclass_example():
+    with pytest.raises(TypeError, match="dataclass parameter 'state' needs an example instance"):
+        qd.aot.instantiate(integrate)

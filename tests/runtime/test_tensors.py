@@ -1,6 +1,8 @@
 """Quadrants' tensor API: qd.tensor / qd.Vector.tensor / qd.Matrix.tensor make qdc fields or
 ndarrays by backend; qd.Tensor, VectorTensor and MatrixTensor classify them; a `qd.Tensor`
 kernel parameter takes either kind, checked against numpy."""
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -91,10 +93,56 @@ def test_permuted_field_layouts(layout, arch, rng):
     assert stored[tuple((i, j, k)[axis] for axis in layout)] == 7.0
 
 
-def test_arrays_with_a_layout_are_not_array_arguments():
-    t = qd.tensor(qd.f32, (4, 3), backend=qd.Backend.FIELD, layout=(1, 0))
-    with pytest.raises(TypeError, match="axes permuted"):
-        axpy_tensor(t, t, 1.0)
+@qd.kernel
+def scaled_sum(a: qd.Tensor, out: qd.types.ndarray(), k: qd.f32):
+    for i, j, b in a:
+        out[i, j, b] = a[i, j, b] * k + a.shape[0] * 100 + a.shape[2]
+
+
+@qd.kernel
+def typed_rows(a: qd.types.ndarray(dtype=qd.f32, ndim=2), out: qd.types.ndarray(dtype=qd.f32, ndim=1)):
+    for i in range(a.shape[0]):
+        out[i] = a[i, 0]
+
+
+@dataclasses.dataclass(frozen=True)
+class Batch:
+    values: qd.Tensor
+    total: qd.Tensor
+
+
+@qd.kernel
+def batch_sums(s: Batch):
+    for i, b in s.values:
+        s.total[b] += s.values[i, b]
+
+
+@pytest.mark.parametrize("backend", [qd.Backend.FIELD, qd.Backend.NDARRAY])
+@pytest.mark.parametrize("layout", [None, (2, 1, 0), (1, 0, 2)])
+def test_array_arguments_with_a_layout(backend, layout, arch, rng):
+    """Arrays stored with permuted axes passed as arguments (a qd.Tensor or dtype-less ndarray
+    parameter, a dataclass member): compiled for their layout, indexed and sized in declared order."""
+    qd.init(arch=arch)
+    shape = (4, 3, 5)
+    values = rng.standard_normal(shape).astype(np.float32)
+    a = qd.tensor(qd.f32, shape, backend=backend, layout=layout)
+    out = qd.tensor(qd.f32, shape, backend=qd.Backend.NDARRAY, layout=(0, 2, 1))
+    a.from_numpy(values)
+    scaled_sum(a, out, 3.0)
+    np.testing.assert_allclose(out.to_numpy(), values * 3 + 400 + 5, rtol=1e-6)
+
+    batch = Batch(qd.tensor(qd.f32, (6, 2), backend=backend, layout=(1, 0)),
+                  qd.tensor(qd.f32, (2,), backend=backend))
+    rows = rng.standard_normal((6, 2)).astype(np.float32)
+    batch.values.from_numpy(rows)
+    batch_sums(batch)
+    np.testing.assert_allclose(batch.total.to_numpy(), rows.sum(0), rtol=1e-5)
+
+
+def test_a_typed_parameter_refuses_another_layout():
+    t = qd.tensor(qd.f32, (4, 3), backend=qd.Backend.NDARRAY, layout=(1, 0))
+    with pytest.raises(TypeError, match=r"typed_rows.*'a'.*axes permuted.*qd.types.ndarray\(\)"):
+        typed_rows(t, np.zeros(4, np.float32))
 
 
 def test_identity_layout_and_member_storage_hints(rng):

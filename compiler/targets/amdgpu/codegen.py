@@ -23,7 +23,7 @@ from llvmlite import ir as ll
 
 from qdc.runtime.contract.artifact import KernelMeta
 
-from ... import ir
+from ... import ir, timings
 from ..llvm.grid import GridKernelCodegen, internalize
 from ..llvm.llvm_ir import ModuleBuilder
 from ..llvm.llvm_types import I16, I32, I64
@@ -87,16 +87,20 @@ def compile_for(text: str, gfx: str, entries: set, opt_level: int, features: str
     """(relocatable object, (optimised IR text, its bitcode)) for processor `gfx` from the
     module text."""
     context = llvm.create_context()  # the bitcode must not depend on earlier kernels (cpu/codegen.py)
-    module = llvm.parse_assembly(text, context=context)
-    module.verify()  # llvmlite's LLVM aborts the process on bad IR given to a backend
-    internalize(module, entries)
+    with timings.phase("LLVM parse"):
+        module = llvm.parse_assembly(text, context=context)
+        module.verify()  # llvmlite's LLVM aborts the process on bad IR given to a backend
+        internalize(module, entries)
     tm = target_machine(gfx, opt_level, features)
-    pto = llvm.create_pipeline_tuning_options(speed_level=opt_level)
-    pb = llvm.create_pass_builder(tm, pto)
-    pb.getModulePassManager().run(module, pb)
-    module.verify()
-    optimised = (str(module).encode(), module.as_bitcode())  # code generation then rewrites the module
-    return tm.emit_object(module), optimised
+    with timings.phase("LLVM optimisation"):
+        pto = llvm.create_pipeline_tuning_options(speed_level=opt_level)
+        pb = llvm.create_pass_builder(tm, pto)
+        pb.getModulePassManager().run(module, pb)
+        module.verify()
+    with timings.phase("artifacts"):
+        optimised = (str(module).encode(), module.as_bitcode())  # code generation then rewrites the module
+    with timings.phase("object emission"):
+        return tm.emit_object(module), optimised
 
 
 def compile_code_objects(kernel: ir.KernelIR, meta: KernelMeta, gfx_targets: tuple, opt_level: int = 3,
@@ -108,7 +112,8 @@ def compile_code_objects(kernel: ir.KernelIR, meta: KernelMeta, gfx_targets: tup
     artifacts = {}
     for gfx in gfx_targets:
         obj, optimised = compile_for(text, gfx, entries, opt_level, wavefront_features(kernel))
-        artifacts[f"hsaco_{gfx}"] = linker.link(obj, f"kernel '{kernel.name}' for {gfx}")
+        with timings.phase("linking"):
+            artifacts[f"hsaco_{gfx}"] = linker.link(obj, f"kernel '{kernel.name}' for {gfx}")
         if "ll" not in artifacts:
             artifacts["ll"], artifacts["bc"] = optimised
     return artifacts

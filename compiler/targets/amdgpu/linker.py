@@ -4,11 +4,11 @@ and newer link."""
 from __future__ import annotations
 
 import os
-import subprocess
 import tempfile
 
 from qdc.runtime.contract.errors import QdcCompileError
 
+from ... import timings
 from .. import lld
 from ..lld import INSTALL_HINT, MIN_LLD
 
@@ -34,10 +34,9 @@ def link(obj: bytes, what: str) -> bytes:
         src, out = os.path.join(folder, "k.o"), os.path.join(folder, "k.hsaco")
         with open(src, "wb") as f:
             f.write(obj)
-        proc = subprocess.run(found[0] + ["-shared", "--no-undefined", src, "-o", out], capture_output=True,
-                              text=True)
-        if proc.returncode != 0:
+        returncode, output = timings.run_tool(found[0] + ["-shared", "--no-undefined", src, "-o", out])
+        if returncode != 0:
             raise QdcCompileError(f"internal compiler error: ld.lld could not link the code object of {what}:\n"
-                                  f"{proc.stderr}{proc.stdout}")
+                                  f"{output}")
         with open(out, "rb") as f:
             return f.read()

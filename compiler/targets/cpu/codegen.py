@@ -16,7 +16,7 @@ from llvmlite import ir as ll
 from qdc.runtime.contract.adstack_layout import REQUIRED_MAX as ADSTACK_REQUIRED_MAX, REQUIRED_SHIFT as ADSTACK_REQUIRED_SHIFT
 from qdc.runtime.contract.artifact import KernelMeta
 
-from ... import ir
+from ... import ir, timings
 from ...ir.adstack import AdStackAlloca
 from .multiversion import level_assembly, multiversioned_ir
 from .numpy_prologue import add_numpy_entry
@@ -233,20 +233,27 @@ def compile_kernel(kernel: ir.KernelIR, meta: KernelMeta, opt_level: int = 3, fa
         levels = cpu_levels(cpu_target, platform)
         module = generate_llvm(kernel, meta, fast_math, target=target, levels=levels, platform=platform)
         task_bodies = [task.task_name + "_chunk" for task in kernel.tasks]  # KernelCodegen.emit_chunk's names
-        text = str(module) if len(levels) == 1 else multiversioned_ir(module, task_bodies, levels,
-                                                                      module.widen_overrides)
-        text = with_half_conversions(text)
-        # A context of its own: the shared one accumulates metadata kinds from earlier modules,
-        # which the bitcode writer records, so the same kernel's bitcode (and a `qdc pack` bundle)
-        # would depend on what the process compiled before it.
-        parsed = llvm.parse_assembly(text, context=llvm.create_context())
-        parsed.verify()
-        mod, tm = optimise(parsed, opt_level, levels[0], platform)
-        library = link_shared_library(tm.emit_object(mod), platform, host=platform == host_platform())
+        with timings.phase("IR multiversioning" if len(levels) > 1 else "IR text"):
+            text = str(module) if len(levels) == 1 else multiversioned_ir(module, task_bodies, levels,
+                                                                          module.widen_overrides)
+            text = with_half_conversions(text)
+        with timings.phase("LLVM parse"):
+            # A context of its own: the shared one accumulates metadata kinds from earlier modules,
+            # which the bitcode writer records, so the same kernel's bitcode (and a `qdc pack` bundle)
+            # would depend on what the process compiled before it.
+            parsed = llvm.parse_assembly(text, context=llvm.create_context())
+            parsed.verify()
+        with timings.phase("LLVM optimisation"):
+            mod, tm = optimise(parsed, opt_level, levels[0], platform)
+        with timings.phase("object emission"):
+            obj = tm.emit_object(mod)
+        with timings.phase("linking"):
+            library = link_shared_library(obj, platform, host=platform == host_platform())
         out[platform.artifact] = library
         out[platform.artifact + "_sha256"] = hashlib.sha256(library).hexdigest()
         if n == 0:
-            out["ll"], out["bc"] = str(mod).encode(), mod.as_bitcode()
+            with timings.phase("artifacts"):
+                out["ll"], out["bc"] = str(mod).encode(), mod.as_bitcode()
         if keep_assembly:
             assembly = tm.emit_assembly(mod)
             prefix = "asm:" if n == 0 else f"asm:{platform.name}:"

@@ -12,7 +12,7 @@ names), so a host without them gets a clear CacheError instead of an illegal ins
 The runtime detects those features (HOST_FEATURE_SOURCES of runtime/contract/cpu_features.py
 covers every name used here).
 
-What `cpu_targets` (API.md §5) means: the platforms (ISA family and operating system) CPU code
+What `cpu_targets` (docs/api.md, Configuration) means: the platforms (ISA family and operating system) CPU code
 is built for, each its own library of the levels above, all in one cache entry; the runtime
 loads the one of its host's platform. An ISA family names every platform qdc deploys it on
 (`aarch64`: Linux and macOS); `aarch64-linux` names one. Unset: the host's platform alone.

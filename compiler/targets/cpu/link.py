@@ -11,7 +11,6 @@ import functools
 import os
 import shutil
 import struct
-import subprocess
 import sys
 import tempfile
 
@@ -19,6 +18,7 @@ import llvmlite.binding as llvm
 
 from qdc.runtime.contract.errors import QdcCompileError
 
+from ... import timings
 from .. import lld
 from .isa_levels import CpuPlatform
 
@@ -89,16 +89,15 @@ def _run_in_folder(obj: bytes, commands, output: str, extra_files: dict | None =
         messages = ""
         for command, on_done in commands(folder):
             try:
-                done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                returncode, messages = timings.run_tool(command)  # its CPU time counts to the link
             except FileNotFoundError:
                 messages = f"'{command[0]}' not found"
                 if on_done is not None:
                     on_done(False)
                 continue
             if on_done is not None:
-                on_done(done.returncode == 0)
-            messages = done.stdout
-            if done.returncode == 0:
+                on_done(returncode == 0)
+            if returncode == 0:
                 with open(os.path.join(folder, output), "rb") as f:
                     return f.read(), ""
         return None, messages

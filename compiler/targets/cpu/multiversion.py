@@ -44,26 +44,36 @@ def multiversioned_ir(module: ll.Module, task_bodies: list[str], levels: tuple[C
     # Worker-thread bodies (`_omp`) only hand chunks to the dispatcher: one copy, at the base level.
     shared = [name for name, fn in defined.items()
               if fn.linkage == "internal" and name not in task_bodies and not name.endswith("_omp")]
-    printed = {name: str(defined[name]) for name in [*task_bodies, *shared]}
-    text = str(module)
-    for name in task_bodies:
-        if printed[name] not in text:  # else every level would silently run the lowest one's code
-            raise AssertionError(f"task body {name!r} is not printed in the module as on its own")
-        text = text.replace(printed[name], _dispatcher(defined[name], len(levels)), 1)
-    for replacement in set(overrides.values()):
+    replacements = set(overrides.values())
+    for replacement in replacements:
         shared.remove(replacement)
-        own = str(defined[replacement])
-        if own not in text:
-            raise AssertionError(f"level chunk {replacement!r} is not printed in the module as on its own")
-        text = text.replace(own, "", 1)
+    # Printing is most of this function's time (a wide chunk has thousands of instructions):
+    # each global is printed once, and the module's text assembled from those.
+    printed = {}
+    body = []
+    for name, value in module.globals.items():
+        if name in replacements:  # a level's chunk leaves the module's own text
+            printed[name] = str(value)
+            continue
+        printed[name] = text = str(value)
+        body.append(_dispatcher(defined[name], len(levels)) if name in task_bodies else text)
     copies = []
     for i, level in enumerate(levels):
         renamed = list(task_bodies) if i == 0 else list(task_bodies) + shared
         for name in renamed:
             source = overrides.get((name, i))
-            body = printed[name] if source is None else str(defined[source]).replace(f'@"{source}"', f'@"{name}"', 1)
-            copies.append(_level_copy(defined[name], body, i, level, renamed))
-    return "\n".join([text, _level_variable(), *copies])
+            text = printed[name] if source is None else printed[source].replace(f'@"{source}"', f'@"{name}"', 1)
+            copies.append(_level_copy(defined[name], text, i, level, renamed))
+    return "\n".join([_module_text(module, body), _level_variable(), *copies])
+
+
+def _module_text(module: ll.Module, body: list[str]) -> str:
+    """The text `str(module)` gives, with `body` for its globals' own text (llvmlite's
+    Module.__repr__: header, identified types, globals, metadata)."""
+    lines = [f'; ModuleID = "{module.name}"', f'target triple = "{module.triple}"',
+             f'target datalayout = "{module.data_layout}"', ""]
+    lines += [t.get_declaration() for t in module.get_identified_types().values()]
+    return "\n".join(lines + body + module._get_metadata_lines())
 
 
 def _level_copy(fn: ll.Function, text: str, i: int, level: CpuLevel, renamed: list[str]) -> str:

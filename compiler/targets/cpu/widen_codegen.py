@@ -11,7 +11,7 @@ task keeps the scalar code), both shown by `qdc inspect`.
 """
 from __future__ import annotations
 
-from ... import ir
+from ... import ir, timings
 from ...ir.adstack import AdStackAlloca
 from ..llvm.llvm_ir import KernelCodegen
 from .isa_levels import CpuLevel
@@ -36,7 +36,9 @@ class TaskChoice:
         found = plan(task)
         self.plan: WidenPlan | None = found if isinstance(found, WidenPlan) else None
         self.reason = None if self.plan else found
-        self.lanes = tuple(lanes_for(vector_bits(level), self.plan.float_bits) for level in levels) if self.plan else ()
+        self.lanes = tuple(lanes_for(vector_bits(level), self.plan.float_bits, self.plan.registers)
+                           for level in levels) if self.plan else ()
+        self.level_names = tuple(level.name for level in levels)
 
     @property
     def max_lanes(self) -> int:
@@ -44,7 +46,10 @@ class TaskChoice:
 
     def record(self) -> dict:
         """What the task's launch record adds."""
-        return {"lanes": self.max_lanes} if self.plan else {"scalar": self.reason[:200]}
+        if self.plan is None:
+            return {"scalar": self.reason[:200]}
+        return {"lanes": self.max_lanes, **({"lanes_reason": self.plan.registers_reason[:200]}
+                                             if self.plan.registers_reason else {})}
 
 
 class CpuKernelCodegen(KernelCodegen):
@@ -62,11 +67,13 @@ class CpuKernelCodegen(KernelCodegen):
             return super().emit_chunk(task)
         name = task.task_name + "_chunk"
         made = {choice.lanes[0]: name}
-        fn = emit_wide_chunk(self, task, choice.plan, choice.lanes[0], name)
+        with timings.phase(timings.level_phase(choice.level_names[0])):
+            fn = emit_wide_chunk(self, task, choice.plan, choice.lanes[0], name)
         for i, lanes in enumerate(choice.lanes[1:], start=1):
             if lanes not in made:
                 made[lanes] = f"{name}.lanes{lanes}"
-                emit_wide_chunk(self, task, choice.plan, lanes, made[lanes])
+                with timings.phase(timings.level_phase(choice.level_names[i])):
+                    emit_wide_chunk(self, task, choice.plan, lanes, made[lanes])
             if made[lanes] != name:
                 self.overrides[(name, i)] = made[lanes]
         return fn

@@ -85,6 +85,8 @@ class WidenPlan:
         self.float_bits = 32
         self.has_adstacks = False
         self.lane_counts = False  # adstack operations in narrow code: each lane's stack keeps its own count
+        self.registers = REGISTERS_PER_STEP  # W is this many vector registers' worth of lanes (`_size_lanes`)
+        self.registers_reason: str | None = None  # why fewer than REGISTERS_PER_STEP, for `qdc inspect`
 
 
 def plan(task: ir.Task) -> WidenPlan | str:
@@ -109,7 +111,8 @@ def plan(task: ir.Task) -> WidenPlan | str:
         if walk.varying_stores <= varying_locals:
             break
         varying_locals |= walk.varying_stores
-    if widening_mode() != "all" and not any(isinstance(s, (ir.RangeFor, ir.While)) for s in ir.walk(task.body)):
+    has_inner_loop = any(isinstance(s, (ir.RangeFor, ir.While)) for s in ir.walk(task.body))
+    if widening_mode() != "all" and not has_inner_loop:
         gathers, scatters = _indirect_accesses(task, p)
         if scatters:  # one atomic per lane, in order: no faster than the scalar loop, and more code
             return "no inner loop, and atomics at data-dependent addresses"
@@ -122,7 +125,40 @@ def plan(task: ir.Task) -> WidenPlan | str:
     if inner is not None:
         where = f" (line {inner.loc.line})" if inner.loc else ""
         return "an inner loop over contiguous elements, which LLVM's loop vectoriser widens" + where
+    _size_lanes(task, p, has_inner_loop)
     return p
+
+
+# The cost model of W. Code size, and with it build time (LLVM's object emission above all),
+# grows with W times the operations done lane by lane: a load or an atomic at a data-dependent
+# address is one scalar access per lane (no gather or scatter instruction below AVX-512, and
+# many of them at it), each with its address arithmetic. DiffMPM's P2G gradient (54 of them)
+# took 2.4 s to build portable at four registers of lanes, 0.7 s at one.
+# Over this many lane-by-lane operations per step, W shrinks to fewer registers.
+LANE_OPERATION_BUDGET = 256  # W x per-lane operations, at the widest level's W (64 f32 lanes)
+
+
+def _size_lanes(task: ir.Task, p: WidenPlan, has_inner_loop: bool) -> None:
+    """How many vector registers' worth of lanes W is (`p.registers`), and why if fewer than
+    REGISTERS_PER_STEP. Four hide the latency of a loop-carried chain (see REGISTERS_PER_STEP);
+    a body without an inner loop has no chain to hide, so one register does as well (its gathers
+    are bound by throughput); lane-by-lane operations beyond the budget shrink W further."""
+    gathers, atomics = _indirect_accesses(task, p)
+    per_lane = gathers + atomics
+    widest = lanes_for(512, p.float_bits) // REGISTERS_PER_STEP  # lanes of one register, widest level
+    registers = REGISTERS_PER_STEP if has_inner_loop else 1
+    while registers > 1 and registers * widest * per_lane > LANE_OPERATION_BUDGET:
+        registers //= 2
+    p.registers = registers
+    if registers == REGISTERS_PER_STEP:
+        return
+    accesses = f"{per_lane} access{'es' if per_lane != 1 else ''} at data-dependent addresses, done lane by lane"
+    if not has_inner_loop:
+        p.registers_reason = f"one vector register of lanes: no inner loop whose latency more lanes would hide" + \
+            (f"; {accesses}" if per_lane else "")
+    else:
+        p.registers_reason = f"{registers} vector register{'s' if registers > 1 else ''} of lanes: {accesses} " \
+                             f"(code size)"
 
 
 def _inner_loop_vectorised_by_llvm(task: ir.Task, p: WidenPlan):
@@ -310,6 +346,6 @@ class _Analysis:
 REGISTERS_PER_STEP = 4
 
 
-def lanes_for(vector_bits: int, float_bits: int) -> int:
-    """W: REGISTERS_PER_STEP vector registers of `vector_bits` of the task's widest float."""
-    return max(vector_bits // float_bits, 2) * REGISTERS_PER_STEP
+def lanes_for(vector_bits: int, float_bits: int, registers: int = REGISTERS_PER_STEP) -> int:
+    """W: `registers` vector registers of `vector_bits` of the task's widest float (at least 2 lanes)."""
+    return max(max(vector_bits // float_bits, 2) * registers, 2)

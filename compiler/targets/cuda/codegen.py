@@ -24,7 +24,7 @@ from llvmlite import ir as ll
 
 from qdc.runtime.contract.artifact import KernelMeta
 
-from ... import ir
+from ... import ir, timings
 from ..llvm.grid import GridKernelCodegen, internalize
 from ..llvm.llvm_ir import ModuleBuilder
 from ..llvm.llvm_types import I32, I64, lltype
@@ -122,16 +122,21 @@ def compile_ptx(kernel: ir.KernelIR, meta: KernelMeta, cuda_arch: str, opt_level
     """Artifacts of one kernel for CUDA: "ptx" (every task's entry in one module) and the
     optimised module as "ll" and "bc"."""
     context = llvm.create_context()  # the bitcode must not depend on earlier kernels (cpu/codegen.py)
-    module = llvm.parse_assembly(str(generate_llvm(kernel, meta, cuda_arch, fast_math, target)), context=context)
-    module.verify()  # llvmlite's LLVM aborts the process on bad IR given to a backend
-    link_libdevice(module, context)
-    internalize(module, {t.entry for t in meta.tasks})
+    text = str(generate_llvm(kernel, meta, cuda_arch, fast_math, target))
+    with timings.phase("LLVM parse"):
+        module = llvm.parse_assembly(text, context=context)
+        module.verify()  # llvmlite's LLVM aborts the process on bad IR given to a backend
+        link_libdevice(module, context)
+        internalize(module, {t.entry for t in meta.tasks})
     tm = target_machine(cuda_arch, opt_level)
-    # libdevice asks __nvvm_reflect whether to flush denormals (no); NVVMReflect, a pass of the
-    # NVPTX pipeline, answers, so the module is optimised even at opt_level 0.
-    pto = llvm.create_pipeline_tuning_options(speed_level=max(opt_level, 1))
-    pb = llvm.create_pass_builder(tm, pto)
-    pb.getModulePassManager().run(module, pb)
-    module.verify()
-    ptx = tm.emit_assembly(module)
-    return {"ptx": ptx.encode(), "ll": str(module).encode(), "bc": module.as_bitcode()}
+    with timings.phase("LLVM optimisation"):
+        # libdevice asks __nvvm_reflect whether to flush denormals (no); NVVMReflect, a pass of the
+        # NVPTX pipeline, answers, so the module is optimised even at opt_level 0.
+        pto = llvm.create_pipeline_tuning_options(speed_level=max(opt_level, 1))
+        pb = llvm.create_pass_builder(tm, pto)
+        pb.getModulePassManager().run(module, pb)
+        module.verify()
+    with timings.phase("PTX emission"):
+        ptx = tm.emit_assembly(module)
+    with timings.phase("artifacts"):
+        return {"ptx": ptx.encode(), "ll": str(module).encode(), "bc": module.as_bitcode()}

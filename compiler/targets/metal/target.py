@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from qdc.runtime.contract.adstack_layout import spirv_heap
 
-from ... import ir
+from ... import ir, timings
 from ..base import Capabilities, Target, codegen_error
 
 DEFAULT_BLOCK_DIM = 256
@@ -63,19 +63,23 @@ class MetalTarget(Target):
         artifacts = {}
         for i, (task, record) in enumerate(zip(kernel.tasks, meta.tasks)):
             record.entry = metal_entry(record.entry)
-            module, bindings = TaskLowering(kernel, task, record.entry, self.capabilities, self.arch,
-                                            self.block_dim(task), bool(meta.debug_checks)).lower()
+            with timings.phase("SPIR-V generation"):
+                module, bindings = TaskLowering(kernel, task, record.entry, self.capabilities, self.arch,
+                                                self.block_dim(task), bool(meta.debug_checks)).lower()
             if len(bindings) > MAX_BUFFERS:
                 raise codegen_error(kernel, task, f"task {i} uses {len(bindings)} buffers, more than the "
                                     f"{MAX_BUFFERS} a Metal function can bind: split the loop", kernel.loc,
                                     describe=False)
             if tools.have_validator():  # a failure is a compiler bug
-                problem = tools.validate(module)
+                with timings.phase("SPIR-V validation"):
+                    problem = tools.validate(module)
                 if problem is not None:
                     raise codegen_error(kernel, task, f"internal compiler error: the SPIR-V of task {i} "
                                                       f"fails validation: {problem}", kernel.loc)
             artifacts[f"spirv_t{i}"] = module
-            artifacts[f"msl_t{i}"] = translate(module, record.entry, f"task {i} of kernel '{kernel.name}'").encode()
+            with timings.phase("SPIR-V to MSL"):
+                artifacts[f"msl_t{i}"] = translate(module, record.entry,
+                                                   f"task {i} of kernel '{kernel.name}'").encode()
             record.bindings = bindings
         if meta.adstack.get("stacks"):  # the layout the code was generated for, which the runtime checks
             meta.adstack["layout"] = spirv_heap(self.capabilities.int64).record()

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from qdc.runtime.contract.adstack_layout import spirv_heap
 
-from ... import ir
+from ... import ir, timings
 from ..base import Capabilities, Target, TargetOption, codegen_error
 
 SPIRV_ENV = "spirv1.5/vulkan1.2"
@@ -60,10 +60,12 @@ class VulkanTarget(Target):
         from ..spirv.lowering import TaskLowering
         artifacts = {}
         for i, (task, record) in enumerate(zip(kernel.tasks, meta.tasks)):
-            module, bindings = TaskLowering(kernel, task, record.entry, self.capabilities, self.arch,
-                                            task.block_dim, bool(meta.debug_checks), bool(opts.fast_math)).lower()
+            with timings.phase("SPIR-V generation"):
+                module, bindings = TaskLowering(kernel, task, record.entry, self.capabilities, self.arch,
+                                                task.block_dim, bool(meta.debug_checks), bool(opts.fast_math)).lower()
             if tools.have_validator():  # the vulkan extra installs it; a failure is a compiler bug
-                problem = tools.validate(module)
+                with timings.phase("SPIR-V validation"):
+                    problem = tools.validate(module)
                 if problem is not None:
                     raise codegen_error(kernel, task, f"internal compiler error: the SPIR-V of task {i} "
                                                       f"fails validation: {problem}", kernel.loc)

@@ -1,4 +1,4 @@
-"""cpu_targets (API.md §5, §6): CPU libraries for other platforms than the build host's, from
+"""cpu_targets (docs/api.md: Configuration, the qdc command): CPU libraries for other platforms than the build host's, from
 this one machine: Linux aarch64 shared libraries linked by ld.lld, macOS arm64 dylibs linked by
 ld64.lld, checked here by their structure, symbols and disassembly (tests/devices/cpu runs the
 aarch64 ones under qemu-aarch64). `load` takes the host platform's library, and refuses a
