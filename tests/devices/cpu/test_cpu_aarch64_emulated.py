@@ -137,17 +137,16 @@ velocity = mpm.v.to_numpy()
 velocity[0] = data["v0"]
 mpm.v.from_numpy(velocity)
 mpm.clear_grid()
+substeps = (mpm.p2g, mpm.grid_op, mpm.g2p)
 for s in range(steps):
-    mpm.p2g(s)
-    mpm.grid_op(s)
-    mpm.g2p(s)
+    for kernel in substeps:
+        kernel(s)
 mpm.compute_loss()
 mpm.loss.grad[None] = 1.0
 mpm.compute_loss.grad()
 for s in reversed(range(steps)):
-    mpm.g2p.grad(s)
-    mpm.grid_op.grad(s)
-    mpm.p2g.grad(s)
+    for kernel in reversed(substeps):
+        kernel.grad(s)
 out["mpm_loss"], out["mpm_grad"] = np.float32(mpm.loss[None]), mpm.v.grad.to_numpy()[0]
 np.savez(outputs, **out)
 levels = {device.select_library(k._entry.meta.cpu_libraries, name)["target"] for name, k in mod._kernels.items()}
@@ -248,7 +247,7 @@ def test_every_aarch64_level_under_qemu(deployment, rng):
     text = runs[None].communicate(timeout=600)[0]
     assert runs[None].returncode == 0, text
     host = dict(np.load(out / "out-host.npz"))
-    assert np.abs(host["mpm_grad"]).max() > 1e-3  # the backward pass moved the gradient
+    assert np.abs(host["mpm_grad"]).min() > 1e-5  # about steps * dt / particles: the backward pass ran
     for cpu, level in CPUS.items():
         text = runs[cpu].communicate(timeout=600)[0]
         assert runs[cpu].returncode == 0, f"{cpu}:\n{text}"
@@ -257,6 +256,6 @@ def test_every_aarch64_level_under_qemu(deployment, rng):
         try:
             _check(got, want)
             np.testing.assert_allclose(got["mpm_loss"], host["mpm_loss"], rtol=1e-5)
-            np.testing.assert_allclose(got["mpm_grad"], host["mpm_grad"], rtol=1e-3, atol=1e-5)
+            np.testing.assert_allclose(got["mpm_grad"], host["mpm_grad"], rtol=1e-3, atol=1e-9)
         except AssertionError as e:
             raise AssertionError(f"under qemu-aarch64 -cpu {cpu} ({level}): {e}") from None
