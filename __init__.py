@@ -89,6 +89,8 @@ def __getattr__(name):
         return _compiler_module("qdc.compiler.language.simt", name)
     if name == "graph":  # qd.graph.do_while
         return _compiler_module("qdc.compiler.language.graph", name)
+    if name == "algorithms":  # qd.algorithms.sort
+        return _compiler_module("qdc.compiler.language.algorithms", name)
     if name == "math":  # qd.math.vec3, qd.math.dot, ...
         return _compiler_module("qdc.compiler.language.mathlib", name)
     if name in ("Vector", "Matrix", "zero"):

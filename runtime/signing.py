@@ -226,13 +226,15 @@ def _items(value) -> list:
     """A trusted/revoked keys setting as a list: a string is split at commas and newlines."""
     if value is None:
         return []
-    if isinstance(value, (str, os.PathLike)):
+    if isinstance(value, (str, bytes, os.PathLike)):
         value = [value]
     out = []
     for item in value:
         if isinstance(item, PublicKey):
             out.append(item)
             continue
+        if isinstance(item, bytes):  # a key file's content, as read in binary
+            item = item.decode("utf-8", "replace")
         if not isinstance(item, (str, os.PathLike)):
             raise TypeError(f"a trusted key is a key file path or a key's text, not {type(item).__name__}")
         text = os.fspath(item)

@@ -40,7 +40,7 @@ from ..jit.aot import Instantiation
 from ..jit.kernel import Kernel, kernel_of
 from ..jit.offline_cache import store
 from ..targets.base import TargetCannotExpress
-from .kernel import compile_recording_warnings, dual_params
+from .kernel import compile_recording_warnings, dual_params, warm_up
 
 # A worker process takes about as long to start (imports, llvmlite) as compiling a few
 # kernels: below this many misses, `-j` builds in this process alone.
@@ -307,6 +307,7 @@ class BuildReport:
     stale: list = dataclasses.field(default_factory=list)  # manifest entries the program no longer matches
     # (kernel variant, arch, compiler/timings.KernelTimings) of each variant compiled
     timings: list = dataclasses.field(default_factory=list)
+    start_up: tuple = (0.0, 0.0)  # (wall, CPU) seconds of setting up the compiler, before any kernel
 
     @property
     def ok(self) -> bool:
@@ -472,6 +473,10 @@ def _build_sources(sources, files, arches, opts, cache: Cache, jobs: int, force:
     def here(job: Job) -> dict:
         return run_job(by_name[job.module], job, opts, cache, force)
 
+    if todo:
+        t0, c0 = time.perf_counter(), time.process_time()
+        warm_up(sorted({job.arch for job in todo}))
+        report.start_up = (time.perf_counter() - t0, time.process_time() - c0)
     if jobs > 1 and len(todo) >= MIN_JOBS_FOR_WORKERS:
         _run_in_workers(todo, files, opts, cache.root, force, min(jobs, len(todo)) - 1, finished, here,
                         _forked_workers(by_name, opts, cache, force, min(jobs, len(todo)) - 1))
@@ -669,6 +674,8 @@ def print_summary(report: BuildReport, arches, out, show_timings: bool = False) 
     """The summary line, after (`show_timings`) where each kernel variant's time went."""
     if show_timings and report.timings:
         out(timings.table(report.timings))
+        out(f"  start-up before the first kernel (imports, LLVM's targets): {1e3 * report.start_up[1]:.1f} ms CPU, "
+            f"{1e3 * report.start_up[0]:.1f} ms wall")
     out(_summary(report, arches))
 
 

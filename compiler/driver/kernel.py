@@ -264,6 +264,17 @@ def _compile(fn, params, opts, arch, dump, variant, templates) -> CompiledKernel
     return CompiledKernel(kir, meta, artifacts, field_objects, None)
 
 
+def warm_up(arches) -> None:
+    """Import every stage a compile runs and let each arch's target set itself up (imports,
+    LLVM's targets): `qdc build` does it once, before it forks its workers and before it times
+    any kernel, rather than in the first kernel of every process."""
+    from ..autodiff import grad_kernel  # noqa: F401
+    from ..frontend import ast_to_ir  # noqa: F401
+    from ..passes import pipeline  # noqa: F401
+    for arch in arches:
+        targets.get(arch).warm_up()
+
+
 _ENTRY_SUFFIX = {"grad": "_grad", "forward_ad": "_fwd"}
 
 
