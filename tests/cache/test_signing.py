@@ -289,3 +289,16 @@ def test_signing_covers_the_whole_record(keys):
     for body in changed:
         assert "content altered" in trust.refusal(A.ENTRY_RECORD, body, [sig])
     assert "content altered" in trust.refusal(A.MODULE_RECORD, record, [sig])  # the kind is signed too
+
+
+def test_a_trusted_keys_text_lists_keys_comments_and_revocations(keys, tmp_path):
+    ci, nxt = keys.ci_key.public, keys.next_key.public
+    text = f"# deployment keys\n{ci.text()}, {nxt.text()}\n@revoked {keys.attacker_key.public.fingerprint}\n"
+    trust = signing.trust_from(text)
+    assert set(trust.trusted) == {ci.fingerprint, nxt.fingerprint}
+    assert trust.revoked == {keys.attacker_key.public.fingerprint}
+    (tmp_path / "keys.pub").write_text(text)
+    assert signing.trust_from(str(tmp_path / "keys.pub")).trusted.keys() == trust.trusted.keys()
+    with pytest.raises(ValueError, match="keys.pub:3: not a qdc public key"):
+        (tmp_path / "keys.pub").write_text(text.replace("@revoked", "revoked"))
+        signing.trust_from(str(tmp_path / "keys.pub"))
