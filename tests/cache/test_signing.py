@@ -302,3 +302,17 @@ def test_a_trusted_keys_text_lists_keys_comments_and_revocations(keys, tmp_path)
     with pytest.raises(ValueError, match="keys.pub:3: not a qdc public key"):
         (tmp_path / "keys.pub").write_text(text.replace("@revoked", "revoked"))
         signing.trust_from(str(tmp_path / "keys.pub"))
+
+
+def test_merge_keeps_the_signatures_of_either_source_and_signs_with_a_key_when_asked(built, cache, keys, tmp_path,
+                                                                                     rng):
+    unsigned = tmp_path / "unsigned"
+    qdc("build", built / "kernels", "--cache", unsigned, "-j", 1)  # the same build, not signed
+    qdc("merge", tmp_path / "union", unsigned, cache)
+    _run_k0(load(str(tmp_path / "union"), "mod0", arch="cpu", trusted_keys=[keys.ci_pub]), rng)
+    assert len(signature_files(entry_folder(str(tmp_path / "union"), "mod0", "k1.grad"))) == 1
+    with pytest.raises(SignatureError, match="unsigned"):
+        qdc("merge", tmp_path / "release", unsigned)
+        load(str(tmp_path / "release"), "mod0", arch="cpu", trusted_keys=[keys.next_pub])
+    qdc("merge", tmp_path / "release", unsigned, "--sign", keys.next)
+    _run_k0(load(str(tmp_path / "release"), "mod0", arch="cpu", trusted_keys=[keys.next_pub]), rng)
