@@ -382,7 +382,8 @@ class _Walk:
             data = hashlib.sha256(np.ascontiguousarray(v).tobytes()).hexdigest()
             m.append(["array", label, v.dtype.str, list(v.shape), data])
         elif isinstance(v, types.FunctionType) and not _is_qdc_module(sys.modules.get(v.__module__)):
-            m.append(["pyfunc", label, template_values.import_name(v.__module__), v.__qualname__])  # inlined like a qd.func
+            # inlined like a qd.func
+            m.append(["pyfunc", label, template_values.import_name(v.__module__), v.__qualname__])
             self.function(v, label)
         else:
             self.identified(label, v)
