@@ -21,9 +21,9 @@ arrays' rules apply); one on a CUDA device through its capsule (runtime/dlpack_c
 CUDA ordering. qdc launches on a stream of its own (runtime/devices/stream.py). Binding a CUDA
 tensor makes that stream wait for the work already queued on PyTorch's current stream, and once
 the kernel's tasks are queued PyTorch's current stream waits for qdc's (each an event recorded
-on one stream and waited for on the other, on the device: the host never blocks); the tensor
-is marked as used on qdc's stream (`record_stream`) so that PyTorch's caching allocator does not
-hand its memory out again before the kernel is done with it.
+on one stream and waited for on the other, on the device: the host never blocks). Memory that
+PyTorch's caching allocator hands out again after the program drops a tensor goes to work on
+the stream that allocated it, which the second wait orders after the kernel.
 """
 from __future__ import annotations
 
@@ -59,6 +59,17 @@ def host_view(a) -> np.ndarray | None:
     if memory.dtype_name is None or not memory.contiguous:  # numpy's view (and its errors)
         return np.from_dlpack(a)
     return dlpack_capsule.host_array(memory, by_name(memory.dtype_name).np_dtype)
+
+
+def readable(a) -> np.ndarray:
+    """The contents of an external array as numpy, for the host to read before a launch (adstack
+    sizes): its host view, or a copy of a CUDA tensor (torch waits for the work that writes it)."""
+    view = host_view(a)
+    if view is not None:
+        return view
+    if is_tensor(a):
+        return a.detach().cpu().numpy()
+    raise TypeError(f"a {type(a).__name__} on a device: the host cannot read it to size the kernel's adstacks")
 
 
 class Bound:
@@ -98,7 +109,7 @@ def bind(meta, index: int, a, device, after: list, needs_grad: bool, refuse_grad
     contiguous = a.is_contiguous()
     if not contiguous:
         data = a.detach().contiguous()
-        # the copy lives until the launch is queued (on CUDA, record_stream keeps its memory till the kernel is done)
+        # the copy lives until the launch is queued (on CUDA its memory is reused only after the kernel: see above)
         after.append((lambda: a.detach().copy_(data)) if writes else (lambda: data))
     grad_ptr = 0
     if needs_grad:
@@ -111,7 +122,7 @@ def bind(meta, index: int, a, device, after: list, needs_grad: bool, refuse_grad
                              f"dtype on its device")
         grad_ptr = grad.data_ptr()
     if device.arch == "cuda":
-        _order_with_torch(device, after, data, a.grad if needs_grad else None)
+        _order_with_torch(device, after)
     # the launch code rebinds a cached tensor whose address changed (resize_, set_, .data =)
     return Bound(data.data_ptr(), shape, grad_ptr, cacheable=contiguous and not needs_grad and device.arch == "cpu")
 
@@ -182,7 +193,7 @@ def qdc_stream(device) -> int:
 _TORCH_STREAMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # device -> torch's view of its stream
 
 
-def _order_with_torch(device, after: list, *tensors) -> None:
+def _order_with_torch(device, after: list) -> None:
     """Make qdc's stream wait for PyTorch's current stream now, and PyTorch's current stream
     wait for qdc's once the launch is queued (first in `after`, before any write-back of a copy
     that torch queues; once per launch however many tensors)."""
@@ -192,9 +203,6 @@ def _order_with_torch(device, after: list, *tensors) -> None:
         ours = _TORCH_STREAMS[device] = torch.cuda.ExternalStream(qdc_stream(device),
                                                                   device=torch.device("cuda", cuda_ordinal(device)))
     theirs = torch.cuda.current_stream(ours.device)
-    for t in tensors:
-        if t is not None:
-            t.record_stream(ours)
     if not any(getattr(f, "joins_torch", False) for f in after):
         ours.wait_stream(theirs)
 

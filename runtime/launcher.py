@@ -48,7 +48,7 @@ the device and errors surface at `Device.sync` (`report` hooks) instead of in `f
 temporaries live in device memory (one allocation per launcher).
 
 Numpy arguments on a device without host memory (Vulkan, CUDA): each ndarray parameter has a
-device buffer of its own (`_DeviceCopies`, reused while the array fits); the launch code copies
+device buffer of its own (`DeviceCopies`, reused while the array fits); the launch code copies
 the array in at every launch (the host data may have changed) and, for a parameter the kernel
 writes, back out right after queueing the tasks, which makes such a launch synchronous.
 
@@ -85,7 +85,6 @@ from __future__ import annotations
 
 import ctypes
 import keyword
-import operator
 import struct
 import sys
 
@@ -104,8 +103,10 @@ from .returns import ResultReader
 from .vector_arguments import element_reader
 from .contract.types import by_name
 from . import kernel_messages
-from .launch_hooks import LaunchContext, LaunchHooks
+from .launch_hooks import LaunchContext, LaunchHooks, with_finish, with_prepare
+from .device_copies import DeviceCopies, host_array
 from .launch_path import choose_launch_path
+from .sizeexpr_eval import simple_trip_count
 from .argument_checks import (PACK_CODE, argument_name, built_without_its_gradient, check_extent, check_ndarray,
                               explain_scalar, extent_limits, numpy_address)
 
@@ -167,7 +168,7 @@ class _Launcher:
         if self.python is not None:
             self.g["_q_fast"], self.g["_q_fast_refused"] = self.python.function, self.fast_refused
         self.hooks = hooks
-        self.copies = None if device.capabilities.host_memory else _DeviceCopies(device)
+        self.copies = None if device.capabilities.host_memory else DeviceCopies(device)
         if self.copies is not None:
             self.g["_q_copy_in"], self.g["_q_copy_out"] = self.copies.copy_in, self.copies.copy_out
         if hooks is not None:
@@ -185,7 +186,7 @@ class _Launcher:
                              if self.iterations[i] is None or isinstance(self.iterations[i], se.Const) else None
                              for i, t in enumerate(self.meta.tasks)]
         self.sync_each_launch = self.device.sync_each_launch
-        self.simple_trips = [_simple_trip_count(tree) for tree in self.iterations]
+        self.simple_trips = [simple_trip_count(tree) for tree in self.iterations]
 
     def call_of(self, path: str) -> tuple:
         """`(call, arg)`: the native call of a launch on launch path `path` (launch_path.py)."""
@@ -307,7 +308,7 @@ class _Launcher:
             self.device.copy_to_host(self.copies.buffers[index], word)
         else:
             self.device.sync()
-            word[0] = _host_array(a).reshape(-1)[0]
+            word[0] = host_array(a).reshape(-1)[0]
         return int(word[0])
 
     def slices_now(self, task: int, args: tuple, env):
@@ -727,36 +728,6 @@ class _Launcher:
         return runs
 
 
-class _DeviceCopies:
-    """The device buffers that numpy arguments are copied through on a device without host
-    memory: one per ndarray parameter, reused while the array fits, replaced (the old one freed
-    once the launches using it are done) when a larger one comes."""
-
-    def __init__(self, device):
-        self.device = device
-        self.buffers: dict = {}  # parameter index -> Allocation
-
-    def buffer(self, index: int, nbytes: int):
-        alloc = self.buffers.get(index)
-        if alloc is None or alloc.nbytes < nbytes:
-            if alloc is not None:
-                self.device.free_after_fence(alloc)
-            alloc = self.buffers[index] = self.device.allocate(nbytes)
-        return alloc
-
-    def copy_in(self, alloc, a) -> None:
-        self.device.copy_to_device(alloc, _host_array(a).reshape(-1))  # 1-d: a 0-d array has no byte view
-
-    def copy_out(self, alloc, a) -> None:
-        a = _host_array(a)
-        if a.flags.c_contiguous:
-            self.device.copy_to_host(alloc, a.reshape(-1))  # a view of `a`: fills `a`
-            return
-        contiguous = np.empty(a.shape, a.dtype)  # a transpose, a strided slice: written back through a copy
-        self.device.copy_to_host(alloc, contiguous.reshape(-1))
-        a[...] = contiguous
-
-
 def _loop_steps(loops: list, first: int, end: int) -> list:
     """Tasks [first, end) as steps: a task's index, or (flag, steps) for a do_while loop (the
     outermost starting at a task; the loops inside it among its steps)."""
@@ -773,11 +744,6 @@ def _loop_steps(loops: list, first: int, end: int) -> list:
         loops = [r for r in loops if r is not outer and r not in inside]
         i = outer[1]
     return steps
-
-
-def _host_array(a) -> np.ndarray:
-    """A numpy argument as it is, a host tensor or DLPack array as its numpy view."""
-    return a if isinstance(a, np.ndarray) else external_arrays.host_view(a)
 
 
 def _check_names(name: str, params: list[str]) -> None:
@@ -813,19 +779,19 @@ def make_launcher(meta: KernelMeta, device, loaded, fields: list, hooks: LaunchH
         hooks = launch_hooks(meta)
         hooked_by.append("adstacks")
     if meta.random_slot is not None:  # the seed and the launch counter qd.random() draws from
-        hooks = _with_prepare(hooks, random_stream.STREAM.writer(meta.random_slot, meta.name, meta.is_grad))
+        hooks = with_prepare(hooks, random_stream.STREAM.writer(meta.random_slot, meta.name, meta.is_grad))
         hooked_by.append("qd.random")
     checks = None
     if meta.debug_checks:  # debug=True: report the first out-of-range index after the launch
         from .contract.bounds import BoundsChecks
         checks = BoundsChecks(meta)
-        hooks = _with_finish(hooks, checks.finish, checks.report)
+        hooks = with_finish(hooks, checks.finish, checks.report)
         hooked_by.append("debug checks")
     printer = None
     if meta.messages:  # print, assert, debug checks: the device's print buffer, read after the launch
         printer = kernel_messages.print_buffer(device)
         if device.capabilities.synchronous:  # an asynchronous device reads it at sync
-            hooks = _with_finish(hooks, printer.drain, None)
+            hooks = with_finish(hooks, printer.drain, None)
             hooked_by.append("print")
     if hooks is not None and hooks.prepare is None and hooks.finish is None:
         hooks, hooked_by = None, []
@@ -840,56 +806,6 @@ def make_launcher(meta: KernelMeta, device, loaded, fields: list, hooks: LaunchH
     state.bind_runtime()
     context.on_reset(state)
     return state.function
-
-
-def _with_prepare(hooks: LaunchHooks | None, prepare) -> LaunchHooks:
-    """`hooks` with `prepare` run before its own prepare."""
-    if hooks is None or hooks.prepare is None:
-        return LaunchHooks(prepare, *((hooks.finish, hooks.report) if hooks is not None else ()))
-    first = hooks.prepare
-
-    def both(ctx):
-        prepare(ctx)
-        first(ctx)
-    return LaunchHooks(both, hooks.finish, hooks.report)
-
-
-def _with_finish(hooks: LaunchHooks | None, finish, report) -> LaunchHooks:
-    """`hooks` with `finish` run after its own finish, even when that raises (so each launch
-    clears what `finish` reports), and `report` consulted after its own report."""
-    if hooks is None or hooks.finish is None:
-        return LaunchHooks(hooks.prepare if hooks is not None else None, finish, report)
-    first, first_report = hooks.finish, hooks.report
-
-    def both():
-        try:
-            first()
-        finally:
-            finish()
-
-    def both_reports(words, ctx_words):
-        return first_report(words, ctx_words) or report(words, ctx_words)
-    if report is None or first_report is None:
-        return LaunchHooks(hooks.prepare, both, report or first_report)
-    return LaunchHooks(hooks.prepare, both, both_reports)
-
-
-def _simple_trip_count(tree):
-    """`trips(args)` for a trip count that is one ndarray extent or one integer argument (what
-    `evaluate` gives for it, without building an environment per launch); None for any other."""
-    if isinstance(tree, se.NdarrayShape):
-        arg, axis = tree.arg, tree.axis
-        return lambda args: args[arg].shape[axis]
-    if isinstance(tree, se.ScalarArg):
-        arg = tree.arg
-
-        def scalar(args):
-            try:
-                return min(max(operator.index(args[arg]), 0), (1 << 63) - 1)
-            except TypeError:  # not an integer: unknown, as `trip_count` says
-                return None
-        return scalar
-    return None
 
 
 def _iterations(task):

@@ -105,7 +105,7 @@ class Options:
             raise ValueError("ad_stack_size must be >= 0 and default_ad_stack_size > 0")
         for name in ("trusted_keys", "revoked_keys"):
             value = getattr(self, name)
-            if not (value is None or isinstance(value, (str, os.PathLike, list, tuple))):
+            if not (value is None or isinstance(value, (str, bytes, os.PathLike, list, tuple))):
                 raise ValueError(f"{name} must be key files or keys' text (a list, or one string), not "
                                  f"{type(value).__name__}")
         for name, (_, option) in target_options().items():

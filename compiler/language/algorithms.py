@@ -163,6 +163,7 @@ def _scatter(src: template(), dst: template(), src_values: template(), dst_value
             dst[position] = key
             if static(has_values):
                 dst_values[position] = src_values[i]
+        block_sync()  # every read of `warps` done before the next grid-stride tile clears it
 
 
 @func

@@ -231,3 +231,44 @@ def test_a_quadrants_program_in_a_package_is_recorded_built_and_run_offline(tmp_
     assert r.returncode == 0 and "1 built" in r.stdout, r.stdout + r.stderr
     result = _app(main, tmp_path / "built", QDC_OFFLINE="1")
     assert result == {"x": [1.5] * 4, "compiled": 0, "llvmlite": False}
+
+
+MODULE_KERNELS = '''
+import qdc as qd
+
+x = qd.field(qd.f32, shape=8, needs_grad=True)
+total = qd.field(qd.f32, shape=(), needs_grad=True)
+
+
+@qd.kernel
+def norm2():
+    for i in x:
+        total[None] += x[i] * x[i]
+'''
+
+MODULE_USER = '''
+import json
+import sys
+
+import numpy as np
+import qdc as qd
+
+qd.init(arch=qd.cpu, cache_dir=sys.argv[1])
+import physics
+physics.x.from_numpy(np.arange(8, dtype=np.float32))
+physics.norm2()
+physics.total.grad[None] = 1.0
+physics.norm2.grad()
+from qdc.compiler.jit.offline_cache import Counts
+print(json.dumps({"total": physics.total[None], "grad": physics.x.grad.to_numpy().tolist(),
+                  "compiled": Counts.compiled, "llvmlite": "llvmlite" in sys.modules}))
+'''
+
+
+def test_an_offline_process_runs_what_qdc_build_built_from_a_kernel_module(tmp_path):
+    (tmp_path / "physics.py").write_text(MODULE_KERNELS)
+    (tmp_path / "main.py").write_text(MODULE_USER)
+    r = _qdc("build", "physics.py", "--cache", "cache", "-j", "1", cwd=str(tmp_path))
+    assert r.returncode == 0, r.stdout + r.stderr
+    result = _app(str(tmp_path / "main.py"), tmp_path / "cache", QDC_OFFLINE="1")
+    assert result == {"total": 140.0, "grad": [2.0 * i for i in range(8)], "compiled": 0, "llvmlite": False}

@@ -148,3 +148,14 @@ def test_the_throwaway_name_rebinds_with_any_type(arch):
 
     k()
     assert list(out.to_numpy()) == [6.0, 21.0, 2.0]
+
+
+def test_host_apis_of_qdc_run_inside_static(arch):
+    out = qd.field(qd.f32, shape=1)
+
+    @qd.kernel
+    def k():
+        out[0] = qd.static(len(qd.runtime.contract.arches.names()) > 0)
+
+    k()
+    assert out[0] == 1.0
