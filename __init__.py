@@ -29,7 +29,7 @@ gpu = "gpu"  # qd.init(arch=qd.gpu): the first GPU arch of the arch table that w
 _LANG = {"static", "ndrange", "grouped", "loop_config", "types", "sin", "cos", "tan", "asin",
          "acos", "atan", "atan2", "tanh", "exp", "log", "sqrt", "rsqrt", "floor", "ceil", "round", "pow",
          "select", "cast", "atomic_add", "atomic_sub", "atomic_min", "atomic_max", "atomic_and",
-         "atomic_or", "atomic_xor", "atomic_mul", "template", "Template", "abs", "min", "max",
+         "atomic_or", "atomic_xor", "atomic_mul", "atomic_exchange", "template", "Template", "abs", "min", "max",
          "random", "stop_grad", "raw_div", "raw_mod", "bit_shr", "Struct", "dataclass", "static_assert", "outer"}
 _DECORATORS = {"kernel", "func"}  # qdc.compiler.jit.kernel
 _API = {"init", "reset"}
@@ -87,6 +87,10 @@ def __getattr__(name):
         return _compiler_module("qdc.compiler.jit.aot", name)
     if name == "simt":  # qd.simt.block, qd.simt.subgroup, qd.simt.grid, qd.simt.warp
         return _compiler_module("qdc.compiler.language.simt", name)
+    if name == "graph":  # qd.graph.do_while
+        return _compiler_module("qdc.compiler.language.graph", name)
+    if name == "algorithms":  # qd.algorithms.sort
+        return _compiler_module("qdc.compiler.language.algorithms", name)
     if name == "math":  # qd.math.vec3, qd.math.dot, ...
         return _compiler_module("qdc.compiler.language.mathlib", name)
     if name in ("Vector", "Matrix", "zero"):

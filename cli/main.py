@@ -1,4 +1,5 @@
-"""The `qdc` command (docs/api.md): build, record, ls, inspect, verify, clean, pack, merge, push, pull.
+"""The `qdc` command (docs/api.md): build, record, ls, inspect, verify, clean, pack, merge, push, pull,
+keygen.
 
 Exit codes: 0 success, 1 a build or verify failure, 2 a usage error. Options come from flags,
 then `qdc.yaml` / `[tool.qdc]` in pyproject.toml (nearest to the working folder), then
@@ -7,6 +8,7 @@ defaults. Only `build`, `inspect --llvm` and `inspect --spirv` import the compil
 from __future__ import annotations
 
 import datetime
+import functools
 import os
 import sys
 
@@ -46,6 +48,41 @@ def _remote_store(url: str):
 
 
 REMOTE_HELP = "Remote store URL (s3://, gs://, az://, http(s)://, file://). Default: $QDC_REMOTE, `remote:` in qdc.yaml."
+
+
+KEYS_HELP = ("Public key files (from `qdc keygen`) or key text, comma-separated or repeated. Default: "
+             "$QDC_TRUSTED_KEYS, `trusted_keys` in qdc.yaml.")
+REVOKED_HELP = "Revoked keys (key files, key text or fingerprints). Default: $QDC_REVOKED_KEYS, `revoked_keys`."
+SIGN_HELP = "Sign with this private key (from `qdc keygen`). Default: $QDC_SIGNING_KEY."
+
+
+def _trust_options(command):
+    """--trusted-keys and --revoked-keys, passed to the command as `trust` (runtime/signing.py)."""
+    @functools.wraps(command)  # its click options too
+    def with_trust(*args, trusted_keys=(), revoked_keys=(), **kwargs):
+        return command(*args, trust=_trust(trusted_keys, revoked_keys), **kwargs)
+    with_trust = click.option("--revoked-keys", multiple=True, metavar="KEYS", help=REVOKED_HELP)(with_trust)
+    return click.option("--trusted-keys", multiple=True, metavar="KEYS", help=KEYS_HELP)(with_trust)
+
+
+def _trust(trusted_keys=(), revoked_keys=()):
+    """The Trust of flags, else the environment, else the configuration file; None without keys."""
+    from qdc.runtime.signing import trust_from
+    config = _config()[1]
+    try:
+        return trust_from(list(trusted_keys) or config.get("trusted_keys"),
+                          list(revoked_keys) or config.get("revoked_keys"))
+    except (ImportError, TypeError, ValueError) as e:  # no cryptography, or a key that cannot be read
+        raise click.UsageError(str(e)) from None
+
+
+def _signer(spec):
+    """The signing key of --sign KEYFILE (else $QDC_SIGNING_KEY), or None; a usage error if unusable."""
+    from qdc.runtime.signing import signing_key_from
+    try:
+        return signing_key_from(spec)
+    except (ImportError, ValueError) as e:
+        raise click.UsageError(str(e)) from None
 
 
 def _fail(message: str) -> None:
@@ -129,7 +166,10 @@ class _BuildCommand(click.Command):
 @click.option("--ad-stack-size", type=click.IntRange(min=0), help="Force N adstack slots (0: sized by the compiler).")
 @click.option("--default-ad-stack-size", type=click.IntRange(min=1), help="Fallback adstack capacity (256).")
 @click.option("--ad-stack-strict/--no-ad-stack-strict", default=None, help="Unsized adstacks are errors.")
-def build(paths, manifest, arch, cache_dir, jobs, force, verbose, shard, remote_url, show_timings, **flags):
+@click.option("--sign", "sign_key", metavar="KEYFILE", help=SIGN_HELP + " Signs every entry and module record.")
+@click.option("--trusted-keys", help="Keys whose signed entries a remote may supply (with --sign, that key too).")
+def build(paths, manifest, arch, cache_dir, jobs, force, verbose, shard, remote_url, show_timings, sign_key,
+          **flags):
     """Compile every kernel in PATHS (.py files or folders), or every kernel variant of a
     manifest (--manifest FILE), into the cache."""
     from qdc.compiler.driver import build as build_mod
@@ -152,15 +192,26 @@ def build(paths, manifest, arch, cache_dir, jobs, force, verbose, shard, remote_
         # explicitly must build every kernel)
         how = dict(log=lambda text: click.echo(text, err=True), out=click.echo, verbose=verbose,
                    skip_unexpressible=arch_spec is not None and build_mod.means_every_arch(arch_spec), shard=shard,
-                   remote=remote_url, show_timings=show_timings)
+                   remote=remote_url, show_timings=show_timings,
+                   signer=_signer(sign_key))
         if manifest:
             from qdc.compiler.manifest.building import build_manifest
+            _quadrants_alias()
             report = build_manifest(manifest, arches, opts, cache_dir, jobs or os.cpu_count() or 1, force, **how)
         else:
             report = build_mod.build(list(paths), arches, opts, cache_dir, jobs or os.cpu_count() or 1, force, **how)
     except (ConfigError, build_mod.BuildUsageError) as e:
         raise click.UsageError(str(e)) from None
     sys.exit(0 if report.ok else 1)
+
+
+def _quadrants_alias() -> None:
+    """A recorded program that imports `quadrants` ran on qdc (qdc.install_as_quadrants()): unless
+    a package of that name is installed, its modules import qdc under that name here too."""
+    import importlib.util
+    if importlib.util.find_spec("quadrants") is None:
+        import qdc
+        qdc.install_as_quadrants()
 
 
 # ---- record ------------------------------------------------------------------------------------
@@ -282,7 +333,8 @@ VIEWS = {"ir": "ir", "llvm": "bc", "spirv": "spv", "msl": "msl", "ptx": "ptx"}
 @click.option("--ptx", "view", flag_value="ptx", help="PTX.")
 @click.option("--amdgcn", "view", flag_value="amdgcn", help="AMDGPU assembly of each code object.")
 @click.option("--size-expr", "view", flag_value="size-expr", help="Adstack sizing (SizeExpr trees).")
-def inspect(target, arch, cache_dir, view):
+@_trust_options
+def inspect(target, arch, cache_dir, view, trust):
     """Show a built kernel's metadata, or one of its artifacts in readable form.
     MODULE.KERNEL.grad names the reverse-mode variant."""
     from qdc.runtime import cache as C
@@ -301,6 +353,7 @@ def inspect(target, arch, cache_dir, view):
     if view is None:
         click.echo(_describe_entry(entry))
         click.echo(f"  launch    {_launch_path(store.location, module, kernel, arch)}")
+        click.echo(_describe_signers(store, entry, record, trust))
     elif view == "size-expr":
         from qdc.runtime.adstack import describe_stacks
         click.echo(describe_stacks(entry.meta))
@@ -399,6 +452,28 @@ def _describe_entry(entry) -> str:
     return "\n".join(lines)
 
 
+def _describe_signers(store, entry, record, trust) -> str:
+    """Who signed the entry and its module record, and whose signed statement in the module
+    record gives the entry's digest; whether each holds (judged against `trust` when keys are given)."""
+    from qdc.runtime import signing
+    from qdc.runtime.contract.artifact import ENTRY_RECORD, MODULE_RECORD
+    files = store.open_entry(entry.key)
+    try:
+        signed = signing.read_entry_signatures(files)
+    finally:
+        files.close()
+    module = signing.check_signature_list(record.get("signed", []))
+    lines = [f"  {'attested':<9} in the module record: {line}"
+             for line in signing.describe_attestations(record, entry.record, trust)] if signing.available() else []
+    for what, kind, body, signatures in (("signed", ENTRY_RECORD, entry.record, signed),
+                                         ("module", MODULE_RECORD, record, module)):
+        if signatures and not signing.available():
+            lines += [f"  {what:<9} {len(signatures)} signature(s), not checked: {signing.EXTRA_HINT}"]
+            continue
+        lines += [f"  {what:<9} {line}" for line in signing.describe_signatures(kind, body, signatures, trust)]
+    return "\n".join(lines)
+
+
 def _describe_task(t, m) -> str:
     """One task record: kind, entry symbol, trip count, launch policy, adstacks."""
     from qdc.runtime.adstack import describe_launch
@@ -417,21 +492,26 @@ def _describe_task(t, m) -> str:
 @click.argument("source", required=False, metavar="[DIR|BUNDLE]")
 @click.option("--cache", "cache_dir", help="Cache folder or bundle. Default: ./cache.")
 @click.option("--remote", "remote_url", metavar="URL", help="Verify this remote store (downloads everything).")
-def verify(source, cache_dir, remote_url):
+@_trust_options
+def verify(source, cache_dir, remote_url, trust):
     """Check every artifact against its recorded hash and format version, and every module
     record against the entries it names (kernel, variant, fields), that each artifact defines
     exactly the entry points its record names, and names stray files where they are. DIR|BUNDLE:
-    the same as --cache."""
+    the same as --cache. With trusted keys, reports who signed each entry and module record
+    and fails on any that no trusted key signed."""
     from qdc.runtime.verify import verify_store
     if source is not None and cache_dir is not None:
         raise click.UsageError("name the cache or bundle once: either DIR|BUNDLE or --cache")
     if remote_url is not None and (source is not None or cache_dir is not None):
         raise click.UsageError("name one store: DIR|BUNDLE, --cache or --remote")
     store = _remote_store(remote_url) if remote_url else _open(source if source is not None else cache_dir)
+    states = [] if trust is not None else None
     try:
-        checked, problems = verify_store(store)
+        checked, problems = verify_store(store, trust, states)
     except Exception as e:  # noqa: BLE001 (a remote that cannot be listed: a CacheError naming it)
         _fail(str(e))
+    for path, state in states or ():
+        click.echo(f"{path}: {state}")
     for path, reason in problems:
         click.echo(f"{path}: {reason}", err=True)
     click.echo(f"qdc verify: {_count(checked, 'file')} checked in {store.location}, {len(problems)} bad")
@@ -501,13 +581,14 @@ def _parse_age(text: str) -> float:
 @click.option("--cache", "cache_dir", help="Cache folder. Default: ./cache.")
 @click.option("--remote", "remote_url", metavar="URL", help="Pack the modules of this remote store instead.")
 @click.option("-o", "--output", required=True, help="Bundle file to write (e.g. kernels.qdc.tar.gz).")
-def pack(cache_dir, output, remote_url):
+@click.option("--sign", "sign_key", metavar="KEYFILE", help="Also sign every module record and entry packed.")
+def pack(cache_dir, output, remote_url, sign_key):
     """Write the built modules into one reproducible bundle for deployment."""
     from qdc.runtime import cache as C
     from qdc.runtime.bundle import pack as pack_bundle
     store = _remote_store(remote_url) if remote_url else C.Cache(_existing_cache_folder(cache_dir))
     try:
-        stats = pack_bundle(store, output)
+        stats = pack_bundle(store, output, _signer(sign_key) if sign_key else None)
     except (C.CacheError, FileNotFoundError, ValueError) as e:
         _fail(f"{e} (nothing was packed; run `qdc verify`)")
     click.echo(f"qdc pack: {_count(stats['modules'], 'module record')}, {_count(stats['files'], 'file')}, "
@@ -519,8 +600,11 @@ def pack(cache_dir, output, remote_url):
 @cli.command()
 @click.argument("dest")
 @click.argument("sources", nargs=-1, required=True)
-def merge(dest, sources):
-    """Union the caches SOURCES (the shards of one build, say) into cache folder DEST."""
+@click.option("--sign", "sign_key", metavar="KEYFILE", help="Sign merged module records that no source's "
+                                                            "signature covers.")
+def merge(dest, sources, sign_key):
+    """Union the caches SOURCES (the shards of one build, say) into cache folder DEST, keeping
+    their signatures."""
     from qdc.runtime import cache as C
     from qdc.runtime.bundle import open_store
     from qdc.runtime.merge import merge as merge_caches
@@ -530,9 +614,12 @@ def merge(dest, sources):
     except (FileNotFoundError, ValueError) as e:
         raise click.UsageError(str(e)) from None
     try:
-        stats = merge_caches(C.Cache(root), stores)
+        stats = merge_caches(C.Cache(root), stores, _signer(sign_key) if sign_key else None)
     except (C.CacheError, OSError) as e:
         _fail(str(e))
+    for record in stats["unsigned"]:
+        click.echo(f"qdc merge: warning: the merged record of {record} matches no source's signed record and is "
+                   f"unsigned: give --sign KEYFILE", err=True)
     click.echo(f"qdc merge: {_count(stats['entries'], 'entry', 'entries')} and "
                f"{_count(stats['modules'], 'module record')} merged into {dest}")
 
@@ -560,7 +647,8 @@ def push(cache_dir, remote_url):
 @click.option("--arch", default="cpu", show_default=True)
 @click.option("--cache", "cache_dir", help="Cache folder to fill. Default: ./cache.")
 @click.option("--remote", "remote_url", metavar="URL", help=REMOTE_HELP)
-def pull(modules, arch, cache_dir, remote_url):
+@_trust_options
+def pull(modules, arch, cache_dir, remote_url, trust):
     """Fetch MODULES (default: every module built for --arch) and their entries, verified, into the cache."""
     from qdc.runtime import cache as C
     from qdc.runtime.remote import pull_module
@@ -569,11 +657,32 @@ def pull(modules, arch, cache_dir, remote_url):
     cache = C.Cache(_cache_dir(cache_dir))
     try:
         names = modules or [m for m, a in C.list_modules(store) if a == arch]
-        fetched = sum(pull_module(store, cache, m, arch) for m in names)
+        fetched = sum(pull_module(store, cache, m, arch, trust) for m in names)
     except Exception as e:  # noqa: BLE001 (CacheError / ModuleNotBuiltError naming the object)
         _fail(str(e))
     click.echo(f"qdc pull: {_count(len(names), 'module')} ({arch}), {_count(fetched, 'entry', 'entries')} fetched into "
                f"{cache.root}")
+
+
+# ---- keys ----------------------------------------------------------------------------------------
+
+@cli.command()
+@click.argument("keyfile")
+@click.option("--name", help="The key's name, shown beside its fingerprint by `qdc inspect`. Default: KEYFILE's.")
+def keygen(keyfile, name):
+    """Create an Ed25519 key pair: KEYFILE, the private key (mode 0600: keep it secret, give it to
+    `qdc build --sign`), and KEYFILE.pub, the public key deployments trust (`trusted_keys`)."""
+    from qdc.runtime.signing import keygen as make_key
+    try:
+        key = make_key(keyfile, name)
+    except ImportError as e:
+        raise click.UsageError(str(e)) from None
+    except (FileExistsError, ValueError) as e:
+        raise click.UsageError(str(e)) from None
+    except OSError as e:
+        _fail(f"cannot write '{keyfile}': {e.strerror or e}")
+    click.echo(f"qdc keygen: private key {keyfile} (keep it secret), public key {keyfile}.pub")
+    click.echo(f"fingerprint {key.public.fingerprint}  {key.public.name}")
 
 
 def _no_remote():

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import importlib
 
-from .contract.errors import AdStackOverflowError, CacheError, ModuleNotBuiltError, QdcError
+from .contract.errors import AdStackOverflowError, CacheError, ModuleNotBuiltError, QdcError, SignatureError
 from .contract.types import f16, f32, f64, i8, i16, i32, i64, u1, u8, u16, u32, u64
 
 __all__ = ["load", "ndarray", "Ndarray", "sync", "FwdMode", "from_dlpack", "QdcError", "CacheError", "ModuleNotBuiltError",
-           "AdStackOverflowError", "f16", "f32", "f64", "i8", "i16", "i32", "i64", "u1", "u8", "u16", "u32", "u64"]
+           "SignatureError", "AdStackOverflowError", "f16", "f32", "f64", "i8", "i16", "i32", "i64", "u1", "u8", "u16",
+           "u32", "u64"]
 
 _LAZY = {"load": ".loader", "ndarray": ".fields", "Ndarray": ".fields", "FwdMode": ".forward_mode",
          "from_dlpack": ".dlpack"}

@@ -9,7 +9,9 @@ name could escape the bundle, is not a regular file, appears twice, or is not de
 records are read first (each at most MAX_RECORD_BYTES) and an artifact is decompressed only
 if its entry record declares it, at exactly the size declared, so a small bundle cannot
 inflate into a large amount of memory. An entry whose record is unreadable is left out; reading
-it reports that record.
+it reports that record. Entries keep their signature files and module records their signatures
+(runtime/signing.py): build times are not signed, so zeroing them keeps every signature valid,
+and `load(bundle, ..., trusted_keys=...)` checks them as it checks a cache folder's.
 """
 from __future__ import annotations
 
@@ -21,9 +23,11 @@ import tarfile
 import uuid
 import zlib
 
+from . import signing
 from .contract import artifact as A
 from .cache import (ENTRIES, MAX_RECORD_BYTES, META_FILE, MODULES, RECORD_TIME_FIELDS, Cache, DirStore, Store,
-                    cache_error, entry_path, list_modules, module_path, module_problems, read_entry, read_module)
+                    cache_error, entry_path, list_modules, module_path, read_entry, read_module)
+from .module_check import module_problems
 
 MAX_BUNDLE_BYTES = 1 << 32
 
@@ -63,7 +67,9 @@ class BundleStore(Store):
             self._check_member(member)
             if member.name in members:
                 raise cache_error(self.location, f"bundle holds '{member.name}' twice; the bundle is refused")
-            if _is_record(member.name) and member.size > MAX_RECORD_BYTES:
+            limit = signing.MAX_SIGNATURE_BYTES if signing.SIGNATURE_FILE_RE.match(posixpath.basename(member.name)) \
+                else MAX_RECORD_BYTES
+            if _is_record(member.name) and member.size > limit:
                 raise cache_error(self.where(member.name), f"{member.size} bytes: too large to be a qdc metadata "
                                                            f"record; the bundle is refused")
             total += member.size
@@ -80,7 +86,7 @@ class BundleStore(Store):
         (then the entry is left out and reading it reports the record)."""
         declared, unreadable = {}, set()
         for name in self.files:
-            if not name.startswith(ENTRIES + "/"):
+            if not name.startswith(ENTRIES + "/") or not name.endswith("/" + META_FILE):
                 continue
             base = name[:-len(META_FILE) - 1]
             try:
@@ -126,8 +132,10 @@ class BundleStore(Store):
 
 
 def _is_record(name: str) -> bool:
+    """Metadata records and signature files: read while the members are checked."""
     parts = name.split("/")
-    return ((len(parts) == 4 and parts[0] == ENTRIES and parts[3] == META_FILE)
+    return ((len(parts) == 4 and parts[0] == ENTRIES and (parts[3] == META_FILE
+                                                          or signing.SIGNATURE_FILE_RE.match(parts[3])))
             or (len(parts) == 3 and parts[0] == MODULES and parts[2].endswith(".msgpack")))
 
 
@@ -138,16 +146,19 @@ def _read_member(tar: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
     return data
 
 
-def pack(cache: Cache, out_path: str) -> dict:
+def pack(cache: Store, out_path: str, signer: signing.SigningKey | None = None) -> dict:
     """Write every built module (and only the entries they use) into one bundle at `out_path`.
     Every entry is verified first, and every module record against its entries: a corrupt or
-    inconsistent cache is not packed."""
+    inconsistent cache is not packed. Signatures travel along; `signer` signs every module
+    record and entry the bundle holds too."""
     members: dict[str, bytes] = {}
     modules = list_modules(cache)
     for module, arch in modules:
         body = read_module(cache, module, arch)
-        members[module_path(module, arch)] = _normalised(A.MODULE_RECORD, body)
         entries = {name: read_entry(cache, key) for name, key in body["kernels"].items()}
+        if signer is not None:
+            body = signing.sign_module(body, {e.key: e.record for e in entries.values()}, [body], signer)
+        members[module_path(module, arch)] = _normalised(A.MODULE_RECORD, body)
         problems = module_problems(cache.where(module_path(module, arch)), body, entries)
         if problems:
             raise cache_error(*problems[0])
@@ -156,6 +167,7 @@ def pack(cache: Cache, out_path: str) -> dict:
             members[f"{base}/{META_FILE}"] = _normalised(A.ENTRY_RECORD, entry.record)
             for kind, info in entry.record["artifacts"].items():  # the bytes read_entry verified
                 members[f"{base}/{info['file']}"] = entry.artifacts[kind]
+            members.update(_entry_signatures(cache, entry, signer))
     data = _tar_gz(members)
     out_path = os.fspath(out_path)
     tmp = f"{out_path}.{uuid.uuid4().hex[:8]}.tmp"
@@ -163,6 +175,16 @@ def pack(cache: Cache, out_path: str) -> dict:
         f.write(data)
     os.replace(tmp, out_path)
     return {"modules": len(modules), "files": len(members), "bytes": len(data)}
+
+
+def _entry_signatures(store: Store, entry, signer) -> dict:
+    """Member name -> bytes of the signature files of `entry` (and `signer`'s)."""
+    base = entry_path(entry.key)
+    out = {f"{base}/{name}": data for name, data in signing.entry_signature_files(store, entry.key).items()}
+    if signer is not None:
+        sig = signer.sign(A.ENTRY_RECORD, entry.record)
+        out[f"{base}/{signing.signature_file(signer.public.fingerprint)}"] = signing.encode_signature(sig)
+    return out
 
 
 def _normalised(kind: str, body: dict) -> bytes:

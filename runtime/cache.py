@@ -33,9 +33,11 @@ import tempfile
 import time
 import uuid
 
+from . import signing
 from .contract import artifact as A
 from .contract.entry_points import entry_points_problem
-from .contract.errors import CacheError, ModuleNotBuiltError
+from .contract.errors import CacheError, ModuleNotBuiltError, SignatureError
+from .module_check import entry_signature
 
 ENTRIES, MODULES, TMP = "entries", "modules", "tmp"
 META_FILE, STAMP_FILE = "meta.msgpack", "last_use"
@@ -50,9 +52,9 @@ _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
 _ENTRY_HANDLES = os.open in os.supports_dir_fd  # else (Windows) entry files are read by path
 
 
-def cache_error(where: str, reason: str) -> CacheError:
+def cache_error(where: str, reason: str, cls=CacheError) -> CacheError:
     """A CacheError saying which file and why; `path`/`reason` let `qdc verify` list them."""
-    err = CacheError(f"{where}: {reason}")
+    err = cls(f"{where}: {reason}")
     err.path, err.reason = where, reason
     return err
 
@@ -63,9 +65,6 @@ def entry_path(key: str) -> str:
 
 def module_path(module: str, arch: str) -> str:
     return f"{MODULES}/{arch}/{module}.msgpack"
-
-
-split_variant = A.split_variant
 
 
 def check_module_name(module) -> str:
@@ -144,6 +143,10 @@ class Store:
         """The files of entry `key`, all from one version of it (FileNotFoundError if absent)."""
         return EntryFiles(self, entry_path(key))
 
+    def folder_names(self, base: str) -> list[str]:
+        """The names of the files in folder `base` (an entry's: its signatures are found so)."""
+        return [n[len(base) + 1:] for n in self.names() if n.startswith(base + "/")]
+
     def replacing(self, key: str) -> bool:
         """Whether entry `key` is being replaced right now (a reader that missed it waits)."""
         return False
@@ -163,6 +166,9 @@ class EntryFiles:
 
     def where(self, name: str) -> str:
         return self.store.where(f"{self.base}/{name}")
+
+    def names(self) -> list[str]:
+        return self.store.folder_names(self.base)
 
     def unchanged(self) -> bool:
         """False if the entry was moved or deleted since it was opened (read it again)."""
@@ -222,6 +228,12 @@ class DirStore(Store):
 
     def where(self, name: str) -> str:
         return self.path(name)
+
+    def folder_names(self, base: str) -> list[str]:
+        try:
+            return os.listdir(self.path(base))
+        except OSError:
+            return []
 
     def names(self) -> list[str]:
         """Every file under entries/ and modules/, and any folder standing where a module record
@@ -286,6 +298,12 @@ class _EntryFolder(EntryFiles):
     def where(self, name: str) -> str:
         return os.path.join(self.path, name)
 
+    def names(self) -> list[str]:
+        try:
+            return os.listdir(self.fd)
+        except OSError as e:
+            raise _unreadable(self.path, e) from None
+
     def unchanged(self) -> bool:
         try:
             if os.fstat(self.fd).st_nlink == 0:  # deleted
@@ -318,18 +336,21 @@ def read_record(store: Store, name: str, kind: str) -> dict:
     return decode(store.read(name, MAX_RECORD_BYTES), store.where(name), kind)
 
 
-def read_entry(store: Store, key: str) -> Entry:
+def read_entry(store: Store, key: str, trust: signing.Trust | None = None, attested: str | None = None) -> Entry:
     """Read entry `key` and check every artifact's sha256, and that it defines exactly the
-    entry points its record names (contract/entry_points.py), before handing any of it out.
-    FileNotFoundError if it is absent; CacheError if anything fails its check. A concurrent
-    replacement of the entry is never seen as either (see the module docstring)."""
+    entry points its record names (contract/entry_points.py), before handing any of it out;
+    with `trust`, first that a trusted key signed its record (runtime/signing.py), or that its
+    digest is `attested`, the one a trusted statement of its module record gives (Trust.attested).
+    FileNotFoundError if it is absent; CacheError if anything fails its check (SignatureError if
+    the signature does). A concurrent replacement of the entry is never seen as either (see the
+    module docstring)."""
     deadline = time.monotonic() + REPLACE_WAIT_S
     retried = False
     while True:
         files = None
         try:
             files = store.open_entry(key)
-            return _read_entry_files(store, key, files)
+            return _read_entry_files(store, key, files, trust, attested)
         except (FileNotFoundError, CacheError):
             if time.monotonic() > deadline:
                 raise
@@ -353,11 +374,16 @@ def _wait_for_replacement(store: Store, key: str, deadline: float) -> None:
         time.sleep(0.002)
 
 
-def _read_entry_files(store: Store, key: str, files: EntryFiles) -> Entry:
+def _read_entry_files(store: Store, key: str, files: EntryFiles, trust, attested) -> Entry:
     record = decode(files.read(META_FILE, max_bytes=MAX_RECORD_BYTES), files.where(META_FILE), A.ENTRY_RECORD)
     if record["key"] != key:
         raise cache_error(files.where(META_FILE), f"the record is for key {record['key']}, not the key of its "
                                                   f"folder (the cache was tampered with or mixed up)")
+    if trust is not None and not (attested is not None and signing.entry_digest(record) == attested) \
+            and trust.refusal(A.ENTRY_RECORD, record,  # first only what a trusted key may have signed
+                              signing.read_entry_signatures(files, trust.signature_files())):
+        check_trust(trust, A.ENTRY_RECORD, record, signing.read_entry_signatures(files), store.where(files.base),
+                    f"entry {key[:12]}… (kernel '{record['meta']['name']}', {record['variant']}, {record['arch']})")
     artifacts = {}
     for kind, info in record["artifacts"].items():
         try:
@@ -382,7 +408,8 @@ def _read_entry_files(store: Store, key: str, files: EntryFiles) -> Entry:
     return Entry(key, record, meta, artifacts, store.where(files.base), artifact_where)
 
 
-def read_module(store: Store, module: str, arch: str) -> dict:
+def read_module(store: Store, module: str, arch: str, trust: signing.Trust | None = None) -> dict:
+    """Module `module`'s record for `arch`; with `trust`, SignatureError unless a trusted key signed it."""
     name = module_path(check_module_name(module), arch)
     try:
         body = read_record(store, name, A.MODULE_RECORD)
@@ -390,7 +417,17 @@ def read_module(store: Store, module: str, arch: str) -> dict:
         raise ModuleNotBuiltError(_missing_module_message(store, module, arch)) from None
     if body["module"] != module or body["arch"] != arch:
         raise cache_error(store.where(name), f"record is for module '{body['module']}' on {body['arch']}")
+    if trust is not None:
+        check_trust(trust, A.MODULE_RECORD, body, signing.check_signature_list(body.get("signed", [])),
+                    store.where(name), f"the record of module '{module}' ({arch})")
     return body
+
+
+def check_trust(trust: signing.Trust, kind: str, body: dict, signatures: list, where: str, what: str) -> None:
+    """SignatureError naming `where` and `what` unless `signatures` hold a trusted one of `body`."""
+    reason = trust.refusal(kind, body, signatures)
+    if reason is not None:
+        raise cache_error(where, f"{what} refused: {reason}; nothing of it was loaded", SignatureError)
 
 
 def list_modules(store: Store) -> list[tuple[str, str]]:
@@ -414,76 +451,6 @@ def _missing_module_message(store: Store, module: str, arch: str) -> str:
     return f"module '{module}' not found in {store.location} ({have}); build it with `qdc build`"
 
 
-# ---- module records against their entries ----------------------------------------------------
-
-def entry_signature(record: dict) -> list:
-    """What a module record remembers of the entry a kernel names: [kernel, variant, parameters]."""
-    return [record["meta"]["name"], record["variant"], record["meta"]["params"]]
-
-
-def module_problems(where: str, body: dict, entries: dict) -> list[tuple[str, str]]:
-    """How module record `body` (the file `where`) disagrees with the entries its kernels name
-    (`entries`: kernel name -> Entry, for those that read fine). Each entry must hold the
-    variant its name says, for the module's arch, of the kernel (and parameters) the record
-    remembers, and use fields the module declares, as it declares them."""
-    signatures = body.get("signatures", {})
-    if not isinstance(signatures, dict):
-        return [(where, "malformed metadata: signatures")]
-    fields = {f[0]: f for f in body["fields"]}
-    problems = []
-    for name, entry in sorted(entries.items()):
-        reason = (_kernel_problem(name, entry, body["arch"], signatures.get(name))
-                  or _field_problem(name, entry, fields))
-        if reason:
-            problems.append((where, reason))
-    return problems
-
-
-def _kernel_problem(name: str, entry: Entry, arch: str, signature) -> str | None:
-    _, variant = split_variant(name)
-    record, meta = entry.record, entry.meta
-    held = f"entry {entry.key[:12]}…, which holds the {record['variant']} variant of kernel '{meta.name}'"
-    if record["variant"] != variant or meta.is_grad != (variant == "grad"):
-        return f"kernel '{name}' names {held}, not the {variant} variant (the module record is mixed up: rebuild)"
-    if record["arch"] != arch:
-        return f"kernel '{name}' names {held} built for arch '{record['arch']}', not '{arch}' (rebuild)"
-    if signature is None:  # a record written before signatures were kept
-        return None
-    if not (isinstance(signature, list) and len(signature) == 3):
-        return f"malformed metadata: the signature of kernel '{name}'"
-    kernel, _, params = signature
-    if kernel != meta.name:
-        return f"kernel '{name}' names {held}, not of kernel '{kernel}' (the module record is mixed up: rebuild)"
-    if params != record["meta"]["params"]:
-        return (f"kernel '{name}' names {held} taking ({_params_text(record['meta']['params'])}), but the module "
-                f"was built for ({_params_text(params)}) (rebuild)")
-    return None
-
-
-def _params_text(params) -> str:
-    try:
-        return ", ".join(f"{p[0]}: {p[2]}" if p[1] == "scalar" else f"{p[0]}: ndarray({p[2]}, ndim={p[3]})"
-                         for p in params)
-    except (TypeError, IndexError, KeyError):
-        return "?"
-
-
-def _field_problem(name: str, entry: Entry, fields: dict) -> str | None:
-    for fm in entry.meta.fields:
-        base, secondary = A.secondary_field(fm.name) if fm.is_grad else (fm.name, None)
-        declared = fields.get(base)
-        used = f"{fm.dtype}{list(fm.shape)}"
-        if declared is None:
-            return f"kernel '{name}' uses field '{base}' ({used}), which the module does not declare (rebuild)"
-        if declared[1] != fm.dtype or list(declared[2]) != list(fm.shape):
-            return (f"kernel '{name}' uses field '{base}' as {used}, but the module declares it "
-                    f"{declared[1]}{list(declared[2])} (rebuild)")
-        if secondary == "grad" and not declared[3] or secondary == "dual" and not declared[4:5] == [True]:
-            return (f"kernel '{name}' uses '{fm.name}', but the module declares field '{base}' without "
-                    f"needs_{secondary} (rebuild)")
-    return None
-
-
 # ---- the writable cache ----------------------------------------------------------------------
 
 class Cache(DirStore):
@@ -492,10 +459,11 @@ class Cache(DirStore):
     def __init__(self, root):
         super().__init__(os.path.abspath(os.path.expanduser(os.fspath(root))))
 
-    def lookup(self, key: str) -> Entry | None:
-        """The verified entry, or None on a miss. Raises CacheError if the entry is corrupt."""
+    def lookup(self, key: str, trust: signing.Trust | None = None) -> Entry | None:
+        """The verified entry, or None on a miss. Raises CacheError if the entry is corrupt (or,
+        with `trust`, not signed by a trusted key)."""
         try:
-            return read_entry(self, key)
+            return read_entry(self, key, trust)
         except FileNotFoundError:
             return None
 
@@ -594,20 +562,27 @@ class Cache(DirStore):
         _write_synced(tmp, data)
         os.replace(tmp, path)
 
-    def write_module(self, module: str, arch: str, body: dict) -> bool:
+    def write_module(self, module: str, arch: str, body: dict, signer: signing.SigningKey | None = None,
+                     signed_as: tuple = ()) -> bool:
         """Replace a module record atomically; False (nothing written) if only its time would change.
         The record remembers each kernel's signature (kernel, variant, parameters) from the entry
-        it names, so that loading and `qdc verify` notice a record that names the wrong entry."""
+        it names, so that loading and `qdc verify` notice a record that names the wrong entry.
+        It keeps the cryptographic signatures of the record it replaces and of the records
+        `signed_as` wherever their signed content is this record's (runtime/signing.py), and
+        `signer` signs it."""
         body = dict(body, module=check_module_name(module), arch=arch)
-        body["signatures"] = self._signatures(body["kernels"])
+        entries = self._entry_records(body["kernels"])
+        body["signatures"] = {name: entry_signature(entries[key]) for name, key in body["kernels"].items()
+                              if key in entries}
         A.check_module_record(body)
         name = module_path(module, arch)
         try:
             old = read_record(self, name, A.MODULE_RECORD)
-            if _without_times(old) == _without_times(body):
-                return False
         except (FileNotFoundError, CacheError):
-            pass
+            old = None
+        body = signing.sign_module(body, entries, [r for r in (old, *signed_as) if r is not None], signer)
+        if old is not None and _without_times(old) == _without_times(body):
+            return False
         path = self.path(name)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = os.path.join(self._tmp_root(), f"module-{uuid.uuid4().hex}")
@@ -616,14 +591,39 @@ class Cache(DirStore):
         os.replace(tmp, path)
         return True
 
-    def _signatures(self, kernels: dict) -> dict:
+    def _entry_records(self, kernels: dict) -> dict:
+        """Key -> record of the entries `kernels` names that are here and readable."""
         out = {}
-        for name, key in kernels.items():
+        for key in kernels.values():
             try:
-                out[name] = entry_signature(read_record(self, f"{entry_path(key)}/{META_FILE}", A.ENTRY_RECORD))
+                out[key] = read_record(self, f"{entry_path(key)}/{META_FILE}", A.ENTRY_RECORD)
             except (FileNotFoundError, CacheError):
                 continue  # a missing or bad entry is reported as such
         return out
+
+    def sign_entry(self, key: str, signer: signing.SigningKey) -> None:
+        """Sign entry `key`'s record with `signer`, unless that signature is there already."""
+        record = read_record(self, f"{entry_path(key)}/{META_FILE}", A.ENTRY_RECORD)
+        name = signing.signature_file(signer.public.fingerprint)
+        data = signing.encode_signature(signer.sign(A.ENTRY_RECORD, record))  # Ed25519 is deterministic
+        try:
+            if self.read(f"{entry_path(key)}/{name}", signing.MAX_SIGNATURE_BYTES) == data:
+                return
+        except (FileNotFoundError, CacheError):
+            pass
+        self.add_signature(key, name, data)
+
+    def add_signature(self, key: str, name: str, data: bytes) -> None:
+        """Put signature file `name` into entry `key` in one rename (an entry's other files never change)."""
+        if not signing.SIGNATURE_FILE_RE.match(name):
+            raise ValueError(f"bad signature file name {name!r}")
+        tmp = os.path.join(self._tmp_root(), f"{name}.{uuid.uuid4().hex[:12]}")
+        _write_synced(tmp, data)
+        try:
+            os.replace(tmp, self.path(f"{entry_path(key)}/{name}"))
+        except OSError:
+            _remove_file(tmp)
+            raise
 
     def evict(self, key: str) -> bool:
         """Remove an entry; it disappears in one rename, so readers never see half of it.

@@ -21,9 +21,9 @@ arrays' rules apply); one on a CUDA device through its capsule (runtime/dlpack_c
 CUDA ordering. qdc launches on a stream of its own (runtime/devices/stream.py). Binding a CUDA
 tensor makes that stream wait for the work already queued on PyTorch's current stream, and once
 the kernel's tasks are queued PyTorch's current stream waits for qdc's (each an event recorded
-on one stream and waited for on the other, on the device: the host never blocks); the tensor
-is marked as used on qdc's stream (`record_stream`) so that PyTorch's caching allocator does not
-hand its memory out again before the kernel is done with it.
+on one stream and waited for on the other, on the device: the host never blocks). Memory that
+PyTorch's caching allocator hands out again after the program drops a tensor goes to work on
+the stream that allocated it, which the second wait orders after the kernel.
 """
 from __future__ import annotations
 
@@ -34,47 +34,7 @@ import numpy as np
 
 from . import dlpack_capsule
 from .argument_checks import ArrayMismatchError, argument_name
-
-# qdc's scalar types by the torch dtype's attribute name
-TORCH_NAMES = {"f16": "float16", "f32": "float32", "f64": "float64", "i8": "int8", "i16": "int16",
-               "i32": "int32", "i64": "int64", "u8": "uint8", "u16": "uint16", "u32": "uint32",
-               "u64": "uint64", "u1": "bool"}
-_by_torch_dtype: dict | None = None
-
-
-def loaded_torch():
-    """The torch module if the program imported it, else None (qdc does not import it here)."""
-    return sys.modules.get("torch")
-
-
-def is_tensor(a) -> bool:
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(a, torch.Tensor)
-
-
-def is_external(a) -> bool:
-    """Whether `a` is an array of another library that an ndarray parameter takes."""
-    return is_tensor(a) or (not isinstance(a, np.ndarray) and hasattr(type(a), "__dlpack__")
-                            and hasattr(type(a), "__dlpack_device__"))
-
-
-def qdc_dtype_name(tensor) -> str | None:
-    """qdc's name of a tensor's dtype ('f32', ...), None for one qdc has no type for (complex,
-    bfloat16, ...)."""
-    global _by_torch_dtype
-    if _by_torch_dtype is None:
-        torch = sys.modules["torch"]
-        _by_torch_dtype = {getattr(torch, n): q for q, n in TORCH_NAMES.items() if hasattr(torch, n)}
-    return _by_torch_dtype.get(tensor.dtype)
-
-
-def torch_dtype(name: str):
-    """The torch dtype of qdc scalar type `name`."""
-    torch = sys.modules.get("torch")
-    if torch is None:
-        import torch  # noqa: F811  (conversions to torch: the caller asked for tensors)
-    return getattr(torch, TORCH_NAMES[name])
-
+from .contract.foreign_arrays import is_tensor, qdc_dtype_name
 
 def describe(a) -> str:
     """How an error message names an external array: `a torch.Tensor of dtype torch.float64
@@ -101,21 +61,15 @@ def host_view(a) -> np.ndarray | None:
     return dlpack_capsule.host_array(memory, by_name(memory.dtype_name).np_dtype)
 
 
-def signature(a) -> tuple[str | None, int, bool] | None:
-    """(qdc dtype name, ndim, whether it has a gradient to follow) of an external array, what
-    an ndarray parameter whose dtype, ndim or needs_grad is omitted takes from its argument;
-    None for anything that is not one."""
-    if is_tensor(a):
-        return qdc_dtype_name(a), a.dim(), bool(a.requires_grad) and a.is_floating_point()
-    if not is_external(a):
-        return None
+def readable(a) -> np.ndarray:
+    """The contents of an external array as numpy, for the host to read before a launch (adstack
+    sizes): its host view, or a copy of a CUDA tensor (torch waits for the work that writes it)."""
     view = host_view(a)
     if view is not None:
-        from .contract.types import from_numpy
-        dt = from_numpy(view.dtype)
-        return (dt.name if dt is not None else None), view.ndim, False
-    memory = dlpack_capsule.import_array(a)
-    return memory.dtype_name, len(memory.shape), False
+        return view
+    if is_tensor(a):
+        return a.detach().cpu().numpy()
+    raise TypeError(f"a {type(a).__name__} on a device: the host cannot read it to size the kernel's adstacks")
 
 
 class Bound:
@@ -135,30 +89,27 @@ def bind(meta, index: int, a, device, after: list, needs_grad: bool, refuse_grad
     p = meta.params[index]
     if not is_tensor(a):
         return _bind_dlpack(meta, index, a, device)
-    where, given = argument_name(meta, index), describe(a)
-    want = _wanted(p)
-    name = qdc_dtype_name(a)
-    if name != p.dtype:
-        raise TypeError(f"{where}: expected {want}, got {given}")
-    if a.dim() != p.ndim:
-        raise ArrayMismatchError(f"{where}: expected {want}, got {given} (ndim={a.dim()})")
-    if p.element_shape and tuple(a.shape[p.ndim - len(p.element_shape):]) != tuple(p.element_shape):
-        raise ArrayMismatchError(f"{where}: expected {want}, got {given}")
+    shape = tuple(a.shape)
+    if qdc_dtype_name(a) != p.dtype:
+        raise TypeError(_mismatch(meta, index, a))
+    if len(shape) != p.ndim:
+        raise ArrayMismatchError(_mismatch(meta, index, a, f" (ndim={len(shape)})"))
+    if p.element_shape and shape[p.ndim - len(p.element_shape):] != tuple(p.element_shape):
+        raise ArrayMismatchError(_mismatch(meta, index, a))
     if needs_grad and not a.requires_grad:
-        raise ValueError(f"{where}: the kernel uses this array's gradient: pass a tensor with requires_grad=True "
-                         f"(its .grad receives the gradient), got {given}")
+        raise ValueError(f"{argument_name(meta, index)}: the kernel uses this array's gradient: pass a tensor with "
+                         f"requires_grad=True (its .grad receives the gradient), got {describe(a)}")
     if refuse_grad and a.requires_grad and a.is_leaf:
-        raise ValueError(f"{where}: this gradient kernel was compiled without a gradient for '{p.name}' (built ahead "
-                         f"of time with needs_grad=None), so the tensor's .grad would stay zero; annotate it "
-                         f"needs_grad=True (and rebuild), or pass a tensor without requires_grad")
-    on_device = _tensor_on_device(a, device, where, given)
-    if not on_device:  # a CPU tensor on a device with its own memory: copied in and out as numpy is
-        return Bound(host=a.detach().numpy())
-    data = a.detach()
-    contiguous = data.is_contiguous()
+        raise ValueError(f"{argument_name(meta, index)}: this gradient kernel was compiled without a gradient for "
+                         f"'{p.name}' (built ahead of time with needs_grad=None), so the tensor's .grad would stay "
+                         f"zero; annotate it needs_grad=True (and rebuild), or pass a tensor without requires_grad")
+    if not (device.arch == "cpu" and a.is_cpu or _tensor_on_device(meta, index, a, device)):
+        return Bound(host=a.detach().numpy())  # a CPU tensor on a device with its own memory: copied as numpy is
+    data = a
+    contiguous = a.is_contiguous()
     if not contiguous:
-        data = data.contiguous()
-        # the copy lives until the launch is queued (on CUDA, record_stream keeps its memory till the kernel is done)
+        data = a.detach().contiguous()
+        # the copy lives until the launch is queued (on CUDA its memory is reused only after the kernel: see above)
         after.append((lambda: a.detach().copy_(data)) if writes else (lambda: data))
     grad_ptr = 0
     if needs_grad:
@@ -167,12 +118,13 @@ def bind(meta, index: int, a, device, after: list, needs_grad: bool, refuse_grad
             torch = sys.modules["torch"]
             grad = a.grad = torch.zeros_like(a, memory_format=torch.contiguous_format)
         if not grad.is_contiguous() or grad.dtype != a.dtype or grad.device != a.device:
-            raise ValueError(f"{where}: the tensor's .grad must be a C-contiguous tensor of its dtype on its device")
+            raise ValueError(f"{argument_name(meta, index)}: the tensor's .grad must be a C-contiguous tensor of its "
+                             f"dtype on its device")
         grad_ptr = grad.data_ptr()
     if device.arch == "cuda":
-        _order_with_torch(device, after, data, a.grad if needs_grad else None)
+        _order_with_torch(device, after)
     # the launch code rebinds a cached tensor whose address changed (resize_, set_, .data =)
-    return Bound(data.data_ptr(), tuple(a.shape), grad_ptr, cacheable=contiguous and not needs_grad and device.arch == "cpu")
+    return Bound(data.data_ptr(), shape, grad_ptr, cacheable=contiguous and not needs_grad and device.arch == "cpu")
 
 
 def _wanted(p) -> str:
@@ -182,9 +134,14 @@ def _wanted(p) -> str:
     return want
 
 
-def _tensor_on_device(a, device, where: str, given: str) -> bool:
+def _mismatch(meta, index: int, a, detail: str = "") -> str:
+    return f"{argument_name(meta, index)}: expected {_wanted(meta.params[index])}, got {describe(a)}{detail}"
+
+
+def _tensor_on_device(meta, index: int, a, device) -> bool:
     """Whether tensor `a`'s memory is `device`'s (else it is a CPU tensor that the launch copies
     through the host); a tensor on another device is refused."""
+    where, given = argument_name(meta, index), describe(a)
     kind = a.device.type
     if device.arch == "cpu":
         if kind != "cpu":
@@ -236,22 +193,20 @@ def qdc_stream(device) -> int:
 _TORCH_STREAMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # device -> torch's view of its stream
 
 
-def _order_with_torch(device, after: list, *tensors) -> None:
+def _order_with_torch(device, after: list) -> None:
     """Make qdc's stream wait for PyTorch's current stream now, and PyTorch's current stream
-    wait for qdc's once the launch is queued (`after`; once per launch however many tensors)."""
+    wait for qdc's once the launch is queued (first in `after`, before any write-back of a copy
+    that torch queues; once per launch however many tensors)."""
     torch = sys.modules["torch"]
     ours = _TORCH_STREAMS.get(device)
     if ours is None:
         ours = _TORCH_STREAMS[device] = torch.cuda.ExternalStream(qdc_stream(device),
                                                                   device=torch.device("cuda", cuda_ordinal(device)))
     theirs = torch.cuda.current_stream(ours.device)
-    for t in tensors:
-        if t is not None:
-            t.record_stream(ours)
     if not any(getattr(f, "joins_torch", False) for f in after):
         ours.wait_stream(theirs)
 
         def join():
             theirs.wait_stream(ours)
         join.joins_torch = True
-        after.append(join)
+        after.insert(0, join)

@@ -23,3 +23,35 @@ class LaunchContext:
         self.meta, self.device, self.fields, self.words = meta, device, fields, words
         self.args = ()
         self.errors = errors
+
+
+def with_prepare(hooks: LaunchHooks | None, prepare) -> LaunchHooks:
+    """`hooks` with `prepare` run before its own prepare."""
+    if hooks is None or hooks.prepare is None:
+        return LaunchHooks(prepare, *((hooks.finish, hooks.report) if hooks is not None else ()))
+    first = hooks.prepare
+
+    def both(ctx):
+        prepare(ctx)
+        first(ctx)
+    return LaunchHooks(both, hooks.finish, hooks.report)
+
+
+def with_finish(hooks: LaunchHooks | None, finish, report) -> LaunchHooks:
+    """`hooks` with `finish` run after its own finish, even when that raises (so each launch
+    clears what `finish` reports), and `report` consulted after its own report."""
+    if hooks is None or hooks.finish is None:
+        return LaunchHooks(hooks.prepare if hooks is not None else None, finish, report)
+    first, first_report = hooks.finish, hooks.report
+
+    def both():
+        try:
+            first()
+        finally:
+            finish()
+
+    def both_reports(words, ctx_words):
+        return first_report(words, ctx_words) or report(words, ctx_words)
+    if report is None or first_report is None:
+        return LaunchHooks(hooks.prepare, both, report or first_report)
+    return LaunchHooks(hooks.prepare, both, both_reports)

@@ -10,6 +10,8 @@ the CPU), fastest first:
 - fused: one foreign call; every argument bound in Python, as launch hooks (adstack sizing,
   debug checks, the print buffer, qd.random's counter) read the bound words before the call.
 Elsewhere each task is launched on its own (Device.launch_task), its errors read at sync:
+- graph_loops: a kernel with qd.graph.do_while loops, on every device: task by task, each
+  loop's tasks queued again while its flag, read back after every pass, is nonzero;
 - graph: `@qd.kernel(graph=True)` on a device with graphs: every task replayed as one graph;
 - fixed_tasks: every task's thread slices known when the launcher is made and nothing to watch:
   a launch is only the task launches;
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-PATHS = ("python_entry", "native_binding", "fused", "graph", "fixed_tasks", "tasks")
+PATHS = ("python_entry", "native_binding", "fused", "graph_loops", "graph", "fixed_tasks", "tasks")
 
 
 @dataclass(frozen=True)
@@ -31,12 +33,17 @@ class LaunchPath:
         return f"{self.name}: {self.why}"
 
 
-def choose_launch_path(device, hooked_by: list, graph: bool, binding, python_entry, slices_fixed: bool) -> LaunchPath:
+def choose_launch_path(device, hooked_by: list, graph: bool, binding, python_entry, slices_fixed: bool,
+                       graph_loops: bool = False) -> LaunchPath:
     """The path of a launcher on `device`: `hooked_by` names what put launch hooks around it
     (empty: none), `graph` is `@qd.kernel(graph=True)`, `binding` / `python_entry` what the
     kernel's library offers on this device (None: nothing), `slices_fixed` whether every task's
-    thread slices are known without the arguments."""
+    thread slices are known without the arguments, `graph_loops` whether the kernel has
+    qd.graph.do_while loops."""
     hooks = f"launch hooks ({', '.join(hooked_by)})" if hooked_by else ""
+    if graph_loops:
+        return LaunchPath("graph_loops", "qd.graph.do_while: task by task, a loop's tasks queued again while its "
+                                         "flag, read back after each pass, is nonzero")
     if device.capabilities.fused_launch:
         if python_entry is not None:
             return LaunchPath("python_entry", "the kernel's library checks and binds every argument and launches, "

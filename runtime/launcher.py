@@ -48,7 +48,7 @@ the device and errors surface at `Device.sync` (`report` hooks) instead of in `f
 temporaries live in device memory (one allocation per launcher).
 
 Numpy arguments on a device without host memory (Vulkan, CUDA): each ndarray parameter has a
-device buffer of its own (`_DeviceCopies`, reused while the array fits); the launch code copies
+device buffer of its own (`DeviceCopies`, reused while the array fits); the launch code copies
 the array in at every launch (the host data may have changed) and, for a parameter the kernel
 writes, back out right after queueing the tasks, which makes such a launch synchronous.
 
@@ -85,7 +85,6 @@ from __future__ import annotations
 
 import ctypes
 import keyword
-import operator
 import struct
 import sys
 
@@ -97,14 +96,17 @@ from .adstack import launch_hooks
 from .contract import sizeexpr as se
 from .contract.artifact import KernelMeta
 from .contract.bounds import ERROR_WORDS
+from .contract.foreign_arrays import is_external
 from .contract.error_slot import BOUNDS_WORD, OVERFLOW_WORD
 from .fields import Field, Ndarray
 from .returns import ResultReader
 from .vector_arguments import element_reader
 from .contract.types import by_name
 from . import kernel_messages
-from .launch_hooks import LaunchContext, LaunchHooks
+from .launch_hooks import LaunchContext, LaunchHooks, with_finish, with_prepare
+from .device_copies import DeviceCopies, host_array
 from .launch_path import choose_launch_path
+from .sizeexpr_eval import simple_trip_count
 from .argument_checks import (PACK_CODE, argument_name, built_without_its_gradient, check_extent, check_ndarray,
                               explain_scalar, extent_limits, numpy_address)
 
@@ -123,7 +125,7 @@ class _Launcher:
         # numpy arrays bound by the kernel's own entry (runtime/devices/cpu/numpy_binding.py):
         # not with hooks, which read the bound words before the call
         self.binding = device.numpy_binding(loaded, meta) if hooks is None and device.capabilities.fused_launch \
-            and device.capabilities.host_memory else None
+            and device.capabilities.host_memory and not meta.graph_loops else None
         self.buf = (ctypes.c_uint64 * max(meta.ctx_words, 1, self.binding.ctx_words if self.binding else 0))()
         # every argument bound by the library itself, in one builtin call (numpy_binding.py)
         self.python = self.binding.python_entry(getattr(loaded, "lib", None), self.buf) if self.binding else None
@@ -131,11 +133,13 @@ class _Launcher:
         self.temps = device.allocate(8 * max(meta.num_temps, 1))  # values crossing tasks: device memory
         # Where a synchronous launch writes its errors; an asynchronous one gets a slot per launch.
         self.errors = device.acquire_error_slot() if hooks is not None and hooks.report is not None else None
-        self.fused = device.capabilities.fused_launch
+        # qd.graph.do_while replays tasks from the host: one task at a time, on every device
+        self.fused = device.capabilities.fused_launch and not meta.graph_loops
         if not self.fused:
             self.plan_task_slices()
         self.path = choose_launch_path(device, list(hooked_by), graph, self.binding, self.python,
-                                       not self.fused and None not in self.fixed_slices)
+                                       not self.fused and None not in self.fixed_slices,
+                                       graph_loops=bool(meta.graph_loops))
         call, arg = self.call_of(self.path.name)
         self.function = function  # the launch function: its code is fast_code or, while stale, stale_code
         # What runs once this launch is queued, from binding its arguments (external_arrays.py,
@@ -164,7 +168,7 @@ class _Launcher:
         if self.python is not None:
             self.g["_q_fast"], self.g["_q_fast_refused"] = self.python.function, self.fast_refused
         self.hooks = hooks
-        self.copies = None if device.capabilities.host_memory else _DeviceCopies(device)
+        self.copies = None if device.capabilities.host_memory else DeviceCopies(device)
         if self.copies is not None:
             self.g["_q_copy_in"], self.g["_q_copy_out"] = self.copies.copy_in, self.copies.copy_out
         if hooks is not None:
@@ -182,7 +186,7 @@ class _Launcher:
                              if self.iterations[i] is None or isinstance(self.iterations[i], se.Const) else None
                              for i, t in enumerate(self.meta.tasks)]
         self.sync_each_launch = self.device.sync_each_launch
-        self.simple_trips = [_simple_trip_count(tree) for tree in self.iterations]
+        self.simple_trips = [simple_trip_count(tree) for tree in self.iterations]
 
     def call_of(self, path: str) -> tuple:
         """`(call, arg)`: the native call of a launch on launch path `path` (launch_path.py)."""
@@ -200,6 +204,9 @@ class _Launcher:
                                  if fixed is None and se.reads_temps(self.iterations[i]) else fixed
                                  for i, (t, fixed) in enumerate(zip(self.meta.tasks, self.fixed_slices))]
             return self.launch_graph, None
+        if path == "graph_loops":
+            self.steps = _loop_steps(self.meta.graph_loops, 0, len(self.meta.tasks))
+            return self.launch_loops, None
         if path == "fixed_tasks":
             self.fixed_launches = [(i, n) for i, n in enumerate(self.fixed_slices) if n > 0]
             self.ctx_address = ctypes.addressof(self.buf)
@@ -265,6 +272,44 @@ class _Launcher:
                 slices[i], env = self.slices_now(i, args, env)
         self.device.launch_graph(self.loaded, ctypes.addressof(self.buf), slices)
         self.watch_errors(slot)
+
+    def launch_loops(self, args: tuple) -> None:
+        """`launch_tasks` of a kernel with qd.graph.do_while loops: a loop's tasks are queued
+        again while its flag, read back after each pass, is nonzero."""
+        slot = self.own_error_slot()
+        self.run_steps(self.steps, args)
+        self.watch_errors(slot)
+        if self.sync_each_launch:
+            self.device.sync()
+
+    def run_steps(self, steps: list, args: tuple) -> None:
+        env, ctx = None, ctypes.addressof(self.buf)
+        for step in steps:
+            if isinstance(step, int):
+                slices = self.fixed_slices[step]
+                if slices is None:
+                    slices, env = self.slices_now(step, args, env)
+                self.device.launch_task(self.loaded, step, ctx, slices)
+                continue
+            flag, body = step
+            while True:
+                self.run_steps(body, args)
+                if self.flag_value(flag, args) == 0:
+                    break
+            env = None  # temporaries the loop's tasks wrote are read anew
+
+    def flag_value(self, index: int, args: tuple) -> int:
+        """A do_while flag (0-d i32 ndarray argument `index`) as the queued tasks leave it."""
+        a = args[index]
+        word = np.zeros(1, np.int32)
+        if hasattr(a, "allocation"):
+            self.device.copy_to_host(a.allocation(), word)
+        elif self.copies is not None and index in self.copies.buffers:
+            self.device.copy_to_host(self.copies.buffers[index], word)
+        else:
+            self.device.sync()
+            word[0] = host_array(a).reshape(-1)[0]
+        return int(word[0])
 
     def slices_now(self, task: int, args: tuple, env):
         """The slices task `task` dispatches at this launch, and the evaluation environment
@@ -370,7 +415,7 @@ class _Launcher:
         after = self.after
 
         def bind(a):
-            if not isinstance(a, (np.ndarray, Ndarray, Field)) and external_arrays.is_external(a):
+            if not isinstance(a, (np.ndarray, Ndarray, Field)) and is_external(a):
                 return bind_external(a)
             if limits is not None and isinstance(a, (np.ndarray, Ndarray, Field)):  # before a device copy is allocated
                 check_extent(meta, index, a.shape if isinstance(a, np.ndarray) else a.storage_shape, limits, arch)
@@ -683,39 +728,22 @@ class _Launcher:
         return runs
 
 
-class _DeviceCopies:
-    """The device buffers that numpy arguments are copied through on a device without host
-    memory: one per ndarray parameter, reused while the array fits, replaced (the old one freed
-    once the launches using it are done) when a larger one comes."""
-
-    def __init__(self, device):
-        self.device = device
-        self.buffers: dict = {}  # parameter index -> Allocation
-
-    def buffer(self, index: int, nbytes: int):
-        alloc = self.buffers.get(index)
-        if alloc is None or alloc.nbytes < nbytes:
-            if alloc is not None:
-                self.device.free_after_fence(alloc)
-            alloc = self.buffers[index] = self.device.allocate(nbytes)
-        return alloc
-
-    def copy_in(self, alloc, a) -> None:
-        self.device.copy_to_device(alloc, _host_array(a).reshape(-1))  # 1-d: a 0-d array has no byte view
-
-    def copy_out(self, alloc, a) -> None:
-        a = _host_array(a)
-        if a.flags.c_contiguous:
-            self.device.copy_to_host(alloc, a.reshape(-1))  # a view of `a`: fills `a`
-            return
-        contiguous = np.empty(a.shape, a.dtype)  # a transpose, a strided slice: written back through a copy
-        self.device.copy_to_host(alloc, contiguous.reshape(-1))
-        a[...] = contiguous
-
-
-def _host_array(a) -> np.ndarray:
-    """A numpy argument as it is, a host tensor or DLPack array as its numpy view."""
-    return a if isinstance(a, np.ndarray) else external_arrays.host_view(a)
+def _loop_steps(loops: list, first: int, end: int) -> list:
+    """Tasks [first, end) as steps: a task's index, or (flag, steps) for a do_while loop (the
+    outermost starting at a task; the loops inside it among its steps)."""
+    steps, i = [], first
+    while i < end:
+        starting = [r for r in loops if r[0] == i]
+        if not starting:
+            steps.append(i)
+            i += 1
+            continue
+        outer = max(starting, key=lambda r: r[1])
+        inside = [r for r in loops if r is not outer and outer[0] <= r[0] and r[1] <= outer[1]]
+        steps.append((outer[2], _loop_steps(inside, outer[0], outer[1])))
+        loops = [r for r in loops if r is not outer and r not in inside]
+        i = outer[1]
+    return steps
 
 
 def _check_names(name: str, params: list[str]) -> None:
@@ -751,19 +779,19 @@ def make_launcher(meta: KernelMeta, device, loaded, fields: list, hooks: LaunchH
         hooks = launch_hooks(meta)
         hooked_by.append("adstacks")
     if meta.random_slot is not None:  # the seed and the launch counter qd.random() draws from
-        hooks = _with_prepare(hooks, random_stream.STREAM.writer(meta.random_slot, meta.name, meta.is_grad))
+        hooks = with_prepare(hooks, random_stream.STREAM.writer(meta.random_slot, meta.name, meta.is_grad))
         hooked_by.append("qd.random")
     checks = None
     if meta.debug_checks:  # debug=True: report the first out-of-range index after the launch
         from .contract.bounds import BoundsChecks
         checks = BoundsChecks(meta)
-        hooks = _with_finish(hooks, checks.finish, checks.report)
+        hooks = with_finish(hooks, checks.finish, checks.report)
         hooked_by.append("debug checks")
     printer = None
     if meta.messages:  # print, assert, debug checks: the device's print buffer, read after the launch
         printer = kernel_messages.print_buffer(device)
         if device.capabilities.synchronous:  # an asynchronous device reads it at sync
-            hooks = _with_finish(hooks, printer.drain, None)
+            hooks = with_finish(hooks, printer.drain, None)
             hooked_by.append("print")
     if hooks is not None and hooks.prepare is None and hooks.finish is None:
         hooks, hooked_by = None, []
@@ -778,56 +806,6 @@ def make_launcher(meta: KernelMeta, device, loaded, fields: list, hooks: LaunchH
     state.bind_runtime()
     context.on_reset(state)
     return state.function
-
-
-def _with_prepare(hooks: LaunchHooks | None, prepare) -> LaunchHooks:
-    """`hooks` with `prepare` run before its own prepare."""
-    if hooks is None or hooks.prepare is None:
-        return LaunchHooks(prepare, *((hooks.finish, hooks.report) if hooks is not None else ()))
-    first = hooks.prepare
-
-    def both(ctx):
-        prepare(ctx)
-        first(ctx)
-    return LaunchHooks(both, hooks.finish, hooks.report)
-
-
-def _with_finish(hooks: LaunchHooks | None, finish, report) -> LaunchHooks:
-    """`hooks` with `finish` run after its own finish, even when that raises (so each launch
-    clears what `finish` reports), and `report` consulted after its own report."""
-    if hooks is None or hooks.finish is None:
-        return LaunchHooks(hooks.prepare if hooks is not None else None, finish, report)
-    first, first_report = hooks.finish, hooks.report
-
-    def both():
-        try:
-            first()
-        finally:
-            finish()
-
-    def both_reports(words, ctx_words):
-        return first_report(words, ctx_words) or report(words, ctx_words)
-    if report is None or first_report is None:
-        return LaunchHooks(hooks.prepare, both, report or first_report)
-    return LaunchHooks(hooks.prepare, both, both_reports)
-
-
-def _simple_trip_count(tree):
-    """`trips(args)` for a trip count that is one ndarray extent or one integer argument (what
-    `evaluate` gives for it, without building an environment per launch); None for any other."""
-    if isinstance(tree, se.NdarrayShape):
-        arg, axis = tree.arg, tree.axis
-        return lambda args: args[arg].shape[axis]
-    if isinstance(tree, se.ScalarArg):
-        arg = tree.arg
-
-        def scalar(args):
-            try:
-                return min(max(operator.index(args[arg]), 0), (1 << 63) - 1)
-            except TypeError:  # not an integer: unknown, as `trip_count` says
-                return None
-        return scalar
-    return None
 
 
 def _iterations(task):

@@ -3,8 +3,9 @@
     mod = load("cache", "heat", arch="cpu")    # a cache folder or a `qdc pack` bundle
     mod.T.from_numpy(t0); mod.step(0.1)        # fields and kernels are attributes
 
-Every record and artifact of the module is verified (format version, sha256) before any
-native code is loaded; a failure raises `qdc.CacheError` naming the file. Nothing read
+Every record and artifact of the module is verified (format version, sha256, and with trusted
+keys the signatures of the module record and of every entry: runtime/signing.py) before any
+native code is loaded; a failure raises `qdc.CacheError` naming the file and why. Nothing read
 from the cache is executed as Python: records are msgpack data, and the launcher only
 turns checked identifiers into its generated binding code.
 """
@@ -12,12 +13,13 @@ from __future__ import annotations
 
 import os
 
-from . import context, forward_mode
+from . import context, forward_mode, signing
 from .contract.arches import ARCHES
 from .contract.artifact import VARIANT_SUFFIXES, secondary_field, split_variant
 from .adstack import launch_hooks
 from .bundle import open_store
-from .cache import cache_error, module_path, module_problems, read_entry, read_module
+from .cache import cache_error, module_path, read_entry, read_module
+from .module_check import module_problems
 from .contract.errors import QdcError
 from .devices.cpu.device import LibraryLoadError, host_libraries
 from .fields import ElementType, Field, StructField
@@ -29,11 +31,16 @@ from .contract.types import by_name
 
 
 
-def load(cache_dir_or_bundle, module: str, arch: str = "cpu", local_cache=None) -> "LoadedModule":
+def load(cache_dir_or_bundle, module: str, arch: str = "cpu", local_cache=None, trusted_keys=None,
+         revoked_keys=None) -> "LoadedModule":
     """Load module `module` (its kernel file's stem) built for `arch` by `qdc build`. A remote
     store's URL (s3://, gs://, az://, http(s)://, file://; runtime/remote.py) is read through
     `local_cache` (default: one folder per remote under the user cache folder): the module is
-    fetched and verified there once, and loads offline afterwards."""
+    fetched and verified there once, and loads offline afterwards. `trusted_keys` (else
+    $QDC_TRUSTED_KEYS): public key files written by `qdc keygen`, or their text; with keys, the
+    module record and every entry must be signed by one of them that `revoked_keys` (else
+    $QDC_REVOKED_KEYS) does not revoke, or loading raises `qdc.CacheError` before any native code
+    is loaded."""
     if not isinstance(cache_dir_or_bundle, (str, os.PathLike)):
         raise TypeError(f"load(): the first argument must be a cache folder, bundle path or remote URL, "
                         f"got {type(cache_dir_or_bundle).__name__}")
@@ -43,15 +50,17 @@ def load(cache_dir_or_bundle, module: str, arch: str = "cpu", local_cache=None) 
         raise TypeError(f"load(): arch must be a string such as 'cpu', got {type(arch).__name__}")
     if arch not in ARCHES:
         raise ValueError(f"load(): unknown arch '{arch}' (choose from {', '.join(ARCHES)})")
+    trust = signing.trust_from(trusted_keys, revoked_keys)
     if is_remote(cache_dir_or_bundle):
-        cache_dir_or_bundle = read_through(cache_dir_or_bundle, module, arch, local_cache)
+        cache_dir_or_bundle = read_through(cache_dir_or_bundle, module, arch, local_cache, trust)
     store = open_store(cache_dir_or_bundle)
-    record = read_module(store, module, arch)
+    record = read_module(store, module, arch, trust)
+    attested = trust.attested(record) if trust is not None else {}  # entry digests a trusted key vouches for
     where = store.where(module_path(module, arch))
     entries, missing = {}, []
     for name, key in record["kernels"].items():
         try:
-            entries[name] = read_entry(store, key)
+            entries[name] = read_entry(store, key, trust, attested.get(key))
         except FileNotFoundError:
             missing.append(name)
     if missing:

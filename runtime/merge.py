@@ -5,13 +5,21 @@ loading verifies it, two different entries under one key or two different record
 module and arch (build times aside) are refused naming both files. Entries are installed
 whole; each module record is written last, its kernel signatures taken from the merged
 entries, so the union of a sharded build's caches packs byte-identically to a one-machine build.
+
+Signatures (runtime/signing.py) are kept: every signature file of an entry in any source, and a
+module record's signatures wherever the merged record's signed content is that of a source's
+(shards of one build write the same record, so their CI key's signature holds for the union).
+A merged record that matches no source's is signed by `signer` if one is given, else written
+unsigned and reported.
 """
 from __future__ import annotations
 
+from . import signing
 from .cache import (ENTRIES, META_FILE, RECORD_TIME_FIELDS, Cache, Store, cache_error, entry_path, list_modules,
                     module_path, read_entry, read_module)
 
-_NOT_COMPARED = RECORD_TIME_FIELDS + ("signatures",)  # a shard's record knows only its own entries' signatures
+# A shard's record knows only its own entries' parameters; cryptographic signatures are kept apart.
+_NOT_COMPARED = RECORD_TIME_FIELDS + ("signatures", "signed", "attested")
 
 
 def entry_keys(store: Store) -> list[str]:
@@ -24,9 +32,11 @@ def entry_keys(store: Store) -> list[str]:
     return keys
 
 
-def merge(dest: Cache, sources: list[Store]) -> dict:
-    """Union `sources` into `dest`: {"entries": installed, "modules": records written}."""
+def merge(dest: Cache, sources: list[Store], signer: signing.SigningKey | None = None) -> dict:
+    """Union `sources` into `dest`: {"entries": installed, "modules": records written, "unsigned":
+    merged records left unsigned though a source's was signed}."""
     entries, records = {}, {}  # key -> (store, Entry); (module, arch) -> (store, body)
+    signature_files, originals = {}, {}  # key -> {file name: bytes}; (module, arch) -> every source's record
     for store in [dest, *sources]:
         for key in entry_keys(store):
             entry = read_entry(store, key)
@@ -34,24 +44,36 @@ def merge(dest: Cache, sources: list[Store]) -> dict:
                 _check_same_entry(entries[key], (store, entry))
             else:
                 entries[key] = (store, entry)
+            for name, data in signing.entry_signature_files(store, key).items():
+                signature_files.setdefault(key, {}).setdefault(name, data)
         for module, arch in list_modules(store):
             body = read_module(store, module, arch)
+            originals.setdefault((module, arch), []).append(body)
             if (module, arch) in records:
                 body = _combined_record(records[(module, arch)], (store, body), module, arch)
             records[(module, arch)] = (store, body)
     installed = 0
     for key, (store, entry) in sorted(entries.items()):
-        if store is dest:
-            continue
         base = entry_path(key)
-        files = {META_FILE: store.read(f"{base}/{META_FILE}")}
+        if store is dest:
+            present = set(dest.folder_names(base))
+            for name, data in sorted(signature_files.get(key, {}).items()):
+                if name not in present:
+                    dest.add_signature(key, name, data)
+            continue
+        files = {META_FILE: store.read(f"{base}/{META_FILE}"), **signature_files.get(key, {})}
         files.update({info["file"]: entry.artifacts[kind] for kind, info in entry.record["artifacts"].items()})
         dest.install_entry(key, files)
         installed += 1
-    written = 0
+    written, unsigned = 0, []
     for (module, arch), (_, body) in sorted(records.items()):
-        written += dest.write_module(module, arch, {k: v for k, v in body.items() if k != "signatures"})
-    return {"entries": installed, "modules": written}
+        body = {k: v for k, v in body.items() if k not in ("signatures", "signed", "attested")}
+        written += dest.write_module(module, arch, body, signer, signed_as=tuple(originals[(module, arch)]))
+        if any(r.get("signed") for r in originals[(module, arch)]) and \
+                not read_module(dest, module, arch).get("signed"):
+            unsigned.append(f"{module} ({arch})")
+    return {"entries": installed, "modules": written, "unsigned": unsigned}
+
 
 
 def _check_same_entry(first, second) -> None:

@@ -9,8 +9,10 @@ Entries are immutable: every file is written create-if-absent, artifacts before 
 record, so an entry whose record exists is whole, and an interrupted upload leaves at most
 artifacts that no record names. A module record is written only once every entry it names is
 on the remote. Anything downloaded is verified as loading verifies (sha256, sizes, entry
-points) before it is installed, atomically, into a local cache. Credentials come from each
-cloud's standard environment; they are never printed or stored.
+points, and with trusted keys the signatures: runtime/signing.py) before it is installed,
+atomically, into a local cache. An entry's signature files travel with it, uploaded after its
+record (each create-if-absent, so a later CI run can sign an entry already on the store).
+Credentials come from each cloud's standard environment; they are never printed or stored.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ import os
 import time
 import warnings
 
+from . import signing
 from .cache import (ENTRIES, META_FILE, MODULES, Cache, Store, cache_error, decode, entry_path,
                     module_path, read_entry, read_module)
 from .contract import artifact as A
@@ -135,6 +138,10 @@ class RemoteStore(Store):
     def names(self) -> list[str]:
         return [o["path"] for o in self.listing()]
 
+    def folder_names(self, base: str) -> list[str]:
+        batches = self._call("listing", base, lambda: list(self._obs.list(self.store, prefix=base + "/")))
+        return [o["path"][len(base) + 1:] for batch in batches for o in batch]
+
     def put(self, name: str, data: bytes, create: bool = True) -> bool:
         """Write `data`; with `create`, only if absent (False if it exists: nothing written)."""
         mode = "create" if create else "overwrite"
@@ -156,6 +163,7 @@ class _Downloaded(Store):
 
     def __init__(self, remote: RemoteStore):
         self.remote, self.files, self.location = remote, {}, remote.location
+        self.listed: dict = {}  # folder -> its file names
 
     def read(self, name: str, max_bytes: int | None = None) -> bytes:
         if name not in self.files:
@@ -168,20 +176,37 @@ class _Downloaded(Store):
     def names(self) -> list[str]:
         return self.remote.names()  # only to say which modules there are, when one is missing
 
+    def folder_names(self, base: str) -> list[str]:
+        if base not in self.listed:
+            self.listed[base] = self.remote.folder_names(base)
+        return self.listed[base]
+
 
 # ---- between a remote and a local cache -------------------------------------------------------
 
-def fetch_entry(remote: RemoteStore, cache: Cache, key: str) -> bool:
-    """Download entry `key`, verify it whole, and install it into `cache` in one rename.
-    False if the remote has no such entry; CacheError (naming the URL) if it fails its checks,
-    and then nothing is installed."""
+def fetch_entry(remote: RemoteStore, cache: Cache, key: str, trust: signing.Trust | None = None,
+                attested: str | None = None) -> bool:
+    """Download entry `key` with its signatures, verify it whole (with `trust`, its signature
+    too, or its `attested` digest), and install it into `cache` in one rename; an entry `cache` holds already only gains
+    the signatures it lacks. False if the remote has no such entry; CacheError (naming the URL)
+    if it fails its checks, and then nothing is installed."""
     downloaded = _Downloaded(remote)
     try:
-        read_entry(downloaded, key)  # sha256, sizes, entry points: before anything reaches the disk
+        read_entry(downloaded, key, trust, attested)  # sha256, sizes, entry points: before anything reaches the disk
     except FileNotFoundError:
         return False
     base = entry_path(key)
-    cache.install_entry(key, {name[len(base) + 1:]: data for name, data in downloaded.files.items()})
+    signatures = [n for n in downloaded.folder_names(base) if signing.SIGNATURE_FILE_RE.match(n)]
+    for name in signatures[:signing.MAX_SIGNATURES]:
+        downloaded.read(f"{base}/{name}", signing.MAX_SIGNATURE_BYTES)
+    files = {name[len(base) + 1:]: data for name, data in downloaded.files.items()}
+    if not os.path.isdir(cache.path(base)):
+        cache.install_entry(key, files)
+        return True
+    present = set(cache.folder_names(base))
+    for name, data in files.items():
+        if signing.SIGNATURE_FILE_RE.match(name) and name not in present:
+            cache.add_signature(key, name, data)
     return True
 
 
@@ -191,54 +216,69 @@ def push_entry(remote: RemoteStore, cache: Cache, key: str) -> None:
     before its record): it is replaced."""
     entry = read_entry(cache, key)
     base = entry_path(key)
-    if remote.exists(f"{base}/{META_FILE}"):
-        return
-    for kind, info in sorted(entry.record["artifacts"].items()):
-        name, data = f"{base}/{info['file']}", entry.artifacts[kind]
-        if not remote.put(name, data) and A.sha256(remote.read(name)) != info["sha256"]:
-            remote.put(name, data, create=False)
-    remote.put(f"{base}/{META_FILE}", cache.read(f"{base}/{META_FILE}"))
+    if not remote.exists(f"{base}/{META_FILE}"):
+        for kind, info in sorted(entry.record["artifacts"].items()):
+            name, data = f"{base}/{info['file']}", entry.artifacts[kind]
+            if not remote.put(name, data) and A.sha256(remote.read(name)) != info["sha256"]:
+                remote.put(name, data, create=False)
+        remote.put(f"{base}/{META_FILE}", cache.read(f"{base}/{META_FILE}"))
+    for name in sorted(n for n in cache.folder_names(base) if signing.SIGNATURE_FILE_RE.match(n)):
+        data = cache.read(f"{base}/{name}", signing.MAX_SIGNATURE_BYTES)
+        if not remote.put(f"{base}/{name}", data) and remote.read(f"{base}/{name}") != data:
+            remote.put(f"{base}/{name}", data, create=False)  # the same key signs the same record alike
 
 
 def push_module(remote: RemoteStore, cache: Cache, module: str, arch: str) -> list[str]:
     """Upload a local module record once every entry it names is on the remote; the kernels whose
     entries are not there yet (nothing written then). Entries the local cache lacks (another
     shard's) are fetched first and the record rewritten with their signatures, so that the record
-    uploaded is the whole one. A record already there is replaced only if it differs in more
-    than its build time."""
+    uploaded is the whole one; it keeps the signed statements of the record already there that
+    still hold (another shard's: runtime/signing.py). A record already there is replaced only if
+    it differs in more than its build time."""
     body = read_module(cache, module, arch)
     missing = [k for k, key in sorted(body["kernels"].items()) if not remote.exists(f"{entry_path(key)}/{META_FILE}")]
     if missing:
         return missing
     absent = [key for key in body["kernels"].values() if not cache.has_entry(key)]
-    if absent:
-        for key in absent:
-            fetch_entry(remote, cache, key)
-        cache.write_module(module, arch, body)  # the signatures of every kernel now
-        body = read_module(cache, module, arch)
+    for key in absent:
+        fetch_entry(remote, cache, key)
     name = module_path(module, arch)
+    theirs = _remote_record(remote, name)
+    if absent or theirs:
+        cache.write_module(module, arch, body, signed_as=(theirs,) if theirs else ())  # every kernel's parameters
+        body = read_module(cache, module, arch)
     data = cache.read(name)
-    if not remote.put(name, data):
-        try:
-            same = _timeless(decode(remote.read(name), remote.where(name), A.MODULE_RECORD)) == _timeless(body)
-        except CacheError:
-            same = False  # a damaged record: the good one replaces it
-        if not same:
-            remote.put(name, data, create=False)
+    if theirs is None:
+        if remote.put(name, data):
+            return []
+        theirs = _remote_record(remote, name)  # another shard's, written meanwhile
+    if not (theirs and _timeless(theirs) == _timeless(body)):
+        remote.put(name, data, create=False)
     return []
 
 
-def pull_module(remote: RemoteStore, cache: Cache, module: str, arch: str) -> int:
-    """Fetch a module record and every entry it names that `cache` lacks, all verified, the
-    record installed last; the number of entries fetched. CacheError naming the first kernel
-    whose entry is on neither side."""
+def _remote_record(remote: RemoteStore, name: str) -> dict | None:
+    """The remote's module record `name`; None if absent, {} if damaged (the good one replaces it)."""
+    try:
+        return decode(remote.read(name), remote.where(name), A.MODULE_RECORD)
+    except FileNotFoundError:
+        return None
+    except CacheError:
+        return {}
+
+
+def pull_module(remote: RemoteStore, cache: Cache, module: str, arch: str, trust: signing.Trust | None = None) -> int:
+    """Fetch a module record and every entry it names that `cache` lacks (with `trust`: lacks
+    signed by a trusted key), all verified, the record installed last; the number of entries
+    fetched. CacheError naming the first kernel whose entry is on neither side."""
     downloaded = _Downloaded(remote)
-    body = read_module(downloaded, module, arch)
+    body = read_module(downloaded, module, arch, trust)
+    attested = trust.attested(body) if trust is not None else {}
     fetched = 0
     for kernel, key in sorted(body["kernels"].items()):
-        if cache.has_entry(key):
+        if cache.has_entry(key) and (trust is None or _trusted_here(cache, key, trust, attested.get(key))):
             continue
-        if not fetch_entry(remote, cache, key):
+        if not fetch_entry(remote, cache, key, trust, attested.get(key)):
             raise cache_error(remote.where(module_path(module, arch)),
                               f"kernel '{kernel}' refers to entry {key[:12]}…, which the remote does not hold "
                               f"(a shard of the build has not pushed it yet?)")
@@ -246,6 +286,14 @@ def pull_module(remote: RemoteStore, cache: Cache, module: str, arch: str) -> in
     name = module_path(module, arch)
     cache.install_record(name, downloaded.files[name])
     return fetched
+
+
+def _trusted_here(cache: Cache, key: str, trust: signing.Trust, attested: str | None) -> bool:
+    try:
+        read_entry(cache, key, trust, attested)
+        return True
+    except (CacheError, FileNotFoundError):
+        return False  # fetched before the store was signed, say: the store's signatures are fetched
 
 
 def push_all(remote: RemoteStore, cache: Cache, log=None) -> dict:
@@ -319,14 +367,15 @@ def clean_remote(remote: RemoteStore, older_than_s: float, now: float | None = N
     return {"modules_dropped": dropped, "evicted": evicted}
 
 
-def read_through(url: str, module: str, arch: str, local: str | None = None) -> str:
+def read_through(url: str, module: str, arch: str, local: str | None = None,
+                 trust: signing.Trust | None = None) -> str:
     """The local cache folder holding module `module` for `arch` from remote `url`, fetched and
-    verified into it if absent; works offline once fetched (a remote that cannot be reached
-    then is only warned about)."""
+    verified (with `trust`, signatures too) into it if absent; works offline once fetched (a
+    remote that cannot be reached then is only warned about)."""
     remote = RemoteStore(url)
     cache = Cache(local or default_local_cache(remote.url))
     try:
-        pull_module(remote, cache, module, arch)
+        pull_module(remote, cache, module, arch, trust)
     except RemoteUnreachable as e:
         if not _have_module(cache, module, arch):
             raise

@@ -21,7 +21,7 @@ import operator
 
 import numpy as np
 
-from . import context
+from . import context, external_arrays
 from .contract.sizeexpr import (INT64_MAX, INT64_MIN, Add, BoundVariable, Const, FieldLoad, Max, MaxOverRange,
                                 Mul, NdarrayRead, NdarrayShape, ScalarArg, SizeExpr, SizeExprError, Sub,
                                 SumOverRange, TempRead, clamp_int64 as _clamp, from_nodes, to_text)
@@ -91,14 +91,18 @@ def read_element(obj, idx) -> int:
     idx = tuple(idx)
     if len(idx) != len(obj.shape) or any(not 0 <= i < n for i, n in zip(idx, obj.shape)):
         return 0
-    value = obj[idx] if isinstance(obj, np.ndarray) else obj._read_element(idx)
-    return _clamp(int(value))
+    if isinstance(obj, np.ndarray) or not hasattr(obj, "_read_element"):  # numpy, a tensor, a DLPack array
+        return _clamp(int(host_array(obj)[idx]))
+    return _clamp(int(obj._read_element(idx)))
 
 
 def host_array(obj) -> np.ndarray:
-    """A host numpy view of a field/ndarray without copying where the device shares memory."""
+    """A host numpy view of a field/ndarray (or a tensor's, a DLPack array's) without copying
+    where the device shares memory."""
     if isinstance(obj, np.ndarray):
         return obj
+    if not hasattr(obj, "_host_view"):
+        return external_arrays.readable(obj)
     view = obj._host_view()  # runtime-internal accessor of fields.py: no copy on the CPU
     if view is None:
         return obj.to_numpy()
@@ -386,3 +390,21 @@ def _sat_mul(a, b):
     overflow = (a != 0) & ((r // divisor != b) | ((a == -1) & (b == INT64_MIN)))
     positive = (a > 0) == (b > 0)
     return np.where(overflow, np.where(positive, INT64_MAX, INT64_MIN), r)
+
+
+def simple_trip_count(tree):
+    """`trips(args)` for a trip count that is one ndarray extent or one integer argument (what
+    `evaluate` gives for it, without building an environment per launch); None for any other."""
+    if isinstance(tree, NdarrayShape):
+        arg, axis = tree.arg, tree.axis
+        return lambda args: args[arg].shape[axis]
+    if isinstance(tree, ScalarArg):
+        arg = tree.arg
+
+        def scalar(args):
+            try:
+                return min(max(operator.index(args[arg]), 0), (1 << 63) - 1)
+            except TypeError:  # not an integer: unknown, as `trip_count` says
+                return None
+        return scalar
+    return None

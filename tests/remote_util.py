@@ -1,5 +1,6 @@
 """Generated kernel projects, the `qdc` command in-process, and an S3-compatible server for
-the sharded-build and remote-store tests."""
+the sharded-build and remote-store tests (fixtures `s3_server` and `store_url`: a test module
+imports them by name)."""
 from __future__ import annotations
 
 import os
@@ -10,9 +11,18 @@ import sys
 import time
 import urllib.request
 
+import pytest
 from click.testing import CliRunner
 
 from qdc.cli.main import cli
+from qdc.runtime import remote as R
+
+try:
+    import obstore  # noqa: F401  (the `remote` extra; `make test` installs it)
+    HAVE_OBSTORE = True
+except ImportError:
+    HAVE_OBSTORE = False
+needs_obstore = pytest.mark.skipif(not HAVE_OBSTORE, reason="the remote extra (obstore) is not installed")
 
 MODULE_TEMPLATE = '''import qdc as qd
 
@@ -127,3 +137,25 @@ def run_qdc_process(args, env=None, **kwargs) -> subprocess.Popen:
     """`qdc ARGS` in a process of its own."""
     return subprocess.Popen([sys.executable, "-m", "qdc.cli.main", *map(str, args)], env={**os.environ, **(env or {})},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def s3_server():
+    try:
+        server = S3Server()
+    except (RuntimeError, OSError) as e:
+        pytest.skip(f"no S3-compatible server: {e}")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["file", "s3"])
+def store_url(request, tmp_path, monkeypatch):
+    """A fresh, empty remote store's URL; the S3 server's environment is set for the test."""
+    monkeypatch.setattr(R, "FIRST_BACKOFF_S", 0.01)
+    if request.param == "file":
+        return f"file://{tmp_path}/store"
+    server = request.getfixturevalue("s3_server")
+    for name, value in server.environment().items():
+        monkeypatch.setenv(name, value)
+    return server.new_url("store")

@@ -1,13 +1,15 @@
-"""The block-level kernels of tests/language/test_simt.py compiled for an arch without its
+"""The block-level kernels of tests/language/test_simt.py and test_simt_standins.py compiled for an arch without its
 device (the compiler alone), for the target tests of every GPU arch."""
 import qdc as qd
 from qdc.compiler.driver import kernel as K
 from qdc.compiler.driver.options import Options
 
 import test_simt
+import test_simt_standins
 
 KERNELS = (test_simt.indices, test_simt.reverse_in_block, test_simt.exchanges, test_simt.subgroup_scans,
-           test_simt.block_scans, test_simt.publish)
+           test_simt.block_scans, test_simt.publish, test_simt_standins.cholesky_solve,
+           test_simt_standins.overlapping_pairs, test_simt_standins.jacobi)
 # Kernels whose values are all 32-bit (Metal has no 64-bit types; `exchanges` shuffles f64 and
 # ballots into a u64)
 KERNELS_32 = tuple(k for k in KERNELS if k is not test_simt.exchanges)

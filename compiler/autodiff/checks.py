@@ -40,7 +40,13 @@ def refuse_block_level(k: ir.KernelIR, what: str) -> None:
     """Block-level code (qd.simt) has no derivative here: the reverse sweep replays a thread's
     iterations on their own, so its barriers would no longer meet, and the adjoint of a
     subgroup exchange is the reverse exchange among lanes that no longer run together."""
+    if k.graph_loops:
+        raise error(k.loc, f"qd.graph.do_while cannot be used in kernel '{k.name}', which needs {what}: its "
+                           f"loop is replayed from the host, which the derivative does not follow")
     for s in ir.walk(k.body):
+        if isinstance(s, ir.GraphDoWhile):
+            raise error(s.loc, f"qd.graph.do_while cannot be used in kernel '{k.name}', which needs {what}: its "
+                               f"loop is replayed from the host, which the derivative does not follow")
         if ir.simt_construct(s) is not None:
             raise error(s.loc, f"{ir.simt_construct(s)} cannot be used in kernel '{k.name}', which needs {what}: "
                                f"block-level code (qd.simt) is not differentiated; compute the gradient in a "
@@ -84,6 +90,10 @@ def _check_grad_buffer_accesses(k, differentiable):
                                f"want to do that, pass the grad tensor into the kernel directly")
 
 
+def _atomic_target(s) -> str:
+    return f"'{s.ptr.target.name}'" if isinstance(s, ir.AtomicRMW) else "a kernel-scope local"
+
+
 def _check_atomic_results(k, differentiable):
     uses = ir.users_count(k.body)
     for s in ir.walk(k.body):
@@ -93,6 +103,10 @@ def _check_atomic_results(k, differentiable):
                 raise error(s.loc, f"qd.atomic_mul on {what} cannot be differentiated (kernel '{k.name}' needs a "
                                    f"gradient): accumulate log-values with atomic_add, or multiply into a local "
                                    f"in a serial loop")
+        if isinstance(s, (ir.AtomicRMW, ir.TempAtomic)) and s.op == "xchg" and s.type.is_float \
+                and (isinstance(s, ir.TempAtomic) or differentiable(s.ptr.target)):
+            raise error(s.loc, f"qd.atomic_exchange on {_atomic_target(s)} cannot be differentiated (kernel "
+                               f"'{k.name}' needs a gradient): which thread's value remains is not determined")
         if isinstance(s, (ir.AtomicRMW, ir.TempAtomic)) and uses.get(s):
             raise error(s.loc, "the old value returned by an atomic operation cannot be used in a kernel that "
                                "needs a gradient (the gradient kernel does not repeat the atomic)")

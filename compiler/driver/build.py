@@ -8,6 +8,9 @@ module record listing the module's fields and kernel entries is written once all
 kernels are built; a module with a failed kernel keeps its previous record. With `--arch all`
 a kernel an arch cannot express (targets.base.TargetCannotExpress: f64 on Metal) is skipped
 for that arch: the record lists it under "skipped" with the reason, which loading reports.
+With a signing key (`--sign`), every entry of the build (compiled, cached or pulled) and every
+module record it writes is signed (runtime/signing.py); entries are then pulled from a remote
+only if that key, or a trusted one, signed them.
 """
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ from qdc.runtime.cache import Cache, check_cache_folder, writable_problem
 from qdc.runtime.contract.errors import QdcCompileError
 from qdc.runtime.contract.objects import FieldMarker as Field, StructFieldMarker as StructField
 from qdc.runtime.contract.python_scope import scope_types
-from qdc.runtime import remote as remote_mod
+from qdc.runtime import remote as remote_mod, signing
 
 from . import cache_key, options as options_mod
 from .. import targets, timings
@@ -37,7 +40,7 @@ from ..jit.aot import Instantiation
 from ..jit.kernel import Kernel, kernel_of
 from ..jit.offline_cache import store
 from ..targets.base import TargetCannotExpress
-from .kernel import compile_recording_warnings, dual_params
+from .kernel import compile_recording_warnings, dual_params, warm_up
 
 # A worker process takes about as long to start (imports, llvmlite) as compiling a few
 # kernels: below this many misses, `-j` builds in this process alone.
@@ -304,6 +307,7 @@ class BuildReport:
     stale: list = dataclasses.field(default_factory=list)  # manifest entries the program no longer matches
     # (kernel variant, arch, compiler/timings.KernelTimings) of each variant compiled
     timings: list = dataclasses.field(default_factory=list)
+    start_up: tuple = (0.0, 0.0)  # (wall, CPU) seconds of setting up the compiler, before any kernel
 
     @property
     def ok(self) -> bool:
@@ -360,7 +364,7 @@ def shard_units(units: list[tuple], shard: tuple[int, int] | None) -> set:
 def build(paths, arches, opts, cache_dir: str, jobs: int = 1, force: bool = False,
           log=None, out=None, verbose: bool = False, skip_unexpressible: bool = False,
           shard: tuple[int, int] | None = None, remote: str | None = None,
-          show_timings: bool = False) -> BuildReport:
+          show_timings: bool = False, signer: signing.SigningKey | None = None) -> BuildReport:
     """Build every kernel under `paths` for `arches` into `cache_dir`. `log(text)` gets errors
     (default: stderr); `out(text)` a numbered line per kernel variant compiled (`verbose`: a
     line per cache hit too) and the summary (default: stdout). `skip_unexpressible` (`--arch
@@ -370,19 +374,20 @@ def build(paths, arches, opts, cache_dir: str, jobs: int = 1, force: bool = Fals
     and are complete once the shards' caches are merged. `remote`: a store URL (runtime/remote.py)
     where misses are looked up before compiling and where built entries, then complete module
     records, are uploaded. `show_timings` (`--timings`): before the summary, where each kernel
-    variant compiled spent its time, per phase (compiler/timings.py), largest first."""
+    variant compiled spent its time, per phase (compiler/timings.py), largest first. `signer`: the
+    key that signs every entry and module record of the build."""
     log = log or (lambda text: print(text, file=sys.stderr, flush=True))
     out = out or (lambda text: print(text, flush=True))
     t0 = time.perf_counter()
     files = discover(paths)
     cache = _writable_cache(cache_dir)
-    remote_store = _remote_store(remote, log)
+    remote_store = _remote_store(remote, log, _build_trust(opts, signer))
     cache.sweep_tmp()  # staging folders of killed builds, once stale
     imported_before = set(sys.modules)
     try:
         sources = load_sources(files, opts)
         report = _build_sources(sources, files, arches, opts, cache, jobs, force, log, out, verbose,
-                                skip_unexpressible, shard, remote_store)
+                                skip_unexpressible, shard, remote_store, signer)
     finally:
         _forget_modules(imported_before, files)  # a later build in this process imports afresh
     report.seconds = time.perf_counter() - t0
@@ -390,15 +395,27 @@ def build(paths, arches, opts, cache_dir: str, jobs: int = 1, force: bool = Fals
     return report
 
 
-def _remote_store(url, log):
+def _remote_store(url, log, trust=None):
     if url is None:
         return None
     try:
         store = remote_mod.RemoteStore(url)
     except (ImportError, remote_mod.CacheError) as e:
         raise BuildUsageError(str(e)) from None
-    store.log = log
+    store.log, store.trust = log, trust
     return store
+
+
+def _build_trust(opts, signer):
+    """Whose signatures make a remote's entry good enough to pull: the trusted keys, and the
+    build's own key (a signing build never signs what a stranger wrote)."""
+    try:
+        trust = signing.trust_from(opts.trusted_keys, opts.revoked_keys)
+    except (ImportError, ValueError) as e:
+        raise BuildUsageError(str(e)) from None
+    if signer is None:
+        return trust
+    return trust.with_key(signer.public) if trust is not None else signing.Trust([signer.public], set())
 
 
 def _writable_cache(cache_dir: str) -> Cache:
@@ -424,7 +441,8 @@ def _forget_modules(imported_before: set, files: list[str]) -> None:
 
 
 def _build_sources(sources, files, arches, opts, cache: Cache, jobs: int, force: bool, log, out,
-                   verbose: bool, skip_unexpressible: bool = False, shard=None, remote=None) -> BuildReport:
+                   verbose: bool, skip_unexpressible: bool = False, shard=None, remote=None,
+                   signer=None) -> BuildReport:
     report = BuildReport()
     todo, results = [], {}
     by_name = {s.name: s for s in sources if s.error is None}
@@ -455,6 +473,10 @@ def _build_sources(sources, files, arches, opts, cache: Cache, jobs: int, force:
     def here(job: Job) -> dict:
         return run_job(by_name[job.module], job, opts, cache, force)
 
+    if todo:
+        t0, c0 = time.perf_counter(), time.process_time()
+        warm_up(sorted({job.arch for job in todo}))
+        report.start_up = (time.perf_counter() - t0, time.process_time() - c0)
     if jobs > 1 and len(todo) >= MIN_JOBS_FOR_WORKERS:
         _run_in_workers(todo, files, opts, cache.root, force, min(jobs, len(todo)) - 1, finished, here,
                         _forked_workers(by_name, opts, cache, force, min(jobs, len(todo)) - 1))
@@ -471,11 +493,13 @@ def _build_sources(sources, files, arches, opts, cache: Cache, jobs: int, force:
             report.forward_modes += 1
         else:
             report.kernels += 1
+    if signer is not None:
+        _sign_entries(cache, results, signer, report, log)
     for src in by_name.values():
         if src.kernels or src.fields:
             report.modules += 1
             for arch in arches if src.record else ():
-                _write_module_record(cache, src, arch, results, report, log)
+                _write_module_record(cache, src, arch, results, report, log, signer)
     if remote is not None:
         problem = _push(remote, cache, by_name, arches, results, log)
         if problem is not None:  # the local build stands; the run fails, so that CI notices
@@ -540,7 +564,7 @@ def _pulled(remote, cache: Cache, key: str) -> bool:
     if remote is None:
         return False
     try:
-        return remote_mod.fetch_entry(remote, cache, key)
+        return remote_mod.fetch_entry(remote, cache, key, remote.trust)
     except remote_mod.CacheError as e:
         remote.log(f"qdc build: warning: {e} (compiling it instead)")
         return False
@@ -580,7 +604,18 @@ def _tally(report: BuildReport, todo: list[Job], results: dict) -> None:
             report.failed += 1
 
 
-def _write_module_record(cache: Cache, src: ModuleSource, arch: str, results: dict, report, log) -> None:
+def _sign_entries(cache: Cache, results: dict, signer, report, log) -> None:
+    """Sign every entry this build compiled, found cached or pulled (not other shards')."""
+    for key in sorted({r["key"] for r in results.values() if r["status"] in ("built", "cached", "pulled")}):
+        try:
+            cache.sign_entry(key, signer)
+        except (OSError, remote_mod.CacheError) as e:
+            report.errors.append(f"qdc build: error: cannot sign entry {key[:12]}…: {e}")
+            log(report.errors[-1])
+
+
+def _write_module_record(cache: Cache, src: ModuleSource, arch: str, results: dict, report, log,
+                         signer=None) -> None:
     kernels, skipped = {}, {}
     for name in src.kernels:
         for variant in VARIANTS:
@@ -607,7 +642,7 @@ def _write_module_record(cache: Cache, src: ModuleSource, arch: str, results: di
         record["struct_fields"] = {name: _struct_record(sf) for name, sf in src.structs.items()}
     if skipped:  # kernel variant name -> why the arch cannot express it; absent otherwise
         record["skipped"] = skipped
-    cache.write_module(src.name, arch, record)
+    cache.write_module(src.name, arch, record, signer)
 
 
 def _struct_record(sf) -> dict:
@@ -639,6 +674,8 @@ def print_summary(report: BuildReport, arches, out, show_timings: bool = False) 
     """The summary line, after (`show_timings`) where each kernel variant's time went."""
     if show_timings and report.timings:
         out(timings.table(report.timings))
+        out(f"  start-up before the first kernel (imports, LLVM's targets): {1e3 * report.start_up[1]:.1f} ms CPU, "
+            f"{1e3 * report.start_up[0]:.1f} ms wall")
     out(_summary(report, arches))
 
 

@@ -100,7 +100,7 @@ def kernel_key(fn, params, opts, arch: str, variant: str = "forward", templates=
     walk.arrays_by_type = True  # an array among the template arguments is passed at launch: by its type
     for name, value in (templates.values.items() if templates else ()):
         walk.template(fn.__name__, name, value)
-    decls = [[f.name, f.dtype.name, list(f.shape), bool(f.needs_grad), bool(f.is_grad),
+    decls = [[template_values.stable_name(f.name), f.dtype.name, list(f.shape), bool(f.needs_grad), bool(f.is_grad),
               bool(getattr(f, "needs_dual", False))] + ([list(f.element_shape)] if f.element_shape else [])
              + ([["layout", *f.layout]] if getattr(f, "layout", None) else [])
              for f in walk.fields]

@@ -142,14 +142,25 @@ def build_meta(kir: ir.KernelIR, entry: str, is_grad: bool = False, adstack: dic
         kir.name, entry,
         [ParamMeta(getattr(p, "argument", p.name), p.kind, p.dtype.name, p.ndim or 0, _needs_grad_meta(p, i, grads),
                    i in written, p.element_shape,  # an element of a vector parameter: named as the parameter
-                   layout=getattr(p, "layout", None))
+                   layout=getattr(p, "layout", None) if p.kind == "ndarray" else None)  # a struct leaf's is its struct's
          for i, p in enumerate(kir.params)],
         [FieldMeta(f.name, f.dtype.name, f.shape, f.is_grad) for f in kir.fields],
         task_records(kir, entry, adstack, launch_policy),
         kir.num_temps, is_grad, adstack, bounds_checks.records(kir) if debug else None,
         returns=kir.returns, random=any(isinstance(s, ir.RandomState) for s in ir.walk(kir.body)),
         messages=kir.messages, structs=struct_layouts(kir.params), members=kir.members,
-        signature=kir.signature if kir.members else None)
+        signature=kir.signature if kir.members else None,
+        graph_loops=_graph_loop_records(kir))
+
+
+def _graph_loop_records(kir: ir.KernelIR) -> list:
+    """[first task, end task, flag parameter] of each qd.graph.do_while loop that kept a task."""
+    records = []
+    for loop, flag in enumerate(kir.graph_loops):
+        inside = [i for i, t in enumerate(kir.tasks) if loop in t.graph_loops]
+        if inside:
+            records.append([inside[0], inside[-1] + 1, flag])
+    return records
 
 
 def _needs_grad_meta(p: ir.Param, index: int, grads: set | None):
@@ -251,6 +262,17 @@ def _compile(fn, params, opts, arch, dump, variant, templates) -> CompiledKernel
     with timings.phase("artifacts"):
         artifacts["ir"] = ir.print_kernel(kir).encode()
     return CompiledKernel(kir, meta, artifacts, field_objects, None)
+
+
+def warm_up(arches) -> None:
+    """Import every stage a compile runs and let each arch's target set itself up (imports,
+    LLVM's targets): `qdc build` does it once, before it forks its workers and before it times
+    any kernel, rather than in the first kernel of every process."""
+    from ..autodiff import grad_kernel  # noqa: F401
+    from ..frontend import ast_to_ir  # noqa: F401
+    from ..passes import pipeline  # noqa: F401
+    for arch in arches:
+        targets.get(arch).warm_up()
 
 
 _ENTRY_SUFFIX = {"grad": "_grad", "forward_ad": "_fwd"}

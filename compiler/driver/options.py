@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 
 from qdc.runtime.contract import arches
 from qdc.runtime.contract import types as T
@@ -42,6 +43,10 @@ class Options:
     # Direct mode takes every kernel from the cache (or remote store) and never compiles
     # (compiler/jit/offline_cache.py); QDC_OFFLINE=1 sets it where qd.init does not.
     offline: bool = False
+    # Public keys whose signatures make a cache entry runnable, and keys revoked (runtime/signing.py):
+    # key files or their text, a list or one comma-separated string; None: $QDC_TRUSTED_KEYS, $QDC_REVOKED_KEYS.
+    trusted_keys: object = None
+    revoked_keys: object = None
     # The targets' options that were set, by name.
     target_values: dict = dataclasses.field(default_factory=dict)
 
@@ -98,6 +103,11 @@ class Options:
             raise ValueError("default_ip must be an integer type")
         if self.ad_stack_size < 0 or self.default_ad_stack_size <= 0:
             raise ValueError("ad_stack_size must be >= 0 and default_ad_stack_size > 0")
+        for name in ("trusted_keys", "revoked_keys"):
+            value = getattr(self, name)
+            if not (value is None or isinstance(value, (str, bytes, os.PathLike, list, tuple))):
+                raise ValueError(f"{name} must be key files or keys' text (a list, or one string), not "
+                                 f"{type(value).__name__}")
         for name, (_, option) in target_options().items():
             option.check(self.target_values.get(name))
 
@@ -152,11 +162,28 @@ def find_config(start: str = ".") -> tuple[str | None, dict]:
                 values = read(path)
                 if isinstance(values.get("cache_dir"), str):  # relative to the file, not the caller
                     values["cache_dir"] = os.path.join(folder, os.path.expanduser(values["cache_dir"]))
+                for name in ("trusted_keys", "revoked_keys"):  # key files too
+                    if name in values:
+                        values[name] = _key_paths(values[name], folder)
                 return path, values
         parent = os.path.dirname(folder)
         if parent == folder:
             return None, {}
         folder = parent
+
+
+def _key_paths(value, folder: str):
+    """A trusted/revoked keys setting of a file with its key files' paths relative to `folder`.
+    A key's own text (`qdc-ed25519 <base64> name`, `@revoked ...`: it has spaces) and a bare
+    fingerprint (32 hex digits) stay as they are."""
+    items = value.split(",") if isinstance(value, str) and not value.strip().startswith("@") else value
+    if not isinstance(items, list):
+        return value
+    return [os.path.join(folder, os.path.expanduser(i.strip())) if isinstance(i, str) and i.strip()
+            and not _KEY_TEXT.search(i.strip()) else i for i in items]
+
+
+_KEY_TEXT = re.compile(r"\s|^@|^[0-9a-fA-F]{32}$")
 
 
 def _read_yaml(path: str) -> dict:

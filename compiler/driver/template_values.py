@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import enum
 import os
+import re
 import sys
 import types
 
@@ -79,6 +80,16 @@ def describe(value, route: str, field_index=None) -> Description:
     walker = _Describer(field_index)
     data = walker.value(value, route, 0)
     return Description(data, walker.fields, walker.functions, walker.classes, walker.portable_problem)
+
+
+_AUTOMATIC_NAME = re.compile(r"^(field|struct)\d+(?=$|\.|__)")
+
+
+def stable_name(name: str) -> str:
+    """A field's name as keys and descriptions hold it: a name qdc gave it from a creation count
+    (`field12`, `field12.grad`, `struct3__pos`) is `field*`, since another process of the program
+    may create its fields in another order; a name the program gave is itself."""
+    return _AUTOMATIC_NAME.sub(r"\1*", name)
 
 
 def class_name(cls) -> str:
@@ -147,7 +158,7 @@ class _Describer:
             return {"field": self.field(v)}
         if isinstance(v, StructFieldMarker):
             members = {m: self.value(f, f"{route}.{m}", depth + 1) for m, f in v.members.items()}
-            return {"struct_field": {"name": v.name, "members": members}}
+            return {"struct_field": {"name": stable_name(v.name), "members": members}}
         if is_array_argument(v):
             try:
                 dtype, ndim, element_shape, grad, layout = array_type(v)
@@ -194,7 +205,7 @@ class _Describer:
         if self.field_index is not None:
             self.field_index(f)
         self.fields.append(f)
-        out = {"name": f.name, "dtype": f.dtype.name, "shape": list(f.shape), "needs_grad": bool(f.needs_grad)}
+        out = {"name": stable_name(f.name), "dtype": f.dtype.name, "shape": list(f.shape), "needs_grad": bool(f.needs_grad)}
         if getattr(f, "needs_dual", False):
             out["needs_dual"] = True
         if f.element_shape:

@@ -21,7 +21,7 @@ import numpy as np
 from qdc.runtime.contract import types as T
 from qdc.runtime.contract.objects import FieldMarker as Field, NdarrayMarker as Ndarray
 
-from ..language.dataclass_args import array_type
+from ..language.dataclass_args import array_type, is_array_argument
 
 _VALUES = (bool, int, float, complex, str, bytes, type(None))
 
@@ -79,7 +79,7 @@ def specialisation_key(v, what: str, _enclosing: tuple = ()):
                             f"a template argument; pass a flatter value")
         inner = _enclosing + (id(v),)
         return (type(v).__qualname__, tuple(specialisation_key(e, what, inner) for e in v))
-    if isinstance(v, (Ndarray, np.ndarray)):  # passed at every launch (frontend/host_objects.py): by its type
+    if is_array_argument(v):  # passed at every launch (frontend/host_objects.py): by its type
         try:
             return ("ndarray",) + array_type(v)
         except TypeError as e:

@@ -33,19 +33,20 @@ from .loops import LoopLowering
 from .func_returns import FuncReturns
 from .returns import ReturnLowering
 from .vector_math import VectorMath
-from .vectors import ElementParam, VectorLowering, VectorValue, VectorVar, element_params, element_shape
+from .vectors import ElementParam, VectorLowering, VectorValue, VectorVar, element_params
 from .structs import StructLeafParam, StructLowering, StructTarget, StructValue, StructVar, scalar_params
 from ..language.structs import StructType
 from qdc.runtime.contract.objects import StructFieldMarker as StructField
 from ..language import matrix as M
 from .objects import GLOBAL_ARRAYS, NdarrayHandle, Shape
 from .printing import PrintLowering
+from .subscripts import SubscriptLowering
 from .simt_calls import SimtCalls
 from .source import source_info
 from .static_python import StaticPython
 from .host_objects import HostObject, HostObjects, unwrap
 from ..language.dataclass_args import DataclassArgument
-from .values import ValueBuilder, is_number, is_runtime, not_a_value_message, short_number
+from .values import ValueBuilder, holds_runtime, is_number, is_runtime, not_a_value_message, short_number
 
 
 class Scope(dict):
@@ -126,7 +127,7 @@ _UNSUPPORTED = {
 
 
 class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLowering, VectorMath, PrintLowering,
-               StructLowering, StaticPython, HostObjects, SimtCalls):
+               StructLowering, StaticPython, HostObjects, SimtCalls, SubscriptLowering):
     """Lowers one `@qd.kernel` into a KernelIR. `templates`: name -> argument of its
     qd.template() parameters (compile-time objects); `returns`: whether to store the return
     value (the grad variant returns nothing); `arch`: the target (default `options.arch`), which
@@ -324,19 +325,6 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
             return node.value
         self.error(f"constant {node.value!r} is not supported in kernels")
 
-    def visit_Slice(self, node: ast.Slice):
-        """`a:b:c` in a subscript: a Python slice of compile-time integers (vectors, matrices and
-        tuples are sliced at compile time)."""
-        parts = []
-        for part in (node.lower, node.upper, node.step):
-            v = None if part is None else self.scalar(self.visit(part), part)
-            if v is not None and (is_runtime(v) or isinstance(v, bool) or not isinstance(v, int)):
-                self.error("slice bounds and steps must be compile-time integers", part)
-            parts.append(v)
-        if parts[2] == 0:
-            self.error("a slice step cannot be zero", node.step)
-        return slice(*parts)
-
     def visit_Tuple(self, node: ast.Tuple):
         if any(isinstance(e, ast.Starred) for e in node.elts):  # (*t, x), [*v]: spread, as in Python
             return tuple(self.spread(node.elts)[0])
@@ -455,7 +443,7 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
                 and not (self.static_depth and not is_runtime(left) and not is_runtime(right)):
             self.error(f"'{_PY_COMPARE_SYMBOL[type(op_node)]}' in a kernel compares only with None; "
                        f"compare values with == / !=", node)
-        if isinstance(op_node, (ast.In, ast.NotIn)) and (_holds_runtime(left) or _holds_runtime(right)
+        if isinstance(op_node, (ast.In, ast.NotIn)) and (holds_runtime(left) or holds_runtime(right)
                                                           or isinstance(right, VectorValue)
                                                           or isinstance(left, GLOBAL_ARRAYS)
                                                           or isinstance(right, GLOBAL_ARRAYS)):
@@ -466,7 +454,7 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
             if op is None:
                 self.error(f"comparison '{_PY_COMPARE_SYMBOL[type(op_node)]}' is not defined on vectors", node)
             return self.vector_compare(op, self.vector_operand(left, node), self.vector_operand(right, node), node)
-        if not _holds_runtime(left) and not _holds_runtime(right):
+        if not holds_runtime(left) and not holds_runtime(right):
             try:  # objects reached from arguments compare as themselves
                 return _PY_COMPARE[type(op_node)](unwrap(left), unwrap(right))
             except TypeError as e:  # e.g. `1 < "a"`: Python's own message names the operand types
@@ -534,92 +522,6 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
         for block, value in ((branch.then_block, a), (branch.else_block, b)):
             self.emit_into(block, lambda v=value: self.emit(ir.LocalStore(result, self.values.cast(v, result.type))))
         return self.emit(ir.LocalLoad(result))
-
-    # ---- subscripts and globals ----------------------------------------------------------
-    def visit_Subscript(self, node: ast.Subscript):
-        base = self.visit(node.value)
-        if isinstance(base, StructField):
-            return self.struct_field_element(base, node)
-        if isinstance(base, GLOBAL_ARRAYS) and element_shape(base):
-            return self.load_global_vector(base, node)
-        if isinstance(base, GLOBAL_ARRAYS):
-            return self.emit(ir.GlobalLoad(self.global_ptr(base, node)))
-        if isinstance(base, VectorValue):
-            return self.vector_subscript(base, node)
-        if isinstance(base, (tuple, list)):
-            idx = self.visit(node.slice)
-            if is_runtime(idx) or not isinstance(idx, (int, slice)):
-                self.error("a tuple can only be indexed with a compile-time integer or slice", node.slice)
-            try:
-                return base[idx]
-            except IndexError:
-                if isinstance(base, Shape):
-                    self.error(base.out_of_range(idx), node.slice)
-                self.error(f"index {idx} is out of range for a tuple of {len(base)} element(s)", node.slice)
-        if not is_runtime(base) and hasattr(type(base), "__getitem__") and not isinstance(base, GLOBAL_ARRAYS):
-            # another compile-time Python object (a user's container): indexed by Python at compile time
-            idx = self.visit(node.slice)
-            if not _holds_runtime(idx) and not isinstance(idx, VectorValue):
-                try:
-                    return base[idx]
-                except Exception as e:  # noqa: BLE001  (the user's own __getitem__: reported, located)
-                    self.error(f"{type(base).__name__}[{idx!r}] failed at compile time: {type(e).__name__}: {e}",
-                               node)
-        what = f"a run-time {base.type} value" if is_runtime(base) else f"a '{type(base).__name__}' value"
-        self.error(f"{what} is not subscriptable in kernels")
-
-    def global_ptr(self, base, node: ast.Subscript) -> ir.GlobalPtr:
-        if element_shape(base):
-            self.error(f"'{base.name}' holds vectors/matrices: its element is not a scalar here", node)
-        ref, indices = self.global_address(base, node)
-        return self.emit(ir.GlobalPtr(ref, indices))
-
-    def global_address(self, base, node: ast.Subscript) -> tuple:
-        """(reference, index values) of element `base[...]`; a vector index (`grid[base + offset]`)
-        gives one index per component."""
-        index_nodes = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
-        if isinstance(node.slice, ast.Constant) and node.slice.value is None:
-            index_nodes = []
-        if isinstance(base, Field):
-            ref = self.field_ref(base)
-            rank, what = len(base.shape), f"field '{base.name}'"
-        else:
-            ref = base.ref()
-            rank, what = base.ndim, f"ndarray '{base.name}'"
-        indices = []
-        for n in index_nodes:
-            if isinstance(n, ast.Slice):
-                self.error(f"{what} cannot be sliced in kernels (vectors and matrices can); index one "
-                           f"element at a time", n)
-            v = self.visit(n)
-            # a vector index (`x[I]`, `grid[base + offset]`) or a tuple held in a local gives one
-            # index per component
-            parts = v.components if isinstance(v, VectorValue) else v if isinstance(v, (tuple, list)) else [v]
-            indices += [self.index_value(n, what, c) for c in parts]
-        if len(indices) != rank:
-            hint = f" (index a 0-d array with {base.name}[None])" if rank == 0 else ""
-            self.error(f"{what} has {rank} dimension(s) but is indexed with {len(indices)} "
-                       f"index(es){hint}", node)
-        layout = getattr(base, "layout", None)
-        if layout is not None:  # stored with its axes permuted
-            indices = [indices[axis] for axis in layout] + indices[len(layout):]
-        return ref, indices
-
-    def index_value(self, node, what: str, value) -> ir.Stmt:
-        i = self.scalar(value, node)
-        t = i.type if is_runtime(i) else (T.u1 if isinstance(i, bool) else self.values.literal_type(i))
-        if t.is_float or t is T.u1:
-            self.error(f"index into {what} must be an integer, got {t}", node)
-        return self.values.materialize(i, t)  # a constant index past i32 is an i64, never an error
-
-    def field_ref(self, field: Field) -> ir.FieldRef:
-        for i, f in enumerate(self.field_objects):
-            if f is field:
-                return self.kernel.fields[i]
-        ref = ir.FieldRef(len(self.kernel.fields), field.name, field.dtype, tuple(field.storage_shape), field.is_grad)
-        self.kernel.fields.append(ref)
-        self.field_objects.append(field)
-        return ref
 
     # ---- statements ----------------------------------------------------------------------
     def visit_Expr(self, node: ast.Expr):
@@ -731,6 +633,9 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
         (a new variable typed by `value` if it is a run-time value or a number)."""
         name = target.id
         scope = self.binding_scope(name)
+        if name == "_":  # the throwaway name: bound afresh, whatever `_` held (`v, _, _ = f()`)
+            self.frame.scopes[-1].pop(name, None)
+            scope = None
         current = scope[name] if scope is not None else self.lookup_nonlocal(name, target, required=False)
         if isinstance(current, GLOBAL_ARRAYS) and not isinstance(value, GLOBAL_ARRAYS):
             self.error(f"cannot assign to '{name}', which is a field or ndarray: write its elements "
@@ -817,10 +722,11 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
         """`var` is a local declared outside the top-level parallel loop being lowered: all its
         iterations update the same variable (a kernel temporary once offloaded), so `+=` on it
         must be atomic, as it is on a global."""
-        if not isinstance(var, ir.Alloca) or len(self.blocks) < 2:
+        top = self.top_depth()  # a qd.graph.do_while body is the kernel's top level too
+        if not isinstance(var, ir.Alloca) or len(self.blocks) <= top:
             return False
-        loop = self.blocks[1].parent
-        return isinstance(loop, ir.RangeFor) and not loop.serial and var.block is self.blocks[0]
+        loop = self.blocks[top].parent
+        return isinstance(loop, ir.RangeFor) and not loop.serial and var.block in self.blocks[:top]
 
     def warn_racy_update(self, target: ast.Name) -> None:
         """`s = s + v` (or `s *= v`) on a kernel-scope local in a parallel loop: iterations race
@@ -871,11 +777,6 @@ def _insert_before(anchor: ir.Stmt, stmt: ir.Stmt) -> None:
     block.stmts.insert(block.stmts.index(anchor), stmt)
     stmt.block = block
 
-
-def _holds_runtime(v) -> bool:
-    if isinstance(v, (tuple, list)):
-        return any(_holds_runtime(e) for e in v)
-    return is_runtime(v)
 
 
 def _describe_target(node) -> str:

@@ -398,7 +398,7 @@ class CallLowering:
                 return self.emit(ir.LocalAtomic(op, var, self.values.cast(value, var.type)))
             if isinstance(var, ir.Alloca):  # a local: no other thread can see it
                 old = self.emit(ir.LocalLoad(var))
-                new = self.values.binary(_LOCAL_ATOMIC_OP[op], old, value)
+                new = value if op == "xchg" else self.values.binary(_LOCAL_ATOMIC_OP[op], old, value)
                 self.emit(ir.LocalStore(var, self.values.cast(new, var.type)))
                 return old
         self.error("the target of an atomic operation must be a field/ndarray element or a local variable",

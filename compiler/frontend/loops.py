@@ -205,7 +205,7 @@ class LoopLowering:
         """Whether a `for` here is a top-level loop of the kernel (a parallel task): in its
         outermost block (also inside a func called there, which is inlined), not under an
         `if` (a constant condition too, as in Quadrants; `if qd.static(...)` is no `if`)."""
-        return len(self.blocks) == 1 and not self.constant_if_depth
+        return len(self.blocks) == self.top_depth() and not self.constant_if_depth
 
     def loop_bound(self, v, node):
         v = self.scalar(v, node)
@@ -264,6 +264,8 @@ class LoopLowering:
     def visit_While(self, node: ast.While):
         if node.orelse:
             self.error("while/else is not supported in kernels")
+        if self.is_graph_do_while(node.test):
+            return self.graph_do_while(node)
         loop = self.emit(ir.While())
         self.blocks.append(loop.body)
         self.frame.loops.append("while")

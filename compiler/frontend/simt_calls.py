@@ -22,8 +22,8 @@ from qdc.runtime.contract import types as T
 
 from .. import ir
 from ..language import matrix as M
-from ..language import simt
-from .objects import SharedArrayHandle
+from ..language import graph, simt
+from .objects import NdarrayHandle, SharedArrayHandle
 from .values import is_runtime
 from .vectors import VectorValue
 
@@ -157,6 +157,39 @@ class SimtCalls:
         return SharedArrayHandle(ref, element)
 
     def in_parallel_loop(self) -> bool:
-        return len(self.blocks) >= 2 and isinstance(self.blocks[1].parent, ir.RangeFor) \
-            and not self.blocks[1].parent.serial
+        top = self.top_depth()
+        return len(self.blocks) > top and isinstance(self.blocks[top].parent, ir.RangeFor) \
+            and not self.blocks[top].parent.serial
+
+    # ---- qd.graph.do_while ------------------------------------------------------------------
+    def top_depth(self) -> int:
+        """How many of the blocks being lowered are the kernel's top level: its body, and the
+        bodies of the qd.graph.do_while loops directly inside it."""
+        depth = 1
+        while depth < len(self.blocks) and isinstance(self.blocks[depth].parent, ir.GraphDoWhile):
+            depth += 1
+        return depth
+
+    def is_graph_do_while(self, test) -> bool:
+        return isinstance(test, ast.Call) and isinstance(test.func, (ast.Attribute, ast.Name)) \
+            and self.visit(test.func) is graph.do_while
+
+    def graph_do_while(self, node: ast.While):
+        """`while qd.graph.do_while(flag):` (compiler/language/graph.py): a GraphDoWhile whose
+        body is lowered as the kernel's top level."""
+        if len(self.blocks) != self.top_depth() or self.constant_if_depth:
+            self.error("qd.graph.do_while must be at the kernel's top level or directly in another "
+                       "qd.graph.do_while body", node.test)
+        (flag,) = self.call_args(node.test, 1, 1, "qd.graph.do_while")
+        if not (isinstance(flag, NdarrayHandle) and not flag.is_grad and flag.dtype is T.i32 and flag.ndim == 0
+                and not flag.element_shape):
+            self.error("qd.graph.do_while(flag) needs a 0-d qd.i32 ndarray argument of the kernel "
+                       "(qd.types.ndarray(qd.i32, ndim=0))", node.test.args[0])
+        loop = self.emit(ir.GraphDoWhile(flag.arg_index))
+        self.blocks.append(loop.body)
+        try:
+            with self.scope():
+                self.visit_body(node.body)
+        finally:
+            self.blocks.pop()
 

@@ -49,10 +49,8 @@ class StaticPython:
         except TypeError:  # unhashable callables are never intrinsics
             pass
         module = getattr(callee, "__module__", None) or ""
-        if module.startswith("qdc.quadrants_compat."):
-            return True  # Quadrants' host API (`qd.lang.impl.get_runtime()`): plain Python
-        if module.split(".")[0] == "qdc" and not inspect.isclass(callee):
-            return False  # the language's own helpers (vector methods, math functions)
+        if module.startswith("qdc.compiler.") and not inspect.isclass(callee):
+            return False  # the language's own helpers (vector methods, math functions); host APIs run
         return True
 
     def host_call(self, callee, node: ast.Call):

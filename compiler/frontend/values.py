@@ -48,6 +48,13 @@ def is_runtime(v) -> bool:
     return isinstance(v, ir.Stmt)
 
 
+def holds_runtime(v) -> bool:
+    """A run-time value, or a tuple or list holding one (at any depth)."""
+    if isinstance(v, (tuple, list)):
+        return any(holds_runtime(e) for e in v)
+    return is_runtime(v)
+
+
 def _range_hint(t: T.DataType) -> str:
     lo, hi = (0, (1 << t.bits) - 1) if t.kind == "uint" else (-(1 << (t.bits - 1)), (1 << (t.bits - 1)) - 1)
     return f" (its range is {lo} to {hi})"

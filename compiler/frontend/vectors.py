@@ -652,7 +652,7 @@ class VectorLowering:
                 olds.append(self.emit(ir.LocalAtomic(op, place, v)))
             else:
                 old = self.load_place(place)
-                self.store_place(place, self.values.binary(_LOCAL_OP[op], old, v))
+                self.store_place(place, v if op == "xchg" else self.values.binary(_LOCAL_OP[op], old, v))
                 olds.append(old)
         return olds[0] if not target.shape else VectorValue(target.shape, olds)
 

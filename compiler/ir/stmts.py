@@ -326,7 +326,7 @@ class GlobalStore(Stmt):
         self.ptr, self.value = ptr, value
 
 
-ATOMIC_OPS = ("add", "sub", "mul", "min", "max", "and", "or", "xor")
+ATOMIC_OPS = ("add", "sub", "mul", "min", "max", "and", "or", "xor", "xchg")  # xchg: stores the value
 
 
 class AtomicRMW(Stmt):
@@ -423,6 +423,18 @@ class While(Stmt):
         self.body = Block(parent=self)
 
 
+class GraphDoWhile(While):
+    """`while qd.graph.do_while(flag):` at a kernel's top level (or in another one's body): the
+    body runs, then again while 0-d i32 ndarray argument `flag` is nonzero. Until offloading it
+    is a loop to every pass; offloading flattens it into the tasks of its body, each recording
+    the loops around it (`Task.graph_loops`), and the runtime replays them."""
+    ATTRS = ("flag",)
+
+    def __init__(self, flag: int, loc=None):
+        super().__init__(loc)
+        self.flag = flag
+
+
 class Break(Stmt):
     pass
 
@@ -468,6 +480,8 @@ class Task(Stmt):
         self.block_dim: int | None = None  # from the loop's qd.loop_config; None: the target's default
         self.max_threads: int | None = None  # qd.loop_config(parallelize=N) of the loop: at most N CPU threads
         self.label: str | None = None  # qd.loop_config(name=...) of the loop: part of task_name
+        # The qd.graph.do_while loops around the task, outermost first (KernelIR.graph_loops ids)
+        self.graph_loops: tuple = ()
         self.axes: list[Stmt] = []
         self.axis_index: list[LoopIndex] = []
 
@@ -512,6 +526,8 @@ class KernelIR:
         # The print, assert and debug-check messages that DebugMessage statements name: the
         # artifact's `messages` records (runtime/contract/print_buffer.py).
         self.messages: list = []
+        # The flag argument of each qd.graph.do_while loop, by loop id (Task.graph_loops)
+        self.graph_loops: list = []
         # Parameters read off a dataclass or template argument at launch (frontend/host_objects.py):
         # parameter name -> the path to it, [argument, attribute or index, ...]
         self.members: dict = {}

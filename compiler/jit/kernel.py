@@ -14,8 +14,8 @@ import types
 
 import numpy as np
 
-from qdc.runtime import context, external_arrays
-from qdc.runtime.contract import types as T
+from qdc.runtime import context
+from qdc.runtime.contract import foreign_arrays, types as T
 from qdc.runtime.contract.objects import FieldMarker as Field, NdarrayMarker as Ndarray
 from qdc.runtime.kernel_function import KernelFunction
 from qdc.runtime.launcher import make_launcher
@@ -135,7 +135,7 @@ class Kernel(KernelFunction):
                 continue
             if a is _MISSING:
                 raise TypeError(f"kernel '{self.__name__}': missing argument '{p.name}'")
-            external = None if isinstance(a, (np.ndarray, Ndarray, Field)) else external_arrays.signature(a)
+            external = None if isinstance(a, (np.ndarray, Ndarray, Field)) else foreign_arrays.signature(a)
             if isinstance(a, (np.ndarray, Ndarray, Field)):  # a field passed as a qd.Tensor: its buffer
                 dt = T.from_numpy(a.dtype if isinstance(a, np.ndarray) else a.dtype.np_dtype)
                 if dt is None:

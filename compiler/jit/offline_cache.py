@@ -4,6 +4,11 @@ kernel variant from it, or compiles and stores it there; `qdc build` stores what
 else from the remote store of QDC_REMOTE, else KernelNotPrebuiltError. Every variant obtained
 is noted in the kernel manifest when one is being recorded (compiler/manifest/recording.py).
 
+With trusted keys (qd.init(trusted_keys=...) or $QDC_TRUSTED_KEYS), an entry is used only if
+a trusted key signed it (runtime/signing.py); any other is refused with a CacheError, never
+recompiled over. A kernel compiled here is then stored only if $QDC_SIGNING_KEY can sign it
+(it would be refused next time); that key signs whatever this process stores.
+
 This is the top floor, with the kernel objects: like a deployment it uses the runtime (the
 cache folder's reader and writer), while the compiler below it takes from the runtime only
 runtime/contract/ (tests/architecture/test_contract_boundary.py).
@@ -14,8 +19,9 @@ import os
 import time
 import warnings
 
+from qdc.runtime import signing
 from qdc.runtime.cache import Cache, check_cache_folder, writable_problem
-from qdc.runtime.contract.errors import CacheError, KernelNotPrebuiltError
+from qdc.runtime.contract.errors import CacheError, KernelNotPrebuiltError, SignatureError
 
 from ..driver import cache_key, kernel as compiling
 from ..driver.kernel import CompiledKernel, compile_recording_warnings, replay_warnings
@@ -27,6 +33,7 @@ _NOT_STORED = frozenset({"ll"})
 
 _CACHES: dict = {}      # cache folder -> Cache
 _UNWRITABLE: set = set()  # cache folders we failed to write (warned once)
+_TRUST: dict = {}       # the settings -> (Trust or None, SigningKey or None)
 
 
 def cache_for(opts) -> Cache:
@@ -37,10 +44,20 @@ def cache_for(opts) -> Cache:
     return cache
 
 
+def trust_for(opts) -> tuple:
+    """(Trust or None, SigningKey or None) of direct mode's options and environment."""
+    variables = (signing.TRUSTED_KEYS_VARIABLE, signing.REVOKED_KEYS_VARIABLE, signing.SIGNING_KEY_VARIABLE)
+    settings = (repr(opts.trusted_keys), repr(opts.revoked_keys), *(os.environ.get(v) for v in variables))
+    if settings not in _TRUST:
+        _TRUST[settings] = (signing.trust_from(opts.trusted_keys, opts.revoked_keys), signing.signing_key_from())
+    return _TRUST[settings]
+
+
 def check_cache_dir(opts) -> None:
-    """At `qd.init`: ValueError if cache_dir is a file; if it is not writable (a read-only
-    deployment, say), one warning now, and kernels are compiled without being stored (its
-    entries are still used)."""
+    """At `qd.init`: ValueError if cache_dir is a file or a trusted key cannot be read; if the
+    cache is not writable (a read-only deployment, say), one warning now, and kernels are
+    compiled without being stored (its entries are still used)."""
+    trust_for(opts)
     root = check_cache_folder(opts.resolved_cache_dir, "cache_dir")
     problem = writable_problem(root)
     if problem is None:
@@ -71,9 +88,10 @@ def obtain(fn, params, opts, arch: str, variant: str = "forward", templates=None
         Counts.compiled += 1
         recording.note(fn, params, opts, arch, variant, templates)
         return compiled
-    hit = load_cached(cache, deps)
-    if hit is None and opts.offline and _fetched(cache, deps.key):
-        hit = load_cached(cache, deps)
+    trust, signer = trust_for(opts)
+    hit = load_cached(cache, deps, trust)
+    if hit is None and opts.offline and _fetched(cache, deps.key, trust):
+        hit = load_cached(cache, deps, trust)
     if hit is None and opts.offline:
         raise _not_prebuilt(fn, params, arch, variant, templates, f"neither the cache at {cache.root} nor "
                             f"{remote_url() or 'a remote store (QDC_REMOTE)'} holds it")
@@ -85,7 +103,14 @@ def obtain(fn, params, opts, arch: str, variant: str = "forward", templates=None
     compiled = compile_recording_warnings(fn, params, opts, arch, variant, templates)
     Counts.compiled += 1
     compiled.deps = deps
-    store(cache, deps, compiled, fn, arch, variant, opts)
+    if trust is not None and signer is None:
+        cache_key.log(f"kernel '{fn.__name__}' ({variant}) is compiled but not cached: trusted keys are configured "
+                      f"and no signing key (${signing.SIGNING_KEY_VARIABLE}) signs what this process stores")
+    elif store(cache, deps, compiled, fn, arch, variant, opts) and signer is not None:
+        try:
+            cache.sign_entry(deps.key, signer)
+        except (OSError, CacheError) as e:
+            warnings.warn(f"qdc: could not sign cache entry {deps.key[:12]}… ({e})", stacklevel=3)
     return compiled
 
 
@@ -120,23 +145,28 @@ def remote_url() -> str | None:
     return os.environ.get(REMOTE_VARIABLE) or None
 
 
-def _fetched(cache: Cache, key: str) -> bool:
-    """Whether entry `key` was fetched (verified) from the remote store of QDC_REMOTE into `cache`."""
+def _fetched(cache: Cache, key: str, trust=None) -> bool:
+    """Whether entry `key` was fetched (verified; with `trust`, its signature too) from the remote
+    store of QDC_REMOTE into `cache`."""
     url = remote_url()
     if url is None:
         return False
     from qdc.runtime import remote as remote_mod
     try:
         store = _REMOTES.get(url) or _REMOTES.setdefault(url, remote_mod.RemoteStore(url))
-        return remote_mod.fetch_entry(store, cache, key)
+        return remote_mod.fetch_entry(store, cache, key, trust)
+    except SignatureError:
+        raise  # refused, as a cache entry is
     except (ImportError, CacheError) as e:
         warnings.warn(f"qdc: the remote store {url} cannot be read ({e})", stacklevel=5)
         return False
 
 
-def load_cached(cache: Cache, deps) -> CompiledKernel | None:
+def load_cached(cache: Cache, deps, trust=None) -> CompiledKernel | None:
     try:
-        entry = cache.lookup(deps.key)
+        entry = cache.lookup(deps.key, trust)
+    except SignatureError:
+        raise  # refused, never replaced: whoever could write it there must not win by it
     except CacheError as e:
         warnings.warn(f"qdc: discarding a corrupt cache entry and recompiling: {e}", stacklevel=4)
         cache.evict(deps.key)

@@ -22,7 +22,7 @@ import weakref
 
 import numpy as np
 
-from qdc.runtime.contract import types as T
+from qdc.runtime.contract import foreign_arrays, types as T
 from qdc.runtime.contract.objects import FieldMarker as Field, NdarrayMarker as Ndarray
 from qdc.runtime.contract.objects import StructFieldMarker as StructField
 
@@ -36,8 +36,9 @@ def is_dataclass_instance(v) -> bool:
 
 
 def is_array_argument(v) -> bool:
-    """An array a kernel takes as an ndarray parameter when a dataclass or template holds it."""
-    return isinstance(v, (Ndarray, np.ndarray))
+    """An array a kernel takes as an ndarray parameter when a dataclass or template holds it (a
+    torch tensor or DLPack array too: runtime/external_arrays.py)."""
+    return isinstance(v, (Ndarray, np.ndarray)) or foreign_arrays.is_external(v)
 
 
 class DataclassArgument:
@@ -83,6 +84,11 @@ def array_type(a) -> tuple:
         element = tuple(a.element_shape)
         grad = a.dtype.is_float and getattr(a, "grad", None) is not None
         return a.dtype.name, len(a.storage_shape) - len(element), element, bool(grad), getattr(a, "layout", None)
+    if not isinstance(a, np.ndarray):  # a tensor: its requires_grad says whether it has a gradient
+        name, ndim, grad = foreign_arrays.signature(a)
+        if name is None:
+            raise TypeError(f"an array of dtype {getattr(a, 'dtype', '?')} cannot be a kernel argument")
+        return name, ndim, (), bool(grad), None
     dtype = T.from_numpy(a.dtype)
     if dtype is None:
         raise TypeError(f"an array of dtype {a.dtype} cannot be a kernel argument")

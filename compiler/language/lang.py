@@ -319,6 +319,7 @@ def _atomic(name):
 atomic_add, atomic_sub, atomic_min, atomic_max = map(_atomic, ("atomic_add", "atomic_sub", "atomic_min", "atomic_max"))
 atomic_and, atomic_or, atomic_xor = map(_atomic, ("atomic_and", "atomic_or", "atomic_xor"))
 atomic_mul = _atomic("atomic_mul")
+atomic_exchange = _atomic("atomic_exchange")
 
 def static_assert(cond, msg=None):
     """A compile-time assertion: in a kernel, a compile error (with `msg`) when the compile-time
@@ -347,7 +348,7 @@ INTRINSICS = {
     atan2: ("binary", "atan2"), pow: ("binary", "pow"),
     atomic_add: ("atomic", "add"), atomic_sub: ("atomic", "sub"), atomic_min: ("atomic", "min"),
     atomic_max: ("atomic", "max"), atomic_and: ("atomic", "and"), atomic_or: ("atomic", "or"),
-    atomic_xor: ("atomic", "xor"), atomic_mul: ("atomic", "mul"),
+    atomic_xor: ("atomic", "xor"), atomic_mul: ("atomic", "mul"), atomic_exchange: ("atomic", "xchg"),
     select: ("select", None), cast: ("cast", None), static: ("static", None),
     static_assert: ("static_assert", None), outer: ("outer", None),
     ndrange: ("ndrange", None), grouped: ("grouped", None), loop_config: ("loop_config", None),

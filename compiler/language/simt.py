@@ -360,6 +360,8 @@ segmented_reduce_add, segmented_reduce_min, segmented_reduce_max = map(
 
 
 # ---- the block's library -------------------------------------------------------------------
+# Each operation that reads a SharedArray after its barrier ends with another barrier: a
+# thread's next grid-stride iteration writes the array again, which must wait for every read.
 
 @func
 def _check_block_dim(block_dim: template()):
@@ -386,6 +388,7 @@ def block_reduce(value, block_dim: template(), op: template(), dtype: template()
         result = shared[0]
         for w in static(range(1, block_dim // group_size())):
             result = op(result, shared[w])
+    block_sync()  # the reads done before a next grid-stride iteration writes the array again
     return result
 
 
@@ -397,7 +400,9 @@ def block_reduce_all(value, block_dim: template(), op: template(), dtype: templa
     if thread_idx() == 0:
         shared[0] = result
     block_sync()
-    return shared[0]
+    result = shared[0]
+    block_sync()
+    return result
 
 
 @func
@@ -420,6 +425,7 @@ def block_inclusive_scan(value, block_dim: template(), op: template(), dtype: te
         total = op(total, shared[w])
     if subgroup != 0:
         inclusive = op(prefix, inclusive)
+    block_sync()
     return inclusive
 
 
@@ -443,6 +449,7 @@ def block_exclusive_scan(value, block_dim: template(), op: template(), identity,
         total = op(total, shared[w])
     if subgroup != 0:
         exclusive = op(prefix, exclusive)
+    block_sync()
     return exclusive
 
 
@@ -475,7 +482,9 @@ def _sync_count(predicate):
     if predicate != 0:
         lang.atomic_add(count[0], 1)
     block_sync()
-    return count[0]
+    result = count[0]
+    block_sync()
+    return result
 
 
 @func

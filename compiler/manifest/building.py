@@ -165,8 +165,9 @@ def load_entries(entries: list, opts, log) -> tuple[list, list]:
 
 def build_manifest(path: str, arches, opts, cache_dir: str, jobs: int = 1, force: bool = False, log=None,
                    out=None, verbose: bool = False, skip_unexpressible: bool = False, shard=None,
-                   remote: str | None = None, show_timings: bool = False) -> build_mod.BuildReport:
-    """Build every entry of the manifest at `path` for `arches` (None: the arches it records)."""
+                   remote: str | None = None, show_timings: bool = False, signer=None) -> build_mod.BuildReport:
+    """Build every entry of the manifest at `path` for `arches` (None: the arches it records);
+    `signer` signs what the build holds, as `qdc build --sign` (build.py)."""
     log = log or (lambda text: print(text, file=sys.stderr, flush=True))
     out = out or (lambda text: print(text, flush=True))
     t0 = time.perf_counter()
@@ -177,7 +178,7 @@ def build_manifest(path: str, arches, opts, cache_dir: str, jobs: int = 1, force
     if arches is None:
         arches = build_mod.resolve_arches(sorted({a for e in entries for a in e["arches"]}) or ["cpu"])
     cache = build_mod._writable_cache(cache_dir)
-    remote_store = build_mod._remote_store(remote, log)
+    remote_store = build_mod._remote_store(remote, log, build_mod._build_trust(opts, signer))
     cache.sweep_tmp()
     folders = [os.path.dirname(os.path.abspath(path)), os.getcwd()]
     sys.path[:0] = folders
@@ -189,7 +190,7 @@ def build_manifest(path: str, arches, opts, cache_dir: str, jobs: int = 1, force
     if not sys.platform.startswith("linux"):
         jobs = 1  # workers are forked with the re-created entries; a new interpreter would not have them
     report = build_mod._build_sources(sources, [], arches, opts, cache, jobs, force, log, out, verbose,
-                                      skip_unexpressible, shard, remote_store)
+                                      skip_unexpressible, shard, remote_store, signer)
     report.stale = stale
     report.seconds = time.perf_counter() - t0
     build_mod.print_summary(report, arches, out, show_timings)

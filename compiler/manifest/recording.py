@@ -26,7 +26,12 @@ _entries: dict = {}        # identity -> entry, of this process
 _registered_exit = False
 
 
+_path_at_first_note: list = []  # QDC_RECORD as an absolute path: the program may change its folder
+
+
 def recording_to() -> str | None:
+    if _path_at_first_note:
+        return _path_at_first_note[0]
     return os.environ.get(RECORD_VARIABLE) or None
 
 
@@ -81,6 +86,9 @@ def describe_templates(kernel: str, templates) -> tuple[dict, str | None]:
 def entry(fn, params, opts, arch: str, variant: str, templates) -> dict:
     kernel = f"{module_name(fn)}.{fn.__qualname__}"
     described, problem = describe_templates(kernel, templates)
+    if "<locals>" in fn.__qualname__:
+        problem = (f"kernel '{kernel}' is defined inside a function, so a build cannot import it by name: define "
+                   f"it at module level (or in a class) to build it ahead of time")
     e = {"module": module_name(fn), "kernel": fn.__qualname__, "variant": variant, "arches": [arch],
          "arguments": arguments(params), "templates": described, "options": code_options(opts)}
     if problem:
@@ -90,8 +98,11 @@ def entry(fn, params, opts, arch: str, variant: str, templates) -> dict:
 
 def note(fn, params, opts, arch: str, variant: str, templates) -> None:
     """Keep the manifest entry of a variant this process obtained, if a manifest is being recorded."""
-    if recording_to() is None:
+    path = recording_to()
+    if path is None:
         return
+    if not _path_at_first_note:
+        _path_at_first_note.append(os.path.abspath(path))
     e = entry(fn, params, opts, arch, variant, templates)
     key = manifest_file.identity(e) + arch
     if key in _entries:

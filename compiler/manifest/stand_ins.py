@@ -119,7 +119,8 @@ def _stand_in_field(d: dict):
     dtype = T.by_name(d["dtype"])
     spec = ElementType(dtype, tuple(d["element_shape"])) if d.get("element_shape") else dtype
     layout = tuple(d["layout"]) if isinstance(d.get("layout"), list) else None
-    return Field(spec, tuple(d["shape"]), d["needs_grad"], d["name"], needs_dual=d.get("needs_dual", False),
+    name = None if d["name"].startswith("field*") else d["name"]  # named by its creation count, as it was
+    return Field(spec, tuple(d["shape"]), d["needs_grad"], name, needs_dual=d.get("needs_dual", False),
                  layout=layout)
 
 

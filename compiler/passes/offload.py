@@ -27,12 +27,15 @@ _BINARY_OF_ATOMIC = {"add": "add", "sub": "sub", "mul": "mul", "min": "min", "ma
 
 
 def offload(k: ir.KernelIR) -> bool:
-    _promote_shared_allocas(k)
+    chains = _flatten_graph_loops(k)
+    _promote_shared_allocas(k, chains)
     _lower_private_local_atomics(k)
-    groups = _group_top_level(k.body.stmts)
+    groups = _group_top_level(k.body.stmts, chains)
     owner = _owners(groups)
     temp_of: dict = {}  # value -> the temporary it was passed through
     tasks = [_make_task(k, groups, owner, temp_of, gi) for gi in range(len(groups))]
+    for t, g in zip(tasks, groups):
+        t.graph_loops = chains.get(g[0], ())
     k.body = ir.Block()
     for t in tasks:
         k.body.append(t)
@@ -71,14 +74,39 @@ def _make_task(k: ir.KernelIR, groups, owner, temp_of, gi: int) -> ir.Task:
     return t
 
 
-def _group_top_level(stmts) -> list[list[ir.Stmt]]:
+def _group_top_level(stmts, chains: dict) -> list[list[ir.Stmt]]:
+    """Each top-level loop a group, each run of other statements one, a run broken where the
+    qd.graph.do_while loops around the statements change (`chains`)."""
     groups: list[list[ir.Stmt]] = []
     for s in stmts:
-        if isinstance(s, ir.RangeFor) or not groups or isinstance(groups[-1][0], ir.RangeFor):
+        if isinstance(s, ir.RangeFor) or not groups or isinstance(groups[-1][0], ir.RangeFor) \
+                or chains.get(s, ()) != chains.get(groups[-1][0], ()):
             groups.append([s])
         else:
             groups[-1].append(s)
     return groups
+
+
+def _flatten_graph_loops(k: ir.KernelIR) -> dict:
+    """Top-level `GraphDoWhile`s replaced by their bodies' statements, in order; returns the
+    loops around each such statement (ids into `k.graph_loops`, outermost first). The runtime
+    replays the tasks of a loop's statements while its flag holds."""
+    chains: dict = {}
+
+    def flatten(stmts, chain) -> list:
+        out = []
+        for s in stmts:
+            if isinstance(s, ir.GraphDoWhile):
+                k.graph_loops.append(s.flag)
+                out += flatten(s.body.stmts, chain + (len(k.graph_loops) - 1,))
+                continue
+            if chain:
+                chains[s] = chain
+            out.append(s)
+        return out
+    if any(isinstance(s, ir.GraphDoWhile) for s in k.body.stmts):
+        k.body = ir.Block(flatten(k.body.stmts, ()))
+    return chains
 
 
 def _owners(groups) -> dict:
@@ -93,9 +121,9 @@ def _owners(groups) -> dict:
     return owner
 
 
-def _promote_shared_allocas(k: ir.KernelIR) -> None:
+def _promote_shared_allocas(k: ir.KernelIR, chains: dict) -> None:
     """A top-level local touched by several tasks becomes a kernel temporary."""
-    owner = _owners(_group_top_level(k.body.stmts))
+    owner = _owners(_group_top_level(k.body.stmts, chains))
     users: dict = {}
     for s in ir.walk(k.body):
         if isinstance(s, (ir.LocalLoad, ir.LocalStore, ir.LocalAtomic)) and s.var.block is k.body:

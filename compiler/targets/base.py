@@ -86,6 +86,10 @@ class Target:
     source_folders: tuple = ()
     options: tuple = ()  # TargetOption
 
+    def warm_up(self) -> None:
+        """Import the code generator and set up what every kernel needs (`qdc build` calls it
+        once, before it forks its workers, so that they share it); nothing by default."""
+
     def cache_description(self, opts) -> str:
         """Everything about the target that changes generated code (ISA level, sm_XX, gfx list...)."""
         raise NotImplementedError

@@ -282,8 +282,10 @@ class KernelMeta:
                  num_temps: int = 0, is_grad: bool = False, adstack: dict | None = None,
                  debug_checks: list | None = None, cpu_libraries: list | None = None, returns: dict | None = None,
                  random: bool = False, messages: list | None = None, structs: dict | None = None,
-                 members: dict | None = None, signature: list | None = None):
+                 members: dict | None = None, signature: list | None = None, graph_loops: list | None = None):
         self.name, self.entry = name, entry
+        # qd.graph.do_while loops: [first task, end task, flag parameter] each (see the docstring)
+        self.graph_loops = graph_loops or []
         self.members = members or {}  # parameter -> the path it is read from (see the module docstring)
         self.signature = list(signature) if signature is not None else None  # with members: the arguments
         self.structs = structs or {}  # struct parameter -> its layout (see the module docstring)
@@ -360,6 +362,8 @@ class KernelMeta:
         layouts = [[i, list(p.layout)] for i, p in enumerate(self.params) if p.layout is not None]
         if layouts:  # absent without arrays stored with permuted axes: such metadata reads as before
             d["layouts"] = layouts
+        if self.graph_loops:  # absent without qd.graph.do_while: such metadata reads as before
+            d["graph_loops"] = self.graph_loops
         return d
 
     @classmethod
@@ -376,7 +380,8 @@ class KernelMeta:
                    [TaskMeta.from_dict(t) for t in d["tasks"]],
                    d["num_temps"], d["is_grad"], d.get("adstack") or {}, d.get("debug_checks") or [],
                    d.get("cpu_libraries") or [], d.get("returns"), d.get("random", False),
-                   d.get("messages") or [], d.get("structs") or {}, d.get("members") or {}, d.get("signature"))
+                   d.get("messages") or [], d.get("structs") or {}, d.get("members") or {}, d.get("signature"),
+                   d.get("graph_loops") or [])
 
 
 # ---- records ------------------------------------------------------------------------------
@@ -498,6 +503,24 @@ def check_kernel_meta(d) -> None:
         check_cpu_library_record(i, r)
     if "returns" in d:
         check_returns_record(d, d["returns"])
+    _check_graph_loops(d)
+
+
+def _check_graph_loops(d: dict) -> None:
+    """Each qd.graph.do_while record [first, end, flag]: a non-empty run of the kernel's tasks
+    and a 0-d i32 ndarray parameter; two loops are disjoint or one holds the other."""
+    loops = d.get("graph_loops", [])
+    _need(isinstance(loops, list) and len(loops) <= MAX_TASKS, "graph_loops")
+    params = d["params"]
+    for r in loops:
+        _need(isinstance(r, list) and len(r) == 3 and all(_is_int(v) for v in r)
+              and 0 <= r[0] < r[1] <= len(d["tasks"]) and 0 <= r[2] < len(params)
+              and params[r[2]][1] == "ndarray" and params[r[2]][2] == "i32" and params[r[2]][3] == 0,
+              f"graph_loops record {r!r:.60}")
+    for a in loops:
+        for b in loops:
+            _need(a[1] <= b[0] or b[1] <= a[0] or (a[0] <= b[0] and b[1] <= a[1]) or (b[0] <= a[0] and a[1] <= b[1]),
+                  "graph_loops overlap")
 
 
 MAX_MESSAGES = 1 << 16  # print, assert and debug-check messages of one kernel

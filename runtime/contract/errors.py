@@ -25,6 +25,11 @@ class CacheError(QdcError):
     """An artifact failed its integrity check or was built by an incompatible format version."""
 
 
+class SignatureError(CacheError):
+    """Trusted keys are configured and an entry or module record is not signed by one of them
+    (unsigned, signed by another or a revoked key, or altered after signing): it is refused."""
+
+
 class ModuleNotBuiltError(CacheError, FileNotFoundError):
     """The cache or bundle holds no record of the module for that arch (never built, or its last
     build failed): a CacheError for those who catch qdc's errors, a FileNotFoundError for those who

@@ -1,7 +1,7 @@
 """A program in the style of a physics engine, for the manifest tests (test_manifest.py):
 kernels instantiated from configuration objects decided at run time (a plain config object
 holding a frozen dataclass of numbers, an enum, a numpy scalar and a tuple, and an unfrozen
-dataclass of fields and a numpy array), a dataclass parameter (an ndarray, a launch-time scalar
+dataclass of fields and a numpy array), a `@qd.data_oriented` instance as `self`, a dataclass parameter (an ndarray, a launch-time scalar
 and a field), a gradient, and an ndarray parameter whose dtype follows the argument.
 
     python manifest_app.py CACHE_DIR [SCALE]
@@ -57,6 +57,19 @@ class SolverConfig:
         return self.physics.damping * 2
 
 
+@qd.data_oriented
+class Damper:
+    """A Quadrants-style class whose kernel takes the instance (`self`) as a template argument."""
+
+    def __init__(self, state, factor):
+        self.state, self.factor = state, factor
+
+    @qd.kernel
+    def damp(self):
+        for i in self.state.pos:
+            self.state.pos[i] *= self.factor
+
+
 @qd.kernel
 def advance(cfg: qd.template(), dt: qd.f32):
     for i in cfg.state.pos:
@@ -94,6 +107,7 @@ def run(cache_dir: str, damping: float) -> dict:
     physics = Physics(damping, Integrator.DAMPED, (0.0, 0.0, -9.8), np.int32(2))
     cfg = SolverConfig(n, physics, state)
     advance(cfg, 0.01)
+    Damper(state, 0.5).damp()
     energy(state, loss)
     loss.grad[None] = 1.0
     energy.grad(state, loss)
@@ -112,7 +126,7 @@ def run(cache_dir: str, damping: float) -> dict:
 def expected(damping: float) -> dict:
     """What run() computes, in numpy (float64)."""
     v = (np.arange(8) - 9.8 * 0.01 + 0.5 * 0.01) * (1 - 2 * damping)
-    pos = 2 * v * 0.01
+    pos = 2 * v * 0.01 * 0.5
     return {"pos": pos, "loss": float((pos * pos).sum()), "grad": 2 * pos, "a": np.full(4, 3.0),
             "vel": np.full(8, 1 - 9.8 * 0.5 * 2)}
 

@@ -72,10 +72,11 @@ def recorded(tmp_path_factory):
 
 def test_a_recorded_run_built_from_its_manifest_runs_offline_with_no_compile(recorded):
     root, app, manifest, build_output = recorded
-    assert "5 built" in build_output, build_output
+    assert "6 built" in build_output, build_output
     entries = manifest_file.read(str(manifest))
     assert sorted((e["kernel"], e["variant"]) for e in entries) == [
-        ("advance", "forward"), ("energy", "forward"), ("energy", "grad"), ("kick", "forward"), ("scale", "forward")]
+        ("Damper.damp", "forward"), ("advance", "forward"), ("energy", "forward"), ("energy", "grad"),
+        ("kick", "forward"), ("scale", "forward")]
     advance = next(e for e in entries if e["kernel"] == "advance")
     assert advance["module"] == "manifest_app" and advance["arches"] == ["cpu"]
     physics = advance["templates"]["cfg"]["object"]["attrs"]["physics"]["object"]
@@ -85,7 +86,7 @@ def test_a_recorded_run_built_from_its_manifest_runs_offline_with_no_compile(rec
     assert scale["arguments"][0] == {"name": "a", "kind": "ndarray", "dtype": "f64", "ndim": 1, "needs_grad": False}
     result = _app(str(app), root / "built", QDC_OFFLINE="1")
     _check(result, 0.1)
-    assert result["compiled"] == 0 and result["from_cache"] == 5
+    assert result["compiled"] == 0 and result["from_cache"] == 6
     assert result["llvmlite"] is False  # an offline process never loads LLVM
 
 
@@ -93,7 +94,7 @@ def test_a_second_process_compiles_nothing(recorded, tmp_path):
     root, app, _, _ = recorded
     first = _app(str(app), tmp_path / "cache")
     second = _app(str(app), tmp_path / "cache")
-    assert first["compiled"] == 5 and second["compiled"] == 0 and second["from_cache"] == 5
+    assert first["compiled"] == 6 and second["compiled"] == 0 and second["from_cache"] == 6
     _check(second, 0.1)
 
 
@@ -116,7 +117,7 @@ def test_manifests_of_two_runs_merge_and_rerecording_is_stable(recorded, tmp_pat
     entries = manifest_file.read(str(merged))
     dampings = sorted(e["templates"]["cfg"]["object"]["attrs"]["physics"]["object"]["attrs"]["damping"]
                       for e in entries if e["kernel"] == "advance")
-    assert dampings == [0.1, 0.25] and len(entries) == 7  # energy and scale are the same variants in both runs
+    assert dampings == [0.1, 0.25] and len(entries) == 8  # energy and scale are the same variants in both runs
     again = tmp_path / "again.manifest"
     r = _qdc("record", "-o", str(again), "--", sys.executable, str(app), str(tmp_path / "c"))
     assert r.returncode == 0, r.stderr
@@ -133,7 +134,7 @@ def test_a_manifest_holds_no_path_and_builds_on_another_machine(recorded, tmp_pa
     shutil.copy(manifest, tmp_path / "kernels.manifest")
     r = _qdc("build", "--manifest", str(tmp_path / "kernels.manifest"), "--cache", str(tmp_path / "built"),
              "-j", "1", cwd=str(elsewhere))
-    assert r.returncode == 0 and "5 built" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 0 and "6 built" in r.stdout, r.stdout + r.stderr
     result = _app(str(elsewhere / "manifest_app.py"), tmp_path / "built", QDC_OFFLINE="1")
     assert result["compiled"] == 0
     _check(result, 0.1)
@@ -155,7 +156,7 @@ def test_stale_entries_are_reported_and_the_rest_built(recorded, tmp_path):
     assert "stale manifest entry manifest_app.rescale (forward)" in r.stderr
     assert "module manifest_app has no @qd.kernel rescale" in r.stderr
     assert "stale manifest entry manifest_app.energy (grad)" in r.stderr and "has no OldState" in r.stderr
-    assert "3 built" in r.stdout and "2 stale manifest entries" in r.stdout, r.stdout
+    assert "4 built" in r.stdout and "2 stale manifest entries" in r.stdout, r.stdout
 
 
 def test_shards_of_a_manifest_build_through_a_remote_store_serve_an_offline_process(recorded, tmp_path):
@@ -171,11 +172,103 @@ def test_shards_of_a_manifest_build_through_a_remote_store_serve_an_offline_proc
         assert r.returncode == 0, r.stdout + r.stderr
         outputs.append(r.stdout)
     built = [int(re.search(r"(\d+) built", out).group(1)) for out in outputs]
-    assert sum(built) == 5 and all(built), outputs  # the shards share the work
+    assert sum(built) == 6 and all(built), outputs  # the shards share the work
     r = _qdc("merge", str(tmp_path / "merged"), str(tmp_path / "shard1"), str(tmp_path / "shard2"))
     assert r.returncode == 0, r.stdout + r.stderr
     assert _app(str(app), tmp_path / "merged", QDC_OFFLINE="1")["compiled"] == 0
     # a deployment with an empty cache takes every variant from the store, verified
     result = _app(str(app), tmp_path / "empty", QDC_OFFLINE="1", QDC_REMOTE=url)
-    assert result["compiled"] == 0 and result["from_cache"] == 5 and not result["llvmlite"]
+    assert result["compiled"] == 0 and result["from_cache"] == 6 and not result["llvmlite"]
     _check(result, 0.1)
+
+
+QUADRANTS_PROGRAM = {
+    "sim/__init__.py": "",
+    "sim/solver.py": '''
+import quadrants as qd
+
+
+@qd.data_oriented
+class Solver:
+    def __init__(self, n, iterations):
+        self.x = qd.field(qd.f32, shape=n)
+        self.iterations = iterations
+
+    @qd.kernel
+    def relax(self, step: qd.f32):
+        for i in self.x:
+            for _ in qd.static(range(self.iterations)):
+                self.x[i] += step
+''',
+    "main.py": '''
+import json
+import sys
+
+import qdc
+qdc.install_as_quadrants()
+import quadrants as qd
+from sim.solver import Solver
+
+qd.init(arch=qd.cpu, cache_dir=sys.argv[1])
+s = Solver(4, 3)
+s.relax(0.5)
+from qdc.compiler.jit.offline_cache import Counts
+print(json.dumps({"x": s.x.to_numpy().tolist(), "compiled": Counts.compiled, "llvmlite": "llvmlite" in sys.modules}))
+''',
+}
+
+
+def test_a_quadrants_program_in_a_package_is_recorded_built_and_run_offline(tmp_path):
+    for name, text in QUADRANTS_PROGRAM.items():
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(text)
+    main = str(tmp_path / "main.py")
+    r = _qdc("record", "-o", "kernels.manifest", "--", sys.executable, main, "first", cwd=str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    entry, = manifest_file.read(str(tmp_path / "kernels.manifest"))
+    assert (entry["module"], entry["kernel"]) == ("sim.solver", "Solver.relax")
+    r = _qdc("build", "--manifest", "kernels.manifest", "--cache", "built", "-j", "1", cwd=str(tmp_path))
+    assert r.returncode == 0 and "1 built" in r.stdout, r.stdout + r.stderr
+    result = _app(main, tmp_path / "built", QDC_OFFLINE="1")
+    assert result == {"x": [1.5] * 4, "compiled": 0, "llvmlite": False}
+
+
+MODULE_KERNELS = '''
+import qdc as qd
+
+x = qd.field(qd.f32, shape=8, needs_grad=True)
+total = qd.field(qd.f32, shape=(), needs_grad=True)
+
+
+@qd.kernel
+def norm2():
+    for i in x:
+        total[None] += x[i] * x[i]
+'''
+
+MODULE_USER = '''
+import json
+import sys
+
+import numpy as np
+import qdc as qd
+
+qd.init(arch=qd.cpu, cache_dir=sys.argv[1])
+import physics
+physics.x.from_numpy(np.arange(8, dtype=np.float32))
+physics.norm2()
+physics.total.grad[None] = 1.0
+physics.norm2.grad()
+from qdc.compiler.jit.offline_cache import Counts
+print(json.dumps({"total": physics.total[None], "grad": physics.x.grad.to_numpy().tolist(),
+                  "compiled": Counts.compiled, "llvmlite": "llvmlite" in sys.modules}))
+'''
+
+
+def test_an_offline_process_runs_what_qdc_build_built_from_a_kernel_module(tmp_path):
+    (tmp_path / "physics.py").write_text(MODULE_KERNELS)
+    (tmp_path / "main.py").write_text(MODULE_USER)
+    r = _qdc("build", "physics.py", "--cache", "cache", "-j", "1", cwd=str(tmp_path))
+    assert r.returncode == 0, r.stdout + r.stderr
+    result = _app(str(tmp_path / "main.py"), tmp_path / "cache", QDC_OFFLINE="1")
+    assert result == {"total": 140.0, "grad": [2.0 * i for i in range(8)], "compiled": 0, "llvmlite": False}

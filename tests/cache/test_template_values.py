@@ -83,6 +83,16 @@ def test_equal_arguments_have_one_description_and_key_and_others_differ():
     assert _key(first) != _key(second)
 
 
+def test_fields_named_by_their_creation_count_do_not_split_the_key():
+    qd.field(qd.f32, shape=3)  # another process may create more fields, or in another order
+    first = Config(4, Limits(0.0, 1.0), Bodies(qd.field(qd.f32, shape=8), ()))
+    qd.field(qd.i32, shape=5)
+    second = Config(4, Limits(0.0, 1.0), Bodies(qd.field(qd.f32, shape=8), ()))
+    assert first.bodies.pos.name != second.bodies.pos.name
+    assert _key(first) == _key(second)
+    assert describe(first, "cfg").data["object"]["attrs"]["bodies"]["object"]["attrs"]["pos"]["field"]["name"] == "field*"
+
+
 def test_descriptions_are_plain_data_that_rebuild_to_the_same_description():
     values = [None, True, 3, -0.0, float("inf"), "text", b"\x00\x01", 1 + 2j, np.float32(0.5), np.int64(-7),
               qd.f16, Mode.SLOW, (1, (2.0,)), [1, "b"], {"k": (1, 2)}, Limits(1.0, 2.0), _config(),

@@ -62,6 +62,7 @@ def test_build_timings_name_every_variant_and_phase_largest_first(tmp_path):
         or os.uname().machine != "x86_64"
     totals = r.stdout[r.stdout.index("all 8 kernel variants"):].splitlines()
     assert any(line.split()[:2] == ["front", "end"] for line in totals)
+    assert any(line.strip().startswith("start-up before the first kernel") for line in totals)
     assert r.stdout.splitlines()[-1].startswith("qdc build: ")
 
 

@@ -56,3 +56,18 @@ def test_documents_link_only_inside_the_repository():
                 if not path.startswith(REPO_ROOT + os.sep) or not os.path.exists(path):
                     broken.append(f"{document}: {target}")
     assert not broken, "links to files outside the repository or missing: " + ", ".join(broken)
+
+
+def test_nothing_cites_documents_outside_the_repository():
+    """Code, tests and docs cite docs/api.md and docs/design.md, never the files a clone lacks."""
+    outside = re.compile(r"(^|[^A-Za-z/_.-])(API|DESIGN|GPU)\.md|\.\./shared/")
+    found = []
+    for folder, subfolders, files in os.walk(REPO_ROOT):
+        subfolders[:] = [d for d in subfolders if not d.startswith(".") and d not in ("__pycache__", "cache")]
+        for name in files:
+            if name.endswith((".py", ".md", ".toml", ".sh", ".yaml", ".cfg", ".ini")) or name == "Makefile":
+                path = os.path.join(folder, name)
+                with open(path, encoding="utf-8", errors="replace") as f:
+                    found += [f"{os.path.relpath(path, REPO_ROOT)}:{i}" for i, line in enumerate(f, 1)
+                              if outside.search(line)]
+    assert not found, "citations of documents outside the repository: " + ", ".join(found)

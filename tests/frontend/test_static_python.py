@@ -120,3 +120,42 @@ def test_ndarray_element_dim(arch, rng):
     out = np.zeros(n, np.float32)
     norms(v, mm, out)  # a numpy array: its last element_dim axes are the element
     np.testing.assert_allclose(out, np.linalg.norm(vv, axis=1) + np.trace(mm, axis1=1, axis2=2), rtol=1e-5)
+
+
+def test_the_throwaway_name_rebinds_with_any_type(arch):
+    out = qd.field(qd.f32, shape=3)
+
+    @qd.func
+    def f():
+        return qd.Vector([1.0, 2.0]), 3, 4.5
+
+    @qd.func
+    def g():
+        return 7, qd.Matrix([[1.0, 2.0], [3.0, 4.0]])
+
+    @qd.kernel
+    def k():
+        v1, _, _ = f()
+        _, m = g()
+        out[0] = v1[1] + m[1, 1]
+        for i in range(2):
+            a, _ = g()
+            _, b, _ = f()
+            out[1] += a + b + i
+        x = 1
+        x = qd.Vector([1.0, 2.0])
+        out[2] = x[1]
+
+    k()
+    assert list(out.to_numpy()) == [6.0, 21.0, 2.0]
+
+
+def test_host_apis_of_qdc_run_inside_static(arch):
+    out = qd.field(qd.f32, shape=1)
+
+    @qd.kernel
+    def k():
+        out[0] = qd.static(len(qd.runtime.contract.arches.names()) > 0)
+
+    k()
+    assert out[0] == 1.0

@@ -140,3 +140,40 @@ def test_svd_gradient(rng):
             e[i, j] = h
             want[i, j] = (f(A + e) - f(A - e)) / (2 * h)
     np.testing.assert_allclose(a.grad.to_numpy(), want, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("dtype", [qd.i32, qd.f32])
+def test_atomic_exchange(arch, dtype):
+    x = qd.field(dtype, shape=2)
+    v = qd.Vector.field(2, dtype, shape=())
+
+    @qd.kernel
+    def k(olds: qd.types.ndarray(dtype=dtype, ndim=1), n: qd.i32):
+        for i in range(n):
+            olds[i] = qd.atomic_exchange(x[0], i + 1)
+        local = 5
+        old = qd.atomic_exchange(local, 7)
+        x[1] = old * 10 + local
+        pair = qd.atomic_exchange(v[None], qd.Vector([3, 4]))
+        v[None] += pair
+
+    x[0] = -1
+    v[None] = [1, 2]
+    n = 1000
+    olds = np.zeros(n, dtype.np_dtype)
+    k(olds, n)
+    # every value went in exactly once and came out exactly once: the old values and the last one
+    assert sorted([*olds.tolist(), x[0]]) == [-1, *range(1, n + 1)]
+    assert x[1] == 57 and list(v[None].to_numpy()) == [4, 6]
+
+
+def test_atomic_exchange_refuses_a_gradient():
+    x = qd.field(qd.f32, shape=2, needs_grad=True)
+
+    @qd.kernel
+    def k():
+        for i in range(2):
+            qd.atomic_exchange(x[0], x[1] * 2)
+
+    with pytest.raises(qd.QdcCompileError, match="qd.atomic_exchange on 'x' cannot be differentiated"):
+        k.grad()

@@ -21,37 +21,8 @@ from qdc.runtime.contract.artifact import ENTRY_RECORD, MODULE_RECORD
 from qdc.runtime.contract.errors import CacheError
 from qdc.runtime.loader import load
 
-from remote_util import S3Server, free_port, qdc, run_qdc_process, tree, write_project
-
-try:
-    import obstore  # noqa: F401  (the `remote` extra; `make test` installs it)
-    HAVE_OBSTORE = True
-except ImportError:
-    HAVE_OBSTORE = False
-needs_obstore = pytest.mark.skipif(not HAVE_OBSTORE, reason="the remote extra (obstore) is not installed")
-
-
-@pytest.fixture(scope="module")
-def s3_server():
-    try:
-        server = S3Server()
-    except (RuntimeError, OSError) as e:
-        pytest.skip(f"no S3-compatible server: {e}")
-    yield server
-    server.stop()
-
-
-@pytest.fixture(params=["file", "s3"])
-def store_url(request, tmp_path, monkeypatch):
-    """A fresh, empty remote store's URL; the S3 server's environment is set for the test."""
-    monkeypatch.setattr(R, "FIRST_BACKOFF_S", 0.01)
-    if request.param == "file":
-        return f"file://{tmp_path}/store"
-    server = request.getfixturevalue("s3_server")
-    for name, value in server.environment().items():
-        monkeypatch.setenv(name, value)
-    return server.new_url("store")
-
+from remote_util import (free_port, needs_obstore, qdc, run_qdc_process, s3_server, store_url, tree,  # noqa: F401
+                         write_project)
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):

@@ -1,6 +1,8 @@
 """torch tensors as ndarray arguments (runtime/external_arrays.py): used in place, cached while
 their address stays, copied in and written back where not contiguous, refused by TypeErrors
 naming kernel, parameter, expected and given."""
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -169,3 +171,45 @@ def test_kernels_loaded_ahead_of_time_take_tensors(tmp_path):
     assert torch.equal(t, torch.full((3, 4), 3.0))
     with pytest.raises(TypeError, match="(?s)'tscale'.*'a'.*torch.float16"):
         mod.tscale(torch.ones(3, 4, dtype=torch.float16), 1.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class Bodies:
+    pos: qd.types.ndarray(dtype=qd.f32, ndim=1)
+    vel: qd.types.ndarray(dtype=qd.f32, ndim=1)
+    dt: qd.f32
+
+
+@qd.kernel
+def advance(s: Bodies):
+    for i in range(s.pos.shape[0]):
+        s.pos[i] += s.vel[i] * s.dt
+
+
+@qd.kernel
+def triple(c: qd.template()):
+    for i in range(c.values.shape[0]):
+        c.values[i] *= 3
+
+
+@qd.kernel
+def double_rows(v: qd.types.ndarray(dtype=qd.f32, ndim=1, element_dim=1)):
+    for i in range(v.shape[0]):
+        v[i] = v[i] * 2.0
+
+
+def test_tensors_inside_dataclasses_templates_and_with_element_dims():
+    bodies = Bodies(torch.zeros(4), torch.arange(4, dtype=torch.float32), 0.5)
+    advance(bodies)
+    advance(bodies)
+    assert bodies.pos.tolist() == [0.0, 1.0, 2.0, 3.0]
+
+    class Config:
+        def __init__(self):
+            self.values = torch.ones(3, dtype=torch.int64)
+    config = Config()
+    triple(config)
+    assert config.values.tolist() == [3, 3, 3]
+    rows = torch.arange(6, dtype=torch.float32).reshape(3, 2)
+    double_rows(rows)
+    assert rows.tolist() == [[0, 2], [4, 6], [8, 10]]

@@ -61,6 +61,22 @@ def test_gradcheck_of_a_kernel_with_several_inputs_an_index_array_and_a_scalar(r
     assert w.grad is not None and x.grad is not None
 
 
+@qd.kernel
+def relax_each(x: F64_1D, y: F64_1D, counts: qd.types.ndarray(dtype=qd.i32, ndim=1)):
+    for i in range(x.shape[0]):
+        v = x[i]
+        for _ in range(counts[i]):  # the adstack's size is read from the tensor before the launch
+            v = qd.sin(v) * 0.9 + 0.1 * x[i] * v
+        y[i] += v
+
+
+def test_gradcheck_with_trip_counts_from_a_tensor(rng):
+    op = qdc.torch.function(relax_each, inputs=("x",), outputs=("y",))
+    x = torch.from_numpy(rng.random(5)).requires_grad_()
+    counts = torch.tensor([0, 1, 3, 17, 40], dtype=torch.int32)
+    assert torch.autograd.gradcheck(lambda x: op(x, torch.zeros(5, dtype=torch.float64), counts), (x,))
+
+
 def test_mistakes_are_named():
     with pytest.raises(ValueError, match="(?s)'relax' has no parameter 'z'.*x, y, n"):
         qdc.torch.function(relax, inputs=("z",), outputs=("y",))

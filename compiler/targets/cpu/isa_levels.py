@@ -12,7 +12,7 @@ names), so a host without them gets a clear CacheError instead of an illegal ins
 The runtime detects those features (HOST_FEATURE_SOURCES of runtime/contract/cpu_features.py
 covers every name used here).
 
-What `cpu_targets` (API.md §5) means: the platforms (ISA family and operating system) CPU code
+What `cpu_targets` (docs/api.md, Configuration) means: the platforms (ISA family and operating system) CPU code
 is built for, each its own library of the levels above, all in one cache entry; the runtime
 loads the one of its host's platform. An ISA family names every platform qdc deploys it on
 (`aarch64`: Linux and macOS); `aarch64-linux` names one. Unset: the host's platform alone.
@@ -115,11 +115,17 @@ def parse_cpu_targets(value) -> tuple[str, ...] | None:
     return tuple(name for name in PLATFORMS if name in chosen)
 
 
+# Every arm64 Mac has an Apple M1 or a later core (ARMv8.5-A, with all of armv8.2-a and no SVE):
+# macOS arm64 code is one level, tuned for the M1, which needs nothing the runtime must check
+# beyond NEON (and costs a third of a three-level library to build).
+APPLE_SILICON = CpuLevel("apple-m1", "apple-m1", "", _ARM_V8)
+
+
 def platform_levels(platform: CpuPlatform) -> tuple:
-    """The levels of a portable build for `platform`: its family's, but SVE's on macOS (Apple's
-    CPUs have none)."""
-    levels = LEVELS.get(platform.machine, (GENERIC,))
-    return tuple(level for level in levels if platform.os != "macos" or "sve" not in level.requires)
+    """The levels of a portable build for `platform`: its family's; one for Apple silicon."""
+    if platform.name == "aarch64-macos":
+        return (APPLE_SILICON,)
+    return LEVELS.get(platform.machine, (GENERIC,))
 
 
 def check_cpu_targets(value) -> None:

@@ -56,6 +56,13 @@ class CpuTarget(LlvmTarget):
         thread_num = mb.declare("omp_get_thread_num", ll.IntType(32), [])
         return builder.zext(builder.call(thread_num, []), ll.IntType(64))
 
+    def warm_up(self) -> None:
+        from .codegen import _target_machine
+        from .isa_levels import PORTABLE
+        from .platforms import cpu_levels
+        _target_machine(3)  # LLVM's native target, and the triple's data layout every module takes
+        cpu_levels(PORTABLE)
+
     def cache_description(self, opts) -> str:
         from .platforms import target_description
         from .widen_plan import SCALAR_SWITCH, widening_mode

@@ -87,6 +87,10 @@ class WidenPlan:
         self.lane_counts = False  # adstack operations in narrow code: each lane's stack keeps its own count
         self.registers = REGISTERS_PER_STEP  # W is this many vector registers' worth of lanes (`_size_lanes`)
         self.registers_reason: str | None = None  # why fewer than REGISTERS_PER_STEP, for `qdc inspect`
+        self.lane_cap: int | None = None  # the most lanes worth running (a short constant range)
+        # Widened for its gathers alone (no inner loop): at an ISA level without gather
+        # instructions the scalar code is as fast and far less code (widen_codegen.py)
+        self.gathers_only = False
 
 
 def plan(task: ir.Task) -> WidenPlan | str:
@@ -147,8 +151,16 @@ def _size_lanes(task: ir.Task, p: WidenPlan, has_inner_loop: bool) -> None:
     per_lane = gathers + atomics
     widest = lanes_for(512, p.float_bits) // REGISTERS_PER_STEP  # lanes of one register, widest level
     registers = REGISTERS_PER_STEP if has_inner_loop else 1
+    p.gathers_only = not has_inner_loop
     while registers > 1 and registers * widest * per_lane > LANE_OPERATION_BUDGET:
         registers //= 2
+    trips = _constant_row(task)
+    if trips is not None and registers * widest > trips:  # lanes beyond the row would only idle
+        p.lane_cap = 1 << (max(trips, 2).bit_length() - 1)
+        p.registers = registers
+        p.registers_reason = f"at most {p.lane_cap} lanes (one vector register at least): the range has " \
+                             f"{trips} iterations{' a row' if task.axis_index else ''}"
+        return
     p.registers = registers
     if registers == REGISTERS_PER_STEP:
         return
@@ -159,6 +171,17 @@ def _size_lanes(task: ir.Task, p: WidenPlan, has_inner_loop: bool) -> None:
     else:
         p.registers_reason = f"{registers} vector register{'s' if registers > 1 else ''} of lanes: {accesses} " \
                              f"(code size)"
+
+
+def _constant_row(task: ir.Task) -> int | None:
+    """The iterations the lanes of a step share, if constant: a row of a multi-dimensional
+    range, else the whole range."""
+    if task.axis_index:
+        last = task.axes[-1]
+        return last.value if isinstance(last, ir.Const) else None
+    if isinstance(task.begin, ir.Const) and isinstance(task.end, ir.Const):
+        return max(task.end.value - task.begin.value, 0)
+    return None
 
 
 def _inner_loop_vectorised_by_llvm(task: ir.Task, p: WidenPlan):
@@ -346,6 +369,8 @@ class _Analysis:
 REGISTERS_PER_STEP = 4
 
 
-def lanes_for(vector_bits: int, float_bits: int, registers: int = REGISTERS_PER_STEP) -> int:
-    """W: `registers` vector registers of `vector_bits` of the task's widest float (at least 2 lanes)."""
-    return max(max(vector_bits // float_bits, 2) * registers, 2)
+def lanes_for(vector_bits: int, float_bits: int, registers: int = REGISTERS_PER_STEP, cap: int | None = None) -> int:
+    """W: `registers` vector registers of `vector_bits` of the task's widest float, at most `cap`
+    lanes but one register at least."""
+    one = max(vector_bits // float_bits, 2)
+    return max(min(one * registers, cap or one * registers), one)

@@ -245,6 +245,8 @@ def carries_state(loop: ir.Stmt) -> bool:
 
 def atomic_operation(op: str, t: T.DataType) -> str:
     """The `atomicrmw` operation of the language's atomic `op` on a `t` (not "mul": no target has one)."""
+    if op == "xchg":
+        return "xchg"
     if t.is_float:
         return {"add": "fadd", "sub": "fsub", "min": "fmin", "max": "fmax"}[op]
     return {"add": "add", "sub": "sub", "and": "and", "or": "or", "xor": "xor",
@@ -700,7 +702,9 @@ class _Env(AdStackLowering, MessageLowering, SimtLowering):
         b = self.b
         old = b.load(ptr, typ=v.type, align=max(t.nbytes, 1))
         name = op if op == "mul" else atomic_operation(op, t)
-        if name in ("fmin", "fmax", "min", "max", "umin", "umax"):
+        if name == "xchg":
+            new = v
+        elif name in ("fmin", "fmax", "min", "max", "umin", "umax"):
             intrinsic = {"fmin": "minnum", "fmax": "maxnum", "min": "smin", "max": "smax"}.get(name, name)
             suffix = _fsuffix(v.type) if t.is_float else f"i{v.type.width}"
             new = b.call(self.mb.declare(f"llvm.{intrinsic}.{suffix}", v.type, [v.type, v.type]), [old, v])

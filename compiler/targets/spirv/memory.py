@@ -308,6 +308,11 @@ class MemoryLowering:
             self.m.require(Capability.Int64Atomics)
         if op == "mul":  # no multiplying atomic: a compare-and-swap loop on the element's bits
             return self.cas_loop(op, t, value, locate(_BITS_OF[t.bits]))
+        if op == "xchg":  # on the element's bits: a float exchange needs no float-atomics feature
+            bits_t = _BITS_OF[t.bits]
+            bits = value if t is bits_t else self.op(Op.Bitcast, bits_t, value)
+            old = self.fb.emit(Op.AtomicExchange, self.ty(bits_t), locate(bits_t), scope, relaxed, bits)
+            return old if t is bits_t else self.op(Op.Bitcast, t, old)
         if not t.is_float:
             opcode = _INT_ATOMICS.get(op) or _INT_ATOMICS[op, t.kind == "int"]
             return self.fb.emit(opcode, self.ty(t), locate(t), scope, relaxed, value)

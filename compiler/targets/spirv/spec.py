@@ -99,6 +99,7 @@ class Op:
     BitwiseAnd = 199
     Not = 200
     AtomicLoad = 227
+    AtomicExchange = 229
     AtomicCompareExchange = 230
     AtomicIAdd = 234
     AtomicISub = 235

@@ -4,10 +4,12 @@ arm64 packages: tools/cross/aarch64-sysroot.sh, which `make test` runs into .cro
 with numpy, msgpack and the qdc-runtime wheel only, once per ISA level the runtime picks by
 the emulated CPU's features (cortex-a57: armv8-a, neoverse-n1: armv8.2-a, max: SVE), against
 numpy: forward and gradient kernels, dynamic loops and adstacks, the width-W lowering of each
-level (1-D and 2-D ranges, gathers, masked lanes, f32 and f64)."""
+level (1-D and 2-D ranges, gathers, masked lanes, f32 and f64); and kernels/diffmpm.py's
+forward and backward passes against the same script's run on the build host."""
 import os
 import shutil
 import subprocess
+import sys
 import zipfile
 
 import numpy as np
@@ -128,6 +130,24 @@ out["gathered"] = np.zeros(data["idx"].size, np.float32)
 mod.gather(data["table"], data["idx"], out["gathered"], int(data["taps"]))
 out["w"] = data["w"].copy()
 mod.axpy(float(data["a"]), data["u"], out["w"])
+mpm = load(cache, "diffmpm")  # kernels/diffmpm.py, its backward pass replayed as a Tape would
+steps = mpm.x.shape[0] - 1
+mpm.init_particles()
+velocity = mpm.v.to_numpy()
+velocity[0] = data["v0"]
+mpm.v.from_numpy(velocity)
+mpm.clear_grid()
+substeps = (mpm.p2g, mpm.grid_op, mpm.g2p)
+for s in range(steps):
+    for kernel in substeps:
+        kernel(s)
+mpm.compute_loss()
+mpm.loss.grad[None] = 1.0
+mpm.compute_loss.grad()
+for s in reversed(range(steps)):
+    for kernel in reversed(substeps):
+        kernel.grad(s)
+out["mpm_loss"], out["mpm_grad"] = np.float32(mpm.loss[None]), mpm.v.grad.to_numpy()[0]
 np.savez(outputs, **out)
 levels = {device.select_library(k._entry.meta.cpu_libraries, name)["target"] for name, k in mod._kernels.items()}
 print("levels", ",".join(sorted(levels)))
@@ -147,8 +167,9 @@ def deployment(tmp_path_factory):
         z.extractall(site)
     (out / "emulated.py").write_text(KERNELS)
     cache = str(out / "cache")
-    report = build_mod.build([str(out / "emulated.py")], ["cpu"], resolve({"cpu_targets": "x86_64,aarch64-linux"}, {}),
-                             cache, jobs=1, log=lambda text: None)
+    sources = [str(out / "emulated.py"), os.path.join(REPO_ROOT, "kernels", "diffmpm.py")]
+    report = build_mod.build(sources, ["cpu"], resolve({"cpu_targets": "x86_64,aarch64-linux"}, {}), cache, jobs=1,
+                             log=lambda text: None)
     assert report.ok, report.errors
     (out / "deploy.py").write_text(DEPLOY)
     return out, str(site), cache
@@ -158,7 +179,8 @@ def _inputs(rng) -> dict:
     return {"steps": 23, "x": rng.uniform(-2, 2, 96).astype(np.float32), "d": rng.uniform(-1.5, 1.5, 40),
             "iters": 40, "table": rng.standard_normal(300).astype(np.float32),
             "idx": rng.integers(0, 300, 203).astype(np.int32), "taps": 9, "a": np.float32(rng.uniform(-2, 2)),
-            "u": rng.standard_normal(1031).astype(np.float32), "w": rng.standard_normal(1031).astype(np.float32)}
+            "u": rng.standard_normal(1031).astype(np.float32), "w": rng.standard_normal(1031).astype(np.float32),
+            "v0": rng.uniform(-1, 1, (64, 2)).astype(np.float32)}
 
 
 def _expected(data: dict) -> dict:
@@ -205,18 +227,27 @@ def test_the_build_is_widened(deployment):
         assert store.lookup(kernels[name]).meta.tasks[-1].launch.get("lanes", 1) > 1, name
 
 
+def _deploy(out, site, cache, cpu: str | None) -> subprocess.Popen:
+    """The deployment script on the runtime-only install: under qemu-aarch64 -cpu `cpu`, or
+    (None) natively with this interpreter, whose x86-64 results are DiffMPM's reference."""
+    env = {**os.environ, "PYTHONPATH": site, "PYTHONNOUSERSITE": "1", "QEMU_LD_PREFIX": SYSROOT}
+    env.pop("PYTHONHOME", None)
+    python = [sys.executable] if cpu is None else [QEMU, "-cpu", cpu, os.path.join(SYSROOT, "usr", "bin", "python3")]
+    return subprocess.Popen(python + ["-s", str(out / "deploy.py"), cache, str(out / "inputs.npz"),
+                                      str(out / f"out-{cpu or 'host'}.npz")], env=env, cwd=str(out),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
 def test_every_aarch64_level_under_qemu(deployment, rng):
     out, site, cache = deployment
     data = _inputs(rng)
     np.savez(out / "inputs.npz", **data)
     want = _expected(data)
-    env = {**os.environ, "PYTHONPATH": site, "PYTHONNOUSERSITE": "1", "QEMU_LD_PREFIX": SYSROOT}
-    env.pop("PYTHONHOME", None)
-    runs = {cpu: subprocess.Popen([QEMU, "-cpu", cpu, os.path.join(SYSROOT, "usr", "bin", "python3"), "-s",
-                                   str(out / "deploy.py"), cache, str(out / "inputs.npz"),
-                                   str(out / f"out-{cpu}.npz")], env=env, cwd=str(out), stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True)
-            for cpu in CPUS}
+    runs = {cpu: _deploy(out, site, cache, cpu) for cpu in [None, *CPUS]}
+    text = runs[None].communicate(timeout=600)[0]
+    assert runs[None].returncode == 0, text
+    host = dict(np.load(out / "out-host.npz"))
+    assert np.abs(host["mpm_grad"]).min() > 1e-5  # about steps * dt / particles: the backward pass ran
     for cpu, level in CPUS.items():
         text = runs[cpu].communicate(timeout=600)[0]
         assert runs[cpu].returncode == 0, f"{cpu}:\n{text}"
@@ -224,5 +255,7 @@ def test_every_aarch64_level_under_qemu(deployment, rng):
         got = dict(np.load(out / f"out-{cpu}.npz"))
         try:
             _check(got, want)
+            np.testing.assert_allclose(got["mpm_loss"], host["mpm_loss"], rtol=1e-5)
+            np.testing.assert_allclose(got["mpm_grad"], host["mpm_grad"], rtol=1e-3, atol=1e-9)
         except AssertionError as e:
             raise AssertionError(f"under qemu-aarch64 -cpu {cpu} ({level}): {e}") from None

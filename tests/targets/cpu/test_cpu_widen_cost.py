@@ -33,6 +33,15 @@ def chain(x: F, n: qd.i32):
 
 
 @qd.kernel
+def short_chain(x: F, n: qd.i32):
+    for i in range(16):
+        v = x[i]
+        for _ in range(n):
+            v = qd.sin(v) * 0.9 + 0.1
+        x[i] = v
+
+
+@qd.kernel
 def gather(pos: F, g: G, out: F):
     for i in range(pos.shape[0]):
         c = qd.cast(pos[i] * 8.0, qd.i32)
@@ -80,8 +89,13 @@ def test_lanes_by_what_the_task_does(tmp_path, monkeypatch):
     assert costly["lanes_reason"].startswith("2 vector registers of lanes")
     assert "6 accesses at data-dependent addresses" in costly["lanes_reason"]
     assert "(code size)" in describe_launch(costly)
+    short = _launch(module, "short_chain", "x86-64-v4")  # 16 iterations: one register of 16 lanes
+    assert short["lanes"] == 16 and "the range has 16 iterations" in short["lanes_reason"]
+    assert _launch(module, "short_chain", "x86-64-v2")["lanes"] == 16  # still 4 SSE registers
     portable = _launch(module, "gather", "portable")  # the most lanes of any level: x86-64-v4's
-    assert portable["lanes"] == 16
+    assert portable["lanes"] == 16 and "scalar code at x86-64-v2 (no gathers)" in portable["lanes_reason"]
+    lowest = _launch(module, "gather", "x86-64-v2")  # no gather instructions: the scalar code
+    assert "lanes" not in lowest and "no gather instructions" in lowest["scalar"]
 
 
 def test_narrower_lanes_compute_what_numpy_does(tmp_path, monkeypatch, rng):
