@@ -256,33 +256,21 @@ def qualified_name(v) -> tuple[str, str] | None:
 
 def _qdc_attribute_name(v) -> str | None:
     """`module.attr` of a loaded qdc module holding the language object `v` (an instance of a
-    qdc class, such as a type constructor), else None. Found through an index of the qdc
-    modules' attributes, made again when modules were loaded since or a hit is out of date."""
-    global _QDC_ATTRIBUTES
-    if _QDC_ATTRIBUTES[0] != len(sys.modules):
-        _QDC_ATTRIBUTES = (len(sys.modules), _index_qdc_attributes())
-    hit = _QDC_ATTRIBUTES[1].get(id(v))
-    if hit is not None:
-        module, attr = hit
-        if getattr(sys.modules.get(module), attr, None) is v:
-            return f"{module}.{attr}"
-        _QDC_ATTRIBUTES = (len(sys.modules), _index_qdc_attributes())
-        hit = _QDC_ATTRIBUTES[1].get(id(v))
-        return None if hit is None else f"{hit[0]}.{hit[1]}"
-    return None
-
-
-_QDC_ATTRIBUTES: tuple = (-1, {})  # (len(sys.modules) when made, id(value) -> (module, attribute))
-
-
-def _index_qdc_attributes() -> dict:
-    """id(value) -> the first (module, attribute) holding it, modules in sys.modules order."""
-    index: dict = {}
-    for name, module in list(sys.modules.items()):
-        if _is_qdc_module(module):
+    qdc class, such as a type constructor), else None. The index of those attributes is made
+    again whenever a qdc module was imported since (a kernel's every `qd.template()` annotation
+    asks: scanning the modules each time cost milliseconds per parameter)."""
+    modules = [(name, m) for name, m in list(sys.modules.items()) if _is_qdc_module(m)]
+    if len(modules) != _QDC_ATTRIBUTES["modules"]:
+        index: dict = {}
+        for name, module in modules:
             for attr, value in list(vars(module).items()):
-                index.setdefault(id(value), (name, attr))
-    return index
+                index.setdefault(id(value), (value, f"{name}.{attr}"))  # the value kept: its id stays its own
+        _QDC_ATTRIBUTES.update(modules=len(modules), index=index)
+    found = _QDC_ATTRIBUTES["index"].get(id(v))
+    return found[1] if found is not None and found[0] is v else None
+
+
+_QDC_ATTRIBUTES: dict = {"modules": -1, "index": {}}
 
 
 def _code_fingerprint(code) -> list:
@@ -436,7 +424,8 @@ class _Walk:
             data = hashlib.sha256(np.ascontiguousarray(v).tobytes()).hexdigest()
             m.append(["array", label, v.dtype.str, list(v.shape), data])
         elif isinstance(v, types.FunctionType) and not _is_qdc_module(sys.modules.get(v.__module__)):
-            m.append(["pyfunc", label, template_values.import_name(v.__module__), v.__qualname__])  # inlined like a qd.func
+            # inlined like a qd.func
+            m.append(["pyfunc", label, template_values.import_name(v.__module__), v.__qualname__])
             self.function(v, label)
         else:
             self.identified(label, v)
