@@ -139,7 +139,8 @@ def main() -> None:
     print(f"\n| case ({args.kernels} kernels) | compiled | start-up min / median | process min / median | llvmlite |")
     print("| --- | --- | --- | --- | --- |")
     for row in rows:
-        print(f"| {row['case']} | {row['compiled']} | {row['start_min_s'] * 1e3:.0f} / {row['start_median_s'] * 1e3:.0f} ms "
+        start = f"{row['start_min_s'] * 1e3:.0f} / {row['start_median_s'] * 1e3:.0f} ms"
+        print(f"| {row['case']} | {row['compiled']} | {start} "
               f"| {row['process_min_s'] * 1e3:.0f} / {row['process_median_s'] * 1e3:.0f} ms | "
               f"{'imported' if row['llvmlite'] else 'not imported'} |")
 

@@ -90,7 +90,8 @@ def test_fields_named_by_their_creation_count_do_not_split_the_key():
     second = Config(4, Limits(0.0, 1.0), Bodies(qd.field(qd.f32, shape=8), ()))
     assert first.bodies.pos.name != second.bodies.pos.name
     assert _key(first) == _key(second)
-    assert describe(first, "cfg").data["object"]["attrs"]["bodies"]["object"]["attrs"]["pos"]["field"]["name"] == "field*"
+    bodies = describe(first, "cfg").data["object"]["attrs"]["bodies"]["object"]["attrs"]
+    assert bodies["pos"]["field"]["name"] == "field*"
 
 
 def test_descriptions_are_plain_data_that_rebuild_to_the_same_description():
