@@ -114,7 +114,7 @@ def test_native_code_is_for_this_machine_only():
     other = next(p for p in PLATFORMS.values() if p.name != HOST)
     with pytest.raises(ValueError, match=f"'native' is this machine's CPU, which cannot run {other.name} code"):
         platforms.cpu_levels("native", other)
-    with pytest.raises(ValueError, match="'x86-64-v3' is for x86_64 CPUs.*cpu_targets: aarch64-linux"):
+    with pytest.raises(ValueError, match="'x86-64-v3' is for x86_64 CPUs: it cannot build the aarch64-linux library"):
         platforms.cpu_levels("x86-64-v3", PLATFORMS["aarch64-linux"])
 
 
