@@ -600,8 +600,8 @@ def pack(cache_dir, output, remote_url, sign_key):
 @cli.command()
 @click.argument("dest")
 @click.argument("sources", nargs=-1, required=True)
-@click.option("--sign", "sign_key", metavar="KEYFILE", help="Sign merged module records that no source's "
-                                                            "signature covers.")
+@click.option("--sign", "sign_key", metavar="KEYFILE", help="Also sign every merged module record (and through "
+                                                            "it the digests of its entries).")
 def merge(dest, sources, sign_key):
     """Union the caches SOURCES (the shards of one build, say) into cache folder DEST, keeping
     their signatures."""

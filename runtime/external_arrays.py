@@ -36,6 +36,7 @@ from . import dlpack_capsule
 from .argument_checks import ArrayMismatchError, argument_name
 from .contract.foreign_arrays import is_tensor, qdc_dtype_name
 
+
 def describe(a) -> str:
     """How an error message names an external array: `a torch.Tensor of dtype torch.float64
     with shape (3, 4) on cpu`."""

@@ -693,7 +693,11 @@ class _Launcher:
         self.function.__qdc_source__, self.function.__qdc_launcher__ = self.launch.__qdc_source__, self
 
     def specialise(self) -> None:
-        """Make `fast_code` the launch code for the kinds of arrays now cached (see `body`)."""
+        """Make `fast_code` the launch code for the kinds of arrays now cached (see `body`). While
+        some array was never bound (the first launch binding them one by one), the generic code
+        serves: specialising at each bind would generate the code once per ndarray parameter."""
+        if None in self.kinds.values():
+            return
         key = tuple(self.kinds.values())
         if self.uses_python_entry(self.kinds):  # arrays cached by other code: their words get rewritten
             for i in self.kinds:

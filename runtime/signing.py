@@ -100,7 +100,7 @@ class PublicKey:
     def __init__(self, raw: bytes, name: str = ""):
         if not isinstance(raw, bytes) or len(raw) != 32:
             raise ValueError("an Ed25519 public key is 32 bytes")
-        self.raw, self.name = raw, " ".join(str(name).split())
+        self.raw, self.name = raw, " ".join(str(name).replace(",", " ").split())  # commas separate keys
         self.fingerprint = fingerprint(raw)
         self._key = None
 
@@ -111,13 +111,13 @@ class PublicKey:
         return f"'{self.name}' ({self.fingerprint})" if self.name else self.fingerprint
 
     def verifies(self, signature: bytes, message: bytes) -> bool:
-        if self._key is None:
-            self._key = _ed25519().Ed25519PublicKey.from_public_bytes(self.raw)
         from cryptography.exceptions import InvalidSignature
         try:
+            if self._key is None:
+                self._key = _ed25519().Ed25519PublicKey.from_public_bytes(self.raw)
             self._key.verify(signature, message)
             return True
-        except InvalidSignature:
+        except (InvalidSignature, ValueError):  # ValueError: 32 bytes that are no Ed25519 point
             return False
 
 
@@ -198,11 +198,12 @@ def keygen(path: str, name: str | None = None) -> SigningKey:
 
 
 def parse_keys(text: str, source: str) -> list[tuple[bool, "PublicKey | str"]]:
-    """The keys of a trusted-keys text: (revoked, PublicKey), or (True, fingerprint) for a key
-    revoked by fingerprint. Blank lines and `#` comments are skipped."""
+    """The keys of a trusted-keys text, one per line or separated by commas: (revoked, PublicKey),
+    or (True, fingerprint) for a key revoked by fingerprint. Blank lines and `#` comments are skipped."""
     out = []
-    for number, line in enumerate(str(text).splitlines(), 1):
-        line = line.strip()
+    lines = [(number, part.strip()) for number, line in enumerate(str(text).splitlines(), 1)
+             for part in ([line] if line.strip().startswith("#") else line.split(","))]
+    for number, line in lines:
         if not line or line.startswith("#"):
             continue
         revoked = line.startswith(REVOKED_MARK)
@@ -223,7 +224,8 @@ def parse_keys(text: str, source: str) -> list[tuple[bool, "PublicKey | str"]]:
 
 
 def _items(value) -> list:
-    """A trusted/revoked keys setting as a list: a string is split at commas and newlines."""
+    """A trusted/revoked keys setting as a list of key files, keys' lines and fingerprints: a string
+    is split at commas and newlines (a key's name has neither)."""
     if value is None:
         return []
     if isinstance(value, (str, bytes, os.PathLike)):
@@ -237,9 +239,8 @@ def _items(value) -> list:
             item = item.decode("utf-8", "replace")
         if not isinstance(item, (str, os.PathLike)):
             raise TypeError(f"a trusted key is a key file path or a key's text, not {type(item).__name__}")
-        text = os.fspath(item)
-        out += [part.strip() for part in re.split(r"[,\n]", text) if part.strip()] \
-            if KEY_PREFIX not in text else [text]
+        out += [part.strip() for part in re.split(r"[,\n]", os.fspath(item))
+                if part.strip() and not part.strip().startswith("#")]
     return out
 
 

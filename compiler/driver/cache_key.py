@@ -27,6 +27,7 @@ import ast
 import enum
 import hashlib
 import inspect
+import linecache
 import os
 import sys
 import textwrap
@@ -155,12 +156,53 @@ def _class_source(cls) -> str | None:
         pass
     except TypeError:  # not weakly referable
         return None
-    try:
-        text = inspect.getsource(cls)
-    except (OSError, TypeError):
-        text = None
+    text = _class_source_by_file(cls)
     _CLASS_SOURCES[cls] = text
     return text
+
+
+_FILE_CLASSES: dict = {}  # file name -> (its lines, qualname -> (first line, last line) of each class)
+
+
+def _class_source_by_file(cls) -> str | None:
+    """`inspect.getsource(cls)`, with each file parsed once (inspect parses the whole module
+    again for every class it looks up: seconds for a program of many config classes)."""
+    try:
+        filename = inspect.getsourcefile(cls)
+    except TypeError:
+        return None
+    module = sys.modules.get(cls.__module__)
+    if filename is None or module is None or getattr(module, "__file__", None) is None:
+        return None
+    found = _FILE_CLASSES.get(filename)
+    if found is None:
+        lines = linecache.getlines(filename, module.__dict__)
+        try:
+            tree = ast.parse("".join(lines))
+        except (SyntaxError, ValueError):
+            return None
+        found = _FILE_CLASSES[filename] = (lines, _class_spans(tree))
+    lines, spans = found
+    span = spans.get(cls.__qualname__)
+    if span is None:
+        return None
+    return "".join(lines[span[0] - 1:span[1]])
+
+
+def _class_spans(tree) -> dict:
+    """qualname -> (first line with its decorators, last line) of every class in a module."""
+    spans, stack = {}, [(tree, "")]
+    while stack:
+        node, prefix = stack.pop()
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef):
+                name = prefix + child.name
+                first = min([child.lineno] + [d.lineno for d in child.decorator_list])
+                spans.setdefault(name, (first, child.end_lineno))
+                stack.append((child, name + "."))
+            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                stack.append((child, prefix + child.name + ".<locals>."))
+    return spans
 
 
 def _name_chains(tree) -> list[tuple[str, ...]]:
@@ -214,13 +256,21 @@ def qualified_name(v) -> tuple[str, str] | None:
 
 def _qdc_attribute_name(v) -> str | None:
     """`module.attr` of a loaded qdc module holding the language object `v` (an instance of a
-    qdc class, such as a type constructor), else None."""
-    for name, module in list(sys.modules.items()):
-        if _is_qdc_module(module):
+    qdc class, such as a type constructor), else None. The index of those attributes is made
+    again whenever a qdc module was imported since (a kernel's every `qd.template()` annotation
+    asks: scanning the modules each time cost milliseconds per parameter)."""
+    modules = [(name, m) for name, m in list(sys.modules.items()) if _is_qdc_module(m)]
+    if len(modules) != _QDC_ATTRIBUTES["modules"]:
+        index: dict = {}
+        for name, module in modules:
             for attr, value in list(vars(module).items()):
-                if value is v:
-                    return f"{name}.{attr}"
-    return None
+                index.setdefault(id(value), (value, f"{name}.{attr}"))  # the value kept: its id stays its own
+        _QDC_ATTRIBUTES.update(modules=len(modules), index=index)
+    found = _QDC_ATTRIBUTES["index"].get(id(v))
+    return found[1] if found is not None and found[0] is v else None
+
+
+_QDC_ATTRIBUTES: dict = {"modules": -1, "index": {}}
 
 
 def _code_fingerprint(code) -> list:
@@ -374,7 +424,8 @@ class _Walk:
             data = hashlib.sha256(np.ascontiguousarray(v).tobytes()).hexdigest()
             m.append(["array", label, v.dtype.str, list(v.shape), data])
         elif isinstance(v, types.FunctionType) and not _is_qdc_module(sys.modules.get(v.__module__)):
-            m.append(["pyfunc", label, template_values.import_name(v.__module__), v.__qualname__])  # inlined like a qd.func
+            # inlined like a qd.func
+            m.append(["pyfunc", label, template_values.import_name(v.__module__), v.__qualname__])
             self.function(v, label)
         else:
             self.identified(label, v)
@@ -469,6 +520,16 @@ def _scope(fn) -> dict:
     return out
 
 
+_MENTIONS_GRAD = weakref.WeakKeyDictionary()  # function -> whether its source mentions `.grad`
+
+
+def _mentions_grad(fn, tree) -> bool:
+    got = _MENTIONS_GRAD.get(fn)
+    if got is None:
+        got = _MENTIONS_GRAD[fn] = any(isinstance(n, ast.Attribute) and n.attr == "grad" for n in ast.walk(tree))
+    return got
+
+
 def _calls_mention_grad(fn, tree, seen: set) -> bool:
     """Whether a qd.func or Python function reachable from `fn`'s source mentions `.grad`."""
     scope = _scope(fn)
@@ -485,8 +546,7 @@ def _calls_mention_grad(fn, tree, seen: set) -> bool:
             continue
         seen.add(callee)
         _, sub = _source(callee)
-        if any(isinstance(n, ast.Attribute) and n.attr == "grad" for n in ast.walk(sub)) \
-                or _calls_mention_grad(callee, sub, seen):
+        if _mentions_grad(callee, sub) or _calls_mention_grad(callee, sub, seen):
             return True
     return False
 

@@ -64,11 +64,11 @@ class Undescribable(TypeError):
 
 
 class Description:
-    """The description of one template argument (`data`), the fields it holds in walk order,
-    and the functions and classes whose source decides what it does (for the cache key)."""
+    """The description of one template argument (`data`) and the functions and classes whose
+    source decides what it does (for the cache key); the fields it holds went to `field_index`."""
 
-    def __init__(self, data, fields: list, functions: list, classes: list, portable: str | None):
-        self.data, self.fields, self.functions, self.classes = data, fields, functions, classes
+    def __init__(self, data, functions: list, classes: list, portable: str | None):
+        self.data, self.functions, self.classes = data, functions, classes
         # Why it cannot be re-created in another process (a lambda, a class defined in a
         # function), else None: the manifest warns about it.
         self.portable_problem = portable
@@ -79,7 +79,7 @@ def describe(value, route: str, field_index=None) -> Description:
     if given, is called for each field reached, in order."""
     walker = _Describer(field_index)
     data = walker.value(value, route, 0)
-    return Description(data, walker.fields, walker.functions, walker.classes, walker.portable_problem)
+    return Description(data, walker.functions, walker.classes, walker.portable_problem)
 
 
 _AUTOMATIC_NAME = re.compile(r"^(field|struct)\d+(?=$|\.|__)")
@@ -124,7 +124,6 @@ def lookup(module: str, qual: str):
 class _Describer:
     def __init__(self, field_index):
         self.field_index = field_index
-        self.fields: list = []
         self.functions: list = []
         self.classes: list = []
         self.portable_problem: str | None = None
@@ -204,8 +203,8 @@ class _Describer:
     def field(self, f) -> dict:
         if self.field_index is not None:
             self.field_index(f)
-        self.fields.append(f)
-        out = {"name": stable_name(f.name), "dtype": f.dtype.name, "shape": list(f.shape), "needs_grad": bool(f.needs_grad)}
+        out = {"name": stable_name(f.name), "dtype": f.dtype.name, "shape": list(f.shape),
+               "needs_grad": bool(f.needs_grad)}
         if getattr(f, "needs_dual", False):
             out["needs_dual"] = True
         if f.element_shape:

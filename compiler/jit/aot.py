@@ -52,8 +52,8 @@ class Instantiation:
         instances of the dataclass parameters (compiler/language/dataclass_args.py)."""
         if not self.examples:
             return self.templates
-        params = self.kernel.params
-        return self.kernel._with_dataclasses((), self.examples, (), params, self.templates)[2]
+        self.kernel._dataclass_arguments((), self.examples)  # checks them, naming kernel and parameter
+        return self.kernel.with_dataclass_roots(self.kernel.params, self.templates, self.examples)[1]
 
     def launch_unrecorded(self, args, kwargs=None):
         launch = self.kernel._launcher(args, kwargs=kwargs, templates=self.templates)[0]

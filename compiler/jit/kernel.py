@@ -213,13 +213,18 @@ class Kernel(KernelFunction):
             kwargs = None
         key, params = self.specialise(args, variant, kwargs)
         if self._dataclass_at:  # their arguments' members become parameters, as templates' arrays do
-            key, params, templates = self._with_dataclasses(args, kwargs, key, params, templates)
+            instances, dataclass_key = self._dataclass_arguments(args, kwargs)
+            key = (key, dataclass_key)
         if templates is not None:
             key = (templates.key, key)
-        own = variant == "forward" and not self._forward_templated and self._plain and templates is None
+        own = variant == "forward" and not self._forward_templated and self._plain and templates is None \
+            and not self._dataclass_at
         entry = self._launchers.get((variant, key))
         if entry is None or entry[0] != rt.generation:
-            compiled = obtain(self.fn, params, direct_options(), rt.arch, variant, templates)
+            roots = templates
+            if self._dataclass_at:
+                params, roots = self.with_dataclass_roots(params, templates, instances)
+            compiled = obtain(self.fn, params, direct_options(), rt.arch, variant, roots)
             loaded = rt.device.load_kernel(compiled.artifacts, compiled.meta)
             launch = make_launcher(compiled.meta, rt.device, loaded, compiled.field_objects,
                                    function=self.function if own else None, graph=self.graph)
@@ -239,11 +244,9 @@ class Kernel(KernelFunction):
         these template arguments: one per variant and distinct template objects holding members
         (a variant keyed by an array's type serves every array of that type)."""
         meta = entry[2].meta
-        values = {k: v.value if isinstance(v, DataclassArgument) else v
-                  for k, v in (templates.values.items() if templates is not None else ())}
-        roots = {path[0]: values[path[0]] for path in meta.members.values() if path[0] in values
-                 and path[0] not in self._runtime_names}
-        key = (id(entry[1]), tuple((name, id(v)) for name, v in sorted(roots.items())))
+        values = templates.values if templates is not None else {}
+        roots = {path[0]: values[path[0]] for path in meta.members.values() if path[0] in values} if values else {}
+        key = (id(entry[1]), tuple((name, id(v)) for name, v in sorted(roots.items()))) if roots else id(entry[1])
         got = self._member_launches.get(key)
         if got is None:
             wrapped = member_launcher(meta, entry[1].__qdc_launcher__.launch, self._runtime_names, roots)
@@ -251,11 +254,11 @@ class Kernel(KernelFunction):
             got = self._member_launches[key] = (entry[1], roots, wrapped)  # keeps the ids' objects alive
         return got[2]
 
-    def _with_dataclasses(self, args, kwargs, key, params, templates):
-        """(key, parameters, template arguments) for the dataclass arguments of a call: keyed by
-        their structure (dataclass_args.argument_key), given to the front end as compile-time
-        roots (alongside the template arguments), and out of the parameter list."""
-        values, keys = dict(templates.values) if templates is not None else {}, []
+    def _dataclass_arguments(self, args, kwargs) -> tuple[dict, tuple]:
+        """({parameter: instance}, key) of the dataclass arguments of a call, keyed by their
+        structure (dataclass_args.argument_key); TypeError naming the kernel and parameter for
+        a missing or wrong one."""
+        instances, keys = {}, []
         for i in self._dataclass_at:
             p = self._annotated[i]
             a = self._argument(i, args, kwargs)
@@ -265,11 +268,19 @@ class Kernel(KernelFunction):
                 raise TypeError(f"kernel '{self.__name__}', argument '{p.name}': expected a {p.dtype.__qualname__} "
                                 f"instance, got {type(a).__name__}")
             keys.append(argument_key(a, specialisation_key, f"argument '{p.name}' of kernel '{self.__name__}'"))
-            values[p.name] = DataclassArgument(a)
+            instances[p.name] = a
+        return instances, tuple(keys)
+
+    def with_dataclass_roots(self, params, templates, instances: dict):
+        """(parameters, template arguments) to compile for these dataclass arguments: they leave
+        the parameter list and reach the front end as compile-time roots, alongside the template
+        arguments (their members become parameters there: frontend/host_objects.py)."""
         merged = TemplateArgs.__new__(TemplateArgs)
-        merged.values = values
-        merged.key = (templates.key if templates is not None else (), tuple(keys))
-        return (key, tuple(keys)), [p for p in params if p.kind != "dataclass"], merged
+        merged.values = {**(templates.values if templates is not None else {}),
+                         **{name: DataclassArgument(a) for name, a in instances.items()}}
+        merged.key = (templates.key if templates is not None else (),
+                      tuple(argument_key(a, specialisation_key, name) for name, a in instances.items()))
+        return [p for p in params if p.kind != "dataclass"], merged
 
     def _dispatch_to(self, templates: TemplateArgs, launch) -> None:
         """Let the kernel function find this template variant's launch itself (TemplateDispatch),

@@ -109,15 +109,19 @@ class _Identity:
 
 
 _KEYS: dict = {}  # id(frozen instance) -> (weak reference to it, its key)
+# description -> the int that stands for it: a launch hashes that, not a tuple of hundreds of members
+_TOKENS: dict = {}
 
 
-def argument_key(v, value_key, what: str):
-    """A hashable description of dataclass argument `v` (see the module docstring);
-    `value_key(x, what)` keys a compile-time member (templates.specialisation_key)."""
+def argument_key(v, value_key, what: str) -> int:
+    """The key of dataclass argument `v`: equal for two arguments exactly when their
+    descriptions (see the module docstring) are; `value_key(x, what)` keys a compile-time
+    member (templates.specialisation_key)."""
     cached = _KEYS.get(id(v))
     if cached is not None and cached[0]() is v:
         return cached[1]
-    key, frozen = _describe(v, value_key, what, 0)
+    description, frozen = _describe(v, value_key, what, 0)
+    key = _TOKENS.setdefault(description, len(_TOKENS))
     if frozen:
         try:
             ref = weakref.ref(v, lambda _, i=id(v): _KEYS.pop(i, None))

@@ -1,10 +1,11 @@
 """A program in the style of a physics engine, for the manifest tests (test_manifest.py):
 kernels instantiated from configuration objects decided at run time (a plain config object
 holding a frozen dataclass of numbers, an enum, a numpy scalar and a tuple, and an unfrozen
-dataclass of fields and a numpy array), a `@qd.data_oriented` instance as `self`, a dataclass parameter (an ndarray, a launch-time scalar
-and a field), a gradient, and an ndarray parameter whose dtype follows the argument.
+dataclass of fields and a numpy array), a `@qd.data_oriented` instance as `self`, a dataclass
+parameter (an ndarray, a launch-time scalar and a field), a gradient, and an ndarray parameter
+whose dtype follows the argument.
 
-    python manifest_app.py CACHE_DIR [SCALE]
+    python manifest_app.py CACHE_DIR [DAMPING]
 
 runs one step and prints a JSON line: the results, how many kernel variants this process
 compiled and took from the cache, and whether llvmlite was imported."""

@@ -74,6 +74,10 @@ def test_a_poisoned_store_is_refused_by_deployments_that_trust_the_ci_key(projec
               rng, 11.0)
     result = qdc("verify", "--remote", store_url, "--trusted-keys", keys.ci_pub, ok=False)
     assert result.exit_code == 1 and "unknown key 'attacker'" in result.stderr
+    pulled = qdc("pull", "mod1", "--remote", store_url, "--cache", tmp_path / "pulled", "--trusted-keys", keys.ci_pub,
+                 ok=False)
+    assert pulled.exit_code == 1 and "unknown key 'attacker'" in pulled.stderr
+    assert not os.path.exists(Cache(tmp_path / "pulled").path(entry_path(key)))
 
 
 @needs_obstore
@@ -111,3 +115,38 @@ def test_a_signing_build_never_signs_what_it_did_not_build_or_trust(project, sto
               rng, 1.0)
     again = qdc("build", project, "--cache", tmp_path / "ci2", "--remote", store_url, "--sign", keys.ci, "-j", 1)
     assert "0 built, 8 cached" in again.stdout  # signed by its own key: pulled
+
+
+OFFLINE_KERNELS = '''import qdc as qd
+
+
+@qd.kernel
+def tripled(xs: qd.types.ndarray(dtype=qd.f32, ndim=1)):
+    for i in xs:
+        xs[i] = xs[i] * 3.0
+'''
+
+
+@needs_obstore
+def test_an_offline_process_takes_only_signed_kernels_from_the_store(keys, tmp_path, rng, monkeypatch):
+    import importlib.util
+
+    import qdc as qd
+    source = tmp_path / "offline_kernels.py"
+    source.write_text(OFFLINE_KERNELS)
+    url = f"file://{tmp_path}/store"
+    qdc("build", source, "--cache", tmp_path / "ci", "--remote", url, "--sign", keys.ci, "-j", 1)
+    spec = importlib.util.spec_from_file_location("offline_kernels", source)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setenv(R.REMOTE_VARIABLE, url)
+    xs = rng.standard_normal(32).astype(np.float32)
+    qd.init(arch=qd.cpu, offline=True, cache_dir=str(tmp_path / "host1"), trusted_keys=[keys.ci_pub])
+    ys = xs.copy()
+    module.tripled(ys)
+    np.testing.assert_allclose(ys, xs * 3, rtol=1e-6)
+    remote = R.RemoteStore(url)
+    _poison(remote, read_module(remote, "offline_kernels", "cpu")["kernels"]["tripled"], keys.attacker_key)
+    qd.init(arch=qd.cpu, offline=True, cache_dir=str(tmp_path / "host2"), trusted_keys=[keys.ci_pub])
+    with pytest.raises(SignatureError, match="unknown key 'attacker'"):
+        module.tripled(xs.copy())

@@ -289,3 +289,30 @@ def test_signing_covers_the_whole_record(keys):
     for body in changed:
         assert "content altered" in trust.refusal(A.ENTRY_RECORD, body, [sig])
     assert "content altered" in trust.refusal(A.MODULE_RECORD, record, [sig])  # the kind is signed too
+
+
+def test_a_trusted_keys_text_lists_keys_comments_and_revocations(keys, tmp_path):
+    ci, nxt = keys.ci_key.public, keys.next_key.public
+    text = f"# deployment keys\n{ci.text()}, {nxt.text()}\n@revoked {keys.attacker_key.public.fingerprint}\n"
+    trust = signing.trust_from(text)
+    assert set(trust.trusted) == {ci.fingerprint, nxt.fingerprint}
+    assert trust.revoked == {keys.attacker_key.public.fingerprint}
+    (tmp_path / "keys.pub").write_text(text)
+    assert signing.trust_from(str(tmp_path / "keys.pub")).trusted.keys() == trust.trusted.keys()
+    with pytest.raises(ValueError, match="keys.pub:3: not a qdc public key"):
+        (tmp_path / "keys.pub").write_text(text.replace("@revoked", "revoked"))
+        signing.trust_from(str(tmp_path / "keys.pub"))
+
+
+def test_merge_keeps_the_signatures_of_either_source_and_signs_with_a_key_when_asked(built, cache, keys, tmp_path,
+                                                                                     rng):
+    unsigned = tmp_path / "unsigned"
+    qdc("build", built / "kernels", "--cache", unsigned, "-j", 1)  # the same build, not signed
+    qdc("merge", tmp_path / "union", unsigned, cache)
+    _run_k0(load(str(tmp_path / "union"), "mod0", arch="cpu", trusted_keys=[keys.ci_pub]), rng)
+    assert len(signature_files(entry_folder(str(tmp_path / "union"), "mod0", "k1.grad"))) == 1
+    with pytest.raises(SignatureError, match="unsigned"):
+        qdc("merge", tmp_path / "release", unsigned)
+        load(str(tmp_path / "release"), "mod0", arch="cpu", trusted_keys=[keys.next_pub])
+    qdc("merge", tmp_path / "release", unsigned, "--sign", keys.next)
+    _run_k0(load(str(tmp_path / "release"), "mod0", arch="cpu", trusted_keys=[keys.next_pub]), rng)

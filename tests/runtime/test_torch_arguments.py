@@ -213,3 +213,19 @@ def test_tensors_inside_dataclasses_templates_and_with_element_dims():
     rows = torch.arange(6, dtype=torch.float32).reshape(3, 2)
     double_rows(rows)
     assert rows.tolist() == [[0, 2], [4, 6], [8, 10]]
+
+
+def test_cpu_tensors_on_every_arch(arch):
+    """On a device with memory of its own (Vulkan, CUDA) a CPU tensor is copied in and out as a
+    numpy array is; on the CPU it is used in place. Both write back into strided views."""
+    t = torch.arange(6, dtype=torch.float32)
+    scale(t, 2.0)
+    scale(t, 2.0)
+    assert t.tolist() == [0, 4, 8, 12, 16, 20]
+    m = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    scale(m[:, 1], 10.0)
+    assert m[:, 1].tolist() == [10, 50, 90] and m[:, 0].tolist() == [0, 4, 8]
+    a = qd.ndarray(qd.f32, 4)
+    a.from_torch(torch.full((4,), 1.5))
+    scale(a, 2.0)
+    assert a.to_torch().tolist() == [3.0] * 4

@@ -18,7 +18,7 @@ from qdc.runtime.contract.artifact import KernelMeta
 
 from ... import ir, timings
 from ...ir.adstack import AdStackAlloca
-from .multiversion import level_assembly, multiversioned_ir
+from .multiversion import equal_levels, level_assembly, multiversioned_ir, without_equal_levels
 from .numpy_prologue import add_numpy_entry
 from .half_conversions import with_half_conversions
 from .isa_levels import NATIVE, CpuLevel, CpuPlatform
@@ -219,6 +219,22 @@ def optimise(module, opt_level: int, level: CpuLevel | None = None, platform: Cp
     return module, tm
 
 
+def _without_equal_levels(mod, task_bodies: list[str], levels: int):
+    """(module, {(body, level): lower level}): the optimised module without the task bodies of a
+    level whose code equals a lower level's (multiversion.equal_levels), so that they are not
+    emitted again, and without what only they used."""
+    text = str(mod)
+    same = equal_levels(text, task_bodies, levels)
+    if not same:
+        return mod, same
+    smaller = llvm.parse_assembly(without_equal_levels(text, same), context=llvm.create_context())
+    pm = llvm.create_new_module_pass_manager()
+    pm.add_global_dead_code_eliminate_pass()
+    pm.run(smaller, llvm.create_pass_builder(_target_machine(0), llvm.create_pipeline_tuning_options(0)))
+    smaller.verify()
+    return smaller, same
+
+
 def compile_kernel(kernel: ir.KernelIR, meta: KernelMeta, opt_level: int = 3, fast_math: bool = False,
                    cpu_target: str = NATIVE, keep_assembly: bool = False, *, target, cpu_targets=None) -> dict:
     """Artifacts of one kernel for the CPU: per platform of `cpu_targets` (default: the host's)
@@ -245,6 +261,10 @@ def compile_kernel(kernel: ir.KernelIR, meta: KernelMeta, opt_level: int = 3, fa
             parsed.verify()
         with timings.phase("LLVM optimisation"):
             mod, tm = optimise(parsed, opt_level, levels[0], platform)
+        same = {}
+        if len(levels) > 1:
+            with timings.phase("IR multiversioning"):
+                mod, same = _without_equal_levels(mod, task_bodies, len(levels))
         with timings.phase("object emission"):
             obj = tm.emit_object(mod)
         with timings.phase("linking"):
@@ -258,7 +278,8 @@ def compile_kernel(kernel: ir.KernelIR, meta: KernelMeta, opt_level: int = 3, fa
             assembly = tm.emit_assembly(mod)
             prefix = "asm:" if n == 0 else f"asm:{platform.name}:"
             for i, level in enumerate(levels):
-                out[prefix + level.name] = assembly if len(levels) == 1 else level_assembly(assembly, task_bodies, i)
+                out[prefix + level.name] = assembly if len(levels) == 1 else level_assembly(assembly, task_bodies, i,
+                                                                                            same)
         for task, choice in module.widen_choices.items():  # a thread takes the most lanes of any platform's
             record = out["cpu_tasks"].setdefault(task.task_name, choice.record())
             if "lanes" in record:

@@ -15,6 +15,8 @@ with at least its CPU features, and a vector argument's ABI depends on them.
 """
 from __future__ import annotations
 
+import re
+
 from llvmlite import ir as ll
 
 from qdc.runtime.contract.entry_points import CPU_LEVEL_SETTER
@@ -106,11 +108,55 @@ def _level_variable() -> str:
             f'  store i32 %"level", ptr @"{LEVEL_VARIABLE}"\n  ret void\n}}\n')
 
 
-def level_assembly(assembly: str, task_bodies: list[str], level: int) -> str:
-    """The assembly of one level's task bodies (for tests: which registers a level uses)."""
+# What makes equal IR compile to different code at a higher level: fused multiply-adds where
+# the flags allow contraction, bit counts, f16 conversions (an instruction from x86-64-v3 on).
+_LEVEL_SENSITIVE = re.compile(r"\b(contract|fast|reassoc|afn)\b|@llvm\.(fma|fmuladd|ctpop|ctlz|cttz)\b|\bhalf\b")
+_DEFINITION = re.compile(r'^define [^\n]*?@"?([-\w.$]+)"?\(.*?^}\n?', re.M | re.S)
+
+
+def equal_levels(optimised: str, task_bodies: list[str], levels: int) -> dict:
+    """{(body, i): j}: task body `body` of level i is, once optimised, the same code as that of
+    the lower level j (LLVM's vectorisers found nothing to do differently there, as in a
+    serial or a lane-by-lane task): level i may run level j's, which is valid on its CPUs, and
+    is not emitted again. Bodies with what a higher level compiles differently from equal IR
+    (`_LEVEL_SENSITIVE`) are kept."""
+    definitions = {m.group(1): m.group(0) for m in _DEFINITION.finditer(optimised)}
+    same = {}
+    for name in task_bodies:
+        for i in range(1, levels):
+            j = same.get((name, i - 1), i - 1)
+            mine, lower = definitions.get(level_symbol(name, i)), definitions.get(level_symbol(name, j))
+            if mine is None or lower is None or _LEVEL_SENSITIVE.search(mine):
+                continue
+            if _comparable(mine) == _comparable(lower):
+                same[(name, i)] = j
+    return same
+
+
+def _comparable(definition: str) -> str:
+    """A function's body, without its prototype (attributes differ per level) and with metadata
+    and attribute group numbers left out."""
+    body = definition.split("\n", 1)[1]
+    return re.sub(r"[!#]\d+", "", body)
+
+
+def without_equal_levels(optimised: str, same: dict) -> str:
+    """`optimised` with each body of `same` removed and its callers calling the lower level's."""
+    definitions = {m.group(1): m for m in _DEFINITION.finditer(optimised)}
+    for (name, i), j in same.items():
+        removed = definitions[level_symbol(name, i)]
+        optimised = optimised.replace(removed.group(0), "", 1)
+        optimised = re.sub(rf'@"?{re.escape(level_symbol(name, i))}"?(?=[(\s,)])',
+                           f'@"{level_symbol(name, j)}"', optimised)
+    return optimised
+
+
+def level_assembly(assembly: str, task_bodies: list[str], level: int, same: dict | None = None) -> str:
+    """The assembly of one level's task bodies (for tests: which registers a level uses); a body
+    that runs a lower level's code (`equal_levels`) gives that level's."""
     parts = []
     for name in task_bodies:
-        symbol = level_symbol(name, level)
+        symbol = level_symbol(name, (same or {}).get((name, level), level))
         start = assembly.index(f'"{symbol}":') if f'"{symbol}":' in assembly else assembly.index(f"{symbol}:")
         parts.append(assembly[start:assembly.index(".Lfunc_end", start)])
     return "\n".join(parts)

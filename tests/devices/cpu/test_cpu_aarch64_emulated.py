@@ -4,8 +4,10 @@ arm64 packages: tools/cross/aarch64-sysroot.sh, which `make test` runs into .cro
 with numpy, msgpack and the qdc-runtime wheel only, once per ISA level the runtime picks by
 the emulated CPU's features (cortex-a57: armv8-a, neoverse-n1: armv8.2-a, max: SVE), against
 numpy: forward and gradient kernels, dynamic loops and adstacks, the width-W lowering of each
-level (1-D and 2-D ranges, gathers, masked lanes, f32 and f64); and kernels/diffmpm.py's
-forward and backward passes against the same script's run on the build host."""
+level (1-D and 2-D ranges, gathers, masked lanes, f32 and f64); and, against the same script's
+run on the build host, kernels/diffmpm.py's forward and backward passes and kernels of f16,
+integer arithmetic, atomics on computed addresses, random draws and early loop exits. A module
+built for x86_64 alone is refused there with ModuleNotBuiltError."""
 import os
 import shutil
 import subprocess
@@ -98,18 +100,89 @@ def gather(table: qd.types.ndarray(dtype=qd.f32, ndim=1), idx: qd.types.ndarray(
 def axpy(a: qd.f32, u: qd.types.ndarray(dtype=qd.f32, ndim=1), w: qd.types.ndarray(dtype=qd.f32, ndim=1)):
     for i in range(u.shape[0]):
         w[i] = a * u[i] + w[i]
+
+
+# Checked against the build host's run of the same script (the CPU backend as the reference).
+h, f, k, b8, drawn = (qd.field(dtype, shape=300) for dtype in (qd.f16, qd.f32, qd.i32, qd.u8, qd.f64))
+hist, lowest, highest = qd.field(qd.i32, shape=16), qd.field(qd.f32, shape=8), qd.field(qd.i64, shape=8)
+
+
+@qd.kernel
+def halves():
+    for i in range(300):
+        v = qd.cast(h[i], qd.f32)
+        for _ in range(steps[None]):
+            v = v * 0.75 + 0.5
+        h[i] = qd.cast(v, qd.f16)
+
+
+@qd.kernel
+def integers():
+    for i in range(300):
+        a, c = k[i], 0
+        for j in range(steps[None]):
+            c += (a + j) // 3 - (a - j) % 5 + (a ^ j) - (a >> 2)
+        k[i] = c
+        b8[i] = qd.cast(c & 255, qd.u8) + b8[i]
+
+
+@qd.kernel
+def scatter():
+    for i in range(300):
+        cell = (k[i] * 7 + i) % 16
+        qd.atomic_add(hist[cell], 1)
+        qd.atomic_min(lowest[cell % 8], f[i])
+        qd.atomic_max(highest[cell % 8], qd.cast(k[i], qd.i64) * 3)
+
+
+@qd.kernel
+def draws():
+    for i in range(300):
+        acc = 0.0
+        for _ in range(steps[None]):
+            acc += qd.random(qd.f32)
+        drawn[i] = acc + qd.random(qd.f64)
+
+
+@qd.kernel
+def early_exit():
+    for i in range(300):
+        v, n = f[i], 0
+        while v > 0.01 and n < 100:
+            v = v * qd.cos(v) * 0.9
+            n += 1
+            if n == steps[None] + i % 7:
+                break
+        f[i] = v + n
 '''
 
-# Runs in the emulated aarch64 CPython: argv = cache, inputs .npz, outputs .npz.
+# Built for x86_64 alone: an aarch64 host refuses it.
+X86_ONLY = '''
+import qdc as qd
+
+marks = qd.field(qd.f32, shape=4)
+
+
+@qd.kernel
+def mark():
+    for i in marks:
+        marks[i] = 1.0
+'''
+
+# Runs in the emulated aarch64 CPython: argv = cache, inputs .npz, outputs .npz, x86_64-only cache.
 DEPLOY = '''
 import sys
 
 import numpy as np
 
-from qdc.runtime import load
+from qdc.runtime import ModuleNotBuiltError, load
 from qdc.runtime.devices.cpu import device
 
-cache, inputs, outputs = sys.argv[1:4]
+cache, inputs, outputs, x86_only = sys.argv[1:5]
+try:
+    load(x86_only, "x86only")
+except ModuleNotBuiltError as e:
+    print("not built:", e)
 data = dict(np.load(inputs))
 mod = load(cache, "emulated")
 out = {}
@@ -130,6 +203,18 @@ out["gathered"] = np.zeros(data["idx"].size, np.float32)
 mod.gather(data["table"], data["idx"], out["gathered"], int(data["taps"]))
 out["w"] = data["w"].copy()
 mod.axpy(float(data["a"]), data["u"], out["w"])
+mod.h.from_numpy(data["h"])
+mod.f.from_numpy(data["f"])
+mod.k.from_numpy(data["k"])
+mod.b8.from_numpy(data["b8"])
+mod.lowest.from_numpy(np.full(8, 100, np.float32))
+mod.halves()
+mod.integers()
+mod.scatter()
+mod.draws()
+mod.early_exit()
+for name in ("h", "f", "k", "b8", "drawn", "hist", "lowest", "highest"):
+    out["same_" + name] = getattr(mod, name).to_numpy()
 mpm = load(cache, "diffmpm")  # kernels/diffmpm.py, its backward pass replayed as a Tape would
 steps = mpm.x.shape[0] - 1
 mpm.init_particles()
@@ -171,6 +256,10 @@ def deployment(tmp_path_factory):
     report = build_mod.build(sources, ["cpu"], resolve({"cpu_targets": "x86_64,aarch64-linux"}, {}), cache, jobs=1,
                              log=lambda text: None)
     assert report.ok, report.errors
+    (out / "x86only.py").write_text(X86_ONLY)
+    report = build_mod.build([str(out / "x86only.py")], ["cpu"], resolve({"cpu_targets": "x86_64"}, {}),
+                             str(out / "x86only"), jobs=1, log=lambda text: None)
+    assert report.ok, report.errors
     (out / "deploy.py").write_text(DEPLOY)
     return out, str(site), cache
 
@@ -180,7 +269,9 @@ def _inputs(rng) -> dict:
             "iters": 40, "table": rng.standard_normal(300).astype(np.float32),
             "idx": rng.integers(0, 300, 203).astype(np.int32), "taps": 9, "a": np.float32(rng.uniform(-2, 2)),
             "u": rng.standard_normal(1031).astype(np.float32), "w": rng.standard_normal(1031).astype(np.float32),
-            "v0": rng.uniform(-1, 1, (64, 2)).astype(np.float32)}
+            "v0": rng.uniform(-1, 1, (64, 2)).astype(np.float32), "h": rng.uniform(-3, 3, 300).astype(np.float16),
+            "f": rng.uniform(0.1, 3, 300).astype(np.float32), "k": rng.integers(-1000, 1000, 300).astype(np.int32),
+            "b8": rng.integers(0, 255, 300).astype(np.uint8)}
 
 
 def _expected(data: dict) -> dict:
@@ -233,8 +324,8 @@ def _deploy(out, site, cache, cpu: str | None) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": site, "PYTHONNOUSERSITE": "1", "QEMU_LD_PREFIX": SYSROOT}
     env.pop("PYTHONHOME", None)
     python = [sys.executable] if cpu is None else [QEMU, "-cpu", cpu, os.path.join(SYSROOT, "usr", "bin", "python3")]
-    return subprocess.Popen(python + ["-s", str(out / "deploy.py"), cache, str(out / "inputs.npz"),
-                                      str(out / f"out-{cpu or 'host'}.npz")], env=env, cwd=str(out),
+    arguments = [cache, str(out / "inputs.npz"), str(out / f"out-{cpu or 'host'}.npz"), str(out / "x86only")]
+    return subprocess.Popen(python + ["-s", str(out / "deploy.py"), *arguments], env=env, cwd=str(out),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -252,9 +343,13 @@ def test_every_aarch64_level_under_qemu(deployment, rng):
         text = runs[cpu].communicate(timeout=600)[0]
         assert runs[cpu].returncode == 0, f"{cpu}:\n{text}"
         assert f"levels {level}\n" in text and "compiler modules []" in text, f"{cpu}:\n{text}"
+        assert ("not built: kernel 'mark' was built for the CPU targets x86_64-linux, but this host is "
+                "aarch64-linux: build it for this host too with `qdc build --cpu-targets aarch64") in text, text
         got = dict(np.load(out / f"out-{cpu}.npz"))
         try:
             _check(got, want)
+            for name in (n for n in host if n.startswith("same_")):  # f16, integer, atomic, random: the same
+                np.testing.assert_allclose(got[name], host[name], rtol=1e-6, err_msg=name)
             np.testing.assert_allclose(got["mpm_loss"], host["mpm_loss"], rtol=1e-5)
             np.testing.assert_allclose(got["mpm_grad"], host["mpm_grad"], rtol=1e-3, atol=1e-9)
         except AssertionError as e:
