@@ -83,7 +83,6 @@ class ModuleSource:
     reached: list = dataclasses.field(default_factory=list)  # fields its kernels reach (any module)
     structs: dict = dataclasses.field(default_factory=dict)  # global name -> struct field (its members are fields)
     error: str | None = None
-    record: bool = True  # write module records (a manifest build adds entries only: compiler/manifest/building.py)
 
 
 def load_sources(files: list[str], opts) -> list[ModuleSource]:
@@ -498,7 +497,7 @@ def _build_sources(sources, files, arches, opts, cache: Cache, jobs: int, force:
     for src in by_name.values():
         if src.kernels or src.fields:
             report.modules += 1
-            for arch in arches if src.record else ():
+            for arch in arches:
                 _write_module_record(cache, src, arch, results, report, log, signer)
     if remote is not None:
         problem = _push(remote, cache, by_name, arches, results, log)

@@ -86,7 +86,7 @@ def obtain(fn, params, opts, arch: str, variant: str = "forward", templates=None
         _uncacheable(fn, variant, e)
         compiled = compiling.compile_kernel(fn, params, opts, arch, variant=variant, templates=templates)
         Counts.compiled += 1
-        recording.note(fn, params, opts, arch, variant, templates)
+        recording.note(fn, params, opts, arch, variant, templates, uncacheable=str(e))
         return compiled
     trust, signer = trust_for(opts)
     hit = load_cached(cache, deps, trust)

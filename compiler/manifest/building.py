@@ -11,8 +11,9 @@ recording process computed, so a process of the program finds it, also offline.
 
 An entry the program no longer matches (its module or kernel renamed or gone, its template
 parameters or arguments changed, a class of a template argument gone) is stale: reported by
-name and reason, while the rest is built; the build then exits 1. A manifest build writes cache
-entries only, no module records (those list what a kernel module declares: `qdc build PATH`).
+name and reason, while the rest is built; the build then exits 1. Each entry built gets a module
+record of its own (`load_entries`), so `qdc pack`, `qdc verify`, `qdc merge` and `--remote` carry
+and check manifest builds as they do kernel modules.
 """
 from __future__ import annotations
 
@@ -142,8 +143,11 @@ def _attribute_path(module, qualname: str):
 
 
 def load_entries(entries: list, opts, log) -> tuple[list, list]:
-    """(module sources for the build, stale entries' messages)."""
-    sources: dict = {}
+    """(module sources for the build, stale entries' messages). Each entry is a module source of
+    its own, `<module>-<digest of the entry>` holding the one kernel variant: its module record
+    names the entry and the fields it binds, so that `qdc pack` and `qdc verify` take it as they
+    take a kernel module's (a program's own processes look entries up by key, not by record)."""
+    sources = []
     stale = []
     with scope_types.importing(opts.default_ip, opts.default_fp):
         for e in entries:
@@ -154,13 +158,12 @@ def load_entries(entries: list, opts, log) -> tuple[list, list]:
                 log(stale[-1])
                 continue
             module = sys.modules[e["module"]]
-            src = sources.get(e["module"])
-            if src is None:
-                path = os.path.abspath(getattr(module, "__file__", None) or e["module"])
-                src = sources[e["module"]] = build_mod.ModuleSource(path, e["module"], module, record=False)
+            path = os.path.abspath(getattr(module, "__file__", None) or e["module"])
             digest = hashlib.sha256(manifest_file.identity(e).encode()).hexdigest()[:10]
-            src.kernels[f"{e['kernel']}#{digest}"] = made
-    return list(sources.values()), stale
+            src = build_mod.ModuleSource(path, f"{e['module']}-{digest}", module)
+            src.kernels[e["kernel"].rpartition(".")[2]] = made
+            sources.append(src)
+    return sources, stale
 
 
 def build_manifest(path: str, arches, opts, cache_dir: str, jobs: int = 1, force: bool = False, log=None,

@@ -56,8 +56,8 @@ def merge(*entry_lists) -> list:
 def dumps(entries: list) -> str:
     import yaml
     ordered = [{k: e[k] for k in _ORDER if k in e} for e in merge(entries)]
-    body = yaml.safe_dump({"format": FORMAT, "kernels": ordered}, sort_keys=False, default_flow_style=None,
-                          width=120, allow_unicode=True)
+    body = yaml.dump({"format": FORMAT, "kernels": ordered}, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper),
+                     sort_keys=False, default_flow_style=None, width=120, allow_unicode=True)
     return HEADER + body
 
 
@@ -67,7 +67,9 @@ _ORDER = ("module", "kernel", "variant", "arches", "arguments", "templates", "op
 def loads(text: str, where: str = "manifest") -> list:
     import yaml
     try:
-        data = yaml.safe_load(text) if text.strip() else {"format": FORMAT, "kernels": []}
+        # libyaml's parser where PyYAML has it: a large program's manifest holds 10^5 lines
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        data = yaml.load(text, Loader=loader) if text.strip() else {"format": FORMAT, "kernels": []}
     except yaml.YAMLError as e:
         raise ManifestError(f"{where}: not a kernel manifest: {e}") from None
     if not isinstance(data, dict) or not isinstance(data.get("kernels", []), list):

@@ -83,9 +83,12 @@ def describe_templates(kernel: str, templates) -> tuple[dict, str | None]:
     return out, problem
 
 
-def entry(fn, params, opts, arch: str, variant: str, templates) -> dict:
+def entry(fn, params, opts, arch: str, variant: str, templates, uncacheable: str | None = None) -> dict:
+    """`uncacheable`: why the variant's cache key could not be computed, if it could not."""
     kernel = f"{module_name(fn)}.{fn.__qualname__}"
     described, problem = describe_templates(kernel, templates)
+    if uncacheable and problem is None:
+        problem = f"kernel '{kernel}' has no cache key ({uncacheable}), so no process can look it up"
     if "<locals>" in fn.__qualname__:
         problem = (f"kernel '{kernel}' is defined inside a function, so a build cannot import it by name: define "
                    f"it at module level (or in a class) to build it ahead of time")
@@ -96,14 +99,15 @@ def entry(fn, params, opts, arch: str, variant: str, templates) -> dict:
     return e
 
 
-def note(fn, params, opts, arch: str, variant: str, templates) -> None:
-    """Keep the manifest entry of a variant this process obtained, if a manifest is being recorded."""
+def note(fn, params, opts, arch: str, variant: str, templates, uncacheable: str | None = None) -> None:
+    """Keep the manifest entry of a variant this process obtained, if a manifest is being recorded
+    (`uncacheable`: why its key could not be computed, recorded as its problem)."""
     path = recording_to()
     if path is None:
         return
     if not _path_at_first_note:
         _path_at_first_note.append(os.path.abspath(path))
-    e = entry(fn, params, opts, arch, variant, templates)
+    e = entry(fn, params, opts, arch, variant, templates, uncacheable)
     key = manifest_file.identity(e) + arch
     if key in _entries:
         return

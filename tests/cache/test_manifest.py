@@ -159,7 +159,7 @@ def test_stale_entries_are_reported_and_the_rest_built(recorded, tmp_path):
     assert "4 built" in r.stdout and "2 stale manifest entries" in r.stdout, r.stdout
 
 
-def test_shards_of_a_manifest_build_through_a_remote_store_serve_an_offline_process(recorded, tmp_path):
+def test_shards_of_a_manifest_build_merge_pack_and_serve_an_offline_process_from_a_store(recorded, tmp_path):
     pytest.importorskip("obstore")
     root, app, manifest, _ = recorded
     store = tmp_path / "store"
@@ -176,6 +176,13 @@ def test_shards_of_a_manifest_build_through_a_remote_store_serve_an_offline_proc
     r = _qdc("merge", str(tmp_path / "merged"), str(tmp_path / "shard1"), str(tmp_path / "shard2"))
     assert r.returncode == 0, r.stdout + r.stderr
     assert _app(str(app), tmp_path / "merged", QDC_OFFLINE="1")["compiled"] == 0
+    # packed into one file, verified, and unpacked into a deployment's cache by `qdc merge`
+    bundle = str(tmp_path / "kernels.qdc.tar.gz")
+    for args in (["pack", "--cache", str(tmp_path / "merged"), "-o", bundle], ["verify", bundle],
+                 ["merge", str(tmp_path / "deployed"), bundle]):
+        r = _qdc(*args)
+        assert r.returncode == 0, (args, r.stdout + r.stderr)
+    assert _app(str(app), tmp_path / "deployed", QDC_OFFLINE="1")["compiled"] == 0
     # a deployment with an empty cache takes every variant from the store, verified
     result = _app(str(app), tmp_path / "empty", QDC_OFFLINE="1", QDC_REMOTE=url)
     assert result["compiled"] == 0 and result["from_cache"] == 6 and not result["llvmlite"]

@@ -60,8 +60,9 @@ class TaskChoice:
             if scalar == len(levels):
                 self.plan, self.reason = None, "no inner loop, and no gather instructions at the ISA level"
             elif scalar:
-                self.plan.registers_reason = f"{self.plan.registers_reason}; scalar code at " \
-                                             f"{', '.join(level.name for level in levels[:scalar])} (no gathers)"
+                reasons = [self.plan.registers_reason] if self.plan.registers_reason else []
+                reasons.append(f"scalar code at {', '.join(level.name for level in levels[:scalar])} (no gathers)")
+                self.plan.registers_reason = "; ".join(reasons)
         self.level_names = tuple(level.name for level in levels)
 
     @property

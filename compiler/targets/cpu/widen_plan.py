@@ -136,41 +136,35 @@ def plan(task: ir.Task) -> WidenPlan | str:
 # The cost model of W. Code size, and with it build time (LLVM's object emission above all),
 # grows with W times the operations done lane by lane: a load or an atomic at a data-dependent
 # address is one scalar access per lane (no gather or scatter instruction below AVX-512, and
-# many of them at it), each with its address arithmetic. DiffMPM's P2G gradient (54 of them)
-# took 2.4 s to build portable at four registers of lanes, 0.7 s at one.
+# many of them at it), each with its address arithmetic. DiffMPM's P2G gradient took 2.4 s to
+# build portable at four registers of lanes, 0.75 s at one (and ran as fast).
 # Over this many lane-by-lane operations per step, W shrinks to fewer registers.
-LANE_OPERATION_BUDGET = 256  # W x per-lane operations, at the widest level's W (64 f32 lanes)
+LANE_OPERATION_BUDGET = 256  # W (at the widest level) x accesses done lane by lane
 
 
 def _size_lanes(task: ir.Task, p: WidenPlan, has_inner_loop: bool) -> None:
-    """How many vector registers' worth of lanes W is (`p.registers`), and why if fewer than
-    REGISTERS_PER_STEP. Four hide the latency of a loop-carried chain (see REGISTERS_PER_STEP);
-    a body without an inner loop has no chain to hide, so one register does as well (its gathers
-    are bound by throughput); lane-by-lane operations beyond the budget shrink W further."""
+    """How many vector registers' worth of lanes W is (`p.registers`, at most `p.lane_cap`
+    lanes), and why if fewer than REGISTERS_PER_STEP. Four hide the latency of a loop-carried
+    chain, or of gathers from memory (see REGISTERS_PER_STEP; a gathering benchmark ran 6%
+    slower at one); lane-by-lane accesses beyond the budget halve them, down to one."""
     gathers, atomics = _indirect_accesses(task, p)
     per_lane = gathers + atomics
     widest = lanes_for(512, p.float_bits) // REGISTERS_PER_STEP  # lanes of one register, widest level
-    registers = REGISTERS_PER_STEP if has_inner_loop else 1
+    registers = REGISTERS_PER_STEP
     p.gathers_only = not has_inner_loop
     while registers > 1 and registers * widest * per_lane > LANE_OPERATION_BUDGET:
         registers //= 2
+    p.registers = registers
+    reasons = []
+    if registers < REGISTERS_PER_STEP:
+        reasons.append(f"{registers} vector register{'s' if registers > 1 else ''} of lanes: {per_lane} "
+                       f"accesses at data-dependent addresses, done lane by lane (code size)")
     trips = _constant_row(task)
     if trips is not None and registers * widest > trips:  # lanes beyond the row would only idle
         p.lane_cap = 1 << (max(trips, 2).bit_length() - 1)
-        p.registers = registers
-        p.registers_reason = f"at most {p.lane_cap} lanes (one vector register at least): the range has " \
-                             f"{trips} iterations{' a row' if task.axis_index else ''}"
-        return
-    p.registers = registers
-    if registers == REGISTERS_PER_STEP:
-        return
-    accesses = f"{per_lane} access{'es' if per_lane != 1 else ''} at data-dependent addresses, done lane by lane"
-    if not has_inner_loop:
-        p.registers_reason = f"one vector register of lanes: no inner loop whose latency more lanes would hide" + \
-            (f"; {accesses}" if per_lane else "")
-    else:
-        p.registers_reason = f"{registers} vector register{'s' if registers > 1 else ''} of lanes: {accesses} " \
-                             f"(code size)"
+        reasons.append(f"at most {p.lane_cap} lanes (one vector register at least): the range has {trips} "
+                       f"iterations{' a row' if task.axis_index else ''}")
+    p.registers_reason = "; ".join(reasons) or None
 
 
 def _constant_row(task: ir.Task) -> int | None:
