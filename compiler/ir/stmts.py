@@ -634,7 +634,10 @@ _SIMT_NAMES = {"block_barrier": "block.sync", "subgroup_barrier": "subgroup.sync
 
 
 def simt_construct(s: Stmt) -> str | None:
-    """How the user wrote block-level statement `s` (`qd.simt.block.sync()`), else None."""
+    """How the user wrote block-level statement `s` (`qd.simt.block.sync()`; for one inside a
+    qd.simt library function, its `via`: the user's call, `qd.simt.block.reduce_add()`), else None."""
+    if getattr(s, "via", None) is not None and isinstance(s, (SimtSync, SimtIndex, SubgroupOp)):
+        return f"{s.via}()"
     if isinstance(s, GlobalPtr) and isinstance(s.target, SharedRef):
         return "qd.simt.block.SharedArray"
     if isinstance(s, SimtSync):

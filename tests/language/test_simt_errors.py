@@ -36,7 +36,9 @@ def test_the_cpu_refuses_block_level_code_at_its_line():
     assert_located(e.value, "qd.simt.block.sync()", "qd.simt.block.sync() needs a GPU arch")
     with pytest.raises(TargetCannotExpress) as e:
         subgroup_sum(np.zeros(64, np.float32), np.zeros(64, np.float32))
-    assert_located(e.value, "qd.simt.subgroup.reduce_all_add(x[i])", "target 'cpu' runs no blocks of threads")
+    assert_located(e.value, "qd.simt.subgroup.reduce_all_add(x[i])",
+                   "qd.simt.subgroup.reduce_all_add() needs a GPU arch (cuda, amdgpu, vulkan, metal): target 'cpu' "
+                   "runs no blocks of threads")
 
 
 def test_gradients_of_block_level_code_are_refused(vulkan_runtime):
