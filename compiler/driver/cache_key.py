@@ -259,19 +259,23 @@ def _qdc_attribute_name(v) -> str | None:
     """`module.attr` of a loaded qdc module holding the language object `v` (an instance of a
     qdc class, such as a type constructor), else None. The index of those attributes is made
     again whenever a qdc module was imported since (a kernel's every `qd.template()` annotation
-    asks: scanning the modules each time cost milliseconds per parameter)."""
-    modules = [(name, m) for name, m in list(sys.modules.items()) if _is_qdc_module(m)]
-    if len(modules) != _QDC_ATTRIBUTES["modules"]:
-        index: dict = {}
-        for name, module in modules:
-            for attr, value in list(vars(module).items()):
-                index.setdefault(id(value), (value, f"{name}.{attr}"))  # the value kept: its id stays its own
-        _QDC_ATTRIBUTES.update(modules=len(modules), index=index)
+    asks: scanning the modules each time cost milliseconds per parameter, and listing the qdc
+    modules among a large program's thousands cost as much: that is done only when a module
+    was imported since)."""
+    if len(sys.modules) != _QDC_ATTRIBUTES["imported"]:
+        _QDC_ATTRIBUTES["imported"] = len(sys.modules)
+        modules = [(name, m) for name, m in list(sys.modules.items()) if _is_qdc_module(m)]
+        if len(modules) != _QDC_ATTRIBUTES["modules"]:
+            index: dict = {}
+            for name, module in modules:
+                for attr, value in list(vars(module).items()):
+                    index.setdefault(id(value), (value, f"{name}.{attr}"))  # the value kept: its id stays its own
+            _QDC_ATTRIBUTES.update(modules=len(modules), index=index)
     found = _QDC_ATTRIBUTES["index"].get(id(v))
     return found[1] if found is not None and found[0] is v else None
 
 
-_QDC_ATTRIBUTES: dict = {"modules": -1, "index": {}}
+_QDC_ATTRIBUTES: dict = {"imported": -1, "modules": -1, "index": {}}
 
 
 def _code_fingerprint(code) -> list:
