@@ -18,13 +18,13 @@ test: setup
 	@sh tools/cross/aarch64-sysroot.sh .cross/aarch64 || echo "qdc: the aarch64 sysroot (Debian arm64 CPython, numpy, msgpack) could not be fetched into .cross/aarch64: the emulated aarch64 deployment tests will be skipped"
 	@$(PIP) nvidia-cuda-nvcc || echo "qdc: nvidia-cuda-nvcc could not be installed: the CUDA tests will check PTX without assembling it (ptxas) and skip kernels that need libdevice"
 	@$(PIP) torch==2.13.0 || echo "qdc: torch 2.13.0 could not be installed: the PyTorch and DLPack tests will be skipped"
-	$(PY) -m pytest -q -rsxX tests
+	$(PY) -m pytest -q -rfEsxX tests
 
 # On a machine with an NVIDIA GPU (and its Vulkan driver): every arch-parametrised test on cpu,
 # vulkan and cuda, and the GPU-only tests, which skip elsewhere.
 test-gpu: setup
 	$(PIP) -e '.[test,vulkan,cuda]'
-	$(PY) -m pytest -q -rsxX tests --archs=cpu,vulkan,cuda
+	$(PY) -m pytest -q -rfEsxX tests --archs=cpu,vulkan,cuda
 
 bench: setup
 	$(PIP) quadrants || echo "quadrants is not installable here: the table will leave its column out"

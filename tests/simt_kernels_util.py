@@ -8,11 +8,11 @@ import test_simt
 import test_simt_standins
 
 KERNELS = (test_simt.indices, test_simt.reverse_in_block, test_simt.exchanges, test_simt.subgroup_scans,
-           test_simt.block_scans, test_simt.publish, test_simt_standins.cholesky_solve,
+           test_simt.block_scans, test_simt.publish, test_simt.shared_dtypes, test_simt_standins.cholesky_solve,
            test_simt_standins.overlapping_pairs, test_simt_standins.jacobi)
 # Kernels whose values are all 32-bit (Metal has no 64-bit types; `exchanges` shuffles f64 and
-# ballots into a u64)
-KERNELS_32 = tuple(k for k in KERNELS if k is not test_simt.exchanges)
+# ballots into a u64, `shared_dtypes` shares f64)
+KERNELS_32 = tuple(k for k in KERNELS if k not in (test_simt.exchanges, test_simt.shared_dtypes))
 
 
 def compile_simt(kernel, arch: str, **options):

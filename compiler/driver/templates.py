@@ -48,8 +48,17 @@ class TemplateArgs:
 
     def __init__(self, values: dict, kernel_name: str):
         self.values = values
-        self.key = tuple((name, specialisation_key(v, f"template argument '{name}' of kernel '{kernel_name}'"))
+        self.key = tuple((name, _argument_key(v, f"template argument '{name}' of kernel '{kernel_name}'"))
                          for name, v in values.items())
+
+
+def _argument_key(v, what: str):
+    """The key of a whole template argument: an array is an ndarray parameter's argument, not a
+    template's (arrays inside a config object or tuple are taken: frontend/host_objects.py)."""
+    if is_array_argument(v):
+        raise TypeError(f"{what}: an array (a {type(v).__name__}) is passed through a qd.types.ndarray() "
+                        f"parameter, not a qd.template() one")
+    return specialisation_key(v, what)
 
 
 # Deeper than this a template argument is refused: the key and the front end walk it recursively,

@@ -167,7 +167,7 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
 
     def error(self, message: str, node=None):
         if self.library_site is not None:  # inside qd.simt's library: the user's call is at fault
-            loc, line = self.library_site
+            loc, line, _ = self.library_site
             raise QdcCompileError(message, loc.filename, loc.line, loc.col, line)
         node = node or (self.node_stack[-1] if self.node_stack else self.frame.src.fn_def)
         src = self.frame.src

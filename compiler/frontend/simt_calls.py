@@ -45,7 +45,7 @@ def is_library_func(func) -> bool:
 
 
 class SimtCalls:
-    library_site = None  # (SourceLoc, source line) of the user's call into qd.simt's library
+    library_site = None  # (SourceLoc, source line, callee as written) of the user's call into qd.simt's library
     shared_arrays = 0    # SharedArrays made so far: the next one's uid
 
     def subgroup_size(self) -> int:
@@ -59,13 +59,19 @@ class SimtCalls:
         if self.library_site is not None:
             return self.inline_func(func, node)
         src = self.frame.src
-        self.library_site = (src.loc(node), src.source_line(node))
+        self.library_site = (src.loc(node), src.source_line(node), ast.unparse(node.func))
         try:
             return self.inline_func(func, node)
         finally:
             self.library_site = None
 
     def call_simt(self, name: str, node: ast.Call):
+        result = self.simt_primitive(name, node)
+        if self.library_site is not None and isinstance(result, (ir.SimtIndex, ir.SubgroupOp)):
+            result.via = self.library_site[2]  # errors name the user's call, not the primitive inside it
+        return result
+
+    def simt_primitive(self, name: str, node: ast.Call):
         if name == "block.SharedArray":
             return self.shared_array(node)
         if name == "static_error":
@@ -77,7 +83,9 @@ class SimtCalls:
             return size if name == "subgroup.group_size" else size.bit_length() - 1
         if name in _SYNCS:
             self.call_args(node, 0, 1 if name == "warp.sync" else 0, f"qd.simt.{name}")
-            self.emit(ir.SimtSync(_SYNCS[name]))
+            sync = self.emit(ir.SimtSync(_SYNCS[name]))
+            if self.library_site is not None:
+                sync.via = self.library_site[2]
             return None
         if name in _INDICES:
             self.call_args(node, 0, 0, f"qd.simt.{name}")

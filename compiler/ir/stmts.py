@@ -78,6 +78,8 @@ class Stmt:
                 setattr(self, name, mapping.get(v, v))
 
     def blocks(self) -> list[Block]:
+        if not self.BLOCKS:
+            return []
         return [getattr(self, b) for b in self.BLOCKS]
 
     def attrs(self) -> tuple:
@@ -632,7 +634,10 @@ _SIMT_NAMES = {"block_barrier": "block.sync", "subgroup_barrier": "subgroup.sync
 
 
 def simt_construct(s: Stmt) -> str | None:
-    """How the user wrote block-level statement `s` (`qd.simt.block.sync()`), else None."""
+    """How the user wrote block-level statement `s` (`qd.simt.block.sync()`; for one inside a
+    qd.simt library function, its `via`: the user's call, `qd.simt.block.reduce_add()`), else None."""
+    if getattr(s, "via", None) is not None and isinstance(s, (SimtSync, SimtIndex, SubgroupOp)):
+        return f"{s.via}()"
     if isinstance(s, GlobalPtr) and isinstance(s.target, SharedRef):
         return "qd.simt.block.SharedArray"
     if isinstance(s, SimtSync):
@@ -648,11 +653,18 @@ def simt_construct(s: Stmt) -> str | None:
 # ---- traversal helpers ------------------------------------------------------------------
 
 def walk(block: Block):
-    """Every statement in `block`, nested blocks included, in program order (pre-order)."""
-    for s in block.stmts:
+    """Every statement in `block`, nested blocks included, in program order (pre-order). An
+    explicit stack: nested generators would pass each statement up through one frame per level
+    of nesting, which large kernels (hundreds of nested branches) pay for on every walk."""
+    stack = [iter(block.stmts)]
+    while stack:
+        s = next(stack[-1], None)
+        if s is None:
+            stack.pop()
+            continue
         yield s
-        for b in s.blocks():
-            yield from walk(b)
+        if s.BLOCKS:
+            stack.extend(iter(b.stmts) for b in reversed(s.blocks()))
 
 
 def walk_nested(stmt: Stmt):

@@ -30,6 +30,7 @@ from ..driver.templates import specialisation_key
 from qdc.runtime.member_arguments import member_launcher
 from . import ad, forward
 from .api import direct_options
+from .member_dispatch import MemberDispatch
 from .offline_cache import obtain
 
 
@@ -65,6 +66,7 @@ class Kernel(KernelFunction):
         self._runtime_names: list = []  # the parameters other than template ones; set with `params`
         self._member_launches: dict = {}  # see _member_launch
         self._dispatch = None  # TemplateDispatch: the launch code of a template kernel, made at its first launch
+        self._member_dispatch = None  # MemberDispatch: that of a kernel with dataclass parameters
         self._launchers: dict = {}  # (variant, specialisation key) -> (generation, launch, compiled)
         self.grad = ad.GradKernel(self)  # `kernel.grad(*args)`: the reverse-mode variant
         names = _plain_parameters(fn)
@@ -236,7 +238,21 @@ class Kernel(KernelFunction):
             self.launch_directly(launch.__qdc_launcher__.fast_code)
         elif templates is not None and variant == "forward" and not self._dataclass_at:
             self._dispatch_to(templates, launch)
+        elif variant == "forward" and self._dataclass_at:
+            self._member_dispatch_to(instances, templates, launch)
         return launch, entry[2]
+
+    def _member_dispatch_to(self, instances: dict, templates, launch) -> None:
+        """Let the kernel function find this variant's member launch itself (MemberDispatch),
+        unless a Tape or FwdMode must see the calls."""
+        if self._forward_templated or not self._plain:  # the ndarray specialisation needs the slow path
+            return
+        if self._member_dispatch is None:
+            names = self._template_params.names if self._template_params is not None else []
+            self._member_dispatch = MemberDispatch(self.function, self.dataclass_names, names, self._runtime_names)
+            context.on_reset(self._member_dispatch)
+        if self._member_dispatch.add(instances, templates, launch):
+            self.launch_directly(self._member_dispatch.code)
 
     def _member_launch(self, entry, templates):
         """The launch function of variant `entry` that takes the kernel's arguments (its
@@ -315,6 +331,8 @@ class Kernel(KernelFunction):
         template kernel: through its dispatch, see TemplateDispatch)."""
         if self._dispatch is not None:
             return self.launches_directly(self._dispatch.code) and bool(self._dispatch.variants)
+        if self._member_dispatch is not None:
+            return self.launches_directly(self._member_dispatch.code) and bool(self._member_dispatch.variants)
         entry = self._launchers.get(("forward", ()))
         return entry is not None and self.launches_directly(entry[1].__qdc_launcher__.fast_code)
 

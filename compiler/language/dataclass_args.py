@@ -109,6 +109,7 @@ class _Identity:
 
 
 _KEYS: dict = {}  # id(frozen instance) -> (weak reference to it, its key)
+LIVE_KEYS: dict = {}  # id(frozen instance) -> its key, while it lives (compiler/jit/member_dispatch.py)
 # description -> the int that stands for it: a launch hashes that, not a tuple of hundreds of members
 _TOKENS: dict = {}
 
@@ -124,10 +125,11 @@ def argument_key(v, value_key, what: str) -> int:
     key = _TOKENS.setdefault(description, len(_TOKENS))
     if frozen:
         try:
-            ref = weakref.ref(v, lambda _, i=id(v): _KEYS.pop(i, None))
+            ref = weakref.ref(v, lambda _, i=id(v): (_KEYS.pop(i, None), LIVE_KEYS.pop(i, None)))
         except TypeError:  # a dataclass with __slots__ and no __weakref__: keyed at every call
             return key
         _KEYS[id(v)] = (ref, key)
+        LIVE_KEYS[id(v)] = key
     return key
 
 

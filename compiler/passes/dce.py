@@ -3,6 +3,8 @@ stores to locals (and temporaries) that are never read, unused locals, and contr
 left empty (an `if` with empty branches, a serial `for` with an empty body)."""
 from __future__ import annotations
 
+from collections import Counter
+
 from .. import ir
 
 _LOADS = (ir.LocalLoad, ir.GlobalLoad, ir.TempLoad)
@@ -12,33 +14,62 @@ def eliminate_dead_code(k: ir.KernelIR) -> bool:
     changed_any = False
     while True:
         uses = ir.users_count(k.body)
-        read_vars, read_temps = set(), set(k.returns["slots"] if k.returns else ())  # the launcher reads those
+        read_vars, read_temps = Counter(), Counter(k.returns["slots"] if k.returns else ())  # the launcher reads those
         for s in ir.walk(k.body):
             if isinstance(s, ir.LocalLoad):
-                read_vars.add(s.var)
+                read_vars[s.var] += 1
             elif isinstance(s, ir.TempLoad):
-                read_temps.add(s.slot)
+                read_temps[s.slot] += 1
             elif isinstance(s, ir.LocalAtomic) and uses.get(s):  # its old value is a read
-                read_vars.add(s.var)
+                read_vars[s.var] += 1
             elif isinstance(s, ir.TempAtomic) and uses.get(s):
-                read_temps.add(s.slot)
-        changed = sweep(k.body, lambda s: _is_dead(s, uses, read_vars, read_temps))
+                read_temps[s.slot] += 1
+        changed = _sweep_users_first(k.body, uses, read_vars, read_temps)
         changed_any |= changed
         if not changed:
             return changed_any
+
+
+def _sweep_users_first(block: ir.Block, uses: dict, read_vars: Counter, read_temps: Counter) -> bool:
+    """Remove dead statements visiting users before what they use (a block backwards, a
+    statement's nested blocks before it): removing one releases its operands and the locals it
+    reads, so a whole dead chain goes in one sweep. A read earlier in a loop than the store it
+    sees (the previous iteration's) is visited after it: such stores go in the next sweep."""
+    changed = False
+    keep = []
+    for s in reversed(block.stmts):
+        for b in reversed(s.blocks()):
+            changed |= _sweep_users_first(b, uses, read_vars, read_temps)
+        if _is_dead(s, uses, read_vars, read_temps):
+            changed = True
+            _release(s, uses, read_vars, read_temps)
+        else:
+            keep.append(s)
+    keep.reverse()
+    block.stmts = keep
+    return changed
+
+
+def _release(s: ir.Stmt, uses: dict, read_vars: Counter, read_temps: Counter) -> None:
+    for o in s.operands():
+        uses[o] -= 1
+    if isinstance(s, ir.LocalLoad):
+        read_vars[s.var] -= 1
+    elif isinstance(s, ir.TempLoad):
+        read_temps[s.slot] -= 1
 
 
 def _is_dead(s: ir.Stmt, uses: dict, read_vars: set, read_temps: set) -> bool:
     if (s.PURE or isinstance(s, _LOADS) or isinstance(s, ir.Alloca)) and not uses.get(s):
         return True
     if isinstance(s, (ir.LocalStore, ir.LocalAccumulate)):
-        return s.var not in read_vars
+        return not read_vars[s.var]
     if isinstance(s, ir.LocalAtomic):
-        return s.var not in read_vars and not uses.get(s)
+        return not read_vars[s.var] and not uses.get(s)
     if isinstance(s, ir.TempStore):
-        return s.slot not in read_temps
+        return not read_temps[s.slot]
     if isinstance(s, ir.TempAtomic):
-        return s.slot not in read_temps and not uses.get(s)
+        return not read_temps[s.slot] and not uses.get(s)
     if isinstance(s, ir.If):
         return not s.then_block.stmts and not s.else_block.stmts
     if isinstance(s, ir.RangeFor):  # its bounds are pure values: the loop has no effect

@@ -26,9 +26,12 @@ def forward_global_loads(k: ir.KernelIR) -> bool:
     return bool(mapping)
 
 
-def _block(b: ir.Block, mapping: dict) -> None:
+def _block(b: ir.Block, mapping: dict) -> tuple[set, bool]:
+    """Forward the loads of `b` (and of its nested blocks); returns what `b` may write (targets,
+    nested blocks included) and whether it holds a barrier, which its parent block forgets."""
     known: dict = {}  # GlobalPtr -> the first load of it since its target was last written
     keep = []
+    written, synced = set(), False
     for s in b.stmts:
         s.replace_operands(mapping)
         if isinstance(s, ir.GlobalLoad):
@@ -38,17 +41,26 @@ def _block(b: ir.Block, mapping: dict) -> None:
                 continue
             known[s.ptr] = s
         elif isinstance(s, _WRITES):
-            _forget(known, {_target(s.ptr.target)})
+            target = _target(s.ptr.target)
+            written.add(target)
+            _forget(known, {target})
         elif isinstance(s, ir.SimtSync):  # other threads' writes become visible here
             known.clear()
-        elif s.blocks():
+            synced = True
+        elif s.BLOCKS:
+            inner_written, inner_synced = set(), False
             for child in s.blocks():
-                _block(child, mapping)
-            _forget(known, {_target(w.ptr.target) for w in ir.walk_nested(s) if isinstance(w, _WRITES)})
-            if any(isinstance(w, ir.SimtSync) for w in ir.walk_nested(s)):
+                w, y = _block(child, mapping)
+                inner_written |= w
+                inner_synced |= y
+            _forget(known, inner_written)
+            if inner_synced:
                 known.clear()
+            written |= inner_written
+            synced |= inner_synced
         keep.append(s)
     b.stmts = keep
+    return written, synced
 
 
 def _target(ref) -> tuple:

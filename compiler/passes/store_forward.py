@@ -73,22 +73,37 @@ class _Forwarder:
         return changed
 
     def locals_written(self, s: ir.Stmt) -> set:
-        if s not in self.written:
-            self.written[s] = {d.var for d in ir.walk_nested(s) if isinstance(d, _WRITES)}
-        return self.written[s]
+        """The locals written anywhere inside `s`, made from its nested statements' own sets
+        (each statement is looked at once, however deep the nesting)."""
+        got = self.written.get(s)
+        if got is None:
+            got = set()
+            for child in s.blocks():
+                for d in child.stmts:
+                    if isinstance(d, _WRITES):
+                        got.add(d.var)
+                    elif d.BLOCKS:
+                        got |= self.locals_written(d)
+            self.written[s] = got
+        return got
 
 
 def eliminate_dead_stores(k: ir.KernelIR) -> bool:
-    return _dead_stores_in(k.body)
+    return _dead_stores_in(k.body, {})
 
 
-def _dead_stores_in(b: ir.Block) -> bool:
+_READS = (ir.LocalLoad, ir.LocalAccumulate, ir.LocalAtomic)
+
+
+def _dead_stores_in(b: ir.Block, inside: dict) -> bool:
+    """`inside`: statement with blocks -> (whether a break/continue is in it, locals read in
+    it), filled bottom-up as the nested blocks are done (each statement looked at once)."""
     changed = False
     pending: dict = {}  # local -> its last store in this block, not read since
     dead = set()
     for s in b.stmts:
         for child in s.blocks():
-            changed |= _dead_stores_in(child)
+            changed |= _dead_stores_in(child, inside)
         if isinstance(s, ir.LocalStore):
             if s.var in pending:
                 dead.add(pending[s.var])
@@ -97,12 +112,32 @@ def _dead_stores_in(b: ir.Block) -> bool:
         if isinstance(s, (ir.Break, ir.Continue)):
             pending.clear()
             continue
-        nested = list(ir.walk_nested(s))
-        if any(isinstance(d, (ir.Break, ir.Continue)) for d in nested):
-            pending.clear()
-        for d in [s, *nested]:
-            if isinstance(d, (ir.LocalLoad, ir.LocalAccumulate, ir.LocalAtomic)):
-                pending.pop(d.var, None)
+        if isinstance(s, _READS):
+            pending.pop(s.var, None)
+        if s.BLOCKS:
+            jumps, reads = _nested_summary(s, inside)
+            if jumps:
+                pending.clear()
+            for var in reads:
+                pending.pop(var, None)
     if dead:
         b.stmts = [s for s in b.stmts if s not in dead]
     return changed or bool(dead)
+
+
+def _nested_summary(s: ir.Stmt, inside: dict) -> tuple[bool, set]:
+    got = inside.get(s)
+    if got is None:
+        jumps, reads = False, set()
+        for child in s.blocks():
+            for d in child.stmts:
+                if isinstance(d, (ir.Break, ir.Continue)):
+                    jumps = True
+                elif isinstance(d, _READS):
+                    reads.add(d.var)
+                if d.BLOCKS:
+                    inner_jumps, inner_reads = _nested_summary(d, inside)
+                    jumps |= inner_jumps
+                    reads |= inner_reads
+        got = inside[s] = (jumps, reads)
+    return got

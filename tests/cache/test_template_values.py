@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import re
 import threading
 import warnings
 
@@ -161,3 +162,21 @@ def test_offline_never_compiles_and_names_what_is_missing(session_cache_dir):
     with pytest.raises(qd.KernelNotPrebuiltError, match="cannot be looked up: template argument 'cfg'"):
         fill(Holder(out, 1.5, threading.Lock()))
     assert isinstance(e.value, qd.CacheError)
+
+
+def test_recording_names_an_instantiation_it_cannot_describe(tmp_path, monkeypatch):
+    from qdc.compiler.manifest import recording
+    path = tmp_path / "kernels.manifest"
+    monkeypatch.setenv("QDC_RECORD", str(path))
+    monkeypatch.setattr(recording, "_path_at_first_note", [])  # this test's manifest, then none again
+    monkeypatch.setattr(recording, "_entries", {})
+    out = qd.field(qd.f32, shape=4, name="out")
+    with pytest.warns(UserWarning) as caught:
+        fill(Holder(out, 0.5, threading.Lock()))
+    messages = [str(w.message) for w in caught]
+    assert any(re.match(r"qdc record: template argument 'cfg' of kernel '\S*test_template_values.fill' cannot be "
+                        r"described: cfg.extra is a _thread.lock", m) for m in messages), messages
+    fill(Holder(out, 0.5, None))
+    recording.flush()
+    kinds = sorted(("problem" in e, e["templates"]["cfg"] is None) for e in manifest_file.read(str(path)))
+    assert kinds == [(False, False), (True, True)]  # recorded, not dropped: the build reports it

@@ -282,3 +282,38 @@ def test_dataclass_kernels_built_ahead_of_time(arch, tmp_path, rng):
 def test_an_instantiation_needs_every_dataclass_example():
     with pytest.raises(TypeError, match="dataclass parameter 'state' needs an example instance"):
         qd.aot.instantiate(integrate)
+
+
+@dataclasses.dataclass
+class Mutable:
+    src: qd.template()
+    scale: qd.f32
+
+
+def test_launches_dispatch_on_the_structure_and_stay_observable(rng):
+    n = 6
+    a, b = qd.field(qd.f32, shape=n, needs_grad=True), qd.field(qd.f32, shape=n, needs_grad=True)
+    loss = qd.field(qd.f32, shape=(), needs_grad=True)
+    av, bv = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    a.from_numpy(av)
+    b.from_numpy(bv)
+
+    @qd.kernel
+    def total(m: Mutable):
+        for i in range(n):
+            loss[None] += m.src[i] * m.scale
+
+    frozen = Problem(Arrays(np.zeros(n, np.float32), np.zeros(n, np.float32)), Loss(a, loss), 2.0)
+    objective(frozen)
+    objective(frozen)
+    assert kernel_of(objective).launches_on_its_own()  # a frozen instance's structure is keyed once
+    loss[None] = 0.0
+    with qd.ad.Tape(loss=loss):  # a Tape still sees the launches
+        total(Mutable(a, 3.0))
+    np.testing.assert_allclose(a.grad.to_numpy(), 3.0, rtol=1e-6)
+    m = Mutable(a, 1.0)
+    total(m)
+    m.src = b  # a mutable dataclass is keyed at every call: the new field is used
+    loss[None] = 0.0
+    total(m)
+    np.testing.assert_allclose(loss[None], bv.sum(), rtol=1e-5)

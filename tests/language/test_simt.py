@@ -246,3 +246,35 @@ def test_reads_after_a_barrier_see_other_threads_writes(arch, rng):
     out = np.zeros(N, np.int32)
     publish(x, out)
     np.testing.assert_array_equal(out, np.repeat(x[B - 1::B], B) * 10 - 1)
+
+
+@qd.kernel
+def shared_dtypes(x: qd.types.ndarray(qd.f64, ndim=1), y: qd.types.ndarray(qd.f64, ndim=1),
+                  out: qd.types.ndarray(qd.i32, ndim=1)):
+    qd.loop_config(block_dim=32)
+    for i in range(x.shape[0]):
+        wide = qd.simt.block.SharedArray((32,), qd.f64)
+        flags = qd.simt.block.SharedArray((32,), qd.u1)
+        narrow = qd.simt.block.SharedArray((32,), qd.i16)
+        matrices = qd.simt.block.SharedArray((2, 2), qd.types.matrix(2, 2, qd.f32))
+        t = qd.simt.block.thread_idx()
+        wide[t] = x[i]
+        flags[t] = x[i] > 0
+        narrow[t] = qd.i16(t * 3)
+        if t < 2:
+            matrices[t, 0] = qd.Matrix([[1.0, 2.0], [3.0, float(t)]])
+        qd.simt.block.sync()
+        y[i] = wide[31 - t] + qd.simt.block.reduce_all_add(x[i], 32, qd.f64)
+        out[i] = qd.i32(flags[31 - t]) + qd.i32(narrow[31 - t]) * 10 + qd.i32(matrices[1, 0][1, 1]) * 1000
+
+
+def test_shared_arrays_of_64_8_and_16_bit_and_matrix_elements(arch, rng):
+    if arch == "metal":
+        pytest.skip("metal: no 64-bit types")
+    x = rng.standard_normal(64)
+    y, out = np.zeros(64), np.zeros(64, np.int32)
+    shared_dtypes(x, y, out)
+    t = np.arange(64) % 32
+    mirror = np.arange(64) - t + 31 - t
+    np.testing.assert_allclose(y, x[mirror] + np.repeat(x.reshape(2, -1).sum(1), 32), rtol=1e-12)
+    np.testing.assert_array_equal(out, (x[mirror] > 0) + (31 - t) * 30 + 1000)

@@ -36,7 +36,9 @@ def test_the_cpu_refuses_block_level_code_at_its_line():
     assert_located(e.value, "qd.simt.block.sync()", "qd.simt.block.sync() needs a GPU arch")
     with pytest.raises(TargetCannotExpress) as e:
         subgroup_sum(np.zeros(64, np.float32), np.zeros(64, np.float32))
-    assert_located(e.value, "qd.simt.subgroup.reduce_all_add(x[i])", "target 'cpu' runs no blocks of threads")
+    assert_located(e.value, "qd.simt.subgroup.reduce_all_add(x[i])",
+                   "qd.simt.subgroup.reduce_all_add() needs a GPU arch (cuda, amdgpu, vulkan, metal): target 'cpu' "
+                   "runs no blocks of threads")
 
 
 def test_gradients_of_block_level_code_are_refused(vulkan_runtime):
@@ -79,3 +81,18 @@ def test_misused_shared_arrays_and_block_sizes(vulkan_runtime):
     with pytest.raises(qd.QdcCompileError) as e:
         block_dim_not_whole_subgroups(x)
     assert_located(e.value, "qd.simt.block.reduce_add(x[i], 12, qd.f32)", "positive multiple of the subgroup size")
+
+
+@qd.kernel
+def lane_ids(out: qd.types.ndarray(qd.i32, ndim=1)):
+    qd.loop_config(block_dim=64)
+    for i in range(out.shape[0]):
+        out[i] = qd.simt.subgroup.invocation_id()
+
+
+def test_a_device_of_another_subgroup_size_refuses_the_kernel_at_load(vulkan_runtime, session_cache_dir):
+    size = vulkan_runtime.capabilities.subgroup_size
+    other = 64 if size != 64 else 32
+    qd.init(arch=qd.vulkan, vulkan_subgroup_size=other, cache_dir=session_cache_dir)
+    with pytest.raises(ValueError, match=f"built for subgroups of {other} lanes, the Vulkan device .* has {size}"):
+        lane_ids(np.zeros(64, np.int32))

@@ -121,3 +121,16 @@ def test_misuse_is_a_located_error():
     xs, ys = qd.ndarray(qd.f32, shape=(4,), needs_grad=True), qd.ndarray(qd.f32, shape=(4,), needs_grad=True)
     with pytest.raises(qd.QdcCompileError, match="qd.graph.do_while cannot be used in kernel 'with_gradient'"):
         with_gradient.grad(xs, ys, np.array(1, np.int32))
+
+
+def test_metadata_with_a_malformed_loop_record_is_refused():
+    from qdc.compiler.driver import kernel as K
+    from qdc.compiler.driver.options import Options
+    from qdc.runtime.contract.artifact import KernelMeta
+    k = nested._primal
+    meta = K.compile_kernel(k.fn, k.params, Options(arch="cpu"), arch="cpu").meta.to_dict()
+    assert len(meta["graph_loops"]) == 3  # outer, inner (inside outer), other
+    KernelMeta.from_dict(meta)
+    for bad in ([[0, 99, 1]], [[0, 2, 0]], [[1, 3, 1], [2, 4, 2]]):  # past the tasks; not an i32 0-d; overlapping
+        with pytest.raises(ValueError, match="graph_loops"):
+            KernelMeta.from_dict({**meta, "graph_loops": bad})

@@ -117,13 +117,21 @@ def _link_on_host(obj: bytes) -> bytes:
         direct = _direct_ld_command(o, so, _undefined_symbols(obj) if little_elf else None)
         if direct is not None:
             yield direct, remember
-        yield [cc, "-shared", "-o", so, o, "-lgomp", "-lm"], None
+        yield _driver_command(cc, o, so, sys.platform), None
     library, messages = _run_in_folder(obj, commands, "k.so")
     if library is None:
         if messages == f"'{cc}' not found":
             raise RuntimeError(f"the CPU backend needs a C compiler driver to link ('{cc}' not found; set CC)")
         raise RuntimeError(f"linking the kernel library failed:\n{messages}")
     return library
+
+
+def _driver_command(cc: str, o: str, so: str, system: str) -> list:
+    """Linking through the C compiler driver. macOS has no libgomp: its libraries leave the
+    OpenMP runtime's functions to dyld, as the ones ld64.lld links (_link_mach_o)."""
+    if system == "darwin":
+        return [cc, "-dynamiclib", "-undefined", "dynamic_lookup", "-o", so, o]
+    return [cc, "-shared", "-o", so, o, "-lgomp", "-lm"]
 
 
 def _lld(flavor: str, platform: CpuPlatform) -> list:

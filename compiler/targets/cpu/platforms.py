@@ -54,9 +54,12 @@ def cpu_levels(cpu_target: str, platform: CpuPlatform | None = None) -> tuple[Cp
         return (CpuLevel(cpu, cpu, features, tuple(needed)),)
     check_cpu_target(cpu_target)  # an ISA level or a CPU name whose level is known, else ValueError
     level_machine, level = level_by_name(CPU_LEVEL_OF.get(cpu_target, cpu_target))
-    if level_machine != machine:
+    if level_machine != machine and platform == host_platform():
         raise ValueError(f"cpu_target '{cpu_target}' is for {level_machine} CPUs, but this compiler generates "
-                         f"{machine} code" + ("" if platform == host_platform() else f" (cpu_targets: {platform.name})"))
+                         f"{machine} code")
+    if level_machine != machine:
+        raise ValueError(f"cpu_target '{cpu_target}' is for {level_machine} CPUs: it cannot build the {platform.name} "
+                         f"library of cpu_targets (use cpu_target 'portable', the default of `qdc build`)")
     if cpu_target == level.name:
         return (level,)
     return (CpuLevel(cpu_target, cpu_target, "", level.requires),)

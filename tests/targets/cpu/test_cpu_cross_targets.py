@@ -114,7 +114,7 @@ def test_native_code_is_for_this_machine_only():
     other = next(p for p in PLATFORMS.values() if p.name != HOST)
     with pytest.raises(ValueError, match=f"'native' is this machine's CPU, which cannot run {other.name} code"):
         platforms.cpu_levels("native", other)
-    with pytest.raises(ValueError, match="'x86-64-v3' is for x86_64 CPUs.*cpu_targets: aarch64-linux"):
+    with pytest.raises(ValueError, match="'x86-64-v3' is for x86_64 CPUs: it cannot build the aarch64-linux library"):
         platforms.cpu_levels("x86-64-v3", PLATFORMS["aarch64-linux"])
 
 
@@ -257,3 +257,11 @@ def test_macos_loads_libomp_globally_before_kernels(monkeypatch):
     assert loaded == [(rcpu.LIBOMP_PATHS[1], ctypes.RTLD_GLOBAL)]
     monkeypatch.setattr(rcpu.ctypes, "CDLL", lambda path, mode=0: (_ for _ in ()).throw(OSError(path)))
     assert rcpu.load_libomp() is None
+
+
+def test_a_mac_links_its_own_libraries_as_the_cross_linked_ones():
+    """No libgomp on macOS: the OpenMP runtime's functions are left to dyld there too."""
+    from qdc.compiler.targets.cpu import link
+    assert link._driver_command("cc", "k.o", "k.so", "darwin") == ["cc", "-dynamiclib", "-undefined",
+                                                                   "dynamic_lookup", "-o", "k.so", "k.o"]
+    assert link._driver_command("cc", "k.o", "k.so", "linux")[-2:] == ["-lgomp", "-lm"]
