@@ -310,6 +310,7 @@ class _Walk:
         self._fns: set = set()
         self._budget = _MAX_VALUES
         self.module_reads: list = []
+        self.describer = None  # of the template arguments (`template`)
         self.arrays_by_type = False  # arrays are parameters (template arguments), not constants
 
     def function(self, fn, label: str) -> None:
@@ -363,8 +364,10 @@ class _Walk:
         hit binds the fields of the argument passed now, through the same routes), and the
         source of the functions and classes it names (their code runs at compile time)."""
         label = f"<template {name}>"  # not an identifier: never names an unnamed field
+        if self.describer is None:  # one for all the arguments: a field held twice is described once
+            self.describer = template_values.Describer(lambda f: self.add_field(f, "<template>"))
         try:
-            described = template_values.describe(value, name, lambda f: self.add_field(f, label))
+            described = self.describer.describe(value, name)
         except template_values.Undescribable as e:
             raise UndescribableTemplate(f"template argument '{name}' of kernel '{kernel}': {e}") from None
         self.material.append(["template", name, described.data])

@@ -16,6 +16,7 @@ same tree on every machine for equal arguments:
     {"field": {"name": .., "dtype": .., "shape": [..], "needs_grad": .., "needs_dual": ..,
                "element_shape": [..]}}     a field, by declaration (its data is bound at launch;
                                            needs_dual and element_shape only where set)
+    {"field_ref": n}                       the n-th field described in full before, met again
     {"struct_field": {"name": .., "members": {member: field description}}}
     {"ndarray": {"dtype": .., "ndim": .., "needs_grad": .., "element_shape": [..]}}
                                            an array (a qd.ndarray or numpy array): passed at every
@@ -77,9 +78,23 @@ class Description:
 def describe(value, route: str, field_index=None) -> Description:
     """The description of `value` (named `route` in messages, e.g. "cfg"). `field_index(f)`,
     if given, is called for each field reached, in order."""
-    walker = _Describer(field_index)
-    data = walker.value(value, route, 0)
-    return Description(data, walker.functions, walker.classes, walker.portable_problem)
+    return Describer(field_index).describe(value, route)
+
+
+class Describer:
+    """Describes the template arguments of one kernel variant, one after the other: a field met
+    again, in the same argument or another, is `{"field_ref": n}`, the n-th field described in
+    full before it (counting from 0 over all the arguments), so that a program's aliasing (one
+    field held by two dataclasses) is part of the description and re-created by a build."""
+
+    def __init__(self, field_index=None):
+        self.walker = _Describer(field_index)
+
+    def describe(self, value, route: str) -> Description:
+        w = self.walker
+        w.functions, w.classes, w.portable_problem = [], [], None
+        data = w.value(value, route, 0)
+        return Description(data, w.functions, w.classes, w.portable_problem)
 
 
 _AUTOMATIC_NAME = re.compile(r"^(field|struct)\d+(?=$|\.|__)")
@@ -124,6 +139,8 @@ def lookup(module: str, qual: str):
 class _Describer:
     def __init__(self, field_index):
         self.field_index = field_index
+        self.field_ordinals: dict = {}  # id(field) -> its ordinal among the fields described in full
+        self.described_fields: list = []  # those fields (their ids stay theirs while described)
         self.functions: list = []
         self.classes: list = []
         self.portable_problem: str | None = None
@@ -154,7 +171,7 @@ class _Describer:
             self.named_class(type(v), route)
             return {"enum": {"class": class_name(type(v)), "name": v.name}}
         if isinstance(v, FieldMarker):
-            return {"field": self.field(v)}
+            return self.field(v)
         if isinstance(v, StructFieldMarker):
             members = {m: self.value(f, f"{route}.{m}", depth + 1) for m, f in v.members.items()}
             return {"struct_field": {"name": stable_name(v.name), "members": members}}
@@ -203,6 +220,11 @@ class _Describer:
     def field(self, f) -> dict:
         if self.field_index is not None:
             self.field_index(f)
+        seen = self.field_ordinals.get(id(f))
+        if seen is not None:
+            return {"field_ref": seen}
+        self.field_ordinals[id(f)] = len(self.described_fields)
+        self.described_fields.append(f)
         out = {"name": stable_name(f.name), "dtype": f.dtype.name, "shape": list(f.shape),
                "needs_grad": bool(f.needs_grad)}
         if getattr(f, "needs_dual", False):
@@ -211,7 +233,7 @@ class _Describer:
             out["element_shape"] = list(f.element_shape)
         if f.layout is not None:  # a permuted layout (the tensor API) changes the addressing
             out["layout"] = [int(a) for a in f.layout]
-        return out
+        return {"field": out}
 
     def function(self, v, route: str) -> dict:
         """By the name that leads back to it; its source enters the cache key (cache_key.py)."""

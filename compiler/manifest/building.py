@@ -88,7 +88,9 @@ def _recorded_param(p: ir.Param, a: dict) -> ir.Param:
     if p.dtype is not None and p.dtype is not dtype or p.ndim is not None and p.ndim != a.get("ndim"):
         raise StaleEntry(f"ndarray parameter '{p.name}' is now {p!r}, recorded as {a.get('dtype')} with ndim "
                          f"{a.get('ndim')}")
-    return ir.Param(p.name, "ndarray", dtype, a["ndim"], a.get("needs_grad"), tuple(a.get("element_shape") or ()))
+    layout = tuple(a["layout"]) if a.get("layout") else None  # the storage order the argument had
+    return ir.Param(p.name, "ndarray", dtype, a["ndim"], a.get("needs_grad"), tuple(a.get("element_shape") or ()),
+                    layout)
 
 
 def entry_title(e: dict) -> str:
@@ -121,7 +123,8 @@ def recreate(e: dict, opts) -> ManifestKernel:
         raise StaleEntry(f"its template and dataclass parameters are now ({', '.join(names + dataclasses)}), "
                          f"recorded ({', '.join(recorded)})")
     try:
-        values = {name: stand_ins.rebuild(d, name) for name, d in recorded.items()}
+        rebuilder = stand_ins.Rebuilder()  # one for all the arguments: fields they share stay shared
+        values = {name: rebuilder.rebuild(d, name) for name, d in recorded.items()}
     except stand_ins.Unrebuildable as err:
         raise StaleEntry(str(err)) from None
     templates = params.bind({n: values[n] for n in names}) if params is not None else None

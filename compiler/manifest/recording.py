@@ -70,9 +70,10 @@ def code_options(opts) -> dict:
 def describe_templates(kernel: str, templates) -> tuple[dict, str | None]:
     """({parameter: description}, the first problem, or None)."""
     out, problem = {}, None
+    describer = template_values.Describer()  # as the cache key describes them: aliasing included
     for name, value in (templates.values.items() if templates else ()):
         try:
-            d = template_values.describe(value, name)
+            d = describer.describe(value, name)
         except template_values.Undescribable as e:
             problem = problem or f"template argument '{name}' of kernel '{kernel}' cannot be described: {e}"
             out[name] = None

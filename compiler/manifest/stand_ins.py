@@ -28,6 +28,22 @@ class Unrebuildable(Exception):
 
 def rebuild(data, route: str):
     """The argument `data` describes (see the module docstring), made in this process."""
+    return Rebuilder().rebuild(data, route)
+
+
+class Rebuilder:
+    """Re-creates the template arguments of one kernel variant, in the order they were described:
+    `{"field_ref": n}` is the stand-in made for the n-th field described in full (template_values.
+    Describer), so fields shared between arguments are shared again."""
+
+    def __init__(self):
+        self.fields: list = []
+
+    def rebuild(self, data, route: str):
+        return _rebuild(data, route, self)
+
+
+def _rebuild(data, route: str, made: Rebuilder):
     if data is None or isinstance(data, (bool, int, float, str)):
         return data
     if isinstance(data, list):  # only inside tagged values
@@ -36,11 +52,11 @@ def rebuild(data, route: str):
         raise Unrebuildable(f"{route}: {data!r} is not a description")
     tag, body = next(iter(data.items()))
     if tag == "tuple":
-        return tuple(rebuild(e, f"{route}[{i}]") for i, e in enumerate(body))
+        return tuple(_rebuild(e, f"{route}[{i}]", made) for i, e in enumerate(body))
     if tag == "list":
-        return [rebuild(e, f"{route}[{i}]") for i, e in enumerate(body)]
+        return [_rebuild(e, f"{route}[{i}]", made) for i, e in enumerate(body)]
     if tag == "dict":
-        return {rebuild(k, f"{route} key"): rebuild(e, f"{route}[{k!r}]") for k, e in body}
+        return {_rebuild(k, f"{route} key", made): _rebuild(e, f"{route}[{k!r}]", made) for k, e in body}
     if tag == "complex":
         return complex(*body)
     if tag == "bytes":
@@ -51,7 +67,7 @@ def rebuild(data, route: str):
         value = body["value"]
         return np.dtype(body["dtype"]).type(complex(*value) if isinstance(value, list) else value)
     if tag == "dataclass_argument":
-        return DataclassArgument(rebuild(body, route))
+        return DataclassArgument(_rebuild(body, route, made))
     if tag == "scalar":  # a launch argument: any value of its type stands in for it
         return _scalar_stand_in(body)
     if tag == "enum":
@@ -68,16 +84,22 @@ def rebuild(data, route: str):
         except ImportError as e:
             raise Unrebuildable(f"{route}: module {body} cannot be imported ({e})") from None
     if tag == "field":
-        return _stand_in_field(body)
+        made.fields.append(_stand_in_field(body))
+        return made.fields[-1]
+    if tag == "field_ref":
+        if not isinstance(body, int) or not 0 <= body < len(made.fields):
+            raise Unrebuildable(f"{route}: field_ref {body!r} names no field described before it")
+        return made.fields[body]
     if tag == "struct_field":
-        members = {m: rebuild(d, f"{route}.{m}") for m, d in body["members"].items()}
+        members = {m: _rebuild(d, f"{route}.{m}", made) for m, d in body["members"].items()}
         return StructField.of_members(body["name"], members)
     if tag == "ndarray":
         return _stand_in_ndarray(body)
     if tag == "object":
-        return _rebuild_object(body["class"], body["attrs"], route)
+        return _rebuild_object(body["class"], body["attrs"], route, made)
     if tag == "namedtuple":
-        return _import(body["class"], route)(**{k: rebuild(d, f"{route}.{k}") for k, d in body["items"].items()})
+        items = {k: _rebuild(d, f"{route}.{k}", made) for k, d in body["items"].items()}
+        return _import(body["class"], route)(**items)
     raise Unrebuildable(f"{route}: unknown description '{tag}'")
 
 
@@ -93,7 +115,7 @@ def _import(name: str, route: str):
     return obj
 
 
-def _rebuild_object(name: str, attrs: dict, route: str):
+def _rebuild_object(name: str, attrs: dict, route: str, made: Rebuilder):
     cls = _import(name, route)
     if not isinstance(cls, type):
         raise Unrebuildable(f"{route}: {name} is no longer a class")
@@ -105,7 +127,7 @@ def _rebuild_object(name: str, attrs: dict, route: str):
         except TypeError as e:
             raise Unrebuildable(f"{route}: a {name} cannot be made without its arguments ({e})") from None
     for attr, d in attrs.items():
-        object.__setattr__(obj, attr, rebuild(d, f"{route}.{attr}"))
+        object.__setattr__(obj, attr, _rebuild(d, f"{route}.{attr}", made))
     return obj
 
 

@@ -16,11 +16,11 @@ import pytest
 
 import qdc as qd
 from qdc.compiler.driver import cache_key
-from qdc.compiler.driver.template_values import Undescribable, brief, describe
+from qdc.compiler.driver.template_values import Describer, Undescribable, brief, describe
 from qdc.compiler.jit.api import direct_options
 from qdc.compiler.jit.kernel import kernel_of
 from qdc.compiler.manifest import manifest_file
-from qdc.compiler.manifest.stand_ins import rebuild
+from qdc.compiler.manifest.stand_ins import Rebuilder, rebuild
 
 
 class Mode(enum.Enum):
@@ -108,6 +108,22 @@ def test_descriptions_are_plain_data_that_rebuild_to_the_same_description():
         read_back = manifest_file.loads(text)[0]["templates"]["v"]
         assert read_back == data or repr(read_back) == repr(data), (v, data)
         assert describe(rebuild(read_back, "v"), "v").data == data, v
+
+
+def test_a_field_held_twice_is_described_once_and_shared_again_when_rebuilt():
+    shared = qd.field(qd.f32, shape=8, name="shared")
+    first, second = Bodies(shared, ()), Bodies(shared, (1,))
+    describer = Describer()
+    data = [describer.describe(first, "a").data, describer.describe(second, "b").data]
+    assert data[1]["object"]["attrs"]["pos"] == {"field_ref": 0}
+    rebuilder = Rebuilder()
+    made = [rebuilder.rebuild(d, name) for d, name in zip(data, "ab")]
+    assert made[0].pos is made[1].pos and made[0].pos.name == "shared"
+    again = Describer()
+    assert [again.describe(m, n).data for m, n in zip(made, "ab")] == data
+    # two fields alike in everything are not one: a program that aliases is told apart from one that does not
+    other = Describer()
+    assert other.describe(Bodies(qd.field(qd.f32, shape=8, name="shared"), (1,)), "b").data != data[1]
 
 
 def test_the_brief_form_names_what_an_instantiation_holds():
