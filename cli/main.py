@@ -196,7 +196,7 @@ def build(paths, manifest, arch, cache_dir, jobs, force, verbose, shard, remote_
                    signer=_signer(sign_key))
         if manifest:
             from qdc.compiler.manifest.building import build_manifest
-            _quadrants_alias()
+            _quadrants_alias(manifest)
             report = build_manifest(manifest, arches, opts, cache_dir, jobs or os.cpu_count() or 1, force, **how)
         else:
             report = build_mod.build(list(paths), arches, opts, cache_dir, jobs or os.cpu_count() or 1, force, **how)
@@ -205,11 +205,15 @@ def build(paths, manifest, arch, cache_dir, jobs, force, verbose, shard, remote_
     sys.exit(0 if report.ok else 1)
 
 
-def _quadrants_alias() -> None:
-    """A recorded program that imports `quadrants` ran on qdc (qdc.install_as_quadrants()): unless
-    a package of that name is installed, its modules import qdc under that name here too."""
-    import importlib.util
-    if importlib.util.find_spec("quadrants") is None:
+def _quadrants_alias(manifest: str) -> None:
+    """A program recorded while it ran with qdc as quadrants (qdc.install_as_quadrants()) has its
+    modules imported that way here too."""
+    from qdc.compiler.manifest import manifest_file
+    try:
+        as_quadrants = manifest_file.read(manifest).as_quadrants
+    except manifest_file.ManifestError:
+        return  # the build reports it
+    if as_quadrants:
         import qdc
         qdc.install_as_quadrants()
 
@@ -232,7 +236,7 @@ def record(output, append, command):
     try:
         if append and os.path.exists(path):
             manifest_file.read(path)  # refuse to merge into something that is not a manifest
-        else:
+        else:  # a new manifest; each process of COMMAND adds its entries at its exit
             with open(path, "w", encoding="utf-8") as f:
                 f.write(manifest_file.dumps([]))
     except (OSError, manifest_file.ManifestError) as e:

@@ -261,10 +261,11 @@ class _DeviceArray:
         else:
             context.current().device.copy_to_device(self.allocation(), np.ascontiguousarray(arr, want))
 
-    def to_torch(self, device=None):
-        """A copy of the contents as a torch tensor on `device` (default the CPU), as Quadrants'."""
+    def to_torch(self, device=None, copy=True):
+        """A copy of the contents as a torch tensor on `device` (default the CPU), as Quadrants';
+        `copy=False`: a tensor over this array's own memory (runtime/torch_conversions.py)."""
         from .torch_conversions import to_torch
-        return to_torch(self, device)
+        return to_torch(self, device, copy)
 
     def from_torch(self, tensor) -> None:
         """Overwrite the contents with a torch tensor's (same shape), as from_numpy does."""

@@ -106,6 +106,7 @@ from . import kernel_messages
 from .launch_hooks import LaunchContext, LaunchHooks, with_finish, with_prepare
 from .device_copies import DeviceCopies, host_array
 from .launch_path import choose_launch_path
+from .graph_loops import GraphLoops, loop_steps
 from .sizeexpr_eval import simple_trip_count
 from .argument_checks import (PACK_CODE, argument_name, built_without_its_gradient, check_extent, check_ndarray,
                               explain_scalar, extent_limits, numpy_address)
@@ -116,7 +117,7 @@ _UNBOUND = object()  # the cached array of a parameter before its first launch: 
 _PACK_OBJECT = struct.Struct("=Qq").pack_into  # an array's address, and -1 (numpy_binding.SENTINEL) for its shape
 
 
-class _Launcher:
+class _Launcher(GraphLoops):
     """The state behind one generated launch function: ctx buffer, caches, runtime binding."""
 
     def __init__(self, meta: KernelMeta, device, loaded, fields: list, hooks, function, graph: bool = False,
@@ -205,7 +206,7 @@ class _Launcher:
                                  for i, (t, fixed) in enumerate(zip(self.meta.tasks, self.fixed_slices))]
             return self.launch_graph, None
         if path == "graph_loops":
-            self.steps = _loop_steps(self.meta.graph_loops, 0, len(self.meta.tasks))
+            self.steps = loop_steps(self.meta.graph_loops, 0, len(self.meta.tasks))
             return self.launch_loops, None
         if path == "fixed_tasks":
             self.fixed_launches = [(i, n) for i, n in enumerate(self.fixed_slices) if n > 0]
@@ -272,44 +273,6 @@ class _Launcher:
                 slices[i], env = self.slices_now(i, args, env)
         self.device.launch_graph(self.loaded, ctypes.addressof(self.buf), slices)
         self.watch_errors(slot)
-
-    def launch_loops(self, args: tuple) -> None:
-        """`launch_tasks` of a kernel with qd.graph.do_while loops: a loop's tasks are queued
-        again while its flag, read back after each pass, is nonzero."""
-        slot = self.own_error_slot()
-        self.run_steps(self.steps, args)
-        self.watch_errors(slot)
-        if self.sync_each_launch:
-            self.device.sync()
-
-    def run_steps(self, steps: list, args: tuple) -> None:
-        env, ctx = None, ctypes.addressof(self.buf)
-        for step in steps:
-            if isinstance(step, int):
-                slices = self.fixed_slices[step]
-                if slices is None:
-                    slices, env = self.slices_now(step, args, env)
-                self.device.launch_task(self.loaded, step, ctx, slices)
-                continue
-            flag, body = step
-            while True:
-                self.run_steps(body, args)
-                if self.flag_value(flag, args) == 0:
-                    break
-            env = None  # temporaries the loop's tasks wrote are read anew
-
-    def flag_value(self, index: int, args: tuple) -> int:
-        """A do_while flag (0-d i32 ndarray argument `index`) as the queued tasks leave it."""
-        a = args[index]
-        word = np.zeros(1, np.int32)
-        if hasattr(a, "allocation"):
-            self.device.copy_to_host(a.allocation(), word)
-        elif self.copies is not None and index in self.copies.buffers:
-            self.device.copy_to_host(self.copies.buffers[index], word)
-        else:
-            self.device.sync()
-            word[0] = host_array(a).reshape(-1)[0]
-        return int(word[0])
 
     def slices_now(self, task: int, args: tuple, env):
         """The slices task `task` dispatches at this launch, and the evaluation environment
@@ -730,24 +693,6 @@ class _Launcher:
             else:
                 runs.append((i, [p]))
         return runs
-
-
-def _loop_steps(loops: list, first: int, end: int) -> list:
-    """Tasks [first, end) as steps: a task's index, or (flag, steps) for a do_while loop (the
-    outermost starting at a task; the loops inside it among its steps)."""
-    steps, i = [], first
-    while i < end:
-        starting = [r for r in loops if r[0] == i]
-        if not starting:
-            steps.append(i)
-            i += 1
-            continue
-        outer = max(starting, key=lambda r: r[1])
-        inside = [r for r in loops if r is not outer and outer[0] <= r[0] and r[1] <= outer[1]]
-        steps.append((outer[2], _loop_steps(inside, outer[0], outer[1])))
-        loops = [r for r in loops if r is not outer and r not in inside]
-        i = outer[1]
-    return steps
 
 
 def _check_names(name: str, params: list[str]) -> None:

@@ -63,8 +63,9 @@ class UndescribableTemplate(UncacheableKernel):
 class KernelDeps:
     """A kernel's cache key and the fields it can reach, in walk order."""
 
-    def __init__(self, key: str, fields: list, needs_grad: bool, dual: bool = False):
+    def __init__(self, key: str, fields: list, needs_grad: bool, dual: bool = False, module_reads=()):
         self.key, self.fields, self.needs_grad = key, fields, needs_grad
+        self.module_reads = list(module_reads)  # (module, attribute, value) the kernel's source reads
         # forward_ad entries: a field table's secondary buffers are duals, not gradients
         self.dual = dual
         self.needs_dual = any(getattr(f, "dual", None) is not None for f in fields)
@@ -118,7 +119,7 @@ def kernel_key(fn, params, opts, arch: str, variant: str = "forward", templates=
         raise UncacheableKernel(f"its key material cannot be serialised ({e})") from None
     key = hashlib.sha256(packed).hexdigest()
     needs_grad = any(f.needs_grad or f.is_grad for f in walk.fields) or any(p.needs_grad for p in params)
-    return KernelDeps(key, walk.fields, needs_grad, dual=variant == "forward_ad")
+    return KernelDeps(key, walk.fields, needs_grad, dual=variant == "forward_ad", module_reads=walk.module_reads)
 
 
 # ---- the dependency walk -----------------------------------------------------------------
@@ -308,6 +309,7 @@ class _Walk:
         self._field_index: dict = {}
         self._fns: set = set()
         self._budget = _MAX_VALUES
+        self.module_reads: list = []
         self.arrays_by_type = False  # arrays are parameters (template arguments), not constants
 
     def function(self, fn, label: str) -> None:
@@ -348,6 +350,14 @@ class _Walk:
             del self.material[size:]
             self.material.append(["annotation", label, repr(ann)])
 
+    def module_read(self, module, attr: str, value) -> None:
+        """Note a module attribute the kernel reads (`module_reads`: module, attribute, value):
+        a manifest records the program's data among them, which may have been set at run time
+        (compiler/manifest/recording.py)."""
+        if isinstance(module, str) and not _is_qdc_module(sys.modules.get(module)) \
+                and not isinstance(value, (types.ModuleType, type, types.FunctionType, lang.Func)):
+            self.module_reads.append((module, attr, value))
+
     def template(self, kernel: str, name: str, value) -> None:
         """A template argument by its description; the fields it holds in walk order (a cache
         hit binds the fields of the argument passed now, through the same routes), and the
@@ -369,9 +379,12 @@ class _Walk:
             value = closure[root]
         elif root in fn.__globals__:
             value = fn.__globals__[root]
+            self.module_read(fn.__globals__.get("__name__"), root, value)
         else:
             return  # a local or a builtin: covered by the source text
         for i, attr in enumerate(chain[1:], 1):
+            if isinstance(value, types.ModuleType) and hasattr(value, attr):
+                self.module_read(value.__name__, attr, getattr(value, attr))
             if isinstance(value, (Field, StructField, lang.Func, T.DataType)) or lang.is_kernel_function(value):
                 # what hangs off these is the language's (x.grad, x.shape): the object decides it
                 self.value(".".join(chain[:i]), value)

@@ -2,10 +2,9 @@
 
 A template argument is a field (the kernel is compiled per distinct field declaration and
 bound to the field passed) or a Python value that becomes a compile-time constant: a number,
-a dtype, a tuple, a config object, a dataclass; an array (a qd.ndarray or numpy array) inside
-one (a tuple's item, an object's attribute) is passed at every launch like an ndarray parameter
-(compiler/frontend/host_objects.py) and keys the kernel by its type only; an array is never a
-template argument itself (an ndarray parameter is that). Within a
+a dtype, a tuple, a config object, a dataclass; an array (a qd.ndarray or numpy array), also
+one inside a tuple or an object's attributes, is passed at every launch like an ndarray
+parameter (compiler/frontend/host_objects.py) and keys the kernel by its type only. Within a
 process, `specialisation_key` says which arguments are the same (a field or an object by
 identity, a value by type and value: an object's attributes are read when its variant is
 compiled, as in Quadrants); the offline cache (cache_key.kernel_key) keys each by its
@@ -49,21 +48,17 @@ class TemplateArgs:
 
     def __init__(self, values: dict, kernel_name: str):
         self.values = values
-        for name, v in values.items():
-            _refuse_array(v, f"template argument '{name}' of kernel '{kernel_name}'")
-        self.key = tuple((name, specialisation_key(v, f"template argument '{name}' of kernel '{kernel_name}'"))
+        self.key = tuple((name, _argument_key(v, f"template argument '{name}' of kernel '{kernel_name}'"))
                          for name, v in values.items())
 
 
-def _refuse_array(v, what: str) -> None:
-    """An array is a template argument's member (passed at launch), never the argument itself:
-    that is what an ndarray parameter is for."""
-    if isinstance(v, Ndarray):
-        raise TypeError(f"{what}: a qd.ndarray is passed through a qd.types.ndarray() parameter, not a template")
-    if isinstance(v, np.ndarray):
-        raise TypeError(f"{what}: a numpy array cannot be a template argument; pass it as a qd.types.ndarray() "
-                        f"parameter (an array inside a template argument, an object's attribute, is passed at "
-                        f"each launch)")
+def _argument_key(v, what: str):
+    """The key of a whole template argument: an array is an ndarray parameter's argument, not a
+    template's (arrays inside a config object or tuple are taken: frontend/host_objects.py)."""
+    if is_array_argument(v):
+        raise TypeError(f"{what}: an array (a {type(v).__name__}) is passed through a qd.types.ndarray() "
+                        f"parameter, not a qd.template() one")
+    return specialisation_key(v, what)
 
 
 # Deeper than this a template argument is refused: the key and the front end walk it recursively,

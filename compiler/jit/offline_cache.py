@@ -95,7 +95,7 @@ def obtain(fn, params, opts, arch: str, variant: str = "forward", templates=None
     if hit is None and opts.offline:
         raise _not_prebuilt(fn, params, arch, variant, templates, f"neither the cache at {cache.root} nor "
                             f"{remote_url() or 'a remote store (QDC_REMOTE)'} holds it")
-    recording.note(fn, params, opts, arch, variant, templates)
+    recording.note(fn, params, opts, arch, variant, templates, module_reads=deps.module_reads)
     if hit is not None:
         Counts.from_cache += 1
         replay_warnings(hit.warnings, fn)

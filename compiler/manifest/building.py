@@ -5,7 +5,10 @@ manifest and the working folder are on the import path, as for `python -m`), its
 by qualified name, its template arguments re-created from their descriptions
 (driver/template_values.py, `rebuild`: config objects without running their `__init__`, fields
 and ndarrays as stand-ins of the recorded declarations) and its parameters taken as recorded
-(an ndarray's dtype and rank as the recording run's arguments had them). Compiled through the
+(an ndarray's dtype and rank as the recording run's arguments had them). The module attributes
+a kernel reads that are data (`module_state`: numbers, dtypes, fields, config objects) are set as
+the recording process had them wherever they differ here, since a program may set them at run
+time (Genesis sets `gs.qd_float` in `gs.init()`). Compiled through the
 usual build (driver/build.py: shards, workers, remote store), each variant gets the cache key the
 recording process computed, so a process of the program finds it, also offline.
 
@@ -105,6 +108,7 @@ def recreate(e: dict, opts) -> ManifestKernel:
         module = importlib.import_module(e["module"])
     except Exception as err:  # noqa: BLE001 (any failure of the program's import)
         raise StaleEntry(f"module {e['module']} cannot be imported ({type(err).__name__}: {err})") from None
+    _restore_module_state(e)
     kernel = kernel_of(_attribute_path(module, e["kernel"]))
     if kernel is None:
         raise StaleEntry(f"module {e['module']} has no @qd.kernel {e['kernel']}")
@@ -129,6 +133,26 @@ def recreate(e: dict, opts) -> ManifestKernel:
     made = ManifestKernel(kernel, templates, e)
     made.recorded_params(made.options_over(opts))  # checked now: a stale entry is reported, not failed
     return made
+
+
+def _restore_module_state(e: dict) -> None:
+    """Set the module attributes the kernel read as the recording process had them, where this
+    process has them otherwise (a program sets some at run time: `gs.qd_float` in `gs.init()`)."""
+    for name, recorded in (e.get("module_state") or {}).items():
+        module_name, _, attr = name.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except Exception as err:  # noqa: BLE001 (any failure of the program's import)
+            raise StaleEntry(f"module {module_name} cannot be imported ({type(err).__name__}: {err})") from None
+        try:
+            now = template_values.describe(getattr(module, attr), name).data if hasattr(module, attr) else None
+        except template_values.Undescribable:
+            now = None
+        if now != recorded:
+            try:
+                setattr(module, attr, stand_ins.rebuild(recorded, name))
+            except stand_ins.Unrebuildable as err:
+                raise StaleEntry(str(err)) from None
 
 
 def _attribute_path(module, qualname: str):

@@ -11,6 +11,8 @@
       - {name: dt, kind: scalar, dtype: f32}
       templates:                       # template arguments by value (driver/template_values.py)
         cfg: {object: {class: 'app:Config', attrs: {n: 8, ...}}}
+      module_state:                    # module attributes it reads that are data, as they were
+        'app:GRAVITY': -9.8
       options: {opt_level: 3, fast_math: false, ...}   # the options that change code
     - module: app
       kernel: legacy
@@ -19,6 +21,8 @@
 
 Entries are sorted, and two that differ only in their arches are one entry (merging two runs'
 manifests unions them). No entry holds a path, a host name or an environment variable.
+`as_quadrants: true` (absent otherwise) says the program ran with `qdc.install_as_quadrants()`:
+its modules `import quadrants`, which the build then resolves to qdc as well.
 """
 from __future__ import annotations
 
@@ -32,6 +36,14 @@ HEADER = ("# qdc kernel manifest: the kernel variants a program compiled or load
 
 class ManifestError(ValueError):
     """A manifest file that cannot be read."""
+
+
+class Manifest(list):
+    """A manifest's entries, and whether its program ran with qdc as quadrants."""
+
+    def __init__(self, entries=(), as_quadrants: bool = False):
+        super().__init__(entries)
+        self.as_quadrants = bool(as_quadrants)
 
 
 def identity(entry: dict) -> str:
@@ -53,18 +65,19 @@ def merge(*entry_lists) -> list:
                                                              merged[k]["variant"], k))]
 
 
-def dumps(entries: list) -> str:
+def dumps(entries: list, as_quadrants: bool = False) -> str:
     import yaml
     ordered = [{k: e[k] for k in _ORDER if k in e} for e in merge(entries)]
-    body = yaml.dump({"format": FORMAT, "kernels": ordered}, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper),
+    top = {"format": FORMAT, **({"as_quadrants": True} if as_quadrants else {}), "kernels": ordered}
+    body = yaml.dump(top, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper),
                      sort_keys=False, default_flow_style=None, width=120, allow_unicode=True)
     return HEADER + body
 
 
-_ORDER = ("module", "kernel", "variant", "arches", "arguments", "templates", "options", "problem")
+_ORDER = ("module", "kernel", "variant", "arches", "arguments", "templates", "module_state", "options", "problem")
 
 
-def loads(text: str, where: str = "manifest") -> list:
+def loads(text: str, where: str = "manifest") -> Manifest:
     import yaml
     try:
         # libyaml's parser where PyYAML has it: a large program's manifest holds 10^5 lines
@@ -80,10 +93,10 @@ def loads(text: str, where: str = "manifest") -> list:
     for i, e in enumerate(entries):
         if not isinstance(e, dict) or not all(k in e for k in ("module", "kernel", "variant", "arches")):
             raise ManifestError(f"{where}: kernel entry {i + 1} lacks module, kernel, variant or arches")
-    return entries
+    return Manifest(entries, data.get("as_quadrants", False))
 
 
-def read(path: str) -> list:
+def read(path: str) -> Manifest:
     try:
         with open(path, encoding="utf-8") as f:
             return loads(f.read(), path)
@@ -91,14 +104,14 @@ def read(path: str) -> list:
         raise ManifestError(f"{path}: no such manifest") from None
 
 
-def merge_into(path: str, entries: list) -> None:
+def merge_into(path: str, entries: list, as_quadrants: bool = False) -> None:
     """Add `entries` to the manifest at `path` (created if absent), holding a lock on it so
     that several processes of one recording can each add theirs."""
     with open(path, "a+", encoding="utf-8") as f:
         _lock(f)
         f.seek(0)
         existing = loads(f.read(), path)
-        text = dumps(existing + entries)
+        text = dumps(existing + entries, existing.as_quadrants or as_quadrants)
         f.seek(0)
         f.truncate()
         f.write(text)

@@ -83,8 +83,25 @@ def describe_templates(kernel: str, templates) -> tuple[dict, str | None]:
     return out, problem
 
 
-def entry(fn, params, opts, arch: str, variant: str, templates, uncacheable: str | None = None) -> dict:
-    """`uncacheable`: why the variant's cache key could not be computed, if it could not."""
+def module_state(reads) -> dict:
+    """{"module:attribute": description} of the module attributes a kernel reads that are data
+    (numbers, dtypes, fields, config objects: a program may set them at run time, as Genesis sets
+    `gs.qd_float` in `gs.init()`); the build sets each as recorded before compiling."""
+    out = {}
+    for module, attr, value in reads:
+        try:
+            d = template_values.describe(value, f"{module}.{attr}")
+        except template_values.Undescribable:
+            continue
+        if d.portable_problem is None and not (isinstance(d.data, dict) and "named" in d.data):
+            out[f"{template_values.import_name(module)}:{attr}"] = d.data
+    return dict(sorted(out.items()))
+
+
+def entry(fn, params, opts, arch: str, variant: str, templates, uncacheable: str | None = None,
+          module_reads=()) -> dict:
+    """`uncacheable`: why the variant's cache key could not be computed, if it could not;
+    `module_reads`: the module attributes its source reads (cache_key.KernelDeps)."""
     kernel = f"{module_name(fn)}.{fn.__qualname__}"
     described, problem = describe_templates(kernel, templates)
     if uncacheable and problem is None:
@@ -94,12 +111,16 @@ def entry(fn, params, opts, arch: str, variant: str, templates, uncacheable: str
                    f"it at module level (or in a class) to build it ahead of time")
     e = {"module": module_name(fn), "kernel": fn.__qualname__, "variant": variant, "arches": [arch],
          "arguments": arguments(params), "templates": described, "options": code_options(opts)}
+    state = module_state(module_reads)
+    if state:
+        e["module_state"] = state
     if problem:
         e["problem"] = problem
     return e
 
 
-def note(fn, params, opts, arch: str, variant: str, templates, uncacheable: str | None = None) -> None:
+def note(fn, params, opts, arch: str, variant: str, templates, uncacheable: str | None = None,
+         module_reads=()) -> None:
     """Keep the manifest entry of a variant this process obtained, if a manifest is being recorded
     (`uncacheable`: why its key could not be computed, recorded as its problem)."""
     path = recording_to()
@@ -107,7 +128,7 @@ def note(fn, params, opts, arch: str, variant: str, templates, uncacheable: str 
         return
     if not _path_at_first_note:
         _path_at_first_note.append(os.path.abspath(path))
-    e = entry(fn, params, opts, arch, variant, templates, uncacheable)
+    e = entry(fn, params, opts, arch, variant, templates, uncacheable, module_reads)
     key = manifest_file.identity(e) + arch
     if key in _entries:
         return
@@ -131,11 +152,17 @@ def flush() -> None:
     if path is None or not _entries:
         return
     try:
-        manifest_file.merge_into(path, list(_entries.values()))
+        manifest_file.merge_into(path, list(_entries.values()), _runs_as_quadrants())
     except (OSError, manifest_file.ManifestError) as e:
         print(f"qdc record: error: cannot write the manifest {path}: {e}", file=sys.stderr)
         return
     _entries.clear()
+
+
+def _runs_as_quadrants() -> bool:
+    """Whether the program made `import quadrants` resolve to qdc (qdc.install_as_quadrants())."""
+    compat = sys.modules.get("qdc.quadrants_compat")  # loaded only by a program that asked for it
+    return bool(compat is not None and compat.installed())
 
 
 def instantiation_text(params, variant: str, arch: str, templates) -> str:

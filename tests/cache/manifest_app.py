@@ -2,8 +2,8 @@
 kernels instantiated from configuration objects decided at run time (a plain config object
 holding a frozen dataclass of numbers, an enum, a numpy scalar and a tuple, and an unfrozen
 dataclass of fields and a numpy array), a `@qd.data_oriented` instance as `self`, a dataclass
-parameter (an ndarray, a launch-time scalar and a field), a gradient, and an ndarray parameter
-whose dtype follows the argument.
+parameter (an ndarray, a launch-time scalar and a field), a module global set at run time, a
+gradient, and an ndarray parameter whose dtype follows the argument.
 
     python manifest_app.py CACHE_DIR [DAMPING]
 
@@ -87,10 +87,13 @@ def energy(state: qd.template(), loss: qd.template()):
         loss[None] += state.pos[i] * state.pos[i]
 
 
+GRAVITY_SCALE = None  # set by run(), as engines set module globals when they start
+
+
 @qd.kernel
 def kick(dofs: Dofs, cfg: qd.template(), dt: qd.f32):
     for i in range(dofs.n):
-        dofs.vel[i] += cfg.physics.gravity[2] * dt * dofs.mass[i]
+        dofs.vel[i] += cfg.physics.gravity[2] * dt * dofs.mass[i] * GRAVITY_SCALE / 2.0
 
 
 @qd.kernel
@@ -100,7 +103,9 @@ def scale(a: qd.types.ndarray(), s: qd.f32):
 
 
 def run(cache_dir: str, damping: float) -> dict:
+    global GRAVITY_SCALE
     qd.init(arch=qd.cpu, cache_dir=cache_dir)
+    GRAVITY_SCALE = 2.0
     n = 8
     state = State(qd.field(qd.f32, shape=n, needs_grad=True, name="pos"), qd.field(qd.f32, shape=n, name="vel"))
     loss = qd.field(qd.f32, shape=(), needs_grad=True, name="loss")

@@ -82,6 +82,8 @@ def test_a_recorded_run_built_from_its_manifest_runs_offline_with_no_compile(rec
     physics = advance["templates"]["cfg"]["object"]["attrs"]["physics"]["object"]
     assert physics["class"] == "manifest_app:Physics"
     assert physics["attrs"]["integrator"] == {"enum": {"class": "manifest_app:Integrator", "name": "DAMPED"}}
+    kick = next(e for e in entries if e["kernel"] == "kick")
+    assert kick["module_state"] == {"manifest_app:GRAVITY_SCALE": 2.0}  # set at run time: the build sets it too
     scale = next(e for e in entries if e["kernel"] == "scale")
     assert scale["arguments"][0] == {"name": "a", "kind": "ndarray", "dtype": "f64", "ndim": 1, "needs_grad": False}
     result = _app(str(app), root / "built", QDC_OFFLINE="1")

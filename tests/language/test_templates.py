@@ -240,10 +240,9 @@ def test_template_argument_mistakes():
 
     with pytest.raises(TypeError, match=r"k\(\) missing 1 required positional argument: 's'"):
         k(x)
-    with pytest.raises(TypeError, match="template argument 'f' of kernel 'k': a numpy array"):
-        k(np.zeros(4, np.float32), 1.0)
-    with pytest.raises(TypeError, match="a qd.ndarray is passed through a qd.types.ndarray"):
-        k(qd.ndarray(qd.f32, shape=(4,)), 1.0)
+    for array in (np.zeros(4, np.float32), qd.ndarray(qd.f32, shape=(4,))):  # an ndarray parameter's argument
+        with pytest.raises(TypeError, match="template argument 'f' of kernel 'k'.*qd.types.ndarray"):
+            k(array, 1.0)
     with pytest.raises(TypeError, match="not hashable"):
         k({"a": 1}, 1.0)
     with pytest.raises(TypeError, match="unexpected keyword argument 'g'"):

@@ -125,3 +125,32 @@ def test_torch_round_trips_and_conversions(rng):
         qd.field(qd.f32, shape=3).from_torch(np.zeros(3, np.float32))
     with pytest.raises(ValueError, match="shape"):
         qd.field(qd.f32, shape=3).from_torch(torch.zeros(4))
+
+
+@qd.kernel
+def add_rows(a: qd.template()):
+    for i, j in a:
+        a[i, j] += i * 10 + j
+
+
+def test_to_torch_without_a_copy(rng):
+    """to_torch(copy=False) shares the array's memory in declared order (a permuted view of a
+    field with a layout); copy=None shares where it can; a device the memory is not on refuses."""
+    torch = pytest.importorskip("torch")
+    values = rng.random((3, 4)).astype(np.float32)
+    for array in (qd.field(qd.f32, shape=(3, 4)), qd.ndarray(qd.f32, (3, 4)),
+                  qd.tensor(qd.f32, (3, 4), backend=qd.Backend.FIELD, layout=(1, 0))):
+        array.from_numpy(values)
+        shared = array.to_torch(copy=False)
+        assert shared.shape == (3, 4)
+        np.testing.assert_array_equal(shared.numpy(), values)
+        shared[1, 2] = -1.0  # the array sees the tensor's writes...
+        assert array[1, 2] == -1.0
+        if isinstance(array, qd.Field):
+            add_rows(array)  # ...and the tensor the kernel's
+            expected = values.copy()
+            expected[1, 2] = -1.0
+            np.testing.assert_allclose(shared.numpy(), expected + np.add.outer(np.arange(3) * 10, np.arange(4)))
+        assert array.to_torch(copy=None).data_ptr() == shared.data_ptr()
+    with pytest.raises(ValueError, match="copy=False"):
+        qd.field(qd.f32, shape=3).to_torch(device="meta", copy=False)
