@@ -18,7 +18,7 @@ import time
 
 # The order in which a table shows the phases (others after these, in the order they ran).
 ORDER = ("front end", "passes", "autodiff", "IR generation", "IR multiversioning", "IR text", "LLVM parse",
-         "LLVM optimisation", "object emission", "linking", "PTX emission", "PTX assembly", "SPIR-V generation",
+         "LLVM optimisation", "object emission", "linking", "PTX emission", "SPIR-V generation",
          "SPIR-V validation", "SPIR-V to MSL", "artifacts", "cache key", "cache write")
 
 _local = threading.local()

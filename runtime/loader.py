@@ -124,7 +124,7 @@ class LoadedKernel(KernelFunction):
         hooks = launch_hooks(meta, prebuilt=True) if meta.adstack.get("stacks") else None
         if self._members:  # the launch reads the members first: it goes through member_launcher
             launch = make_launcher(meta, rt.device, loaded, self._fields, hooks=hooks)
-            state = _MemberState(member_launcher(meta, launch.__qdc_launcher__.launch, meta.signature))
+            state = _MemberState(member_launcher(meta, launch, meta.signature))  # its fast code
         else:
             launch = make_launcher(meta, rt.device, loaded, self._fields, hooks=hooks, function=self.function)
             state = launch.__qdc_launcher__

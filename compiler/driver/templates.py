@@ -2,9 +2,10 @@
 
 A template argument is a field (the kernel is compiled per distinct field declaration and
 bound to the field passed) or a Python value that becomes a compile-time constant: a number,
-a dtype, a tuple, a config object, a dataclass; an array (a qd.ndarray or numpy array), also
-one inside a tuple or an object's attributes, is passed at every launch like an ndarray
-parameter (compiler/frontend/host_objects.py) and keys the kernel by its type only. Within a
+a dtype, a tuple, a config object, a dataclass; an array (a qd.ndarray or numpy array) inside
+one (a tuple's item, an object's attribute) is passed at every launch like an ndarray parameter
+(compiler/frontend/host_objects.py) and keys the kernel by its type only; an array is never a
+template argument itself (an ndarray parameter is that). Within a
 process, `specialisation_key` says which arguments are the same (a field or an object by
 identity, a value by type and value: an object's attributes are read when its variant is
 compiled, as in Quadrants); the offline cache (cache_key.kernel_key) keys each by its

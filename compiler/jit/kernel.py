@@ -265,7 +265,7 @@ class Kernel(KernelFunction):
         key = (id(entry[1]), tuple((name, id(v)) for name, v in sorted(roots.items()))) if roots else id(entry[1])
         got = self._member_launches.get(key)
         if got is None:
-            wrapped = member_launcher(meta, entry[1].__qdc_launcher__.launch, self._runtime_names, roots)
+            wrapped = member_launcher(meta, entry[1], self._runtime_names, roots)  # its fast code
             wrapped.__qdc_launcher__ = _MemberLaunch(wrapped)
             got = self._member_launches[key] = (entry[1], roots, wrapped)  # keeps the ids' objects alive
         return got[2]

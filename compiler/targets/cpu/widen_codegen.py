@@ -50,9 +50,10 @@ class TaskChoice:
                            for level in levels) if self.plan else ()
         if self.plan and self.plan.gathers_only:
             # The lowest levels without gather instructions keep the scalar code (lanes 1): their
-            # lanes would load one by one, and emitting that code took most of the build time
-            # (DiffMPM's P2G gradient: 0.34 of 0.75 s at x86-64-v2). The scalar code is as fast
-            # there within a few tenths (G2P 0.073 against 0.079 ms, P2G.grad 0.26 against 0.20).
+            # lanes would load one by one, and emitting that code was a fifth of the build time
+            # (DiffMPM's P2G gradient: 0.75 -> 0.61 s portable). Only CPUs without AVX2 run that
+            # level: there G2P's scalar code is faster (0.073 against 0.079 ms), P2G.grad's 1.3x
+            # slower (0.26 against 0.20 ms).
             scalar = 0
             while scalar < len(levels) and not has_gathers(levels[scalar]):
                 scalar += 1
