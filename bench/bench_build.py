@@ -191,7 +191,8 @@ def measure_build(paths: list, cpu_target: str, jobs: int) -> dict:
     wall seconds, and with -j1 each kernel variant's (CPU: its thread's and its ld's)."""
     import resource
 
-    from qdc.compiler.driver import build as build_mod, options
+    from qdc.compiler.commands import build as build_mod
+from qdc.compiler.driver import options
     per_kernel: dict = {}
     run_job = build_mod.run_job
 

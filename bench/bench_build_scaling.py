@@ -64,7 +64,8 @@ def phases(kernels: int, cpu_target: str | None) -> None:
 
     import llvmlite.binding as llvm
 
-    from qdc.compiler.driver import build as build_mod, cache_key, options
+    from qdc.compiler.commands import build as build_mod
+    from qdc.compiler.driver import cache_key, options
     from qdc.compiler.passes import pipeline
     from qdc.compiler.targets.cpu import codegen
     spent: collections.Counter = collections.Counter()

@@ -33,7 +33,7 @@ def cpu_seconds() -> float:
 
 
 def build_once(sources: list, cpu_targets: str, folder: str) -> float:
-    from qdc.compiler.driver import build as build_mod
+    from qdc.compiler.commands import build as build_mod
     from qdc.compiler.driver.options import resolve
     cache = os.path.join(folder, "cache")
     shutil.rmtree(cache, ignore_errors=True)

@@ -172,7 +172,7 @@ def build(paths, manifest, arch, cache_dir, jobs, force, verbose, shard, remote_
           **flags):
     """Compile every kernel in PATHS (.py files or folders), or every kernel variant of a
     manifest (--manifest FILE), into the cache."""
-    from qdc.compiler.driver import build as build_mod
+    from qdc.compiler.commands import build as build_mod
     from qdc.compiler.driver.options import ConfigError, resolve
     if bool(paths) == bool(manifest):
         raise click.UsageError("give kernel PATHS or --manifest FILE (one of them)")

@@ -586,7 +586,7 @@ def _calls_mention_grad(fn, tree, seen: set) -> bool:
 
 _FINGERPRINTS: dict = {}
 # Backend-neutral stages every target's code depends on (folders under compiler/).
-_NEUTRAL = ("language", "frontend", "ir", "passes", "autodiff", "driver", "jit")
+_NEUTRAL = ("language", "frontend", "ir", "passes", "autodiff", "driver", "jit", "commands")
 
 
 def compiler_fingerprint(arch: str = "cpu") -> str:

@@ -1,6 +1,6 @@
 """Compiled kernels through the offline cache (runtime/cache.py): direct mode obtains each
 kernel variant from it, or compiles and stores it there; `qdc build` stores what it builds
-(compiler/driver/build.py). An offline process (`offline=True`) only obtains: from the cache,
+(compiler/commands/build.py). An offline process (`offline=True`) only obtains: from the cache,
 else from the remote store of QDC_REMOTE, else KernelNotPrebuiltError. Every variant obtained
 is noted in the kernel manifest when one is being recorded (compiler/manifest/recording.py).
 

@@ -9,7 +9,7 @@ and ndarrays as stand-ins of the recorded declarations) and its parameters taken
 a kernel reads that are data (`module_state`: numbers, dtypes, fields, config objects) are set as
 the recording process had them wherever they differ here, since a program may set them at run
 time (Genesis sets `gs.qd_float` in `gs.init()`). Compiled through the
-usual build (driver/build.py: shards, workers, remote store), each variant gets the cache key the
+usual build (commands/build.py: shards, workers, remote store), each variant gets the cache key the
 recording process computed, so a process of the program finds it, also offline.
 
 An entry the program no longer matches (its module or kernel renamed or gone, its template
@@ -31,7 +31,7 @@ from qdc.runtime.contract import types as T
 from qdc.runtime.contract.python_scope import scope_types
 
 from .. import ir
-from ..driver import build as build_mod
+from ..commands import build as build_mod
 from ..driver import template_values
 from ..driver.templates import TemplateArgs
 from ..jit.aot import Instantiation

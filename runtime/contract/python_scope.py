@@ -23,7 +23,7 @@ DEFAULT_IP, DEFAULT_FP = T.i32, T.f32  # the default_ip / default_fp options' de
 class ScopeTypes:
     """The (default_ip, default_fp) of Python-scope declarations. Two sources, the inner first:
     - an import context (`importing(default_ip, default_fp)`): `qdc build` imports the kernel
-      modules of a build inside one (compiler/driver/build.py), so that their declarations
+      modules of a build inside one (compiler/commands/build.py), so that their declarations
       take that build's options; it ends, in a `finally`, when the imports do, so nothing of
       one build reaches the next build or direct mode. It is a context variable: another
       thread never sees it.

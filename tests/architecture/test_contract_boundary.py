@@ -5,10 +5,10 @@ constant can never leave a stale entry that the runtime would load and run.
 The compiler has two floors:
 - the top floor works with `@qd.kernel` objects: direct mode (compiler/jit/: the kernel
   objects, qd.init, Tape, FwdMode, qd.aot, and the offline cache's lookups and stores),
-  `qdc build` (compiler/driver/build.py, which imports kernel modules and stores their
+  `qdc build` (compiler/commands/build.py, which imports kernel modules and stores their
   entries in a cache folder or a remote store), kernel manifests (compiler/manifest/: recorded
   by the offline cache, built through `qdc build`) and the IR of a kernel
-  (compiler/driver/inspect.py). Like a deployment it is a client of the runtime, and may use
+  (compiler/commands/inspect.py). Like a deployment it is a client of the runtime, and may use
   all of it.
 - everything below makes code (language, front end, IR, passes, autodiff, targets, and the
   driver's options, cache keys and compile_kernel). What it makes must follow from what the
@@ -32,7 +32,7 @@ PACKAGE = os.path.dirname(os.path.abspath(qd.__file__))
 COMPILER = os.path.join(PACKAGE, "compiler")
 CONTRACT = os.path.join(PACKAGE, "runtime", "contract")
 
-TOP_FLOOR = ("compiler/jit/", "compiler/manifest/", "compiler/driver/build.py", "compiler/driver/inspect.py")
+TOP_FLOOR = ("compiler/jit/", "compiler/manifest/", "compiler/commands/")
 TOP_FLOOR_MODULES = tuple("qdc." + p.rstrip("/").removesuffix(".py").replace("/", ".") for p in TOP_FLOOR)
 # Imports below the top floor that are allowed anyway: none (Python-scope objects are made
 # through the contract's python_scope.device_arrays).

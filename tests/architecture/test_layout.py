@@ -111,7 +111,8 @@ def test_devices_import_no_other_device():
 
 
 @pytest.mark.parametrize("folder", ["compiler/language", "compiler/frontend", "compiler/ir", "compiler/passes",
-                                    "compiler/autodiff", "compiler/driver", "compiler/targets/llvm",
+                                    "compiler/autodiff", "compiler/driver", "compiler/jit", "compiler/commands",
+                                    "compiler/targets/llvm",
                                     "compiler/targets/cpu", "compiler/targets/metal", "compiler/targets/amdgpu",
                                     "runtime/contract", "runtime/devices/cpu", "runtime/devices/metal",
                                     "runtime/devices/amdgpu"])

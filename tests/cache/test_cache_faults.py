@@ -22,7 +22,7 @@ import qdc as qd
 from qdc.cli.main import cli
 from qdc.compiler.driver import options as options_mod
 from qdc.compiler.jit.api import direct_options
-from qdc.compiler.driver.build import build
+from qdc.compiler.commands.build import build
 from qdc.runtime.contract import artifact as A
 from qdc.runtime.cache import Cache, entry_path, module_path, read_entry
 from qdc.runtime.loader import load

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from qdc.compiler import targets
-from qdc.compiler.driver import build as build_mod, options as options_mod
+from qdc.compiler.commands import build as build_mod
+from qdc.compiler.driver import options as options_mod
 from qdc.compiler.targets.base import Capabilities, TargetCannotExpress
 from qdc.runtime.bundle import open_store
 from qdc.runtime.cache import read_module

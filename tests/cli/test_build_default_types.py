@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import qdc as qd
-from qdc.compiler.driver.build import build
+from qdc.compiler.commands.build import build
 from qdc.compiler.driver.options import Options
 from qdc.compiler.jit.api import direct_options
 from qdc.compiler.jit.kernel import kernel_of

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from qdc.compiler import timings
-from qdc.compiler.driver import build as build_mod
+from qdc.compiler.commands import build as build_mod
 
 from remote_util import qdc, tree, write_project
 

@@ -1,5 +1,5 @@
 """`qdc build -j N` on Linux forks its workers from the building process once the kernel
-modules are imported (compiler/driver/build.py, `_ForkedWorker`); every kernel is built once,
+modules are imported (compiler/commands/build.py, `_ForkedWorker`); every kernel is built once,
 each worker exits when its job pipe closes, and a worker that dies fails only its own job."""
 import os
 import subprocess
@@ -58,7 +58,7 @@ def _echo_until_told_to_die(jobs, results):
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers are forked on Linux only")
 def test_forked_workers_exit_when_their_own_pipe_closes_and_report_a_death():
-    from qdc.compiler.driver.build import _ForkedWorker
+    from qdc.compiler.commands.build import _ForkedWorker
     first = _ForkedWorker(_echo_until_told_to_die, [])
     second = _ForkedWorker(_echo_until_told_to_die, [first])  # must not hold first's job pipe open
     first.stdin.write("a job\n")

@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from qdc.compiler.driver.build import BuildUsageError, parse_shard, shard_units
+from qdc.compiler.commands.build import BuildUsageError, parse_shard, shard_units
 from qdc.runtime.cache import Cache, read_module
 from qdc.runtime.contract.errors import CacheError
 from qdc.runtime.loader import load

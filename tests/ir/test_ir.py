@@ -5,7 +5,7 @@ import pytest
 
 import qdc as qd
 from qdc.compiler import ir
-from qdc.compiler.driver.inspect import inspect_ir
+from qdc.compiler.commands.inspect import inspect_ir
 from qdc.runtime.contract import types as T
 
 

@@ -11,7 +11,7 @@ import pytest
 
 import qdc as qd
 from qdc.compiler.driver import kernel as K
-from qdc.compiler.driver.inspect import inspect_ir
+from qdc.compiler.commands.inspect import inspect_ir
 from qdc.compiler.driver.options import Options
 from qdc.compiler.targets.cuda import toolkit
 from qdc.compiler.targets.spirv import tools as spirv_tools

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import qdc as qd
-from qdc.compiler.driver.inspect import inspect_ir
+from qdc.compiler.commands.inspect import inspect_ir
 from qdc.runtime import context
 from qdc.runtime.contract.errors import QdcCompileError
 

@@ -7,7 +7,7 @@ import pytest
 
 import qdc as qd
 from qdc.compiler.driver import options as options_mod
-from qdc.compiler.driver.build import build
+from qdc.compiler.commands.build import build
 from qdc.runtime.contract import artifact as A
 from qdc.runtime.loader import load
 

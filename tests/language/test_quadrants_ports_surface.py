@@ -10,7 +10,7 @@ import pytest
 
 import qdc as qd
 from qdc.compiler.driver import kernel as K
-from qdc.compiler.driver.inspect import inspect_ir
+from qdc.compiler.commands.inspect import inspect_ir
 from qdc.compiler.driver.options import Options
 from qdc.compiler.targets.cpu import codegen
 from qdc.compiler.targets.cpu.target import TARGET as CPU

@@ -6,7 +6,7 @@ import pytest
 
 import qdc as qd
 from qdc.compiler import ir
-from qdc.compiler.driver.inspect import inspect_ir
+from qdc.compiler.commands.inspect import inspect_ir
 from qdc.compiler.passes import pipeline
 from qdc.compiler.passes.store_forward import eliminate_dead_stores, forward_stores
 from qdc.runtime.contract import types as T

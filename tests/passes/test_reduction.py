@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import qdc as qd
-from qdc.compiler.driver.inspect import inspect_ir
+from qdc.compiler.commands.inspect import inspect_ir
 
 # Large enough to be split over the worker threads (several chunks), plus the serial path.
 SIZES = [100_003, 7]

@@ -11,7 +11,7 @@ import pytest
 
 import qdc as qd
 from conftest import vulkan_unavailable_reason
-from qdc.compiler.driver import build as build_mod
+from qdc.compiler.commands import build as build_mod
 from qdc.runtime.bundle import open_store
 from qdc.runtime.cache import read_module
 

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 import qdc as qd
 from qdc.cli.main import cli
 from qdc.compiler.driver import options as options_mod
-from qdc.compiler.driver.build import build
+from qdc.compiler.commands.build import build
 from qdc.compiler.targets.amdgpu import linker
 from qdc.compiler.targets.metal import msl
 from qdc.compiler.targets.spirv import tools

@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 
-from qdc.compiler.driver.build import build as build_modules
+from qdc.compiler.commands.build import build as build_modules
 from qdc.compiler.driver.options import Options
 from qdc.runtime import remote as R
 from qdc.runtime.cache import Cache, entry_path, module_path, read_module

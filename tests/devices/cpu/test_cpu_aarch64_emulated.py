@@ -19,7 +19,7 @@ import pytest
 
 from conftest import REPO_ROOT
 from runtime_wheel_util import build_runtime_wheel
-from qdc.compiler.driver import build as build_mod
+from qdc.compiler.commands import build as build_mod
 from qdc.compiler.driver.options import resolve
 from qdc.compiler.targets import lld
 from qdc.runtime.cache import Cache, read_module

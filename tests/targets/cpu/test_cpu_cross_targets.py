@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from qdc.cli.main import cli
-from qdc.compiler.driver import build as build_mod
+from qdc.compiler.commands import build as build_mod
 from qdc.compiler.driver.options import resolve
 from qdc.compiler.targets import lld
 from qdc.compiler.targets.cpu import platforms

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import qdc as qd
-from qdc.compiler.driver import build as build_mod
+from qdc.compiler.commands import build as build_mod
 from qdc.compiler.driver import cache_key
 from qdc.compiler.driver import kernel as K
 from qdc.compiler.targets.cpu import codegen as codegen, platforms

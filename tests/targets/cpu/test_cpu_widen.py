@@ -503,7 +503,7 @@ def test_a_portable_widened_gradient_runs_on_an_emulated_cpu_without_avx512(tmp_
     under qemu's `-cpu max` (AVX2, no AVX-512) the loader picks v3 and its 32-lane code must
     give the float64 reference's values and gradients. (The v4 code runs on this host when it
     has AVX-512: the bit-for-bit tests above.)"""
-    from qdc.compiler.driver import build as build_mod
+    from qdc.compiler.commands import build as build_mod
     from qdc.compiler.driver.options import resolve
     src = tmp_path / "chain.py"
     src.write_text(CHAIN_SRC)

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import qdc as qd
-from qdc.compiler.driver import build as build_mod, options
+from qdc.compiler.commands import build as build_mod
+from qdc.compiler.driver import options
 from qdc.compiler.driver.kernel import compile_kernel
 from qdc.compiler.jit.kernel import kernel_of
 from qdc.runtime.adstack import describe_launch

@@ -34,13 +34,13 @@ from qdc.runtime.contract.objects import FieldMarker as Field, StructFieldMarker
 from qdc.runtime.contract.python_scope import scope_types
 from qdc.runtime import remote as remote_mod, signing
 
-from . import cache_key, options as options_mod
+from ..driver import cache_key, options as options_mod
 from .. import targets, timings
 from ..jit.aot import Instantiation
 from ..jit.kernel import Kernel, kernel_of
 from ..jit.offline_cache import store
 from ..targets.base import TargetCannotExpress
-from .kernel import compile_recording_warnings, dual_params, warm_up
+from ..driver.kernel import compile_recording_warnings, dual_params, warm_up
 
 # A worker process takes about as long to start (imports, llvmlite) as compiling a few
 # kernels: below this many misses, `-j` builds in this process alone.
@@ -747,7 +747,7 @@ def _run_in_workers(todo, files, opts, cache_dir, force, n, finished, here, fork
 
     def drive(proc=None):
         if proc is None:
-            proc = subprocess.Popen([sys.executable, "-m", "qdc.compiler.driver.build", "--worker"],
+            proc = subprocess.Popen([sys.executable, "-m", "qdc.compiler.commands.build", "--worker"],
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
             proc.stdin.write(hello + "\n")
         job = None
@@ -858,7 +858,7 @@ def _forked_workers(by_name: dict, opts, cache: Cache, force: bool, n: int) -> l
 
 
 def worker_main() -> None:
-    """`python -m qdc.compiler.driver.build --worker`: first line = build setup, then one job per line."""
+    """`python -m qdc.compiler.commands.build --worker`: first line = build setup, then one job per line."""
     protocol = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # whatever user code prints goes to stderr, never into the protocol
     hello = json.loads(sys.stdin.readline())
