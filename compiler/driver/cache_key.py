@@ -206,7 +206,18 @@ def _class_spans(tree) -> dict:
     return spans
 
 
-def _name_chains(tree) -> list[tuple[str, ...]]:
+_CHAINS = weakref.WeakKeyDictionary()  # function -> its name chains: every kernel reaching a func reads them
+
+
+def _name_chains(fn, tree) -> list[tuple[str, ...]]:
+    """`_chains_of(tree)` for `fn`'s source tree, computed once per function."""
+    got = _CHAINS.get(fn)
+    if got is None:
+        got = _CHAINS[fn] = _chains_of(tree)
+    return got
+
+
+def _chains_of(tree) -> list[tuple[str, ...]]:
     """Every longest `a`, `a.b`, `a.b.c` read in the tree, first occurrence first. Only the
     longest chain of an attribute access is resolved (`cfg.n` needs the value of `cfg.n`,
     not of the object `cfg`); a chain whose base is no name (`f(x).y`) is searched inside."""
@@ -335,7 +346,7 @@ class _Walk:
             except ValueError:  # an unassigned cell: the front end will report it
                 pass
         params = _parameter_names(fn)
-        for chain in _name_chains(tree):
+        for chain in _name_chains(fn, tree):
             if chain[0] not in params:
                 self.chain(fn, closure, chain)
 
@@ -553,7 +564,7 @@ def _mentions_grad(fn, tree) -> bool:
 def _calls_mention_grad(fn, tree, seen: set) -> bool:
     """Whether a qd.func or Python function reachable from `fn`'s source mentions `.grad`."""
     scope = _scope(fn)
-    for chain in _name_chains(tree):
+    for chain in _name_chains(fn, tree):
         value = scope.get(chain[0])
         try:
             for attr in chain[1:]:
