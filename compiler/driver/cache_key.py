@@ -130,19 +130,73 @@ _SOURCES = weakref.WeakKeyDictionary()  # a redefined kernel (notebooks) frees i
 def _source(fn) -> tuple[str, ast.AST]:
     got = _SOURCES.get(fn)
     if got is None:
-        name = getattr(fn, "__name__", fn)
-        try:
-            lines, _ = inspect.getsourcelines(fn)
-        except (OSError, TypeError) as e:
-            raise UncacheableKernel(f"source of {name!r} unavailable: {e}") from None
-        text = textwrap.dedent("".join(lines))
-        try:
-            tree = ast.parse(text)
-        except SyntaxError:  # a lambda inside a larger expression: its lines alone do not parse
-            raise UncacheableKernel(f"source of {name!r} cannot be isolated (a lambda spanning "
-                                    f"lines of a larger expression?)") from None
-        got = _SOURCES[fn] = (text, tree)
+        got = _SOURCES[fn] = _function_source_by_file(fn) or _parsed_source(fn)
     return got
+
+
+def _parsed_source(fn) -> tuple[str, ast.AST]:
+    """The source of a function its file does not show (a lambda's lines), parsed alone."""
+    name = getattr(fn, "__name__", fn)
+    try:
+        lines, _ = inspect.getsourcelines(fn)
+    except (OSError, TypeError) as e:
+        raise UncacheableKernel(f"source of {name!r} unavailable: {e}") from None
+    text = textwrap.dedent("".join(lines))
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:  # a lambda inside a larger expression: its lines alone do not parse
+        raise UncacheableKernel(f"source of {name!r} cannot be isolated (a lambda spanning "
+                                f"lines of a larger expression?)") from None
+    return text, tree
+
+
+def _file_version(filename: str) -> tuple | None:
+    try:
+        st = os.stat(filename)
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size
+
+
+_FILE_FUNCTIONS: dict = {}  # file name -> (its version, lines, first line -> (def node, first line, last line))
+
+
+def _function_source_by_file(fn) -> tuple[str, ast.AST] | None:
+    """A function's source and syntax tree out of its file, parsed once for all the functions it
+    defines (`inspect.getsourcelines` tokenizes the file anew for each: seconds for a program of
+    a thousand kernel functions); None where the file does not show it (a lambda, no file)."""
+    code = getattr(fn, "__code__", None)
+    if code is None or fn.__name__ == "<lambda>":
+        return None
+    filename = code.co_filename
+    version = _file_version(filename)
+    found = _FILE_FUNCTIONS.get(filename)
+    if found is None or found[0] != version:  # a file rewritten since (a rebuilt module): parsed anew
+        linecache.checkcache(filename)
+        lines = linecache.getlines(filename, getattr(fn, "__globals__", None))
+        try:
+            tree = ast.parse("".join(lines))
+        except (SyntaxError, ValueError):
+            tree = None
+        found = _FILE_FUNCTIONS[filename] = (version, lines, _function_spans(tree) if tree is not None else {})
+    _, lines, spans = found
+    span = spans.get(code.co_firstlineno)
+    if span is None or span[0].name != fn.__name__:
+        return None
+    node, first, last = span
+    return textwrap.dedent("".join(lines[first - 1:last])), node
+
+
+def _function_spans(tree) -> dict:
+    """first line (with its decorators, and the `def` line) -> (node, first, last) of every
+    function definition in a module."""
+    spans = {}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+            spans.setdefault(first, (node, first, node.end_lineno))
+            spans.setdefault(node.lineno, (node, first, node.end_lineno))
+    return spans
 
 
 _CLASS_SOURCES = weakref.WeakKeyDictionary()
@@ -162,7 +216,7 @@ def _class_source(cls) -> str | None:
     return text
 
 
-_FILE_CLASSES: dict = {}  # file name -> (its lines, qualname -> (first line, last line) of each class)
+_FILE_CLASSES: dict = {}  # file name -> (its version, lines, qualname -> (first line, last line) of each class)
 
 
 def _class_source_by_file(cls) -> str | None:
@@ -175,15 +229,17 @@ def _class_source_by_file(cls) -> str | None:
     module = sys.modules.get(cls.__module__)
     if filename is None or module is None or getattr(module, "__file__", None) is None:
         return None
+    version = _file_version(filename)
     found = _FILE_CLASSES.get(filename)
-    if found is None:
+    if found is None or found[0] != version:
+        linecache.checkcache(filename)
         lines = linecache.getlines(filename, module.__dict__)
         try:
             tree = ast.parse("".join(lines))
         except (SyntaxError, ValueError):
             return None
-        found = _FILE_CLASSES[filename] = (lines, _class_spans(tree))
-    lines, spans = found
+        found = _FILE_CLASSES[filename] = (version, lines, _class_spans(tree))
+    _, lines, spans = found
     span = spans.get(cls.__qualname__)
     if span is None:
         return None
