@@ -22,24 +22,9 @@ import numpy as np
 from qdc.runtime.contract import types as T
 from qdc.runtime.contract.objects import FieldMarker as Field, NdarrayMarker as Ndarray
 
-from ..language.dataclass_args import array_type, is_array_argument
+from ..language.dataclass_args import Identity as _Identity, array_type, is_array_argument
 
 _VALUES = (bool, int, float, complex, str, bytes, type(None))
-
-
-class _Identity:
-    """An object in a specialisation key by identity (it also keeps the object alive, so its
-    id cannot be reused by another object while the compiled variant exists)."""
-    __slots__ = ("obj",)
-
-    def __init__(self, obj):
-        self.obj = obj
-
-    def __hash__(self):
-        return id(self.obj)
-
-    def __eq__(self, other):
-        return isinstance(other, _Identity) and other.obj is self.obj
 
 
 class TemplateArgs:

@@ -95,7 +95,10 @@ def array_type(a) -> tuple:
     return dtype.name, a.ndim, (), False, None
 
 
-class _Identity:
+class Identity:
+    """An object in a key by identity (it also keeps the object alive, so its id cannot be
+    reused by another object while the key is in use): dataclass keys here, template keys
+    (compiler/driver/templates.py)."""
     __slots__ = ("obj",)
 
     def __init__(self, obj):
@@ -105,7 +108,7 @@ class _Identity:
         return id(self.obj)
 
     def __eq__(self, other):
-        return isinstance(other, _Identity) and other.obj is self.obj
+        return isinstance(other, Identity) and other.obj is self.obj
 
 
 _KEYS: dict = {}  # id(frozen instance) -> (weak reference to it, its key)
@@ -145,7 +148,7 @@ def _describe(v, value_key, what: str, depth: int) -> tuple:
     for name, ann in members(cls):
         m = getattr(v, name)
         if isinstance(m, (Field, StructField)):
-            out.append(("field", _Identity(m)))
+            out.append(("field", Identity(m)))
         elif is_array_argument(m):
             out.append(("ndarray",) + array_type(m))
         elif is_dataclass_instance(m):
