@@ -158,29 +158,37 @@ def _file_version(filename: str) -> tuple | None:
     return st.st_mtime_ns, st.st_size
 
 
-_FILE_FUNCTIONS: dict = {}  # file name -> (its version, lines, first line -> (def node, first line, last line))
+# file name -> (its version, its lines, its classes (_class_spans), its functions (_function_spans))
+_FILES: dict = {}
 
 
-def _function_source_by_file(fn) -> tuple[str, ast.AST] | None:
-    """A function's source and syntax tree out of its file, parsed once for all the functions it
-    defines (`inspect.getsourcelines` tokenizes the file anew for each: seconds for a program of
-    a thousand kernel functions); None where the file does not show it (a lambda, no file)."""
-    code = getattr(fn, "__code__", None)
-    if code is None or fn.__name__ == "<lambda>":
-        return None
-    filename = code.co_filename
+def _parsed_file(filename: str, module_globals) -> tuple | None:
+    """A source file's lines and the spans of the classes and functions it defines, parsed once
+    per version of the file (inspect tokenizes or parses the file anew for each function and
+    class it finds: seconds for a program of a thousand kernel functions); None where it does
+    not parse. A file rewritten since (a rebuilt module) is parsed anew."""
     version = _file_version(filename)
-    found = _FILE_FUNCTIONS.get(filename)
-    if found is None or found[0] != version:  # a file rewritten since (a rebuilt module): parsed anew
+    found = _FILES.get(filename)
+    if found is None or found[0] != version:
         linecache.checkcache(filename)
-        lines = linecache.getlines(filename, getattr(fn, "__globals__", None))
+        lines = linecache.getlines(filename, module_globals)
         try:
             tree = ast.parse("".join(lines))
         except (SyntaxError, ValueError):
             tree = None
-        found = _FILE_FUNCTIONS[filename] = (version, lines, _function_spans(tree) if tree is not None else {})
-    _, lines, spans = found
-    span = spans.get(code.co_firstlineno)
+        found = _FILES[filename] = (version, lines, *(({}, {}) if tree is None else
+                                                     (_class_spans(tree), _function_spans(tree))))
+    return found
+
+
+def _function_source_by_file(fn) -> tuple[str, ast.AST] | None:
+    """A function's source and syntax tree out of its file (_parsed_file); None where the file
+    does not show it (a lambda, no file)."""
+    code = getattr(fn, "__code__", None)
+    if code is None or fn.__name__ == "<lambda>":
+        return None
+    _, lines, _, functions = _parsed_file(code.co_filename, getattr(fn, "__globals__", None))
+    span = functions.get(code.co_firstlineno)
     if span is None or span[0].name != fn.__name__:
         return None
     node, first, last = span
@@ -216,12 +224,8 @@ def _class_source(cls) -> str | None:
     return text
 
 
-_FILE_CLASSES: dict = {}  # file name -> (its version, lines, qualname -> (first line, last line) of each class)
-
-
 def _class_source_by_file(cls) -> str | None:
-    """`inspect.getsource(cls)`, with each file parsed once (inspect parses the whole module
-    again for every class it looks up: seconds for a program of many config classes)."""
+    """`inspect.getsource(cls)` out of its file (_parsed_file)."""
     try:
         filename = inspect.getsourcefile(cls)
     except TypeError:
@@ -229,18 +233,8 @@ def _class_source_by_file(cls) -> str | None:
     module = sys.modules.get(cls.__module__)
     if filename is None or module is None or getattr(module, "__file__", None) is None:
         return None
-    version = _file_version(filename)
-    found = _FILE_CLASSES.get(filename)
-    if found is None or found[0] != version:
-        linecache.checkcache(filename)
-        lines = linecache.getlines(filename, module.__dict__)
-        try:
-            tree = ast.parse("".join(lines))
-        except (SyntaxError, ValueError):
-            return None
-        found = _FILE_CLASSES[filename] = (version, lines, _class_spans(tree))
-    _, lines, spans = found
-    span = spans.get(cls.__qualname__)
+    _, lines, classes, _ = _parsed_file(filename, module.__dict__)
+    span = classes.get(cls.__qualname__)
     if span is None:
         return None
     return "".join(lines[span[0] - 1:span[1]])
