@@ -24,7 +24,7 @@ SUBMODULES = {
     "quadrants.lang.impl": "qdc.quadrants_compat.impl",
     "quadrants.lang._template_mapper": "qdc.quadrants_compat.template_mapper",
     "quadrants._logging": "qdc.quadrants_compat.logging",
-    "quadrants.algorithms": "qdc.quadrants_compat.algorithms",
+    "quadrants.algorithms": "qdc.compiler.language.algorithms",
     "quadrants.types": "qdc.quadrants_compat.types",
     "quadrants.math": "qdc.compiler.language.mathlib",
     "quadrants.ad": "qdc.compiler.jit.ad",
