@@ -35,7 +35,7 @@ What keeps it short (figures: docs/benchmarks.md):
   the array and returns nonzero, having run nothing, when it refuses one, and
   `_q_native_refused` binds in Python (raising, or accepting what the entry leaves to Python) and
   launches again. Where the library also has a Python entry, the whole launch is one builtin
-  call, `if _q_fast(a, s, n) is not _q_kept: return _q_fast_refused((a, s, n))`, which checks and
+  call, `if _q_fast(a, s, n) is not None: return _q_fast_refused((a, s, n))`, which checks and
   binds every argument at every call; anything it leaves to Python goes the generic way.
 - The native call is `_q_call(_q_arg)` as the device hands it out (`Device.launch_call`).
 
@@ -170,7 +170,6 @@ class _Launcher(GraphLoops):
                        "_q_after": self.after, "_q_run_after": self.run_after})
         if self.python is not None:
             self.g["_q_fast"], self.g["_q_fast_refused"] = self.python.function, self.fast_refused
-            self.g["_q_kept"] = self.python.kept
         self.watched: dict = {}  # parameter -> the TensorHandle of the tensor the Python entry watches
         self.hooks = hooks
         self.copies = None if device.capabilities.host_memory else DeviceCopies(device)
@@ -586,19 +585,19 @@ class _Launcher(GraphLoops):
         """One call of the library's Python entry. A numpy array goes to it as it is, and so does
         a watched tensor (the entry checks its address: runtime/tensor_watch.py); any other array
         is bound by the launch code while it is not the cached one (`tensor_statements`) and goes
-        as KEPT, which leaves its words as they are."""
+        as KEPT (None for a library built before it), which leaves its words as they are."""
         body, passed = [], []
         for i, p in enumerate(self.meta.params):
             if p.kind != "ndarray" or kinds[i] is True or kinds[i] == "watched":
                 passed.append(p.name)
                 continue
-            passed.append("_q_kept")
+            passed.append("..." if self.python.watches else "None")  # `...`: KEPT (see `define`)
             if kinds[i] is False:
                 body += [f"    if {p.name} is not _q_arr{i}:", f"        _q_bind{i}({p.name})"]
             else:
                 body += self.tensor_statements(i, kinds[i])
         args = f"({''.join(n + ', ' for n in self.argument_names)})"
-        body += [f"    if _q_fast({''.join(n + ', ' for n in passed)}) is not _q_kept:", f"        return _q_fast_refused({args})"]
+        body += [f"    if _q_fast({''.join(n + ', ' for n in passed)}) is not None:", f"        return _q_fast_refused({args})"]
         if body[0].startswith("    if _q_fast"):  # every array a numpy array: nothing was bound here
             return body + self.return_statements()
         return body + self.after_statements() + self.return_statements()
@@ -710,6 +709,9 @@ class _Launcher(GraphLoops):
         namespace = {}
         exec(code, self.g, namespace)  # noqa: S102 (only checked identifiers reach the source)
         fn = namespace[self.meta.name]
+        if self.python is not None:  # `...` in the source is the Python entry's KEPT: a constant, as None is
+            kept = self.python.kept
+            fn.__code__ = fn.__code__.replace(co_consts=tuple(kept if c is Ellipsis else c for c in fn.__code__.co_consts))
         fn.__qdc_source__ = src
         fn.__qdc_launcher__ = self
         return fn

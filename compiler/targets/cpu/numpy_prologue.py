@@ -5,9 +5,9 @@ what the words mean):
   check.
 - `ptr @<entry>_py(ptr self, ptr args, i64 nargs)`, a METH_FASTCALL function whose `self` is
   the ctx buffer (a ctypes object): it binds every argument itself (numpy arrays, Python
-  floats, ints and bools), runs the fused entry and returns the runtime's KEPT marker; it
-  returns `self`, having run nothing, when an argument is not one it binds, which the launch
-  code then binds in Python (raising for what is wrong). KEPT for an array says that the launch
+  floats, ints and bools), runs the fused entry and returns None; it returns `self`, having
+  run nothing, when an argument is not one it binds, which the launch code then binds in
+  Python (raising for what is wrong). The runtime's KEPT marker for an array says that the launch
   code bound it itself (a qd.ndarray it caches): its words are left as they are; a watched
   tensor is checked against torch's address of its data (tensor_watch.py). Every check of the
   Python binding is made on every call, so nothing is cached between launches."""
@@ -166,9 +166,10 @@ def add_python_entry(module: ll.Module, meta: KernelMeta) -> None:
     binder.require(b.icmp_signed("==", nargs, ll.Constant(I64, len(meta.params))), "arguments")
     for i, p in enumerate(meta.params):
         obj = b.load(b.gep(args, [ll.Constant(I64, i)], source_etype=PTR), typ=PTR)
-        if p.kind == "ndarray":  # PY_KEPT: the launch code bound it (a qd.ndarray, a tensor) and its words stand
+        if p.kind == "ndarray":  # KEPT: the launch code bound it (a qd.ndarray, a tensor) and its words stand
             bind, done = fn.append_basic_block(f"bind.{p.name}"), fn.append_basic_block(f"bound.{p.name}")
-            b.cbranch(b.icmp_unsigned("==", b.ptrtoint(obj, I64), binder.python_word(nb.PY_KEPT)), done, bind)
+            kept = binder.word(nb.watch_word(meta.ctx_words, len(meta.params), nb.WATCH_KEPT))
+            b.cbranch(b.icmp_unsigned("==", b.ptrtoint(obj, I64), kept), done, bind)
             b.position_at_end(bind)
             tensor_watch.bind_array(binder, i, p, obj, _Callee)
             b.branch(done)
@@ -180,7 +181,7 @@ def add_python_entry(module: ll.Module, meta: KernelMeta) -> None:
     def return_new_reference(obj):
         b.call(_Callee(b.inttoptr(binder.python_word(nb.PY_INCREF), PTR), ll.FunctionType(ll.VoidType(), [PTR])), [obj])
         b.ret(obj)
-    return_new_reference(b.inttoptr(binder.python_word(nb.PY_KEPT), PTR))
+    return_new_reference(b.inttoptr(binder.python_word(nb.PY_NONE), PTR))
     b.position_at_end(refuse)
     return_new_reference(this)
     _compile_lightly(fn)

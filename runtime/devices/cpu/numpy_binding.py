@@ -25,9 +25,10 @@ launcher's ctx buffer (a ctypes object) for `self`. It binds every argument from
 objects themselves: numpy arrays as above, Python floats (an f32 out of range is refused, as
 struct refuses it), ints (through PyLong_AsLongLongAndOverflow, range-checked per type) and
 True/False, then runs the fused entry, without releasing the GIL and without a ctypes call.
-It returns KEPT, or the buffer, having run nothing, for an argument it leaves to Python. KEPT,
-the runtime's own marker object, is also what the launch code passes for an array it bound itself,
-so that no argument a program passes (None included) can stand for one. The
+It returns None, or the buffer, having run nothing, for an argument it leaves to Python. For an
+array it bound itself the launch code passes KEPT, the runtime's own marker object, so that no
+argument a program passes (None included) can stand for one (libraries built before the marker
+take None). The
 interpreter's addresses it needs are ctx words, so the library links against no
 Python; the object layouts it reads are checked on live objects (`python_layout_matches`).
 """
@@ -91,8 +92,7 @@ def python_layout_matches() -> bool:
 
 
 class _Kept:
-    """The type of KEPT: the Python entry's answer when it launched, and the argument that
-    leaves an array's words as the launch code bound them."""
+    """The type of KEPT: the argument that leaves an array's words as the launch code bound them."""
     __slots__ = ()
 
     def __repr__(self):
@@ -175,7 +175,8 @@ class NumpyBinding:
             return
         api = ctypes.pythonapi
         for which, address in ((layout.PY_FLOAT, id(float)), (layout.PY_LONG, id(int)), (layout.PY_TRUE, id(True)),
-                               (layout.PY_FALSE, id(False)), (layout.PY_KEPT, id(KEPT)),
+                               (layout.PY_FALSE, id(False)), (layout.PY_NONE, id(None)),
                                (layout.PY_INCREF, _address(api.Py_IncRef)),
                                (layout.PY_AS_LONG, _address(api.PyLong_AsLongLongAndOverflow))):
             words[layout.python_word(base, len(self.meta.params), which)] = address  # builtins: live as long as Python
+        words[layout.watch_word(base, len(self.meta.params), layout.WATCH_KEPT)] = id(KEPT)  # lives as long as qdc
