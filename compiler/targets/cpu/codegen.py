@@ -18,7 +18,7 @@ from qdc.runtime.contract.artifact import KernelMeta
 
 from ... import ir, timings
 from ...ir.adstack import AdStackAlloca
-from .multiversion import equal_levels, level_assembly, multiversioned_ir, without_equal_levels
+from .multiversion import equal_levels, level_assembly, multiversioned_ir, with_features, without_equal_levels
 from .numpy_prologue import add_numpy_entry
 from .half_conversions import with_half_conversions
 from .isa_levels import NATIVE, CpuLevel, CpuPlatform
@@ -26,7 +26,7 @@ from .link import link_shared_library
 from .platforms import cpu_levels, cpu_platforms, host_platform
 from ..llvm.llvm_ir import ModuleBuilder
 from ..llvm.llvm_types import I1, I32, I64, PTR, VOID
-from .widen_codegen import CpuKernelCodegen, task_choices
+from .widen_codegen import CpuKernelCodegen, task_choices, gathering_chunk_features
 from .arch import PARALLEL_WORK_THRESHOLD
 
 # A parallel range is cut into this many chunks per thread, handed out dynamically.
@@ -187,6 +187,7 @@ def generate_llvm(kernel: ir.KernelIR, meta: KernelMeta, fast_math: bool = False
     cg.emit_kernel(dispatch)
     add_numpy_entry(mb.module, meta)
     mb.module.widen_choices, mb.module.widen_overrides = choices, cg.overrides
+    mb.module.gathering_chunks = cg.gathering_chunks
     return mb.module
 
 
@@ -235,6 +236,20 @@ def _without_equal_levels(mod, task_bodies: list[str], levels: int):
     return smaller, same
 
 
+def _module_text(module: ll.Module, task_bodies: list[str], levels: tuple) -> str:
+    """The module's IR text, its task bodies dispatched per level where several, the width-W
+    chunks that gather with the features of `gathering_chunk_features`."""
+    gathering = module.gathering_chunks
+    if len(levels) > 1:
+        return multiversioned_ir(module, task_bodies, levels, module.widen_overrides,
+                                 lambda name, level: gathering_chunk_features(level) if name in gathering
+                                 else level.llvm_features)
+    text = str(module)
+    if gathering and gathering_chunk_features(levels[0]) != levels[0].llvm_features:
+        text = with_features(text, sorted(gathering), gathering_chunk_features(levels[0]))
+    return text
+
+
 def compile_kernel(kernel: ir.KernelIR, meta: KernelMeta, opt_level: int = 3, fast_math: bool = False,
                    cpu_target: str = NATIVE, keep_assembly: bool = False, *, target, cpu_targets=None) -> dict:
     """Artifacts of one kernel for the CPU: per platform of `cpu_targets` (default: the host's)
@@ -250,8 +265,7 @@ def compile_kernel(kernel: ir.KernelIR, meta: KernelMeta, opt_level: int = 3, fa
         module = generate_llvm(kernel, meta, fast_math, target=target, levels=levels, platform=platform)
         task_bodies = [task.task_name + "_chunk" for task in kernel.tasks]  # KernelCodegen.emit_chunk's names
         with timings.phase("IR multiversioning" if len(levels) > 1 else "IR text"):
-            text = str(module) if len(levels) == 1 else multiversioned_ir(module, task_bodies, levels,
-                                                                          module.widen_overrides)
+            text = _module_text(module, task_bodies, levels)
             text = with_half_conversions(text)
         with timings.phase("LLVM parse"):
             # A context of its own: the shared one accumulates metadata kinds from earlier modules,
