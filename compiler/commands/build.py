@@ -214,7 +214,7 @@ def _templates_of(kernel):
 
 def _job_options(kernel, opts, arch: str):
     """The options a kernel is built with for `arch`: a manifest entry's own code options over
-    the build's (compiler/manifest/building.py, ManifestKernel)."""
+    the build's (compiler/commands/build_manifest.py, ManifestKernel)."""
     own = getattr(kernel, "options_over", None)
     return _options_for(own(opts) if own is not None else opts, arch)
 
