@@ -420,14 +420,16 @@ class VulkanDevice(SubmissionDevice):
 
     def _block_on(self, sub) -> None:
         if self._spin_seconds:
-            status, deadline = self.lib.vkGetFenceStatus, time.perf_counter() + self._spin_seconds
+            # Locals only in the loop: each lookup less is a finer poll (~0.4 us an iteration).
+            status, device, fence, clock = self.lib.vkGetFenceStatus, self.device, sub.fence[0], time.perf_counter
+            deadline = clock() + self._spin_seconds
             while True:
-                result = status(self.device, sub.fence[0])
+                result = status(device, fence)
                 if result == 0:
                     return
                 if result == self.vk.VK_ERROR_DEVICE_LOST:
                     self._check(result, "vkGetFenceStatus")
-                if time.perf_counter() > deadline:
+                if clock() > deadline:
                     break
         self._check(self.lib.vkWaitForFences(self.device, 1, sub.fence, 1, U64_MAX), "vkWaitForFences")
 
