@@ -54,6 +54,9 @@ DESCRIPTOR_POOL_SETS = 1024
 WAVES = 4                  # grid cap: this many waves of the invocations the device runs at once
 FALLBACK_RESIDENT = 1 << 16  # invocations assumed to run at once where the driver does not say
 U64_MAX = (1 << 64) - 1
+# Vulkan 1.2's values, which the `vulkan` binding leaves out (its KHR aliases are None)
+BUFFER_USAGE_SHADER_DEVICE_ADDRESS = 0x00020000
+MEMORY_ALLOCATE_DEVICE_ADDRESS = 0x00000002
 # A wait polls the fence this long before it blocks in vkWaitForFences: a short launch then
 # returns when the GPU signals, not when the kernel driver wakes the thread (as CUDA's default
 # spin-then-block scheduling). Not on a CPU device (lavapipe), whose invocations need the cores.
@@ -63,11 +66,13 @@ SPIN_SECONDS = 100e-6
 class Buffer:
     """A VkBuffer and its memory; `mapped` a numpy byte view of it when host-visible;
     `last_use` the serial of the last submission that may use it; `serial` unique per buffer."""
-    __slots__ = ("handle", "memory", "size", "mapped", "last_use", "serial", "address")
+    # address: where the device's address space (runtime/address_space.py) put it; device_address:
+    # its buffer device address (vkGetBufferDeviceAddress, 0 on a device without them)
+    __slots__ = ("handle", "memory", "size", "mapped", "last_use", "serial", "address", "device_address")
 
-    def __init__(self, handle, memory, size, mapped, serial, address=0):
+    def __init__(self, handle, memory, size, mapped, serial, address=0, device_address=0):
         self.handle, self.memory, self.size, self.mapped = handle, memory, size, mapped
-        self.last_use, self.serial, self.address = 0, serial, address
+        self.last_use, self.serial, self.address, self.device_address = 0, serial, address, device_address
 
 
 class Batch:
@@ -180,24 +185,38 @@ class VulkanDevice(SubmissionDevice):
     def _create_buffer(self, nbytes: int, memory_type: int, host: bool = False) -> Buffer:
         vk, ffi, lib = self.vk, self.ffi, self.lib
         size = max(-(-nbytes // 4) * 4, 4)
+        # Buffer device addresses for the tasks that reach their arrays by address (more arrays
+        # than the device binds to one shader: compiler/targets/vulkan/target.py)
+        addressable = self.capabilities.buffer_device_address
+        usage = (vk.VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | vk.VK_BUFFER_USAGE_TRANSFER_SRC_BIT
+                 | vk.VK_BUFFER_USAGE_TRANSFER_DST_BIT)
+        if addressable:
+            usage |= BUFFER_USAGE_SHADER_DEVICE_ADDRESS
         info = ffi.new("VkBufferCreateInfo*", {
-            "sType": vk.VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, "size": size,
-            "usage": vk.VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | vk.VK_BUFFER_USAGE_TRANSFER_SRC_BIT
-            | vk.VK_BUFFER_USAGE_TRANSFER_DST_BIT, "sharingMode": vk.VK_SHARING_MODE_EXCLUSIVE})
+            "sType": vk.VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, "size": size, "usage": usage,
+            "sharingMode": vk.VK_SHARING_MODE_EXCLUSIVE})
         handle = ffi.new("VkBuffer*")
         self._check(lib.vkCreateBuffer(self.device, info, ffi.NULL, handle), f"creating a buffer of {nbytes} bytes")
         needs = ffi.new("VkMemoryRequirements*")
         lib.vkGetBufferMemoryRequirements(self.device, handle[0], needs)
         if not needs.memoryTypeBits & (1 << memory_type):
             memory_type = next(i for i in range(32) if needs.memoryTypeBits & (1 << i))
+        flags_info = ffi.new("VkMemoryAllocateFlagsInfo*", {
+            "sType": vk.VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_FLAGS_INFO,
+            "flags": MEMORY_ALLOCATE_DEVICE_ADDRESS}) if addressable else ffi.NULL
         alloc_info = ffi.new("VkMemoryAllocateInfo*", {"sType": vk.VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO,
-                                                       "allocationSize": needs.size, "memoryTypeIndex": memory_type})
+                                                       "pNext": flags_info, "allocationSize": needs.size,
+                                                       "memoryTypeIndex": memory_type})
         memory = ffi.new("VkDeviceMemory*")
         result = lib.vkAllocateMemory(self.device, alloc_info, ffi.NULL, memory)
         if result != 0:
             lib.vkDestroyBuffer(self.device, handle[0], ffi.NULL)
             self._check(result, f"allocating {nbytes} bytes of device memory")
         self._check(lib.vkBindBufferMemory(self.device, handle[0], memory[0], 0), "vkBindBufferMemory")
+        device_address = 0
+        if addressable:
+            device_address = lib.vkGetBufferDeviceAddress(self.device, ffi.new("VkBufferDeviceAddressInfo*", {
+                "sType": vk.VK_STRUCTURE_TYPE_BUFFER_DEVICE_ADDRESS_INFO, "buffer": handle[0]}))
         mapped = None
         flags = self._memory_flags[memory_type]
         coherent = vk.VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | vk.VK_MEMORY_PROPERTY_HOST_COHERENT_BIT
@@ -205,7 +224,7 @@ class VulkanDevice(SubmissionDevice):
             pointer = ffi.new("void**")
             self._check(lib.vkMapMemory(self.device, memory[0], 0, size, 0, pointer), "vkMapMemory")
             mapped = np.frombuffer(ffi.buffer(pointer[0], size), np.uint8)
-        return Buffer(handle[0], memory[0], size, mapped, next(self._buffers))
+        return Buffer(handle[0], memory[0], size, mapped, next(self._buffers), device_address=device_address)
 
     def _destroy_buffer(self, buf: Buffer) -> None:
         if buf.mapped is not None:
