@@ -73,13 +73,16 @@ def empty_dispatch(dev: VulkanDevice, repeat: int) -> float:
     return median_time(launch, repeat, 200)
 
 
-def recorded_dispatch(dev: VulkanDevice, dispatch: bool):
+def recorded_dispatch(dev: VulkanDevice, dispatch: bool, barriers: bool = False):
     """(submit info, fence, release) of a command buffer recorded once: empty, or (`dispatch`)
-    one workgroup of the empty shader; `release()` gives the command buffer back."""
+    one workgroup of the empty shader, with (`barriers`) the memory barriers that open and close
+    a recorded launch of the device; `release()` gives the command buffer back."""
     lib, ffi, vk = dev.lib, dev.ffi, dev.vk
     command, fence = dev._command_buffer()
     begin = ffi.new("VkCommandBufferBeginInfo*", {"sType": dev.vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO})
     lib.vkBeginCommandBuffer(command, begin)
+    if barriers:
+        dev._barrier(command, dev._barrier_between)
     if dispatch:
         tp = empty_kernel(dev)[0].tasks[0]  # its descriptor set, args at ring offset 0
         offsets = ffi.new("uint32_t[1]", [0])
@@ -87,6 +90,8 @@ def recorded_dispatch(dev: VulkanDevice, dispatch: bool):
         lib.vkCmdBindDescriptorSets(command, vk.VK_PIPELINE_BIND_POINT_COMPUTE, tp.layout, 0, tp.set_numbers,
                                     tp.sets, 1, offsets)
         lib.vkCmdDispatch(command, 1, 1, 1)
+    if barriers:
+        dev._barrier(command, dev._barrier_to_host, vk.VK_PIPELINE_STAGE_HOST_BIT)
     lib.vkEndCommandBuffer(command)
     commands = ffi.new("VkCommandBuffer[1]", [command])
     submit = ffi.new("VkSubmitInfo*", {"sType": dev.vk.VK_STRUCTURE_TYPE_SUBMIT_INFO, "commandBufferCount": 1,
@@ -123,22 +128,27 @@ def launch_breakdown(dev: VulkanDevice, launch, sync, rounds: int, count: int = 
     """A launch + sync split in two by perf_counter (the launch call, then the sync) against a
     raw submit of a pre-recorded trivial dispatch split the same way (vkQueueSubmit, then the
     wait and vkResetFences; the wait polls on a GPU, as the device's sync does, and blocks on a
-    CPU device): medians in seconds, both measured in interleaved rounds."""
+    CPU device), and against the same with the barriers of the device's recorded launch ("raw
+    barriers": what the driver's side of them costs): medians in seconds, interleaved rounds."""
     lib, pc = dev.lib, time.perf_counter
-    submit, fence, release = recorded_dispatch(dev, True)
-    queue, device, f, poll = dev.queue, dev.device, fence[0], not dev.capabilities.cpu_device
+    queue, device, poll = dev.queue, dev.device, not dev.capabilities.cpu_device
 
-    def raw_once():
-        t0 = pc()
-        lib.vkQueueSubmit(queue, 1, submit, f)
-        t1 = pc()
-        if poll:
-            while lib.vkGetFenceStatus(device, f) != 0:
-                pass
-        else:
-            lib.vkWaitForFences(device, 1, fence, 1, 2**64 - 1)
-        lib.vkResetFences(device, 1, fence)
-        return t1 - t0, pc() - t1
+    def raw(barriers: bool):
+        submit, fence, release = recorded_dispatch(dev, True, barriers)
+        f = fence[0]
+
+        def once():
+            t0 = pc()
+            lib.vkQueueSubmit(queue, 1, submit, f)
+            t1 = pc()
+            if poll:
+                while lib.vkGetFenceStatus(device, f) != 0:
+                    pass
+            else:
+                lib.vkWaitForFences(device, 1, fence, 1, 2**64 - 1)
+            lib.vkResetFences(device, 1, fence)
+            return t1 - t0, pc() - t1
+        return once, release
 
     def qdc_once():
         t0 = pc()
@@ -146,14 +156,17 @@ def launch_breakdown(dev: VulkanDevice, launch, sync, rounds: int, count: int = 
         t1 = pc()
         sync()
         return t1 - t0, pc() - t1
-    halves = {"raw": ([], []), "qdc": ([], [])}
+    (raw_once, release), (barriers_once, release_barriers) = raw(False), raw(True)
+    peers = (("raw", raw_once), ("raw_barriers", barriers_once), ("qdc", qdc_once))
+    halves = {name: ([], []) for name, _ in peers}
     for _ in range(rounds):
-        for name, once in (("raw", raw_once), ("qdc", qdc_once)):
+        for name, once in peers:
             for _ in range(count):
                 first, second = once()
                 halves[name][0].append(first)
                 halves[name][1].append(second)
     release()
+    release_barriers()
     return {f"{name}_{half}": statistics.median(values[i]) for name, values in halves.items()
             for i, half in enumerate(("first", "second"))}
 
@@ -322,6 +335,10 @@ def print_launch_costs(repeat: int, quadrants: bool = True) -> None:
               f"{ours['qdc_second'] * 1e6:.1f} = {qdc * 1e6:.1f} µs | raw submit + wait (the device's way of "
               f"waiting) {ours['raw_first'] * 1e6:.1f} + {ours['raw_second'] * 1e6:.1f} = {raw * 1e6:.1f} µs | "
               f"{qdc / raw:.2f}x, qdc's overhead {(qdc - raw) * 1e6:.1f} µs |")
+        fenced = ours["raw_barriers_first"] + ours["raw_barriers_second"]
+        print(f"| the same raw dispatch between the two barriers of a recorded launch | - | "
+              f"{ours['raw_barriers_first'] * 1e6:.1f} + {ours['raw_barriers_second'] * 1e6:.1f} = "
+              f"{fenced * 1e6:.1f} µs | qdc / it: {qdc / fenced:.2f}x, qdc's Python {(qdc - fenced) * 1e6:.1f} µs |")
     if missing:
         print(f"(Quadrants: {missing})")
 
