@@ -504,12 +504,14 @@ class VulkanDevice(SubmissionDevice):
         """Submit a recorded launch (replays.py) on the idle device."""
         serial = next(self._serials)
         self._note_submitted(kernel)
-        result = self.lib.vkQueueSubmit(self.queue, 1, replay.submit_info, replay.fence[0])
+        result = self.lib.vkQueueSubmit(self.queue, 1, replay.submit_info, replay.fence_handle)
         if result != 0:  # nothing was submitted: what it would use is idle again
             self._last_submitted = serial
             self._retire()
             self._check(result, f"submitting kernel '{kernel}' (vkQueueSubmit)")
-        self._track(None, replay.fence, [], replay.uses, serial)
+        # Its Submission is reused: a replay is in flight at most once (only an idle device replays).
+        replay.submission.serial = serial
+        self._track_submission(replay.submission, replay.uses)
 
     def args_space(self, nbytes: int) -> int:
         """A byte offset in the args ring for one launch's args; wraps once nothing uses it."""
