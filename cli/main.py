@@ -195,7 +195,7 @@ def build(paths, manifest, arch, cache_dir, jobs, force, verbose, shard, remote_
                    remote=remote_url, show_timings=show_timings,
                    signer=_signer(sign_key))
         if manifest:
-            from qdc.compiler.manifest.building import build_manifest
+            from qdc.compiler.commands.build_manifest import build_manifest
             _quadrants_alias(manifest)
             report = build_manifest(manifest, arches, opts, cache_dir, jobs or os.cpu_count() or 1, force, **how)
         else:

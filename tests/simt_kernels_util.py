@@ -5,6 +5,7 @@ from qdc.compiler.driver import kernel as K
 from qdc.compiler.driver.options import Options
 
 import test_simt
+import test_simt_gradients
 import test_simt_standins
 
 KERNELS = (test_simt.indices, test_simt.reverse_in_block, test_simt.exchanges, test_simt.subgroup_scans,
@@ -15,7 +16,12 @@ KERNELS = (test_simt.indices, test_simt.reverse_in_block, test_simt.exchanges, t
 KERNELS_32 = tuple(k for k in KERNELS if k not in (test_simt.exchanges, test_simt.shared_dtypes))
 
 
-def compile_simt(kernel, arch: str, **options):
+# Kernels whose gradient kernels the target tests compile too (variant="grad")
+GRAD_KERNELS = (test_simt_gradients.exchanges, test_simt_gradients.shared_stages, test_simt_gradients.relax,
+                test_simt_gradients.cholesky_solve)
+
+
+def compile_simt(kernel, arch: str, variant: str = "forward", **options):
     qd.init(arch=qd.cpu)
     k = kernel._primal
-    return K.compile_kernel(k.fn, k.params, Options(arch=arch, **options), arch=arch)
+    return K.compile_kernel(k.fn, k.params, Options(arch=arch, **options), arch=arch, variant=variant)

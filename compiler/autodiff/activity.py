@@ -6,6 +6,10 @@ store or atomic update of such a global). Only active values get adjoints: integ
 of constants and scalar arguments, and computations whose results never reach a gradient
 cost nothing in the reverse sweep. Both directions are fixed points over the whole kernel,
 because locals and temporaries carry values around loops and across tasks.
+
+A block-shared array (qd.simt) carries a gradient like a local does: when a value with one is
+stored into it (or added to it) and a load of it flows into an output (`shared`). Subgroup
+exchanges pass their value's gradient through; ballots and votes carry none.
 """
 from __future__ import annotations
 
@@ -29,7 +33,21 @@ def gradient_operands(s: ir.Stmt) -> list:
         return [s.x] if s.x.type.is_float else []
     if isinstance(s, ir.Select):
         return [s.a, s.b]
+    if isinstance(s, ir.SubgroupOp):
+        return [s.value]
     return []
+
+
+def _shared(s):
+    """The SharedRef that load, store or atomic `s` accesses, else None."""
+    ptr = getattr(s, "ptr", None)
+    if isinstance(ptr, ir.GlobalPtr) and isinstance(ptr.target, ir.SharedRef):
+        return ptr.target
+    return None
+
+
+def _updates_with_gradient(s) -> bool:
+    return isinstance(s, ir.GlobalStore) or (isinstance(s, ir.AtomicRMW) and s.op in GRADIENT_ATOMICS)
 
 
 class Activity:
@@ -37,12 +55,14 @@ class Activity:
         """`differentiable(target)`: whether a FieldRef/NdarrayRef has a gradient buffer."""
         self.differentiable = differentiable
         stmts = list(ir.walk(kernel.body))
+        self._varied_shared, self._useful_shared = set(), set()
         varied, varied_vars, varied_temps = self._forward(stmts)
         useful, useful_vars, useful_temps = self._backward(stmts)
         self.varied, self.useful = varied, useful
         self.values = varied & useful
         self.locals = varied_vars & useful_vars
         self.temps = varied_temps & useful_temps
+        self.shared = self._varied_shared & self._useful_shared
 
     def __contains__(self, s) -> bool:
         return s in self.values or s in self.locals
@@ -62,9 +82,15 @@ class Activity:
                 elif isinstance(s, (ir.TempStore, ir.TempAtomic)) and s.value in varied and s.slot not in temp_set:
                     temp_set.add(s.slot)
                     changed = True
+                elif _updates_with_gradient(s) and s.value in varied and _shared(s) is not None \
+                        and _shared(s) not in self._varied_shared:
+                    self._varied_shared.add(_shared(s))
+                    changed = True
         return varied, var_set, temp_set
 
     def _varies(self, s, varied, var_set, temp_set) -> bool:
+        if isinstance(s, ir.GlobalLoad) and _shared(s) is not None:
+            return _shared(s) in self._varied_shared
         if isinstance(s, ir.GlobalLoad):
             return self.differentiable(s.ptr.target)
         if isinstance(s, ir.LocalLoad):
@@ -90,9 +116,15 @@ class Activity:
                     elif isinstance(s, ir.TempLoad) and s.slot not in temp_set:
                         temp_set.add(s.slot)
                         changed = True
+                    elif isinstance(s, ir.GlobalLoad) and _shared(s) is not None \
+                            and _shared(s) not in self._useful_shared:
+                        self._useful_shared.add(_shared(s))
+                        changed = True
         return useful, var_set, temp_set
 
     def _useful_operands(self, s, useful, var_set, temp_set) -> list:
+        if _shared(s) is not None and not isinstance(s, ir.GlobalLoad):
+            return [s.value] if _updates_with_gradient(s) and _shared(s) in self._useful_shared else []
         if isinstance(s, ir.GlobalStore):
             return [s.value] if self.differentiable(s.ptr.target) else []
         if isinstance(s, ir.AtomicRMW):

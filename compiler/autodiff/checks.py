@@ -37,9 +37,17 @@ _UNSUPPORTED_LOOPS = (ir.While, ir.Break, ir.Continue)
 
 
 def refuse_block_level(k: ir.KernelIR, what: str) -> None:
-    """Block-level code (qd.simt) has no derivative here: the reverse sweep replays a thread's
-    iterations on their own, so its barriers would no longer meet, and the adjoint of a
-    subgroup exchange is the reverse exchange among lanes that no longer run together."""
+    """Forward-mode derivatives of block-level code (qd.simt) are not offered (reverse mode's
+    adjoints are in simt_adjoints.py), nor derivatives of qd.graph.do_while loops."""
+    refuse_graph_loops(k, what)
+    for s in ir.walk(k.body):
+        if ir.simt_construct(s) is not None:
+            raise error(s.loc, f"{ir.simt_construct(s)} cannot be used in kernel '{k.name}', which needs {what}: "
+                               f"block-level code (qd.simt) has reverse-mode gradients (kernel.grad) only")
+
+
+def refuse_graph_loops(k: ir.KernelIR, what: str) -> None:
+    """A qd.graph.do_while loop is replayed from the host, which a derivative does not follow."""
     if k.graph_loops:
         raise error(k.loc, f"qd.graph.do_while cannot be used in kernel '{k.name}', which needs {what}: its "
                            f"loop is replayed from the host, which the derivative does not follow")
@@ -47,10 +55,6 @@ def refuse_block_level(k: ir.KernelIR, what: str) -> None:
         if isinstance(s, ir.GraphDoWhile):
             raise error(s.loc, f"qd.graph.do_while cannot be used in kernel '{k.name}', which needs {what}: its "
                                f"loop is replayed from the host, which the derivative does not follow")
-        if ir.simt_construct(s) is not None:
-            raise error(s.loc, f"{ir.simt_construct(s)} cannot be used in kernel '{k.name}', which needs {what}: "
-                               f"block-level code (qd.simt) is not differentiated; compute the gradient in a "
-                               f"kernel without it")
 
 
 def error(loc: ir.SourceLoc | None, message: str) -> QdcCompileError:
@@ -61,7 +65,7 @@ def error(loc: ir.SourceLoc | None, message: str) -> QdcCompileError:
 
 
 def check_kernel(k: ir.KernelIR, differentiable) -> None:
-    refuse_block_level(k, "a gradient")
+    refuse_graph_loops(k, "a gradient")
     for t in k.tasks:
         for s in ir.walk(t.body):
             if isinstance(s, _UNSUPPORTED_LOOPS):
@@ -173,7 +177,10 @@ def _global_accesses(k) -> list:
         keys = IndexKeys(written)
         bounds = (keys.of(t.begin), keys.of(t.end)) if t.kind == "range_for" else None
         for s in ir.walk(t.body):
-            if isinstance(s, (ir.GlobalLoad, ir.GlobalStore, ir.AtomicRMW)):
+            # A block's threads share a SharedArray on purpose, ordered by barriers; the
+            # gradient kernel's forward sweep recomputes it (simt_adjoints.py)
+            if isinstance(s, (ir.GlobalLoad, ir.GlobalStore, ir.AtomicRMW)) and not isinstance(s.ptr.target,
+                                                                                              ir.SharedRef):
                 out.append(_Access(s, ti, t, buffer_key(s.ptr.target), keys.of_ptr(s.ptr),
                                    not isinstance(s, ir.GlobalLoad), positions, bounds))
     return out
@@ -272,10 +279,11 @@ def _clobbers(w: _Access, read: _Access) -> bool:
 def check_gradient_through_plain_globals(k: ir.KernelIR, activity, differentiable) -> None:
     """A value with a gradient stored into a field or ndarray without one, and read back into
     the result: the gradient would silently stop there."""
-    read_back = {buffer_key(s.ptr.target) for s in ir.walk(k.body)
-                 if isinstance(s, ir.GlobalLoad) and s in activity.useful and s.type.is_float}
+    read_back = {buffer_key(s.ptr.target) for s in ir.walk(k.body) if isinstance(s, ir.GlobalLoad)
+                 and s in activity.useful and s.type.is_float and not isinstance(s.ptr.target, ir.SharedRef)}
     for s in ir.walk(k.body):
         if isinstance(s, (ir.GlobalStore, ir.AtomicRMW)) and s.value in activity.varied \
+                and not isinstance(s.ptr.target, ir.SharedRef) \
                 and not differentiable(s.ptr.target) and buffer_key(s.ptr.target) in read_back:
             target = s.ptr.target
             raise error(s.loc, f"a value with a gradient is stored into '{target.name}', which has none, and read "

@@ -23,6 +23,8 @@ TASK = ("task_index",)  # the key of the task's own index, whichever task
 def buffer_key(target) -> tuple:
     if isinstance(target, ir.FieldRef):
         return ("field", target.name)
+    if isinstance(target, ir.SharedRef):
+        return ("shared", target.uid)
     return ("ndarray", target.arg_index, target.is_grad)
 
 

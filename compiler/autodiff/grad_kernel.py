@@ -25,6 +25,7 @@ from . import checks
 from .cleanup import drop_empty_tasks, remove_dead_adstacks
 from .register_adjoints import adjoints_in_registers
 from .companions import CompanionBuffers
+from .simt_adjoints import SharedAdjoints
 from .sizing import size_stacks
 from .task_adjoint import NeedStack, TaskAdjoint
 
@@ -59,6 +60,7 @@ def make_grad_kernel(k: ir.KernelIR, field_objects: list, opts, dump=None) -> Gr
     ctx = _KernelContext(k, field_objects)
     checks.check_kernel(k, ctx.differentiable)  # also marks loads the kernel's own writes clobber
     ctx.activity = Activity(k, ctx.differentiable)
+    ctx.shared_adjoints = SharedAdjoints(k, ctx.activity.shared)
     checks.check_gradient_through_plain_globals(k, ctx.activity, ctx.differentiable)
     checks.check_shared_parallel_stores(k, ctx.differentiable, ctx.activity.values)
     g = ctx.grad
@@ -85,12 +87,16 @@ class _KernelContext:
         self.grad.messages = list(k.messages)  # the forward sweep's prints and debug checks name them
         self.grad.members = dict(k.members)  # the parameters read off dataclass and template arguments
         self.grad.signature = k.signature
+        self.grad.subgroup_size = k.subgroup_size
         self.activity = None
+        self.shared_adjoints = None  # SharedAdjoints, once the activity is known
         self.adjoint_temps: dict = {}  # temp slot -> slot of its adjoint
         self._grads = CompanionBuffers(self.grad, self.field_objects, "grad")
 
     def differentiable(self, target) -> bool:
-        return self._grads.has(target)
+        """Has field or ndarray `target` a gradient buffer? (A SharedArray's adjoint is the
+        task's own: simt_adjoints.SharedAdjoints.)"""
+        return not isinstance(target, ir.SharedRef) and self._grads.has(target)
 
     def grad_target(self, target):
         """The gradient buffer of a differentiable field or ndarray (added to the field table)."""

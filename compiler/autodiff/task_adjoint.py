@@ -22,6 +22,11 @@ value, provided no push to a stack it reads happened in between. Where that fail
 is snapshotted: pushed on a stack of its own right after its definition, read from it in
 reverse, popped at the definition's reverse. Values at the top level of the task body need
 neither: the forward sweep's own results are still in scope there.
+
+Block-level code (qd.simt) differentiates in place (simt_adjoints.py): the forward sweep keeps
+its barriers, exchanges and shared-array stores (a SharedArray lives only as long as the
+launch, so the sweep rebuilds it), the reverse sweep mirrors the barriers and runs the reverse
+exchanges; values read from shared arrays are snapshotted where the reverse sweep needs them.
 """
 from __future__ import annotations
 
@@ -29,12 +34,12 @@ from qdc.runtime.contract import types as T
 
 from .. import ir
 from ..ir.adstack import AdStackAccAdjoint, AdStackAlloca, AdStackLoadTop, AdStackLoadTopAdj, AdStackPop, AdStackPush, TempAtomicAdd
-from . import rules
+from . import rules, simt_adjoints
 from .checks import error
 from .positions import Positions
 
 _RECOMPUTABLE = (ir.Const, ir.ArgLoad, ir.NdarrayShape, ir.TempLoad, ir.GlobalPtr, ir.Unary, ir.Binary,
-                 ir.Cast, ir.Select, ir.StopGrad)
+                 ir.Cast, ir.Select, ir.StopGrad, ir.SimtIndex)
 _DROPPED_IN_FORWARD = (ir.GlobalStore, ir.AtomicRMW, ir.TempStore, ir.TempAtomic)
 
 
@@ -75,6 +80,7 @@ class TaskAdjoint:
         self.cur: ir.Block | None = None
         self.at: ir.Stmt | None = None  # the statement whose adjoint is being emitted
         self.new = None
+        self.subgroup_size = kctx.k.subgroup_size
 
     # ---- the task ------------------------------------------------------------------------
     def build(self, name: str) -> ir.Task:
@@ -92,6 +98,7 @@ class TaskAdjoint:
         self.reverse_block(t.body, reverse)
         for s in list(reverse.stmts):
             new.body.append(s)
+        self.k.shared_adjoints.zero_at_iteration_start(new, new.body)
         for st in reversed(self.stacks):
             st.block = new.body
             new.body.stmts.insert(0, st)
@@ -120,7 +127,7 @@ class TaskAdjoint:
 
     def forward_stmt(self, s: ir.Stmt, dst: ir.Block) -> None:
         m = self.fmap
-        if isinstance(s, _DROPPED_IN_FORWARD):
+        if isinstance(s, _DROPPED_IN_FORWARD) and not _writes_shared(s):
             return
         if isinstance(s, ir.Alloca) and s in self.stacked:
             # The forward sweep keeps reading the local itself (a register); the stack records
@@ -183,6 +190,8 @@ class TaskAdjoint:
                 self.acc(s.value, self.emit(ir.TempLoad(slot, s.value.type)))
         elif isinstance(s, ir.TempAtomic):
             self.reverse_temp_atomic(s)
+        elif isinstance(s, ir.SimtSync):  # the adjoints written before it are read after it
+            self.emit(ir.SimtSync(s.kind, s.loc))
         elif s in self.adj:
             self.reverse_value(s, self.emit(ir.LocalLoad(self.adj[s])))
 
@@ -203,7 +212,7 @@ class TaskAdjoint:
             else:
                 self.acc_into(s.var, g)
         elif isinstance(s, ir.GlobalLoad):
-            if self.k.differentiable(s.ptr.target):
+            if self.differentiable(s.ptr.target):
                 self.emit(ir.AtomicRMW("add", self.grad_ptr(s.ptr), g, s.loc))
         elif isinstance(s, ir.TempLoad):
             self.emit(TempAtomicAdd(self.k.adjoint_temps[s.slot], g, s.loc))
@@ -215,6 +224,8 @@ class TaskAdjoint:
             rules.cast(self, s, g)
         elif isinstance(s, ir.Select):
             rules.select(self, s, g)
+        elif isinstance(s, ir.SubgroupOp):
+            simt_adjoints.subgroup_op(self, s, g)
         else:
             raise NotImplementedError(f"no adjoint rule for {type(s).__name__}")
 
@@ -237,11 +248,15 @@ class TaskAdjoint:
         it overwrote reaches the result only through reads before the store, whose reverses
         (later in the reverse sweep) add to it. `y[i] += v`: v gets y.grad[i], which stays (the
         old value passes through); `-=` its negation; atomic min/max: v gets it where v won."""
-        if not self.k.differentiable(s.ptr.target):
+        if not self.differentiable(s.ptr.target):
             return
         if isinstance(s, ir.GlobalStore):
             return self.reverse_store(s)
         op = s.op
+        if isinstance(s.ptr.target, ir.SharedRef) and op not in ("add", "sub") and self.is_active(s.value):
+            raise error(s.loc, f"atomic {op} on a SharedArray has no exact gradient here (its reverse needs the "
+                               f"element's final value, which later iterations overwrite); reduce with "
+                               f"qd.simt.block.reduce_{op} or into a field instead")
         if op not in ("add", "sub", "min", "max") or not self.is_active(s.value):
             return
         g = self.emit(ir.GlobalLoad(self.grad_ptr(s.ptr)))
@@ -275,8 +290,15 @@ class TaskAdjoint:
 
     def grad_ptr(self, ptr: ir.GlobalPtr) -> ir.GlobalPtr:
         # The primal access's location, so a debug-mode bounds error on the .grad points at user code.
-        return self.emit(ir.GlobalPtr(self.k.grad_target(ptr.target), [self.primal(i) for i in ptr.indices],
-                                      loc=ptr.loc))
+        target = ptr.target
+        adjoint = self.k.shared_adjoints.of(target) if isinstance(target, ir.SharedRef) else self.k.grad_target(target)
+        return self.emit(ir.GlobalPtr(adjoint, [self.primal(i) for i in ptr.indices], loc=ptr.loc))
+
+    def differentiable(self, target) -> bool:
+        """Has global or shared array `target` an adjoint?"""
+        if isinstance(target, ir.SharedRef):
+            return self.k.shared_adjoints.has(target)
+        return self.k.differentiable(target)
 
     # ---- adjoints ------------------------------------------------------------------------
     def is_active(self, x) -> bool:
@@ -369,8 +391,9 @@ class TaskAdjoint:
             return "stack top", pushed
         if isinstance(x, _RECOMPUTABLE):
             return "clone", None
-        if isinstance(x, ir.GlobalLoad):  # a gradient buffer changes during the reverse sweep
-            return ("snapshot" if x.ptr.target.is_grad else "clone"), None
+        if isinstance(x, ir.GlobalLoad):  # a gradient buffer changes during the reverse sweep, a SharedArray
+            return ("snapshot" if x.ptr.target.is_grad or isinstance(x.ptr.target, ir.SharedRef)  # after it
+                    else "clone"), None
         if isinstance(x, ir.LocalLoad):
             var = x.var
             if var in self.stacked:
@@ -427,6 +450,10 @@ class TaskAdjoint:
 
     def cast(self, value, dtype: T.DataType):
         return self.emit(ir.Cast(value, dtype))
+
+
+def _writes_shared(s: ir.Stmt) -> bool:
+    return isinstance(s, (ir.GlobalStore, ir.AtomicRMW)) and isinstance(s.ptr.target, ir.SharedRef)
 
 
 def _stored_before_read(var: ir.Alloca) -> bool:

@@ -271,6 +271,7 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
             scope[name] = self.struct_parameter_var(stype, variables)
         for name, value in self.templates.items():  # compile-time objects, like captured globals
             scope[name] = self.host_root(name, value)
+        self.kernel.subgroup_size = self.subgroup_size()
         self.visit_body(fdef.body)
         if self.pending_loop_config is not None:
             self.error("qd.loop_config() must be followed directly by the for loop it configures")

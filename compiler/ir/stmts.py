@@ -536,6 +536,8 @@ class KernelIR:
         # The kernel's arguments in call order (its template ones aside): what a launch that reads
         # members takes (None: one argument per parameter)
         self.signature: list | None = None
+        # Lanes per subgroup on the target compiled for (qd.simt.subgroup.group_size())
+        self.subgroup_size = 32
 
     def field_ref(self, field, is_grad: bool) -> FieldRef:
         """The kernel's reference to `field` (a runtime Field object), allocated on first use."""

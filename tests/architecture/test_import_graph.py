@@ -145,9 +145,10 @@ def test_no_import_circles():
 
 # The compiler's floors, lowest first: the language's vocabulary (types, fields, vectors, math,
 # what the front end resolves), the front end, the driver (compiling and caching), the
+# kernel manifests (compiler/manifest: recording what a run instantiates, the manifest file), the
 # user-facing kernel objects and decorators (compiler/jit), and what drives the compiler from
 # outside a program and takes user kernels as they are (compiler/commands: `qdc build`, kernel_ir).
-FLOORS = ("language", "frontend", "driver", "jit", "commands")
+FLOORS = ("language", "frontend", "driver", "manifest", "jit", "commands")
 
 
 def _floor(module: str) -> int | None:

@@ -1,9 +1,12 @@
-"""qd.simt where it cannot work: on the CPU (no blocks of threads), in kernels that need a
-derivative, and misused; each a located compile error naming the construct."""
+"""qd.simt where it cannot work: on the CPU (no blocks of threads), in derivatives without an
+exact adjoint (atomic min/max on a SharedArray, forward mode), and misused; each a located
+compile error naming the construct."""
 import numpy as np
 import pytest
 
 import qdc as qd
+from qdc.compiler.driver import kernel as K
+from qdc.compiler.driver.options import Options
 from qdc.compiler.targets.base import TargetCannotExpress
 
 
@@ -41,12 +44,29 @@ def test_the_cpu_refuses_block_level_code_at_its_line():
                    "runs no blocks of threads")
 
 
-def test_gradients_of_block_level_code_are_refused(vulkan_runtime):
+@qd.kernel
+def shared_maximum(x: qd.types.ndarray(qd.f32, ndim=1), y: qd.types.ndarray(qd.f32, ndim=1)):
+    qd.loop_config(block_dim=64)
+    for i in range(x.shape[0]):
+        top = qd.simt.block.SharedArray((1,), qd.f32)
+        if qd.simt.block.thread_idx() == 0:
+            top[0] = -1e30
+        qd.simt.block.sync()
+        qd.atomic_max(top[0], x[i])
+        qd.simt.block.sync()
+        y[i] = top[0]
+
+
+def test_derivatives_without_an_exact_adjoint_are_refused(vulkan_runtime):
     x = qd.ndarray(qd.f32, shape=(64,), needs_grad=True)
     y = qd.ndarray(qd.f32, shape=(64,), needs_grad=True)
     with pytest.raises(qd.QdcCompileError) as e:
-        subgroup_sum.grad(x, y)
-    assert_located(e.value, "qd.simt.subgroup.reduce_all_add(x[i])", "which needs a gradient")
+        shared_maximum.grad(x, y)
+    assert_located(e.value, "qd.atomic_max(top[0], x[i])", "atomic max on a SharedArray has no exact gradient")
+    k = subgroup_sum._primal
+    with pytest.raises(qd.QdcCompileError) as e:
+        K.compile_kernel(k.fn, k.params, Options(arch="vulkan"), arch="vulkan", variant="forward_ad")
+    assert_located(e.value, "qd.simt.subgroup.reduce_all_add(x[i])", "which needs forward-mode derivatives")
 
 
 @qd.kernel

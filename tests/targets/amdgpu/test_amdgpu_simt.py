@@ -8,7 +8,7 @@ from qdc.compiler.targets.amdgpu import linker
 from qdc.compiler.targets.amdgpu.arch import DEFAULT_AMDGPU_TARGETS
 from qdc.compiler.targets.amdgpu.code_object import CodeObject
 
-from simt_kernels_util import compile_simt
+from simt_kernels_util import GRAD_KERNELS, compile_simt
 import test_simt
 
 
@@ -27,3 +27,12 @@ def test_code_objects_run_wavefronts_of_64_with_barriers_and_permutes():
     assembly = tm.emit_assembly(module)
     for instruction in ("s_barrier", "ds_bpermute_b32", "ds_write", "ds_read"):
         assert instruction in assembly, instruction
+
+
+@pytest.mark.parametrize("kernel", GRAD_KERNELS, ids=lambda k: k._primal.fn.__name__)
+def test_gradient_code_objects_link(kernel):
+    if not linker.find_lld():
+        pytest.skip(f"no ld.lld {linker.MIN_LLD}+ to link code objects ({linker.INSTALL_HINT})")
+    compiled = compile_simt(kernel, "amdgpu", variant="grad")
+    for gfx in DEFAULT_AMDGPU_TARGETS:
+        assert all(k[".wavefront_size"] == 64 for k in CodeObject(compiled.artifacts[f"hsaco_{gfx}"]).kernels), gfx

@@ -4,13 +4,16 @@ import pytest
 
 from qdc.compiler.targets.cuda import toolkit
 
-from simt_kernels_util import KERNELS, compile_simt
+from simt_kernels_util import GRAD_KERNELS, KERNELS, compile_simt
 import test_simt
 
 
-@pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: k._primal.fn.__name__)
-def test_ptx_assembles(kernel):
-    ptx = compile_simt(kernel, "cuda").artifacts["ptx"].decode()
+CASES = [(k, "forward") for k in KERNELS] + [(k, "grad") for k in GRAD_KERNELS]
+
+
+@pytest.mark.parametrize("kernel, variant", CASES, ids=[f"{k._primal.fn.__name__}-{v}" for k, v in CASES])
+def test_ptx_assembles(kernel, variant):
+    ptx = compile_simt(kernel, "cuda", variant=variant).artifacts["ptx"].decode()
     if toolkit.ptxas_path() is None:
         pytest.skip(f"ptxas not installed (pip install {toolkit.PACKAGE}): PTX generated but not assembled")
     toolkit.assemble(ptx, toolkit.assembling_gpu("sm_70"))

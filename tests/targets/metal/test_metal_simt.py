@@ -4,7 +4,7 @@ import shutil
 
 import pytest
 
-from simt_kernels_util import KERNELS_32, compile_simt
+from simt_kernels_util import GRAD_KERNELS, KERNELS_32, compile_simt
 import test_simt
 
 
@@ -22,3 +22,11 @@ def test_msl_uses_threadgroup_memory_and_simd_functions():
     assert "threadgroup float" in shared and "threadgroup_barrier" in shared
     scans = compile_simt(test_simt.subgroup_scans, "metal").artifacts["msl_t0"].decode()
     assert "simd_shuffle" in scans
+
+
+@pytest.mark.parametrize("kernel", GRAD_KERNELS, ids=lambda k: k._primal.fn.__name__)
+def test_gradients_translate_to_msl(kernel):
+    if shutil.which("spirv-cross") is None:
+        pytest.skip("spirv-cross is not installed (apt-get install spirv-cross)")
+    msl = compile_simt(kernel, "metal", variant="grad").artifacts["msl_t0"].decode()
+    assert "simd_shuffle" in msl or "threadgroup_barrier" in msl

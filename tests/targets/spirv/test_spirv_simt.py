@@ -7,7 +7,7 @@ from qdc.compiler.targets.spirv import tools
 from qdc.runtime.devices.vulkan import kernels as vk_kernels
 from qdc.runtime.devices.vulkan.kernels import declared_capabilities, spirv_words
 
-from simt_kernels_util import KERNELS, compile_simt
+from simt_kernels_util import GRAD_KERNELS, KERNELS, compile_simt
 import test_simt
 
 SHUFFLE, SHUFFLE_RELATIVE, BALLOT, VOTE = 65, 66, 64, 62
@@ -23,6 +23,16 @@ def test_every_module_validates_and_records_its_subgroup_size(kernel):
         assert tools.validate(compiled.artifacts[f"spirv_t{i}"]) is None
         assert task.launch.get("subgroup_size") in (None, 16)  # recorded by the tasks with block-level code
     assert any(task.launch.get("subgroup_size") == 16 for task in compiled.meta.tasks)
+
+
+@pytest.mark.parametrize("kernel", GRAD_KERNELS, ids=lambda k: k._primal.fn.__name__)
+def test_every_gradient_module_validates(kernel):
+    if not tools.have_validator():
+        pytest.skip("spirv-val is not installed (the vulkan extra installs it)")
+    for size in (8, 32, 64):
+        compiled = compile_simt(kernel, "vulkan", variant="grad", vulkan_subgroup_size=size)
+        for i in range(len(compiled.meta.tasks)):
+            assert tools.validate(compiled.artifacts[f"spirv_t{i}"]) is None
 
 
 def test_group_operations_declare_their_capabilities():

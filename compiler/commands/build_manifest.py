@@ -31,12 +31,12 @@ from qdc.runtime.contract import types as T
 from qdc.runtime.contract.python_scope import scope_types
 
 from .. import ir
-from ..commands import build as build_mod
+from . import build as build_mod
 from ..driver import template_values
 from ..driver.templates import TemplateArgs
 from ..jit.aot import Instantiation
 from ..jit.kernel import kernel_of
-from . import manifest_file, stand_ins
+from ..manifest import manifest_file, stand_ins
 
 
 class StaleEntry(Exception):
