@@ -11,10 +11,10 @@ from qdc.compiler.targets.base import TargetCannotExpress
 
 
 
-def assert_located(error, source: str, message: str) -> None:
-    """`error` is at the line holding `source`, in this file, and says `message`."""
+def assert_located(error, source: str, message: str, file: str = __file__) -> None:
+    """`error` is at the line holding `source`, in `file` (this one by default), and says `message`."""
     text = str(error)
-    assert __file__.rstrip("c") in text and source in text and message in text, text
+    assert file.rstrip("c") in text and source in text and message in text, text
     assert "internal compiler error" not in text
 
 
