@@ -58,7 +58,10 @@ every SPIR-V entry point was "main" fail that check, asking for a rebuild.
                   iterations; 0 = always one thread; optionally "lanes": W, the task runs W
                   iterations at a time and a thread takes W adstack heap slices, or "scalar":
                   why it runs one at a time) or {"policy": "grid", "block_dim": B}
-                  (GPU: blocks of B threads, B from qd.loop_config; 0 = the device's default);
+                  (GPU: blocks of B threads, B from qd.loop_config; 0 = the device's default;
+                  SPIR-V: "addressed", the [resource, index] of each array the task reaches by
+                  buffer device address instead of a binding, in the order of the "addresses"
+                  words);
     "adstacks"    the ids (positions in adstack["stacks"]) of the stacks the task holds,
     "bindings"    (only on targets with descriptor bindings: SPIR-V) [set, binding, resource,
                   index] per buffer the task's entry reads or writes; resource is one of
@@ -721,7 +724,8 @@ _TASK_KEYS = {"name", "kind", "serial", "source_kind", "entry", "iterations", "l
 # What a descriptor binding holds: [set, binding, resource, index]; index is the field's or the
 # ndarray parameter's position for those resources, 0 for the others.
 BINDING_RESOURCES = ("field", "ndarray", "ndarray_grad", "args", "temps", "errors", "adstack_meta",
-                     "adstack_float", "adstack_int", "print")
+                     "adstack_float", "adstack_int", "print", "addresses")
+ARRAY_RESOURCES = ("field", "ndarray", "ndarray_grad")
 
 
 def check_task_record(d: dict, i: int, t) -> None:
@@ -747,19 +751,32 @@ def check_task_record(d: dict, i: int, t) -> None:
         _check_size_expr_refs(d, expr, f"{what}, iterations")
     if "bindings" in t:
         check_bindings(d, t["bindings"], what)
+    if "addressed" in t["launch"]:
+        addressed = t["launch"]["addressed"]
+        _need(isinstance(addressed, list) and 0 < len(addressed) <= 4096
+              and all(isinstance(a, list) and len(a) == 2 and a[0] in ARRAY_RESOURCES and _is_int(a[1])
+                      for a in addressed)
+              and len({tuple(a) for a in addressed}) == len(addressed), f"{what}: launch policy addressed")
+        check_array_references(d, [[0, 0, *a] for a in addressed], f"{what}: addressed")
 
 
 def check_bindings(d: dict, bindings, what: str) -> None:
     """A task's descriptor bindings: distinct (set, binding) slots, each naming a resource the
     kernel has (a field, an ndarray parameter or its gradient, or a runtime-owned buffer)."""
     _need(isinstance(bindings, list) and 0 < len(bindings) <= 4096, f"{what}: bindings")
-    params = d["params"]
     seen = set()
     for b in bindings:
         _need(isinstance(b, list) and len(b) == 4 and all(_is_int(v) for v in (b[0], b[1], b[3]))
               and 0 <= b[0] < 8 and 0 <= b[1] < 1024 and b[2] in BINDING_RESOURCES and (b[0], b[1]) not in seen,
               f"{what}: binding {b!r:.60}")
         seen.add((b[0], b[1]))
+    check_array_references(d, bindings, what)
+
+
+def check_array_references(d: dict, bindings, what: str) -> None:
+    """Each field, ndarray or ndarray gradient a binding names is one of the kernel's."""
+    params = d["params"]
+    for b in bindings:
         kind, index = b[2], b[3]
         if kind == "field":
             _need(0 <= index < len(d["fields"]), f"{what}: binding {b!r:.60} names no field of the kernel")
@@ -774,7 +791,9 @@ def check_bindings(d: dict, bindings, what: str) -> None:
 # records "lanes" (adstack heap slices one thread takes; "lanes_reason": why that few) or "scalar"
 # (why the task is not widened). A GPU task with block-level code records the subgroup size it was
 # built for ("subgroup_size"), which a device of another size refuses.
-OPTIONAL_LAUNCH_KEYS = {"cpu_chunks": {"lanes", "lanes_reason", "scalar"}, "grid": {"subgroup_size"}}
+# A task that reaches its arrays by buffer device address lists them ("addressed": [[resource,
+# index], ...], compiler/targets/vulkan/target.py).
+OPTIONAL_LAUNCH_KEYS = {"cpu_chunks": {"lanes", "lanes_reason", "scalar"}, "grid": {"subgroup_size", "addressed"}}
 
 
 def check_launch_policy(launch, what: str) -> None:

@@ -219,7 +219,7 @@ def optimise(module, opt_level: int, level: CpuLevel | None = None, platform: Cp
     return module, tm
 
 
-def _without_equal_levels(mod, task_bodies: list[str], levels: int):
+def _without_equal_levels(mod, task_bodies: list[str], levels: tuple[CpuLevel, ...]):
     """(module, {(body, level): lower level}): the optimised module without the task bodies of a
     level whose code equals a lower level's (multiversion.equal_levels), so that they are not
     emitted again, and without what only they used."""
@@ -264,7 +264,7 @@ def compile_kernel(kernel: ir.KernelIR, meta: KernelMeta, opt_level: int = 3, fa
         same = {}
         if len(levels) > 1:
             with timings.phase("IR multiversioning"):
-                mod, same = _without_equal_levels(mod, task_bodies, len(levels))
+                mod, same = _without_equal_levels(mod, task_bodies, levels)
         with timings.phase("object emission"):
             obj = tm.emit_object(mod)
         with timings.phase("linking"):

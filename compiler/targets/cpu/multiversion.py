@@ -21,7 +21,7 @@ from llvmlite import ir as ll
 
 from qdc.runtime.contract.entry_points import CPU_LEVEL_SETTER
 
-from .isa_levels import CpuLevel
+from .isa_levels import LEVEL_SENSITIVE, CpuLevel
 
 LEVEL_VARIABLE = "qdc_cpu_level"  # internal: written only through CPU_LEVEL_SETTER
 
@@ -108,25 +108,24 @@ def _level_variable() -> str:
             f'  store i32 %"level", ptr @"{LEVEL_VARIABLE}"\n  ret void\n}}\n')
 
 
-# What makes equal IR compile to different code at a higher level: fused multiply-adds where
-# the flags allow contraction, bit counts, f16 conversions (an instruction from x86-64-v3 on).
-_LEVEL_SENSITIVE = re.compile(r"\b(contract|fast|reassoc|afn)\b|@llvm\.(fma|fmuladd|ctpop|ctlz|cttz)\b|\bhalf\b")
 _DEFINITION = re.compile(r'^define [^\n]*?@"?([-\w.$]+)"?\(.*?^}\n?', re.M | re.S)
 
 
-def equal_levels(optimised: str, task_bodies: list[str], levels: int) -> dict:
+def equal_levels(optimised: str, task_bodies: list[str], levels: tuple[CpuLevel, ...]) -> dict:
     """{(body, i): j}: task body `body` of level i is, once optimised, the same code as that of
     the lower level j (LLVM's vectorisers found nothing to do differently there, as in a
     serial or a lane-by-lane task): level i may run level j's, which is valid on its CPUs, and
-    is not emitted again. Bodies with what a higher level compiles differently from equal IR
-    (`_LEVEL_SENSITIVE`) are kept."""
+    is not emitted again. Bodies with what a level between compiles differently from equal IR
+    (isa_levels.LEVEL_SENSITIVE) are kept."""
     definitions = {m.group(1): m.group(0) for m in _DEFINITION.finditer(optimised)}
+    sensitive = [re.compile(LEVEL_SENSITIVE[level.name]) if level.name in LEVEL_SENSITIVE else None
+                 for level in levels]
     same = {}
     for name in task_bodies:
-        for i in range(1, levels):
+        for i in range(1, len(levels)):
             j = same.get((name, i - 1), i - 1)
             mine, lower = definitions.get(level_symbol(name, i)), definitions.get(level_symbol(name, j))
-            if mine is None or lower is None or _LEVEL_SENSITIVE.search(mine):
+            if mine is None or lower is None or any(s is None or s.search(mine) for s in sensitive[j + 1:i + 1]):
                 continue
             if _comparable(mine) == _comparable(lower):
                 same[(name, i)] = j

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import struct
 
-from .spec import (ADDRESSING_LOGICAL, EXECUTION_MODE_SIGNED_ZERO_INF_NAN_PRESERVE, EXECUTION_MODEL_GLCOMPUTE,
-                   FUNCTION_CONTROL_NONE, GENERATOR, MAGIC,
-                   MEMORY_MODEL_GLSL450, VERSION_1_5, Capability, Decoration, Op, StorageClass)
+from .spec import (ADDRESSING_LOGICAL, ADDRESSING_PHYSICAL_STORAGE_BUFFER_64,
+                   EXECUTION_MODE_SIGNED_ZERO_INF_NAN_PRESERVE, EXECUTION_MODEL_GLCOMPUTE, FUNCTION_CONTROL_NONE,
+                   GENERATOR, MAGIC, MEMORY_MODEL_GLSL450, VERSION_1_5, Capability, Decoration, Op, StorageClass)
 
 
 def string_words(text: str) -> list[int]:
@@ -198,7 +198,10 @@ class ModuleBuilder:
             words += instruction(Op.Extension, ext)
         if self._glsl is not None:
             words += instruction(Op.ExtInstImport, self._glsl, "GLSL.std.450")
-        words += instruction(Op.MemoryModel, ADDRESSING_LOGICAL, MEMORY_MODEL_GLSL450)
+        # PhysicalStorageBuffer64 once the module addresses memory through buffer device addresses
+        addressing = (ADDRESSING_PHYSICAL_STORAGE_BUFFER_64 if Capability.PhysicalStorageBufferAddresses
+                      in self.capabilities else ADDRESSING_LOGICAL)
+        words += instruction(Op.MemoryModel, addressing, MEMORY_MODEL_GLSL450)
         for fn, name in self.entry_points:
             words += instruction(Op.EntryPoint, EXECUTION_MODEL_GLCOMPUTE, fn, name, *self.interface)
         for fn, _ in self.entry_points:

@@ -12,7 +12,9 @@ flush_partial). A serial task, and a serial range-for, run on invocation 0 only.
 
 Buffers are storage buffers in descriptor set 0, bound as the task record's "bindings" says.
 A buffer used through several element types (u32 words and an f32 atomic on the temporaries,
-say) gets one variable per type, all at its binding.
+say) gets one variable per type, all at its binding. With `address_arrays` the fields and
+ndarrays are reached through their buffer device addresses instead (memory.py), for tasks
+that use more arrays than a device lets one shader bind.
 """
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ DEFAULT_SPEC_BLOCK_DIM = 128  # the WorkgroupSize's default; the device always s
 
 class TaskLowering(SimtLowering, ValueLowering, MemoryLowering, AdStackLowering, MessageLowering):
     def __init__(self, kernel: ir.KernelIR, task: ir.Task, entry: str, capabilities: Capabilities, arch: str,
-                 block_dim: int | None, debug: bool = False, fast_math: bool = False):
+                 block_dim: int | None, debug: bool = False, fast_math: bool = False, address_arrays: bool = False):
         self.k, self.task, self.entry, self.caps, self.arch = kernel, task, entry, capabilities, arch
         self.fast_math = fast_math
         self.m = ModuleBuilder()
@@ -48,6 +50,9 @@ class TaskLowering(SimtLowering, ValueLowering, MemoryLowering, AdStackLowering,
         self.where = None              # source location of the innermost located statement
         self.bindings: dict = {}       # (resource, index) -> binding number
         self.views: dict = {}          # (resource, index, element type id) -> variable
+        # address_arrays: (resource, index) of each array reached by address -> its slot in "addresses"
+        self.addressed: dict | None = {} if address_arrays else None
+        self.aligned: dict = {}        # PhysicalStorageBuffer pointer id -> its alignment in bytes
         self.pointers: dict = {}       # GlobalPtr -> ((resource, index), linear index id)
         self.index_types: dict = {}    # GlobalPtr -> the type of its linear index (i32 or i64)
         *self.arg_word, self.random_word = arg_words(kernel.params)

@@ -5,7 +5,10 @@ lowering.TaskLowering; the ABI is in compiler/targets/vulkan/target.py's docstri
   ndarray's extents one word per dimension (i32: the launcher refuses larger arrays); then,
   in a kernel that draws random numbers, the four words of its random state.
 - "temps": kernel temporary s in the 8 bytes at 8*s, its value in the low bytes.
-- "field" i / "ndarray" p / "ndarray_grad" p: the elements, row-major; a u1 is a byte.
+- "field" i / "ndarray" p / "ndarray_grad" p: the elements, row-major; a u1 is a byte. A task
+  lowered with `address_arrays` binds none of them: it reads each array's buffer device address
+  (a u64, two words, low first) from "addresses" at word 2k, k its place in `addressed`, and
+  reaches the elements through PhysicalStorageBuffer pointers.
 Atomics: integers of 32 and 64 bits natively; f32 add natively where the target has float
 atomic add (SPV_EXT_shader_atomic_float_add), other float updates and every multiplication
 (`qd.atomic_mul`) as compare-and-swap loops on the element's bits.
@@ -21,7 +24,10 @@ from qdc.runtime.contract.error_slot import BOUNDS_WORD
 from ... import ir
 from ...passes.reductions import COMBINE  # an atomic's update as a combination (sub adds -v)
 from ..base import Unsupported
-from .spec import GROUP_OPERATION_REDUCE, SCOPE_DEVICE, SCOPE_SUBGROUP, SEMANTICS_RELAXED, Capability, Op, StorageClass
+from .spec import (GROUP_OPERATION_REDUCE, MEMORY_ACCESS_ALIGNED, SCOPE_DEVICE, SCOPE_SUBGROUP, SEMANTICS_RELAXED,
+                   Capability, Op, StorageClass)
+
+ARRAY_RESOURCES = ("field", "ndarray", "ndarray_grad")  # what `address_arrays` reaches by address
 
 _INT_ATOMICS = {"add": Op.AtomicIAdd, "sub": Op.AtomicISub, "and": Op.AtomicAnd, "or": Op.AtomicOr,
                 "xor": Op.AtomicXor, ("min", True): Op.AtomicSMin, ("min", False): Op.AtomicUMin,
@@ -59,8 +65,31 @@ class MemoryLowering:
 
     def element(self, resource: str, index: int, t: T.DataType, position: int) -> int:
         """A pointer to element `position` (an id) of the buffer viewed as `t`."""
+        if self.addressed is not None and resource in ARRAY_RESOURCES:
+            return self.addressed_element((resource, index), t, position)
         ptr_type = self.m.pointer(StorageClass.StorageBuffer, self.ty(t))
         return self.fb.emit(Op.AccessChain, ptr_type, self.buffer(resource, index, t), self.c(T.u32, 0), position)
+
+    def addressed_element(self, key: tuple, t: T.DataType, position: int) -> int:
+        """A PhysicalStorageBuffer pointer to element `position` of array `key`, from the address
+        the launch wrote for it (read where it is used: a value loaded once would have to
+        dominate every use). Loads and stores through it say its alignment (`aligned`)."""
+        slot = self.addressed.setdefault(key, len(self.addressed))
+        address = self.from_words([self.word("addresses", 0, 2 * slot + i) for i in range(2)], T.u64)
+        self.m.require(Capability.PhysicalStorageBufferAddresses)
+        if t.bits in (8, 16):
+            self.m.require(Capability.StorageBuffer8BitAccess if t.bits == 8 else Capability.StorageBuffer16BitAccess)
+        block = self.m.buffer_block(self.ty(t), t.nbytes)
+        base = self.fb.emit(Op.ConvertUToPtr, self.m.pointer(StorageClass.PhysicalStorageBuffer, block), address)
+        pointer = self.fb.emit(Op.AccessChain, self.m.pointer(StorageClass.PhysicalStorageBuffer, self.ty(t)), base,
+                               self.c(T.u32, 0), position)
+        self.aligned[pointer] = t.nbytes
+        return pointer
+
+    def memory_access(self, pointer: int) -> tuple:
+        """The memory operands a load or store through `pointer` needs (Aligned for an address)."""
+        alignment = self.aligned.get(pointer)
+        return () if alignment is None else (MEMORY_ACCESS_ALIGNED, alignment)
 
     def word(self, resource: str, index: int, position: int) -> int:
         """The u32 word at constant `position` of a buffer."""
@@ -246,14 +275,14 @@ class MemoryLowering:
         self.if_then(ok, emit)
 
     def s_GlobalLoad(self, s):
-        v = self.fb.emit(Op.Load, self.ty(self.mem_type(s.type)), self.v(s.ptr))
+        v = self.fb.emit(Op.Load, self.ty(self.mem_type(s.type)), self.v(s.ptr), *self.memory_access(self.v(s.ptr)))
         return self.boolean(Op.INotEqual, v, self.c(T.u8, 0)) if s.type is T.u1 else v
 
     def s_GlobalStore(self, s):
         v = self.v(s.value)
         if s.value.type is T.u1:
             v = self.select(T.u8, v, self.c(T.u8, 1), self.c(T.u8, 0))
-        self.guarded(s.ptr, lambda: self.fb.emit_void(Op.Store, self.v(s.ptr), v))
+        self.guarded(s.ptr, lambda: self.fb.emit_void(Op.Store, self.v(s.ptr), v, *self.memory_access(self.v(s.ptr))))
 
     def s_AtomicRMW(self, s):
         key, linear = self.pointers[s.ptr]

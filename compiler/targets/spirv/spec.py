@@ -53,6 +53,7 @@ class Op:
     UConvert = 113
     SConvert = 114
     FConvert = 115
+    ConvertUToPtr = 120
     Bitcast = 124
     SNegate = 126
     FNegate = 127
@@ -163,9 +164,11 @@ class Capability:  # §3.31
     StorageBuffer16BitAccess = 4433
     StorageBuffer8BitAccess = 4448
     AtomicFloat32AddEXT = 6033
+    PhysicalStorageBufferAddresses = 5347
 
 
 ADDRESSING_LOGICAL = 0      # §3.4
+ADDRESSING_PHYSICAL_STORAGE_BUFFER_64 = 5348
 MEMORY_MODEL_GLSL450 = 1    # §3.5
 EXECUTION_MODEL_GLCOMPUTE = 5  # §3.3
 EXECUTION_MODE_SIGNED_ZERO_INF_NAN_PRESERVE = 4461  # §3.6 (SPIR-V 1.4)
@@ -176,6 +179,10 @@ class StorageClass:  # §3.7
     Workgroup = 4
     Function = 7
     StorageBuffer = 12
+    PhysicalStorageBuffer = 5349
+
+
+MEMORY_ACCESS_ALIGNED = 0x2  # §3.26: followed by the alignment in bytes
 
 
 class Decoration:  # §3.20

@@ -11,7 +11,12 @@
 - Buffers: storage buffers in descriptor set 0, as the task record's "bindings" lists them
   ([set, binding, resource, index]): "args", "field" i, "ndarray" p, "ndarray_grad" p,
   "temps" (temporary s at byte 8*s, value in the low bytes), "errors", "adstack_*". Only the
-  buffers a task uses are listed.
+  buffers a task uses are listed. A task that would bind more than MAX_BOUND_BUFFERS buffers
+  binds no field or ndarray: its launch record's "addressed" lists them ([resource, index],
+  in order), the device writes their buffer device addresses (u64, low word first) into the
+  "addresses" buffer (bound like "args"), and the module reads them through
+  PhysicalStorageBuffer pointers (PhysicalStorageBuffer64 addressing; the device needs
+  bufferDeviceAddress).
 - "args": little-endian u32 words; each parameter in order: a scalar of 8, 16 or 32 bits one
   word (low bits, sign- or zero-extended), a 64-bit scalar two words (low first), an ndarray
   one word per dimension (its extent, i32); then, in a kernel that draws random numbers
@@ -30,6 +35,10 @@ from ... import ir, timings
 from ..base import Capabilities, Target, TargetOption, codegen_error
 
 SPIRV_ENV = "spirv1.5/vulkan1.2"
+# The most storage buffers a task binds as descriptors. Devices bind at least this many per
+# shader stage (maxPerStageDescriptorStorageBuffers: lavapipe 32, desktop GPUs far more); a
+# task using more arrays (Genesis's solver kernels take dozens) reaches them by address.
+MAX_BOUND_BUFFERS = 24
 
 
 class VulkanTarget(Target):
@@ -61,8 +70,14 @@ class VulkanTarget(Target):
         artifacts = {}
         for i, (task, record) in enumerate(zip(kernel.tasks, meta.tasks)):
             with timings.phase("SPIR-V generation"):
-                module, bindings = TaskLowering(kernel, task, record.entry, self.capabilities, self.arch,
-                                                task.block_dim, bool(meta.debug_checks), bool(opts.fast_math)).lower()
+                lowering = TaskLowering(kernel, task, record.entry, self.capabilities, self.arch, task.block_dim,
+                                        bool(meta.debug_checks), bool(opts.fast_math))
+                module, bindings = lowering.lower()
+                if len(bindings) > MAX_BOUND_BUFFERS:
+                    lowering = TaskLowering(kernel, task, record.entry, self.capabilities, self.arch, task.block_dim,
+                                            bool(meta.debug_checks), bool(opts.fast_math), address_arrays=True)
+                    module, bindings = lowering.lower()
+                    record.launch["addressed"] = [[resource, index] for resource, index in lowering.addressed]
             if tools.have_validator():  # the vulkan extra installs it; a failure is a compiler bug
                 with timings.phase("SPIR-V validation"):
                     problem = tools.validate(module)

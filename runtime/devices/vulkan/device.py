@@ -31,7 +31,9 @@ Launches. `launch_task` writes the "args" words into a host-visible ring (dynami
 binds a descriptor set (cached per task and bound buffers), and dispatches ceil(slices /
 block_dim) workgroups, 2-D beyond maxComputeWorkGroupCount[0], recorded in the batch; `sync`
 submits it, waits for the fences and reads each launch's error slot (runtime/device.py),
-raising the first error naming its kernel.
+raising the first error naming its kernel. A one-task launch on an idle device (no open batch,
+nothing in flight) is instead a command buffer recorded once and submitted again while what it
+recorded holds (replays.py).
 """
 from __future__ import annotations
 
@@ -42,9 +44,12 @@ import numpy as np
 
 from ...device import Allocation, check_copy_range, check_fill_pattern, fill_seed, pattern_period
 from ..submission import QueuedKernel, Submission, SubmissionDevice
-from . import driver, kernels, pipelines
+from . import driver, kernels, pipelines, replays
 
 ARGS_RING_BYTES = 1 << 20
+# The ring's tail holds the args slots of recorded launches (replays.py); launches that record
+# take their args from the rest.
+ARGS_RING_RECORDED = ARGS_RING_BYTES - replays.REPLAYS * replays.REPLAY_SLOT_BYTES
 # Commands one batch holds before it is submitted without waiting for a sync: enough that a
 # loop of small launches pays one vkQueueSubmit per 256 of them, few enough that the device
 # starts on long work while the host records more.
@@ -54,6 +59,9 @@ DESCRIPTOR_POOL_SETS = 1024
 WAVES = 4                  # grid cap: this many waves of the invocations the device runs at once
 FALLBACK_RESIDENT = 1 << 16  # invocations assumed to run at once where the driver does not say
 U64_MAX = (1 << 64) - 1
+# Vulkan 1.2's values, which the `vulkan` binding leaves out (its KHR aliases are None)
+BUFFER_USAGE_SHADER_DEVICE_ADDRESS = 0x00020000
+MEMORY_ALLOCATE_DEVICE_ADDRESS = 0x00000002
 # A wait polls the fence this long before it blocks in vkWaitForFences: a short launch then
 # returns when the GPU signals, not when the kernel driver wakes the thread (as CUDA's default
 # spin-then-block scheduling). Not on a CPU device (lavapipe), whose invocations need the cores.
@@ -63,11 +71,13 @@ SPIN_SECONDS = 100e-6
 class Buffer:
     """A VkBuffer and its memory; `mapped` a numpy byte view of it when host-visible;
     `last_use` the serial of the last submission that may use it; `serial` unique per buffer."""
-    __slots__ = ("handle", "memory", "size", "mapped", "last_use", "serial", "address")
+    # address: where the device's address space (runtime/address_space.py) put it; device_address:
+    # its buffer device address (vkGetBufferDeviceAddress, 0 on a device without them)
+    __slots__ = ("handle", "memory", "size", "mapped", "last_use", "serial", "address", "device_address")
 
-    def __init__(self, handle, memory, size, mapped, serial, address=0):
+    def __init__(self, handle, memory, size, mapped, serial, address=0, device_address=0):
         self.handle, self.memory, self.size, self.mapped = handle, memory, size, mapped
-        self.last_use, self.serial, self.address = 0, serial, address
+        self.last_use, self.serial, self.address, self.device_address = 0, serial, address, device_address
 
 
 class Batch:
@@ -121,6 +131,9 @@ class VulkanDevice(SubmissionDevice):
         self._begin_info = self.ffi.new("VkCommandBufferBeginInfo*", {
             "sType": vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
             "flags": vk.VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT})
+        self._replay_begin_info = self.ffi.new("VkCommandBufferBeginInfo*", {
+            "sType": vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO})
+        self._replays = replays.Replays(self, ARGS_RING_RECORDED, replays.REPLAY_SLOT_BYTES)
         self._submit_info = self.ffi.new("VkSubmitInfo*", {"sType": vk.VK_STRUCTURE_TYPE_SUBMIT_INFO,
                                                            "commandBufferCount": 1})
         self._command_slot = self.ffi.new("VkCommandBuffer[1]")
@@ -180,24 +193,38 @@ class VulkanDevice(SubmissionDevice):
     def _create_buffer(self, nbytes: int, memory_type: int, host: bool = False) -> Buffer:
         vk, ffi, lib = self.vk, self.ffi, self.lib
         size = max(-(-nbytes // 4) * 4, 4)
+        # Buffer device addresses for the tasks that reach their arrays by address (more arrays
+        # than the device binds to one shader: compiler/targets/vulkan/target.py)
+        addressable = self.capabilities.buffer_device_address
+        usage = (vk.VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | vk.VK_BUFFER_USAGE_TRANSFER_SRC_BIT
+                 | vk.VK_BUFFER_USAGE_TRANSFER_DST_BIT)
+        if addressable:
+            usage |= BUFFER_USAGE_SHADER_DEVICE_ADDRESS
         info = ffi.new("VkBufferCreateInfo*", {
-            "sType": vk.VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, "size": size,
-            "usage": vk.VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | vk.VK_BUFFER_USAGE_TRANSFER_SRC_BIT
-            | vk.VK_BUFFER_USAGE_TRANSFER_DST_BIT, "sharingMode": vk.VK_SHARING_MODE_EXCLUSIVE})
+            "sType": vk.VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, "size": size, "usage": usage,
+            "sharingMode": vk.VK_SHARING_MODE_EXCLUSIVE})
         handle = ffi.new("VkBuffer*")
         self._check(lib.vkCreateBuffer(self.device, info, ffi.NULL, handle), f"creating a buffer of {nbytes} bytes")
         needs = ffi.new("VkMemoryRequirements*")
         lib.vkGetBufferMemoryRequirements(self.device, handle[0], needs)
         if not needs.memoryTypeBits & (1 << memory_type):
             memory_type = next(i for i in range(32) if needs.memoryTypeBits & (1 << i))
+        flags_info = ffi.new("VkMemoryAllocateFlagsInfo*", {
+            "sType": vk.VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_FLAGS_INFO,
+            "flags": MEMORY_ALLOCATE_DEVICE_ADDRESS}) if addressable else ffi.NULL
         alloc_info = ffi.new("VkMemoryAllocateInfo*", {"sType": vk.VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO,
-                                                       "allocationSize": needs.size, "memoryTypeIndex": memory_type})
+                                                       "pNext": flags_info, "allocationSize": needs.size,
+                                                       "memoryTypeIndex": memory_type})
         memory = ffi.new("VkDeviceMemory*")
         result = lib.vkAllocateMemory(self.device, alloc_info, ffi.NULL, memory)
         if result != 0:
             lib.vkDestroyBuffer(self.device, handle[0], ffi.NULL)
             self._check(result, f"allocating {nbytes} bytes of device memory")
         self._check(lib.vkBindBufferMemory(self.device, handle[0], memory[0], 0), "vkBindBufferMemory")
+        device_address = 0
+        if addressable:
+            device_address = lib.vkGetBufferDeviceAddress(self.device, ffi.new("VkBufferDeviceAddressInfo*", {
+                "sType": vk.VK_STRUCTURE_TYPE_BUFFER_DEVICE_ADDRESS_INFO, "buffer": handle[0]}))
         mapped = None
         flags = self._memory_flags[memory_type]
         coherent = vk.VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | vk.VK_MEMORY_PROPERTY_HOST_COHERENT_BIT
@@ -205,7 +232,7 @@ class VulkanDevice(SubmissionDevice):
             pointer = ffi.new("void**")
             self._check(lib.vkMapMemory(self.device, memory[0], 0, size, 0, pointer), "vkMapMemory")
             mapped = np.frombuffer(ffi.buffer(pointer[0], size), np.uint8)
-        return Buffer(handle[0], memory[0], size, mapped, next(self._buffers))
+        return Buffer(handle[0], memory[0], size, mapped, next(self._buffers), device_address=device_address)
 
     def _destroy_buffer(self, buf: Buffer) -> None:
         if buf.mapped is not None:
@@ -411,9 +438,12 @@ class VulkanDevice(SubmissionDevice):
         return status == 0
 
     def _recycle(self, sub, reset_fence: bool = True) -> None:
-        """Its command buffer and fence are reused; the staging buffers it kept are destroyed."""
+        """Its command buffer and fence are reused (a replay's stay its own: no command buffer
+        here); the staging buffers it kept are destroyed."""
         if reset_fence:
             self._check(self.lib.vkResetFences(self.device, 1, sub.fence), "vkResetFences")
+        if sub.command is None:
+            return
         self.lib.vkResetCommandBuffer(sub.command, 0)
         self._spare.append((sub.command, sub.fence))
         for buf in sub.keep:
@@ -453,7 +483,13 @@ class VulkanDevice(SubmissionDevice):
     def launch_task(self, loaded: QueuedKernel, task: int, ctx_address: int, slices: int) -> None:
         if slices <= 0:
             return
-        pipelines.record_dispatch(self, loaded, loaded.tasks[task], loaded.ctx_words(ctx_address), slices)
+        tp, ctx = loaded.tasks[task], loaded.ctx_words(ctx_address)
+        if self._batch is None and not self._in_flight and len(loaded.tasks) == 1:
+            if self.lost is not None:
+                self.check_not_lost()
+            if self._replays.launch(loaded, tp, ctx, slices):
+                return
+        pipelines.record_dispatch(self, loaded, tp, ctx, slices)
         kernels, name = self._batch.kernels, loaded.meta.name
         if not kernels or kernels[-1] != name:
             kernels.append(name)
@@ -462,10 +498,21 @@ class VulkanDevice(SubmissionDevice):
             # way to the sync overlaps the GPU's. Launches that follow while it runs are batched.
             self._flush()
 
+    def submit_replay(self, replay, kernel: str) -> None:
+        """Submit a recorded launch (replays.py) on the idle device."""
+        serial = next(self._serials)
+        self._note_submitted(kernel)
+        result = self.lib.vkQueueSubmit(self.queue, 1, replay.submit_info, replay.fence[0])
+        if result != 0:  # nothing was submitted: what it would use is idle again
+            self._last_submitted = serial
+            self._retire()
+            self._check(result, f"submitting kernel '{kernel}' (vkQueueSubmit)")
+        self._track(None, replay.fence, [], replay.uses, serial)
+
     def args_space(self, nbytes: int) -> int:
         """A byte offset in the args ring for one launch's args; wraps once nothing uses it."""
         size = -(-nbytes // self._args_align) * self._args_align
-        if self._args_offset + size > ARGS_RING_BYTES:
+        if self._args_offset + size > ARGS_RING_RECORDED:
             self._wait_for(self._args_ring.last_use)  # everything still reading the ring
             self._args_offset = 0
         offset = self._args_offset
@@ -497,9 +544,12 @@ class VulkanDevice(SubmissionDevice):
             self._batch = None
         while in_flight:  # the device is idle: every submission has finished
             sub = in_flight.popleft()
-            self._spare.append((sub.command, sub.fence))
+            if sub.command is not None:  # a replay's pair comes back with the replays below
+                self._spare.append((sub.command, sub.fence))
             for buf in sub.keep:
                 self._destroy_buffer(buf)
+        if getattr(self, "_replays", None) is not None:
+            self._spare.extend(self._replays.release())
         # Every serial has completed: the frees below destroy at once.
         self._completed = self._last_submitted = max(getattr(self, "_last_submitted", 0),
                                                      getattr(self, "_recording", 0))

@@ -63,6 +63,8 @@ class VulkanCapabilities(DeviceCapabilities):
     max_workgroup_invocations: int = 128
     max_storage_buffer_range: int = 1 << 27
     min_storage_buffer_offset_alignment: int = 256
+    max_bound_storage_buffers: int = 4  # maxPerStageDescriptorStorageBuffers (Vulkan's minimum: 4)
+    buffer_device_address: bool = False  # bufferDeviceAddress: tasks with many arrays reach them by address
     subgroup_size: int = 1
     subgroup_basic: bool = False
     subgroup_arithmetic: bool = False
@@ -256,6 +258,8 @@ def read_capabilities(vk, physical, chain: FeatureChain) -> VulkanCapabilities:
         max_workgroup_invocations=limits.maxComputeWorkGroupInvocations,
         max_storage_buffer_range=limits.maxStorageBufferRange,
         min_storage_buffer_offset_alignment=int(limits.minStorageBufferOffsetAlignment),
+        max_bound_storage_buffers=int(limits.maxPerStageDescriptorStorageBuffers),
+        buffer_device_address=bool(f12.bufferDeviceAddress),
         subgroup_size=v11.subgroupSize,
         subgroup_basic=_subgroup_has(vk, v11, vk.VK_SUBGROUP_FEATURE_BASIC_BIT),
         subgroup_arithmetic=_subgroup_has(vk, v11, vk.VK_SUBGROUP_FEATURE_ARITHMETIC_BIT),

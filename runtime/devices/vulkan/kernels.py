@@ -42,8 +42,9 @@ CAPABILITY_NEEDS = {
     4448: ("storage_8bit", "StorageBuffer8BitAccess (8-bit values in buffers)"),
     6033: ("atomic_float32_add", "AtomicFloat32AddEXT (atomic add on f32)"),
     6034: ("atomic_float64_add", "AtomicFloat64AddEXT (atomic add on f64)"),
+    5347: ("buffer_device_address", "PhysicalStorageBufferAddresses (arrays reached by buffer device address)"),
 }
-DYNAMIC_RESOURCES = ("args", "errors")
+DYNAMIC_RESOURCES = ("args", "errors", "addresses")
 ERROR_SLOT_BYTES = 8 * ERROR_SLOT_WORDS
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import operator
 
+import numpy as np
+
 from ...contract.entry_points import spirv_entry_points
 from ...contract.error_slot import ERROR_SLOT_WORDS
 from ..spirv_abi import HEAP_WORDS, adstack_meta_words
@@ -11,13 +13,14 @@ from . import kernels
 from .kernels import UnsupportedKernelError
 
 # "adstack_meta" is written per launch into the args ring (a dynamic storage buffer, like
-# "args"), from the ctx words (spirv_abi.py).
-LAUNCH_WRITTEN = ("args", "adstack_meta")
+# "args"), from the ctx words (spirv_abi.py); so is "addresses", the buffer device addresses
+# of the arrays a task reaches by address (its launch record's "addressed").
+LAUNCH_WRITTEN = ("args", "adstack_meta", "addresses")
 
 
 class TaskPipeline:
     """A task's pipeline and how a launch binds it."""
-    __slots__ = ("name", "pipeline", "layout", "set_layouts", "bindings", "block_dim", "serial", "sets",
+    __slots__ = ("name", "pipeline", "layout", "set_layouts", "bindings", "addressed", "block_dim", "serial", "sets",
                  "set_numbers", "dynamic", "dynamic_count", "uses", "plan")
 
     def __init__(self, **kw):
@@ -69,6 +72,10 @@ def build_task_pipeline(dev, artifacts: dict, meta, i: int):
         raise UnsupportedKernelError(f"{what}: block_dim {block} exceeds the device's workgroup size limit "
                                      f"{min(caps.max_workgroup_size[0], caps.max_workgroup_invocations)}")
     plans = sorted((BindingPlan(meta, b) for b in task.bindings), key=lambda p: (p.set, p.binding))
+    if len(plans) > caps.max_bound_storage_buffers:
+        raise UnsupportedKernelError(f"{what}: binds {len(plans)} storage buffers, more than the Vulkan device "
+                                     f"'{caps.name}' binds to one shader ({caps.max_bound_storage_buffers})")
+    addressed = [BindingPlan(meta, (None, None, resource, index)) for resource, index in task.launch.get("addressed", ())]
     for p in plans:
         if (p.resource in HEAP_WORDS or p.resource == "adstack_meta") and meta.adstack_slot is None:
             raise UnsupportedKernelError(f"{what}: binds '{p.resource}' but its metadata lists no adstacks")
@@ -78,6 +85,7 @@ def build_task_pipeline(dev, artifacts: dict, meta, i: int):
     pipeline = _pipeline(dev, bytes(blob), task.entry, layout, block, what)
     ffi = dev.ffi
     tp = TaskPipeline(name=what, pipeline=pipeline, layout=layout, set_layouts=set_layouts, bindings=plans,
+                      addressed=addressed,
                       block_dim=block, serial=task.kind == "serial" or bool(task.serial),
                       sets=ffi.new("VkDescriptorSet[]", max(len(set_layouts), 1)),
                       set_numbers=len(set_layouts),
@@ -165,14 +173,19 @@ def record_dispatch(dev, loaded, tp, ctx, slices: int) -> None:
     plan = tp.plan
     if plan is None or plan.epoch != dev.bindings_epoch or not _record_planned(dev, loaded, tp, plan, ctx):
         _record_resolved(dev, loaded, tp, ctx)
+    record_task(dev, dev._record(tp.uses), tp, tp.dynamic, slices)
+
+
+def record_task(dev, command, tp, dynamic, slices: int) -> None:
+    """Record task `tp` into `command`: its pipeline, its descriptor sets (as tp.sets holds them)
+    with the dynamic offsets `dynamic`, and the dispatch of `slices` invocations."""
     groups = 1 if tp.serial else -(-slices // tp.block_dim)
     x, y = kernels.dispatch_grid(groups, dev.capabilities.max_workgroup_count)
     lib, vk = dev.lib, dev.vk
-    command = dev._record(tp.uses)
     lib.vkCmdBindPipeline(command, vk.VK_PIPELINE_BIND_POINT_COMPUTE, tp.pipeline)
     if tp.set_numbers:
         lib.vkCmdBindDescriptorSets(command, vk.VK_PIPELINE_BIND_POINT_COMPUTE, tp.layout, 0, tp.set_numbers,
-                                    tp.sets, tp.dynamic_count, tp.dynamic)
+                                    tp.sets, tp.dynamic_count, dynamic)
     lib.vkCmdDispatch(command, x, y, 1)
 
 
@@ -191,9 +204,21 @@ class LaunchPlan:
 def _record_planned(dev, loaded, tp, plan, ctx) -> bool:
     """Write this launch's ring words and dynamic offsets by `plan`; False (nothing written) when
     the plan does not hold for these ctx words."""
-    words = ctx.tolist()
-    if plan.key_of(words) != plan.key:
+    offsets = planned_offsets(plan, ctx.tolist())
+    if offsets is None:
         return False
+    for j, (p, base, end) in enumerate(plan.dynamic):
+        if base is None and end is None:  # the ring (a planned task binds no adstack words)
+            offsets[j] = _write_ring(dev, loaded.args.pack(ctx))
+        tp.dynamic[j] = offsets[j]
+    return True
+
+
+def planned_offsets(plan, words: list):
+    """The dynamic offsets of a launch with the ctx words `words` by `plan` (None at the args
+    ring's, which the launch writes), or None when the plan does not hold for them."""
+    if plan.key_of(words) != plan.key:
+        return None
     offsets = []
     for p, base, end in plan.dynamic:
         if base is None:
@@ -201,13 +226,9 @@ def _record_planned(dev, loaded, tp, plan, ctx) -> bool:
             continue
         address = words[p.word] + p.adjust
         if not base <= address < end:  # an error slot of another block
-            return False
+            return None
         offsets.append(address - base)
-    for j, (p, base, end) in enumerate(plan.dynamic):
-        if base is None and end is None:  # the ring (a planned task binds no adstack words)
-            offsets[j] = _write_ring(dev, loaded.args.pack(ctx))
-        tp.dynamic[j] = offsets[j]
-    return True
+    return offsets
 
 
 def _write_ring(dev, words) -> int:
@@ -225,9 +246,11 @@ def _record_resolved(dev, loaded, tp, ctx) -> None:
     adstack_words = (adstack_meta_words(meta, ctx, tp.name)  # once: the ring and each heap's range read them
                      if any(p.resource in HEAP_WORDS or p.resource == "adstack_meta" for p in tp.bindings) else None)
     buffers, uses, dynamic, ring = [], [], [], []
+    written = {"args": None, "adstack_meta": adstack_words,
+               "addresses": _array_addresses(dev, meta, tp, ctx, uses) if tp.addressed else None}
     for p in tp.bindings:
         if p.resource in LAUNCH_WRITTEN:  # this launch's words in the args ring, by dynamic offset
-            words = loaded.args.pack(ctx) if p.resource == "args" else adstack_words
+            words = loaded.args.pack(ctx) if p.resource == "args" else written[p.resource]
             buffers.append((dev._args_ring, 0, words.nbytes))
             uses.append(dev._args_ring)
             dynamic.append((p, None, None))
@@ -252,13 +275,25 @@ def _record_resolved(dev, loaded, tp, ctx) -> None:
     _bind_sets(dev, tp, buffers)
     tp.uses = uses
     tp.plan = None
-    if adstack_words is None:
+    if adstack_words is None and not tp.addressed:
         key_words = [p.word for p in tp.bindings if p.word is not None and not p.dynamic]
-        key_of = operator.itemgetter(*key_words) if key_words else _no_key
+        key_of = operator.itemgetter(*key_words) if key_words else no_key
         tp.plan = LaunchPlan(dev.bindings_epoch, key_of, key_of(ctx.tolist()), dynamic)
 
 
-def _no_key(words) -> tuple:
+def _array_addresses(dev, meta, tp, ctx, uses: list) -> np.ndarray:
+    """The "addresses" words of a launch: the buffer device address of each array the task
+    reaches by address (u64, low word first); their buffers join the launch's `uses`."""
+    words = np.zeros(2 * len(tp.addressed), np.uint32)
+    for k, p in enumerate(tp.addressed):
+        alloc, offset = _bound_allocation(dev, meta, tp, p, ctx)
+        uses.append(alloc.handle)
+        address = alloc.handle.device_address + offset
+        words[2 * k], words[2 * k + 1] = address & 0xFFFFFFFF, address >> 32
+    return words
+
+
+def no_key(words) -> tuple:
     return ()
 
 
