@@ -3,7 +3,8 @@ GPU arch the suite runs whose subgroups hold a tile's rows: loads and stores of 
 array slices within their bounds, rank-1 updates from column slices, the in-place Cholesky
 factor and the triangular solve, checked against numpy. lavapipe's subgroups are 8 lanes, too
 few for a tile: there a subprocess runs Tile16x16 with LP_NATIVE_VECTOR_WIDTH=512 (16 lanes);
-CUDA runs both sizes."""
+CUDA runs both sizes. The gradient of a factor and solve is checked against float64 central
+differences."""
 import os
 import subprocess
 import sys
@@ -71,6 +72,52 @@ def check_tile(size: int, n: int, rng) -> None:
     np.testing.assert_allclose(solved, x, rtol=1e-3, atol=1e-3 * np.abs(x).max())
 
 
+@qd.kernel
+def factor_solve16(a: qd.types.ndarray(qd.f32, ndim=3), b: qd.types.ndarray(qd.f32, ndim=3),
+                   out: qd.types.ndarray(qd.f32, ndim=3), n: qd.i32):
+    """out[e] = b[e] L⁻ᵀ, L Lᵀ = a[e] (its lower triangle): differentiated in a and b."""
+    qd.loop_config(block_dim=16)
+    for i in range(a.shape[0] * 16):
+        e = i // 16
+        L = qd.simt.Tile16x16.eye(dtype=qd.f32)
+        L[:] = a[e, 0:n, 0:n]
+        L.cholesky_(1e-12)
+        B = qd.simt.Tile16x16.zeros(dtype=qd.f32)
+        B[:] = b[e, 0:16, 0:n]
+        L.solve_triangular_(B)
+        out[e, 0:16, 0:n] = B
+
+
+def check_tile_gradient(n: int, rng) -> None:
+    """factor_solve16's gradient against float64 central differences of numpy's."""
+    from test_simt_gradients import central_difference_gradient
+    m = rng.standard_normal((2, n, n))
+    a, b, w = m @ m.transpose(0, 2, 1) + n * np.eye(n), rng.standard_normal((2, 16, n)), rng.standard_normal((2, 16, n))
+
+    def model(flat):
+        spd = np.tril(flat.reshape(a.shape)) + np.tril(flat.reshape(a.shape), -1).transpose(0, 2, 1)
+        lower = np.linalg.cholesky(spd)
+        return np.linalg.solve(lower, b.transpose(0, 2, 1)).transpose(0, 2, 1).ravel()
+
+    arrays = [qd.ndarray(qd.f32, shape=v.shape, needs_grad=True) for v in (a, b, b)]
+    for array, value in zip(arrays, (a, b, b)):
+        array.from_numpy(value.astype(np.float32))
+        array.grad.fill(0.0)
+    factor_solve16(*arrays, n)
+    arrays[2].grad.from_numpy(w.astype(np.float32))
+    factor_solve16.grad(*arrays, n)
+    want = central_difference_gradient(model, a.ravel(), w.ravel())
+    np.testing.assert_allclose(arrays[0].grad.to_numpy().ravel(), want, rtol=1e-3, atol=1e-3 * np.abs(want).max())
+
+
+@pytest.mark.skip_arch("cpu", reason="the CPU runs no subgroups: tiles are refused there")
+def test_tile_gradient_matches_central_differences(arch, rng):
+    if subgroup_size() < 16:
+        pytest.skip(f"{arch}: subgroups of {subgroup_size()} lanes hold no Tile16x16 "
+                    f"(test_tile16_on_lavapipe_with_16_lanes runs one)")
+    check_tile_gradient(9, rng)
+
+
 @pytest.mark.skip_arch("cpu", reason="the CPU runs no subgroups: tiles are refused there")
 @pytest.mark.parametrize("size, n", [(16, 16), (16, 11), (32, 32), (32, 20)])
 def test_tile_factor_and_solve_match_numpy(arch, rng, size, n):
@@ -81,7 +128,8 @@ def test_tile_factor_and_solve_match_numpy(arch, rng, size, n):
 
 
 def test_tile16_on_lavapipe_with_16_lanes(tmp_path):
-    """lavapipe with LP_NATIVE_VECTOR_WIDTH=512 runs subgroups of 16 lanes: a Tile16x16 fits."""
+    """lavapipe with LP_NATIVE_VECTOR_WIDTH=512 runs subgroups of 16 lanes: a Tile16x16 fits
+    (and its gradient runs)."""
     from conftest import vulkan_unavailable_reason
     if vulkan_unavailable_reason() is not None:
         pytest.skip(f"no Vulkan device: {vulkan_unavailable_reason()}")
@@ -91,6 +139,7 @@ def test_tile16_on_lavapipe_with_16_lanes(tmp_path):
               "print('lanes', t.subgroup_size())\n"
               "if t.subgroup_size() == 16:\n"
               "    t.check_tile(16, 13, np.random.default_rng(7))\n"
+              "    t.check_tile_gradient(7, np.random.default_rng(8))\n"
               "    print('tile ok')\n")
     env = dict(os.environ, LP_NATIVE_VECTOR_WIDTH="512", QDC_CACHE_DIR=str(tmp_path),
                PYTHONPATH=os.pathsep.join([here, os.path.dirname(here), os.environ.get("PYTHONPATH", "")]))
