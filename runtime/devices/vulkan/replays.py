@@ -3,7 +3,8 @@ recorded, nothing in flight) is submitted as a command buffer of its own, record
 launch and submitted again, unchanged, by the next ones while what it recorded holds, as CUDA
 graphs replay a launch. Only the "args" words are written per launch, into a slot of the args
 ring that the replay's dynamic offset names. That keeps the one-element launch's recording (a
-dozen driver calls, ~10 us of Python on an NVIDIA host) off the way from a launch to its sync.
+dozen driver calls) off the way from a launch to its sync: on an H200 the launch call went from
+14-23 us to 6-7 us (docs/benchmarks.md).
 
 A replay holds while the task's LaunchPlan (pipelines.py) is the one it was recorded with and
 holds (same ctx words naming the bound buffers, no buffer freed nor descriptor pool reset
