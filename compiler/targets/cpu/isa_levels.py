@@ -55,6 +55,25 @@ LEVELS = {
         CpuLevel("armv8.2-a+sve", "generic", "+" + ",+".join(_ARM_V82 + ("sve",)), _ARM_V82 + ("sve",)),
     ),
 }
+# What makes a task body whose optimised IR is the same at a level and the one below it compile to
+# different code at the higher level (multiversion.equal_levels keeps such a body per level; any
+# other runs the lower level's code, valid on the higher level's CPUs), as regular expressions
+# over the body's IR. A level not named here shares no body.
+_X86_SENSITIVE = r"\b(contract|fast|reassoc|afn)\b|@llvm\.(fma|fmuladd|ctpop|ctlz|cttz)\b|\bhalf\b"
+LEVEL_SENSITIVE = {
+    # Fused multiply-adds where the flags allow contraction, bit counts, f16 conversions (F16C).
+    "x86-64-v3": _X86_SENSITIVE,
+    "x86-64-v4": _X86_SENSITIVE,
+    # Half-precision arithmetic (FEAT_FP16). FMA, bit counts and f16 conversions are armv8-a's
+    # already. LSE atomics are left out: most bodies end with the atomic that combines their
+    # partial results, so counting them would emit nearly every body twice for contended atomics
+    # alone; such bodies run armv8-a's load/store-exclusive loops on every level.
+    "armv8.2-a": r"\bhalf\b",
+    # What LLVM lowers to SVE instructions even on NEON-sized vectors: 64-bit lanes' multiply,
+    # min/max and bit counts, vector division and remainder.
+    "armv8.2-a+sve": r"x i64>|\b[su](div|rem) <|@llvm\.(ctpop|ctlz|cttz)\.v",
+}
+
 # Other architectures: one library for the generic CPU of the family.
 GENERIC = CpuLevel("generic", "generic", "", ())
 

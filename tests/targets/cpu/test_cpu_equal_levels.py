@@ -51,3 +51,28 @@ def test_equal_levels_are_emitted_once_and_run(tmp_path, rng):
     expected = np.zeros(7, np.float64)
     np.add.at(expected, bins, values.astype(np.float64) * 0.5)
     np.testing.assert_allclose(counts, expected, rtol=1e-5)
+
+
+def _bodies(*levels: str) -> str:
+    """Optimised IR with one task body per level, each `levels[i]` as its code."""
+    return "".join(f'define internal void @"t_chunk.l{i}"(ptr %"c") #{i} {{\nentry:\n{code}  ret void\n}}\n\n'
+                   for i, code in enumerate(levels))
+
+
+def test_what_a_higher_level_compiles_differently_is_kept_per_family():
+    from qdc.compiler.targets.cpu.isa_levels import LEVELS
+    from qdc.compiler.targets.cpu.multiversion import equal_levels
+    fma = '  %"r" = call float @llvm.fmuladd.f32(float 1.0, float 2.0, float 3.0)\n'
+    half = '  %"h" = fadd half 0xH3C00, 0xH3C00\n'
+    mul64 = '  %"m" = mul <2 x i64> zeroinitializer, zeroinitializer\n'
+    arm, x86 = LEVELS["aarch64"], LEVELS["x86_64"]
+    # armv8-a fuses multiply-adds as armv8.2-a does: one body; x86-64-v3 has FMA, v2 not.
+    assert equal_levels(_bodies(fma, fma, fma), ["t_chunk"], arm) == {("t_chunk", 1): 0, ("t_chunk", 2): 0}
+    assert equal_levels(_bodies(fma, fma, fma), ["t_chunk"], x86) == {}
+    # Half arithmetic is armv8.2-a's (FEAT_FP16), and SVE's since it has armv8.2-a's.
+    assert equal_levels(_bodies(half, half, half), ["t_chunk"], arm) == {("t_chunk", 2): 1}
+    # SVE multiplies 64-bit lanes of NEON-sized vectors, NEON cannot.
+    assert equal_levels(_bodies(mul64, mul64, mul64), ["t_chunk"], arm) == {("t_chunk", 1): 0}
+    # A level without a description shares nothing.
+    other = (arm[0], arm[1]._replace(name="unknown"))
+    assert equal_levels(_bodies(fma, fma), ["t_chunk"], other) == {}
