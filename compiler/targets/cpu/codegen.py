@@ -219,13 +219,13 @@ def optimise(module, opt_level: int, level: CpuLevel | None = None, platform: Cp
     return module, tm
 
 
-def _without_equal_levels(mod, task_bodies: list[str], levels: tuple[CpuLevel, ...]):
+def _without_equal_levels(mod, task_bodies: list[str], levels: tuple[CpuLevel, ...], alike: dict):
     """(module, {(body, level): lower level}): the optimised module without the task bodies of a
-    level whose code equals a lower level's (multiversion.equal_levels), so that they are not
-    emitted again, and without what only they used."""
+    level whose code equals a lower level's (multiversion.equal_levels; `alike`: those it never
+    had), so that they are not emitted again, and without what only they used."""
     text = str(mod)
-    same = equal_levels(text, task_bodies, levels)
-    if not same:
+    same = equal_levels(text, task_bodies, levels, alike)
+    if same == alike:
         return mod, same
     smaller = llvm.parse_assembly(without_equal_levels(text, same), context=llvm.create_context())
     pm = llvm.create_new_module_pass_manager()
@@ -249,9 +249,10 @@ def compile_kernel(kernel: ir.KernelIR, meta: KernelMeta, opt_level: int = 3, fa
         levels = cpu_levels(cpu_target, platform)
         module = generate_llvm(kernel, meta, fast_math, target=target, levels=levels, platform=platform)
         task_bodies = [task.task_name + "_chunk" for task in kernel.tasks]  # KernelCodegen.emit_chunk's names
+        alike = {}
         with timings.phase("IR multiversioning" if len(levels) > 1 else "IR text"):
             text = str(module) if len(levels) == 1 else multiversioned_ir(module, task_bodies, levels,
-                                                                          module.widen_overrides)
+                                                                          module.widen_overrides, alike)
             text = with_half_conversions(text)
         with timings.phase("LLVM parse"):
             # A context of its own: the shared one accumulates metadata kinds from earlier modules,
@@ -264,7 +265,7 @@ def compile_kernel(kernel: ir.KernelIR, meta: KernelMeta, opt_level: int = 3, fa
         same = {}
         if len(levels) > 1:
             with timings.phase("IR multiversioning"):
-                mod, same = _without_equal_levels(mod, task_bodies, levels)
+                mod, same = _without_equal_levels(mod, task_bodies, levels, alike)
         with timings.phase("object emission"):
             obj = tm.emit_object(mod)
         with timings.phase("linking"):
