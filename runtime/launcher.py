@@ -205,9 +205,9 @@ class _Launcher(GraphLoops):
                                  if fixed is None and se.reads_temps(self.iterations[i]) else fixed
                                  for i, (t, fixed) in enumerate(zip(self.meta.tasks, self.fixed_slices))]
             return self.launch_graph, None
-        if path == "graph_loops":
+        if path in ("graph_loops", "device_loops"):
             self.steps = loop_steps(self.meta.graph_loops, 0, len(self.meta.tasks))
-            return self.launch_loops, None
+            return (self.launch_loops if path == "graph_loops" else self.launch_device_loops), None
         if path == "fixed_tasks":
             self.fixed_launches = [(i, n) for i, n in enumerate(self.fixed_slices) if n > 0]
             self.ctx_address = ctypes.addressof(self.buf)

@@ -31,14 +31,17 @@ def level_symbol(name: str, level: int) -> str:
 
 
 def multiversioned_ir(module: ll.Module, task_bodies: list[str], levels: tuple[CpuLevel, ...],
-                      overrides: dict | None = None, alike: dict | None = None) -> str:
+                      overrides: dict | None = None, features=None, alike: dict | None = None) -> str:
     """The textual IR of `module` with the functions named `task_bodies` dispatched per level
     (see the module docstring). `levels[0]` is the level the module is compiled for.
     `overrides[(body, i)]`: a function of the module that is level i's copy of `body` instead
     of `body` itself (a width-W chunk built for that level's W, cpu/widen_codegen.py); it
-    leaves the module's own text. `alike`, where given, receives {(body, i): j}: the bodies
-    that level i runs level j's code of, without a copy of its own (`_alike_levels`)."""
+    leaves the module's own text. `features(name, level)`: the LLVM features of the copy of
+    function `name` at `level` (default: the level's). `alike`, where given, receives
+    {(body, i): j}: the bodies that level i runs level j's code of, without a copy of its own
+    (`_alike_levels`)."""
     overrides = overrides or {}
+    features = features or (lambda name, level: level.llvm_features)
     defined = {fn.name: fn for fn in module.functions if fn.blocks}
     for name in task_bodies:
         fn = defined.get(name)
@@ -65,7 +68,7 @@ def multiversioned_ir(module: ll.Module, task_bodies: list[str], levels: tuple[C
         for name in own + (renamed[len(task_bodies):] if own else []):
             source = overrides.get((name, i))
             text = printed[name] if source is None else printed[source].replace(f'@"{source}"', f'@"{name}"', 1)
-            copies.append(_level_copy(defined[name], text, i, level, renamed))
+            copies.append(_level_copy(defined[name], text, i, level, renamed, features(source or name, level)))
     return "\n".join([_module_text(module, body), _level_variable(), *copies])
 
 
@@ -96,16 +99,26 @@ def _module_text(module: ll.Module, body: list[str]) -> str:
     return "\n".join(lines + body + module._get_metadata_lines())
 
 
-def _level_copy(fn: ll.Function, text: str, i: int, level: CpuLevel, renamed: list[str]) -> str:
+def _level_copy(fn: ll.Function, text: str, i: int, level: CpuLevel, renamed: list[str], features: str) -> str:
     if fn.section or fn.metadata:  # the target attributes are appended to the prototype line
         raise AssertionError(f"function {fn.name!r} has a section or metadata: cannot copy it per CPU level")
     for name in renamed:
         text = text.replace(f'@"{name}"', f'@"{level_symbol(name, i)}"')
     prototype, rest = text.split("\n", 1)
     attributes = f' "target-cpu"="{level.llvm_cpu}"'
-    if level.llvm_features:
-        attributes += f' "target-features"="{level.llvm_features}"'
+    if features:
+        attributes += f' "target-features"="{features}"'
     return prototype + attributes + "\n" + rest
+
+
+def with_features(text: str, functions, features: str) -> str:
+    """The module `text` with the definitions of `functions` compiled with the LLVM `features`
+    (instead of the target machine's)."""
+    for name in functions:
+        start = text.index(f'define internal void @"{name}"(')
+        end = text.index("\n", start)
+        text = text[:end] + f' "target-features"="{features}"' + text[end:]
+    return text
 
 
 def _dispatcher(fn: ll.Function, levels: int, same: dict) -> str:
