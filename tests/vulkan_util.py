@@ -20,3 +20,11 @@ def refuse_next_descriptor_set(dev, monkeypatch) -> None:
             return lib.vkAllocateDescriptorSets(*args)
 
     monkeypatch.setattr(dev, "lib", FullPool())
+
+
+def hide_host_mapping(dev, monkeypatch) -> None:
+    """Make the Vulkan device `dev` allocate its device-local memory without a host mapping, as a
+    discrete GPU does: every write to it is then a command in the batch, every read a staged copy."""
+    flags = list(dev._memory_flags)
+    flags[dev._device_type] &= ~dev.vk.VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT
+    monkeypatch.setattr(dev, "_memory_flags", flags)

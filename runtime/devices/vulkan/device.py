@@ -420,14 +420,16 @@ class VulkanDevice(SubmissionDevice):
 
     def _block_on(self, sub) -> None:
         if self._spin_seconds:
-            status, deadline = self.lib.vkGetFenceStatus, time.perf_counter() + self._spin_seconds
+            # Locals only in the loop: each lookup less is a finer poll (~0.4 us an iteration).
+            status, device, fence, clock = self.lib.vkGetFenceStatus, self.device, sub.fence[0], time.perf_counter
+            deadline = clock() + self._spin_seconds
             while True:
-                result = status(self.device, sub.fence[0])
+                result = status(device, fence)
                 if result == 0:
                     return
                 if result == self.vk.VK_ERROR_DEVICE_LOST:
                     self._check(result, "vkGetFenceStatus")
-                if time.perf_counter() > deadline:
+                if clock() > deadline:
                     break
         self._check(self.lib.vkWaitForFences(self.device, 1, sub.fence, 1, U64_MAX), "vkWaitForFences")
 
@@ -502,12 +504,14 @@ class VulkanDevice(SubmissionDevice):
         """Submit a recorded launch (replays.py) on the idle device."""
         serial = next(self._serials)
         self._note_submitted(kernel)
-        result = self.lib.vkQueueSubmit(self.queue, 1, replay.submit_info, replay.fence[0])
+        result = self.lib.vkQueueSubmit(self.queue, 1, replay.submit_info, replay.fence_handle)
         if result != 0:  # nothing was submitted: what it would use is idle again
             self._last_submitted = serial
             self._retire()
             self._check(result, f"submitting kernel '{kernel}' (vkQueueSubmit)")
-        self._track(None, replay.fence, [], replay.uses, serial)
+        # Its Submission is reused: a replay is in flight at most once (only an idle device replays).
+        replay.submission.serial = serial
+        self._track_submission(replay.submission, replay.uses)
 
     def args_space(self, nbytes: int) -> int:
         """A byte offset in the args ring for one launch's args; wraps once nothing uses it."""

@@ -3,7 +3,8 @@ recorded, nothing in flight) is submitted as a command buffer of its own, record
 launch and submitted again, unchanged, by the next ones while what it recorded holds, as CUDA
 graphs replay a launch. Only the "args" words are written per launch, into a slot of the args
 ring that the replay's dynamic offset names. That keeps the one-element launch's recording (a
-dozen driver calls, ~10 us of Python on an NVIDIA host) off the way from a launch to its sync.
+dozen driver calls) off the way from a launch to its sync: on an H200 the launch call went from
+14-23 us to 6-7 us (docs/benchmarks.md).
 
 A replay holds while the task's LaunchPlan (pipelines.py) is the one it was recorded with and
 holds (same ctx words naming the bound buffers, no buffer freed nor descriptor pool reset
@@ -24,6 +25,7 @@ import operator
 
 import numpy as np
 
+from ..submission import Submission
 from .pipelines import no_key, planned_offsets, record_task
 
 REPLAYS = 64             # replays kept per device
@@ -33,14 +35,15 @@ REPLAY_SLOT_BYTES = 1024  # args words a replayed launch may have: 256 (larger k
 
 class Replay:
     """One task's recorded launch: its command buffer and fence (and the submit info naming
-    them), the plan, ctx words and slices it was recorded for, its dynamic offsets, its args
+    them, the Submission the device tracks it by), the plan, ctx words and slices it was recorded for, its dynamic offsets, its args
     slot (an np.uint32 view of the ring; None when the kernel has no args words), the buffers it
     uses."""
-    __slots__ = ("command", "fence", "commands", "submit_info", "offset", "plan", "key_of", "key", "slices", "args",
-                 "uses", "dynamic")
+    __slots__ = ("command", "fence", "fence_handle", "submission", "commands", "submit_info", "offset", "plan",
+                 "key_of", "key", "slices", "args", "uses", "dynamic")
 
     def __init__(self, ffi, vk, command, fence, offset):
-        self.command, self.fence, self.offset = command, fence, offset
+        self.command, self.fence, self.fence_handle, self.offset = command, fence, fence[0], offset
+        self.submission = Submission(0, None, fence, ())  # no command buffer: the replay keeps its own
         # cffi frees what a struct's pointer field was given from a temporary: both are kept.
         self.commands = ffi.new("VkCommandBuffer[1]", [command])
         self.submit_info = ffi.new("VkSubmitInfo*", {"sType": vk.VK_STRUCTURE_TYPE_SUBMIT_INFO, "commandBufferCount": 1,
