@@ -192,7 +192,7 @@ def measure_build(paths: list, cpu_target: str, jobs: int) -> dict:
     import resource
 
     from qdc.compiler.commands import build as build_mod
-from qdc.compiler.driver import options
+    from qdc.compiler.driver import options
     per_kernel: dict = {}
     run_job = build_mod.run_job
 

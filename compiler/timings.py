@@ -108,10 +108,15 @@ def run_tool(command: list) -> tuple[int, str]:
             return proc.wait(), output
         _, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)
+    count_tool_cpu(usage.ru_utime + usage.ru_stime)
+    return proc.returncode, output
+
+
+def count_tool_cpu(seconds: float) -> None:
+    """Count the CPU time of a program run for the phase being recorded to that phase."""
     frames = getattr(_local, "frames", None)
     if frames and len(frames) > 1:
-        frames[0].add(frames[-1].name, 0.0, usage.ru_utime + usage.ru_stime)
-    return proc.returncode, output
+        frames[0].add(frames[-1].name, 0.0, seconds)
 
 
 def level_phase(level_name: str) -> str:

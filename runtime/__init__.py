@@ -29,11 +29,21 @@ _LAZY = {"load": ".loader", "ndarray": ".fields", "Ndarray": ".fields", "FwdMode
 def sync() -> None:
     """Wait until every kernel launched on the active runtime has finished, and raise the first
     error any of them hit (an `AdStackOverflowError`, a bounds error) naming its kernel."""
-    from . import context, lifecycle
+    context, lifecycle = _sync_modules or _import_sync_modules()
     if lifecycle._pending:
         lifecycle.materialize_pending()
     if context.has_runtime():  # nothing was ever launched otherwise: no device to start
         context.current().device.sync()
+
+
+_sync_modules: tuple = ()  # (context, lifecycle) once imported: an import statement per sync costs ~0.5 us
+
+
+def _import_sync_modules() -> tuple:
+    global _sync_modules
+    from . import context, lifecycle
+    _sync_modules = (context, lifecycle)
+    return _sync_modules
 
 
 def __getattr__(name):

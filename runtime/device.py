@@ -33,7 +33,9 @@ right after the call instead (the launcher's finish hooks).
 What else the runtime may ask, all declared on `Device` with the answer of a device that has
 nothing special to say: `num_threads` (the threads a launch may use: the ctx's threads word),
 `sync_each_launch` (sync after every launch, so that its errors surface there), `has_graphs`
-and `launch_graph` (every task of a kernel as one graph replay), `numpy_binding` (a kernel
+and `launch_graph` (every task of a kernel as one graph replay), `device_loops` (why
+qd.graph.do_while loops cannot run as device-side loops, None where they can) and
+`launch_graph_loops` (a kernel with such loops as one graph replay), `numpy_binding` (a kernel
 library that binds numpy arguments itself), `copy_between` (device-to-device copies) and
 `close` (release the driver objects and threads a device holds); `stream` and `device` (the
 driver's, for ordering other libraries' work with this device's).
@@ -177,6 +179,17 @@ class Device:
         for task, n in enumerate(slices):
             self.launch_task(loaded, task, ctx_address, n)
 
+    def device_loops(self) -> str | None:
+        """None where `launch_graph_loops` runs qd.graph.do_while loops on the device, else why
+        not (their launches then read each loop's flag back after every pass)."""
+        return f"the {self.arch} device has no conditional graphs"
+
+    def launch_graph_loops(self, loaded, ctx_address: int, slices: list, steps: list, flags: dict) -> None:
+        """A kernel with qd.graph.do_while loops as one graph replay where `device_loops()` is
+        None: `steps` as runtime/graph_loops.py's loop_steps, task i on `slices[i]` thread
+        slices, loop flags at device addresses `flags` (flag parameter -> address)."""
+        raise NotImplementedError(self.device_loops())
+
     def numpy_binding(self, loaded, meta):
         """An object through which `loaded`'s own library binds numpy arguments (the CPU's
         runtime/devices/cpu/numpy_binding.py), or None: the launcher binds them."""
@@ -217,16 +230,18 @@ class Device:
     def sync(self) -> None:
         """Wait for the submitted work, free what waited for it, and report the first error of
         the launches watched since the last sync (each slot is cleared and released)."""
-        self.check_not_lost()
+        if self.lost is not None:
+            self.check_not_lost()
         self.wait()
         frees = getattr(self, "_fenced", None)
         while frees:
             self.free(frees.pop())
         failed_assert = None
-        try:
-            kernel_messages.drain(self)  # print output first, then the launches' errors
-        except AssertionError as e:
-            failed_assert = e
+        if self.print_buffer is not None:
+            try:
+                kernel_messages.drain(self)  # print output first, then the launches' errors
+            except AssertionError as e:
+                failed_assert = e
         state = getattr(self, "_errors", None)
         if state is None or not state["watched"]:
             if failed_assert is not None:

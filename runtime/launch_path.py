@@ -10,8 +10,10 @@ the CPU), fastest first:
 - fused: one foreign call; every argument bound in Python, as launch hooks (adstack sizing,
   debug checks, the print buffer, qd.random's counter) read the bound words before the call.
 Elsewhere each task is launched on its own (Device.launch_task), its errors read at sync:
-- graph_loops: a kernel with qd.graph.do_while loops, on every device: task by task, each
-  loop's tasks queued again while its flag, read back after every pass, is nonzero;
+- device_loops: a graph=True kernel with qd.graph.do_while loops on a device with conditional
+  graph nodes (CUDA 12.4+): one graph replay, each loop a device-side WHILE node;
+- graph_loops: a kernel with qd.graph.do_while loops elsewhere: task by task, each loop's tasks
+  queued again while its flag, read back after every pass, is nonzero;
 - graph: `@qd.kernel(graph=True)` on a device with graphs: every task replayed as one graph;
 - fixed_tasks: every task's thread slices known when the launcher is made and nothing to watch:
   a launch is only the task launches;
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-PATHS = ("python_entry", "native_binding", "fused", "graph_loops", "graph", "fixed_tasks", "tasks")
+PATHS = ("python_entry", "native_binding", "fused", "device_loops", "graph_loops", "graph", "fixed_tasks", "tasks")
 
 
 @dataclass(frozen=True)
@@ -42,8 +44,12 @@ def choose_launch_path(device, hooked_by: list, graph: bool, binding, python_ent
     qd.graph.do_while loops."""
     hooks = f"launch hooks ({', '.join(hooked_by)})" if hooked_by else ""
     if graph_loops:
-        return LaunchPath("graph_loops", "qd.graph.do_while: task by task, a loop's tasks queued again while its "
-                                         "flag, read back after each pass, is nonzero")
+        why_not = device.device_loops() if graph else "the kernel is not graph=True"
+        if why_not is None:
+            return LaunchPath("device_loops", "qd.graph.do_while in a graph=True kernel: one graph replay, each loop "
+                                              "a conditional WHILE node")
+        return LaunchPath("graph_loops", f"qd.graph.do_while: task by task, a loop's tasks queued again while its "
+                                         f"flag, read back after each pass, is nonzero ({why_not})")
     if device.capabilities.fused_launch:
         if python_entry is not None:
             return LaunchPath("python_entry", "the kernel's library checks and binds every argument and launches, "

@@ -106,6 +106,8 @@ from . import kernel_messages
 from .launch_hooks import LaunchContext, LaunchHooks, with_finish, with_prepare
 from .device_copies import DeviceCopies, host_array
 from .launch_path import choose_launch_path
+from . import tensor_watch
+from .contract import cpu_binding
 from .graph_loops import GraphLoops, loop_steps
 from .sizeexpr_eval import simple_trip_count
 from .argument_checks import (PACK_CODE, argument_name, built_without_its_gradient, check_extent, check_ndarray,
@@ -168,6 +170,7 @@ class _Launcher(GraphLoops):
                        "_q_after": self.after, "_q_run_after": self.run_after})
         if self.python is not None:
             self.g["_q_fast"], self.g["_q_fast_refused"] = self.python.function, self.fast_refused
+        self.watched: dict = {}  # parameter -> the TensorHandle of the tensor the Python entry watches
         self.hooks = hooks
         self.copies = None if device.capabilities.host_memory else DeviceCopies(device)
         if self.copies is not None:
@@ -205,9 +208,9 @@ class _Launcher(GraphLoops):
                                  if fixed is None and se.reads_temps(self.iterations[i]) else fixed
                                  for i, (t, fixed) in enumerate(zip(self.meta.tasks, self.fixed_slices))]
             return self.launch_graph, None
-        if path == "graph_loops":
+        if path in ("graph_loops", "device_loops"):
             self.steps = loop_steps(self.meta.graph_loops, 0, len(self.meta.tasks))
-            return self.launch_loops, None
+            return (self.launch_loops if path == "graph_loops" else self.launch_device_loops), None
         if path == "fixed_tasks":
             self.fixed_launches = [(i, n) for i, n in enumerate(self.fixed_slices) if n > 0]
             self.ctx_address = ctypes.addressof(self.buf)
@@ -371,13 +374,16 @@ class _Launcher(GraphLoops):
         pack = struct.Struct("=" + "Q" * (1 + ndim + bool(p.needs_grad))).pack_into
         offset, with_grad = 8 * p.slot, bool(p.needs_grad)
         arr, probe = f"_q_arr{index}", f"_q_len{index}" if ndim in (1, 2) else f"_q_shape{index}"
-        numpy_flag = f"_q_numpy{index}"
+        numpy_flag, tensor_flag = f"_q_numpy{index}", f"_q_tensor{index}"
         copies, device_buffer = self.copies, f"_q_dev{index}"
         uncached = self.python is not None
         limits, arch = extent_limits(self.device), self.device.arch
         after = self.after
 
         def bind(a):
+            if index in self.watched:  # whatever comes now, the words stop being the watched tensor's
+                self.unwatch(index)
+            g[tensor_flag] = False
             if not isinstance(a, (np.ndarray, Ndarray, Field)) and is_external(a):
                 return bind_external(a)
             if limits is not None and isinstance(a, (np.ndarray, Ndarray, Field)):  # before a device copy is allocated
@@ -446,13 +452,32 @@ class _Launcher(GraphLoops):
             else:
                 pack(mem, offset, bound.ptr, *bound.shape)
             g[numpy_flag] = False
-            if bound.cacheable:  # the launch code compares the address before skipping this
+            if bound.cacheable:  # the launch code (or the Python entry) compares the address before skipping this
                 g[arr], g[f"_q_ptr{index}"] = a, bound.ptr
-                g["_q_data_ptr"] = type(a).data_ptr
+                g["_q_data_ptr"], g[tensor_flag] = type(a).data_ptr, True
+                set_kind("watched" if self.watch(index, a) else "tensor")
             else:
                 g[arr] = _UNBOUND
-            set_kind("tensor" if bound.cacheable else "always")
+                set_kind("always")
         return bind
+
+    def watch(self, index: int, a) -> bool:
+        """Let the Python entry check cached tensor `a` of parameter `index` itself
+        (runtime/tensor_watch.py), where the library and torch allow; whether it does."""
+        if self.python is None or not self.python.watches or not tensor_watch.watchable(a):
+            return False
+        base, count = self.meta.ctx_words, len(self.meta.params)
+        handle = self.watched[index] = tensor_watch.TensorHandle.of(a)
+        self.words[cpu_binding.watch_word(base, count, cpu_binding.WATCH_GET)] = tensor_watch.data_pointer_function()
+        self.words[cpu_binding.watched_handle_word(base, count, index)] = handle.address
+        self.words[cpu_binding.watched_object_word(base, count, index)] = id(a)  # alive: the cached `_q_arr`
+        return True
+
+    def unwatch(self, index: int) -> None:
+        base, count = self.meta.ctx_words, len(self.meta.params)
+        self.words[cpu_binding.watched_object_word(base, count, index)] = 0
+        self.words[cpu_binding.watched_handle_word(base, count, index)] = 0
+        del self.watched[index]  # deletes the handle
 
     def bool_converter(self, index: int):
         def as_bool(v):
@@ -467,7 +492,7 @@ class _Launcher(GraphLoops):
         g = self.g
         for i, p in enumerate(self.meta.params):
             if p.kind == "ndarray":
-                g[f"_q_arr{i}"], g[f"_q_bind{i}"] = _UNBOUND, self.binder(i)
+                g[f"_q_arr{i}"], g[f"_q_bind{i}"], g[f"_q_tensor{i}"] = _UNBOUND, self.binder(i), False
                 g[f"_q_dtype{i}"] = by_name(p.dtype).np_dtype
                 g[f"_q_pack_array{i}"] = struct.Struct("=" + "Q" * (1 + p.ndim)).pack_into  # see rebind_numpy
             elif p.dtype == "u1":
@@ -494,7 +519,7 @@ class _Launcher(GraphLoops):
             if i in self.vectors:  # its elements into locals, packed and checked as scalars below
                 elements = "".join(values[k] + ", " for k in range(i, i + self.vectors[i].count))
                 body += [f"    {elements}= _q_elements{i}({p.name})"]
-            if p.kind == "ndarray" and kinds[i] in ("tensor", "always"):  # external_arrays.py, copies
+            if p.kind == "ndarray" and kinds[i] in ("tensor", "watched", "always"):  # external_arrays.py, copies
                 body += self.tensor_statements(i, kinds[i])
                 if self.copies is not None:
                     body += [f"    if _q_numpy{i}:", f"        _q_copy_in(_q_dev{i}, {p.name})"]
@@ -502,7 +527,11 @@ class _Launcher(GraphLoops):
                 probe = f"_q_len({p.name}) != _q_len{i}" if p.ndim in (1, 2) else f"{p.name}.shape != _q_shape{i}"
                 if p.writes:  # a numpy array made read-only in place since it was bound: bind refuses it
                     probe += f" or not {p.name}.flags.writeable"
-                probe = {True: f" or {probe}", False: "", None: f" or _q_numpy{i} and ({probe})"}[kinds[i]]
+                # the generic code (kind None) rebinds a cached tensor at every launch: it serves the
+                # launches the fast code refused or never sees (a Tape's), and a watched tensor's words
+                # may have been rewritten by the Python entry since
+                probe = {True: f" or {probe}", False: "",
+                         None: f" or _q_numpy{i} and ({probe}) or _q_tensor{i}"}[kinds[i]]
                 body += [f"    if {p.name} is not _q_arr{i}{probe}:"]
                 if kinds[i] and i in self.native_params():
                     body += self.native_statements(i)
@@ -553,15 +582,16 @@ class _Launcher(GraphLoops):
         return self.python.keeps_bound or all(kind is True for kind in kinds.values())
 
     def python_entry_body(self, kinds: dict) -> list[str]:
-        """One call of the library's Python entry. A numpy array goes to it as it is; any other
-        array is bound by the launch code while it is not the cached one (`tensor_statements`)
-        and goes as None, which leaves its words as they are."""
+        """One call of the library's Python entry. A numpy array goes to it as it is, and so does
+        a watched tensor (the entry checks its address: runtime/tensor_watch.py); any other array
+        is bound by the launch code while it is not the cached one (`tensor_statements`) and goes
+        as KEPT (None for a library built before it), which leaves its words as they are."""
         body, passed = [], []
         for i, p in enumerate(self.meta.params):
-            if p.kind != "ndarray" or kinds[i] is True:
+            if p.kind != "ndarray" or kinds[i] is True or kinds[i] == "watched":
                 passed.append(p.name)
                 continue
-            passed.append("None")
+            passed.append("..." if self.python.watches else "None")  # `...`: KEPT (see `define`)
             if kinds[i] is False:
                 body += [f"    if {p.name} is not _q_arr{i}:", f"        _q_bind{i}({p.name})"]
             else:
@@ -575,7 +605,8 @@ class _Launcher(GraphLoops):
     def tensor_statements(self, index: int, kind: str) -> list[str]:
         """Binding an external array (a tensor) or a copied one: a cached tensor (kind "tensor")
         again only when it is another one or its address changed (`resize_`, `set_`, `.data = `);
-        anything else (kind "always") at every launch."""
+        anything else (kind "always", and a watched tensor in the code that runs when the Python
+        entry refused a launch) at every launch."""
         a = self.meta.params[index].name
         if kind == "tensor":
             return [f"    if {a} is not _q_arr{index} or _q_data_ptr({a}) != _q_ptr{index}:", f"        _q_bind{index}({a})"]
@@ -678,6 +709,9 @@ class _Launcher(GraphLoops):
         namespace = {}
         exec(code, self.g, namespace)  # noqa: S102 (only checked identifiers reach the source)
         fn = namespace[self.meta.name]
+        if self.python is not None:  # `...` in the source is the Python entry's KEPT: a constant, as None is
+            kept = self.python.kept
+            fn.__code__ = fn.__code__.replace(co_consts=tuple(kept if c is Ellipsis else c for c in fn.__code__.co_consts))
         fn.__qdc_source__ = src
         fn.__qdc_launcher__ = self
         return fn

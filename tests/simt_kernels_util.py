@@ -7,6 +7,7 @@ from qdc.compiler.driver.options import Options
 import test_simt
 import test_simt_gradients
 import test_simt_standins
+import test_simt_tiles
 
 KERNELS = (test_simt.indices, test_simt.reverse_in_block, test_simt.exchanges, test_simt.subgroup_scans,
            test_simt.block_scans, test_simt.publish, test_simt.shared_dtypes, test_simt_standins.cholesky_solve,
@@ -16,6 +17,8 @@ KERNELS = (test_simt.indices, test_simt.reverse_in_block, test_simt.exchanges, t
 KERNELS_32 = tuple(k for k in KERNELS if k not in (test_simt.exchanges, test_simt.shared_dtypes))
 
 
+# Tile16x16 and Tile32x32 kernels (subgroups of 32 lanes hold both)
+TILE_KERNELS = tuple(test_simt_tiles.FACTOR_AND_SOLVE.values())
 # Kernels whose gradient kernels the target tests compile too (variant="grad")
 GRAD_KERNELS = (test_simt_gradients.exchanges, test_simt_gradients.shared_stages, test_simt_gradients.relax,
                 test_simt_gradients.cholesky_solve)

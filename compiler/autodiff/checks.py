@@ -36,16 +36,6 @@ from .positions import Positions
 _UNSUPPORTED_LOOPS = (ir.While, ir.Break, ir.Continue)
 
 
-def refuse_block_level(k: ir.KernelIR, what: str) -> None:
-    """Forward-mode derivatives of block-level code (qd.simt) are not offered (reverse mode's
-    adjoints are in simt_adjoints.py), nor derivatives of qd.graph.do_while loops."""
-    refuse_graph_loops(k, what)
-    for s in ir.walk(k.body):
-        if ir.simt_construct(s) is not None:
-            raise error(s.loc, f"{ir.simt_construct(s)} cannot be used in kernel '{k.name}', which needs {what}: "
-                               f"block-level code (qd.simt) has reverse-mode gradients (kernel.grad) only")
-
-
 def refuse_graph_loops(k: ir.KernelIR, what: str) -> None:
     """A qd.graph.do_while loop is replayed from the host, which a derivative does not follow."""
     if k.graph_loops:

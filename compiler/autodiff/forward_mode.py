@@ -9,7 +9,10 @@ on a global with a dual gets a tangent computed right after it, in the same bloc
 - a store to such a global also stores the tangent of the value (0 when it has none) into the
   dual; `+=`/`-=` add the tangent atomically;
 - a local carrying a tangent gets a tangent local beside it, stored and loaded with it, so
-  loops (static, dynamic, `while`) and branches carry tangents with no adstack.
+  loops (static, dynamic, `while`) and branches carry tangents with no adstack;
+- block-level code (qd.simt): a subgroup exchange exchanges the tangent alike, right after it
+  (the same lanes run both), and a SharedArray that a value with a tangent is stored into gets
+  a tangent SharedArray, stored and loaded beside it.
 
 The derivative of each operation comes from the reverse-mode rules (rules.py), which are
 linear in the adjoint they are given: applied to one operand's tangent, with only that
@@ -25,7 +28,7 @@ from __future__ import annotations
 from .. import ir
 from . import rules
 from .activity import gradient_operands
-from .checks import error, refuse_block_level
+from .checks import error, refuse_graph_loops
 from .companions import CompanionBuffers
 
 DUAL_SUFFIX = ".dual"
@@ -41,7 +44,7 @@ class ForwardModePass:
 
     def __call__(self, k: ir.KernelIR) -> bool:
         _reject_gradient_buffers(k)
-        refuse_block_level(k, "forward-mode derivatives")
+        refuse_graph_loops(k, "forward-mode derivatives")
         duals = _DualBuffers(k, self.field_objects)
         varied, varied_vars = _varied(k, duals)
         _Tangents(duals, varied, varied_vars, ir.users_count(k.body)).block(k.body)
@@ -53,9 +56,23 @@ class _DualBuffers(CompanionBuffers):
 
     def __init__(self, k: ir.KernelIR, field_objects: list):
         super().__init__(k, field_objects, "dual")
+        self.shared: dict = {}  # SharedRef with a tangent -> the tangent SharedRef (`varied` adds them)
+        self.next_shared = 1 + max((s.target.uid for s in ir.walk(k.body)
+                                    if isinstance(s, ir.GlobalPtr) and isinstance(s.target, ir.SharedRef)), default=-1)
 
     def has(self, target) -> bool:
+        if isinstance(target, ir.SharedRef):
+            return target in self.shared
         return target.dtype.is_float and super().has(target)
+
+    def of(self, target):
+        if isinstance(target, ir.SharedRef):
+            return self.shared[target]
+        return super().of(target)
+
+    def add_shared(self, ref: ir.SharedRef) -> None:
+        self.shared[ref] = ir.SharedRef(self.next_shared, f"{ref.name}{DUAL_SUFFIX}", ref.dtype, ref.shape)
+        self.next_shared += 1
 
 
 def _reject_gradient_buffers(k: ir.KernelIR) -> None:
@@ -81,6 +98,10 @@ def _varied(k: ir.KernelIR, duals: _DualBuffers) -> tuple[set, set]:
                 changed = True
             if isinstance(s, (ir.LocalStore, ir.LocalAtomic)) and s.value in varied and s.var not in varied_vars:
                 varied_vars.add(s.var)
+                changed = True
+            if isinstance(s, (ir.GlobalStore, ir.AtomicRMW)) and isinstance(s.ptr.target, ir.SharedRef) \
+                    and s.value in varied and not duals.has(s.ptr.target):
+                duals.add_shared(s.ptr.target)
                 changed = True
     return varied, varied_vars
 
@@ -169,6 +190,10 @@ class _Tangents:
             raise error(s.loc, "forward mode cannot use the old value an atomic update returns")
         if s.value in self.tangent:
             self.emit(ir.AtomicRMW(s.op, self.dual_ptr(s.ptr), self.tangent[s.value], s.loc))
+
+    def visit_SubgroupOp(self, s: ir.SubgroupOp) -> None:
+        if s in self.varied:  # linear: the tangent travels as the value did
+            self.tangent[s] = self.emit(ir.SubgroupOp(s.op, self.tangent[s.value], s.lane, s.type, s.loc))
 
     def visit_Cast(self, s: ir.Cast) -> None:
         if s in self.varied:  # a float-to-float conversion converts the tangent too

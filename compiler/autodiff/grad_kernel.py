@@ -133,7 +133,9 @@ def _replay_tasks(k: ir.KernelIR) -> list:
 
 
 def _drop_global_writes(block: ir.Block) -> None:
-    block.stmts = [s for s in block.stmts if not isinstance(s, (ir.GlobalStore, ir.AtomicRMW))]
+    """Keeps a SharedArray's writes: the replay rebuilds what it reads."""
+    block.stmts = [s for s in block.stmts if not isinstance(s, (ir.GlobalStore, ir.AtomicRMW))
+                   or isinstance(s.ptr.target, ir.SharedRef)]
     for s in block.stmts:
         for b in s.blocks():
             _drop_global_writes(b)

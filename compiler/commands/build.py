@@ -40,6 +40,7 @@ from ..jit.aot import Instantiation
 from ..jit.kernel import Kernel, kernel_of
 from ..jit.offline_cache import store
 from ..targets.base import TargetCannotExpress
+from ..targets.cpu.link_server import close_servers as close_lld_servers
 from ..driver.kernel import compile_recording_warnings, dual_params, warm_up
 
 # A worker process takes about as long to start (imports, llvmlite) as compiling a few
@@ -818,6 +819,7 @@ class _ForkedWorker:
             finally:
                 sys.stdout.flush()
                 sys.stderr.flush()
+                close_lld_servers()  # those it started: reaped by it, not left to init
                 os._exit(code)  # not the parent's atexit handlers or temporary folders
         os.close(job_read)
         os.close(result_write)

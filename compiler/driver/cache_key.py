@@ -23,16 +23,12 @@ direct-mode cache hit binds the right Field objects without compiling.
 """
 from __future__ import annotations
 
-import ast
 import enum
 import hashlib
 import inspect
-import linecache
 import os
 import sys
-import textwrap
 import types
-import weakref
 
 import msgpack
 import numpy as np
@@ -45,7 +41,7 @@ from .. import targets
 from ..language import lang
 from ..language.dataclass_args import (DataclassArgument, array_type, is_array_argument, is_dataclass_instance,
                                        members as dataclass_members, scalar_annotation)
-from . import template_values
+from . import sources, template_values
 
 # Past these a captured value is not keyed (the kernel is compiled without the cache).
 _MAX_VALUES, _MAX_DEPTH = 1 << 16, 16
@@ -97,6 +93,11 @@ def kernel_key(fn, params, opts, arch: str, variant: str = "forward", templates=
     """`templates`: the TemplateArgs of a kernel with qd.template() parameters, each keyed by
     its description by value (template_values.py: a field by its declaration, a config object
     by its class and attributes), so that another process passing an equal argument hits."""
+    with sources.collection_paused():
+        return _kernel_key(fn, params, opts, arch, variant, templates)
+
+
+def _kernel_key(fn, params, opts, arch: str, variant: str, templates) -> KernelDeps:
     walk = _Walk(debug=bool(opts.debug))
     walk.function(fn, fn.__name__)
     walk.arrays_by_type = True  # an array among the template arguments is passed at launch: by its type
@@ -124,169 +125,11 @@ def kernel_key(fn, params, opts, arch: str, variant: str = "forward", templates=
 
 # ---- the dependency walk -----------------------------------------------------------------
 
-_SOURCES = weakref.WeakKeyDictionary()  # a redefined kernel (notebooks) frees its entry
-
-
-def _source(fn) -> tuple[str, ast.AST]:
-    got = _SOURCES.get(fn)
-    if got is None:
-        got = _SOURCES[fn] = _function_source_by_file(fn) or _parsed_source(fn)
-    return got
-
-
-def _parsed_source(fn) -> tuple[str, ast.AST]:
-    """The source of a function its file does not show (a lambda's lines), parsed alone."""
-    name = getattr(fn, "__name__", fn)
+def _source(fn) -> sources.FunctionSource:
     try:
-        lines, _ = inspect.getsourcelines(fn)
-    except (OSError, TypeError) as e:
-        raise UncacheableKernel(f"source of {name!r} unavailable: {e}") from None
-    text = textwrap.dedent("".join(lines))
-    try:
-        tree = ast.parse(text)
-    except SyntaxError:  # a lambda inside a larger expression: its lines alone do not parse
-        raise UncacheableKernel(f"source of {name!r} cannot be isolated (a lambda spanning "
-                                f"lines of a larger expression?)") from None
-    return text, tree
-
-
-def _file_version(filename: str) -> tuple | None:
-    try:
-        st = os.stat(filename)
-    except OSError:
-        return None
-    return st.st_mtime_ns, st.st_size
-
-
-# file name -> (its version, its lines, its classes (_class_spans), its functions (_function_spans))
-_FILES: dict = {}
-
-
-def _parsed_file(filename: str, module_globals) -> tuple | None:
-    """A source file's lines and the spans of the classes and functions it defines, parsed once
-    per version of the file (inspect tokenizes or parses the file anew for each function and
-    class it finds: seconds for a program of a thousand kernel functions); None where it does
-    not parse. A file rewritten since (a rebuilt module) is parsed anew."""
-    version = _file_version(filename)
-    found = _FILES.get(filename)
-    if found is None or found[0] != version:
-        linecache.checkcache(filename)
-        lines = linecache.getlines(filename, module_globals)
-        try:
-            tree = ast.parse("".join(lines))
-        except (SyntaxError, ValueError):
-            tree = None
-        found = _FILES[filename] = (version, lines, *(({}, {}) if tree is None else
-                                                     (_class_spans(tree), _function_spans(tree))))
-    return found
-
-
-def _function_source_by_file(fn) -> tuple[str, ast.AST] | None:
-    """A function's source and syntax tree out of its file (_parsed_file); None where the file
-    does not show it (a lambda, no file)."""
-    code = getattr(fn, "__code__", None)
-    if code is None or fn.__name__ == "<lambda>":
-        return None
-    _, lines, _, functions = _parsed_file(code.co_filename, getattr(fn, "__globals__", None))
-    span = functions.get(code.co_firstlineno)
-    if span is None or span[0].name != fn.__name__:
-        return None
-    node, first, last = span
-    return textwrap.dedent("".join(lines[first - 1:last])), node
-
-
-def _function_spans(tree) -> dict:
-    """first line (with its decorators, and the `def` line) -> (node, first, last) of every
-    function definition in a module."""
-    spans = {}
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            first = min([node.lineno] + [d.lineno for d in node.decorator_list])
-            spans.setdefault(first, (node, first, node.end_lineno))
-            spans.setdefault(node.lineno, (node, first, node.end_lineno))
-    return spans
-
-
-_CLASS_SOURCES = weakref.WeakKeyDictionary()
-
-
-def _class_source(cls) -> str | None:
-    """A class's source (its methods and properties run when a kernel reads a template object),
-    None where Python has none (a class made at run time keys by its name alone)."""
-    try:
-        return _CLASS_SOURCES[cls]
-    except KeyError:
-        pass
-    except TypeError:  # not weakly referable
-        return None
-    text = _class_source_by_file(cls)
-    _CLASS_SOURCES[cls] = text
-    return text
-
-
-def _class_source_by_file(cls) -> str | None:
-    """`inspect.getsource(cls)` out of its file (_parsed_file)."""
-    try:
-        filename = inspect.getsourcefile(cls)
-    except TypeError:
-        return None
-    module = sys.modules.get(cls.__module__)
-    if filename is None or module is None or getattr(module, "__file__", None) is None:
-        return None
-    _, lines, classes, _ = _parsed_file(filename, module.__dict__)
-    span = classes.get(cls.__qualname__)
-    if span is None:
-        return None
-    return "".join(lines[span[0] - 1:span[1]])
-
-
-def _class_spans(tree) -> dict:
-    """qualname -> (first line with its decorators, last line) of every class in a module."""
-    spans, stack = {}, [(tree, "")]
-    while stack:
-        node, prefix = stack.pop()
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.ClassDef):
-                name = prefix + child.name
-                first = min([child.lineno] + [d.lineno for d in child.decorator_list])
-                spans.setdefault(name, (first, child.end_lineno))
-                stack.append((child, name + "."))
-            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                stack.append((child, prefix + child.name + ".<locals>."))
-    return spans
-
-
-_CHAINS = weakref.WeakKeyDictionary()  # function -> its name chains: every kernel reaching a func reads them
-
-
-def _name_chains(fn, tree) -> list[tuple[str, ...]]:
-    """`_chains_of(tree)` for `fn`'s source tree, computed once per function."""
-    got = _CHAINS.get(fn)
-    if got is None:
-        got = _CHAINS[fn] = _chains_of(tree)
-    return got
-
-
-def _chains_of(tree) -> list[tuple[str, ...]]:
-    """Every longest `a`, `a.b`, `a.b.c` read in the tree, first occurrence first. Only the
-    longest chain of an attribute access is resolved (`cfg.n` needs the value of `cfg.n`,
-    not of the object `cfg`); a chain whose base is no name (`f(x).y`) is searched inside."""
-    seen, out = set(), []
-    stack = [tree]
-    while stack:
-        node = stack.pop()
-        attrs, base = [], node
-        while isinstance(base, ast.Attribute):
-            attrs.append(base.attr)
-            base = base.value
-        if isinstance(base, ast.Name) and (attrs or isinstance(base.ctx, ast.Load)):
-            chain = (base.id, *reversed(attrs))
-            if chain not in seen:
-                seen.add(chain)
-                out.append(chain)
-            continue
-        stack.extend(reversed(list(ast.iter_child_nodes(base))))
-    return out
+        return sources.function_source(fn)
+    except sources.SourceUnavailable as e:
+        raise UncacheableKernel(str(e)) from None
 
 
 def _is_qdc_module(m) -> bool:
@@ -378,9 +221,9 @@ class _Walk:
         if fn in self._fns:
             return
         self._fns.add(fn)
-        text, tree = _source(fn)
+        source = _source(fn)
         where = [fn.__code__.co_filename, fn.__code__.co_firstlineno] if self.debug else []
-        self.material.append(["source", label, text, *where])
+        self.material.append(["source", label, source.text, *where])
         if fn.__name__ == "<lambda>":
             self.material.append(["code", label, _code_fingerprint(fn.__code__)])
         for i, d in enumerate(fn.__defaults__ or ()):
@@ -396,7 +239,7 @@ class _Walk:
             except ValueError:  # an unassigned cell: the front end will report it
                 pass
         params = _parameter_names(fn)
-        for chain in _name_chains(fn, tree):
+        for chain in source.chains:
             if chain[0] not in params:
                 self.chain(fn, closure, chain)
 
@@ -435,7 +278,7 @@ class _Walk:
         for i, fn in enumerate(described.functions):
             self.value(f"{label}.function[{i}]", fn)
         for cls in described.classes:
-            self.material.append(["class", template_values.class_name(cls), _class_source(cls)])
+            self.material.append(["class", template_values.class_name(cls), sources.class_source(cls)])
 
     def chain(self, fn, closure: dict, chain: tuple) -> None:
         root = chain[0]
@@ -573,21 +416,24 @@ def grad_read_params(fn, names: set) -> set:
     parameter or a global field (an alias, an expression), when a function it calls mentions
     `.grad` (it may receive the array) or when a source cannot be read. Over-approximate: a
     parameter wrongly included only makes its kernel specialise on the argument's gradient."""
+    with sources.collection_paused():
+        return _grad_read_params(fn, names)
+
+
+def _grad_read_params(fn, names: set) -> set:
     try:
-        _, tree = _source(fn)
-        if _calls_mention_grad(fn, tree, set()):
+        source = _source(fn)
+        if _calls_mention_grad(fn, source, set()):
             return set(names)
     except UncacheableKernel:
         return set(names)
     scope = _scope(fn)
     used = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and node.attr == "grad":
-            base = node.value
-            if isinstance(base, ast.Name) and base.id in names:
-                used.add(base.id)
-            elif not (isinstance(base, ast.Name) and isinstance(scope.get(base.id), Field)):
-                return set(names)
+    for base in source.grad_bases:
+        if base in names:
+            used.add(base)
+        elif not isinstance(scope.get(base), Field):  # None: `.grad` of an expression
+            return set(names)
     return used
 
 
@@ -601,20 +447,10 @@ def _scope(fn) -> dict:
     return out
 
 
-_MENTIONS_GRAD = weakref.WeakKeyDictionary()  # function -> whether its source mentions `.grad`
-
-
-def _mentions_grad(fn, tree) -> bool:
-    got = _MENTIONS_GRAD.get(fn)
-    if got is None:
-        got = _MENTIONS_GRAD[fn] = any(isinstance(n, ast.Attribute) and n.attr == "grad" for n in ast.walk(tree))
-    return got
-
-
-def _calls_mention_grad(fn, tree, seen: set) -> bool:
+def _calls_mention_grad(fn, source: sources.FunctionSource, seen: set) -> bool:
     """Whether a qd.func or Python function reachable from `fn`'s source mentions `.grad`."""
     scope = _scope(fn)
-    for chain in _name_chains(fn, tree):
+    for chain in source.chains:
         value = scope.get(chain[0])
         try:
             for attr in chain[1:]:
@@ -626,8 +462,8 @@ def _calls_mention_grad(fn, tree, seen: set) -> bool:
                 or _is_qdc_module(sys.modules.get(callee.__module__)):
             continue
         seen.add(callee)
-        _, sub = _source(callee)
-        if _mentions_grad(callee, sub) or _calls_mention_grad(callee, sub, seen):
+        sub = _source(callee)
+        if sub.grad_bases or _calls_mention_grad(callee, sub, seen):
             return True
     return False
 

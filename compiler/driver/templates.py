@@ -16,6 +16,7 @@ function of a template kernel takes only the other parameters: `split` separates
 from __future__ import annotations
 
 import inspect
+import weakref
 
 import numpy as np
 
@@ -137,67 +138,49 @@ class TemplateParams:
         return TemplateArgs(ordered, self.kernel_name)
 
 
-class TemplateDispatch:
-    """The launch code of a kernel with template parameters: one dict lookup, keyed by the
-    template arguments, finds the launch function of their variant, which takes the others.
-
-    For `k(x: template, n: template, a: f32)` the kernel function's code becomes
-
-        def k(x, n, a):
-            try:
-                _q_launch = _q_variants[x.__class__, x, n.__class__, n]
-            except _q_miss:
-                return _q_slow(x, n, a)
-            return _q_launch(a)
-
-    A key may stand for a variant only if every argument equal to it (same class, `==`) has
-    the same specialisation_key. `add` therefore enters a variant only when each template
-    argument is of a class for which that holds: `==` is identity (fields, dtypes, functions,
-    enum members, plain objects; an entry keeps its object alive), or an exact
-    builtin or numpy int, bool, str, bytes or None, or a float that is neither zero nor NaN
-    (-0.0 == 0.0, and a NaN equals nothing). A lookup that hits then has arguments of those
-    same classes. Anything else (tuples, whose `==` ignores element types: (1, 2) == (1.0, 2);
-    classes with an `__eq__` of their own; unhashable values) misses and takes the slow path,
-    which compiles, reports or launches as before."""
-
-    def __init__(self, function, params: TemplateParams):
-        name = function.__code__.co_name
-        every = ", ".join(params.signature.parameters)
-        key = ", ".join(f"{n}.__class__, {n}" for n in params.names)
-        src = (f"def {name}({every}):\n"
-               f"    try:\n"
-               f"        _q_launch = _q_variants[{key}]\n"
-               f"    except _q_miss:\n"
-               f"        return _q_slow({every})\n"
-               f"    return _q_launch({', '.join(params.runtime)})\n")
-        self.function, self.stub = function, function.__code__
-        self.names = params.names
-        self.variants: dict = {}
-        function.__globals__.update({"_q_variants": self.variants, "_q_miss": (KeyError, TypeError)})
-        namespace: dict = {}
-        exec(compile(src, f"<qdc template dispatch {name}>", "exec"), function.__globals__, namespace)  # noqa: S102
-        self.code = namespace[name].__code__
-
-    def add(self, templates: TemplateArgs, launch) -> None:
-        """Let calls with these template arguments go straight to `launch`, if their key can say so."""
-        values = [templates.values[n] for n in self.names]
-        if all(_fast_keyable(v) for v in values):
-            self.variants[tuple(x for v in values for x in (v.__class__, v))] = launch
-
-    def invalidate(self) -> None:
-        """At `qd.init` (context.on_reset): the launch functions belong to the old runtime."""
-        self.variants.clear()
-        self.function.__code__ = self.stub
-
-
 _EXACT = frozenset({bool, int, str, bytes, type(None), np.bool_})
 
 
-def _fast_keyable(v) -> bool:
-    """Whether arguments equal to `v` by class and `==` all have v's specialisation_key."""
+def fast_keyable(v) -> bool:
+    """Whether arguments equal to `v` by class and `==` all have v's specialisation_key: `==`
+    is identity (fields, dtypes, functions, enum members, plain objects), or `v` is an exact
+    builtin or numpy int, bool, str, bytes or None, or a float that is neither zero nor NaN
+    (-0.0 == 0.0, and a NaN equals nothing). Not so: tuples, whose `==` ignores element types
+    ((1, 2) == (1.0, 2)), classes with an `__eq__` of their own, unhashable values."""
     cls = v.__class__
     if cls in _EXACT or (isinstance(v, np.integer) and cls.__module__ == "numpy"):
         return True
     if cls is float or (isinstance(v, np.floating) and cls.__module__ == "numpy"):
         return v == v and v != 0
     return cls.__eq__ is object.__eq__  # a hit is then the very object, whatever its hash (Enum members)
+
+
+class _Token:
+    """What stands for one object in a dispatch key (`identity_token`): equal to itself only,
+    whatever the other side's `__eq__` says (its own answers first, and never NotImplemented)."""
+    __slots__ = ()
+
+    def __eq__(self, other):
+        return self is other
+
+    __hash__ = object.__hash__
+
+
+IDENTITY_TOKENS: dict = {}  # id(object) -> its token, while the object lives
+_HELD: list = []  # objects without weak references: kept alive, so that their ids stay theirs
+
+
+def identity_token(v) -> _Token | None:
+    """The token of template argument `v` where its specialisation_key is its identity (a config
+    object, whatever its `==`), else None: a key holding it matches `v` and nothing else."""
+    token = IDENTITY_TOKENS.get(id(v))
+    if token is not None:
+        return token
+    if specialisation_key(v, "")[0] not in ("object", "field"):
+        return None
+    token = IDENTITY_TOKENS[id(v)] = _Token()
+    try:
+        weakref.finalize(v, IDENTITY_TOKENS.pop, id(v), None)
+    except TypeError:  # no weak references to it
+        _HELD.append(v)
+    return token

@@ -34,7 +34,9 @@ from .func_returns import FuncReturns
 from .returns import ReturnLowering
 from .vector_math import VectorMath
 from .vectors import ElementParam, VectorLowering, VectorValue, VectorVar, element_params
-from .structs import StructLeafParam, StructLowering, StructTarget, StructValue, StructVar, scalar_params
+from .tiles import TileSyntax
+from .structs import (BoundStructMethod, StructLeafParam, StructLowering, StructTarget, StructValue, StructVar,
+                      scalar_params)
 from ..language.structs import StructType
 from qdc.runtime.contract.objects import StructFieldMarker as StructField
 from ..language import matrix as M
@@ -127,7 +129,7 @@ _UNSUPPORTED = {
 
 
 class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLowering, VectorMath, PrintLowering,
-               StructLowering, StaticPython, HostObjects, SimtCalls, SubscriptLowering):
+               StructLowering, StaticPython, HostObjects, SimtCalls, TileSyntax, SubscriptLowering):
     """Lowers one `@qd.kernel` into a KernelIR. `templates`: name -> argument of its
     qd.template() parameters (compile-time objects); `returns`: whether to store the return
     value (the grad variant returns nothing); `arch`: the target (default `options.arch`), which
@@ -334,6 +336,10 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
     visit_List = visit_Tuple
 
     def visit_Attribute(self, node: ast.Attribute):
+        if isinstance(node.value, ast.Name):  # a method of a struct local: `self` is the local itself
+            var = self.caller_variable(node.value.id)
+            if isinstance(var, StructVar) and node.attr in var.stype.methods:
+                return BoundStructMethod(var.stype.methods[node.attr], var)
         base = self.visit(node.value)
         attr = node.attr
         if isinstance(base, VectorValue):
@@ -585,6 +591,8 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
                 self.assign(t, v, n)
         elif isinstance(target, ast.Name):
             self.assign_name(target, value, value_node)
+        elif isinstance(target, ast.Subscript) and self.tile_assign(target, value, value_node):
+            return  # a tile load or store (tiles.py)
         elif isinstance(target, (ast.Subscript, ast.Attribute)) and (places := self.vector_target(target)) is not None:
             if isinstance(places, StructTarget):
                 self.store_struct(places, value, value_node or target)
@@ -696,6 +704,8 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
         if op is None:
             self.error(f"operator {type(node.op).__name__}= is not supported")
         target = node.target
+        if self.tile_aug_assign(node):  # `tile -= qd.outer(a, b)` (tiles.py)
+            return
         vector_target = self.vector_target(target)
         if vector_target is not None:
             return self.aug_assign_target(op, vector_target, node.value)

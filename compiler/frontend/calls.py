@@ -17,6 +17,7 @@ from qdc.runtime.contract.objects import FieldMarker as Field
 
 from .. import ir
 from ..language import lang, simt
+from ..language.simt_tiles import TileConstructor
 from .numeric_calls import NUMERIC_CALLS
 from .objects import GLOBAL_ARRAYS, NdarrayHandle, RangeSpec
 from .simt_calls import is_library_func
@@ -78,7 +79,10 @@ class CallLowering:
         if isinstance(callee, StructType):
             return self.construct_struct(callee, node)
         if isinstance(callee, BoundStructMethod):  # `self` is the struct it was called on
-            return self.inline_func(callee.func, node, receiver=callee.receiver)
+            inline = self.inline_library_func if is_library_func(callee.func) else self.inline_func
+            return inline(callee.func, node, receiver=callee.receiver)
+        if isinstance(callee, TileConstructor):
+            return self.call_tile_constructor(callee, node)
         vector = self.vector_call(callee, node)
         if vector is not None:
             return vector

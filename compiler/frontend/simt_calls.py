@@ -22,7 +22,7 @@ from qdc.runtime.contract import types as T
 
 from .. import ir
 from ..language import matrix as M
-from ..language import graph, simt
+from ..language import graph, simt, simt_tiles
 from .objects import NdarrayHandle, SharedArrayHandle
 from .values import is_runtime
 from .vectors import VectorValue
@@ -40,8 +40,8 @@ _VOTES = {"subgroup.vote_all": "all", "subgroup.vote_any": "any"}
 
 
 def is_library_func(func) -> bool:
-    """Whether `func` (a lang.Func) is one of qd.simt's library funcs."""
-    return getattr(func.fn, "__module__", None) == simt.__name__
+    """Whether `func` (a lang.Func) is one of qd.simt's library funcs (a tile's methods included)."""
+    return getattr(func.fn, "__module__", None) in (simt.__name__, simt_tiles.__name__)
 
 
 class SimtCalls:
@@ -53,15 +53,15 @@ class SimtCalls:
             return int(self.options.vulkan_subgroup_size or _SUBGROUP_SIZES["vulkan"])
         return _SUBGROUP_SIZES.get(self.target_arch, 32)
 
-    def inline_library_func(self, func, node: ast.Call):
+    def inline_library_func(self, func, node: ast.Call, receiver=None):
         """A qd.simt library func: what it emits, and every error inside it, points at the
         user's outermost call."""
         if self.library_site is not None:
-            return self.inline_func(func, node)
+            return self.inline_func(func, node, receiver=receiver)
         src = self.frame.src
         self.library_site = (src.loc(node), src.source_line(node), ast.unparse(node.func))
         try:
-            return self.inline_func(func, node)
+            return self.inline_func(func, node, receiver=receiver)
         finally:
             self.library_site = None
 

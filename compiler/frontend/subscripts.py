@@ -34,6 +34,8 @@ class SubscriptLowering:
 
     def visit_Subscript(self, node: ast.Subscript):
         base = self.visit(node.value)
+        if isinstance(base, GLOBAL_ARRAYS) and (tile_slice := self.tile_slice(base, node)) is not None:
+            return tile_slice  # arr[r0:r1, c0:c1]: what a tile loads or stores (tiles.py)
         if isinstance(base, StructField):
             return self.struct_field_element(base, node)
         if isinstance(base, GLOBAL_ARRAYS) and element_shape(base):

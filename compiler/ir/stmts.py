@@ -59,12 +59,14 @@ class Stmt:
         self.block: Block | None = None
 
     # -- generic structure -------------------------------------------------------------
+    # operands() and replace_operands() run millions of times on a large kernel (every pass of
+    # every simplification round walks it): they are written for speed.
     def operands(self) -> list[Stmt]:
         out = []
         for name in self.OPERANDS:
             v = getattr(self, name)
-            if isinstance(v, list):
-                out.extend(v)
+            if v.__class__ is list:
+                out += v
             elif v is not None:
                 out.append(v)
         return out
@@ -72,10 +74,10 @@ class Stmt:
     def replace_operands(self, mapping: dict) -> None:
         for name in self.OPERANDS:
             v = getattr(self, name)
-            if isinstance(v, list):
+            if v.__class__ is list:  # always a new list: clone_stmt relies on it not to share one
                 setattr(self, name, [mapping.get(x, x) for x in v])
-            elif v is not None:
-                setattr(self, name, mapping.get(v, v))
+            elif v is not None and v in mapping:
+                setattr(self, name, mapping[v])
 
     def blocks(self) -> list[Block]:
         if not self.BLOCKS:

@@ -23,14 +23,14 @@ from qdc.runtime.launcher import make_launcher
 from .. import ir
 from ..driver import cache_key
 from ..driver.kernel import CompiledKernel, dual_params, parse_params
-from ..driver.templates import TemplateArgs, TemplateDispatch, TemplateParams
+from ..driver.templates import TemplateArgs, TemplateParams
 from ..language import lang
 from ..language.dataclass_args import DataclassArgument, argument_key, is_dataclass_instance
 from ..driver.templates import specialisation_key
 from qdc.runtime.member_arguments import member_launcher
 from . import ad, forward
 from .api import direct_options
-from .member_dispatch import MemberDispatch
+from .variant_dispatch import VariantDispatch
 from .offline_cache import obtain
 
 
@@ -43,15 +43,15 @@ class Kernel(KernelFunction):
     front of it (the runtime's KernelFunction, shared with prebuilt kernels). It is generated
     at decoration with exactly the kernel's parameters (Python itself then reports a missing,
     extra or unknown argument, naming the kernel) and its code is at first a stub that hands
-    the arguments to `_slow_call`. Once the forward variant of a kernel without templated
-    parameters (an ndarray's omitted dtype/ndim, or a needs_grad=None whose `.grad` the kernel
-    uses: see `params`) is compiled for the current runtime, the function becomes that
-    variant's launch function (qdc.runtime.launcher, "Owners"): its `__code__` is the launch
-    code, which runs in the function's own globals. `qd.init`, FwdModes and Tapes put a stub
-    back, sending calls to `_slow_call` again (recompile, launch forward_ad, record). The
-    function of a kernel with qd.template() parameters becomes a dispatch instead
-    (templates.TemplateDispatch): one dict lookup on the template arguments, then that
-    variant's launch function."""
+    the arguments to `_slow_call`. Once the forward variant of a kernel with only one (no
+    qd.template() or dataclass parameters, no templated ndarray parameters: an ndarray's
+    omitted dtype/ndim, or a needs_grad=None whose `.grad` the kernel uses, see `params`) is
+    compiled for the current runtime, the function becomes that variant's launch function
+    (qdc.runtime.launcher, "Owners"): its `__code__` is the launch code, which runs in the
+    function's own globals. `qd.init`, FwdModes and Tapes put a stub back, sending calls to
+    `_slow_call` again (recompile, launch forward_ad, record). The function of a kernel with
+    variants becomes a dispatch instead (variant_dispatch.py): one dict lookup on what picks
+    the variant, then that variant's launch function."""
 
     def __init__(self, fn, graph: bool = False):
         self.fn = fn
@@ -65,8 +65,7 @@ class Kernel(KernelFunction):
         self._dataclass_at: list = []  # indices of the dataclass parameters (among `params`); set with `params`
         self._runtime_names: list = []  # the parameters other than template ones; set with `params`
         self._member_launches: dict = {}  # see _member_launch
-        self._dispatch = None  # TemplateDispatch: the launch code of a template kernel, made at its first launch
-        self._member_dispatch = None  # MemberDispatch: that of a kernel with dataclass parameters
+        self._dispatch = None  # VariantDispatch: the launch code of a kernel with variants, made at its first launch
         self._launchers: dict = {}  # (variant, specialisation key) -> (generation, launch, compiled)
         self.grad = ad.GradKernel(self)  # `kernel.grad(*args)`: the reverse-mode variant
         names = _plain_parameters(fn)
@@ -137,37 +136,45 @@ class Kernel(KernelFunction):
                 continue
             if a is _MISSING:
                 raise TypeError(f"kernel '{self.__name__}': missing argument '{p.name}'")
-            external = None if isinstance(a, (np.ndarray, Ndarray, Field)) else foreign_arrays.signature(a)
-            if isinstance(a, (np.ndarray, Ndarray, Field)):  # a field passed as a qd.Tensor: its buffer
-                dt = T.from_numpy(a.dtype if isinstance(a, np.ndarray) else a.dtype.np_dtype)
-                if dt is None:
-                    raise TypeError(f"kernel '{self.__name__}', argument '{p.name}': unsupported dtype {a.dtype}")
-                ndim = len(a.shape) if isinstance(a, np.ndarray) else len(a.storage_shape)
-            elif external is not None:  # a torch tensor, a DLPack array
-                dt, ndim = T.by_name(external[0]) if external[0] else None, external[1]
-                if dt is None:
-                    raise TypeError(f"kernel '{self.__name__}', argument '{p.name}': unsupported dtype "
-                                    f"{getattr(a, 'dtype', '?')}")
-            else:
-                raise TypeError(f"kernel '{self.__name__}', argument '{p.name}': expected an ndarray, "
-                                f"got {type(a).__name__}")
-            element_shape = p.element_shape
-            if p.dtype is None and isinstance(a, (Ndarray, Field)) and a.element_shape:  # a qd.ndarray of vectors
-                element_shape = a.element_shape
-            if None in element_shape:  # an element_dim without its shape: the argument's element or last axes
-                element_shape = _element_axes_of(a, len(element_shape))
-            dt = p.dtype or dt
-            ndim = p.ndim + len(element_shape) - len(p.element_shape) if p.ndim is not None else ndim
-            needs_grad = p.needs_grad
-            if needs_grad is None:
-                if external is not None:  # a tensor's requires_grad
-                    needs_grad = dt.is_float and external[2]
-                else:
-                    needs_grad = dt.is_float and not isinstance(a, np.ndarray) and a.grad is not None
-            layout = getattr(a, "layout", None) if isinstance(a, (Ndarray, Field)) else None
-            out[i] = ir.Param(p.name, "ndarray", dt, ndim, needs_grad, element_shape, layout)
-            key.append((dt.name, ndim, needs_grad, element_shape, layout))
+            part, out[i] = self.specialised_argument(i, a)
+            key.append(part)
         return tuple(key), out
+
+    def specialised_argument(self, i: int, a) -> tuple[tuple, ir.Param]:
+        """(part of the specialisation key, parameter) of templated ndarray parameter `i` (see
+        `specialise`) for argument `a`; TypeError naming the kernel and parameter for an
+        argument no variant can take. The variant dispatch keys arrays with it too."""
+        p = self._annotated[i]
+        external = None if isinstance(a, (np.ndarray, Ndarray, Field)) else foreign_arrays.signature(a)
+        if isinstance(a, (np.ndarray, Ndarray, Field)):  # a field passed as a qd.Tensor: its buffer
+            dt = T.from_numpy(a.dtype if isinstance(a, np.ndarray) else a.dtype.np_dtype)
+            if dt is None:
+                raise TypeError(f"kernel '{self.__name__}', argument '{p.name}': unsupported dtype {a.dtype}")
+            ndim = len(a.shape) if isinstance(a, np.ndarray) else len(a.storage_shape)
+        elif external is not None:  # a torch tensor, a DLPack array
+            dt, ndim = T.by_name(external[0]) if external[0] else None, external[1]
+            if dt is None:
+                raise TypeError(f"kernel '{self.__name__}', argument '{p.name}': unsupported dtype "
+                                f"{getattr(a, 'dtype', '?')}")
+        else:
+            raise TypeError(f"kernel '{self.__name__}', argument '{p.name}': expected an ndarray, "
+                            f"got {type(a).__name__}")
+        element_shape = p.element_shape
+        if p.dtype is None and isinstance(a, (Ndarray, Field)) and a.element_shape:  # a qd.ndarray of vectors
+            element_shape = a.element_shape
+        if None in element_shape:  # an element_dim without its shape: the argument's element or last axes
+            element_shape = _element_axes_of(a, len(element_shape))
+        dt = p.dtype or dt
+        ndim = p.ndim + len(element_shape) - len(p.element_shape) if p.ndim is not None else ndim
+        needs_grad = p.needs_grad
+        if needs_grad is None:
+            if external is not None:  # a tensor's requires_grad
+                needs_grad = dt.is_float and external[2]
+            else:
+                needs_grad = dt.is_float and not isinstance(a, np.ndarray) and a.grad is not None
+        layout = getattr(a, "layout", None) if isinstance(a, (Ndarray, Field)) else None
+        return (dt.name, ndim, needs_grad, element_shape, layout), \
+            ir.Param(p.name, "ndarray", dt, ndim, needs_grad, element_shape, layout)
 
     def _argument(self, i: int, args, kwargs):
         """Argument `i` of a call, or _MISSING (`kernel.grad(...)` hands over only positional ones)."""
@@ -213,7 +220,9 @@ class Kernel(KernelFunction):
         if templates is None and self.template_params is not None:
             templates, args = self._template_params.split(args, kwargs)
             kwargs = None
-        key, params = self.specialise(args, variant, kwargs)
+        array_key, params = self.specialise(args, variant, kwargs)
+        key = array_key
+        instances = {}
         if self._dataclass_at:  # their arguments' members become parameters, as templates' arrays do
             instances, dataclass_key = self._dataclass_arguments(args, kwargs)
             key = (key, dataclass_key)
@@ -236,23 +245,28 @@ class Kernel(KernelFunction):
             launch = self._member_launch(entry, templates)
         if own:  # bound to this runtime: the function launches on its own unless calls are observed
             self.launch_directly(launch.__qdc_launcher__.fast_code)
-        elif templates is not None and variant == "forward" and not self._dataclass_at:
-            self._dispatch_to(templates, launch)
-        elif variant == "forward" and self._dataclass_at:
-            self._member_dispatch_to(instances, templates, launch)
+        elif variant == "forward" and self._plain:
+            self._dispatch_to(instances, templates, array_key, launch)
         return launch, entry[2]
 
-    def _member_dispatch_to(self, instances: dict, templates, launch) -> None:
-        """Let the kernel function find this variant's member launch itself (MemberDispatch),
-        unless a Tape or FwdMode must see the calls."""
-        if self._forward_templated or not self._plain:  # the ndarray specialisation needs the slow path
-            return
-        if self._member_dispatch is None:
+    def _dispatch_to(self, instances: dict, templates, array_key: tuple, launch) -> None:
+        """Let the kernel function find this variant's launch itself (VariantDispatch), unless a
+        Tape or FwdMode must see the calls: `instances` are the dataclass arguments, `array_key`
+        the specialisation key of the templated ndarray arguments."""
+        if self._dispatch is None:
             names = self._template_params.names if self._template_params is not None else []
-            self._member_dispatch = MemberDispatch(self.function, self.dataclass_names, names, self._runtime_names)
-            context.on_reset(self._member_dispatch)
-        if self._member_dispatch.add(instances, templates, launch):
-            self.launch_directly(self._member_dispatch.code)
+            arrays = {self._annotated[i].name: self._array_key_function(i) for i in self._forward_templated}
+            self._dispatch = VariantDispatch(self.function, self.dataclass_names, names, arrays,
+                                             self._runtime_names)
+            context.on_reset(self._dispatch)
+        parts = {self._annotated[i].name: part for i, part in zip(self._forward_templated, array_key)}
+        if self._dispatch.add(instances, templates, parts, launch):
+            self.launch_directly(self._dispatch.code)
+
+    def _array_key_function(self, i: int):
+        """Templated ndarray parameter `i`'s part of the specialisation key, as a function of its argument."""
+        specialised = self.specialised_argument
+        return lambda a: specialised(i, a)[0]
 
     def _member_launch(self, entry, templates):
         """The launch function of variant `entry` that takes the kernel's arguments (its
@@ -298,21 +312,11 @@ class Kernel(KernelFunction):
                       tuple(argument_key(a, specialisation_key, name) for name, a in instances.items()))
         return [p for p in params if p.kind != "dataclass"], merged
 
-    def _dispatch_to(self, templates: TemplateArgs, launch) -> None:
-        """Let the kernel function find this template variant's launch itself (TemplateDispatch),
-        unless a Tape or FwdMode must see the calls."""
-        if self._forward_templated or not self._plain:  # the ndarray specialisation needs the slow path
-            return
-        if self._dispatch is None:
-            self._dispatch = TemplateDispatch(self.function, self._template_params)
-            context.on_reset(self._dispatch)
-        self._dispatch.add(templates, launch)
-        self.launch_directly(self._dispatch.code)
-
     def _slow_call(self, *args, **kwargs):
         """A launch the kernel function does not make on its own: the first one (compiling),
-        the first after `qd.init`, every one under a Tape, and those of a template kernel whose
-        template arguments its dispatch cannot key (see TemplateDispatch)."""
+        the first after `qd.init`, every one under a Tape, and those whose arguments the
+        kernel's dispatch cannot key (see VariantDispatch: a mutable dataclass, a tuple as a
+        template argument)."""
         if ad.recording is not None:  # inside `with qd.ad.Tape(...)`
             ad.recording.record(self, args, kwargs)
         if forward.is_active():  # inside `with qd.ad.FwdMode(...)`: the Jacobian-vector product
@@ -328,11 +332,9 @@ class Kernel(KernelFunction):
 
     def launches_on_its_own(self) -> bool:
         """Whether the kernel function's next call goes straight to the native code (for a
-        template kernel: through its dispatch, see TemplateDispatch)."""
+        kernel with variants: through its dispatch, see VariantDispatch)."""
         if self._dispatch is not None:
             return self.launches_directly(self._dispatch.code) and bool(self._dispatch.variants)
-        if self._member_dispatch is not None:
-            return self.launches_directly(self._member_dispatch.code) and bool(self._member_dispatch.variants)
         entry = self._launchers.get(("forward", ()))
         return entry is not None and self.launches_directly(entry[1].__qdc_launcher__.fast_code)
 

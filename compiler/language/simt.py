@@ -32,6 +32,7 @@ from qdc.runtime.contract.types import i32, u32, u64
 
 from . import lang
 from .lang import func, static, template
+from .simt_tiles import TileProxy
 
 
 class SharedArray:
@@ -557,3 +558,7 @@ subgroup = _namespace(
 
 grid = _namespace("qd.simt.grid", mem_fence=grid_mem_fence, memfence=grid_mem_fence)
 warp = _namespace("qd.simt.warp", sync=_warp_sync)
+# qd.simt.Tile16x16 / Tile32x32 (simt_tiles.py), written with these primitives
+_tile_primitives = _types.SimpleNamespace(shuffle=shuffle, invocation_id=invocation_id, group_size=group_size,
+                                          static_error=_static_error, __name__=__name__)
+Tile16x16, Tile32x32 = TileProxy(16, _tile_primitives), TileProxy(32, _tile_primitives)

@@ -22,14 +22,37 @@ C_CONTIGUOUS, WRITEABLE = 0x0001, 0x0400  # NPY_ARRAY_C_CONTIGUOUS, NPY_ARRAY_WR
 
 
 # The Python entry (`<entry>_py`, a METH_FASTCALL function of its own: PYTHON_MARKER below)
-# reads these after the numpy words: the addresses of float, int, True, False, None, and of
-# Py_IncRef and PyLong_AsLongLongAndOverflow (the library links against no Python).
+# reads these after the numpy words: the addresses of float, int, True, False, None (what it
+# returns when it launched), and of Py_IncRef and PyLong_AsLongLongAndOverflow (the library
+# links against no Python).
 PY_FLOAT, PY_LONG, PY_TRUE, PY_FALSE, PY_NONE, PY_INCREF, PY_AS_LONG = range(7)
 PY_WORDS = 7
 
+# Then, for libraries that export PYTHON_WATCH_MARKER: WATCH_KEPT, the address of the object the
+# launch code passes for an array it bound itself (the runtime's own marker, never an argument a
+# program can pass; libraries without the marker take None for it), and the tensor watch:
+# WATCH_GET, the address of a function `int get(void *handle, void **data)` (PyTorch's stable C
+# shim, aoti_torch_get_data_ptr; 0 without torch), and per parameter the address of the tensor
+# object whose words the parameter holds (0: none) and its handle. The Python entry launches
+# with a watched tensor's words only while `get` returns 0 and the address the pointer word holds.
+WATCH_KEPT, WATCH_GET = 0, 1
+WATCH_WORDS = 2
+
 
 def extra_words(num_params: int) -> int:
-    return 1 + 2 * num_params + PY_WORDS
+    return 1 + 2 * num_params + PY_WORDS + WATCH_WORDS + 2 * num_params
+
+
+def watch_word(ctx_words: int, num_params: int, which: int) -> int:
+    return ctx_words + 1 + 2 * num_params + PY_WORDS + which
+
+
+def watched_object_word(ctx_words: int, num_params: int, index: int) -> int:
+    return watch_word(ctx_words, num_params, WATCH_WORDS + 2 * index)
+
+
+def watched_handle_word(ctx_words: int, num_params: int, index: int) -> int:
+    return watch_word(ctx_words, num_params, WATCH_WORDS + 1 + 2 * index)
 
 
 def python_word(ctx_words: int, num_params: int, which: int) -> int:
@@ -64,6 +87,8 @@ PYTHON_MARKER = "qdc_python_entry_v1"
 PYTHON_ENTRY_SUFFIX = "_py"
 # Exported by libraries whose Python entry takes None for an array the launch code bound itself
 PYTHON_BOUND_MARKER = "qdc_python_entry_bound_v1"
+# Exported by libraries whose Python entry also takes a watched tensor (WATCH_GET above)
+PYTHON_WATCH_MARKER = "qdc_python_entry_watch_v1"
 PYTHON_SCALARS = ("i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "f32", "f64", "u1")
 FLOAT_VALUE = 16  # PyFloatObject.ob_fval
 CDATA_POINTER = 16  # a ctypes object's b_ptr: the Python entry's `self` is the ctx buffer

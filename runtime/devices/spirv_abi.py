@@ -4,6 +4,8 @@ gives each binding's buffer, the "adstack_meta" words, and the 2-D grid
 (compiler/targets/vulkan/target.py has the ABI)."""
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from ..contract import adstack_layout
@@ -14,6 +16,8 @@ from ..contract.spirv_args import EXTENT, HIGH, RANDOM, SIGN_EXTENDED_BITS, VALU
 # adstack_slot + 0 / + 1 (runtime/adstack_sizing.py writes them); "adstack_meta" is written per
 # launch, from the ctx words.
 HEAP_WORDS = {"adstack_float": 0, "adstack_int": 1}
+# Where the low and high 32 bits of a 64-bit ctx word lie when it is seen as two 32-bit words.
+LOW_HALF, HIGH_HALF = (0, 1) if sys.byteorder == "little" else (1, 0)
 
 
 class ArgsPlan:
@@ -24,32 +28,34 @@ class ArgsPlan:
 
     def __init__(self, meta):
         layout = ArgsLayout(meta.params, meta.random_slot is not None)
-        self.gather, self.high, self.narrow = [], [], []
+        # Each args word is one 32-bit half of a ctx word, so packing is one gather from the ctx seen as 32-bit words; only 8/16-bit signed
+        # scalars are sign-extended after it.
+        gather, self.narrow = [], []
         for position, word in enumerate(layout.words):
             if word.source == RANDOM:
-                slot = meta.random_slot + word.index // 2
-                if word.index % 2:
-                    self.high.append((position, slot))
+                slot, high = meta.random_slot + word.index // 2, word.index % 2
             else:
                 p = meta.params[word.param]
                 slot = p.slot + 1 + word.index if word.source == EXTENT else p.slot
-                if word.source == HIGH:
-                    self.high.append((position, slot))
-                elif word.source == VALUE and p.dtype in SIGN_EXTENDED_BITS:
+                high = word.source == HIGH
+                if word.source == VALUE and p.dtype in SIGN_EXTENDED_BITS:
                     self.narrow.append((position, SIGN_EXTENDED_BITS[p.dtype]))
-            self.gather.append(slot)
-        self.gather = np.array(self.gather, np.intp)
+            gather.append(2 * slot + (HIGH_HALF if high else LOW_HALF))
+        self.gather = np.array(gather, np.intp)
         self.nbytes = max(4 * len(self.gather), 4)
 
     def pack(self, ctx: np.ndarray) -> np.ndarray:
         """The args words (np.uint32) for the ctx words `ctx` (np.uint64)."""
-        out = ctx[self.gather].astype(np.uint32)  # the low 32 bits of each word
-        for position, slot in self.high:
-            out[position] = int(ctx[slot]) >> 32
+        out = np.empty(len(self.gather), np.uint32)
+        self.pack_into(ctx, out)
+        return out
+
+    def pack_into(self, ctx: np.ndarray, out: np.ndarray) -> None:
+        """Write the args words for the ctx words `ctx` into `out` (np.uint32, one per word)."""
+        np.take(ctx.view(np.uint32), self.gather, out=out)
         for position, nbits in self.narrow:
             v = int(out[position]) & ((1 << nbits) - 1)
             out[position] = (v - (1 << nbits)) & 0xFFFFFFFF if v >> (nbits - 1) else v
-        return out
 
 
 def resolve_binding_word(meta, resource: str, index: int):

@@ -415,6 +415,11 @@ class StreamDevice(Device):
             for task, n in enumerate(slices):
                 self.launch_task(loaded, task, ctx_address, n)
             return
+        self.replay(loaded, ctx_address, slices, (), lambda copy: self._capture(loaded, copy, slices))
+
+    def replay(self, loaded: StreamKernel, ctx_address: int, slices: list, key: tuple, build) -> None:
+        """Launch the executable graph of `loaded` for these slices and `key` (what else the
+        graph holds), made by `build(ctx copy)` the first time."""
         if self.lost is not None:
             self.check_not_lost()
         copy = self._ctx_copy(loaded, ctx_address)
@@ -427,11 +432,11 @@ class StreamDevice(Device):
             self._note_submitted(loaded.meta.name)
         if copy.host != copy.last:
             self._upload_ctx(copy, copy.host.tobytes())
-        key = (ctx_address, tuple(slices))
+        key = (ctx_address, tuple(slices)) + key
         graphs = loaded.graphs
         graph = graphs.pop(key, None)
         if graph is None:
-            graph = self._capture(loaded, copy, slices)
+            graph = build(copy)
             while len(graphs) >= GRAPHS_PER_KERNEL:
                 self._destroy_after_fence(graphs.pop(next(iter(graphs))))
         graphs[key] = graph  # the most recently used last

@@ -116,11 +116,16 @@ class SubmissionDevice(Device):
     def _track(self, command, fence, keep: list, uses, serial: int = 0) -> int:
         """Record a submission just made: its serial (a batch's own, else the next), which
         becomes the last use of `uses`."""
-        serial = self._last_submitted = serial or next(self._serials)
+        serial = serial or next(self._serials)
+        self._track_submission(Submission(serial, command, fence, keep), uses)
+        return serial
+
+    def _track_submission(self, sub: Submission, uses) -> None:
+        """Record the submission `sub` just made, whose serial becomes the last use of `uses`."""
+        serial = self._last_submitted = sub.serial
         for buf in uses:
             buf.last_use = serial
-        self._in_flight.append(Submission(serial, command, fence, keep))
-        return serial
+        self._in_flight.append(sub)
 
     def _retire(self, until: int = 0) -> None:
         """Retire finished submissions oldest first (blocking for those up to serial `until`),

@@ -155,7 +155,9 @@ def test_multithreaded_overflow_leaves_other_slices_intact(rng, session_cache_di
     with pytest.raises(qd.AdStackOverflowError) as info:
         run_grad(chain, x, y)
     assert info.value.required == 1001 and info.value.allocated == 16
-    assert not np.all(heap.alloc.host[stride:2 * stride] == 0xAB)  # the second thread did run
+    # Which worker takes which chunk is the scheduler's choice (on a loaded machine one thread can
+    # take them all), so only the two slices as a whole are known to have been written.
+    assert not np.all(heap.alloc.host[:2 * stride] == 0xAB)
     assert np.all(heap.alloc.host[2 * stride:] == 0xAB)  # nothing written past the two slices
     got = x.grad.to_numpy()[size // 2:]
     np.testing.assert_allclose(got, sin_chain_reference(xs[size // 2:], 10)[1], rtol=1e-4)

@@ -1,7 +1,8 @@
 """Exact gradients of block-level code: subgroup exchanges (xor, up, down, broadcast, arbitrary
 source lanes, and the reductions and scans built from them) and block-shared arrays with
-barriers, checked against float64 central differences of a numpy model of the same kernel, on
-every GPU arch the suite runs (lavapipe's Vulkan by default: subgroups of 8 lanes)."""
+barriers, in reverse mode (kernel.grad) and forward mode (qd.ad.FwdMode), checked against
+float64 central differences of a numpy model of the same kernel, on every GPU arch the suite
+runs (lavapipe's Vulkan by default: subgroups of 8 lanes)."""
 import numpy as np
 import pytest
 
@@ -178,6 +179,48 @@ def test_gradients_of_exchanges_in_a_dynamic_loop_and_of_vector_shared_arrays(ar
     expected = central_difference_gradient(model, x, w)
     np.testing.assert_allclose(grad, expected, rtol=1e-3, atol=1e-3 * np.abs(expected).max())
 
+
+@pytest.mark.parametrize("name", ["exchanges", "shared_stages"])
+def test_forward_mode_jacobian_vector_products(arch, rng, name):
+    """qd.ad.FwdMode through exchanges and SharedArrays: the tangents travel as the values do."""
+    g = subgroup_size()
+    kernel, model = {"exchanges": (exchanges, lambda v: exchanges_model(v, g)),
+                     "shared_stages": (shared_stages, shared_stages_model)}[name]
+    x0, seed = rng.uniform(-1.0, 1.0, N), rng.standard_normal(N)
+    xs, ys = qd.ndarray(qd.f32, (N,), needs_dual=True), qd.ndarray(qd.f32, (N,), needs_dual=True)
+    xs.from_numpy(x0.astype(np.float32))
+    with qd.ad.FwdMode(loss=ys, param=xs, seed=seed):
+        kernel(xs, ys)
+    want = (model(x0 + 1e-6 * seed) - model(x0 - 1e-6 * seed)) / 2e-6
+    np.testing.assert_allclose(ys.dual.to_numpy(), want, rtol=1e-3, atol=1e-3 * np.abs(want).max())
+
+
+@qd.kernel
+def scaled_by_a_shared_sum(x: qd.types.ndarray(qd.f32, ndim=1), y: qd.types.ndarray(qd.f32, ndim=1)):
+    """A kernel-scope sum over a SharedArray crosses tasks: the gradient kernel replays its task."""
+    total = 0.0
+    qd.loop_config(block_dim=B)
+    for i in range(x.shape[0]):
+        tile = qd.simt.block.SharedArray((B,), qd.f32)
+        t = qd.simt.block.thread_idx()
+        tile[t] = x[i]
+        qd.simt.block.sync()
+        total += tile[(t + 1) % B] * tile[t]
+    for i in range(x.shape[0]):
+        y[i] = total * x[i]
+
+
+def scaled_by_a_shared_sum_model(x: np.ndarray) -> np.ndarray:
+    blocks = x.reshape(-1, B)
+    return np.sum(blocks * np.roll(blocks, -1, axis=1)) * x
+
+
+def test_gradient_through_a_replayed_task_with_a_shared_array(arch, rng):
+    x, w = rng.uniform(-1.0, 1.0, N), rng.standard_normal(N)
+    y, grad = gradient_on_device(scaled_by_a_shared_sum, x, w)
+    np.testing.assert_allclose(y, scaled_by_a_shared_sum_model(x), rtol=1e-4, atol=1e-4)
+    expected = central_difference_gradient(scaled_by_a_shared_sum_model, x, w)
+    np.testing.assert_allclose(grad, expected, rtol=1e-3, atol=1e-3 * np.abs(expected).max())
 
 T = 32   # threads per block, as Genesis's block-level solvers
 M = 12   # matrix size: fewer rows than threads, so some threads idle in every step

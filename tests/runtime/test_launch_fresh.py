@@ -101,8 +101,13 @@ def test_the_kernel_entry_binds_numpy_arrays_and_refuses_to_python_what_it_canno
     assert launcher.binding is not None and launcher.binding.params == [0, 1]
     assert launcher.python is not None  # every argument bound by the library's Python entry
     assert "_q_fast(out, a, w, )" in "\n".join(launcher.body({0: True, 1: True}))
-    # a cached qd.ndarray (or tensor) is bound by the launch code and passed to the entry as None
-    assert launcher.python.keeps_bound and "_q_fast(out, None, w, )" in "\n".join(launcher.body({0: True, 1: False}))
+    # a cached qd.ndarray is bound by the launch code and passed to the entry as the runtime's
+    # KEPT marker (`...` in the source, the constant KEPT in the code); a watched tensor goes as
+    # itself (the entry checks where its data is)
+    assert launcher.python.keeps_bound and "_q_fast(out, ..., w, )" in "\n".join(launcher.body({0: True, 1: False}))
+    assert launcher.python.watches and "_q_fast(out, a, w, )" in "\n".join(launcher.body({0: True, 1: "watched"}))
+    with pytest.raises(TypeError, match="argument 'a'.*NoneType"):  # None never stands for bound words
+        scale_into(out, None, 1.0)
     tagged = np.dtype(np.float32, metadata={"unit": "m"})  # equal to f32, but not numpy's own object
     b = a.astype(tagged)
     assert b.dtype == np.float32 and b.dtype is not np.dtype(np.float32)

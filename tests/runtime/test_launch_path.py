@@ -12,10 +12,10 @@ from qdc.runtime.device import DeviceCapabilities
 from qdc.runtime.launch_path import choose_launch_path
 
 
-def _device(fused: bool, graphs: bool = False, sync_each_launch: bool = False):
+def _device(fused: bool, graphs: bool = False, sync_each_launch: bool = False, loops_refused=None):
     caps = DeviceCapabilities(host_memory=fused, synchronous=fused, fused_launch=fused)
     return SimpleNamespace(arch="cpu" if fused else "gpu", capabilities=caps, has_graphs=graphs,
-                           sync_each_launch=sync_each_launch)
+                           sync_each_launch=sync_each_launch, device_loops=lambda: loops_refused)
 
 
 @pytest.mark.parametrize("case, expected, why", [
@@ -27,6 +27,10 @@ def _device(fused: bool, graphs: bool = False, sync_each_launch: bool = False):
     (dict(device=_device(False), slices_fixed=False), "tasks", "trip count is evaluated at every launch"),
     (dict(device=_device(False), hooked_by=["debug checks", "print"]), "tasks", "launch hooks (debug checks, print)"),
     (dict(device=_device(False, sync_each_launch=True)), "tasks", "a sync after every launch"),
+    (dict(device=_device(False, graphs=True), graph=True, graph_loops=True), "device_loops", "conditional WHILE"),
+    (dict(device=_device(False, graphs=True, loops_refused="the driver is CUDA 12.2"), graph=True, graph_loops=True),
+     "graph_loops", "(the driver is CUDA 12.2)"),
+    (dict(device=_device(False, graphs=True), graph_loops=True), "graph_loops", "not graph=True"),
 ])
 def test_the_path_and_why(case, expected, why):
     args = dict(hooked_by=[], graph=False, binding=None, python_entry=None, slices_fixed=True) | case

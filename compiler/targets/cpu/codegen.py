@@ -18,7 +18,7 @@ from qdc.runtime.contract.artifact import KernelMeta
 
 from ... import ir, timings
 from ...ir.adstack import AdStackAlloca
-from .multiversion import equal_levels, level_assembly, multiversioned_ir, without_equal_levels
+from .multiversion import equal_levels, level_assembly, multiversioned_ir, with_features, without_equal_levels
 from .numpy_prologue import add_numpy_entry
 from .half_conversions import with_half_conversions
 from .isa_levels import NATIVE, CpuLevel, CpuPlatform
@@ -26,7 +26,7 @@ from .link import link_shared_library
 from .platforms import cpu_levels, cpu_platforms, host_platform
 from ..llvm.llvm_ir import ModuleBuilder
 from ..llvm.llvm_types import I1, I32, I64, PTR, VOID
-from .widen_codegen import CpuKernelCodegen, task_choices
+from .widen_codegen import CpuKernelCodegen, task_choices, gathering_chunk_features
 from .arch import PARALLEL_WORK_THRESHOLD
 
 # A parallel range is cut into this many chunks per thread, handed out dynamically.
@@ -187,6 +187,7 @@ def generate_llvm(kernel: ir.KernelIR, meta: KernelMeta, fast_math: bool = False
     cg.emit_kernel(dispatch)
     add_numpy_entry(mb.module, meta)
     mb.module.widen_choices, mb.module.widen_overrides = choices, cg.overrides
+    mb.module.gathering_chunks = cg.gathering_chunks
     return mb.module
 
 
@@ -202,10 +203,26 @@ def _machine_of(platform: CpuPlatform, level: CpuLevel | None = None) -> tuple:
     return (level.llvm_cpu, level.llvm_features, platform.triple) if level else ("generic", "", platform.triple)
 
 
-def optimise(module, opt_level: int, level: CpuLevel | None = None, platform: CpuPlatform | None = None):
+# SLP vectorisation (straight-line code into vector instructions) takes time superlinear in a
+# function's size, and finds little in the huge branchy task bodies of a physics engine: in
+# Genesis's collision detection (one task body of 67,000 instructions) it was 2.1 of the 6.4 s of
+# LLVM optimisation (emission then took 0.6 s more), in its constraint solver's kernels half of
+# it, for objects 1% smaller. Modules with a function above this many instructions skip it;
+# DiffMPM's largest (P2G's gradient, 2,700) and every smaller kernel keep it.
+SLP_LARGEST_FUNCTION = 4000
+
+
+def largest_function(module: ll.Module) -> int:
+    """The most instructions of any function of `module` that LLVM optimises (not `optnone`)."""
+    return max((sum(len(block.instructions) for block in fn.blocks) for fn in module.functions
+                if "optnone" not in fn.attributes), default=0)
+
+
+def optimise(module, opt_level: int, level: CpuLevel | None = None, platform: CpuPlatform | None = None,
+             slp: bool = True):
     """Parse (an ll.Module) or take (a parsed module) and optimise it for `level` (default: the
     host CPU) of `platform` (default: the host's): the vectorisers pick vector widths from the
-    target, so each level is optimised on its own."""
+    target, so each level is optimised on its own. `slp`: whether to run the SLP vectoriser."""
     tm = _target_machine(opt_level, *_machine_of(platform or host_platform(), level))
     if isinstance(module, ll.Module):
         module = llvm.parse_assembly(str(module))
@@ -213,26 +230,42 @@ def optimise(module, opt_level: int, level: CpuLevel | None = None, platform: Cp
     if opt_level > 0:
         pto = llvm.create_pipeline_tuning_options(speed_level=opt_level)
         pto.loop_vectorization = opt_level >= 2
-        pto.slp_vectorization = opt_level >= 2
+        pto.slp_vectorization = opt_level >= 2 and slp
         pb = llvm.create_pass_builder(tm, pto)
         pb.getModulePassManager().run(module, pb)
     return module, tm
 
 
-def _without_equal_levels(mod, task_bodies: list[str], levels: int):
-    """(module, {(body, level): lower level}): the optimised module without the task bodies of a
-    level whose code equals a lower level's (multiversion.equal_levels), so that they are not
-    emitted again, and without what only they used."""
+def _without_equal_levels(mod, task_bodies: list[str], levels: tuple[CpuLevel, ...], alike: dict):
+    """(module, {(body, level): lower level}, its text or None): the optimised module without
+    the task bodies of a level whose code equals a lower level's (multiversion.equal_levels;
+    `alike`: those it never had), so that they are not emitted again, and without what only
+    they used; its text where it is the module given (printing a large module is not free)."""
     text = str(mod)
-    same = equal_levels(text, task_bodies, levels)
-    if not same:
-        return mod, same
+    same = equal_levels(text, task_bodies, levels, alike)
+    if same == alike:
+        return mod, same, text
     smaller = llvm.parse_assembly(without_equal_levels(text, same), context=llvm.create_context())
     pm = llvm.create_new_module_pass_manager()
     pm.add_global_dead_code_eliminate_pass()
     pm.run(smaller, llvm.create_pass_builder(_target_machine(0), llvm.create_pipeline_tuning_options(0)))
     smaller.verify()
-    return smaller, same
+    return smaller, same, None
+
+
+def _module_text(module: ll.Module, task_bodies: list[str], levels: tuple, alike: dict) -> str:
+    """The module's IR text, its task bodies dispatched per level where several, the width-W
+    chunks that gather with the features of `gathering_chunk_features`; `alike` receives the
+    bodies a level runs a lower level's code of (multiversion.multiversioned_ir)."""
+    gathering = module.gathering_chunks
+    if len(levels) > 1:
+        return multiversioned_ir(module, task_bodies, levels, module.widen_overrides,
+                                 lambda name, level: gathering_chunk_features(level) if name in gathering
+                                 else level.llvm_features, alike)
+    text = str(module)
+    if gathering and gathering_chunk_features(levels[0]) != levels[0].llvm_features:
+        text = with_features(text, sorted(gathering), gathering_chunk_features(levels[0]))
+    return text
 
 
 def compile_kernel(kernel: ir.KernelIR, meta: KernelMeta, opt_level: int = 3, fast_math: bool = False,
@@ -249,9 +282,9 @@ def compile_kernel(kernel: ir.KernelIR, meta: KernelMeta, opt_level: int = 3, fa
         levels = cpu_levels(cpu_target, platform)
         module = generate_llvm(kernel, meta, fast_math, target=target, levels=levels, platform=platform)
         task_bodies = [task.task_name + "_chunk" for task in kernel.tasks]  # KernelCodegen.emit_chunk's names
+        alike = {}
         with timings.phase("IR multiversioning" if len(levels) > 1 else "IR text"):
-            text = str(module) if len(levels) == 1 else multiversioned_ir(module, task_bodies, levels,
-                                                                          module.widen_overrides)
+            text = _module_text(module, task_bodies, levels, alike)
             text = with_half_conversions(text)
         with timings.phase("LLVM parse"):
             # A context of its own: the shared one accumulates metadata kinds from earlier modules,
@@ -260,11 +293,12 @@ def compile_kernel(kernel: ir.KernelIR, meta: KernelMeta, opt_level: int = 3, fa
             parsed = llvm.parse_assembly(text, context=llvm.create_context())
             parsed.verify()
         with timings.phase("LLVM optimisation"):
-            mod, tm = optimise(parsed, opt_level, levels[0], platform)
-        same = {}
+            mod, tm = optimise(parsed, opt_level, levels[0], platform,
+                               slp=largest_function(module) <= SLP_LARGEST_FUNCTION)
+        same, optimised_text = {}, None
         if len(levels) > 1:
             with timings.phase("IR multiversioning"):
-                mod, same = _without_equal_levels(mod, task_bodies, len(levels))
+                mod, same, optimised_text = _without_equal_levels(mod, task_bodies, levels, alike)
         with timings.phase("object emission"):
             obj = tm.emit_object(mod)
         with timings.phase("linking"):
@@ -273,7 +307,7 @@ def compile_kernel(kernel: ir.KernelIR, meta: KernelMeta, opt_level: int = 3, fa
         out[platform.artifact + "_sha256"] = hashlib.sha256(library).hexdigest()
         if n == 0:
             with timings.phase("artifacts"):
-                out["ll"], out["bc"] = str(mod).encode(), mod.as_bitcode()
+                out["ll"], out["bc"] = (optimised_text or str(mod)).encode(), mod.as_bitcode()
         if keep_assembly:
             assembly = tm.emit_assembly(mod)
             prefix = "asm:" if n == 0 else f"asm:{platform.name}:"

@@ -55,6 +55,36 @@ LEVELS = {
         CpuLevel("armv8.2-a+sve", "generic", "+" + ",+".join(_ARM_V82 + ("sve",)), _ARM_V82 + ("sve",)),
     ),
 }
+# What makes a task body whose optimised IR is the same at a level and the one below it compile to
+# different code at the higher level (multiversion.equal_levels keeps such a body per level; any
+# other runs the lower level's code, valid on the higher level's CPUs), as regular expressions
+# over the body's IR. A level not named here shares no body.
+_X86_SENSITIVE = r"\b(contract|fast|reassoc|afn)\b|@llvm\.(fma|fmuladd|ctpop|ctlz|cttz)\b|\bhalf\b"
+LEVEL_SENSITIVE = {
+    # Fused multiply-adds where the flags allow contraction, bit counts, f16 conversions (F16C).
+    "x86-64-v3": _X86_SENSITIVE,
+    "x86-64-v4": _X86_SENSITIVE,
+    # Half-precision arithmetic (FEAT_FP16). FMA, bit counts and f16 conversions are armv8-a's
+    # already. LSE atomics are left out: most bodies end with the atomic that combines their
+    # partial results, so counting them would emit nearly every body twice for contended atomics
+    # alone; such bodies run armv8-a's load/store-exclusive loops on every level.
+    "armv8.2-a": r"\bhalf\b",
+    # What LLVM lowers to SVE instructions even on NEON-sized vectors: 64-bit lanes' multiply,
+    # min/max and bit counts, vector division and remainder.
+    "armv8.2-a+sve": r"x i64>|\b[su](div|rem) <|@llvm\.(ctpop|ctlz|cttz)\.v",
+}
+
+# What makes LLVM's optimiser treat IR differently at a level than at the level below it (the
+# cost model it asks differs there), for the levels where that is little: a task body with none
+# of it, in itself or in any function it may call, made from the same chunk as at the level
+# below, is optimised once, at the lower level, and the level runs that code (multiversion.py),
+# as it would once the equal optimised bodies were found (LEVEL_SENSITIVE). armv8.2-a adds half
+# arithmetic (FEAT_FP16) and the dot products that the vectorisers make of reductions of
+# extended i8 values (FEAT_DotProd); its LSE atomics, CRC and RDM matter to code generation only.
+OPTIMISED_ALIKE_UNLESS = {
+    "armv8.2-a": r"\bhalf\b|\b[sz]ext (<\d+ x )?i8\b",
+}
+
 # Other architectures: one library for the generic CPU of the family.
 GENERIC = CpuLevel("generic", "generic", "", ())
 

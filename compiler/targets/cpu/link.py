@@ -20,6 +20,7 @@ from qdc.runtime.contract.errors import QdcCompileError
 
 from ... import timings
 from .. import lld
+from . import link_server
 from .isa_levels import CpuPlatform
 
 # Whether linking with `ld` itself works here (None: not tried yet). A kernel library needs
@@ -77,9 +78,11 @@ def _direct_ld_command(o: str, so: str, undefined: set[str] | None) -> list | No
     return [ld, *ELF_FLAGS, "-o", so, o, *(f"-l:{name}" for name in _needed_libraries(undefined))]
 
 
-def _run_in_folder(obj: bytes, commands, output: str, extra_files: dict | None = None) -> tuple[bytes | None, str]:
+def _run_in_folder(obj: bytes, commands, output: str, extra_files: dict | None = None,
+                   run=timings.run_tool) -> tuple[bytes | None, str]:
     """Write `obj` (k.o) and `extra_files` into a private folder, run `commands(folder)` in
-    turn until one writes `output`: (its bytes, "") or (None, the last one's messages)."""
+    turn (with `run`, as timings.run_tool) until one writes `output`: (its bytes, "") or (None,
+    the last one's messages)."""
     with tempfile.TemporaryDirectory(prefix="qdc-link-") as folder:
         with open(os.path.join(folder, "k.o"), "wb") as f:
             f.write(obj)
@@ -89,7 +92,7 @@ def _run_in_folder(obj: bytes, commands, output: str, extra_files: dict | None =
         messages = ""
         for command, on_done in commands(folder):
             try:
-                returncode, messages = timings.run_tool(command)  # its CPU time counts to the link
+                returncode, messages = run(command)  # its CPU time counts to the link
             except FileNotFoundError:
                 messages = f"'{command[0]}' not found"
                 if on_done is not None:
@@ -134,13 +137,23 @@ def _driver_command(cc: str, o: str, so: str, system: str) -> list:
     return [cc, "-shared", "-o", so, o, "-lgomp", "-lm"]
 
 
+def _run_lld(command: list) -> tuple[int, str]:
+    """LLD through this process's LLD server (link_server.py), which saves its start-up."""
+    return link_server.run_lld(command, _link_on_host)
+
+
+# A kernel library is too small for LLD's worker threads to repay starting them (~1 of a
+# link's ~5 ms of CPU).
+ONE_THREAD = ["--threads=1"]
+
+
 def _lld(flavor: str, platform: CpuPlatform) -> list:
     found = lld.find(flavor)
     if not found:
         raise QdcCompileError(f"building CPU code for {platform.name} (cpu_targets) on this {sys.platform} machine "
                               f"links it with {flavor} {lld.MIN_LLD} or newer, which is not installed: "
                               f"{lld.INSTALL_HINT}")
-    return found[0]
+    return found[0] + ONE_THREAD
 
 
 @functools.lru_cache(maxsize=None)
@@ -151,11 +164,11 @@ def _stub_library(triple: str, soname: str) -> bytes:
     target = llvm.Target.from_triple(triple)
     machine = target.create_target_machine(cpu="generic", features="", opt=0, reloc="pic")
     empty = machine.emit_object(llvm.parse_assembly(f'target triple = "{triple}"\n'))
-    command = lld.find("ld.lld")[0]  # _link_elf found it
+    command = lld.find("ld.lld")[0] + ONE_THREAD  # _link_elf found it
     library, messages = _run_in_folder(empty, lambda folder: [(command + ["-shared", "-soname", soname, "-o",
                                                                           os.path.join(folder, "s.so"),
                                                                           os.path.join(folder, "k.o")], None)],
-                                       "s.so")
+                                       "s.so", run=_run_lld)
     if library is None:
         raise QdcCompileError(f"internal compiler error: ld.lld could not make the {soname} stub for {triple}:\n"
                               f"{messages}")
@@ -169,7 +182,7 @@ def _link_elf(obj: bytes, platform: CpuPlatform) -> bytes:
     library, messages = _run_in_folder(
         obj, lambda folder: [(command + [*ELF_FLAGS, "-o", os.path.join(folder, "k.so"), os.path.join(folder, "k.o"),
                                          *(os.path.join(folder, name) for name in needed)], None)],
-        "k.so", stubs)
+        "k.so", stubs, run=_run_lld)
     if library is None:
         raise QdcCompileError(f"internal compiler error: ld.lld could not link the {platform.name} kernel "
                               f"library:\n{messages}")
@@ -190,7 +203,7 @@ def _link_mach_o(obj: bytes, platform: CpuPlatform) -> bytes:
                                          MACOS_VERSION, "-undefined", "dynamic_lookup", "-install_name",
                                          "@rpath/qdc_kernel.dylib", "-o", os.path.join(folder, "k.dylib"),
                                          os.path.join(folder, "k.o")], None)],
-        "k.dylib")
+        "k.dylib", run=_run_lld)
     if library is None:
         raise QdcCompileError(f"internal compiler error: ld64.lld could not link the {platform.name} kernel "
                               f"library:\n{messages}")

@@ -7,9 +7,10 @@ what the words mean):
   the ctx buffer (a ctypes object): it binds every argument itself (numpy arrays, Python
   floats, ints and bools), runs the fused entry and returns None; it returns `self`, having
   run nothing, when an argument is not one it binds, which the launch code then binds in
-  Python (raising for what is wrong). None for an array says that the launch code bound it
-  itself (a qd.ndarray or tensor it caches): its words are left as they are. Every check of the Python binding is made on every call,
-  so nothing is cached between launches."""
+  Python (raising for what is wrong). The runtime's KEPT marker for an array says that the launch
+  code bound it itself (a qd.ndarray it caches): its words are left as they are; a watched
+  tensor is checked against torch's address of its data (tensor_watch.py). Every check of the
+  Python binding is made on every call, so nothing is cached between launches."""
 from __future__ import annotations
 
 from llvmlite import ir as ll
@@ -19,6 +20,7 @@ from qdc.runtime.contract.types import by_name
 from qdc.runtime.contract import cpu_binding as nb
 
 from ..llvm.llvm_types import I32, I64, PTR
+from . import tensor_watch
 
 NUMPY_ENTRY_SUFFIX = "_np"
 F32, F64 = ll.FloatType(), ll.DoubleType()
@@ -164,11 +166,12 @@ def add_python_entry(module: ll.Module, meta: KernelMeta) -> None:
     binder.require(b.icmp_signed("==", nargs, ll.Constant(I64, len(meta.params))), "arguments")
     for i, p in enumerate(meta.params):
         obj = b.load(b.gep(args, [ll.Constant(I64, i)], source_etype=PTR), typ=PTR)
-        if p.kind == "ndarray":  # None: the launch code bound it (a qd.ndarray, a tensor) and its words stand
+        if p.kind == "ndarray":  # KEPT: the launch code bound it (a qd.ndarray, a tensor) and its words stand
             bind, done = fn.append_basic_block(f"bind.{p.name}"), fn.append_basic_block(f"bound.{p.name}")
-            b.cbranch(b.icmp_unsigned("==", b.ptrtoint(obj, I64), binder.python_word(nb.PY_NONE)), done, bind)
+            kept = binder.word(nb.watch_word(meta.ctx_words, len(meta.params), nb.WATCH_KEPT))
+            b.cbranch(b.icmp_unsigned("==", b.ptrtoint(obj, I64), kept), done, bind)
             b.position_at_end(bind)
-            binder.array(i, p, obj)
+            tensor_watch.bind_array(binder, i, p, obj, _Callee)
             b.branch(done)
             b.position_at_end(done)
         else:
@@ -184,6 +187,7 @@ def add_python_entry(module: ll.Module, meta: KernelMeta) -> None:
     _compile_lightly(fn)
     _marker(module, nb.PYTHON_MARKER)
     _marker(module, nb.PYTHON_BOUND_MARKER)
+    _marker(module, nb.PYTHON_WATCH_MARKER)
 
 
 def _compile_lightly(fn: ll.Function) -> None:

@@ -16,7 +16,7 @@ from ...ir.adstack import AdStackAlloca
 from ..llvm.llvm_ir import KernelCodegen
 from .isa_levels import CpuLevel
 from .widen import emit_wide_chunk
-from .widen_plan import WidenPlan, lanes_for, plan
+from .widen_plan import WidenPlan, level_lanes, plan
 
 
 def level_features(level: CpuLevel) -> set:
@@ -39,6 +39,23 @@ def vector_bits(level: CpuLevel) -> int:
     return 128
 
 
+def gathering_chunk_features(level: CpuLevel) -> str:
+    """The LLVM features of a width-W chunk that gathers from data-dependent addresses, at
+    `level`: the level's own, and `+fast-gather` where it has AVX2's gather instructions but not
+    AVX-512's. LLVM's tuning of the generic x86-64-v3 CPU (and of AVX2 CPUs whose gathers it
+    deems slow) lowers a masked gather to a branch and a load per lane, where such a task was
+    widened for its gathers (widen_plan): DiffMPM's P2G gradient at x86-64-v3 was 4,600
+    instructions (1,900 at x86-64-v4), 170 of its 240 ms of object emission, and ran its
+    backward pass slower than with the gather instructions (5.33 against 5.09 ms, one thread,
+    an AVX-512 host forced to x86-64-v3). Strided accesses alone (a vector field's components)
+    keep LLVM's choice: there the lanes' loads were faster (n-body's kick: 0.100 against
+    0.109 ms)."""
+    features = level_features(level)
+    if "avx2" in features and "avx512f" not in features:
+        return ",".join(f for f in (level.llvm_features, "+fast-gather") if f)
+    return level.llvm_features
+
+
 class TaskChoice:
     """One task's lowering: its plan (None: scalar, `reason` says why) and W per level."""
 
@@ -46,8 +63,7 @@ class TaskChoice:
         found = plan(task)
         self.plan: WidenPlan | None = found if isinstance(found, WidenPlan) else None
         self.reason = None if self.plan else found
-        self.lanes = tuple(lanes_for(vector_bits(level), self.plan.float_bits, self.plan.registers, self.plan.lane_cap)
-                           for level in levels) if self.plan else ()
+        self.lanes = tuple(level_lanes(self.plan, vector_bits(level)) for level in levels) if self.plan else ()
         if self.plan and self.plan.gathers_only:
             # The lowest levels without gather instructions keep the scalar code (lanes 1): their
             # lanes would load one by one, and emitting that code was a fifth of the build time
@@ -86,6 +102,7 @@ class CpuKernelCodegen(KernelCodegen):
         super().__init__(*args, **kwargs)
         self.choices = choices
         self.overrides: dict = {}
+        self.gathering_chunks: set = set()  # width-W chunks compiled with gathering_chunk_features
 
     def emit_chunk(self, task: ir.Task):
         choice = self.choices.get(task)
@@ -105,6 +122,8 @@ class CpuKernelCodegen(KernelCodegen):
                     emit_wide_chunk(self, task, choice.plan, lanes, made[lanes])
             if made[lanes] != name:
                 self.overrides[(name, i)] = made[lanes]
+        if choice.plan.data_dependent_loads:
+            self.gathering_chunks.update(made[lanes] for lanes in made if lanes > 1)
         return fn
 
 

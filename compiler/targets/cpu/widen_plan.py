@@ -88,6 +88,8 @@ class WidenPlan:
         self.registers = REGISTERS_PER_STEP  # W is this many vector registers' worth of lanes (`_size_lanes`)
         self.registers_reason: str | None = None  # why fewer than REGISTERS_PER_STEP, for `qdc inspect`
         self.lane_cap: int | None = None  # the most lanes worth running (a short constant range)
+        self.data_dependent_loads = 0  # loads at addresses computed from data (`_indirect_accesses`)
+        self.one_register_at_512_bits = False  # W is one register at AVX-512 (`_only_accumulations`)
         # Widened for its gathers alone (no inner loop): at an ISA level without gather
         # instructions the scalar code is as fast and far less code (widen_codegen.py)
         self.gathers_only = False
@@ -154,17 +156,88 @@ def _size_lanes(task: ir.Task, p: WidenPlan, has_inner_loop: bool) -> None:
     p.gathers_only = not has_inner_loop
     while registers > 1 and registers * widest * per_lane > LANE_OPERATION_BUDGET:
         registers //= 2
-    p.registers = registers
     reasons = []
     if registers < REGISTERS_PER_STEP:
         reasons.append(f"{registers} vector register{'s' if registers > 1 else ''} of lanes: {per_lane} "
                        f"accesses at data-dependent addresses, done lane by lane (code size)")
+    p.registers, p.data_dependent_loads = registers, gathers
     trips = _constant_row(task)
     if trips is not None and registers * widest > trips:  # lanes beyond the row would only idle
         p.lane_cap = 1 << (max(trips, 2).bit_length() - 1)
         reasons.append(f"at most {p.lane_cap} lanes (one vector register at least): the range has {trips} "
                        f"iterations{' a row' if task.axis_index else ''}")
+    elif registers == REGISTERS_PER_STEP and has_inner_loop and not gathers and not p.has_adstacks \
+            and _only_accumulations(task):
+        p.one_register_at_512_bits = True
+        reasons.append("1 vector register of lanes at AVX-512: the inner loops carry only accumulations, "
+                       "whose latency the next iterations' independent work hides")
     p.registers_reason = "; ".join(reasons) or None
+
+
+_ACCUMULATING = ("add", "sub", "min", "max")
+
+
+def _only_accumulations(task: ir.Task) -> bool:
+    """Whether every float that the task's inner loops hand from one iteration to the next is
+    an accumulation (`acc += f(...)`, min, max) of values computed without such floats, and at
+    least one is: the chain from one iteration to the next is then one add, and the rest of
+    each iteration (an all-pairs force's square root and division) is independent work that
+    the CPU overlaps across iterations. So one AVX-512 register of lanes runs as fast as four
+    (n-body's kick, one thread: 0.090 against 0.091 ms) in less build time. Narrower levels keep
+    four registers: at x86-64-v3 the kick ran 15% slower at two (16 lanes), 20% at one. A chain
+    through the iteration's own work (`v = sin(v)`, `z = z * z + c`) is bound by its latency: it
+    keeps four registers at every level."""
+    carried_any = False
+    for loop in ir.walk(task.body):
+        if not isinstance(loop, (ir.RangeFor, ir.While)):
+            continue
+        declared, read, writes = set(), set(), []
+        for s in ir.walk_nested(loop):
+            if isinstance(s, ir.Alloca):
+                declared.add(s)
+            elif isinstance(s, ir.LocalLoad) and s.var.type.is_float:
+                read.add(s.var)
+            elif isinstance(s, (ir.LocalStore, ir.LocalAccumulate)) and s.var.type.is_float:
+                writes.append(s)
+        carried = {w.var for w in writes if w.var in read} - declared
+        if not carried:
+            continue
+        carried_any = True
+        for w in writes:
+            if w.var not in carried:
+                continue
+            if isinstance(w, ir.LocalAccumulate):
+                added = w.value if w.op in _ACCUMULATING else None
+            else:
+                added = _accumulated_term(w)
+            if added is None or _reads_any(added, carried):
+                return False
+    return carried_any
+
+
+def _accumulated_term(store: ir.LocalStore):
+    """x where `store` writes `var op x` (op an accumulation, `var` read just before), else None."""
+    v = store.value
+    if not isinstance(v, ir.Binary) or v.op not in _ACCUMULATING:
+        return None
+    own = [o for o in (v.a, v.b) if isinstance(o, ir.LocalLoad) and o.var is store.var]
+    if not own or v.op == "sub" and v.a not in own:
+        return None
+    return v.b if v.a in own else v.a
+
+
+def _reads_any(value, carried: set) -> bool:
+    """Whether `value` is computed from a load of one of the `carried` locals."""
+    seen, todo = set(), [value]
+    while todo:
+        s = todo.pop()
+        if s in seen:
+            continue
+        seen.add(s)
+        if isinstance(s, ir.LocalLoad) and s.var in carried:
+            return True
+        todo.extend(o for o in s.operands() if isinstance(o, ir.Stmt))
+    return False
 
 
 def _constant_row(task: ir.Task) -> int | None:
@@ -361,6 +434,12 @@ class _Analysis:
 # at 1 / 2 / 4 registers (before the lane-by-lane large trig reduction, inline_math_vector.py,
 # which brought 4 to ~200 ms); tasks without an inner loop are not widened at all.
 REGISTERS_PER_STEP = 4
+
+
+def level_lanes(p: WidenPlan, vector_bits: int) -> int:
+    """W of the plan at a level of `vector_bits` vector registers."""
+    registers = 1 if p.one_register_at_512_bits and vector_bits >= 512 else p.registers
+    return lanes_for(vector_bits, p.float_bits, registers, p.lane_cap)
 
 
 def lanes_for(vector_bits: int, float_bits: int, registers: int = REGISTERS_PER_STEP, cap: int | None = None) -> int:

@@ -25,7 +25,10 @@ launcher's ctx buffer (a ctypes object) for `self`. It binds every argument from
 objects themselves: numpy arrays as above, Python floats (an f32 out of range is refused, as
 struct refuses it), ints (through PyLong_AsLongLongAndOverflow, range-checked per type) and
 True/False, then runs the fused entry, without releasing the GIL and without a ctypes call.
-It returns None, or the buffer, having run nothing, for an argument it leaves to Python. The
+It returns None, or the buffer, having run nothing, for an argument it leaves to Python. For an
+array it bound itself the launch code passes KEPT, the runtime's own marker object, so that no
+argument a program passes (None included) can stand for one (libraries built before the marker
+take None). The
 interpreter's addresses it needs are ctx words, so the library links against no
 Python; the object layouts it reads are checked on live objects (`python_layout_matches`).
 """
@@ -88,6 +91,17 @@ def python_layout_matches() -> bool:
     return _python_layout
 
 
+class _Kept:
+    """The type of KEPT: the argument that leaves an array's words as the launch code bound them."""
+    __slots__ = ()
+
+    def __repr__(self):
+        return "<qdc kept words>"
+
+
+KEPT = _Kept()
+
+
 class _MethodDef(ctypes.Structure):
     _fields_ = [("name", ctypes.c_char_p), ("meth", ctypes.c_void_p), ("flags", ctypes.c_int),
                 ("doc", ctypes.c_char_p)]
@@ -103,8 +117,10 @@ class PythonEntry:
     the buffer, having run nothing, when an argument is not one it binds (the launch code
     then binds in Python). The method definition must outlive the function: kept here."""
 
-    def __init__(self, address: int, name: str, buf, keeps_bound: bool = False):
-        self.keeps_bound = keeps_bound  # None for an array: its words, bound by the launch code, stand
+    def __init__(self, address: int, name: str, buf, keeps_bound: bool = False, watches: bool = False):
+        self.keeps_bound = keeps_bound  # KEPT for an array: its words, bound by the launch code, stand
+        self.watches = watches  # a cached tensor is passed itself, checked by the entry (runtime/tensor_watch.py)
+        self.kept = KEPT
         self.definition = _MethodDef(name.encode(), address, METH_FASTCALL, None)
         new_function = ctypes.pythonapi.PyCFunction_NewEx
         new_function.restype = ctypes.py_object
@@ -123,11 +139,15 @@ def python_entry(lib, meta, buf) -> PythonEntry | None:
         return None
     if not (layout.python_entry_possible(meta) and python_layout_matches()):
         return None
+    return PythonEntry(_address(fn), meta.name, buf, _exports(lib, layout.PYTHON_BOUND_MARKER),
+                       _exports(lib, layout.PYTHON_WATCH_MARKER))
+
+
+def _exports(lib, name: str) -> bool:
     try:
-        keeps_bound = bool(lib[layout.PYTHON_BOUND_MARKER])
+        return bool(lib[name])
     except (AttributeError, TypeError):
-        keeps_bound = False
-    return PythonEntry(_address(fn), meta.name, buf, keeps_bound)
+        return False
 
 
 class NumpyBinding:
@@ -159,3 +179,4 @@ class NumpyBinding:
                                (layout.PY_INCREF, _address(api.Py_IncRef)),
                                (layout.PY_AS_LONG, _address(api.PyLong_AsLongLongAndOverflow))):
             words[layout.python_word(base, len(self.meta.params), which)] = address  # builtins: live as long as Python
+        words[layout.watch_word(base, len(self.meta.params), layout.WATCH_KEPT)] = id(KEPT)  # lives as long as qdc

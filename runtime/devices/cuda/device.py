@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 
 from ..stream import FILL64_ENTRY, StreamDevice, StreamKernel, StreamTask
+from .conditional_graphs import ConditionalGraphs
 from .driver import Driver
 
 DEFAULT_BLOCK_DIM = 256
@@ -56,6 +57,7 @@ DONE:
 class CudaDevice(StreamDevice):
     arch = "cuda"
     default_block_dim = DEFAULT_BLOCK_DIM
+    _conditional = None  # ConditionalGraphs, made when a kernel with qd.graph.do_while loops first asks
 
     def __init__(self, device_index: int | None = None):
         d = Driver()
@@ -82,6 +84,18 @@ class CudaDevice(StreamDevice):
 
     def fill64_image(self) -> bytes:
         return FILL64_PTX
+
+    def device_loops(self) -> str | None:
+        if not self.has_graphs:
+            return "the CUDA binding has no graph calls"
+        if self._conditional is None:
+            self._conditional = ConditionalGraphs(self)  # links the condition setter once
+        return self._conditional.unavailable
+
+    def launch_graph_loops(self, loaded, ctx_address: int, slices: list, steps: list, flags: dict) -> None:
+        """Conditional WHILE nodes (conditional_graphs.py): one graph per flag addresses too."""
+        self.replay(loaded, ctx_address, slices, tuple(sorted(flags.items())),
+                    lambda copy: self._conditional.build(loaded, copy, slices, steps, flags))
 
     def close(self) -> None:
         """Wait for the stream and release this device's stream, staging ring and context; a

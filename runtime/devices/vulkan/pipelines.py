@@ -173,14 +173,19 @@ def record_dispatch(dev, loaded, tp, ctx, slices: int) -> None:
     plan = tp.plan
     if plan is None or plan.epoch != dev.bindings_epoch or not _record_planned(dev, loaded, tp, plan, ctx):
         _record_resolved(dev, loaded, tp, ctx)
+    record_task(dev, dev._record(tp.uses), tp, tp.dynamic, slices)
+
+
+def record_task(dev, command, tp, dynamic, slices: int) -> None:
+    """Record task `tp` into `command`: its pipeline, its descriptor sets (as tp.sets holds them)
+    with the dynamic offsets `dynamic`, and the dispatch of `slices` invocations."""
     groups = 1 if tp.serial else -(-slices // tp.block_dim)
     x, y = kernels.dispatch_grid(groups, dev.capabilities.max_workgroup_count)
     lib, vk = dev.lib, dev.vk
-    command = dev._record(tp.uses)
     lib.vkCmdBindPipeline(command, vk.VK_PIPELINE_BIND_POINT_COMPUTE, tp.pipeline)
     if tp.set_numbers:
         lib.vkCmdBindDescriptorSets(command, vk.VK_PIPELINE_BIND_POINT_COMPUTE, tp.layout, 0, tp.set_numbers,
-                                    tp.sets, tp.dynamic_count, tp.dynamic)
+                                    tp.sets, tp.dynamic_count, dynamic)
     lib.vkCmdDispatch(command, x, y, 1)
 
 
@@ -199,9 +204,21 @@ class LaunchPlan:
 def _record_planned(dev, loaded, tp, plan, ctx) -> bool:
     """Write this launch's ring words and dynamic offsets by `plan`; False (nothing written) when
     the plan does not hold for these ctx words."""
-    words = ctx.tolist()
-    if plan.key_of(words) != plan.key:
+    offsets = planned_offsets(plan, ctx.tolist())
+    if offsets is None:
         return False
+    for j, (p, base, end) in enumerate(plan.dynamic):
+        if base is None and end is None:  # the ring (a planned task binds no adstack words)
+            offsets[j] = _write_ring(dev, loaded.args.pack(ctx))
+        tp.dynamic[j] = offsets[j]
+    return True
+
+
+def planned_offsets(plan, words: list):
+    """The dynamic offsets of a launch with the ctx words `words` by `plan` (None at the args
+    ring's, which the launch writes), or None when the plan does not hold for them."""
+    if plan.key_of(words) != plan.key:
+        return None
     offsets = []
     for p, base, end in plan.dynamic:
         if base is None:
@@ -209,13 +226,9 @@ def _record_planned(dev, loaded, tp, plan, ctx) -> bool:
             continue
         address = words[p.word] + p.adjust
         if not base <= address < end:  # an error slot of another block
-            return False
+            return None
         offsets.append(address - base)
-    for j, (p, base, end) in enumerate(plan.dynamic):
-        if base is None and end is None:  # the ring (a planned task binds no adstack words)
-            offsets[j] = _write_ring(dev, loaded.args.pack(ctx))
-        tp.dynamic[j] = offsets[j]
-    return True
+    return offsets
 
 
 def _write_ring(dev, words) -> int:
@@ -264,7 +277,7 @@ def _record_resolved(dev, loaded, tp, ctx) -> None:
     tp.plan = None
     if adstack_words is None and not tp.addressed:
         key_words = [p.word for p in tp.bindings if p.word is not None and not p.dynamic]
-        key_of = operator.itemgetter(*key_words) if key_words else _no_key
+        key_of = operator.itemgetter(*key_words) if key_words else no_key
         tp.plan = LaunchPlan(dev.bindings_epoch, key_of, key_of(ctx.tolist()), dynamic)
 
 
@@ -280,7 +293,7 @@ def _array_addresses(dev, meta, tp, ctx, uses: list) -> np.ndarray:
     return words
 
 
-def _no_key(words) -> tuple:
+def no_key(words) -> tuple:
     return ()
 
 

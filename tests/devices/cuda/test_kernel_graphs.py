@@ -279,3 +279,58 @@ def test_a_bound_from_an_earlier_task_is_not_read_back_during_a_replay(graph_cud
     assert grid == dev.grid_cap(block)  # the grid cap: its loop reads the bound on the device
     assert cu.hip.log.count("read") == reads  # nothing read back during the launch
     assert len(cu.instantiated) == 1
+
+
+@qd.kernel(graph=True)
+def _iterate_on_device(x: qd.types.ndarray(qd.f32, ndim=1), n: qd.types.ndarray(qd.i32, ndim=0),
+                       outer: qd.types.ndarray(qd.i32, ndim=0), inner: qd.types.ndarray(qd.i32, ndim=0)):
+    while qd.graph.do_while(outer):
+        inner[()] = n[()]
+        while qd.graph.do_while(inner):
+            for i in range(x.shape[0]):
+                x[i] = x[i] * 0.5 + 1.0
+            inner[()] = inner[()] - 1
+        outer[()] = outer[()] - 1
+
+
+def test_do_while_loops_run_on_the_device_where_the_driver_has_conditional_nodes(arch, rng):
+    """On CUDA 12.4+ a graph=True kernel's do_while loops are conditional WHILE nodes: one graph
+    replay a launch, no flag read back; the results are the host loop's (the plain kernel's)."""
+    x0 = rng.standard_normal(5000).astype(np.float32)
+    results, replays = [], []
+    for kernel in (_iterate_on_device, _plain_iterate):
+        x = qd.ndarray(qd.f32, shape=x0.shape)
+        x.from_numpy(x0)
+        outer, inner, n = (qd.ndarray(qd.i32, shape=()) for _ in range(3))
+        n.from_numpy(np.array(3, np.int32))
+        outer.from_numpy(np.array(4, np.int32))
+        before = _replays()
+        kernel(x, n, outer, inner)
+        replays.append(_replays() - before)
+        results.append((x.to_numpy(), int(outer.to_numpy()), int(inner.to_numpy())))
+    want = x0.astype(np.float64)
+    for _ in range(12):
+        want = want * 0.5 + 1.0
+    for got, o, i in results:
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+        assert (o, i) == (0, 0)
+    np.testing.assert_array_equal(results[0][0], results[1][0])
+    path = _iterate_on_device.__qdc_launcher__.path
+    if arch != "cuda":
+        assert path.name == "graph_loops", path
+        return
+    if path.name != "device_loops" and "not found" in path.why:
+        pytest.skip(f"the host loop ran: {path.why}")
+    assert path.name == "device_loops" and replays == [1, 0], (path, replays)
+
+
+@qd.kernel
+def _plain_iterate(x: qd.types.ndarray(qd.f32, ndim=1), n: qd.types.ndarray(qd.i32, ndim=0),
+                   outer: qd.types.ndarray(qd.i32, ndim=0), inner: qd.types.ndarray(qd.i32, ndim=0)):
+    while qd.graph.do_while(outer):
+        inner[()] = n[()]
+        while qd.graph.do_while(inner):
+            for i in range(x.shape[0]):
+                x[i] = x[i] * 0.5 + 1.0
+            inner[()] = inner[()] - 1
+        outer[()] = outer[()] - 1

@@ -14,6 +14,7 @@ import qdc as qd
 from qdc.runtime import context
 
 from conftest import vulkan_unavailable_reason
+from vulkan_util import hide_host_mapping
 
 MEMORY = ["host_visible", "device_local"]
 
@@ -27,15 +28,9 @@ def vulkan(request, session_cache_dir, monkeypatch):
     qd.init(arch=qd.vulkan, cache_dir=session_cache_dir)
     dev = context.current().device
     if request.param == "device_local":
-        _hide_host_mapping(dev, monkeypatch)
+        hide_host_mapping(dev, monkeypatch)
     yield dev
     qd.init(arch=qd.cpu, cache_dir=session_cache_dir)
-
-
-def _hide_host_mapping(dev, monkeypatch) -> None:
-    flags = list(dev._memory_flags)
-    flags[dev._device_type] &= ~dev.vk.VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT
-    monkeypatch.setattr(dev, "_memory_flags", flags)
 
 
 @pytest.fixture
@@ -82,7 +77,7 @@ def debug_vulkan(request, session_cache_dir, monkeypatch):
     qd.init(arch=qd.vulkan, cache_dir=session_cache_dir, debug=True)
     dev = context.current().device
     if request.param == "device_local":
-        _hide_host_mapping(dev, monkeypatch)
+        hide_host_mapping(dev, monkeypatch)
     yield dev
     qd.init(arch=qd.cpu, cache_dir=session_cache_dir)
 
@@ -177,7 +172,7 @@ def test_fills_match_numpy(vulkan, rng, container, qtype, dtype):
 @pytest.mark.parametrize("memory", MEMORY)
 def test_device_fill_of_ranges_and_patterns(raw_device, monkeypatch, rng, memory):
     if memory == "device_local":
-        _hide_host_mapping(raw_device, monkeypatch)
+        hide_host_mapping(raw_device, monkeypatch)
     size = 9000
     alloc = raw_device.allocate(size)
     before = rng.integers(0, 256, size).astype(np.uint8)

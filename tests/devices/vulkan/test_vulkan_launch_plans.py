@@ -10,6 +10,8 @@ import numpy as np
 
 import qdc as qd
 
+from vulkan_util import refuse_next_descriptor_set
+
 
 @qd.kernel
 def axpy(a: qd.f32, x: qd.types.ndarray(qd.f32, ndim=1), y: qd.types.ndarray(qd.f32, ndim=1)):
@@ -64,26 +66,13 @@ def test_a_reset_descriptor_pool_drops_every_plan(vulkan_runtime, rng, monkeypat
     axpy(1.0, dev_x[0], dev_y[0])  # the plan of axpy's task: these two arrays, their sets
     epoch = vulkan_runtime.bindings_epoch
 
-    class FullPool:  # the pool out of sets at the next allocation (lavapipe never runs out)
-        def __init__(self, lib):
-            self.lib, self.refused = lib, False
-
-        def __getattr__(self, name):
-            return getattr(self.lib, name)
-
-        def vkAllocateDescriptorSets(self, *args):
-            if not self.refused:
-                self.refused = True
-                return vulkan_runtime.vk.VK_ERROR_OUT_OF_POOL_MEMORY
-            return self.lib.vkAllocateDescriptorSets(*args)
-
     @qd.kernel
     def scale(z: qd.types.ndarray(qd.f32, ndim=1)):
         for i in z:
             z[i] *= 2.0
 
     host_z, dev_z = _arrays(rng, 1, n)
-    monkeypatch.setattr(vulkan_runtime, "lib", FullPool(vulkan_runtime.lib))
+    refuse_next_descriptor_set(vulkan_runtime, monkeypatch)
     scale(dev_z[0])  # a new set: the pool is reset, axpy's sets with it
     monkeypatch.undo()
     assert vulkan_runtime.bindings_epoch > epoch

@@ -8,7 +8,7 @@ from qdc.compiler.targets.amdgpu import linker
 from qdc.compiler.targets.amdgpu.arch import DEFAULT_AMDGPU_TARGETS
 from qdc.compiler.targets.amdgpu.code_object import CodeObject
 
-from simt_kernels_util import GRAD_KERNELS, compile_simt
+from simt_kernels_util import GRAD_KERNELS, TILE_KERNELS, compile_simt
 import test_simt
 
 
@@ -29,10 +29,13 @@ def test_code_objects_run_wavefronts_of_64_with_barriers_and_permutes():
         assert instruction in assembly, instruction
 
 
-@pytest.mark.parametrize("kernel", GRAD_KERNELS, ids=lambda k: k._primal.fn.__name__)
-def test_gradient_code_objects_link(kernel):
+CASES = [(k, "grad") for k in GRAD_KERNELS] + [(k, "forward") for k in TILE_KERNELS]
+
+
+@pytest.mark.parametrize("kernel, variant", CASES, ids=[f"{k._primal.fn.__name__}-{v}" for k, v in CASES])
+def test_gradient_and_tile_code_objects_link(kernel, variant):
     if not linker.find_lld():
         pytest.skip(f"no ld.lld {linker.MIN_LLD}+ to link code objects ({linker.INSTALL_HINT})")
-    compiled = compile_simt(kernel, "amdgpu", variant="grad")
+    compiled = compile_simt(kernel, "amdgpu", variant=variant)
     for gfx in DEFAULT_AMDGPU_TARGETS:
         assert all(k[".wavefront_size"] == 64 for k in CodeObject(compiled.artifacts[f"hsaco_{gfx}"]).kernels), gfx

@@ -68,6 +68,27 @@ def chain_gather(pos: F, g: G, out: F, n: qd.i32):
             c = qd.cast(v * 8.0, qd.i32)
             v = (g[c, 0] + g[c, 1] + g[c, 2] + g[c + 1, 0] + g[c + 1, 1] + g[c + 1, 2]) * 0.1 + v * 0.3
         out[i] = v
+
+
+@qd.kernel
+def pair_sums(pos: F, out: F):
+    for i in range(pos.shape[0]):
+        near, closest = 0.0, 1e9
+        for j in range(pos.shape[0]):
+            if j != i:
+                d = pos[j] - pos[i]
+                near += 1.0 / qd.sqrt(d * d + 0.01)
+                closest = qd.min(closest, qd.abs(d))
+        out[i] = near + closest
+
+
+@qd.kernel
+def pair_chain(pos: F, out: F):
+    for i in range(pos.shape[0]):
+        v = 0.0
+        for j in range(pos.shape[0]):
+            v = v * 0.5 + 1.0 / qd.sqrt(pos[j] - pos[i] + v * v + 1.0)
+        out[i] = v
 '''
 
 def import_source(tmp_path, monkeypatch, source: str, stem: str):
@@ -109,6 +130,27 @@ def test_lanes_by_what_the_task_does(tmp_path, monkeypatch):
     assert portable["lanes"] == 64 and portable["lanes_reason"] == "scalar code at x86-64-v2 (no gathers)"
     lowest = _launch(module, "gather", "x86-64-v2")  # no gather instructions: the scalar code
     assert "lanes" not in lowest and "no gather instructions" in lowest["scalar"]
+    sums = _launch(module, "pair_sums", "x86-64-v4")  # carries only a sum and a minimum: one AVX-512 register
+    assert sums["lanes"] == 16 and "carry only accumulations" in sums["lanes_reason"]
+    assert _launch(module, "pair_sums", "x86-64-v3")["lanes"] == 32  # narrower levels keep four registers
+    chained = _launch(module, "pair_chain", "x86-64-v4")  # v feeds its own next value: four
+    assert chained["lanes"] == 64 and "lanes_reason" not in chained
+
+
+@x86
+def test_gathers_are_gather_instructions_at_every_level_that_has_them(tmp_path, monkeypatch):
+    """LLVM's generic x86-64-v3 tuning would load a masked gather's lanes one by one, each behind
+    a branch; the width-W chunks are compiled with +fast-gather there, as x86-64-v4 is."""
+    from qdc.compiler.targets.cpu import codegen
+    from qdc.compiler.targets.cpu.target import TARGET
+    module = import_source(tmp_path, monkeypatch, SOURCE, "costed_asm")
+    opts = build_mod._options_for(options.Options().update(cpu_target="portable"), "cpu")
+    fn = kernel_of(module.gather)
+    compiled = compile_kernel(fn.fn, build_mod._params_for_aot(fn, opts), opts, "cpu")
+    out = codegen.compile_kernel(compiled.ir, compiled.meta, 3, False, "portable", keep_assembly=True,
+                                 target=TARGET)
+    assert "vgather" in out["asm:x86-64-v3"] and "vgather" in out["asm:x86-64-v4"]
+    assert "vgather" not in out["asm:x86-64-v2"]
 
 
 def test_narrower_lanes_compute_what_numpy_does(tmp_path, monkeypatch, rng):
@@ -129,4 +171,12 @@ def test_narrower_lanes_compute_what_numpy_does(tmp_path, monkeypatch, rng):
         total = g[c, 0] + g[c, 1] + g[c, 2] + g[c + 1, 0] + g[c + 1, 1] + g[c + 1, 2]
         v = total * f(0.1) + v * f(0.3)
     np.testing.assert_allclose(out, v, rtol=1e-6, atol=1e-7)
+    m = 200 + int(rng.integers(0, 40))  # the one-register lanes of an all-pairs sum
+    p = rng.uniform(-1.0, 1.0, m).astype(np.float32)
+    sums = np.zeros(m, np.float32)
+    module.pair_sums(p, sums)
+    d = (p[None, :] - p[:, None]).astype(np.float64)
+    np.fill_diagonal(d, np.inf)
+    near = np.where(np.isinf(d), 0.0, 1.0 / np.sqrt(np.where(np.isinf(d), 1.0, d * d + 0.01))).sum(axis=1)
+    np.testing.assert_allclose(sums, near + np.abs(d).min(axis=1), rtol=2e-5)
     qd.sync()

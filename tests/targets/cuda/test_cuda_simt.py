@@ -4,11 +4,11 @@ import pytest
 
 from qdc.compiler.targets.cuda import toolkit
 
-from simt_kernels_util import GRAD_KERNELS, KERNELS, compile_simt
+from simt_kernels_util import GRAD_KERNELS, KERNELS, TILE_KERNELS, compile_simt
 import test_simt
 
 
-CASES = [(k, "forward") for k in KERNELS] + [(k, "grad") for k in GRAD_KERNELS]
+CASES = [(k, "forward") for k in KERNELS + TILE_KERNELS] + [(k, "grad") for k in GRAD_KERNELS]
 
 
 @pytest.mark.parametrize("kernel, variant", CASES, ids=[f"{k._primal.fn.__name__}-{v}" for k, v in CASES])

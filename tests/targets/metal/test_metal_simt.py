@@ -4,11 +4,11 @@ import shutil
 
 import pytest
 
-from simt_kernels_util import GRAD_KERNELS, KERNELS_32, compile_simt
+from simt_kernels_util import GRAD_KERNELS, KERNELS_32, TILE_KERNELS, compile_simt
 import test_simt
 
 
-@pytest.mark.parametrize("kernel", KERNELS_32, ids=lambda k: k._primal.fn.__name__)
+@pytest.mark.parametrize("kernel", KERNELS_32 + TILE_KERNELS, ids=lambda k: k._primal.fn.__name__)
 def test_translates_to_msl(kernel):
     if shutil.which("spirv-cross") is None:
         pytest.skip("spirv-cross is not installed (apt-get install spirv-cross)")

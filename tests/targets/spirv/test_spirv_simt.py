@@ -7,7 +7,7 @@ from qdc.compiler.targets.spirv import tools
 from qdc.runtime.devices.vulkan import kernels as vk_kernels
 from qdc.runtime.devices.vulkan.kernels import declared_capabilities, spirv_words
 
-from simt_kernels_util import GRAD_KERNELS, KERNELS, compile_simt
+from simt_kernels_util import GRAD_KERNELS, KERNELS, TILE_KERNELS, compile_simt
 import test_simt
 
 SHUFFLE, SHUFFLE_RELATIVE, BALLOT, VOTE = 65, 66, 64, 62
@@ -33,6 +33,15 @@ def test_every_gradient_module_validates(kernel):
         compiled = compile_simt(kernel, "vulkan", variant="grad", vulkan_subgroup_size=size)
         for i in range(len(compiled.meta.tasks)):
             assert tools.validate(compiled.artifacts[f"spirv_t{i}"]) is None
+
+
+@pytest.mark.parametrize("kernel", TILE_KERNELS, ids=("tile16", "tile32"))
+def test_tile_modules_validate(kernel):
+    if not tools.have_validator():
+        pytest.skip("spirv-val is not installed (the vulkan extra installs it)")
+    compiled = compile_simt(kernel, "vulkan", vulkan_subgroup_size=32)
+    for i in range(len(compiled.meta.tasks)):
+        assert tools.validate(compiled.artifacts[f"spirv_t{i}"]) is None
 
 
 def test_group_operations_declare_their_capabilities():
