@@ -11,8 +11,8 @@ margin, a lambda, a file that changed since) is found as before: the whole file 
 per version of it, and the spans of its definitions looked up; a lambda's lines parsed alone.
 
 Both ways give the same text: the definition's lines, decorators included, up to its last
-statement, dedented. The syntax trees are the same nodes but for their line numbers, which the
-key does not read.
+statement, dedented, and the same name chains. What parsing a block found is kept beside the
+cache, keyed by the block's exact lines (source_facts.py), so a warm process parses nothing.
 """
 from __future__ import annotations
 
@@ -26,6 +26,8 @@ import sys
 import textwrap
 import weakref
 from contextlib import contextmanager
+
+from . import source_facts
 
 
 class SourceUnavailable(Exception):
@@ -58,9 +60,12 @@ class FunctionSource:
 
     __slots__ = ("text", "chains", "grad_bases")
 
-    def __init__(self, text: str, tree: ast.AST):
-        self.text = text
-        self.chains, self.grad_bases = _reads(tree)
+    def __init__(self, text: str, chains: list, grad_bases: list):
+        self.text, self.chains, self.grad_bases = text, chains, grad_bases
+
+    @classmethod
+    def of_tree(cls, text: str, tree: ast.AST) -> "FunctionSource":
+        return cls(text, *_reads(tree))
 
 
 def _reads(tree) -> tuple[list, list]:
@@ -97,14 +102,14 @@ def function_source(fn) -> FunctionSource:
     got = _SOURCES.get(fn)
     if got is None:
         with collection_paused():
-            got = _SOURCES[fn] = FunctionSource(*(_function_block(fn) or _function_in_parsed_file(fn)
-                                                  or _parsed_lines(fn)))
+            got = _SOURCES[fn] = _function_block(fn) or FunctionSource.of_tree(
+                *(_function_in_parsed_file(fn) or _parsed_lines(fn)))
     return got
 
 
-def _function_block(fn) -> tuple[str, ast.AST] | None:
-    """`fn`'s definition parsed out of its file's lines alone, or None where its block cannot
-    be isolated so (then the whole file is parsed)."""
+def _function_block(fn) -> FunctionSource | None:
+    """`fn`'s source out of its file's lines alone, or None where its block cannot be isolated
+    so (then the whole file is parsed)."""
     code = getattr(fn, "__code__", None)
     if code is None or fn.__name__ == "<lambda>":
         return None
@@ -112,8 +117,14 @@ def _function_block(fn) -> tuple[str, ast.AST] | None:
     first = code.co_firstlineno - 1
     if not 0 <= first < len(lines) or not lines[first].lstrip().startswith(("@", "def ", "async ")):
         return None
-    found = _block(lines, first, _last_line(code), (ast.FunctionDef, ast.AsyncFunctionDef), fn.__name__)
-    return None if found is None else (textwrap.dedent("".join(lines[first:found[0]])), found[1])
+    end = _block_end(lines, first, first + 1)
+    found = _block(lines, first, end, "function", fn.__name__)
+    if found is None and _last_line(code) > end:  # a line continued at the margin cut the block short
+        found = _block(lines, first, _block_end(lines, first, _last_line(code)), "function", fn.__name__)
+    if found is None:
+        return None
+    stop, _, chains, grad_bases = found
+    return FunctionSource(textwrap.dedent("".join(lines[first:stop])), [tuple(c) for c in chains], grad_bases)
 
 
 _LINE_VERSIONS: dict = {}  # file name -> its version when linecache last read it
@@ -152,30 +163,52 @@ def _indentation(line: str) -> int:
     return len(line) - len(line.lstrip(" \t"))
 
 
-def _block(lines: list, start: int, at_least: int, kinds, name: str) -> tuple[int, ast.AST] | None:
-    """(end, node) of the definition of `name` (one of `kinds`) whose first line (a decorator,
-    else the definition's own) is `lines[start]`, its last statement ending at `lines[end - 1]`;
-    None where the lines from there to the end of the indented block (and at least to line
-    `at_least`) are not exactly that definition."""
+def _block_end(lines: list, start: int, at_least: int) -> int:
+    """Where the indented block of the definition whose first line (a decorator, else its own)
+    is `lines[start]` ends, going on at least to line `at_least`: the first line after it
+    indented no deeper than the definition that is not blank, a comment or a closing bracket
+    (of a signature written over several lines)."""
     head = start
     while head < len(lines) and not lines[head].lstrip().startswith(("def ", "async ", "class ")):
         head += 1  # past the decorators: the definition's own line sets the body's indentation
     if head >= len(lines):
-        return None
+        return len(lines)
     margin = _indentation(lines[head])
     end = max(head + 1, at_least)
     while end < len(lines):
         stripped = lines[end].strip()
-        if stripped and not stripped.startswith("#") and _indentation(lines[end]) <= margin:
+        if stripped and stripped[0] not in "#)]}" and _indentation(lines[end]) <= margin:
             break
         end += 1
-    try:
-        tree = ast.parse(textwrap.dedent("".join(lines[start:end])))
-    except (SyntaxError, ValueError):  # a line continued at the margin cut the block short
+    return end
+
+
+_KINDS = {"function": (ast.FunctionDef, ast.AsyncFunctionDef), "class": (ast.ClassDef,)}
+
+
+def _block(lines: list, start: int, end: int, kind: str, name: str) -> list | None:
+    """[stop, definition line, name chains, `.grad` bases] of the `kind` definition of `name`
+    that `lines[start:end]` hold, its last statement ending at `lines[stop - 1]` and its own
+    line (after the decorators) `lines[start + definition line - 1]`; None where those lines
+    are not exactly one such definition. Kept beside the cache (source_facts.py)."""
+    found = source_facts.facts(kind, name, "".join(lines[start:end]), lambda: _parse_block(lines[start:end], kind, name))
+    if found is None:
         return None
-    if len(tree.body) != 1 or not isinstance(tree.body[0], kinds) or tree.body[0].name != name:
+    return [start + found[0], *found[1:]]
+
+
+def _parse_block(lines: list, kind: str, name: str) -> list | None:
+    indented = _indentation(lines[0]) > 0
+    try:  # an indented block parses as the body of an `if` (dedenting would change its strings)
+        tree = ast.parse(("if 1:\n" if indented else "") + "".join(lines))
+    except (SyntaxError, ValueError):
         return None
-    return start + tree.body[0].end_lineno, tree.body[0]
+    body, offset = (tree.body[0].body, 1) if indented else (tree.body, 0)
+    if len(body) != 1 or not isinstance(body[0], _KINDS[kind]) or body[0].name != name:
+        return None
+    node = body[0]
+    chains, grad_bases = _reads(node) if kind == "function" else ([], [])
+    return [node.end_lineno - offset, node.lineno - offset, [list(c) for c in chains], grad_bases]
 
 
 def _parsed_lines(fn) -> tuple[str, ast.AST]:
@@ -242,8 +275,8 @@ def _top_level_class_span(lines: list, qualname: str) -> tuple[int, int] | None:
         start -= 1
     if start > 0 and lines[start - 1][:1] in (" ", "\t", ")", "]", "}"):
         return None  # the end of a decorator spanning lines, or of a statement: the whole file says
-    found = _block(lines, start, at[0] + 1, ast.ClassDef, qualname)
-    if found is None or found[1].lineno != at[0] - start + 1:
+    found = _block(lines, start, _block_end(lines, start, at[0] + 1), "class", qualname)
+    if found is None or found[1] != at[0] - start + 1:
         return None
     return start + 1, found[0]
 

@@ -23,7 +23,7 @@ from qdc.runtime import signing
 from qdc.runtime.cache import Cache, check_cache_folder, writable_problem
 from qdc.runtime.contract.errors import CacheError, KernelNotPrebuiltError, SignatureError
 
-from ..driver import cache_key, kernel as compiling
+from ..driver import cache_key, kernel as compiling, source_facts
 from ..driver.kernel import CompiledKernel, compile_recording_warnings, replay_warnings
 from ..manifest import recording
 
@@ -56,9 +56,11 @@ def trust_for(opts) -> tuple:
 def check_cache_dir(opts) -> None:
     """At `qd.init`: ValueError if cache_dir is a file or a trusted key cannot be read; if the
     cache is not writable (a read-only deployment, say), one warning now, and kernels are
-    compiled without being stored (its entries are still used)."""
-    trust_for(opts)
+    compiled without being stored (its entries are still used). What parsing the kernels'
+    sources found is kept there too, unless trusted keys guard the cache (source_facts.py)."""
+    trust, _ = trust_for(opts)
     root = check_cache_folder(opts.resolved_cache_dir, "cache_dir")
+    source_facts.keep_in(None if trust is not None else os.path.join(root, source_facts.FOLDER))
     problem = writable_problem(root)
     if problem is None:
         _UNWRITABLE.discard(cache_for(opts).root)

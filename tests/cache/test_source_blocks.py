@@ -12,7 +12,7 @@ import textwrap
 import pytest
 
 import qdc as qd
-from qdc.compiler.driver import cache_key, sources
+from qdc.compiler.driver import cache_key, source_facts, sources
 from qdc.compiler.jit.api import direct_options
 from qdc.compiler.jit.kernel import kernel_of
 
@@ -134,7 +134,7 @@ def test_a_function_block_is_what_the_whole_file_says(shapes, path):
     got = sources.function_source(fn)
     assert by_file is not None
     assert got.text == by_file[0]
-    want = sources.FunctionSource(*by_file)
+    want = sources.FunctionSource.of_tree(*by_file)
     assert got.chains == want.chains and got.grad_bases == want.grad_bases
 
 
@@ -220,3 +220,74 @@ def test_the_collector_is_held_off_only_while_keying():
     kernel = kernel_of(k)
     cache_key.kernel_key(kernel.fn, kernel.params, direct_options(), "cpu")
     assert gc.isenabled()
+
+
+MULTI_LINE_SIGNATURE = '''
+import qdc as qd
+
+
+@qd.func
+def spread(
+    a,
+    b,
+):
+    return a.grad + b
+'''
+
+
+@pytest.fixture
+def facts_folder(tmp_path, monkeypatch):
+    folder = tmp_path / "facts"
+    monkeypatch.setitem(source_facts._state, "root", str(folder))
+    return folder
+
+
+def _fresh_source(fn):
+    sources._SOURCES.pop(fn, None)
+    return sources.function_source(fn)
+
+
+def test_facts_kept_beside_the_cache_spare_the_next_process_parsing(tmp_path, facts_folder, monkeypatch):
+    fn = _import(tmp_path, "signature_lines", MULTI_LINE_SIGNATURE).spread.fn
+    first = _fresh_source(fn)
+    assert (first.chains, first.grad_bases) == ([("a", "grad"), ("b",), ("qd", "func")], ["a"])
+    assert first.text == sources._function_in_parsed_file(fn)[0]  # the signature's `):` did not end it
+    assert len(list(facts_folder.rglob("*.msgpack"))) == 1
+
+    def no_parsing(*args):
+        raise AssertionError("parsed again")
+    with monkeypatch.context() as m:
+        m.setattr(sources, "_parse_block", no_parsing)
+        again = _fresh_source(fn)
+    assert (again.text, again.chains, again.grad_bases) == (first.text, first.chains, first.grad_bases)
+
+
+def test_a_damaged_or_misplaced_facts_record_is_not_used(tmp_path, facts_folder, monkeypatch):
+    fn = _import(tmp_path, "signature_lines", MULTI_LINE_SIGNATURE).spread.fn
+    want = _fresh_source(fn)
+    record, = facts_folder.rglob("*.msgpack")
+    parsed = []
+    real = sources._parse_block
+    monkeypatch.setattr(sources, "_parse_block", lambda *a: parsed.append(1) or real(*a))
+    data = record.read_bytes()
+    other_text = _import(tmp_path, "other_lines", MULTI_LINE_SIGNATURE.replace("a.grad + b", "a.grad - b")).spread.fn
+    _fresh_source(other_text)
+    other, = (r for r in facts_folder.rglob("*.msgpack") if r != record)
+    for damaged in (data[:-3] + bytes([data[-3] ^ 1]) + data[-2:], data[:10], b"", other.read_bytes()):
+        record.write_bytes(damaged)
+        parsed.clear()
+        got = _fresh_source(fn)
+        assert parsed and (got.text, got.chains, got.grad_bases) == (want.text, want.chains, want.grad_bases)
+
+
+def test_facts_are_not_kept_where_trusted_keys_guard_the_cache(tmp_path):
+    pytest.importorskip("cryptography")
+    from qdc.runtime import signing
+    signing.keygen(str(tmp_path / "ci.key"), "ci")
+    try:
+        qd.init(arch=qd.cpu, cache_dir=str(tmp_path / "signed"), trusted_keys=[str(tmp_path / "ci.key.pub")])
+        assert source_facts._state["root"] is None
+        qd.init(arch=qd.cpu, cache_dir=str(tmp_path / "plain"))
+        assert source_facts._state["root"] == str(tmp_path / "plain" / source_facts.FOLDER)
+    finally:
+        qd.init(arch=qd.cpu)

@@ -236,14 +236,14 @@ def optimise(module, opt_level: int, level: CpuLevel | None = None, platform: Cp
     return module, tm
 
 
-def _without_equal_levels(mod, task_bodies: list[str], levels: tuple[CpuLevel, ...]):
+def _without_equal_levels(mod, task_bodies: list[str], levels: tuple[CpuLevel, ...], alike: dict):
     """(module, {(body, level): lower level}, its text or None): the optimised module without
-    the task bodies of a level whose code equals a lower level's (multiversion.equal_levels),
-    so that they are not emitted again, and without what only they used; its text where it is
-    the module given (printing a large module is not free)."""
+    the task bodies of a level whose code equals a lower level's (multiversion.equal_levels;
+    `alike`: those it never had), so that they are not emitted again, and without what only
+    they used; its text where it is the module given (printing a large module is not free)."""
     text = str(mod)
-    same = equal_levels(text, task_bodies, levels)
-    if not same:
+    same = equal_levels(text, task_bodies, levels, alike)
+    if same == alike:
         return mod, same, text
     smaller = llvm.parse_assembly(without_equal_levels(text, same), context=llvm.create_context())
     pm = llvm.create_new_module_pass_manager()
@@ -253,14 +253,15 @@ def _without_equal_levels(mod, task_bodies: list[str], levels: tuple[CpuLevel, .
     return smaller, same, None
 
 
-def _module_text(module: ll.Module, task_bodies: list[str], levels: tuple) -> str:
+def _module_text(module: ll.Module, task_bodies: list[str], levels: tuple, alike: dict) -> str:
     """The module's IR text, its task bodies dispatched per level where several, the width-W
-    chunks that gather with the features of `gathering_chunk_features`."""
+    chunks that gather with the features of `gathering_chunk_features`; `alike` receives the
+    bodies a level runs a lower level's code of (multiversion.multiversioned_ir)."""
     gathering = module.gathering_chunks
     if len(levels) > 1:
         return multiversioned_ir(module, task_bodies, levels, module.widen_overrides,
                                  lambda name, level: gathering_chunk_features(level) if name in gathering
-                                 else level.llvm_features)
+                                 else level.llvm_features, alike)
     text = str(module)
     if gathering and gathering_chunk_features(levels[0]) != levels[0].llvm_features:
         text = with_features(text, sorted(gathering), gathering_chunk_features(levels[0]))
@@ -281,8 +282,9 @@ def compile_kernel(kernel: ir.KernelIR, meta: KernelMeta, opt_level: int = 3, fa
         levels = cpu_levels(cpu_target, platform)
         module = generate_llvm(kernel, meta, fast_math, target=target, levels=levels, platform=platform)
         task_bodies = [task.task_name + "_chunk" for task in kernel.tasks]  # KernelCodegen.emit_chunk's names
+        alike = {}
         with timings.phase("IR multiversioning" if len(levels) > 1 else "IR text"):
-            text = _module_text(module, task_bodies, levels)
+            text = _module_text(module, task_bodies, levels, alike)
             text = with_half_conversions(text)
         with timings.phase("LLVM parse"):
             # A context of its own: the shared one accumulates metadata kinds from earlier modules,
@@ -296,7 +298,7 @@ def compile_kernel(kernel: ir.KernelIR, meta: KernelMeta, opt_level: int = 3, fa
         same, optimised_text = {}, None
         if len(levels) > 1:
             with timings.phase("IR multiversioning"):
-                mod, same, optimised_text = _without_equal_levels(mod, task_bodies, levels)
+                mod, same, optimised_text = _without_equal_levels(mod, task_bodies, levels, alike)
         with timings.phase("object emission"):
             obj = tm.emit_object(mod)
         with timings.phase("linking"):

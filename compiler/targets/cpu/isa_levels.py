@@ -74,6 +74,17 @@ LEVEL_SENSITIVE = {
     "armv8.2-a+sve": r"x i64>|\b[su](div|rem) <|@llvm\.(ctpop|ctlz|cttz)\.v",
 }
 
+# What makes LLVM's optimiser treat IR differently at a level than at the level below it (the
+# cost model it asks differs there), for the levels where that is little: a task body with none
+# of it, in itself or in any function it may call, made from the same chunk as at the level
+# below, is optimised once, at the lower level, and the level runs that code (multiversion.py),
+# as it would once the equal optimised bodies were found (LEVEL_SENSITIVE). armv8.2-a adds half
+# arithmetic (FEAT_FP16) and the dot products that the vectorisers make of reductions of
+# extended i8 values (FEAT_DotProd); its LSE atomics, CRC and RDM matter to code generation only.
+OPTIMISED_ALIKE_UNLESS = {
+    "armv8.2-a": r"\bhalf\b|\b[sz]ext (<\d+ x )?i8\b",
+}
+
 # Other architectures: one library for the generic CPU of the family.
 GENERIC = CpuLevel("generic", "generic", "", ())
 

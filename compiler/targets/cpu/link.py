@@ -142,13 +142,18 @@ def _run_lld(command: list) -> tuple[int, str]:
     return link_server.run_lld(command, _link_on_host)
 
 
+# A kernel library is too small for LLD's worker threads to repay starting them (~1 of a
+# link's ~5 ms of CPU).
+ONE_THREAD = ["--threads=1"]
+
+
 def _lld(flavor: str, platform: CpuPlatform) -> list:
     found = lld.find(flavor)
     if not found:
         raise QdcCompileError(f"building CPU code for {platform.name} (cpu_targets) on this {sys.platform} machine "
                               f"links it with {flavor} {lld.MIN_LLD} or newer, which is not installed: "
                               f"{lld.INSTALL_HINT}")
-    return found[0]
+    return found[0] + ONE_THREAD
 
 
 @functools.lru_cache(maxsize=None)
@@ -159,7 +164,7 @@ def _stub_library(triple: str, soname: str) -> bytes:
     target = llvm.Target.from_triple(triple)
     machine = target.create_target_machine(cpu="generic", features="", opt=0, reloc="pic")
     empty = machine.emit_object(llvm.parse_assembly(f'target triple = "{triple}"\n'))
-    command = lld.find("ld.lld")[0]  # _link_elf found it
+    command = lld.find("ld.lld")[0] + ONE_THREAD  # _link_elf found it
     library, messages = _run_in_folder(empty, lambda folder: [(command + ["-shared", "-soname", soname, "-o",
                                                                           os.path.join(folder, "s.so"),
                                                                           os.path.join(folder, "k.o")], None)],

@@ -21,7 +21,7 @@ from llvmlite import ir as ll
 
 from qdc.runtime.contract.entry_points import CPU_LEVEL_SETTER
 
-from .isa_levels import LEVEL_SENSITIVE, CpuLevel
+from .isa_levels import LEVEL_SENSITIVE, OPTIMISED_ALIKE_UNLESS, CpuLevel
 
 LEVEL_VARIABLE = "qdc_cpu_level"  # internal: written only through CPU_LEVEL_SETTER
 
@@ -31,13 +31,15 @@ def level_symbol(name: str, level: int) -> str:
 
 
 def multiversioned_ir(module: ll.Module, task_bodies: list[str], levels: tuple[CpuLevel, ...],
-                      overrides: dict | None = None, features=None) -> str:
+                      overrides: dict | None = None, features=None, alike: dict | None = None) -> str:
     """The textual IR of `module` with the functions named `task_bodies` dispatched per level
     (see the module docstring). `levels[0]` is the level the module is compiled for.
     `overrides[(body, i)]`: a function of the module that is level i's copy of `body` instead
     of `body` itself (a width-W chunk built for that level's W, cpu/widen_codegen.py); it
     leaves the module's own text. `features(name, level)`: the LLVM features of the copy of
-    function `name` at `level` (default: the level's)."""
+    function `name` at `level` (default: the level's). `alike`, where given, receives
+    {(body, i): j}: the bodies that level i runs level j's code of, without a copy of its own
+    (`_alike_levels`)."""
     overrides = overrides or {}
     features = features or (lambda name, level: level.llvm_features)
     defined = {fn.name: fn for fn in module.functions if fn.blocks}
@@ -53,22 +55,39 @@ def multiversioned_ir(module: ll.Module, task_bodies: list[str], levels: tuple[C
         shared.remove(replacement)
     # Printing is most of this function's time (a wide chunk has thousands of instructions):
     # each global is printed once, and the module's text assembled from those.
-    printed = {}
-    body = []
-    for name, value in module.globals.items():
-        if name in replacements:  # a level's chunk leaves the module's own text
-            printed[name] = str(value)
-            continue
-        printed[name] = text = str(value)
-        body.append(_dispatcher(defined[name], len(levels)) if name in task_bodies else text)
+    printed = {name: str(value) for name, value in module.globals.items()}
+    same = _alike_levels(printed, task_bodies, shared, levels, overrides)
+    if alike is not None:
+        alike.update(same)
+    body = [_dispatcher(defined[name], len(levels), same) if name in task_bodies else text
+            for name, text in printed.items() if name not in replacements]  # a level's chunk leaves it
     copies = []
     for i, level in enumerate(levels):
         renamed = list(task_bodies) if i == 0 else list(task_bodies) + shared
-        for name in renamed:
+        own = [name for name in task_bodies if (name, i) not in same]
+        for name in own + (renamed[len(task_bodies):] if own else []):
             source = overrides.get((name, i))
             text = printed[name] if source is None else printed[source].replace(f'@"{source}"', f'@"{name}"', 1)
             copies.append(_level_copy(defined[name], text, i, level, renamed, features(source or name, level)))
     return "\n".join([_module_text(module, body), _level_variable(), *copies])
+
+
+def _alike_levels(printed: dict, task_bodies: list[str], shared: list[str], levels: tuple[CpuLevel, ...],
+                  overrides: dict) -> dict:
+    """{(body, i): j}: the task bodies that level i's CPUs would optimise as level j's do
+    (isa_levels.OPTIMISED_ALIKE_UNLESS), made from the same chunk."""
+    same = {}
+    callees = "".join(printed[name] for name in shared)
+    for i in range(1, len(levels)):
+        unless = OPTIMISED_ALIKE_UNLESS.get(levels[i].name)
+        if unless is None or re.search(unless, callees):
+            continue
+        for name in task_bodies:
+            j = same.get((name, i - 1), i - 1)
+            source = overrides.get((name, i), name)
+            if source == overrides.get((name, j), name) and not re.search(unless, printed[source]):
+                same[(name, i)] = j
+    return same
 
 
 def _module_text(module: ll.Module, body: list[str]) -> str:
@@ -102,14 +121,14 @@ def with_features(text: str, functions, features: str) -> str:
     return text
 
 
-def _dispatcher(fn: ll.Function, levels: int) -> str:
+def _dispatcher(fn: ll.Function, levels: int, same: dict) -> str:
     passed = ", ".join(f'{arg.type} %"a{k}"' for k, arg in enumerate(fn.args))
     lines = [f'define internal void @"{fn.name}"({passed}) alwaysinline', "{", "entry:",
              f'  %"level" = load i32, ptr @"{LEVEL_VARIABLE}"',
              '  switch i32 %"level", label %"l0" [' + " ".join(f'i32 {i}, label %"l{i}"' for i in range(1, levels))
              + "]"]
     for i in range(levels):
-        lines += [f"l{i}:", f'  call void @"{level_symbol(fn.name, i)}"({passed})', "  ret void"]
+        lines += [f"l{i}:", f'  call void @"{level_symbol(fn.name, same.get((fn.name, i), i))}"({passed})', "  ret void"]
     lines.append("}")
     return "\n".join(lines) + "\n"
 
@@ -123,18 +142,22 @@ def _level_variable() -> str:
 _DEFINITION = re.compile(r'^define [^\n]*?@"?([-\w.$]+)"?\(.*?^}\n?', re.M | re.S)
 
 
-def equal_levels(optimised: str, task_bodies: list[str], levels: tuple[CpuLevel, ...]) -> dict:
+def equal_levels(optimised: str, task_bodies: list[str], levels: tuple[CpuLevel, ...],
+                 alike: dict | None = None) -> dict:
     """{(body, i): j}: task body `body` of level i is, once optimised, the same code as that of
     the lower level j (LLVM's vectorisers found nothing to do differently there, as in a
     serial or a lane-by-lane task): level i may run level j's, which is valid on its CPUs, and
     is not emitted again. Bodies with what a level between compiles differently from equal IR
-    (isa_levels.LEVEL_SENSITIVE) are kept."""
+    (isa_levels.LEVEL_SENSITIVE) are kept. `alike`: those known before optimisation
+    (multiversioned_ir), which the result includes."""
     definitions = {m.group(1): m.group(0) for m in _DEFINITION.finditer(optimised)}
     sensitive = [re.compile(LEVEL_SENSITIVE[level.name]) if level.name in LEVEL_SENSITIVE else None
                  for level in levels]
-    same = {}
+    same = dict(alike or {})
     for name in task_bodies:
         for i in range(1, len(levels)):
+            if (name, i) in same:
+                continue
             j = same.get((name, i - 1), i - 1)
             mine, lower = definitions.get(level_symbol(name, i)), definitions.get(level_symbol(name, j))
             if mine is None or lower is None or any(s is None or s.search(mine) for s in sensitive[j + 1:i + 1]):
@@ -155,7 +178,9 @@ def without_equal_levels(optimised: str, same: dict) -> str:
     """`optimised` with each body of `same` removed and its callers calling the lower level's."""
     definitions = {m.group(1): m for m in _DEFINITION.finditer(optimised)}
     for (name, i), j in same.items():
-        removed = definitions[level_symbol(name, i)]
+        removed = definitions.get(level_symbol(name, i))
+        if removed is None:  # never made (equal_levels' `alike`)
+            continue
         optimised = optimised.replace(removed.group(0), "", 1)
         optimised = re.sub(rf'@"?{re.escape(level_symbol(name, i))}"?(?=[(\s,)])',
                            f'@"{level_symbol(name, j)}"', optimised)

@@ -75,7 +75,8 @@ def build_task_pipeline(dev, artifacts: dict, meta, i: int):
     if len(plans) > caps.max_bound_storage_buffers:
         raise UnsupportedKernelError(f"{what}: binds {len(plans)} storage buffers, more than the Vulkan device "
                                      f"'{caps.name}' binds to one shader ({caps.max_bound_storage_buffers})")
-    addressed = [BindingPlan(meta, (None, None, resource, index)) for resource, index in task.launch.get("addressed", ())]
+    addressed = [BindingPlan(meta, (None, None, resource, index))
+                 for resource, index in task.launch.get("addressed", ())]
     for p in plans:
         if (p.resource in HEAP_WORDS or p.resource == "adstack_meta") and meta.adstack_slot is None:
             raise UnsupportedKernelError(f"{what}: binds '{p.resource}' but its metadata lists no adstacks")

@@ -186,8 +186,9 @@ def _objdump():
 @needs_lld
 @pytest.mark.parametrize("kind", ["so_aarch64", "dylib_arm64"])
 def test_disassembly_has_each_levels_code(everywhere, kind):
-    """Each level's task body is in the library: NEON code for every level, SVE instructions
-    only in the SVE level's (Linux; macOS has one level, for Apple silicon)."""
+    """The levels' task bodies are in the library: NEON code at every level, SVE instructions
+    only in the SVE level's (Linux; macOS has one level, for Apple silicon). armv8.2-a runs
+    armv8-a's body, which it would optimise alike (isa_levels.OPTIMISED_ALIKE_UNLESS)."""
     objdump = _objdump()
     if objdump is None:
         pytest.skip("no llvm-objdump (apt-get install llvm)")
@@ -199,10 +200,10 @@ def test_disassembly_has_each_levels_code(everywhere, kind):
         found = re.search(r"<_?chain_t0\w*_chunk(\.l(\d))?>:", block)
         if found:
             bodies[int(found.group(2) or 0)] = block
-    levels = 3 if kind == "so_aarch64" else 1
-    assert sorted(bodies) == list(range(levels)), text[:2000]
+    levels = [0, 2] if kind == "so_aarch64" else [0]
+    assert sorted(bodies) == levels, text[:2000]
     sve = r"\bz\d+\.|\bptrue\b|\bwhilelo\b"
-    for i in range(levels):
+    for i in levels:
         assert ".4s" in bodies[i]  # 4 f32 lanes of a NEON register
         assert bool(re.search(sve, bodies[i])) == (i == 2), bodies[i]  # SVE only at the SVE level
 

@@ -4,6 +4,7 @@ lower level's body, and the kernel computes what numpy does."""
 from __future__ import annotations
 
 import platform
+import re
 import textwrap
 
 import numpy as np
@@ -76,3 +77,36 @@ def test_what_a_higher_level_compiles_differently_is_kept_per_family():
     # A level without a description shares nothing.
     other = (arm[0], arm[1]._replace(name="unknown"))
     assert equal_levels(_bodies(fma, fma), ["t_chunk"], other) == {}
+
+
+HALVES = textwrap.dedent('''
+    import qdc as qd
+
+    @qd.kernel
+    def scale(a: qd.types.ndarray(dtype=qd.f32, ndim=1), b: qd.types.ndarray(dtype=qd.f32, ndim=1)):
+        for i in range(a.shape[0]):
+            b[i] = a[i] * 3.0
+
+    @qd.kernel
+    def scale_half(a: qd.types.ndarray(dtype=qd.f16, ndim=1), b: qd.types.ndarray(dtype=qd.f16, ndim=1)):
+        for i in range(a.shape[0]):
+            b[i] = a[i] * qd.f16(3.0)
+''')
+
+
+def test_armv8_2_a_optimises_only_half_arithmetic_apart(tmp_path):
+    """armv8.2-a's task bodies are armv8-a's, made once before optimisation, unless they hold
+    what its optimiser weighs differently (half arithmetic: isa_levels.OPTIMISED_ALIKE_UNLESS)."""
+    from qdc.compiler.targets import lld
+    if not lld.find("ld.lld"):
+        pytest.skip(f"no ld.lld {lld.MIN_LLD}+ ({lld.INSTALL_HINT})")
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "halves.py").write_text(HALVES)
+    qdc("build", tmp_path / "src", "--cache", tmp_path / "cache", "-j", 1, "--cpu-targets", "aarch64-linux")
+    from qdc.runtime.cache import Cache, read_module
+    import llvmlite.binding as llvm
+    cache = Cache(str(tmp_path / "cache"))
+    for kernel, own in (("scale", False), ("scale_half", True)):
+        key = read_module(cache, "halves", "cpu")["kernels"][kernel]
+        text = str(llvm.parse_bitcode(cache.lookup(key).artifacts["bc"]))  # the optimised IR of aarch64 Linux
+        assert bool(re.search(rf"@{kernel}_t0\w*_chunk\.l1\(", text)) == own, kernel

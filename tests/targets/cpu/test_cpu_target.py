@@ -370,7 +370,8 @@ def test_multiversioned_module_compiles_for_every_architecture(capfd):
         eb = ll.IRBuilder(entry.append_basic_block("entry"))
         eb.call(body, list(entry.args))
         eb.ret_void()
-        parsed = llvm.parse_assembly(multiversion.multiversioned_ir(module, ["t_chunk"], levels))
+        alike = {}  # armv8.2-a runs armv8-a's body: it would optimise it alike
+        parsed = llvm.parse_assembly(multiversion.multiversioned_ir(module, ["t_chunk"], levels, alike=alike))
         parsed.verify()
         tm = llvm.Target.from_triple(triples[machine]).create_target_machine(
             cpu=levels[0].llvm_cpu, features=levels[0].llvm_features, opt=3, reloc="pic")
@@ -379,6 +380,6 @@ def test_multiversioned_module_compiles_for_every_architecture(capfd):
         assembly = tm.emit_assembly(parsed)
         assert multiversion.CPU_LEVEL_SETTER in assembly
         for i, register in enumerate(wide[machine]):
-            code = multiversion.level_assembly(assembly, ["t_chunk"], i)
+            code = multiversion.level_assembly(assembly, ["t_chunk"], i, alike)
             assert register in code and (i == 2 or wide[machine][2] not in code), (machine, i)
     assert "not a recognized" not in capfd.readouterr().err

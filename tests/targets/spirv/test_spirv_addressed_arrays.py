@@ -96,7 +96,8 @@ def weighted_sum(a0: qd.types.ndarray(qd.f32, 1), a1: qd.types.ndarray(qd.f32, 1
                  a18: qd.types.ndarray(qd.f32, 1), a19: qd.types.ndarray(qd.f32, 1), a20: qd.types.ndarray(qd.f32, 1),
                  a21: qd.types.ndarray(qd.f32, 1), a22: qd.types.ndarray(qd.f32, 1), a23: qd.types.ndarray(qd.f32, 1),
                  a24: qd.types.ndarray(qd.f32, 1), a25: qd.types.ndarray(qd.f32, 1), a26: qd.types.ndarray(qd.f32, 1),
-                 flags: qd.types.ndarray(qd.u1, 1), out: qd.types.ndarray(qd.f64, 1), total: qd.types.ndarray(qd.f32, 1)):
+                 flags: qd.types.ndarray(qd.u1, 1), out: qd.types.ndarray(qd.f64, 1),
+                 total: qd.types.ndarray(qd.f32, 1)):
     for i in range(out.shape[0]):
         s = (a0[i] + 2 * a1[i] + 3 * a2[i] + 4 * a3[i] + 5 * a4[i] + 6 * a5[i] + 7 * a6[i] + 8 * a7[i] + 9 * a8[i]
              + 10 * a9[i] + 11 * a10[i] + 12 * a11[i] + 13 * a12[i] + 14 * a13[i] + 15 * a14[i] + 16 * a15[i]
