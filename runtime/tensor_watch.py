@@ -75,8 +75,16 @@ def _answers_as_data_ptr(torch, get, alloc) -> bool:
 
 def watchable(a) -> bool:
     """Whether tensor `a` may be watched: exactly a torch tensor or parameter, the shim usable."""
-    torch = sys.modules.get("torch")
-    return torch is not None and type(a) in (torch.Tensor, torch.nn.Parameter) and data_pointer_function() != 0
+    global _WATCHED_TYPES
+    if _WATCHED_TYPES is None:
+        torch = sys.modules.get("torch")
+        if torch is None:
+            return False
+        _WATCHED_TYPES = (torch.Tensor, torch.nn.Parameter) if data_pointer_function() else ()
+    return type(a) in _WATCHED_TYPES
+
+
+_WATCHED_TYPES: tuple | None = None  # what `watchable` takes: () where the shim cannot be used
 
 
 class TensorHandle:
@@ -93,8 +101,8 @@ class TensorHandle:
 
     def __del__(self):
         if self.address and _delete is not None:
-            _delete(self.address)
-            self.address = 0
+            address, self.address = self.address, 0
+            _delete(address)
 
 
 def _capsule_pointer(capsule) -> int:
