@@ -3,10 +3,12 @@
 plane+box and the Franka scenes, each in Genesis's field mode (GS_ENABLE_NDARRAY=0) and its
 default ndarray mode; and the largest difference of the positions after STEPS steps.
 
-    python bench/bench_genesis.py [--steps 100] [--scenes box,franka] [--modes field,ndarray]
+    python bench/bench_genesis.py [--steps 100] [--scenes box,franka] [--modes field,ndarray] [--arch vulkan]
 
-Needs genesis-world (1.4.5), torch and quadrants in the running Python. Each measurement is a
-fresh process (bench/genesis_scene.py); the kernel caches are temporary folders.
+`--arch vulkan` runs Genesis's kernels on the Vulkan arch, Quadrants' and qdc's alike
+(bench/genesis_scene.py says how). Needs genesis-world (1.4.5), torch and quadrants in the
+running Python. Each measurement is a fresh process (bench/genesis_scene.py); the kernel caches
+are temporary folders.
 """
 from __future__ import annotations
 
@@ -20,10 +22,11 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def run_scene(scene: str, steps: int, qdc: bool, mode: str, cache: str) -> dict:
+def run_scene(scene: str, steps: int, qdc: bool, mode: str, cache: str, arch: str = "cpu") -> dict:
     env = dict(os.environ, GS_ENABLE_NDARRAY="0" if mode == "field" else "1",
                QDC_CACHE_DIR=cache, QD_OFFLINE_CACHE_FILE_PATH=cache)
-    args = [sys.executable, os.path.join(HERE, "genesis_scene.py"), scene, str(steps)] + (["--qdc"] if qdc else [])
+    args = ([sys.executable, os.path.join(HERE, "genesis_scene.py"), scene, str(steps), "--arch", arch]
+            + (["--qdc"] if qdc else []))
     done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=3600)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
@@ -41,6 +44,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--scenes", default="box,franka")
     parser.add_argument("--modes", default="field,ndarray")
+    parser.add_argument("--arch", default="cpu", help="the arch Genesis's kernels run on (cpu, vulkan)")
     args = parser.parse_args()
     rows = []
     for scene in args.scenes.split(","):
@@ -48,8 +52,8 @@ def main() -> None:
             results = {}
             for name, qdc in (("quadrants", False), ("qdc", True)):
                 with tempfile.TemporaryDirectory(prefix=f"bench-genesis-{name}-") as cache:
-                    cold = run_scene(scene, args.steps, qdc, mode, cache)
-                    warm = run_scene(scene, args.steps, qdc, mode, cache)
+                    cold = run_scene(scene, args.steps, qdc, mode, cache, args.arch)
+                    warm = run_scene(scene, args.steps, qdc, mode, cache, args.arch)
                 results[name] = (cold, warm)
             (q_cold, q_warm), (c_cold, c_warm) = results["quadrants"], results["qdc"]
             diff = max_difference(q_warm["pos"], c_warm["pos"])

@@ -107,7 +107,6 @@ from .launch_hooks import LaunchContext, LaunchHooks, with_finish, with_prepare
 from .device_copies import DeviceCopies, host_array
 from .launch_path import choose_launch_path
 from . import tensor_watch
-from .contract import cpu_binding
 from .graph_loops import GraphLoops, loop_steps
 from .sizeexpr_eval import simple_trip_count
 from .argument_checks import (PACK_CODE, argument_name, built_without_its_gradient, check_extent, check_ndarray,
@@ -170,7 +169,7 @@ class _Launcher(GraphLoops):
                        "_q_after": self.after, "_q_run_after": self.run_after})
         if self.python is not None:
             self.g["_q_fast"], self.g["_q_fast_refused"] = self.python.function, self.fast_refused
-        self.watched: dict = {}  # parameter -> the TensorHandle of the tensor the Python entry watches
+        self.watches = tensor_watch.Watches(self.words, meta.ctx_words, len(meta.params))  # what the Python entry checks
         self.hooks = hooks
         self.copies = None if device.capabilities.host_memory else DeviceCopies(device)
         if self.copies is not None:
@@ -377,15 +376,16 @@ class _Launcher(GraphLoops):
         numpy_flag, tensor_flag = f"_q_numpy{index}", f"_q_tensor{index}"
         copies, device_buffer = self.copies, f"_q_dev{index}"
         uncached = self.python is not None
+        can_watch, watchable = self.python is not None and self.python.watches, tensor_watch.watchable
         limits, arch = extent_limits(self.device), self.device.arch
-        after = self.after
+        after, watches = self.after, self.watches
 
         def bind(a):
-            if index in self.watched:  # whatever comes now, the words stop being the watched tensor's
-                self.unwatch(index)
-            g[tensor_flag] = False
+            if index in watches:  # whatever comes now, the words stop being the watched tensor's
+                watches.unwatch(index)
             if not isinstance(a, (np.ndarray, Ndarray, Field)) and is_external(a):
                 return bind_external(a)
+            g[tensor_flag] = False
             if limits is not None and isinstance(a, (np.ndarray, Ndarray, Field)):  # before a device copy is allocated
                 check_extent(meta, index, a.shape if isinstance(a, np.ndarray) else a.storage_shape, limits, arch)
             if isinstance(a, np.ndarray):
@@ -455,29 +455,18 @@ class _Launcher(GraphLoops):
             if bound.cacheable:  # the launch code (or the Python entry) compares the address before skipping this
                 g[arr], g[f"_q_ptr{index}"] = a, bound.ptr
                 g["_q_data_ptr"], g[tensor_flag] = type(a).data_ptr, True
-                set_kind("watched" if self.watch(index, a) else "tensor")
+                set_kind("watch-next" if can_watch and watchable(a) else "tensor")
             else:
-                g[arr] = _UNBOUND
+                g[arr], g[tensor_flag] = _UNBOUND, False
                 set_kind("always")
+
+        def watch(a) -> None:
+            """The cached tensor came again: from now on the Python entry checks it itself
+            (runtime/tensor_watch.py; a new tensor at every launch costs no handle)."""
+            watches.watch(index, a)
+            set_kind("watched")
+        g[f"_q_watch{index}"] = watch
         return bind
-
-    def watch(self, index: int, a) -> bool:
-        """Let the Python entry check cached tensor `a` of parameter `index` itself
-        (runtime/tensor_watch.py), where the library and torch allow; whether it does."""
-        if self.python is None or not self.python.watches or not tensor_watch.watchable(a):
-            return False
-        base, count = self.meta.ctx_words, len(self.meta.params)
-        handle = self.watched[index] = tensor_watch.TensorHandle.of(a)
-        self.words[cpu_binding.watch_word(base, count, cpu_binding.WATCH_GET)] = tensor_watch.data_pointer_function()
-        self.words[cpu_binding.watched_handle_word(base, count, index)] = handle.address
-        self.words[cpu_binding.watched_object_word(base, count, index)] = id(a)  # alive: the cached `_q_arr`
-        return True
-
-    def unwatch(self, index: int) -> None:
-        base, count = self.meta.ctx_words, len(self.meta.params)
-        self.words[cpu_binding.watched_object_word(base, count, index)] = 0
-        self.words[cpu_binding.watched_handle_word(base, count, index)] = 0
-        del self.watched[index]  # deletes the handle
 
     def bool_converter(self, index: int):
         def as_bool(v):
@@ -519,7 +508,7 @@ class _Launcher(GraphLoops):
             if i in self.vectors:  # its elements into locals, packed and checked as scalars below
                 elements = "".join(values[k] + ", " for k in range(i, i + self.vectors[i].count))
                 body += [f"    {elements}= _q_elements{i}({p.name})"]
-            if p.kind == "ndarray" and kinds[i] in ("tensor", "watched", "always"):  # external_arrays.py, copies
+            if p.kind == "ndarray" and kinds[i] in ("tensor", "watch-next", "watched", "always"):  # external_arrays.py
                 body += self.tensor_statements(i, kinds[i])
                 if self.copies is not None:
                     body += [f"    if _q_numpy{i}:", f"        _q_copy_in(_q_dev{i}, {p.name})"]
@@ -604,12 +593,14 @@ class _Launcher(GraphLoops):
 
     def tensor_statements(self, index: int, kind: str) -> list[str]:
         """Binding an external array (a tensor) or a copied one: a cached tensor (kind "tensor")
-        again only when it is another one or its address changed (`resize_`, `set_`, `.data = `);
+        again only when it is another one or its address changed (`resize_`, `set_`, `.data = `),
+        and one the Python entry can watch (kind "watch-next") watched once it comes again;
         anything else (kind "always", and a watched tensor in the code that runs when the Python
         entry refused a launch) at every launch."""
         a = self.meta.params[index].name
-        if kind == "tensor":
-            return [f"    if {a} is not _q_arr{index} or _q_data_ptr({a}) != _q_ptr{index}:", f"        _q_bind{index}({a})"]
+        if kind in ("tensor", "watch-next"):
+            check = [f"    if {a} is not _q_arr{index} or _q_data_ptr({a}) != _q_ptr{index}:", f"        _q_bind{index}({a})"]
+            return check + (["    else:", f"        _q_watch{index}({a})"] if kind == "watch-next" else [])
         return [f"    _q_bind{index}({a})"]
 
     def fast_refused(self, args: tuple):

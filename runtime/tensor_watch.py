@@ -25,6 +25,8 @@ import glob
 import os
 import sys
 
+from .contract import cpu_binding as layout
+
 _GET: int | None = None  # the address of aoti_torch_get_data_ptr once checked; 0: not usable
 _delete = None  # aoti_torch_delete_tensor_object, as a ctypes function
 
@@ -75,8 +77,42 @@ def _answers_as_data_ptr(torch, get, alloc) -> bool:
 
 def watchable(a) -> bool:
     """Whether tensor `a` may be watched: exactly a torch tensor or parameter, the shim usable."""
-    torch = sys.modules.get("torch")
-    return torch is not None and type(a) in (torch.Tensor, torch.nn.Parameter) and data_pointer_function() != 0
+    global _WATCHED_TYPES
+    if _WATCHED_TYPES is None:
+        torch = sys.modules.get("torch")
+        if torch is None:
+            return False
+        _WATCHED_TYPES = (torch.Tensor, torch.nn.Parameter) if data_pointer_function() else ()
+    return type(a) in _WATCHED_TYPES
+
+
+_WATCHED_TYPES: tuple | None = None  # what `watchable` takes: () where the shim cannot be used
+
+
+class Watches:
+    """The tensors a launcher's Python entry watches, one per parameter at most, and the words
+    that say so (`words`: the launcher's ctx as uint64s; `ctx_words`, `count`: the kernel's ctx
+    size and parameter count). A watched tensor is kept alive with its handle while its address
+    is in the words, so no other object can have that address."""
+
+    def __init__(self, words, ctx_words: int, count: int):
+        self.words, self.base, self.count = words, ctx_words, count
+        self.watched: dict = {}  # parameter -> (TensorHandle, tensor)
+
+    def __contains__(self, index: int) -> bool:
+        return index in self.watched
+
+    def watch(self, index: int, a) -> None:
+        handle = TensorHandle.of(a)
+        self.watched[index] = (handle, a)
+        self.words[layout.watch_word(self.base, self.count, layout.WATCH_GET)] = data_pointer_function()
+        self.words[layout.watched_handle_word(self.base, self.count, index)] = handle.address
+        self.words[layout.watched_object_word(self.base, self.count, index)] = id(a)
+
+    def unwatch(self, index: int) -> None:
+        self.words[layout.watched_object_word(self.base, self.count, index)] = 0
+        self.words[layout.watched_handle_word(self.base, self.count, index)] = 0
+        del self.watched[index]  # deletes the handle, lets the tensor go
 
 
 class TensorHandle:
@@ -93,8 +129,8 @@ class TensorHandle:
 
     def __del__(self):
         if self.address and _delete is not None:
-            _delete(self.address)
-            self.address = 0
+            address, self.address = self.address, 0
+            _delete(address)
 
 
 def _capsule_pointer(capsule) -> int:

@@ -51,8 +51,8 @@ def _scaled(t, s):
 @pytest.mark.parametrize("observed", [False, True], ids=["launched", "under_a_tape"])
 def test_a_replaced_storage_is_written_never_the_old_one(rng, replace, observed):
     t = torch.from_numpy(rng.random(8, dtype=np.float32)).clone()  # its own storage: resizable
-    scale(t, 2.0)
-    scale(t, 2.0)  # cached
+    for _ in range(3):
+        scale(t, 2.0)  # bound, cached, then watched since it came again
     if tensor_watch.data_pointer_function():
         assert _launcher().kinds[0] == "watched" and _launcher().path.name == "python_entry"
     old = t.detach()  # another tensor on the old storage: it must stay as it is (resize_ moves that

@@ -96,7 +96,8 @@ def weighted_sum(a0: qd.types.ndarray(qd.f32, 1), a1: qd.types.ndarray(qd.f32, 1
                  a18: qd.types.ndarray(qd.f32, 1), a19: qd.types.ndarray(qd.f32, 1), a20: qd.types.ndarray(qd.f32, 1),
                  a21: qd.types.ndarray(qd.f32, 1), a22: qd.types.ndarray(qd.f32, 1), a23: qd.types.ndarray(qd.f32, 1),
                  a24: qd.types.ndarray(qd.f32, 1), a25: qd.types.ndarray(qd.f32, 1), a26: qd.types.ndarray(qd.f32, 1),
-                 flags: qd.types.ndarray(qd.u1, 1), out: qd.types.ndarray(qd.f64, 1), total: qd.types.ndarray(qd.f32, 1)):
+                 flags: qd.types.ndarray(qd.u1, 1), out: qd.types.ndarray(qd.f64, 1),
+                 total: qd.types.ndarray(qd.f32, 1)):
     for i in range(out.shape[0]):
         s = (a0[i] + 2 * a1[i] + 3 * a2[i] + 4 * a3[i] + 5 * a4[i] + 6 * a5[i] + 7 * a6[i] + 8 * a7[i] + 9 * a8[i]
              + 10 * a9[i] + 11 * a10[i] + 12 * a11[i] + 13 * a12[i] + 14 * a13[i] + 15 * a14[i] + 16 * a15[i]
@@ -129,10 +130,14 @@ def test_many_arrays_on_vulkan_equal_numpy(vulkan_runtime, rng):
         arrays[-1].from_numpy(v)
     f, out, total = qd.ndarray(qd.u1, shape=(n,)), qd.ndarray(qd.f64, shape=(n,)), qd.ndarray(qd.f32, shape=(1,))
     f.from_numpy(flags)
-    weighted_sum(*arrays, f, out, total)
-    s = sum((w + 1) * v.astype(np.float64) for w, v in enumerate(values))
-    np.testing.assert_allclose(out.to_numpy(), np.where(flags, s, 0), rtol=1e-5, atol=1e-4)
-    np.testing.assert_allclose(total.to_numpy()[0], s.sum(), rtol=1e-4, atol=1e-3)
+    # the same arrays again (the launch plan's addresses), then in another order (new addresses)
+    for order in (arrays, arrays, arrays[::-1]):
+        total.from_numpy(np.zeros(1, np.float32))
+        weighted_sum(*order, f, out, total)
+        ordered = values if order[0] is arrays[0] else values[::-1]
+        s = sum((w + 1) * v.astype(np.float64) for w, v in enumerate(ordered))
+        np.testing.assert_allclose(out.to_numpy(), np.where(flags, s, 0), rtol=1e-5, atol=1e-4)
+        np.testing.assert_allclose(total.to_numpy()[0], s.sum(), rtol=1e-4, atol=1e-3)
 
 
 def test_genesis_style_dataclass_kernel_on_vulkan_equals_numpy(vulkan_runtime, rng):
