@@ -219,11 +219,13 @@ class LaunchPlan:
     buffers (`key_of(words)`) are the same and no buffer was freed nor descriptor set dropped
     since (`epoch`): the per-launch work is then the args in the ring and the dynamic offsets.
     `dynamic` holds per dynamic binding (its plan, the base and end address of the allocation
-    it points into; None and None for the ring; None and the offset for a constant slot)."""
-    __slots__ = ("epoch", "key_of", "key", "dynamic")
+    it points into; None and None for the ring; None and the offset for a constant slot);
+    `addresses` the "addresses" words of a task reaching arrays by address (else None)."""
+    __slots__ = ("epoch", "key_of", "key", "dynamic", "addresses")
 
-    def __init__(self, epoch, key_of, key, dynamic):
+    def __init__(self, epoch, key_of, key, dynamic, addresses=None):
         self.epoch, self.key_of, self.key, self.dynamic = epoch, key_of, key, dynamic
+        self.addresses = addresses
 
 
 def _record_planned(dev, loaded, tp, plan, ctx) -> bool:
@@ -234,7 +236,7 @@ def _record_planned(dev, loaded, tp, plan, ctx) -> bool:
         return False
     for j, (p, base, end) in enumerate(plan.dynamic):
         if base is None and end is None:  # the ring (a planned task binds no adstack words)
-            offsets[j] = _write_ring(dev, loaded.args.pack(ctx))
+            offsets[j] = _write_ring(dev, plan.addresses if p.resource == "addresses" else loaded.args.pack(ctx))
         tp.dynamic[j] = offsets[j]
     return True
 
@@ -300,10 +302,12 @@ def _record_resolved(dev, loaded, tp, ctx) -> None:
     _bind_sets(dev, tp, buffers)
     tp.uses = uses
     tp.plan = None
-    if adstack_words is None and not tp.addressed:
-        key_words = [p.word for p in tp.bindings if p.word is not None and not p.dynamic]
+    if adstack_words is None:
+        # the words naming the bound buffers and the addressed arrays: while they are the same,
+        # so are the bindings and the addresses
+        key_words = [p.word for p in tp.bindings + tp.addressed if p.word is not None and not p.dynamic]
         key_of = operator.itemgetter(*key_words) if key_words else no_key
-        tp.plan = LaunchPlan(dev.bindings_epoch, key_of, key_of(ctx.tolist()), dynamic)
+        tp.plan = LaunchPlan(dev.bindings_epoch, key_of, key_of(ctx.tolist()), dynamic, written["addresses"])
 
 
 def _array_addresses(dev, meta, tp, ctx, uses: list) -> np.ndarray:
