@@ -107,7 +107,6 @@ from .launch_hooks import LaunchContext, LaunchHooks, with_finish, with_prepare
 from .device_copies import DeviceCopies, host_array
 from .launch_path import choose_launch_path
 from . import tensor_watch
-from .contract import cpu_binding
 from .graph_loops import GraphLoops, loop_steps
 from .sizeexpr_eval import simple_trip_count
 from .argument_checks import (PACK_CODE, argument_name, built_without_its_gradient, check_extent, check_ndarray,
@@ -170,7 +169,7 @@ class _Launcher(GraphLoops):
                        "_q_after": self.after, "_q_run_after": self.run_after})
         if self.python is not None:
             self.g["_q_fast"], self.g["_q_fast_refused"] = self.python.function, self.fast_refused
-        self.watched: dict = {}  # parameter -> (TensorHandle, tensor) of the tensor the Python entry watches
+        self.watches = tensor_watch.Watches(self.words, meta.ctx_words, len(meta.params))  # what the Python entry checks
         self.hooks = hooks
         self.copies = None if device.capabilities.host_memory else DeviceCopies(device)
         if self.copies is not None:
@@ -379,11 +378,11 @@ class _Launcher(GraphLoops):
         uncached = self.python is not None
         can_watch, watchable = self.python is not None and self.python.watches, tensor_watch.watchable
         limits, arch = extent_limits(self.device), self.device.arch
-        after, watched = self.after, self.watched
+        after, watches = self.after, self.watches
 
         def bind(a):
-            if index in watched:  # whatever comes now, the words stop being the watched tensor's
-                self.unwatch(index)
+            if index in watches:  # whatever comes now, the words stop being the watched tensor's
+                watches.unwatch(index)
             if not isinstance(a, (np.ndarray, Ndarray, Field)) and is_external(a):
                 return bind_external(a)
             g[tensor_flag] = False
@@ -462,28 +461,12 @@ class _Launcher(GraphLoops):
                 set_kind("always")
 
         def watch(a) -> None:
-            """The cached tensor came again: from now on the Python entry checks it (a tensor
-            passed once, a new one at every launch, costs no handle)."""
-            self.watch(index, a)
+            """The cached tensor came again: from now on the Python entry checks it itself
+            (runtime/tensor_watch.py; a new tensor at every launch costs no handle)."""
+            watches.watch(index, a)
             set_kind("watched")
         g[f"_q_watch{index}"] = watch
         return bind
-
-    def watch(self, index: int, a) -> None:
-        """Let the Python entry check cached tensor `a` of parameter `index` itself
-        (runtime/tensor_watch.py)."""
-        base, count = self.meta.ctx_words, len(self.meta.params)
-        handle = tensor_watch.TensorHandle.of(a)
-        self.watched[index] = (handle, a)  # `a` alive while its address is in the words: no other object has it
-        self.words[cpu_binding.watch_word(base, count, cpu_binding.WATCH_GET)] = tensor_watch.data_pointer_function()
-        self.words[cpu_binding.watched_handle_word(base, count, index)] = handle.address
-        self.words[cpu_binding.watched_object_word(base, count, index)] = id(a)
-
-    def unwatch(self, index: int) -> None:
-        base, count = self.meta.ctx_words, len(self.meta.params)
-        self.words[cpu_binding.watched_object_word(base, count, index)] = 0
-        self.words[cpu_binding.watched_handle_word(base, count, index)] = 0
-        del self.watched[index]  # deletes the handle, lets the tensor go
 
     def bool_converter(self, index: int):
         def as_bool(v):

@@ -25,6 +25,8 @@ import glob
 import os
 import sys
 
+from .contract import cpu_binding as layout
+
 _GET: int | None = None  # the address of aoti_torch_get_data_ptr once checked; 0: not usable
 _delete = None  # aoti_torch_delete_tensor_object, as a ctypes function
 
@@ -85,6 +87,32 @@ def watchable(a) -> bool:
 
 
 _WATCHED_TYPES: tuple | None = None  # what `watchable` takes: () where the shim cannot be used
+
+
+class Watches:
+    """The tensors a launcher's Python entry watches, one per parameter at most, and the words
+    that say so (`words`: the launcher's ctx as uint64s; `ctx_words`, `count`: the kernel's ctx
+    size and parameter count). A watched tensor is kept alive with its handle while its address
+    is in the words, so no other object can have that address."""
+
+    def __init__(self, words, ctx_words: int, count: int):
+        self.words, self.base, self.count = words, ctx_words, count
+        self.watched: dict = {}  # parameter -> (TensorHandle, tensor)
+
+    def __contains__(self, index: int) -> bool:
+        return index in self.watched
+
+    def watch(self, index: int, a) -> None:
+        handle = TensorHandle.of(a)
+        self.watched[index] = (handle, a)
+        self.words[layout.watch_word(self.base, self.count, layout.WATCH_GET)] = data_pointer_function()
+        self.words[layout.watched_handle_word(self.base, self.count, index)] = handle.address
+        self.words[layout.watched_object_word(self.base, self.count, index)] = id(a)
+
+    def unwatch(self, index: int) -> None:
+        self.words[layout.watched_object_word(self.base, self.count, index)] = 0
+        self.words[layout.watched_handle_word(self.base, self.count, index)] = 0
+        del self.watched[index]  # deletes the handle, lets the tensor go
 
 
 class TensorHandle:

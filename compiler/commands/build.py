@@ -34,7 +34,7 @@ from qdc.runtime.contract.objects import FieldMarker as Field, StructFieldMarker
 from qdc.runtime.contract.python_scope import scope_types
 from qdc.runtime import remote as remote_mod, signing
 
-from ..driver import cache_key, options as options_mod
+from ..driver import cache_key, options as options_mod, source_facts
 from .. import targets, timings
 from ..jit.aot import Instantiation
 from ..jit.kernel import Kernel, kernel_of
@@ -420,7 +420,9 @@ def _build_trust(opts, signer):
 
 def _writable_cache(cache_dir: str) -> Cache:
     """The cache to build into; BuildUsageError if it is a file or cannot be written (tried for
-    real: a read-only cache would otherwise fail every kernel, one by one)."""
+    real: a read-only cache would otherwise fail every kernel, one by one). What parsing the
+    kernels' sources finds is kept there too (source_facts.py): a process run from that cache
+    parses nothing."""
     try:
         root = check_cache_folder(cache_dir)
     except ValueError as e:
@@ -429,6 +431,7 @@ def _writable_cache(cache_dir: str) -> Cache:
     if problem is not None:
         raise BuildUsageError(f"cache folder '{cache_dir}' is not writable ({problem}): build into a writable "
                               f"folder (--cache DIR)")
+    source_facts.keep_in(os.path.join(root, source_facts.FOLDER))
     return Cache(root)
 
 

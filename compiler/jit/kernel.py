@@ -17,6 +17,7 @@ import numpy as np
 from qdc.runtime import context
 from qdc.runtime.contract import foreign_arrays, types as T
 from qdc.runtime.contract.objects import FieldMarker as Field, NdarrayMarker as Ndarray
+from qdc.runtime.fields import Ndarray as DeviceNdarray
 from qdc.runtime.kernel_function import KernelFunction
 from qdc.runtime.launcher import make_launcher
 
@@ -264,9 +265,28 @@ class Kernel(KernelFunction):
             self.launch_directly(self._dispatch.code)
 
     def _array_key_function(self, i: int):
-        """Templated ndarray parameter `i`'s part of the specialisation key, as a function of its argument."""
+        """Templated ndarray parameter `i`'s part of the specialisation key, as a function of its
+        argument. For an exact numpy array or qd.ndarray the part follows from a few attributes
+        (dtype and rank; a qd.ndarray's element shape, gradient and layout too), so it is looked
+        up by them once computed; anything else (a tensor) is keyed in full at every launch."""
         specialised = self.specialised_argument
-        return lambda a: specialised(i, a)[0]
+        if None in self._annotated[i].element_shape:  # the part reads the argument's trailing axes
+            return lambda a: specialised(i, a)[0]
+        known: dict = {}
+
+        def key(a):
+            cls = a.__class__
+            if cls is np.ndarray:
+                facts = (cls, a.dtype, a.ndim)
+            elif cls is DeviceNdarray:
+                facts = (cls, a.dtype, a.ndim, a.element_shape, a.grad is not None, a.layout)
+            else:
+                return specialised(i, a)[0]
+            part = known.get(facts)
+            if part is None:
+                part = known[facts] = specialised(i, a)[0]
+            return part
+        return key
 
     def _member_launch(self, entry, templates):
         """The launch function of variant `entry` that takes the kernel's arguments (its

@@ -19,6 +19,11 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+# The SPIR-V specialization constant holding the iterations one dispatch of a serial range-for
+# runs (0, the default: all of them). A device that stops long-running invocations (lavapipe
+# stops one after 65,535 loop iterations) sets it and dispatches one workgroup per chunk, the
+# chunk's number in WorkgroupId.x and 1 in WorkgroupId.y for the last (vkCmdDispatchBase).
+SERIAL_CHUNK_SPEC_ID = 3
 WIDE_TYPES = frozenset({"i64", "u64", "f64"})  # scalars that take two words
 SIGN_EXTENDED_BITS = {"i8": 8, "i16": 16}        # scalars stored sign-extended to 32 bits
 RANDOM_WORDS = 4                                 # seed, launch counter: two words each

@@ -33,11 +33,7 @@ def test_genesis_scene_matches_quadrants(scene, mode, tmp_path):
     assert again["compiles"] == 0  # a second process of the same scene compiles nothing
 
 
-@pytest.mark.parametrize("scene", [
-    "box",
-    pytest.param("franka", marks=pytest.mark.xfail(
-        strict=True, reason="on Vulkan the first contact (the hand on the plane, step 45) is not detected: "
-                            "the positions part after it"))])
+@pytest.mark.parametrize("scene", ["box", "franka"])
 def test_genesis_scene_on_vulkan_matches_the_cpu(scene, tmp_path):
     if vulkan_unavailable_reason() is not None:
         pytest.skip(f"no Vulkan device: {vulkan_unavailable_reason()}")

@@ -189,8 +189,6 @@ def test_ranges_not_divisible_by_thread_count(arch, rng, threads, session_cache_
         assert total[None] == sum(range(b, b + n))
 
 
-@pytest.mark.xfail_arch("vulkan", device="llvmpipe", reason="a serialize=True loop of 100003 iterations is wrong from element "
-                                          "65536 on: a SPIR-V target / Vulkan dispatch bug")
 def test_serialized_loop_gives_the_sequential_answer(arch, rng):
     @qd.kernel
     def prefix_sum(a: qd.types.ndarray(dtype=qd.i64, ndim=1)):

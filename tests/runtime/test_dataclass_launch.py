@@ -162,3 +162,36 @@ def test_the_variant_behind_the_dispatch_binds_in_the_library(rng):
     step(world, Config(1.0), np.zeros(n, np.float32))
     paths = {entry[1].__qdc_launcher__.path.name for entry in kernel_of(step)._launchers.values()}
     assert paths == {"python_entry"}, paths
+
+
+@qd.kernel
+def doubled(src: qd.types.ndarray(), out: qd.types.ndarray()):
+    for i in qd.grouped(src):
+        out[i] = src[i] * 2
+
+
+def test_untyped_arrays_of_every_kind_in_turn_pick_their_variant(rng):
+    """The dispatch keys an untyped ndarray parameter by the argument's dtype and rank (a
+    qd.ndarray's element shape too), remembered per kind of array: arrays of every kind in
+    turn, each launched twice, each checked against numpy."""
+    def qd_array(values, element=None):
+        a = qd.ndarray(qd.math.vec3 if element else qd.types.f64 if values.dtype == np.float64 else qd.f32,
+                       values.shape[:-1] if element else values.shape)
+        a.from_numpy(values)
+        return a
+
+    kinds = [rng.random(5).astype(np.float32), rng.random((3, 4)), rng.random(6).astype(np.float64),
+             (rng.random(7) * 100).astype(np.int32), rng.random((2, 3, 2)).astype(np.float32)]
+    for _ in range(2):
+        for values in kinds:
+            for twice in range(2):
+                out = np.zeros_like(values)
+                doubled(values, out)
+                np.testing.assert_array_equal(out, values * values.dtype.type(2))
+        for values, element in ((rng.random((4, 3)).astype(np.float32), True), (rng.random(5), False),
+                                (rng.random(3).astype(np.float32), False)):
+            src, out = qd_array(values, element), qd_array(np.zeros_like(values), element)
+            doubled(src, out)
+            doubled(src, out)
+            np.testing.assert_allclose(out.to_numpy(), values * 2, rtol=1e-6)
+    assert kernel_of(doubled).launches_on_its_own()

@@ -19,7 +19,7 @@ that use more arrays than a device lets one shader bind.
 from __future__ import annotations
 
 from qdc.runtime.contract import types as T
-from qdc.runtime.contract.spirv_args import arg_words  # the "args" words, as the devices pack them
+from qdc.runtime.contract.spirv_args import SERIAL_CHUNK_SPEC_ID, arg_words  # the ABI the devices share
 
 from ... import ir
 from ...passes.bounds_checks import checked_accesses
@@ -122,11 +122,10 @@ class TaskLowering(SimtLowering, ValueLowering, MemoryLowering, AdStackLowering,
         it = task.index.type
         begin, end = self.v(task.begin), self.v(task.end)
         n = self.op(Op.ISub, it, end, begin)
-        total = self.total
+        total, stop = self.total, n
         if task.serial:
-            start, step = self.c(it, 0), self.c(it, 1)
-            active = self.boolean(Op.LogicalAnd, self.boolean(Op.IEqual, self.invocation, self.c(T.u32, 0)),
-                                  self.boolean(Op.SLessThan, start, n))
+            start, stop, active = self.serial_chunk(it, n)
+            step = self.c(it, 1)
         else:
             start = self.convert(self.invocation, T.u32, it)
             active = self.boolean(Op.SLessThan, start, n)
@@ -141,11 +140,29 @@ class TaskLowering(SimtLowering, ValueLowering, MemoryLowering, AdStackLowering,
 
         def iterations():
             self.block(task.chunk_init)
-            self.counted_loop(it, start, n, step, lambda i: self.bind_index(task, begin, i), task.body)
+            self.counted_loop(it, start, stop, step, lambda i: self.bind_index(task, begin, i), task.body)
             self.flushing_partials = flush
             self.block(task.chunk_final)
             self.flushing_partials = False
         self.if_then(active, iterations)
+
+    def serial_chunk(self, it: T.DataType, n: int) -> tuple:
+        """(start, stop, active) of a serial range-for's dispatch: the first invocation of
+        workgroup (c, last) runs iterations [c * C, c * C + C), to the end in the last chunk, C
+        being the SERIAL_CHUNK_SPEC_ID constant; C = 0 (the default, one workgroup): all of them."""
+        u32 = self.ty(T.u32)
+        chunk_size = self.m.spec_const(u32, 0, SERIAL_CHUNK_SPEC_ID)
+        group = self.input_builtin(BuiltIn.WorkgroupId, True)
+        chunk, last = (self.fb.emit(Op.CompositeExtract, u32, group, i) for i in (0, 1))
+        local = self.fb.emit(Op.CompositeExtract, u32, self.input_builtin(BuiltIn.LocalInvocationId, True), 0)
+        start = self.convert(self.op(Op.IMul, T.u32, chunk, chunk_size), T.u32, it)
+        whole = self.boolean(Op.LogicalOr, self.boolean(Op.IEqual, chunk_size, self.c(T.u32, 0)),
+                             self.boolean(Op.INotEqual, last, self.c(T.u32, 0)))
+        bounded = self.glsl(it, GLSL.SMin, n, self.op(Op.IAdd, it, start, self.convert(chunk_size, T.u32, it)))
+        stop = self.select(it, whole, n, bounded)
+        active = self.boolean(Op.LogicalAnd, self.boolean(Op.IEqual, local, self.c(T.u32, 0)),
+                              self.boolean(Op.SLessThan, start, stop))
+        return start, stop, active
 
     def bind_index(self, task: ir.Task, begin: int, offset: int) -> None:
         """The task's index (begin + offset) and, with row structure, its coordinates."""

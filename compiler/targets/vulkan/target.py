@@ -35,9 +35,10 @@ from ... import ir, timings
 from ..base import Capabilities, Target, TargetOption, codegen_error
 
 SPIRV_ENV = "spirv1.5/vulkan1.2"
-# The most storage buffers a task binds as descriptors. Devices bind at least this many per
-# shader stage (maxPerStageDescriptorStorageBuffers: lavapipe 32, desktop GPUs far more); a
-# task using more arrays (Genesis's solver kernels take dozens) reaches them by address.
+# The most storage buffers a task binds as descriptors: a task using more arrays (Genesis's
+# solver kernels take dozens) reaches them by address. Devices bind maxPerStageDescriptorStorageBuffers
+# to one shader (lavapipe 32, desktop GPUs far more; Vulkan's minimum is 4): one that binds fewer
+# than a task asks refuses it at load.
 MAX_BOUND_BUFFERS = 24
 
 
@@ -66,18 +67,10 @@ class VulkanTarget(Target):
 
     def generate(self, kernel: ir.KernelIR, meta, opts) -> dict:
         from ..spirv import tools
-        from ..spirv.lowering import TaskLowering
         artifacts = {}
         for i, (task, record) in enumerate(zip(kernel.tasks, meta.tasks)):
             with timings.phase("SPIR-V generation"):
-                lowering = TaskLowering(kernel, task, record.entry, self.capabilities, self.arch, task.block_dim,
-                                        bool(meta.debug_checks), bool(opts.fast_math))
-                module, bindings = lowering.lower()
-                if len(bindings) > MAX_BOUND_BUFFERS:
-                    lowering = TaskLowering(kernel, task, record.entry, self.capabilities, self.arch, task.block_dim,
-                                            bool(meta.debug_checks), bool(opts.fast_math), address_arrays=True)
-                    module, bindings = lowering.lower()
-                    record.launch["addressed"] = [[resource, index] for resource, index in lowering.addressed]
+                module, bindings = self.lower_task(kernel, task, record, meta, opts)
             if tools.have_validator():  # the vulkan extra installs it; a failure is a compiler bug
                 with timings.phase("SPIR-V validation"):
                     problem = tools.validate(module)
@@ -91,6 +84,21 @@ class VulkanTarget(Target):
         if meta.adstack.get("stacks"):  # the layout the code was generated for, which the runtime checks
             meta.adstack["layout"] = spirv_heap(self.capabilities.int64).record()
         return artifacts
+
+
+    def lower_task(self, kernel: ir.KernelIR, task: ir.Task, record, meta, opts) -> tuple[bytes, list]:
+        """(module, bindings) of one task; a task that would bind more than MAX_BOUND_BUFFERS
+        buffers is lowered again with its arrays reached by address, which its record lists."""
+        from ..spirv.lowering import TaskLowering
+        for address_arrays in (False, True):
+            lowering = TaskLowering(kernel, task, record.entry, self.capabilities, self.arch, task.block_dim,
+                                    bool(meta.debug_checks), bool(opts.fast_math), address_arrays)
+            module, bindings = lowering.lower()
+            if len(bindings) <= MAX_BOUND_BUFFERS:
+                break
+        if lowering.addressed:
+            record.launch["addressed"] = [[resource, index] for resource, index in lowering.addressed]
+        return module, bindings
 
 
 def _check_subgroup_size(v) -> None:

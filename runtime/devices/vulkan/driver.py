@@ -78,6 +78,13 @@ class VulkanCapabilities(DeviceCapabilities):
     # VK_NV_shader_sm_builtins); 0 where the driver does not say.
     resident_invocations: int = 0
     cpu_device: bool = False  # VK_PHYSICAL_DEVICE_TYPE_CPU (lavapipe): its invocations run on the host's cores
+    # Loop iterations after which the driver silently stops a shader invocation, 0 for none:
+    # llvmpipe's (lavapipe's) gallivm counts every loop's iterations of an invocation against
+    # LP_MAX_TGSI_LOOP_ITERATIONS. Serial range-fors are dispatched in chunks below it.
+    loop_iteration_limit: int = 0
+
+
+LLVMPIPE_LOOP_LIMIT = 65535  # gallivm's LP_MAX_TGSI_LOOP_ITERATIONS
 
 
 def check(vk, result: int, what: str) -> None:
@@ -271,7 +278,8 @@ def read_capabilities(vk, physical, chain: FeatureChain) -> VulkanCapabilities:
                            and (v12.shaderSignedZeroInfNanPreserveFloat64 or not f.shaderFloat64)),
         default_block_dim=min(DEFAULT_BLOCK_DIM.get(p.vendorID, FALLBACK_BLOCK_DIM), limits.maxComputeWorkGroupSize[0]),
         resident_invocations=sm.shaderSMCount * sm.shaderWarpsPerSM * 32 if sm is not None else 0,
-        cpu_device=p.deviceType == vk.VK_PHYSICAL_DEVICE_TYPE_CPU)
+        cpu_device=p.deviceType == vk.VK_PHYSICAL_DEVICE_TYPE_CPU,
+        loop_iteration_limit=LLVMPIPE_LOOP_LIMIT if ffi.string(p.deviceName).startswith(b"llvmpipe") else 0)
 
 
 def create_device(vk, physical, family: int, chain: FeatureChain, extensions: list):

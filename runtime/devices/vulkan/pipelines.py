@@ -8,6 +8,7 @@ import numpy as np
 
 from ...contract.entry_points import spirv_entry_points
 from ...contract.error_slot import ERROR_SLOT_WORDS
+from ...contract.spirv_args import SERIAL_CHUNK_SPEC_ID
 from ..spirv_abi import HEAP_WORDS, adstack_meta_words
 from . import kernels
 from .kernels import UnsupportedKernelError
@@ -16,12 +17,17 @@ from .kernels import UnsupportedKernelError
 # "args"), from the ctx words (spirv_abi.py); so is "addresses", the buffer device addresses
 # of the arrays a task reaches by address (its launch record's "addressed").
 LAUNCH_WRITTEN = ("args", "adstack_meta", "addresses")
+# Iterations one dispatch of a serial range-for runs on a device that stops long-running
+# invocations (capabilities.loop_iteration_limit): a sixteenth of lavapipe's limit, which leaves
+# room for inner loops of up to 15 iterations on average.
+SERIAL_CHUNK_SHARE = 16
+DISPATCH_BASE = 0x10  # VK_PIPELINE_CREATE_DISPATCH_BASE_BIT (Vulkan 1.1), which the binding lacks
 
 
 class TaskPipeline:
     """A task's pipeline and how a launch binds it."""
-    __slots__ = ("name", "pipeline", "layout", "set_layouts", "bindings", "addressed", "block_dim", "serial", "sets",
-                 "set_numbers", "dynamic", "dynamic_count", "uses", "plan")
+    __slots__ = ("name", "pipeline", "layout", "set_layouts", "bindings", "addressed", "block_dim", "serial", "chunk",
+                 "sets", "set_numbers", "dynamic", "dynamic_count", "uses", "plan")
 
     def __init__(self, **kw):
         for k, v in kw.items():
@@ -83,11 +89,16 @@ def build_task_pipeline(dev, artifacts: dict, meta, i: int):
     set_layouts = [_set_layout(dev, [p for p in plans if p.set == s]) for s in range(max((p.set for p in plans),
                                                                                            default=-1) + 1)]
     layout = _pipeline_layout(dev, set_layouts)
-    pipeline = _pipeline(dev, bytes(blob), task.entry, layout, block, what)
+    serial = task.kind == "serial" or bool(task.serial)
+    # A serial range-for runs in chunks where the device stops long invocations; not one with
+    # adstacks, whose heap holds the one invocation's slice.
+    chunk = (caps.loop_iteration_limit // SERIAL_CHUNK_SHARE if caps.loop_iteration_limit and task.kind == "range_for"
+             and serial and not any(p.resource in HEAP_WORDS for p in plans) else 0)
+    pipeline = _pipeline(dev, bytes(blob), task.entry, layout, block, what, chunk)
     ffi = dev.ffi
     tp = TaskPipeline(name=what, pipeline=pipeline, layout=layout, set_layouts=set_layouts, bindings=plans,
                       addressed=addressed,
-                      block_dim=block, serial=task.kind == "serial" or bool(task.serial),
+                      block_dim=block, serial=serial, chunk=chunk,
                       sets=ffi.new("VkDescriptorSet[]", max(len(set_layouts), 1)),
                       set_numbers=len(set_layouts),
                       dynamic=ffi.new("uint32_t[]", max(sum(p.dynamic for p in plans), 1)),
@@ -124,9 +135,10 @@ def _pipeline_layout(dev, set_layouts: list):
     return out[0]
 
 
-def _pipeline(dev, blob: bytes, entry_point: str, layout, block: int, what: str):
+def _pipeline(dev, blob: bytes, entry_point: str, layout, block: int, what: str, chunk: int = 0):
     """A compute pipeline of SPIR-V `blob`'s entry point `entry_point` (the task record's entry,
-    which loading checked the module defines), its WorkgroupSize x specialised to `block`."""
+    which loading checked the module defines), its WorkgroupSize x specialised to `block`, and a
+    serial range-for's chunk to `chunk` (0: the whole range in one dispatch)."""
     if entry_point not in spirv_entry_points(blob):  # a pName the module lacks is undefined behaviour
         raise UnsupportedKernelError(f"{what}: its SPIR-V has no entry point '{entry_point}' (found "
                                      f"{sorted(spirv_entry_points(blob))}): rebuild the kernel")
@@ -138,12 +150,14 @@ def _pipeline(dev, blob: bytes, entry_point: str, layout, block: int, what: str)
     module = ffi.new("VkShaderModule*")
     dev._check(lib.vkCreateShaderModule(dev.device, module_info, ffi.NULL, module), f"{what}: vkCreateShaderModule")
     entry = ffi.new("char[]", entry_point.encode())
-    spec_entry = ffi.new("VkSpecializationMapEntry*", {"constantID": 0, "offset": 0, "size": 4})
-    spec_data = ffi.new("uint32_t[1]", [block])
-    spec = ffi.new("VkSpecializationInfo*", {"mapEntryCount": 1, "pMapEntries": spec_entry, "dataSize": 4,
+    spec_entries = ffi.new("VkSpecializationMapEntry[2]", [{"constantID": 0, "offset": 0, "size": 4},
+                                                            {"constantID": SERIAL_CHUNK_SPEC_ID, "offset": 4, "size": 4}])
+    spec_data = ffi.new("uint32_t[2]", [block, chunk])
+    spec = ffi.new("VkSpecializationInfo*", {"mapEntryCount": 2, "pMapEntries": spec_entries, "dataSize": 8,
                                              "pData": spec_data})
     info = ffi.new("VkComputePipelineCreateInfo*", {
         "sType": vk.VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO, "layout": layout,
+        "flags": DISPATCH_BASE if chunk else 0,
         "stage": {"sType": vk.VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
                   "stage": vk.VK_SHADER_STAGE_COMPUTE_BIT, "module": module[0], "pName": entry,
                   "pSpecializationInfo": spec}})
@@ -187,7 +201,17 @@ def record_task(dev, command, tp, dynamic, slices: int) -> None:
     if tp.set_numbers:
         lib.vkCmdBindDescriptorSets(command, vk.VK_PIPELINE_BIND_POINT_COMPUTE, tp.layout, 0, tp.set_numbers,
                                     tp.sets, tp.dynamic_count, dynamic)
-    lib.vkCmdDispatch(command, x, y, 1)
+    if not tp.chunk:
+        lib.vkCmdDispatch(command, x, y, 1)
+        return
+    # A serial range-for in chunks (lowering.py, serial_chunk): workgroup (k, last) runs chunk k,
+    # each after the previous one's writes; the last runs to the end of the range, which `slices`
+    # (capped at the grid cap) may not reach.
+    chunks = max(-(-slices // tp.chunk), 1)
+    for k in range(chunks):
+        if k:
+            dev._barrier(command, dev._barrier_between)
+        lib.vkCmdDispatchBase(command, k, int(k == chunks - 1), 0, 1, 1, 1)
 
 
 class LaunchPlan:
@@ -195,11 +219,13 @@ class LaunchPlan:
     buffers (`key_of(words)`) are the same and no buffer was freed nor descriptor set dropped
     since (`epoch`): the per-launch work is then the args in the ring and the dynamic offsets.
     `dynamic` holds per dynamic binding (its plan, the base and end address of the allocation
-    it points into; None and None for the ring; None and the offset for a constant slot)."""
-    __slots__ = ("epoch", "key_of", "key", "dynamic")
+    it points into; None and None for the ring; None and the offset for a constant slot);
+    `addresses` the "addresses" words of a task reaching arrays by address (else None)."""
+    __slots__ = ("epoch", "key_of", "key", "dynamic", "addresses")
 
-    def __init__(self, epoch, key_of, key, dynamic):
+    def __init__(self, epoch, key_of, key, dynamic, addresses=None):
         self.epoch, self.key_of, self.key, self.dynamic = epoch, key_of, key, dynamic
+        self.addresses = addresses
 
 
 def _record_planned(dev, loaded, tp, plan, ctx) -> bool:
@@ -210,7 +236,7 @@ def _record_planned(dev, loaded, tp, plan, ctx) -> bool:
         return False
     for j, (p, base, end) in enumerate(plan.dynamic):
         if base is None and end is None:  # the ring (a planned task binds no adstack words)
-            offsets[j] = _write_ring(dev, loaded.args.pack(ctx))
+            offsets[j] = _write_ring(dev, plan.addresses if p.resource == "addresses" else loaded.args.pack(ctx))
         tp.dynamic[j] = offsets[j]
     return True
 
@@ -276,10 +302,12 @@ def _record_resolved(dev, loaded, tp, ctx) -> None:
     _bind_sets(dev, tp, buffers)
     tp.uses = uses
     tp.plan = None
-    if adstack_words is None and not tp.addressed:
-        key_words = [p.word for p in tp.bindings if p.word is not None and not p.dynamic]
+    if adstack_words is None:
+        # the words naming the bound buffers and the addressed arrays: while they are the same,
+        # so are the bindings and the addresses
+        key_words = [p.word for p in tp.bindings + tp.addressed if p.word is not None and not p.dynamic]
         key_of = operator.itemgetter(*key_words) if key_words else no_key
-        tp.plan = LaunchPlan(dev.bindings_epoch, key_of, key_of(ctx.tolist()), dynamic)
+        tp.plan = LaunchPlan(dev.bindings_epoch, key_of, key_of(ctx.tolist()), dynamic, written["addresses"])
 
 
 def _array_addresses(dev, meta, tp, ctx, uses: list) -> np.ndarray:

@@ -79,7 +79,8 @@ class Replays:
         """(Re-)record `tp`'s replay for this launch; None where the plan does not hold or the
         args do not fit a slot."""
         dev, plan = self.dev, tp.plan
-        if (plan is None or plan.epoch != dev.bindings_epoch or loaded.args.nbytes > self.slot_bytes
+        if (plan is None or plan.addresses is not None  # a replay writes the args words alone
+                or plan.epoch != dev.bindings_epoch or loaded.args.nbytes > self.slot_bytes
                 or len(plan.dynamic) > MAX_DYNAMIC_BINDINGS):
             return None
         words = ctx.tolist()

@@ -130,10 +130,14 @@ def test_many_arrays_on_vulkan_equal_numpy(vulkan_runtime, rng):
         arrays[-1].from_numpy(v)
     f, out, total = qd.ndarray(qd.u1, shape=(n,)), qd.ndarray(qd.f64, shape=(n,)), qd.ndarray(qd.f32, shape=(1,))
     f.from_numpy(flags)
-    weighted_sum(*arrays, f, out, total)
-    s = sum((w + 1) * v.astype(np.float64) for w, v in enumerate(values))
-    np.testing.assert_allclose(out.to_numpy(), np.where(flags, s, 0), rtol=1e-5, atol=1e-4)
-    np.testing.assert_allclose(total.to_numpy()[0], s.sum(), rtol=1e-4, atol=1e-3)
+    # the same arrays again (the launch plan's addresses), then in another order (new addresses)
+    for order in (arrays, arrays, arrays[::-1]):
+        total.from_numpy(np.zeros(1, np.float32))
+        weighted_sum(*order, f, out, total)
+        ordered = values if order[0] is arrays[0] else values[::-1]
+        s = sum((w + 1) * v.astype(np.float64) for w, v in enumerate(ordered))
+        np.testing.assert_allclose(out.to_numpy(), np.where(flags, s, 0), rtol=1e-5, atol=1e-4)
+        np.testing.assert_allclose(total.to_numpy()[0], s.sum(), rtol=1e-4, atol=1e-3)
 
 
 def test_genesis_style_dataclass_kernel_on_vulkan_equals_numpy(vulkan_runtime, rng):
