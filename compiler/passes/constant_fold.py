@@ -24,7 +24,8 @@ def _fold_block(block: ir.Block, mapping: dict) -> bool:
     changed = False
     keep = []
     for s in block.stmts:
-        s.replace_operands(mapping)
+        if mapping:  # empty until something folds (and in a round that changes nothing)
+            s.replace_operands(mapping)
         for b in s.blocks():
             changed |= _fold_block(b, mapping)
         value = _evaluate(s)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 
+from qdc.runtime.contract import types as T
+
 from .. import ir
 
 
@@ -23,7 +25,8 @@ def _cse_block(b: ir.Block, available: dict, mapping: dict) -> None:
     available = dict(available)
     keep = []
     for s in b.stmts:
-        s.replace_operands(mapping)
+        if mapping:
+            s.replace_operands(mapping)
         if isinstance(s, ir.Task):
             for child in s.blocks():
                 _cse_block(child, {}, mapping)
@@ -41,7 +44,14 @@ def _cse_block(b: ir.Block, available: dict, mapping: dict) -> None:
 
 
 def _key(s: ir.Stmt) -> tuple:
-    return (type(s), s.type, tuple(_attr_key(a) for a in s.attrs()), tuple(id(o) for o in s.operands()))
+    return (type(s), s.type, tuple([a if a.__class__ in _AS_THEMSELVES else _attr_key(a) for a in s.attrs()]),
+            tuple(map(id, s.operands())))
+
+
+# Attributes of these exact classes are their own key (most are: operator names, dtypes, slots),
+# which spares _attr_key's checks for each of the hundreds of thousands of statements of a large
+# kernel; subclasses (bool, numpy's float64) still go through them.
+_AS_THEMSELVES = frozenset({str, int, type(None), T.DataType})
 
 
 def _attr_key(a):

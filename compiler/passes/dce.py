@@ -24,39 +24,61 @@ def eliminate_dead_code(k: ir.KernelIR) -> bool:
                 read_vars[s.var] += 1
             elif isinstance(s, ir.TempAtomic) and uses.get(s):
                 read_temps[s.slot] += 1
-        changed = _sweep_users_first(k.body, uses, read_vars, read_temps)
+        sweep = _Sweep(uses, read_vars, read_temps)
+        changed = sweep.block(k.body)
         changed_any |= changed
-        if not changed:
+        if not changed or not sweep.left_dead:  # another sweep would find nothing: skip it
             return changed_any
 
 
-def _sweep_users_first(block: ir.Block, uses: dict, read_vars: Counter, read_temps: Counter) -> bool:
+class _Sweep:
     """Remove dead statements visiting users before what they use (a block backwards, a
     statement's nested blocks before it): removing one releases its operands and the locals it
     reads, so a whole dead chain goes in one sweep. A read earlier in a loop than the store it
-    sees (the previous iteration's) is visited after it: such stores go in the next sweep."""
-    changed = False
-    keep = []
-    for s in reversed(block.stmts):
-        for b in reversed(s.blocks()):
-            changed |= _sweep_users_first(b, uses, read_vars, read_temps)
-        if _is_dead(s, uses, read_vars, read_temps):
-            changed = True
-            _release(s, uses, read_vars, read_temps)
-        else:
-            keep.append(s)
-    keep.reverse()
-    block.stmts = keep
-    return changed
+    sees (the previous iteration's) is visited after it: such stores go in the next sweep.
+
+    `left_dead` says whether a statement this sweep kept may have died after it was looked at,
+    so that one more sweep is needed: a kept statement lost its last user, a local or temporary
+    lost its last read (a store to it may have been kept), or an atomic lost its last user (its
+    old value no longer counts as a read). Otherwise a sweep finds nothing: large kernels are
+    mostly swept once instead of twice."""
+
+    def __init__(self, uses: dict, read_vars: Counter, read_temps: Counter):
+        self.uses, self.read_vars, self.read_temps = uses, read_vars, read_temps
+        self.kept: set = set()
+        self.left_dead = False
+
+    def block(self, block: ir.Block) -> bool:
+        changed = False
+        keep = []
+        for s in reversed(block.stmts):
+            for b in reversed(s.blocks()):
+                changed |= self.block(b)
+            if _is_dead(s, self.uses, self.read_vars, self.read_temps):
+                changed = True
+                self.release(s)
+            else:
+                keep.append(s)
+                self.kept.add(s)
+        keep.reverse()
+        block.stmts = keep
+        return changed
+
+    def release(self, s: ir.Stmt) -> None:
+        uses = self.uses
+        for o in s.operands():
+            uses[o] -= 1
+            if not uses[o] and (o in self.kept or isinstance(o, _ATOMICS)):
+                self.left_dead = True
+        if isinstance(s, ir.LocalLoad):
+            self.read_vars[s.var] -= 1
+            self.left_dead |= not self.read_vars[s.var]
+        elif isinstance(s, ir.TempLoad):
+            self.read_temps[s.slot] -= 1
+            self.left_dead |= not self.read_temps[s.slot]
 
 
-def _release(s: ir.Stmt, uses: dict, read_vars: Counter, read_temps: Counter) -> None:
-    for o in s.operands():
-        uses[o] -= 1
-    if isinstance(s, ir.LocalLoad):
-        read_vars[s.var] -= 1
-    elif isinstance(s, ir.TempLoad):
-        read_temps[s.slot] -= 1
+_ATOMICS = (ir.LocalAtomic, ir.TempAtomic)
 
 
 def _is_dead(s: ir.Stmt, uses: dict, read_vars: set, read_temps: set) -> bool:

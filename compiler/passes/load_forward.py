@@ -33,7 +33,8 @@ def _block(b: ir.Block, mapping: dict) -> tuple[set, bool]:
     keep = []
     written, synced = set(), False
     for s in b.stmts:
-        s.replace_operands(mapping)
+        if mapping:
+            s.replace_operands(mapping)
         if isinstance(s, ir.GlobalLoad):
             earlier = known.get(s.ptr)
             if earlier is not None:

@@ -16,12 +16,18 @@ _MAX_ROUNDS = 8  # a bound for safety; real kernels settle in two or three
 
 
 def simplify(k: ir.KernelIR) -> bool:
+    """Run the steps in turn, round after round, until a whole round changes nothing (at most
+    _MAX_ROUNDS). A step that changed nothing leaves the IR as it found it, so once the last
+    len(_STEPS) steps run changed nothing, the rest of the round would too: it is not run."""
     changed_any = False
+    unchanged_steps = 0  # how many of the last steps run changed nothing
     for _ in range(_MAX_ROUNDS):
-        changed = False
         for step in _STEPS:
-            changed |= bool(step(k))
-        changed_any |= changed
-        if not changed:
-            break
+            if unchanged_steps == len(_STEPS):
+                return changed_any
+            if step(k):
+                changed_any = True
+                unchanged_steps = 0
+            else:
+                unchanged_steps += 1
     return changed_any

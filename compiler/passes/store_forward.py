@@ -39,7 +39,8 @@ class _Forwarder:
         known = dict(known)
         keep, changed = [], False
         for s in b.stmts:
-            s.replace_operands(self.mapping)
+            if self.mapping:
+                s.replace_operands(self.mapping)
             if isinstance(s, ir.LocalLoad):
                 value = known.get(s.var)
                 if value is not None:
