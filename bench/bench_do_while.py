@@ -6,11 +6,14 @@ time is the best of 5 rounds of `launches` launches of `passes` passes, ended by
 alternating between the two kernels.
 Run: python3 bench/bench_do_while.py [--passes 100] [--launches 20]"""
 import argparse
+import os
 import time
 
 import numpy as np
 
 import qdc as qd
+
+os.environ.setdefault("QDC_CUDA_DEVICE_LOOPS", "1")  # the device-side path is opt-in
 
 N = 1 << 16
 

@@ -293,9 +293,11 @@ def _iterate_on_device(x: qd.types.ndarray(qd.f32, ndim=1), n: qd.types.ndarray(
         outer[()] = outer[()] - 1
 
 
-def test_do_while_loops_run_on_the_device_where_the_driver_has_conditional_nodes(arch, rng):
-    """On CUDA 12.4+ a graph=True kernel's do_while loops are conditional WHILE nodes: one graph
-    replay a launch, no flag read back; the results are the host loop's (the plain kernel's)."""
+def test_do_while_loops_run_on_the_device_where_the_driver_has_conditional_nodes(arch, rng, monkeypatch):
+    """On CUDA 12.4+ a graph=True kernel's do_while loops are conditional WHILE nodes (with
+    QDC_CUDA_DEVICE_LOOPS=1): one graph replay a launch, no flag read back; the results are the
+    host loop's (the plain kernel's)."""
+    monkeypatch.setenv("QDC_CUDA_DEVICE_LOOPS", "1")
     x0 = rng.standard_normal(5000).astype(np.float32)
     results, replays = [], []
     for kernel in (_iterate_on_device, _plain_iterate):
