@@ -159,6 +159,7 @@ class _TypeRules:
 
     def __init__(self, k: ir.KernelIR):
         self.k = k
+        self.rules: dict = {}  # statement class -> its t_<Class> method or None, looked up once
 
     def check(self, s: ir.Stmt):
         for o in s.operands():
@@ -170,7 +171,10 @@ class _TypeRules:
                 raise IRVerifyError("a local variable is used as a value without a load", s)
             if isinstance(o, ir.GlobalPtr) and o is not getattr(s, "ptr", None):
                 raise IRVerifyError("a global address is used as a value", s)
-        method = getattr(self, "t_" + type(s).__name__, None)
+        cls = type(s)
+        method = self.rules.get(cls, self)
+        if method is self:
+            method = self.rules[cls] = getattr(self, "t_" + cls.__name__, None)
         if method is not None:
             method(s)
 
