@@ -27,7 +27,8 @@ DISPATCH_BASE = 0x10  # VK_PIPELINE_CREATE_DISPATCH_BASE_BIT (Vulkan 1.1), which
 class TaskPipeline:
     """A task's pipeline and how a launch binds it."""
     __slots__ = ("name", "pipeline", "layout", "set_layouts", "bindings", "addressed", "block_dim", "serial", "chunk",
-                 "sets", "set_numbers", "dynamic", "dynamic_count", "uses", "plan")
+                 "sets", "set_numbers", "dynamic", "dynamic_count", "uses", "plan", "narrow_block", "narrow",
+                 "source")
 
     def __init__(self, **kw):
         for k, v in kw.items():
@@ -96,8 +97,10 @@ def build_task_pipeline(dev, artifacts: dict, meta, i: int):
              and serial and not any(p.resource in HEAP_WORDS for p in plans) else 0)
     pipeline = _pipeline(dev, bytes(blob), task.entry, layout, block, what, chunk)
     ffi = dev.ffi
+    narrow = narrow_block(caps, task.launch, block)
     tp = TaskPipeline(name=what, pipeline=pipeline, layout=layout, set_layouts=set_layouts, bindings=plans,
-                      addressed=addressed,
+                      addressed=addressed, narrow_block=narrow, narrow=None,
+                      source=(bytes(blob), task.entry) if narrow else None,
                       block_dim=block, serial=serial, chunk=chunk,
                       sets=ffi.new("VkDescriptorSet[]", max(len(set_layouts), 1)),
                       set_numbers=len(set_layouts),
@@ -105,6 +108,28 @@ def build_task_pipeline(dev, artifacts: dict, meta, i: int):
                       dynamic_count=sum(p.dynamic for p in plans), uses=[], plan=None)
     dev.__dict__.setdefault("_pipeline_objects", []).append(tp)
     return tp
+
+
+def narrow_block(caps, launch: dict, block: int) -> int:
+    """The workgroup size of a task's launches of fewer invocations than its workgroup, or 0 (the
+    task's own size always). A CPU device (lavapipe) runs every group of SIMD-width invocations
+    of a workgroup through the whole shader, its masked-off branches and loop bodies included,
+    whether or not any invocation of the group is in the range: a one-invocation launch of a
+    large Genesis task took 4.5-5 ms at 256 invocations a workgroup, 0.45 ms at 8. There a launch
+    of fewer invocations than the workgroup size uses workgroups of one subgroup, through a
+    pipeline of that size made at its first such launch. Not where the kernel chose its
+    block_dim or uses block-level code (their workgroup is part of their meaning)."""
+    if (not caps.cpu_device or launch.get("block_dim") or "subgroup_size" in launch
+            or not 1 <= caps.subgroup_size < block):
+        return 0
+    return caps.subgroup_size
+
+
+def _narrow_pipeline(dev, tp):
+    if tp.narrow is None:
+        blob, entry = tp.source
+        tp.narrow = _pipeline(dev, blob, entry, tp.layout, tp.narrow_block, tp.name, tp.chunk)
+    return tp.narrow
 
 
 def _set_layout(dev, plans: list):
@@ -174,6 +199,8 @@ def destroy_pipelines(dev) -> None:
     ffi, lib = dev.ffi, dev.lib
     for tp in dev.__dict__.pop("_pipeline_objects", []):
         lib.vkDestroyPipeline(dev.device, tp.pipeline, ffi.NULL)
+        if tp.narrow is not None:
+            lib.vkDestroyPipeline(dev.device, tp.narrow, ffi.NULL)
         lib.vkDestroyPipelineLayout(dev.device, tp.layout, ffi.NULL)
         for layout in tp.set_layouts:
             lib.vkDestroyDescriptorSetLayout(dev.device, layout, ffi.NULL)
@@ -193,11 +220,15 @@ def record_dispatch(dev, loaded, tp, ctx, slices: int) -> None:
 
 def record_task(dev, command, tp, dynamic, slices: int) -> None:
     """Record task `tp` into `command`: its pipeline, its descriptor sets (as tp.sets holds them)
-    with the dynamic offsets `dynamic`, and the dispatch of `slices` invocations."""
-    groups = 1 if tp.serial else -(-slices // tp.block_dim)
+    with the dynamic offsets `dynamic`, and the dispatch of `slices` invocations (through the
+    task's narrow pipeline where it has one and they fill less than a workgroup)."""
+    pipeline, block = tp.pipeline, tp.block_dim
+    if slices < block and tp.narrow_block:
+        pipeline, block = _narrow_pipeline(dev, tp), tp.narrow_block
+    groups = 1 if tp.serial else -(-slices // block)
     x, y = kernels.dispatch_grid(groups, dev.capabilities.max_workgroup_count)
     lib, vk = dev.lib, dev.vk
-    lib.vkCmdBindPipeline(command, vk.VK_PIPELINE_BIND_POINT_COMPUTE, tp.pipeline)
+    lib.vkCmdBindPipeline(command, vk.VK_PIPELINE_BIND_POINT_COMPUTE, pipeline)
     if tp.set_numbers:
         lib.vkCmdBindDescriptorSets(command, vk.VK_PIPELINE_BIND_POINT_COMPUTE, tp.layout, 0, tp.set_numbers,
                                     tp.sets, tp.dynamic_count, dynamic)
