@@ -252,11 +252,12 @@ class LaunchPlan:
     `dynamic` holds per dynamic binding (its plan, the base and end address of the allocation
     it points into; None and None for the ring; None and the offset for a constant slot);
     `addresses` the "addresses" words of a task reaching arrays by address (else None)."""
-    __slots__ = ("epoch", "key_of", "key", "dynamic", "addresses")
+    __slots__ = ("epoch", "key_of", "key", "dynamic", "addresses", "addresses_at")
 
     def __init__(self, epoch, key_of, key, dynamic, addresses=None):
         self.epoch, self.key_of, self.key, self.dynamic = epoch, key_of, key, dynamic
         self.addresses = addresses
+        self.addresses_at = None  # (ring round, offset) where `addresses` were last written
 
 
 def _record_planned(dev, loaded, tp, plan, ctx) -> bool:
@@ -267,7 +268,10 @@ def _record_planned(dev, loaded, tp, plan, ctx) -> bool:
         return False
     for j, (p, base, end) in enumerate(plan.dynamic):
         if base is None and end is None:  # the ring (a planned task binds no adstack words)
-            offsets[j] = _write_ring(dev, plan.addresses if p.resource == "addresses" else loaded.args.pack(ctx))
+            if p.resource == "addresses":
+                offsets[j] = _planned_addresses(dev, plan)
+            else:
+                offsets[j] = _ring_args(dev, loaded.args, loaded.args.pack(ctx))
         tp.dynamic[j] = offsets[j]
     return True
 
@@ -287,6 +291,27 @@ def planned_offsets(plan, words: list):
             return None
         offsets.append(address - base)
     return offsets
+
+
+def _ring_args(dev, owner, words) -> int:
+    """The args-ring offset of a launch's `words` for `owner` (a kernel's ArgsPlan): where its
+    previous launch wrote the same words, while the ring has not started over since, else
+    written anew. A kernel's tasks share its args, and Genesis's launches repeat theirs step after
+    step: the ring then wraps (which waits for the device) far less often."""
+    data = words.tobytes()
+    last = dev._ring_words.get(owner)
+    if last is not None and last[0] == dev._args_wraps and last[2] == data:
+        return last[1]
+    offset = _write_ring(dev, words)
+    dev._ring_words[owner] = (dev._args_wraps, offset, data)
+    return offset
+
+
+def _planned_addresses(dev, plan) -> int:
+    """The ring offset of a LaunchPlan's "addresses" words, written once per ring round."""
+    if plan.addresses_at is None or plan.addresses_at[0] != dev._args_wraps:
+        plan.addresses_at = (dev._args_wraps, _write_ring(dev, plan.addresses))
+    return plan.addresses_at[1]
 
 
 def _write_ring(dev, words) -> int:
@@ -312,7 +337,7 @@ def _record_resolved(dev, loaded, tp, ctx) -> None:
             buffers.append((dev._args_ring, 0, words.nbytes))
             uses.append(dev._args_ring)
             dynamic.append((p, None, None))
-            ring.append((len(dynamic) - 1, words))
+            ring.append((len(dynamic) - 1, p.resource, words))
             continue
         alloc, offset = _bound_allocation(dev, meta, tp, p, ctx)
         buf = alloc.handle
@@ -328,8 +353,8 @@ def _record_resolved(dev, loaded, tp, ctx) -> None:
             # Whole 32-bit words: an 8/16-bit atomic is a compare-and-swap of the word holding
             # its element, which must lie in the bound range (the buffer is a multiple of 4).
             buffers.append((buf, offset, min(-(-(alloc.nbytes - offset) // 4) * 4, buf.size - offset)))
-    for j, words in ring:
-        tp.dynamic[j] = _write_ring(dev, words)
+    for j, resource, words in ring:
+        tp.dynamic[j] = _ring_args(dev, loaded.args, words) if resource == "args" else _write_ring(dev, words)
     _bind_sets(dev, tp, buffers)
     tp.uses = uses
     tp.plan = None
