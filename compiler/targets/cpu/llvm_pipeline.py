@@ -14,9 +14,9 @@ kernels 5,000-12,000) spent most of a cold scene build in LLVM. What O3 adds the
 So a module with a function above LARGE_FUNCTION instructions is optimised at speed level 1
 (O1) without the vectorisers, and everything else as before (O3 with both vectorisers): the
 demo kernels and DiffMPM (largest function 2,700 instructions) build the same bytes. The choice
-depends on the module alone, so a kernel builds the same bytes every time; it is recorded in
-the optimised IR (`!qdc.llvm_pipeline`), which the cache stores as kernel.ll, and printed with
-the timings (`QDC_LOG=timings`, `qdc build --timings`).
+depends on the module alone, so a kernel builds the same bytes every time; where it is not
+the default it is recorded in the optimised IR (`!qdc.llvm_pipeline`, which `qdc inspect --llvm`
+shows with the stored bitcode).
 """
 from __future__ import annotations
 
