@@ -23,7 +23,7 @@ from .numpy_prologue import add_numpy_entry
 from .half_conversions import with_half_conversions
 from .isa_levels import NATIVE, CpuLevel, CpuPlatform
 from .link import link_shared_library
-from .llvm_pipeline import Pipeline, choose as choose_pipeline
+from .llvm_pipeline import Pipeline, choose as choose_pipeline, mark as mark_pipeline
 from .platforms import cpu_levels, cpu_platforms, host_platform
 from ..llvm.llvm_ir import ModuleBuilder
 from ..llvm.llvm_types import I1, I32, I64, PTR, VOID
@@ -271,8 +271,7 @@ def compile_kernel(kernel: ir.KernelIR, meta: KernelMeta, opt_level: int = 3, fa
         module = generate_llvm(kernel, meta, fast_math, target=target, levels=levels, platform=platform)
         task_bodies = [task.task_name + "_chunk" for task in kernel.tasks]  # KernelCodegen.emit_chunk's names
         pipeline = choose_pipeline(module, opt_level)
-        if pipeline.reason:  # recorded in the optimised IR (`qdc inspect --llvm`)
-            module.add_named_metadata("qdc.llvm_pipeline", [pipeline.describe()])
+        mark_pipeline(module, pipeline)  # recorded in the optimised IR (`qdc inspect --llvm`)
         alike = {}
         with timings.phase("IR multiversioning" if len(levels) > 1 else "IR text"):
             text = _module_text(module, task_bodies, levels, alike)
