@@ -7,8 +7,10 @@ to repay waking the pool run on the calling thread.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
+import threading
 
 import llvmlite.binding as llvm
 from llvmlite import ir as ll
@@ -212,6 +214,45 @@ def _machine_of(platform: CpuPlatform, level: CpuLevel | None = None) -> tuple:
 SLP_LARGEST_FUNCTION = 4000
 
 
+# Options for small modules. A small kernel is a few loops of a few instructions, and two of
+# LLVM's O3 transformations made most of its build time without making it faster:
+# - non-trivial loop unswitching copies a loop once per value of a branch condition the loop does
+#   not change (only loops below its cost threshold, `-unswitch-threshold`, 50 by default: so
+#   small loops only): a 2-D range's row loop for its boundary rows and its interior, a chunk's
+#   loop for `alone` (the atomics of a thread that runs the whole task); each copy is then
+#   vectorised and emitted on its own. It doubled heat.step's and nbody.drift's LLVM time, for
+#   a branch the CPU predicts every time.
+# - loop strength reduction (in object emission) searches the addressing of every memory access
+#   of a loop for the fewest induction variables; the vectoriser's interleaved loops over vector
+#   fields gave it hundreds of candidates (a fifth of DiffMPM's clear_grid emission), where x86's
+#   addressing modes take `base + index*scale + offset` as they are.
+# Modules whose largest function has at most this many instructions are built without both;
+# larger ones, whose small loops are a small share of their build, keep LLVM's defaults.
+SMALL_MODULE_LARGEST_FUNCTION = 1000
+_SMALL_MODULE_OPTIONS = ("-unswitch-threshold=1", "-disable-lsr=true")
+_LLVM_DEFAULTS = ("-unswitch-threshold=50", "-disable-lsr=false")
+# LLVM's options are global to the process: one CPU module at a time sets them and restores
+# LLVM's defaults after, so that no other module (a GPU one compiled in the same process) sees them.
+_OPTIONS_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _options_by_size(largest: int):
+    """LLVM's process-wide options, while optimising and emitting a module whose largest function
+    has `largest` instructions."""
+    if largest > SMALL_MODULE_LARGEST_FUNCTION:
+        yield
+        return
+    with _OPTIONS_LOCK:
+        for option in _SMALL_MODULE_OPTIONS:
+            llvm.set_option("", option)
+        try:
+            yield
+        finally:
+            for option in _LLVM_DEFAULTS:
+                llvm.set_option("", option)
+
+
 def largest_function(module: ll.Module) -> int:
     """The most instructions of any function of `module` that LLVM optimises (not `optnone`)."""
     return max((sum(len(block.instructions) for block in fn.blocks) for fn in module.functions
@@ -292,24 +333,25 @@ def compile_kernel(kernel: ir.KernelIR, meta: KernelMeta, opt_level: int = 3, fa
             # would depend on what the process compiled before it.
             parsed = llvm.parse_assembly(text, context=llvm.create_context())
             parsed.verify()
-        with timings.phase("LLVM optimisation"):
-            mod, tm = optimise(parsed, opt_level, levels[0], platform,
-                               slp=largest_function(module) <= SLP_LARGEST_FUNCTION)
-        same, optimised_text = {}, None
-        if len(levels) > 1:
-            with timings.phase("IR multiversioning"):
-                mod, same, optimised_text = _without_equal_levels(mod, task_bodies, levels, alike)
-        with timings.phase("object emission"):
-            obj = tm.emit_object(mod)
+        largest = largest_function(module)
+        with _options_by_size(largest):
+            with timings.phase("LLVM optimisation"):
+                mod, tm = optimise(parsed, opt_level, levels[0], platform, slp=largest <= SLP_LARGEST_FUNCTION)
+            same, optimised_text = {}, None
+            if len(levels) > 1:
+                with timings.phase("IR multiversioning"):
+                    mod, same, optimised_text = _without_equal_levels(mod, task_bodies, levels, alike)
+            with timings.phase("object emission"):
+                obj = tm.emit_object(mod)
+            if n == 0:
+                with timings.phase("artifacts"):
+                    out["ll"], out["bc"] = (optimised_text or str(mod)).encode(), mod.as_bitcode()
+            assembly = tm.emit_assembly(mod) if keep_assembly else None
         with timings.phase("linking"):
             library = link_shared_library(obj, platform, host=platform == host_platform())
         out[platform.artifact] = library
         out[platform.artifact + "_sha256"] = hashlib.sha256(library).hexdigest()
-        if n == 0:
-            with timings.phase("artifacts"):
-                out["ll"], out["bc"] = (optimised_text or str(mod)).encode(), mod.as_bitcode()
         if keep_assembly:
-            assembly = tm.emit_assembly(mod)
             prefix = "asm:" if n == 0 else f"asm:{platform.name}:"
             for i, level in enumerate(levels):
                 out[prefix + level.name] = assembly if len(levels) == 1 else level_assembly(assembly, task_bodies, i,

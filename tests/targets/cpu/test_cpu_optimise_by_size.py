@@ -1,14 +1,20 @@
 """LLVM's options by kernel size (compiler/targets/cpu/codegen.py): a module with a function
 above SLP_LARGEST_FUNCTION instructions is optimised without the SLP vectoriser (optnone entry
-functions do not count), and computes the same."""
+functions do not count), and computes the same; a module whose functions are all at most
+SMALL_MODULE_LARGEST_FUNCTION instructions is built without non-trivial loop unswitching and
+loop strength reduction, LLVM's defaults restored after it, and computes the same."""
 from __future__ import annotations
 
 import uuid
 
+import llvmlite.binding as llvm
 import numpy as np
 from llvmlite import ir as ll
 
 import qdc as qd
+from qdc.compiler.driver import kernel as K
+from qdc.compiler.driver.options import Options
+from qdc.compiler.jit.kernel import kernel_of
 from qdc.compiler.targets.cpu import codegen
 
 SOURCE = '''
@@ -81,3 +87,60 @@ def test_largest_function_leaves_out_optnone_functions():
             b.store(ll.Constant(ll.IntType(32), 1), slot)
         b.ret_void()
     assert codegen.largest_function(module) == 7
+
+
+F1 = qd.types.ndarray(dtype=qd.f32, ndim=1)
+
+
+@qd.kernel
+def _either_side(a: F1, b: F1, total: F1, flag: qd.i32):
+    """A branch on a value the loop does not change (LLVM's non-trivial unswitching would copy
+    the loop for each side) and an atomic at data-dependent addresses."""
+    for i in range(a.shape[0]):
+        if flag > 0:
+            b[i] = a[i] * 2.0 + 1.0
+        else:
+            b[i] = a[i] - 3.0
+        qd.atomic_add(total[i % 7], a[i])
+
+
+def _compile_either_side(monkeypatch, limit: int) -> tuple[str, list]:
+    """_either_side's optimised LLVM IR with SMALL_MODULE_LARGEST_FUNCTION = limit, and the LLVM
+    options the build set, in order."""
+    calls = []
+    set_option = llvm.set_option
+
+    def recording(name, option):
+        calls.append(option)
+        set_option(name, option)
+    monkeypatch.setattr(codegen, "SMALL_MODULE_LARGEST_FUNCTION", limit)
+    monkeypatch.setattr(llvm, "set_option", recording)
+    k = kernel_of(_either_side)
+    arrays = (np.zeros(4, np.float32),) * 3 + (1,)
+    text = K.compile_kernel(k.fn, k.specialise(arrays)[1], Options()).artifacts["ll"].decode()
+    return text, calls
+
+
+def test_small_modules_are_built_without_unswitching_and_strength_reduction(monkeypatch):
+    small, small_calls = _compile_either_side(monkeypatch, 10**9)
+    assert small_calls == list(codegen._SMALL_MODULE_OPTIONS) + list(codegen._LLVM_DEFAULTS)
+    assert ".us" not in small  # LLVM names the blocks of an unswitched loop's copy `<block>.us`
+    large, large_calls = _compile_either_side(monkeypatch, 0)
+    assert large_calls == []
+    assert ".us" in large, "LLVM's defaults no longer unswitch this loop: the test checks nothing"
+
+
+def test_small_module_options_compute_the_same(rng):
+    """Both sides of the branch, on one thread (plain updates instead of atomics, `alone`) and
+    on several, against numpy."""
+    n = 1000 + int(rng.integers(0, 100))
+    a = rng.uniform(-1.0, 1.0, n).astype(np.float32)
+    for threads in (1, 4):
+        qd.init(arch=qd.cpu, cpu_max_num_threads=threads)
+        for flag in (1, 0):
+            b, total = np.zeros(n, np.float32), np.zeros(7, np.float32)
+            _either_side(a, b, total, flag)
+            qd.sync()
+            np.testing.assert_array_equal(b, a * np.float32(2.0) + np.float32(1.0) if flag else a - np.float32(3.0))
+            want = np.array([a[r::7].astype(np.float64).sum() for r in range(7)])
+            np.testing.assert_allclose(total, want, rtol=1e-5, atol=1e-4)
