@@ -20,7 +20,8 @@ from qdc.runtime.contract.artifact import KernelMeta
 
 from ... import ir, timings
 from ...ir.adstack import AdStackAlloca
-from .multiversion import equal_levels, level_assembly, multiversioned_ir, with_features, without_equal_levels
+from .multiversion import (equal_levels, function_definitions, level_assembly, multiversioned_ir, with_features,
+                           without_equal_levels)
 from .numpy_prologue import add_numpy_entry
 from .half_conversions import with_half_conversions
 from .isa_levels import NATIVE, CpuLevel, CpuPlatform
@@ -215,36 +216,47 @@ SLP_LARGEST_FUNCTION = 4000
 
 
 # Options for small modules. A small kernel is a few loops of a few instructions, and two of
-# LLVM's O3 transformations made most of its build time without making it faster:
-# - non-trivial loop unswitching copies a loop once per value of a branch condition the loop does
-#   not change (only loops below its cost threshold, `-unswitch-threshold`, 50 by default: so
-#   small loops only): a 2-D range's row loop for its boundary rows and its interior, a chunk's
-#   loop for `alone` (the atomics of a thread that runs the whole task); each copy is then
-#   vectorised and emitted on its own. It doubled heat.step's and nbody.drift's LLVM time, for
-#   a branch the CPU predicts every time.
+# LLVM's O3 transformations made much of its build time without making it faster:
 # - loop strength reduction (in object emission) searches the addressing of every memory access
 #   of a loop for the fewest induction variables; the vectoriser's interleaved loops over vector
-#   fields gave it hundreds of candidates (a fifth of DiffMPM's clear_grid emission), where x86's
-#   addressing modes take `base + index*scale + offset` as they are.
-# Modules whose largest function has at most this many instructions are built without both;
-# larger ones, whose small loops are a small share of their build, keep LLVM's defaults.
+#   fields gave it hundreds of candidates (half of DiffMPM's clear_grid emission, a third of
+#   heat.commit's), where x86's addressing modes take `base + index*scale + offset` as they are.
+#   Width-W chunks keep it (nbody.kick's ran 1% slower without).
+# - non-trivial loop unswitching copies a loop once per value of a branch condition the loop does
+#   not change (only loops below its cost threshold, `-unswitch-threshold`, 50 by default: so
+#   small loops only), each copy then vectorised and emitted on its own: heat.step's row loop,
+#   copied for its boundary rows and its interior, doubled its LLVM time and ran 10% slower.
+#   Chunks with atomics keep it: there it copies the loop for `alone` (a thread that runs the
+#   whole task), whose copy has plain read-modify-writes that the loop vectoriser widens
+#   (`x[i] += y[i]` on one thread ran 4.8 times slower without it).
+# Modules whose largest function has at most this many instructions are built so; larger ones,
+# whose small loops are a small share of their build, keep LLVM's defaults.
 SMALL_MODULE_LARGEST_FUNCTION = 1000
-_SMALL_MODULE_OPTIONS = ("-unswitch-threshold=1", "-disable-lsr=true")
-_LLVM_DEFAULTS = ("-unswitch-threshold=50", "-disable-lsr=false")
+_NO_STRENGTH_REDUCTION, _NO_UNSWITCHING = "-disable-lsr=true", "-unswitch-threshold=1"
+_LLVM_DEFAULTS = ("-disable-lsr=false", "-unswitch-threshold=50")
 # LLVM's options are global to the process: one CPU module at a time sets them and restores
 # LLVM's defaults after, so that no other module (a GPU one compiled in the same process) sees them.
 _OPTIONS_LOCK = threading.Lock()
 
 
-@contextlib.contextmanager
-def _options_by_size(largest: int):
-    """LLVM's process-wide options, while optimising and emitting a module whose largest function
-    has `largest` instructions."""
+def small_module_options(largest: int, text: str, widened: bool) -> tuple[str, ...]:
+    """LLVM's options for the module of IR `text` whose largest function has `largest`
+    instructions (none: LLVM's defaults); `widened`: whether it has width-W chunks."""
     if largest > SMALL_MODULE_LARGEST_FUNCTION:
+        return ()
+    atomics = any("atomicrmw " in body or "cmpxchg " in body
+                  for name, body in function_definitions(text).items() if "_chunk" in name)
+    return (() if widened else (_NO_STRENGTH_REDUCTION,)) + (() if atomics else (_NO_UNSWITCHING,))
+
+
+@contextlib.contextmanager
+def _llvm_options(options: tuple[str, ...]):
+    """LLVM's process-wide `options` while a module is optimised and emitted, then its defaults."""
+    if not options:
         yield
         return
     with _OPTIONS_LOCK:
-        for option in _SMALL_MODULE_OPTIONS:
+        for option in options:
             llvm.set_option("", option)
         try:
             yield
@@ -334,7 +346,8 @@ def compile_kernel(kernel: ir.KernelIR, meta: KernelMeta, opt_level: int = 3, fa
             parsed = llvm.parse_assembly(text, context=llvm.create_context())
             parsed.verify()
         largest = largest_function(module)
-        with _options_by_size(largest):
+        widened = any(choice.max_lanes > 1 for choice in module.widen_choices.values())
+        with _llvm_options(small_module_options(largest, text, widened)):
             with timings.phase("LLVM optimisation"):
                 mod, tm = optimise(parsed, opt_level, levels[0], platform, slp=largest <= SLP_LARGEST_FUNCTION)
             same, optimised_text = {}, None

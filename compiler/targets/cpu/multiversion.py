@@ -142,7 +142,7 @@ def _level_variable() -> str:
 _DEFINED_NAME = re.compile(r'define [^\n]*?@"?([-\w.$]+)"?\(')
 
 
-def _definitions(text: str) -> dict:
+def function_definitions(text: str) -> dict:
     """{function name: its definition}, from the `define` line to the line of its closing brace,
     in the module `text`. Found with str.find: a lazy regular expression over a whole module
     (one attempt per character) was most of the time of the equal levels' search."""
@@ -166,7 +166,7 @@ def equal_levels(optimised: str, task_bodies: list[str], levels: tuple[CpuLevel,
     is not emitted again. Bodies with what a level between compiles differently from equal IR
     (isa_levels.LEVEL_SENSITIVE) are kept. `alike`: those known before optimisation
     (multiversioned_ir), which the result includes."""
-    definitions = _definitions(optimised)
+    definitions = function_definitions(optimised)
     sensitive = [re.compile(LEVEL_SENSITIVE[level.name]) if level.name in LEVEL_SENSITIVE else None
                  for level in levels]
     same = dict(alike or {})
@@ -192,7 +192,7 @@ def _comparable(definition: str) -> str:
 
 def without_equal_levels(optimised: str, same: dict) -> str:
     """`optimised` with each body of `same` removed and its callers calling the lower level's."""
-    definitions = _definitions(optimised)
+    definitions = function_definitions(optimised)
     for (name, i), j in same.items():
         removed = definitions.get(level_symbol(name, i))
         if removed is None:  # never made (equal_levels' `alike`)
