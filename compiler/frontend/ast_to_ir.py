@@ -127,6 +127,10 @@ _UNSUPPORTED = {
     "AsyncFor": "async for is not supported in kernels",
 }
 
+# AST node class -> FrontEnd's visit_ function for it (None: unsupported), looked up once: a large
+# kernel visits hundreds of thousands of nodes.
+_VISITORS: dict = {}
+
 
 class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLowering, VectorMath, PrintLowering,
                StructLowering, StaticPython, HostObjects, SimtCalls, TileSyntax, SubscriptLowering):
@@ -186,11 +190,13 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
     def visit(self, node):
         self.node_stack.append(node)
         try:
-            method = getattr(self, "visit_" + type(node).__name__, None)
+            method = _VISITORS.get(node.__class__)
+            if method is None:
+                method = _VISITORS[node.__class__] = getattr(FrontEnd, "visit_" + type(node).__name__, None)
             if method is None:
                 self.error(_UNSUPPORTED.get(type(node).__name__,
                                             f"'{type(node).__name__}' is not supported in qdc kernels"))
-            return method(node)
+            return method(self, node)
         except QdcCompileError:
             raise
         except RecursionError:
