@@ -176,9 +176,11 @@ def equal_levels(optimised: str, task_bodies: list[str], levels: tuple[CpuLevel,
                 continue
             j = same.get((name, i - 1), i - 1)
             mine, lower = definitions.get(level_symbol(name, i)), definitions.get(level_symbol(name, j))
-            if mine is None or lower is None or any(s is None or s.search(mine) for s in sensitive[j + 1:i + 1]):
+            # Cheapest test first: most bodies differ (other vector widths), in their line count too.
+            if mine is None or lower is None or mine.count("\n") != lower.count("\n"):
                 continue
-            if _comparable(mine) == _comparable(lower):
+            if _comparable(mine) == _comparable(lower) and not any(s is None or s.search(mine)
+                                                                   for s in sensitive[j + 1:i + 1]):
                 same[(name, i)] = j
     return same
 
