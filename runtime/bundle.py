@@ -12,7 +12,7 @@ inflate into a large amount of memory. An entry whose record is unreadable is le
 it reports that record. Entries keep their signature files and module records their signatures
 (runtime/signing.py): build times are not signed, so zeroing them keeps every signature valid,
 and `load(bundle, ..., trusted_keys=...)` checks them as it checks a cache folder's.
-The cache's parsed-source records (runtime/source_records.py) travel too, each checked when
+The cache's parsed-source records (runtime/source_folder.py) travel too, each checked when
 packed (a refused one is left out) and read as a record, so that `qdc merge DEST BUNDLE` gives a
 deployment's cache whose processes parse no source.
 """
@@ -26,7 +26,8 @@ import tarfile
 import uuid
 import zlib
 
-from . import signing, source_records
+from . import signing, source_folder
+from .contract import source_records
 from .contract import artifact as A
 from .cache import (ENTRIES, MAX_RECORD_BYTES, META_FILE, MODULES, RECORD_TIME_FIELDS, Cache, DirStore, Store,
                     cache_error, entry_path, list_modules, module_path, read_entry, read_module)
@@ -172,7 +173,7 @@ def pack(cache: Store, out_path: str, signer: signing.SigningKey | None = None) 
             for kind, info in entry.record["artifacts"].items():  # the bytes read_entry verified
                 members[f"{base}/{info['file']}"] = entry.artifacts[kind]
             members.update(_entry_signatures(cache, entry, signer))
-    sources, _ = source_records.good_records(cache)  # a refused one is left out: its reader parses instead
+    sources, _ = source_folder.good_records(cache)  # a refused one is left out: its reader parses instead
     members.update(sources)
     data = _tar_gz(members)
     out_path = os.fspath(out_path)

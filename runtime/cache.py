@@ -33,7 +33,7 @@ import tempfile
 import time
 import uuid
 
-from . import signing, source_records
+from . import signing, source_folder
 from .contract import artifact as A
 from .contract.entry_points import entry_points_problem
 from .contract.errors import CacheError, ModuleNotBuiltError, SignatureError
@@ -152,8 +152,8 @@ class Store:
         return False
 
     def source_record_names(self) -> list[str]:
-        """The names of the parsed-source records the store holds (runtime/source_records.py)."""
-        return [n for n in self.names() if n.startswith(source_records.FOLDER + "/")]
+        """The names of the parsed-source records the store holds (runtime/source_folder.py)."""
+        return [n for n in self.names() if n.startswith(source_folder.FOLDER + "/")]
 
 
 class EntryFiles:
@@ -253,7 +253,7 @@ class DirStore(Store):
         return sorted(out)
 
     def source_record_names(self) -> list[str]:
-        return source_records.folder_names(self.root)
+        return source_folder.folder_names(self.root)
 
     def touch(self, key: str) -> None:
         try:
@@ -670,10 +670,10 @@ class Cache(DirStore):
         return sorted(out, key=lambda e: (e["last_use"], e["key"]))
 
     def clean(self, max_size: int | None = None, everything: bool = False) -> dict:
-        """Evict least-recently-used entries and parsed-source records (runtime/source_records.py)
+        """Evict least-recently-used entries and parsed-source records (runtime/source_folder.py)
         until the total is at most `max_size` bytes (or all of them), then drop module records
         that lost an entry, source records that are refused, and leftovers of crashed builds."""
-        entries, records = self.entries(), source_records.folder_records(self.root)
+        entries, records = self.entries(), source_folder.folder_records(self.root)
         total = sum(e["size"] for e in entries) + sum(r["size"] for r in records)
         evicted = records_evicted = 0
         for item in sorted(entries + records, key=lambda e: (e["last_use"], e["path"])):
@@ -688,7 +688,7 @@ class Cache(DirStore):
             total -= item["size"]
         dropped = self._drop_dangling_modules(everything)
         self.sweep_tmp(max_age_s=0 if everything else STALE_TMP_S)
-        records_evicted += source_records.sweep(self.root, max_age_s=0 if everything else STALE_TMP_S)
+        records_evicted += source_folder.sweep(self.root, max_age_s=0 if everything else STALE_TMP_S)
         return {"evicted": evicted, "sources_evicted": records_evicted, "modules_dropped": dropped,
                 "remaining_bytes": max(total, 0)}
 

@@ -12,13 +12,13 @@ module record's signatures wherever the merged record's signed content is that o
 A merged record that matches no source's is signed by `signer` if one is given, else written
 unsigned and reported.
 
-Parsed-source records (runtime/source_records.py) are carried too: each good one a source holds
+Parsed-source records (runtime/source_folder.py) are carried too: each good one a source holds
 and DEST lacks is installed; one that is refused is left out and counted (it is only a saving:
 the process that would have read it parses the source instead).
 """
 from __future__ import annotations
 
-from . import signing, source_records
+from . import signing, source_folder
 from .cache import (ENTRIES, META_FILE, RECORD_TIME_FIELDS, Cache, Store, cache_error, entry_path, list_modules,
                     module_path, read_entry, read_module)
 
@@ -86,7 +86,7 @@ def carry_source_records(dest: Cache, sources: list[Store]) -> tuple[int, int]:
     installed, records refused and left out)."""
     present, carried, refused = set(dest.source_record_names()), 0, 0
     for store in sources:
-        good, bad = source_records.good_records(store, skip=present)
+        good, bad = source_folder.good_records(store, skip=present)
         for name, data in sorted(good.items()):
             dest.install_record(name, data)
         present |= set(good)

@@ -22,7 +22,7 @@ import os
 import time
 import warnings
 
-from . import signing, source_records
+from . import signing, source_folder
 from .cache import (ENTRIES, META_FILE, MODULES, Cache, Store, cache_error, decode, entry_path,
                     module_path, read_entry, read_module)
 from .contract import artifact as A
@@ -141,7 +141,7 @@ class RemoteStore(Store):
         return [o["path"] for o in self.listing()]
 
     def source_record_names(self) -> list[str]:
-        return [o["path"] for o in self.listing((source_records.FOLDER + "/",))]
+        return [o["path"] for o in self.listing((source_folder.FOLDER + "/",))]
 
     def folder_names(self, base: str) -> list[str]:
         batches = self._call("listing", base, lambda: list(self._obs.list(self.store, prefix=base + "/")))
@@ -326,9 +326,9 @@ def push_all(remote: RemoteStore, cache: Cache, log=None) -> dict:
 
 
 def push_source_records(remote: RemoteStore, cache: Cache) -> int:
-    """Upload each good parsed-source record of `cache` the remote lacks (runtime/source_records.py;
+    """Upload each good parsed-source record of `cache` the remote lacks (runtime/source_folder.py;
     content-addressed: one already there is the same); the number uploaded."""
-    good, _ = source_records.good_records(cache, skip=set(remote.source_record_names()))
+    good, _ = source_folder.good_records(cache, skip=set(remote.source_record_names()))
     return sum(remote.put(name, data) for name, data in sorted(good.items()))
 
 
@@ -386,7 +386,7 @@ def clean_remote(remote: RemoteStore, older_than_s: float, now: float | None = N
         for f in meta + [f for f in files if f not in meta]:  # the record first: the entry vanishes at once
             remote.delete(f["path"])
         evicted += 1
-    old_sources = [o["path"] for o in remote.listing((source_records.FOLDER + "/",)) if o["last_modified"] < cutoff]
+    old_sources = [o["path"] for o in remote.listing((source_folder.FOLDER + "/",)) if o["last_modified"] < cutoff]
     for name in old_sources:  # each is only a saving: a process lacking one parses that source
         remote.delete(name)
     return {"modules_dropped": dropped, "evicted": evicted, "sources_evicted": len(old_sources)}

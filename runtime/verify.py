@@ -1,7 +1,7 @@
 """`qdc verify`: every record and artifact of a cache folder or bundle checked as loading
 checks them (runtime/cache.py: format version, sha256, the entries each artifact defines),
 every module record against the entries it names, every parsed-source record
-(runtime/source_records.py), and anything else under entries/ or modules/ reported by the path
+(runtime/contract/source_records.py), and anything else under entries/ or modules/ reported by the path
 where it is. Signatures (runtime/signing.py) are checked against
 their records; with trusted keys, each entry and record must carry a trusted one, and who signed
 each is reported."""
@@ -10,7 +10,8 @@ from __future__ import annotations
 from .cache import (ENTRIES, MAX_RECORD_BYTES, META_FILE, MODULES, STAMP_FILE, Store, decode, entry_path,
                     list_modules, module_path, read_entry, read_module)
 from .module_check import module_problems
-from . import signing, source_records
+from . import signing
+from .contract import source_records
 from .contract import artifact as A
 from .contract.errors import CacheError
 

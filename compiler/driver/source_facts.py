@@ -1,7 +1,7 @@
 """What parsing a definition's block found, kept beside the cache so that a warm process parses
 nothing (sources.py finds the block; parsing it and reading its name chains were half of a
 large program's warm start). The records' format, and why a record is refused, is
-runtime/source_records.py's:
+runtime/contract/source_records.py's:
 
     <cache>/sources/<key[:2]>/<key>.msgpack    [key, facts (msgpack), sha256 of facts]
 
@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 
-from qdc.runtime import source_records
+from qdc.runtime.contract import source_records
 
 FOLDER = source_records.FOLDER
 _TOUCH_AFTER_S = 3600.0  # a record read is marked used at most this often (clean's LRU order)

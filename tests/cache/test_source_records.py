@@ -1,4 +1,4 @@
-"""Parsed-source records (runtime/source_records.py) through the cache's tools: `qdc pack` and
+"""Parsed-source records (runtime/contract/source_records.py, runtime/source_folder.py) through the cache's tools: `qdc pack` and
 `qdc merge` carry them (so a deployment's cache built from a bundle parses nothing), `qdc clean`
 evicts them with the entries and drops refused ones, `qdc push`/`pull` and a remote's clean
 handle them; a damaged or crafted record is refused everywhere and never used."""
@@ -14,7 +14,8 @@ import msgpack
 import pytest
 
 from qdc.compiler.driver import source_facts, sources
-from qdc.runtime import source_records
+from qdc.runtime import source_folder
+from qdc.runtime.contract import source_records
 from qdc.runtime.bundle import BundleStore
 from qdc.runtime.cache import Cache
 
@@ -158,7 +159,7 @@ def test_clean_evicts_records_with_entries_oldest_use_first(built, tmp_path):
     unused = cache / names[0]
     os.utime(unused, (old - 3600, old - 3600))  # older than every entry's last use
     total = sum(e["size"] for e in Cache(cache).entries()) + sum(
-        r["size"] for r in source_records.folder_records(str(cache)))
+        r["size"] for r in source_folder.folder_records(str(cache)))
     result = qdc("clean", "--cache", cache, "--max-size", total - 1)
     assert "evicted 0 entries and 1 parsed-source record" in result.stdout and not unused.exists()
     assert qdc("clean", "--cache", cache, "--all").exit_code == 0

@@ -1,8 +1,7 @@
 """Parsed-source records: what parsing a definition a kernel reaches found (its extent and the
 names it reads), kept in a cache so that a process run from that cache parses no Python source
-(the compiler reads and writes them: compiler/driver/source_facts.py). Here is their format,
-which the cache's tools (`qdc clean`, `pack`, `merge`, `push`, `pull`, `verify`) carry records by
-without importing the compiler:
+(the compiler reads and writes them: compiler/driver/source_facts.py; the cache's tools carry
+them: runtime/source_folder.py). Here is their format, shared by both:
 
     <root>/sources/<key[:2]>/<key>.msgpack    msgpack [key, facts (msgpack bytes), sha256 of facts]
 
@@ -20,11 +19,9 @@ import hashlib
 import os
 import re
 import stat
-import time
 
 import msgpack
 
-from .contract.errors import CacheError
 
 FOLDER = "sources"
 MAX_RECORD_BYTES = 1 << 20  # a record is a few hundred bytes to a few kilobytes
@@ -103,71 +100,6 @@ def check_record(name: str, data: bytes):
     return decode(data, key)
 
 
-def good_records(store, skip=frozenset()) -> tuple[dict, int]:
-    """({name: bytes} of every good record `store` (a runtime.cache.Store) holds but those named
-    in `skip`, the number of records refused and left out)."""
-    good, refused = {}, 0
-    for name in store.source_record_names():
-        if name in skip:
-            continue
-        try:
-            data = store.read(name, MAX_RECORD_BYTES)
-            check_record(name, data)
-        except (CacheError, ValueError, FileNotFoundError):
-            refused += 1
-            continue
-        good[name] = data
-    return good, refused
-
-
-# ---- in a cache folder ------------------------------------------------------------------------
-
-def folder_names(root: str) -> list[str]:
-    """The store names of the records under cache folder `root` (good or not; not staging files)."""
-    out = []
-    for dirpath, _dirs, files in os.walk(os.path.join(root, FOLDER)):
-        rel = os.path.relpath(dirpath, root).replace(os.sep, "/")
-        out += [f"{rel}/{f}" for f in files if not f.startswith(STAGING_PREFIX)]
-    return sorted(out)
-
-
-def folder_records(root: str) -> list[dict]:
-    """Every record under cache folder `root`: name, path, size, last use (mtime)."""
-    out = []
-    for name in folder_names(root):
-        path = os.path.join(root, *name.split("/"))
-        try:
-            st = os.lstat(path)
-        except OSError:
-            continue  # removed meanwhile
-        out.append({"name": name, "path": path, "size": st.st_size, "last_use": st.st_mtime})
-    return out
-
-
-def sweep(root: str, max_age_s: float) -> int:
-    """Remove, under cache folder `root`, what no process can use: records that are refused or
-    misplaced, and what a killed writer left (staging files `max_age_s` old); the number removed."""
-    now, removed = time.time(), 0
-    base = os.path.join(root, FOLDER)
-    for dirpath, _dirs, files in os.walk(base):
-        for f in files:
-            path = os.path.join(dirpath, f)
-            name = os.path.relpath(path, root).replace(os.sep, "/")
-            try:
-                if f.startswith(STAGING_PREFIX):
-                    drop = now - os.lstat(path).st_mtime >= max_age_s
-                else:
-                    check_record(name, read_file(path)[0])
-                    drop = False
-            except ValueError:
-                drop = True
-            except OSError:
-                continue
-            if drop and _unlink(path):
-                removed += 1
-    return removed
-
-
 def read_file(path: str) -> tuple[bytes, float]:
     """(bytes, mtime) of the record file at `path`; ValueError where it is no regular file (a
     FIFO or device must not hang a reader) or too large, OSError where it cannot be read."""
@@ -180,11 +112,3 @@ def read_file(path: str) -> tuple[bytes, float]:
     finally:
         os.close(fd)
     return data, st.st_mtime
-
-
-def _unlink(path: str) -> bool:
-    try:
-        os.unlink(path)
-        return True
-    except OSError:
-        return False
