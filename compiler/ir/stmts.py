@@ -701,6 +701,22 @@ def replace_uses(block: Block, mapping: dict) -> None:
             s.axes = [mapping.get(a, a) for a in s.axes]
 
 
+def replace_in_task_bounds(block: Block, mapping: dict) -> None:
+    """What remains of `replace_uses(block, mapping)` after a pass that replaced operands as it
+    walked the statements in program order, each one before any statement maps (the verifier's
+    scoping rule: operands are defined earlier, so every key of `mapping` was added before its
+    uses were reached): the bounds and axes of the tasks, which are no operands of their task
+    (they live in its blocks) and which tasks only the top level holds. Spares passes a second
+    walk over every statement of a large kernel."""
+    if not mapping:
+        return
+    for s in block.stmts:
+        if isinstance(s, Task):
+            s.begin = mapping.get(s.begin, s.begin)
+            s.end = mapping.get(s.end, s.end)
+            s.axes = [mapping.get(a, a) for a in s.axes]
+
+
 def clone_block(src: Block, dst: Block, mapping: dict) -> None:
     """Append deep copies of `src`'s statements to `dst`; `mapping` maps old→new statements
     (pre-seed it to substitute operands) and is extended as statements are copied."""

@@ -13,22 +13,39 @@ _LOADS = (ir.LocalLoad, ir.GlobalLoad, ir.TempLoad)
 def eliminate_dead_code(k: ir.KernelIR) -> bool:
     changed_any = False
     while True:
-        uses = ir.users_count(k.body)
-        read_vars, read_temps = Counter(), Counter(k.returns["slots"] if k.returns else ())  # the launcher reads those
-        for s in ir.walk(k.body):
-            if isinstance(s, ir.LocalLoad):
-                read_vars[s.var] += 1
-            elif isinstance(s, ir.TempLoad):
-                read_temps[s.slot] += 1
-            elif isinstance(s, ir.LocalAtomic) and uses.get(s):  # its old value is a read
-                read_vars[s.var] += 1
-            elif isinstance(s, ir.TempAtomic) and uses.get(s):
-                read_temps[s.slot] += 1
-        sweep = _Sweep(uses, read_vars, read_temps)
+        sweep = _Sweep(*_uses_and_reads(k))
         changed = sweep.block(k.body)
         changed_any |= changed
         if not changed or not sweep.left_dead:  # another sweep would find nothing: skip it
             return changed_any
+
+
+def _uses_and_reads(k: ir.KernelIR) -> tuple[dict, Counter, Counter]:
+    """`ir.users_count(k.body)`, and how many times each local and temporary is read, in one walk."""
+    uses: dict = {}
+    read_vars, read_temps = Counter(), Counter(k.returns["slots"] if k.returns else ())  # the launcher reads those
+    atomics = []
+    get = uses.get
+    for s in ir.walk(k.body):
+        for o in s.operands():
+            uses[o] = get(o, 0) + 1
+        if isinstance(s, ir.LocalLoad):
+            read_vars[s.var] += 1
+        elif isinstance(s, ir.TempLoad):
+            read_temps[s.slot] += 1
+        elif isinstance(s, _ATOMICS):
+            atomics.append(s)
+        elif isinstance(s, ir.Task):
+            for o in (s.begin, s.end, *s.axes):
+                if o is not None:
+                    uses[o] = get(o, 0) + 1
+    for s in atomics:  # an atomic's old value, when used, is a read (its users come later: counted now)
+        if get(s):
+            if isinstance(s, ir.LocalAtomic):
+                read_vars[s.var] += 1
+            else:
+                read_temps[s.slot] += 1
+    return uses, read_vars, read_temps
 
 
 class _Sweep:

@@ -20,7 +20,7 @@ _WRITES = (ir.LocalStore, ir.LocalAccumulate, ir.LocalAtomic)
 def forward_stores(k: ir.KernelIR) -> bool:
     mapping: dict = {}
     removed = _Forwarder(mapping).block(k.body, {})
-    ir.replace_uses(k.body, mapping)
+    ir.replace_in_task_bounds(k.body, mapping)
     return removed
 
 

@@ -264,7 +264,8 @@ class _Env(AdStackLowering, MessageLowering, SimtLowering):
         self.alloca_builder = None
         self.flags = ("fast",) if cg.fast_math else ()
         self.where = None  # source location of the innermost statement being lowered that has one
-        self.chains = 0  # how many loops around the statement being lowered carry state (carries_state)
+        self.enclosing_loops: list = []  # the loops around the statement being lowered, outermost first
+        self.carrying: dict = {}  # loop -> carries_state(loop), asked only where math is lowered
         self.alone = None  # an i1: this thread runs alone (plain read-modify-writes); None: it may not
 
     def v(self, s):
@@ -399,12 +400,24 @@ class _Env(AdStackLowering, MessageLowering, SimtLowering):
     def math(self, op: str, *args):
         """`op` applied to float `args`, as the target's math table implements it."""
         target = self.cg.target
-        table = target.chain_math_table if self.chains and target.chain_math_table else target.math_table
+        table = target.chain_math_table if target.chain_math_table and self.in_chain() else target.math_table
         impl = table.get(op)
         if impl is None or MATH_ARITY.get(op) != len(args):
             raise Unsupported(f"'{op}' of {_FLOAT_BITS[str(args[0].type)]}-bit floats is not available on "
                               f"target '{self.cg.target.arch}'")
         return self.b.call(self.mb.math(impl, args[0].type, len(args)), list(args))
+
+    def in_chain(self) -> bool:
+        """Whether a loop around the statement being lowered carries state (carries_state). Each
+        loop is looked at once, and only if math is lowered in it: walking every loop's nest as
+        it is entered costs a deep kernel the square of its nesting."""
+        for loop in reversed(self.enclosing_loops):
+            chain = self.carrying.get(loop)
+            if chain is None:
+                chain = self.carrying[loop] = carries_state(loop)
+            if chain:
+                return True
+        return False
 
     def s_Binary(self, s):
         b, x, y, t = self.b, self.v(s.a), self.v(s.b), s.a.type
@@ -754,16 +767,14 @@ class _Env(AdStackLowering, MessageLowering, SimtLowering):
         b.position_at_end(merge)
 
     def s_RangeFor(self, s):
-        chain = carries_state(s)
-        self.chains += chain
+        self.enclosing_loops.append(s)
         self.loop(self.v(s.begin), self.v(s.end), s.body, self.binder(s.index))
-        self.chains -= chain
+        self.enclosing_loops.pop()
 
     def s_While(self, s):
-        chain = carries_state(s)
-        self.chains += chain
+        self.enclosing_loops.append(s)
         self.while_loop(s)
-        self.chains -= chain
+        self.enclosing_loops.pop()
 
     def while_loop(self, s):
         b = self.b
