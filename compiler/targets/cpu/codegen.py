@@ -7,8 +7,10 @@ to repay waking the pool run on the calling thread.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
+import threading
 
 import llvmlite.binding as llvm
 from llvmlite import ir as ll
@@ -18,7 +20,8 @@ from qdc.runtime.contract.artifact import KernelMeta
 
 from ... import ir, timings
 from ...ir.adstack import AdStackAlloca
-from .multiversion import equal_levels, level_assembly, multiversioned_ir, with_features, without_equal_levels
+from .multiversion import (equal_levels, function_definitions, level_assembly, multiversioned_ir, with_features,
+                           without_equal_levels)
 from .numpy_prologue import add_numpy_entry
 from .half_conversions import with_half_conversions
 from .isa_levels import NATIVE, CpuLevel, CpuPlatform
@@ -213,6 +216,56 @@ def _machine_of(platform: CpuPlatform, level: CpuLevel | None = None) -> tuple:
 SLP_LARGEST_FUNCTION = 4000
 
 
+# Options for small modules. A small kernel is a few loops of a few instructions, and two of
+# LLVM's O3 transformations made much of its build time without making it faster:
+# - loop strength reduction (in object emission) searches the addressing of every memory access
+#   of a loop for the fewest induction variables; the vectoriser's interleaved loops over vector
+#   fields gave it hundreds of candidates (half of DiffMPM's clear_grid emission, a third of
+#   heat.commit's), where x86's addressing modes take `base + index*scale + offset` as they are.
+#   Width-W chunks keep it (nbody.kick's ran 1% slower without).
+# - non-trivial loop unswitching copies a loop once per value of a branch condition the loop does
+#   not change (only loops below its cost threshold, `-unswitch-threshold`, 50 by default: so
+#   small loops only), each copy then vectorised and emitted on its own: heat.step's row loop,
+#   copied for its boundary rows and its interior, doubled its LLVM time and ran 10% slower.
+#   Chunks with atomics keep it: there it copies the loop for `alone` (a thread that runs the
+#   whole task), whose copy has plain read-modify-writes that the loop vectoriser widens
+#   (`x[i] += y[i]` on one thread ran 4.8 times slower without it).
+# Modules whose largest function has at most this many instructions are built so; larger ones,
+# whose small loops are a small share of their build, keep LLVM's defaults.
+SMALL_MODULE_LARGEST_FUNCTION = 1000
+_NO_STRENGTH_REDUCTION, _NO_UNSWITCHING = "-disable-lsr=true", "-unswitch-threshold=1"
+_LLVM_DEFAULTS = ("-disable-lsr=false", "-unswitch-threshold=50")
+# LLVM's options are global to the process: one CPU module at a time sets them and restores
+# LLVM's defaults after, so that no other module (a GPU one compiled in the same process) sees them.
+_OPTIONS_LOCK = threading.Lock()
+
+
+def small_module_options(largest: int, text: str, widened: bool) -> tuple[str, ...]:
+    """LLVM's options for the module of IR `text` whose largest function has `largest`
+    instructions (none: LLVM's defaults); `widened`: whether it has width-W chunks."""
+    if largest > SMALL_MODULE_LARGEST_FUNCTION:
+        return ()
+    atomics = any("atomicrmw " in body or "cmpxchg " in body
+                  for name, body in function_definitions(text).items() if "_chunk" in name)
+    return (() if widened else (_NO_STRENGTH_REDUCTION,)) + (() if atomics else (_NO_UNSWITCHING,))
+
+
+@contextlib.contextmanager
+def _llvm_options(options: tuple[str, ...]):
+    """LLVM's process-wide `options` while a module is optimised and emitted, then its defaults."""
+    if not options:
+        yield
+        return
+    with _OPTIONS_LOCK:
+        for option in options:
+            llvm.set_option("", option)
+        try:
+            yield
+        finally:
+            for option in _LLVM_DEFAULTS:
+                llvm.set_option("", option)
+
+
 def largest_function(module: ll.Module) -> int:
     """The most instructions of any function of `module` that LLVM optimises (not `optnone`)."""
     return max((sum(len(block.instructions) for block in fn.blocks) for fn in module.functions
@@ -283,29 +336,39 @@ def compile_kernel(kernel: ir.KernelIR, meta: KernelMeta, opt_level: int = 3, fa
     out = {"cpu_libraries": [], "cpu_tasks": {}}
     chosen = cpu_platforms(cpu_targets)
     sources = {optimised_with(platform, cpu_target, chosen)[0] for platform in chosen} - {None}
-    optimised = {}  # platform name -> (its levels, optimised IR text, functions its generated IR declares)
+    optimised = {}  # platform name -> (its levels, optimised IR text, its generated IR's calls, LLVM options)
     for n, platform in enumerate(chosen):
         levels = cpu_levels(cpu_target, platform)
         task_bodies = [task.task_name + "_chunk" for task in kernel.tasks]  # KernelCodegen.emit_chunk's names
-        mod, same = _retargeted(platform, levels, opt_level, cpu_target, chosen, optimised), {}
-        if mod is not None:
-            tm, module, optimised_text = _target_machine(opt_level, *_machine_of(platform, levels[0])), None, None
+        module, same, optimised_text = None, {}, None
+        reused = _retargeted(platform, levels, opt_level, cpu_target, chosen, optimised)
+        if reused is not None:
+            mod, tm, options = reused
         else:
-            module, mod, tm, same, optimised_text, generated_calls = _optimised(
-                kernel, meta, opt_level, fast_math, target, platform, levels, task_bodies, platform.name in sources)
-            if platform.name in sources:
-                optimised[platform.name] = (levels, optimised_text or str(mod), generated_calls)
-        with timings.phase("object emission"):
-            obj = tm.emit_object(mod)
+            module, parsed, alike, text = _parsed(kernel, meta, fast_math, target, platform, levels, task_bodies)
+            largest = largest_function(module)
+            widened = any(choice.max_lanes > 1 for choice in module.widen_choices.values())
+            options = small_module_options(largest, text, widened)
+        with _llvm_options(options):
+            if module is not None:
+                with timings.phase("LLVM optimisation"):
+                    mod, tm = optimise(parsed, opt_level, levels[0], platform, slp=largest <= SLP_LARGEST_FUNCTION)
+                if len(levels) > 1:
+                    with timings.phase("IR multiversioning"):
+                        mod, same, optimised_text = _without_equal_levels(mod, task_bodies, levels, alike)
+                if platform.name in sources:
+                    optimised[platform.name] = (levels, optimised_text or str(mod), declared_functions(text), options)
+            with timings.phase("object emission"):
+                obj = tm.emit_object(mod)
+            if n == 0:
+                with timings.phase("artifacts"):
+                    out["ll"], out["bc"] = (optimised_text or str(mod)).encode(), mod.as_bitcode()
+            assembly = tm.emit_assembly(mod) if keep_assembly else None
         with timings.phase("linking"):
             library = link_shared_library(obj, platform, host=platform == host_platform())
         out[platform.artifact] = library
         out[platform.artifact + "_sha256"] = hashlib.sha256(library).hexdigest()
-        if n == 0:
-            with timings.phase("artifacts"):
-                out["ll"], out["bc"] = (optimised_text or str(mod)).encode(), mod.as_bitcode()
         if keep_assembly:
-            assembly = tm.emit_assembly(mod)
             prefix = "asm:" if n == 0 else f"asm:{platform.name}:"
             for i, level in enumerate(levels):
                 out[prefix + level.name] = assembly if len(levels) == 1 else level_assembly(assembly, task_bodies, i,
@@ -321,11 +384,10 @@ def compile_kernel(kernel: ir.KernelIR, meta: KernelMeta, opt_level: int = 3, fa
     return out
 
 
-def _optimised(kernel: ir.KernelIR, meta: KernelMeta, opt_level: int, fast_math: bool, target,
-               platform: CpuPlatform, levels: tuple, task_bodies: list[str], keep_calls: bool) -> tuple:
-    """(generated module, optimised module, target machine, equal levels, the optimised
-    module's text or None, the functions the generated IR declares where `keep_calls`) of the
-    kernel's library for `platform`."""
+def _parsed(kernel: ir.KernelIR, meta: KernelMeta, fast_math: bool, target, platform: CpuPlatform, levels: tuple,
+            task_bodies: list[str]) -> tuple:
+    """(generated module, parsed module, the bodies a level runs a lower level's code of
+    (`_module_text`), the parsed IR text) of the kernel's library for `platform`."""
     module = generate_llvm(kernel, meta, fast_math, target=target, levels=levels, platform=platform)
     alike = {}
     with timings.phase("IR multiversioning" if len(levels) > 1 else "IR text"):
@@ -337,23 +399,19 @@ def _optimised(kernel: ir.KernelIR, meta: KernelMeta, opt_level: int, fast_math:
         # would depend on what the process compiled before it.
         parsed = llvm.parse_assembly(text, context=llvm.create_context())
         parsed.verify()
-    with timings.phase("LLVM optimisation"):
-        mod, tm = optimise(parsed, opt_level, levels[0], platform, slp=largest_function(module) <= SLP_LARGEST_FUNCTION)
-    same, optimised_text = {}, None
-    if len(levels) > 1:
-        with timings.phase("IR multiversioning"):
-            mod, same, optimised_text = _without_equal_levels(mod, task_bodies, levels, alike)
-    return module, mod, tm, same, optimised_text, declared_functions(text) if keep_calls else None
+    return module, parsed, alike, text
 
 
 def _retargeted(platform: CpuPlatform, levels: tuple, opt_level: int, cpu_target: str, chosen: tuple,
-                optimised: dict):
-    """`platform`'s optimised module made from another platform's of this build, or None."""
+                optimised: dict) -> tuple | None:
+    """(optimised module, target machine, LLVM options) of `platform` made from another
+    platform's optimised module of this build (`optimised`), or None."""
     source, level_name = optimised_with(platform, cpu_target, chosen)
     if source not in optimised:
         return None
-    source_levels, text, generated_calls = optimised[source]
+    source_levels, text, generated_calls, options = optimised[source]
     with timings.phase("IR retargeting"):
         tm = _target_machine(opt_level, *_machine_of(platform, levels[0]))
-        return retargeted(text, generated_calls, [lvl.name for lvl in source_levels].index(level_name), tm,
-                          levels[0].llvm_cpu)
+        module = retargeted(text, generated_calls, [lvl.name for lvl in source_levels].index(level_name), tm,
+                            levels[0].llvm_cpu)
+    return None if module is None else (module, tm, options)

@@ -19,17 +19,15 @@ vectorisers' interleaving, unrolling); the code is that of the generic armv8.2-a
 """
 from __future__ import annotations
 
-import bisect
 import re
 
 import llvmlite.binding as llvm
 
 from qdc.runtime.contract.entry_points import CPU_LEVEL_SETTER
 
-from .multiversion import LEVEL_VARIABLE
+from .multiversion import LEVEL_VARIABLE, function_definitions
 
 _DECLARATION = re.compile(r'^declare [^@\n]*@"?([-\w.$]+)"?\(', re.M)
-_DEFINITION = re.compile(r'^define [^\n]*?@"?([-\w.$]+)"?\(', re.M)
 _LEVEL_COPY = re.compile(r"\.l(\d+)$")  # multiversion.level_symbol's suffix
 
 
@@ -53,7 +51,9 @@ def retargeted(optimised: str, generated_calls: frozenset, level: int, tm, cpu: 
     # dispatch fold. (A module without task bodies optimised the variable away.)
     text = re.sub(rf'^(@"?{LEVEL_VARIABLE}"? = [^\n]*?)global i32 0\b', rf"\g<1>constant i32 {level}", text,
                   count=1, flags=re.M)
-    text = _without_definition(text, CPU_LEVEL_SETTER)
+    definitions = function_definitions(text)
+    if CPU_LEVEL_SETTER in definitions:
+        text = text.replace(definitions.pop(CPU_LEVEL_SETTER), "", 1)
     # A level's copies name their CPU (multiversion._level_copy): they are this CPU's code now,
     # keeping the features they were optimised with.
     text = re.sub(r'"target-cpu"="[^"]*"', f'"target-cpu"="{cpu}"', text)
@@ -62,8 +62,9 @@ def retargeted(optimised: str, generated_calls: frozenset, level: int, tm, cpu: 
     fold = llvm.create_new_function_pass_manager()
     fold.add_sccp_pass()
     fold.add_simplify_cfg_pass()
-    for name in _functions_using(text, LEVEL_VARIABLE):
-        fold.run(module.get_function(name), pb)
+    for name, definition in definitions.items():
+        if f"@{LEVEL_VARIABLE}" in definition or f'@"{LEVEL_VARIABLE}"' in definition:
+            fold.run(module.get_function(name), pb)
     dce = llvm.create_new_module_pass_manager()
     dce.add_global_dead_code_eliminate_pass()
     dce.run(module, pb)
@@ -75,22 +76,3 @@ def retargeted(optimised: str, generated_calls: frozenset, level: int, tm, cpu: 
     if any(g.name == LEVEL_VARIABLE for g in module.global_variables):
         raise AssertionError(f"{LEVEL_VARIABLE} is left in the module of level {level}")
     return module
-
-
-def _functions_using(text: str, name: str) -> set[str]:
-    """The functions of module `text` whose bodies name the global `name`."""
-    starts = [(m.start(), m.group(1)) for m in _DEFINITION.finditer(text)]
-    users = set()
-    for use in re.finditer(rf'@"?{re.escape(name)}"?\b', text):
-        at = bisect.bisect(starts, (use.start(), "")) - 1
-        if at >= 0:
-            users.add(starts[at][1])
-    return users
-
-
-def _without_definition(text: str, name: str) -> str:
-    start = next((m.start() for m in _DEFINITION.finditer(text) if m.group(1) == name), None)
-    if start is None:
-        return text
-    end = text.index("\n}\n", start) + 3
-    return text[:start] + text[end:]
