@@ -26,13 +26,9 @@ from .numpy_prologue import add_numpy_entry
 from .half_conversions import with_half_conversions
 from .isa_levels import NATIVE, CpuLevel, CpuPlatform
 from .link import link_shared_library
-<<<<<<< HEAD
 from .llvm_pipeline import Pipeline, choose as choose_pipeline, largest_function, mark as mark_pipeline
-from .platforms import cpu_levels, cpu_platforms, host_platform
-=======
 from .platforms import cpu_levels, cpu_platforms, host_platform, optimised_with
 from .retarget import declared_functions, retargeted
->>>>>>> main
 from ..llvm.llvm_ir import ModuleBuilder
 from ..llvm.llvm_types import I1, I32, I64, PTR, VOID
 from .widen_codegen import CpuKernelCodegen, task_choices, gathering_chunk_features
@@ -332,48 +328,25 @@ def compile_kernel(kernel: ir.KernelIR, meta: KernelMeta, opt_level: int = 3, fa
     for n, platform in enumerate(chosen):
         levels = cpu_levels(cpu_target, platform)
         task_bodies = [task.task_name + "_chunk" for task in kernel.tasks]  # KernelCodegen.emit_chunk's names
-<<<<<<< HEAD
-        pipeline = choose_pipeline(module, opt_level)
-        mark_pipeline(module, pipeline)  # recorded in the optimised IR (`qdc inspect --llvm`)
-        alike = {}
-        with timings.phase("IR multiversioning" if len(levels) > 1 else "IR text"):
-            text = _module_text(module, task_bodies, levels, alike)
-            text = with_half_conversions(text)
-        with timings.phase("LLVM parse"):
-            # A context of its own: the shared one accumulates metadata kinds from earlier modules,
-            # which the bitcode writer records, so the same kernel's bitcode (and a `qdc pack` bundle)
-            # would depend on what the process compiled before it.
-            parsed = llvm.parse_assembly(text, context=llvm.create_context())
-            parsed.verify()
-        largest = largest_function(module)
-        widened = any(choice.max_lanes > 1 for choice in module.widen_choices.values())
-        with _llvm_options(small_module_options(largest, text, widened)):
-            with timings.phase("LLVM optimisation"):
-                mod, tm = optimise(parsed, opt_level, levels[0], platform, pipeline)
-            same, optimised_text = {}, None
-            if len(levels) > 1:
-                with timings.phase("IR multiversioning"):
-                    mod, same, optimised_text = _without_equal_levels(mod, task_bodies, levels, alike)
-=======
         module, same, optimised_text = None, {}, None
         reused = _retargeted(platform, levels, opt_level, cpu_target, chosen, optimised)
         if reused is not None:
             mod, tm, options = reused
         else:
-            module, parsed, alike, text = _parsed(kernel, meta, fast_math, target, platform, levels, task_bodies)
+            module, parsed, alike, text, pipeline = _parsed(kernel, meta, fast_math, target, platform, levels,
+                                                            task_bodies, opt_level)
             largest = largest_function(module)
             widened = any(choice.max_lanes > 1 for choice in module.widen_choices.values())
             options = small_module_options(largest, text, widened)
         with _llvm_options(options):
             if module is not None:
                 with timings.phase("LLVM optimisation"):
-                    mod, tm = optimise(parsed, opt_level, levels[0], platform, slp=largest <= SLP_LARGEST_FUNCTION)
+                    mod, tm = optimise(parsed, opt_level, levels[0], platform, pipeline)
                 if len(levels) > 1:
                     with timings.phase("IR multiversioning"):
                         mod, same, optimised_text = _without_equal_levels(mod, task_bodies, levels, alike)
                 if platform.name in sources:
                     optimised[platform.name] = (levels, optimised_text or str(mod), declared_functions(text), options)
->>>>>>> main
             with timings.phase("object emission"):
                 obj = tm.emit_object(mod)
             if n == 0:
@@ -401,10 +374,13 @@ def compile_kernel(kernel: ir.KernelIR, meta: KernelMeta, opt_level: int = 3, fa
 
 
 def _parsed(kernel: ir.KernelIR, meta: KernelMeta, fast_math: bool, target, platform: CpuPlatform, levels: tuple,
-            task_bodies: list[str]) -> tuple:
+            task_bodies: list[str], opt_level: int) -> tuple:
     """(generated module, parsed module, the bodies a level runs a lower level's code of
-    (`_module_text`), the parsed IR text) of the kernel's library for `platform`."""
+    (`_module_text`), the parsed IR text, LLVM's pipeline for it) of the kernel's library for
+    `platform`."""
     module = generate_llvm(kernel, meta, fast_math, target=target, levels=levels, platform=platform)
+    pipeline = choose_pipeline(module, opt_level)
+    mark_pipeline(module, pipeline)  # recorded in the optimised IR (`qdc inspect --llvm`)
     alike = {}
     with timings.phase("IR multiversioning" if len(levels) > 1 else "IR text"):
         text = _module_text(module, task_bodies, levels, alike)
@@ -415,7 +391,7 @@ def _parsed(kernel: ir.KernelIR, meta: KernelMeta, fast_math: bool, target, plat
         # would depend on what the process compiled before it.
         parsed = llvm.parse_assembly(text, context=llvm.create_context())
         parsed.verify()
-    return module, parsed, alike, text
+    return module, parsed, alike, text, pipeline
 
 
 def _retargeted(platform: CpuPlatform, levels: tuple, opt_level: int, cpu_target: str, chosen: tuple,
