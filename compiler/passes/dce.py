@@ -69,8 +69,9 @@ class _Sweep:
         changed = False
         keep = []
         for s in reversed(block.stmts):
-            for b in reversed(s.blocks()):
-                changed |= self.block(b)
+            if s.BLOCKS:
+                for b in reversed(s.blocks()):
+                    changed |= self.block(b)
             if _is_dead(s, self.uses, self.read_vars, self.read_temps):
                 changed = True
                 self.release(s)
