@@ -31,8 +31,7 @@ def _uses_and_reads(k: ir.KernelIR) -> tuple[dict, Counter, Counter]:
             uses[o] = get(o, 0) + 1
         kind = _COUNTED.get(s.__class__)
         if kind is None:
-            kind = _COUNTED[s.__class__] = next((i for i, c in enumerate(_COUNTED_CLASSES) if issubclass(s.__class__, c)),
-                                               len(_COUNTED_CLASSES))
+            kind = ir.class_kind(s.__class__, _COUNTED_CLASSES, _COUNTED)
         if kind == 0:
             read_vars[s.var] += 1
         elif kind == 1:
