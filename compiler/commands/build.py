@@ -19,8 +19,6 @@ import hashlib
 import importlib.util
 import json
 import os
-import queue
-import subprocess
 import sys
 import threading
 import time
@@ -40,8 +38,8 @@ from ..jit.aot import Instantiation
 from ..jit.kernel import Kernel, kernel_of
 from ..jit.offline_cache import store
 from ..targets.base import TargetCannotExpress
-from ..targets.cpu.link_server import close_servers as close_lld_servers
 from ..driver.kernel import compile_recording_warnings, dual_params, warm_up
+from .build_workers import forked_workers, run_in_workers
 
 # A worker process takes about as long to start (imports, llvmlite) as compiling a few
 # kernels: below this many misses, `-j` builds in this process alone.
@@ -481,8 +479,10 @@ def _build_sources(sources, files, arches, opts, cache: Cache, jobs: int, force:
         warm_up(sorted({job.arch for job in todo}))
         report.start_up = (time.perf_counter() - t0, time.process_time() - c0)
     if jobs > 1 and len(todo) >= MIN_JOBS_FOR_WORKERS:
-        _run_in_workers(todo, files, opts, cache.root, force, min(jobs, len(todo)) - 1, finished, here,
-                        _forked_workers(by_name, opts, cache, force, min(jobs, len(todo)) - 1))
+        workers = min(jobs, len(todo)) - 1
+        hello = {"files": files, "options": _options_wire(opts), "cache": cache.root, "force": force}
+        run_in_workers(todo, hello, workers, finished, here, forked_workers(_job_server(by_name, opts, cache, force),
+                                                                            workers))
     else:
         for job in todo:
             finished(job, here(job))
@@ -524,6 +524,7 @@ def _push(remote, cache: Cache, by_name: dict, arches, results: dict, log) -> st
                 if not os.path.isfile(cache.path(remote_mod.module_path(src.name, arch))):
                     continue
                 remote_mod.push_module(remote, cache, src.name, arch)  # if the other shards' entries are there
+        remote_mod.push_source_records(remote, cache)  # what parsing found, for `qdc pull` to fetch
     except remote_mod.RemoteWriteRefused as e:
         remote_mod.refused(remote, e, log)
     except remote_mod.CacheError as e:
@@ -733,133 +734,20 @@ class _Progress:
                      f"{_variant_name(job.module, job.kernel, job.variant)} ({job.arch}){took}")
 
 
-# ---- worker processes ------------------------------------------------------------------------
+# ---- worker processes (build_workers.py runs them) ----------------------------------------------
 
 def _options_wire(opts) -> dict:
     return {name: (getattr(opts, name).name if hasattr(getattr(opts, name), "np_dtype") else getattr(opts, name))
             for name in options_mod.option_names()}
 
 
-def _run_in_workers(todo, files, opts, cache_dir, force, n, finished, here, forked=None) -> None:
-    """Share `todo` between this process (`here`) and `n` worker processes, one job at a time;
-    this process starts compiling while the workers are still starting up. `forked`: workers
-    already running (`_forked_workers`), else each is a new interpreter."""
-    pending: queue.Queue = queue.Queue()
-    for job in todo:
-        pending.put(job)
-    hello = json.dumps({"files": files, "options": _options_wire(opts), "cache": cache_dir, "force": force})
-
-    def drive(proc=None):
-        if proc is None:
-            proc = subprocess.Popen([sys.executable, "-m", "qdc.compiler.commands.build", "--worker"],
-                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
-            proc.stdin.write(hello + "\n")
-        job = None
-        try:
-            while True:
-                try:
-                    job = pending.get_nowait()
-                except queue.Empty:
-                    return
-                proc.stdin.write(json.dumps(dataclasses.asdict(job)) + "\n")
-                proc.stdin.flush()
-                line = proc.stdout.readline()
-                if not line:
-                    raise BrokenPipeError
-                finished(job, json.loads(line))
-                job = None
-        except OSError:  # the worker died (its pipe broke or closed): its job fails, the rest go on
-            if job is not None:
-                finished(job, {"status": "failed", "error": f"kernel '{job.module}.{job.kernel}': the build "
-                                                            f"worker died (exit code {proc.wait()})"})
-        finally:
-            if proc.poll() is None:
-                try:
-                    proc.stdin.close()
-                except OSError:
-                    pass
-                proc.wait()
-
-    threads = [threading.Thread(target=drive, args=(proc,), daemon=True) for proc in (forked or [None] * n)]
-    for t in threads:
-        t.start()
-    while True:
-        try:
-            job = pending.get_nowait()
-        except queue.Empty:
-            break
-        finished(job, here(job))
-    for t in threads:
-        t.join()
-    while not pending.empty():  # every worker died
-        job = pending.get_nowait()
-        finished(job, {"status": "failed", "error": f"kernel '{job.module}.{job.kernel}': no build worker left"})
-
-
-class _ForkedWorker:
-    """A build worker forked from this process once its kernel modules are imported, so that it
-    starts in about a millisecond instead of the ~0.5 s an interpreter takes to import qdc,
-    llvmlite and the modules (which kept `-j` from scaling). It speaks the protocol of
-    `worker_main` (minus the hello line: it has everything already) over two pipes, through
-    the `stdin`/`stdout`/`poll`/`wait` that `_run_in_workers` uses of a Popen."""
-
-    def __init__(self, serve, earlier: list):
-        job_read, job_write = os.pipe()
-        result_read, result_write = os.pipe()
-        self.pid = os.fork()
-        if self.pid == 0:  # the worker: serve jobs until the pipe closes, then leave without cleanup
-            code = 0
-            try:
-                # Only the parent may hold an earlier worker's job pipe open, or that worker
-                # would never see it close.
-                for fd in [job_write, result_read] + [f.fileno() for w in earlier for f in (w.stdin, w.stdout)]:
-                    os.close(fd)
-                with os.fdopen(job_read) as jobs, os.fdopen(result_write, "w", buffering=1) as results:
-                    serve(jobs, results)
-            except BaseException:  # noqa: BLE001 (the parent reports the job as failed)
-                traceback.print_exc()
-                code = 1
-            finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                close_lld_servers()  # those it started: reaped by it, not left to init
-                os._exit(code)  # not the parent's atexit handlers or temporary folders
-        os.close(job_read)
-        os.close(result_write)
-        self.stdin = os.fdopen(job_write, "w", buffering=1)
-        self.stdout = os.fdopen(result_read)
-        self.returncode = None
-
-    def poll(self):
-        if self.returncode is None:
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
-            if pid:
-                self.returncode = os.waitstatus_to_exitcode(status)
-        return self.returncode
-
-    def wait(self):
-        if self.returncode is None:
-            self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
-        return self.returncode
-
-
-def _forked_workers(by_name: dict, opts, cache: Cache, force: bool, n: int) -> list | None:
-    """`n` workers forked now, before this process starts threads or compiles (a fork copies
-    only the calling thread, so no lock may be held elsewhere), on Linux; else None: new
-    interpreters (macOS forbids some system frameworks after fork; Windows has none)."""
-    if not sys.platform.startswith("linux") or n < 1:
-        return None
-
+def _job_server(by_name: dict, opts, cache: Cache, force: bool):
+    """What a forked worker runs: one job per line in, one result per line out."""
     def serve(jobs, results):
         for line in jobs:
             job = Job(**json.loads(line))
             results.write(json.dumps(run_job(by_name[job.module], job, opts, cache, force)) + "\n")
-    sys.stdout.flush()
-    sys.stderr.flush()  # else both processes would write what is buffered
-    workers: list = []
-    for _ in range(n):
-        workers.append(_ForkedWorker(serve, workers))
-    return workers
+    return serve
 
 
 def worker_main() -> None:

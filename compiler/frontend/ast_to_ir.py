@@ -127,6 +127,10 @@ _UNSUPPORTED = {
     "AsyncFor": "async for is not supported in kernels",
 }
 
+# AST node class -> FrontEnd's visit_ function for it (None: unsupported), looked up once: a large
+# kernel visits hundreds of thousands of nodes.
+_VISITORS: dict = {}
+
 
 class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLowering, VectorMath, PrintLowering,
                StructLowering, StaticPython, HostObjects, SimtCalls, TileSyntax, SubscriptLowering):
@@ -160,12 +164,24 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
         self.kernel.signature = [n for n in inspect.signature(fn).parameters
                                  if n not in self.templates or isinstance(self.templates[n], DataclassArgument)]
         self.member_variables: dict = {}  # parameter index -> the variable a dataclass's scalar member is read into
+        self.signatures: dict = {}  # function -> its inspect.signature (see signature())
         self.init_returns(fn, returns)
 
     # ---- infrastructure -------------------------------------------------------------
     @property
     def frame(self) -> Frame:
         return self.frames[-1]
+
+    def signature(self, fn) -> inspect.Signature:
+        """inspect.signature(fn), made once per compile: inlining asks for it at every call of a
+        qd.func and for each of its arguments, thousands of times in a large kernel."""
+        try:
+            got = self.signatures.get(fn)
+        except TypeError:  # unhashable (a method of an unhashable object)
+            return inspect.signature(fn)
+        if got is None:
+            got = self.signatures[fn] = inspect.signature(fn)
+        return got
 
     def error(self, message: str, node=None):
         if self.library_site is not None:  # inside qd.simt's library: the user's call is at fault
@@ -186,11 +202,13 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
     def visit(self, node):
         self.node_stack.append(node)
         try:
-            method = getattr(self, "visit_" + type(node).__name__, None)
+            method = _VISITORS.get(node.__class__)
+            if method is None:
+                method = _VISITORS[node.__class__] = getattr(FrontEnd, "visit_" + type(node).__name__, None)
             if method is None:
                 self.error(_UNSUPPORTED.get(type(node).__name__,
                                             f"'{type(node).__name__}' is not supported in qdc kernels"))
-            return method(node)
+            return method(self, node)
         except QdcCompileError:
             raise
         except RecursionError:

@@ -423,7 +423,7 @@ class CallLowering:
         args = [receiver] * (receiver is not None) + args
         arg_nodes = [None] * (receiver is not None) + arg_nodes
         kwargs = {kw.arg: self.visit(kw.value) for kw in node.keywords}
-        signature = inspect.signature(func.fn)
+        signature = self.signature(func.fn)
         try:
             bound = signature.bind(*args, **kwargs)
         except TypeError as e:
@@ -468,7 +468,7 @@ class CallLowering:
     def parameter_annotation(self, func: lang.Func, name: str):
         """The annotation of parameter `name` of `func` (None where it has none or it cannot be
         evaluated: qdc then does not read it)."""
-        parameter = inspect.signature(func.fn).parameters[name]
+        parameter = self.signature(func.fn).parameters[name]
         ann = parameter.annotation
         if ann is inspect.Parameter.empty or parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
             return None

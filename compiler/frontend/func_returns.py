@@ -25,7 +25,7 @@ class FuncReturns:
     def func_return_items(self, fn):
         """[(dtype, element shape)] of `fn`'s return annotation and whether it is a tuple;
         None when `fn` declares nothing (or `-> None`)."""
-        ann = inspect.signature(fn).return_annotation
+        ann = self.signature(fn).return_annotation
         if isinstance(ann, str):
             try:
                 ann = eval(ann, fn.__globals__)  # noqa: S307  (the user's own annotation, as typing does)

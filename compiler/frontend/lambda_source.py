@@ -37,6 +37,7 @@ class LambdaSource(SourceInfo):
         self.filename = inspect.getsourcefile(fn) or code.co_filename
         self.file_lines = linecache.getlines(self.filename, fn.__globals__)
         self.indent, self.first_line = 0, 1
+        self._locs = {}
         try:
             self.tree = _parse("".join(self.file_lines))
         except SyntaxError as e:

@@ -24,11 +24,17 @@ class SourceInfo:
         self.tree = ast.parse(textwrap.dedent("".join(lines)))
         self.fn_def = self.tree.body[0]
         self._func_body = None
+        self._locs: dict = {}
 
     def loc(self, node) -> ir.SourceLoc:
-        line = getattr(node, "lineno", 1)
-        col = getattr(node, "col_offset", 0)
-        return ir.SourceLoc(self.filename, self.first_line + line - 1, col + self.indent + 1)
+        """Made once per position: the front end asks for the location of every statement it
+        emits (a vector expression emits dozens at one node), and a SourceLoc is immutable."""
+        key = (getattr(node, "lineno", 1), getattr(node, "col_offset", 0))
+        got = self._locs.get(key)
+        if got is None:
+            line, col = key
+            got = self._locs[key] = ir.SourceLoc(self.filename, self.first_line + line - 1, col + self.indent + 1)
+        return got
 
     def source_line(self, node) -> str | None:
         idx = getattr(node, "lineno", 1) - 1

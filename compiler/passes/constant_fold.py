@@ -16,7 +16,7 @@ from .. import ir
 def constant_fold(k: ir.KernelIR) -> bool:
     mapping: dict = {}
     changed = _fold_block(k.body, mapping)
-    ir.replace_uses(k.body, mapping)
+    ir.replace_in_task_bounds(k.body, mapping)
     return changed
 
 
@@ -26,24 +26,29 @@ def _fold_block(block: ir.Block, mapping: dict) -> bool:
     for s in block.stmts:
         if mapping:  # empty until something folds (and in a round that changes nothing)
             s.replace_operands(mapping)
-        for b in s.blocks():
-            changed |= _fold_block(b, mapping)
-        value = _evaluate(s)
-        if value is not None:
-            new = ir.Const(value, s.type, s.loc)
-            new.block = block
-            keep.append(new)
-            mapping[s] = new
-            changed = True
-            continue
-        same = _identity(s)
-        if same is not None:
-            mapping[s] = mapping.get(same, same)
-            changed = True
-            continue
+        if s.BLOCKS:
+            for b in s.blocks():
+                changed |= _fold_block(b, mapping)
+        elif isinstance(s, _FOLDABLE):  # the only classes _evaluate and _identity act on
+            value = _evaluate(s)
+            if value is not None:
+                new = ir.Const(value, s.type, s.loc)
+                new.block = block
+                keep.append(new)
+                mapping[s] = new
+                changed = True
+                continue
+            same = _identity(s)
+            if same is not None:
+                mapping[s] = mapping.get(same, same)
+                changed = True
+                continue
         keep.append(s)
     block.stmts = keep
     return changed
+
+
+_FOLDABLE = (ir.Cast, ir.Binary, ir.Unary, ir.Select)
 
 
 def wrap(value, t: T.DataType):
@@ -121,9 +126,12 @@ def _identity(s):
         return s.x
     if not isinstance(s, ir.Binary) or s.op in ir.COMPARISONS:
         return None
-    a, b, op, integral = s.a, s.b, s.op, s.type.is_integral
+    a, b, op = s.a, s.b, s.op
     if op in ("min", "max") and a is b:
         return a
+    if not isinstance(a, ir.Const) and not isinstance(b, ir.Const):  # what follows needs a constant
+        return None
+    integral = s.type.is_integral
     if op == "sub" and _is_const(b, 0.0 if not integral else 0):
         return a
     if op == "mul" and _is_const(b, 1.0 if not integral else 1):

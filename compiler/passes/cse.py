@@ -17,7 +17,7 @@ from .. import ir
 def eliminate_common_subexpressions(k: ir.KernelIR) -> bool:
     mapping: dict = {}
     _cse_block(k.body, {}, mapping)
-    ir.replace_uses(k.body, mapping)
+    ir.replace_in_task_bounds(k.body, mapping)
     return bool(mapping)
 
 
@@ -27,7 +27,9 @@ def _cse_block(b: ir.Block, available: dict, mapping: dict) -> None:
     for s in b.stmts:
         if mapping:
             s.replace_operands(mapping)
-        if isinstance(s, ir.Task):
+        if not s.BLOCKS:
+            pass
+        elif isinstance(s, ir.Task):
             for child in s.blocks():
                 _cse_block(child, {}, mapping)
         else:
@@ -44,7 +46,8 @@ def _cse_block(b: ir.Block, available: dict, mapping: dict) -> None:
 
 
 def _key(s: ir.Stmt) -> tuple:
-    return (type(s), s.type, tuple([a if a.__class__ in _AS_THEMSELVES else _attr_key(a) for a in s.attrs()]),
+    return (s.__class__, s.type,
+            tuple([a if a.__class__ in _AS_THEMSELVES else _attr_key(a) for a in map(s.__getattribute__, s.ATTRS)]),
             tuple(map(id, s.operands())))
 
 

@@ -22,7 +22,7 @@ _WRITES = (ir.GlobalStore, ir.AtomicRMW)
 def forward_global_loads(k: ir.KernelIR) -> bool:
     mapping: dict = {}
     _block(k.body, mapping)
-    ir.replace_uses(k.body, mapping)
+    ir.replace_in_task_bounds(k.body, mapping)
     return bool(mapping)
 
 

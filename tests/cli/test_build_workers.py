@@ -1,5 +1,5 @@
 """`qdc build -j N` on Linux forks its workers from the building process once the kernel
-modules are imported (compiler/commands/build.py, `_ForkedWorker`); every kernel is built once,
+modules are imported (compiler/commands/build_workers.py, `ForkedWorker`); every kernel is built once,
 each worker exits when its job pipe closes, and a worker that dies fails only its own job."""
 import os
 import subprocess
@@ -58,13 +58,13 @@ def _echo_until_told_to_die(jobs, results):
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers are forked on Linux only")
 def test_forked_workers_exit_when_their_own_pipe_closes_and_report_a_death():
-    from qdc.compiler.commands.build import _ForkedWorker
-    first = _ForkedWorker(_echo_until_told_to_die, [])
-    second = _ForkedWorker(_echo_until_told_to_die, [first])  # must not hold first's job pipe open
+    from qdc.compiler.commands.build_workers import ForkedWorker
+    first = ForkedWorker(_echo_until_told_to_die, [])
+    second = ForkedWorker(_echo_until_told_to_die, [first])  # must not hold first's job pipe open
     first.stdin.write("a job\n")
     assert first.stdout.readline() == "A JOB\n"
     first.stdin.close()
     assert first.wait() == 0  # would hang if `second` had inherited first's job pipe
     second.stdin.write("die\n")
-    assert second.stdout.readline() == ""  # the pipe closes: _run_in_workers fails that job
+    assert second.stdout.readline() == ""  # the pipe closes: run_in_workers fails that job
     assert second.wait() == 7 and second.poll() == 7

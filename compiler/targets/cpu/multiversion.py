@@ -139,7 +139,23 @@ def _level_variable() -> str:
             f'  store i32 %"level", ptr @"{LEVEL_VARIABLE}"\n  ret void\n}}\n')
 
 
-_DEFINITION = re.compile(r'^define [^\n]*?@"?([-\w.$]+)"?\(.*?^}\n?', re.M | re.S)
+_DEFINED_NAME = re.compile(r'define [^\n]*?@"?([-\w.$]+)"?\(')
+
+
+def function_definitions(text: str) -> dict:
+    """{function name: its definition}, from the `define` line to the line of its closing brace,
+    in the module `text`. Found with str.find: a lazy regular expression over a whole module
+    (one attempt per character) was most of the time of the equal levels' search."""
+    definitions = {}
+    start = 0 if text.startswith("define ") else text.find("\ndefine ") + 1 or -1
+    while start >= 0:
+        end = text.find("\n}", start)
+        end = len(text) if end < 0 else end + 2
+        if text.startswith("\n", end):
+            end += 1
+        definitions[_DEFINED_NAME.match(text, start).group(1)] = text[start:end]
+        start = text.find("\ndefine ", end - 1) + 1 or -1
+    return definitions
 
 
 def equal_levels(optimised: str, task_bodies: list[str], levels: tuple[CpuLevel, ...],
@@ -150,7 +166,7 @@ def equal_levels(optimised: str, task_bodies: list[str], levels: tuple[CpuLevel,
     is not emitted again. Bodies with what a level between compiles differently from equal IR
     (isa_levels.LEVEL_SENSITIVE) are kept. `alike`: those known before optimisation
     (multiversioned_ir), which the result includes."""
-    definitions = {m.group(1): m.group(0) for m in _DEFINITION.finditer(optimised)}
+    definitions = function_definitions(optimised)
     sensitive = [re.compile(LEVEL_SENSITIVE[level.name]) if level.name in LEVEL_SENSITIVE else None
                  for level in levels]
     same = dict(alike or {})
@@ -160,9 +176,11 @@ def equal_levels(optimised: str, task_bodies: list[str], levels: tuple[CpuLevel,
                 continue
             j = same.get((name, i - 1), i - 1)
             mine, lower = definitions.get(level_symbol(name, i)), definitions.get(level_symbol(name, j))
-            if mine is None or lower is None or any(s is None or s.search(mine) for s in sensitive[j + 1:i + 1]):
+            # Cheapest test first: most bodies differ (other vector widths), in their line count too.
+            if mine is None or lower is None or mine.count("\n") != lower.count("\n"):
                 continue
-            if _comparable(mine) == _comparable(lower):
+            if _comparable(mine) == _comparable(lower) and not any(s is None or s.search(mine)
+                                                                   for s in sensitive[j + 1:i + 1]):
                 same[(name, i)] = j
     return same
 
@@ -176,12 +194,12 @@ def _comparable(definition: str) -> str:
 
 def without_equal_levels(optimised: str, same: dict) -> str:
     """`optimised` with each body of `same` removed and its callers calling the lower level's."""
-    definitions = {m.group(1): m for m in _DEFINITION.finditer(optimised)}
+    definitions = function_definitions(optimised)
     for (name, i), j in same.items():
         removed = definitions.get(level_symbol(name, i))
         if removed is None:  # never made (equal_levels' `alike`)
             continue
-        optimised = optimised.replace(removed.group(0), "", 1)
+        optimised = optimised.replace(removed, "", 1)
         optimised = re.sub(rf'@"?{re.escape(level_symbol(name, i))}"?(?=[(\s,)])',
                            f'@"{level_symbol(name, j)}"', optimised)
     return optimised
