@@ -2,8 +2,6 @@
 ABI's pure parts: capabilities, args words, the grid)."""
 from __future__ import annotations
 
-import operator
-
 import numpy as np
 
 from ...contract.entry_points import spirv_entry_points
@@ -263,7 +261,7 @@ class LaunchPlan:
 def _record_planned(dev, loaded, tp, plan, ctx) -> bool:
     """Write this launch's ring words and dynamic offsets by `plan`; False (nothing written) when
     the plan does not hold for these ctx words."""
-    offsets = planned_offsets(plan, ctx.tolist())
+    offsets = planned_offsets(plan, ctx)
     if offsets is None:
         return False
     for j, (p, base, end) in enumerate(plan.dynamic):
@@ -276,17 +274,17 @@ def _record_planned(dev, loaded, tp, plan, ctx) -> bool:
     return True
 
 
-def planned_offsets(plan, words: list):
-    """The dynamic offsets of a launch with the ctx words `words` by `plan` (None at the args
+def planned_offsets(plan, ctx):
+    """The dynamic offsets of a launch with the ctx words `ctx` by `plan` (None at the args
     ring's, which the launch writes), or None when the plan does not hold for them."""
-    if plan.key_of(words) != plan.key:
+    if plan.key_of(ctx) != plan.key:
         return None
     offsets = []
     for p, base, end in plan.dynamic:
         if base is None:
             offsets.append(end)
             continue
-        address = words[p.word] + p.adjust
+        address = int(ctx[p.word]) + p.adjust
         if not base <= address < end:  # an error slot of another block
             return None
         offsets.append(address - base)
@@ -362,8 +360,8 @@ def _record_resolved(dev, loaded, tp, ctx) -> None:
         # the words naming the bound buffers and the addressed arrays: while they are the same,
         # so are the bindings and the addresses
         key_words = [p.word for p in tp.bindings + tp.addressed if p.word is not None and not p.dynamic]
-        key_of = operator.itemgetter(*key_words) if key_words else no_key
-        tp.plan = LaunchPlan(dev.bindings_epoch, key_of, key_of(ctx.tolist()), dynamic, written["addresses"])
+        key_of = words_key(key_words)
+        tp.plan = LaunchPlan(dev.bindings_epoch, key_of, key_of(ctx), dynamic, written["addresses"])
 
 
 def _array_addresses(dev, meta, tp, ctx, uses: list) -> np.ndarray:
@@ -378,8 +376,12 @@ def _array_addresses(dev, meta, tp, ctx, uses: list) -> np.ndarray:
     return words
 
 
-def no_key(words) -> tuple:
-    return ()
+def words_key(positions: list):
+    """A function of a launch's ctx words (np.uint64) giving the bytes of those at `positions`:
+    one gather, whatever the ctx's length (a kernel taking Genesis's dataclasses has hundreds of
+    words, which a list conversion would copy at every launch of each task)."""
+    index = np.array(positions, np.intp)
+    return lambda ctx: ctx.take(index).tobytes()
 
 
 def _heap_range(dev, tp, p, alloc, words) -> int:

@@ -21,12 +21,11 @@ buffer, fence and slot.
 from __future__ import annotations
 
 import collections
-import operator
 
 import numpy as np
 
 from ..submission import Submission
-from .pipelines import no_key, planned_offsets, record_task
+from .pipelines import planned_offsets, record_task, words_key
 
 REPLAYS = 64             # replays kept per device
 MAX_DYNAMIC_BINDINGS = 8  # dynamic offsets a replayed task may have (args, errors)
@@ -66,7 +65,7 @@ class Replays:
         dev = self.dev
         replay = self.by_task.get(tp)
         if (replay is None or replay.plan is not tp.plan or replay.plan.epoch != dev.bindings_epoch
-                or replay.slices != slices or replay.key_of(ctx.tolist()) != replay.key):
+                or replay.slices != slices or replay.key_of(ctx) != replay.key):
             replay = self._record(loaded, tp, ctx, slices)
             if replay is None:
                 return False
@@ -83,8 +82,7 @@ class Replays:
                 or plan.epoch != dev.bindings_epoch or loaded.args.nbytes > self.slot_bytes
                 or len(plan.dynamic) > MAX_DYNAMIC_BINDINGS):
             return None
-        words = ctx.tolist()
-        offsets = planned_offsets(plan, words)
+        offsets = planned_offsets(plan, ctx)
         if offsets is None:
             return None
         replay = self.by_task.get(tp) or self._take_replay(tp)
@@ -104,11 +102,11 @@ class Replays:
         dev._barrier(command, dev._barrier_to_host, dev.vk.VK_PIPELINE_STAGE_HOST_BIT)
         dev._check(lib.vkEndCommandBuffer(command), "vkEndCommandBuffer")
         key_words = [p.word for p in tp.bindings if p.word is not None]
-        replay.key_of = operator.itemgetter(*key_words) if key_words else no_key
+        replay.key_of = words_key(key_words)
         count = len(loaded.args.gather)
         ring = dev._args_ring.mapped
         replay.args = ring[replay.offset:replay.offset + 4 * count].view(np.uint32) if count else None
-        replay.key, replay.slices, replay.uses = replay.key_of(words), slices, list(tp.uses)
+        replay.key, replay.slices, replay.uses = replay.key_of(ctx), slices, list(tp.uses)
         replay.plan = plan
         return replay
 
