@@ -20,8 +20,9 @@ QUERIES = 1 << 16
 
 
 class DispatchTimes:
-    def __init__(self):
-        self.pool, self.next, self.rows = None, 0, []
+    def __init__(self, steps: int, top: int):
+        self.pool, self.next, self.rows, self.dev = None, 0, [], None
+        self.steps, self.top = steps, top
 
     def install(self):
         from qdc.runtime.devices.vulkan import pipelines, replays
@@ -38,6 +39,14 @@ class DispatchTimes:
             dev.lib.vkCmdWriteTimestamp(command, stage, pool, first + 1)
             self.rows.append((tp.name, slices, first))
         pipelines.record_task = replays.record_task = timed
+        from qdc.runtime.devices.vulkan.device import VulkanDevice
+        close = VulkanDevice.close
+
+        def report_then_close(dev):  # a new qd.init (Genesis's exit) closes the device first
+            if dev is self.dev:
+                self.report()
+            close(dev)
+        VulkanDevice.close = report_then_close
 
     def query_pool(self, dev):
         if self.pool is None:
@@ -47,14 +56,14 @@ class DispatchTimes:
             out = ffi.new("VkQueryPool*")
             dev._check(dev.lib.vkCreateQueryPool(dev.device, info, ffi.NULL, out), "vkCreateQueryPool")
             dev.lib.vkResetQueryPool(dev.device, out[0], 0, QUERIES)  # hostQueryReset: Vulkan 1.2
-            self.pool, self.period = out[0], dev_timestamp_period(dev)
+            self.pool, self.period, self.dev = out[0], dev_timestamp_period(dev), dev
         return self.pool
 
-    def report(self, steps: int, top: int) -> None:
-        from qdc.runtime import context
-        if not self.rows:
+    def report(self) -> None:
+        if not self.rows or self.dev is None or self.dev.device is None:
             return
-        dev = context.current().device
+        steps, top, dev, rows = self.steps, self.top, self.dev, self.rows
+        self.rows = []  # reported once
         dev.wait()
         ffi, vk = dev.ffi, dev.vk
         stamps = ffi.new("uint64_t[]", self.next)
@@ -62,13 +71,13 @@ class DispatchTimes:
         dev._check(dev.lib.vkGetQueryPoolResults(dev.device, self.pool, 0, self.next, 8 * self.next, stamps, 8, flags),
                    "vkGetQueryPoolResults")
         per_task = collections.defaultdict(lambda: [0, 0.0, set()])
-        for name, slices, first in self.rows:
+        for name, slices, first in rows:
             entry = per_task[name]
             entry[0] += 1
             entry[1] += (stamps[first + 1] - stamps[first]) * self.period * 1e-9
             entry[2].add(slices)
         total = sum(t for _, t, _ in per_task.values())
-        print(f"{len(self.rows)} dispatches, device time {total * 1e3:.1f} ms in all, "
+        print(f"{len(rows)} dispatches, device time {total * 1e3:.1f} ms in all, "
               f"{total / steps * 1e3:.3f} ms per step ({steps} steps)")
         print(f"{'us each':>9} {'count':>6} {'ms all':>8}  task (invocations)")
         for name, (count, seconds, slices) in sorted(per_task.items(), key=lambda kv: -kv[1][1])[:top]:
@@ -84,9 +93,9 @@ def dev_timestamp_period(dev) -> float:
 def main() -> None:
     scene, steps = sys.argv[1], int(sys.argv[2])
     top = int(sys.argv[sys.argv.index("--top") + 1]) if "--top" in sys.argv else 30
-    times = DispatchTimes()
+    times = DispatchTimes(steps, top)
     times.install()
-    atexit.register(times.report, steps, top)  # after the scene's own line, before the runtime closes
+    atexit.register(times.report)  # after the scene's own line, where the device is still open
     sys.argv = [os.path.join(os.path.dirname(__file__), "genesis_scene.py"), scene, str(steps), "--qdc", "--arch",
                 "vulkan"]
     runpy.run_path(sys.argv[0], run_name="__main__")

@@ -522,8 +522,6 @@ class VulkanDevice(SubmissionDevice):
             self._wait_for(self._args_ring.last_use)  # everything still reading the ring
             self._args_offset = 0
             self._args_wraps += 1
-        self._args_wraps = 0            # times the ring started over: older offsets may be overwritten
-        self._ring_words: dict = {}     # ArgsPlan -> (wraps, offset, bytes) of its last args in the ring
         offset = self._args_offset
         self._args_offset += size
         return offset

@@ -80,3 +80,35 @@ def test_a_reset_descriptor_pool_drops_every_plan(vulkan_runtime, rng, monkeypat
     qd.sync()
     np.testing.assert_allclose(dev_y[0].to_numpy(), host_y[0] + np.float32(2) * host_x[0], rtol=1e-6)
     np.testing.assert_array_equal(dev_z[0].to_numpy(), host_z[0] * np.float32(2))
+
+
+def test_unchanged_args_keep_their_place_in_the_ring(vulkan_runtime, rng):
+    """A batched launch whose args words equal its kernel's last ones reuses their place in the
+    args ring; other words are written anew; values stay right across a wrap of the ring."""
+    dev = vulkan_runtime
+    n = 40
+    host_x, (x,) = _arrays(rng, 1, n)
+    host_y, (y,) = _arrays(rng, 1, n)
+    want = host_y[0].astype(np.float64)
+    axpy(0.5, x, y)  # may run on its own (a replay); the launches below are batched behind it
+    want += np.float32(0.5) * host_x[0]
+    axpy(0.5, x, y)
+    want += np.float32(0.5) * host_x[0]
+    used = dev._args_offset
+    for _ in range(3):
+        axpy(0.5, x, y)
+        want += np.float32(0.5) * host_x[0]
+    assert dev._args_offset == used  # the same words: nothing written
+    axpy(-0.25, x, y)
+    want += np.float32(-0.25) * host_x[0]
+    assert dev._args_offset > used
+    wraps = dev._args_wraps
+    while dev._args_wraps == wraps:  # fill the ring to its end: the next words start it over
+        dev.args_space(4096)
+    dev._args_ring.mapped[:] = 0  # what a new round writes over them (the wrap waited for their readers)
+    other = qd.ndarray(qd.f32, shape=(8,))
+    other.fill(1.0)  # a command in a new batch: the launch below is batched, not replayed
+    axpy(-0.25, x, y)  # the same words as before the wrap: written again
+    want += np.float32(-0.25) * host_x[0]
+    qd.sync()
+    np.testing.assert_allclose(y.to_numpy(), want, rtol=1e-5, atol=1e-5)
