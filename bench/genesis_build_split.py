@@ -70,6 +70,50 @@ if scene_name == "box":
 else:
     scene.add_entity(gs.morphs.MJCF(file="xml/franka_emika_panda/panda.xml"))
 
+# ---- who owns the code running -------------------------------------------------------------
+OWNERS = (("/qdc/", "framework"), ("/quadrants/", "framework"), ("<qdc", "framework"), ("/genesis/", "genesis"),
+          ("/trimesh/", "genesis: trimesh"), ("/numba/", "genesis: numba"), ("/llvmlite/", "genesis: numba"),
+          ("/OpenGL/", "genesis: visualiser"), ("/pyrender/", "genesis: visualiser"), ("/scipy/", "genesis: scipy"),
+          ("/torch/", "torch"))
+
+
+def package(func):
+    """The package whose code `func` is, None where its time goes to its callers."""
+    filename = func[0]
+    for marker, name in OWNERS:
+        if marker in filename:
+            return name
+    if filename == "~" or filename.startswith("<") or "/numpy/" in filename or "site-packages" not in filename:
+        return None  # C functions, numpy and the standard library: their callers'
+    return "other packages"
+
+
+GROUPS = (("compiler/driver/cache_key", "cache keys"), ("compiler/driver/sources", "cache keys"),
+          ("compiler/driver/source_facts", "cache keys"), ("runtime/contract/source_records", "cache keys"),
+          ("compiler/driver/template_values", "cache keys"), ("compiler/language/dataclass_args", "cache keys"),
+          ("compiler/driver/templates", "cache keys"), ("compiler/jit/offline_cache", "cache keys"),
+          ("runtime/cache", "reading entries"), ("runtime/contract/artifact", "reading entries"),
+          ("runtime/contract/entry_points", "reading entries"), ("runtime/devices", "loading libraries, allocating"),
+          ("runtime/launcher", "launchers, launching"), ("runtime/member_arguments", "launchers, launching"),
+          ("compiler/jit/variant_dispatch", "launchers, launching"), ("compiler/jit/kernel", "launchers, launching"),
+          ("runtime/kernel_function", "launchers, launching"), ("<qdc launcher", "launchers, launching"),
+          ("runtime/fields", "fields, ndarrays, Python-scope access"),
+          ("runtime/tensors", "fields, ndarrays, Python-scope access"),
+          ("runtime/lifecycle", "fields, ndarrays, Python-scope access"),
+          ("runtime/torch_conversions", "fields, ndarrays, Python-scope access"),
+          ("runtime/contract/sizeexpr", "launchers, launching"), ("__init__", "qd.NAME look-ups"),
+          ("runtime/contract/arches", "qd.NAME look-ups"))
+
+
+def owner_and_group(func, by_group: bool):
+    """package(func), with qdc's code split by GROUPS where `by_group`."""
+    name = package(func)
+    if name == "framework" and by_group and "qdc" in func[0]:
+        where = func[0].split("/qdc/")[-1]
+        return "qdc: " + next((g for prefix, g in GROUPS if where.startswith(prefix)), "other")
+    return name
+
+
 pauses = []
 
 
@@ -124,52 +168,10 @@ out = {"scene": scene_name, "framework": "qdc" if use_qdc else "quadrants", "bui
        "compiles": len(compiled) if use_qdc else None,
        "collector": {f"gen{g}": [sum(1 for gen, _ in pauses if gen == g), round(sum(d for gen, d in pauses if gen == g), 3)]
                      for g in (0, 1, 2)}}  # [collections, seconds]
-if not profile and use_qdc:
+if not (profile or sample) and use_qdc:
     out["qdc"] = {k: round(v, 3) for k, v in phases.items()}
 
 # ---- the profiled split ----------------------------------------------------------------------
-OWNERS = (("/qdc/", "framework"), ("/quadrants/", "framework"), ("<qdc", "framework"), ("/genesis/", "genesis"),
-          ("/trimesh/", "genesis: trimesh"), ("/numba/", "genesis: numba"), ("/llvmlite/", "genesis: numba"),
-          ("/OpenGL/", "genesis: visualiser"), ("/pyrender/", "genesis: visualiser"), ("/scipy/", "genesis: scipy"),
-          ("/torch/", "torch"))
-
-
-def package(func):
-    """The package whose code `func` is, None where its time goes to its callers."""
-    filename = func[0]
-    for marker, name in OWNERS:
-        if marker in filename:
-            return name
-    if filename == "~" or filename.startswith("<") or "/numpy/" in filename or "site-packages" not in filename:
-        return None  # C functions, numpy and the standard library: their callers'
-    return "other packages"
-
-
-GROUPS = (("compiler/driver/cache_key", "cache keys"), ("compiler/driver/sources", "cache keys"),
-          ("compiler/driver/source_facts", "cache keys"), ("runtime/contract/source_records", "cache keys"),
-          ("compiler/driver/template_values", "cache keys"), ("compiler/language/dataclass_args", "cache keys"),
-          ("compiler/driver/templates", "cache keys"), ("compiler/jit/offline_cache", "cache keys"),
-          ("runtime/cache", "reading entries"), ("runtime/contract/artifact", "reading entries"),
-          ("runtime/contract/entry_points", "reading entries"), ("runtime/devices", "loading libraries, allocating"),
-          ("runtime/launcher", "launchers, launching"), ("runtime/member_arguments", "launchers, launching"),
-          ("compiler/jit/variant_dispatch", "launchers, launching"), ("compiler/jit/kernel", "launchers, launching"),
-          ("runtime/kernel_function", "launchers, launching"), ("<qdc launcher", "launchers, launching"),
-          ("runtime/fields", "fields, ndarrays, Python-scope access"),
-          ("runtime/tensors", "fields, ndarrays, Python-scope access"),
-          ("runtime/lifecycle", "fields, ndarrays, Python-scope access"),
-          ("runtime/torch_conversions", "fields, ndarrays, Python-scope access"),
-          ("runtime/contract/sizeexpr", "launchers, launching"), ("__init__", "qd.NAME look-ups"),
-          ("runtime/contract/arches", "qd.NAME look-ups"))
-
-
-def owner_and_group(func, by_group: bool):
-    """package(func), with qdc's code split by GROUPS where `by_group`."""
-    name = package(func)
-    if name == "framework" and by_group and "qdc" in func[0]:
-        where = func[0].split("/qdc/")[-1]
-        return "qdc: " + next((g for prefix, g in GROUPS if where.startswith(prefix)), "other")
-    return name
-
 
 def split(stats: dict) -> dict:
     memo = {}
