@@ -736,6 +736,14 @@ def replace_uses(block: Block, mapping: dict) -> None:
             s.axes = [mapping.get(a, a) for a in s.axes]
 
 
+def class_kind(cls: type, classes: tuple, cache: dict) -> int:
+    """The index in `classes` of the first class (or tuple of classes) that `cls` derives from,
+    len(classes) if none, remembered in `cache`: passes that treat each statement by its class
+    look it up once per class instead of testing every statement against each class."""
+    kind = cache[cls] = next((i for i, c in enumerate(classes) if issubclass(cls, c)), len(classes))
+    return kind
+
+
 def replace_in_task_bounds(block: Block, mapping: dict) -> None:
     """What remains of `replace_uses(block, mapping)` after a pass that replaced operands as it
     walked the statements in program order, each one before any statement maps (the verifier's

@@ -26,6 +26,7 @@ from .numpy_prologue import add_numpy_entry
 from .half_conversions import with_half_conversions
 from .isa_levels import NATIVE, CpuLevel, CpuPlatform
 from .link import link_shared_library
+from .llvm_pipeline import Pipeline, choose as choose_pipeline, largest_function, mark as mark_pipeline
 from .platforms import cpu_levels, cpu_platforms, host_platform, optimised_with
 from .retarget import declared_functions, retargeted
 from ..llvm.llvm_ir import ModuleBuilder
@@ -207,15 +208,6 @@ def _machine_of(platform: CpuPlatform, level: CpuLevel | None = None) -> tuple:
     return (level.llvm_cpu, level.llvm_features, platform.triple) if level else ("generic", "", platform.triple)
 
 
-# SLP vectorisation (straight-line code into vector instructions) takes time superlinear in a
-# function's size, and finds little in the huge branchy task bodies of a physics engine: in
-# Genesis's collision detection (one task body of 67,000 instructions) it was 2.1 of the 6.4 s of
-# LLVM optimisation (emission then took 0.6 s more), in its constraint solver's kernels half of
-# it, for objects 1% smaller. Modules with a function above this many instructions skip it;
-# DiffMPM's largest (P2G's gradient, 2,700) and every smaller kernel keep it.
-SLP_LARGEST_FUNCTION = 4000
-
-
 # Options for small modules. A small kernel is a few loops of a few instructions, and two of
 # LLVM's O3 transformations made much of its build time without making it faster:
 # - loop strength reduction (in object emission) searches the addressing of every memory access
@@ -266,25 +258,21 @@ def _llvm_options(options: tuple[str, ...]):
                 llvm.set_option("", option)
 
 
-def largest_function(module: ll.Module) -> int:
-    """The most instructions of any function of `module` that LLVM optimises (not `optnone`)."""
-    return max((sum(len(block.instructions) for block in fn.blocks) for fn in module.functions
-                if "optnone" not in fn.attributes), default=0)
-
-
 def optimise(module, opt_level: int, level: CpuLevel | None = None, platform: CpuPlatform | None = None,
-             slp: bool = True):
+             pipeline: Pipeline | None = None):
     """Parse (an ll.Module) or take (a parsed module) and optimise it for `level` (default: the
     host CPU) of `platform` (default: the host's): the vectorisers pick vector widths from the
-    target, so each level is optimised on its own. `slp`: whether to run the SLP vectoriser."""
+    target, so each level is optimised on its own. `pipeline`: what LLVM's optimiser runs
+    (llvm_pipeline.choose; default: `opt_level` with both vectorisers from speed level 2 on)."""
     tm = _target_machine(opt_level, *_machine_of(platform or host_platform(), level))
     if isinstance(module, ll.Module):
         module = llvm.parse_assembly(str(module))
         module.verify()
-    if opt_level > 0:
-        pto = llvm.create_pipeline_tuning_options(speed_level=opt_level)
-        pto.loop_vectorization = opt_level >= 2
-        pto.slp_vectorization = opt_level >= 2 and slp
+    pipeline = pipeline or Pipeline(opt_level, opt_level >= 2, opt_level >= 2)
+    if pipeline.speed_level > 0:
+        pto = llvm.create_pipeline_tuning_options(speed_level=pipeline.speed_level)
+        pto.loop_vectorization = pipeline.loop_vectorization
+        pto.slp_vectorization = pipeline.slp_vectorization
         pb = llvm.create_pass_builder(tm, pto)
         pb.getModulePassManager().run(module, pb)
     return module, tm
@@ -345,14 +333,15 @@ def compile_kernel(kernel: ir.KernelIR, meta: KernelMeta, opt_level: int = 3, fa
         if reused is not None:
             mod, tm, options = reused
         else:
-            module, parsed, alike, text = _parsed(kernel, meta, fast_math, target, platform, levels, task_bodies)
+            module, parsed, alike, text, pipeline = _parsed(kernel, meta, fast_math, target, platform, levels,
+                                                            task_bodies, opt_level)
             largest = largest_function(module)
             widened = any(choice.max_lanes > 1 for choice in module.widen_choices.values())
             options = small_module_options(largest, text, widened)
         with _llvm_options(options):
             if module is not None:
                 with timings.phase("LLVM optimisation"):
-                    mod, tm = optimise(parsed, opt_level, levels[0], platform, slp=largest <= SLP_LARGEST_FUNCTION)
+                    mod, tm = optimise(parsed, opt_level, levels[0], platform, pipeline)
                 if len(levels) > 1:
                     with timings.phase("IR multiversioning"):
                         mod, same, optimised_text = _without_equal_levels(mod, task_bodies, levels, alike)
@@ -385,10 +374,13 @@ def compile_kernel(kernel: ir.KernelIR, meta: KernelMeta, opt_level: int = 3, fa
 
 
 def _parsed(kernel: ir.KernelIR, meta: KernelMeta, fast_math: bool, target, platform: CpuPlatform, levels: tuple,
-            task_bodies: list[str]) -> tuple:
+            task_bodies: list[str], opt_level: int) -> tuple:
     """(generated module, parsed module, the bodies a level runs a lower level's code of
-    (`_module_text`), the parsed IR text) of the kernel's library for `platform`."""
+    (`_module_text`), the parsed IR text, LLVM's pipeline for it) of the kernel's library for
+    `platform`."""
     module = generate_llvm(kernel, meta, fast_math, target=target, levels=levels, platform=platform)
+    pipeline = choose_pipeline(module, opt_level)
+    mark_pipeline(module, pipeline)  # recorded in the optimised IR (`qdc inspect --llvm`)
     alike = {}
     with timings.phase("IR multiversioning" if len(levels) > 1 else "IR text"):
         text = _module_text(module, task_bodies, levels, alike)
@@ -399,7 +391,7 @@ def _parsed(kernel: ir.KernelIR, meta: KernelMeta, fast_math: bool, target, plat
         # would depend on what the process compiled before it.
         parsed = llvm.parse_assembly(text, context=llvm.create_context())
         parsed.verify()
-    return module, parsed, alike, text
+    return module, parsed, alike, text, pipeline
 
 
 def _retargeted(platform: CpuPlatform, levels: tuple, opt_level: int, cpu_target: str, chosen: tuple,

@@ -55,9 +55,9 @@ def _build(folder, cpu_targets, monkeypatch):
     """The cache, and the triples of the modules LLVM optimised, in order."""
     optimised, optimise = [], codegen.optimise
 
-    def recording(module, opt_level, level=None, platform=None, slp=True):
+    def recording(module, opt_level, level=None, platform=None, pipeline=None):
         optimised.append(platform.triple)
-        return optimise(module, opt_level, level, platform, slp)
+        return optimise(module, opt_level, level, platform, pipeline)
     monkeypatch.setattr(codegen, "optimise", recording)
     (folder / "retarget.py").write_text(SOURCE)
     cache = str(folder / f"cache-{cpu_targets}")
