@@ -547,7 +547,9 @@ def clean(cache_dir, max_size, everything, remote_url, older_than):
         raise click.UsageError(f"cache folder '{location}' is not writable ({problem}): nothing to clean there")
     stats = C.Cache(location).clean(max_size=limit, everything=everything)
     dropped = f"; module records dropped: {', '.join(stats['modules_dropped'])}" if stats["modules_dropped"] else ""
-    click.echo(f"qdc clean: evicted {stats['evicted']} entries, {_human(stats['remaining_bytes'])} left{dropped}")
+    click.echo(f"qdc clean: evicted {stats['evicted']} entries and "
+               f"{_count(stats['sources_evicted'], 'parsed-source record')}, {_human(stats['remaining_bytes'])} "
+               f"left{dropped}")
 
 
 def _clean_remote(remote_url, older_than, max_size, everything) -> None:
@@ -562,9 +564,9 @@ def _clean_remote(remote_url, older_than, max_size, everything) -> None:
         stats = clean_remote(_remote_store(remote_url), seconds)
     except Exception as e:  # noqa: BLE001 (CacheError naming the object)
         _fail(str(e))
-    click.echo(f"qdc clean: deleted {_count(stats['evicted'], 'entry', 'entries')} and "
-               f"{_count(stats['modules_dropped'], 'module record')} "
-               f"from {remote_url}")
+    click.echo(f"qdc clean: deleted {_count(stats['evicted'], 'entry', 'entries')}, "
+               f"{_count(stats['modules_dropped'], 'module record')} and "
+               f"{_count(stats['sources_evicted'], 'parsed-source record')} from {remote_url}")
 
 
 def _parse_age(text: str) -> float:
@@ -595,7 +597,8 @@ def pack(cache_dir, output, remote_url, sign_key):
         stats = pack_bundle(store, output, _signer(sign_key) if sign_key else None)
     except (C.CacheError, FileNotFoundError, ValueError) as e:
         _fail(f"{e} (nothing was packed; run `qdc verify`)")
-    click.echo(f"qdc pack: {_count(stats['modules'], 'module record')}, {_count(stats['files'], 'file')}, "
+    click.echo(f"qdc pack: {_count(stats['modules'], 'module record')}, "
+               f"{_count(stats['sources'], 'parsed-source record')}, {_count(stats['files'], 'file')}, "
                f"{_human(stats['bytes'])} -> {output}")
 
 
@@ -613,8 +616,10 @@ def merge(dest, sources, sign_key):
     from qdc.runtime.bundle import open_store
     from qdc.runtime.merge import merge as merge_caches
     try:
-        stores = [open_store(s) for s in sources]
         root = C.check_cache_folder(dest)
+        stores = [open_store(s) for s in sources]
+    except C.CacheError as e:  # a bundle refused whole
+        _fail(f"{e}: nothing was merged")
     except (FileNotFoundError, ValueError) as e:
         raise click.UsageError(str(e)) from None
     try:
@@ -624,8 +629,12 @@ def merge(dest, sources, sign_key):
     for record in stats["unsigned"]:
         click.echo(f"qdc merge: warning: the merged record of {record} matches no source's signed record and is "
                    f"unsigned: give --sign KEYFILE", err=True)
-    click.echo(f"qdc merge: {_count(stats['entries'], 'entry', 'entries')} and "
-               f"{_count(stats['modules'], 'module record')} merged into {dest}")
+    if stats["sources_refused"]:
+        click.echo(f"qdc merge: warning: {_count(stats['sources_refused'], 'parsed-source record')} refused (damaged "
+                   f"or misplaced) and left out: the processes that need them parse those sources", err=True)
+    click.echo(f"qdc merge: {_count(stats['entries'], 'entry', 'entries')}, "
+               f"{_count(stats['modules'], 'module record')} and "
+               f"{_count(stats['sources'], 'parsed-source record')} merged into {dest}")
 
 
 @cli.command()
@@ -643,7 +652,8 @@ def push(cache_dir, remote_url):
         _fail(str(e))
     for line in stats["incomplete"]:
         click.echo(f"qdc push: not uploaded yet, entries missing on the remote: {line}", err=True)
-    click.echo(f"qdc push: {_count(stats['entries'], 'entry', 'entries')}, {_count(stats['modules'], 'module record')} -> {url}")
+    click.echo(f"qdc push: {_count(stats['entries'], 'entry', 'entries')}, {_count(stats['modules'], 'module record')}, "
+               f"{_count(stats['sources'], 'parsed-source record')} -> {url}")
 
 
 @cli.command()
@@ -655,17 +665,18 @@ def push(cache_dir, remote_url):
 def pull(modules, arch, cache_dir, remote_url, trust):
     """Fetch MODULES (default: every module built for --arch) and their entries, verified, into the cache."""
     from qdc.runtime import cache as C
-    from qdc.runtime.remote import pull_module
+    from qdc.runtime.remote import pull_module, pull_source_records
     url = _remote(remote_url) or _no_remote()
     store = _remote_store(url)
     cache = C.Cache(_cache_dir(cache_dir))
     try:
         names = modules or [m for m, a in C.list_modules(store) if a == arch]
         fetched = sum(pull_module(store, cache, m, arch, trust) for m in names)
+        sources, _ = pull_source_records(store, cache)
     except Exception as e:  # noqa: BLE001 (CacheError / ModuleNotBuiltError naming the object)
         _fail(str(e))
-    click.echo(f"qdc pull: {_count(len(names), 'module')} ({arch}), {_count(fetched, 'entry', 'entries')} fetched into "
-               f"{cache.root}")
+    click.echo(f"qdc pull: {_count(len(names), 'module')} ({arch}), {_count(fetched, 'entry', 'entries')} and "
+               f"{_count(sources, 'parsed-source record')} fetched into {cache.root}")
 
 
 # ---- keys ----------------------------------------------------------------------------------------

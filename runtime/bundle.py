@@ -12,6 +12,9 @@ inflate into a large amount of memory. An entry whose record is unreadable is le
 it reports that record. Entries keep their signature files and module records their signatures
 (runtime/signing.py): build times are not signed, so zeroing them keeps every signature valid,
 and `load(bundle, ..., trusted_keys=...)` checks them as it checks a cache folder's.
+The cache's parsed-source records (runtime/source_folder.py) travel too, each checked when
+packed (a refused one is left out) and read as a record, so that `qdc merge DEST BUNDLE` gives a
+deployment's cache whose processes parse no source.
 """
 from __future__ import annotations
 
@@ -23,7 +26,8 @@ import tarfile
 import uuid
 import zlib
 
-from . import signing
+from . import signing, source_folder
+from .contract import source_records
 from .contract import artifact as A
 from .cache import (ENTRIES, MAX_RECORD_BYTES, META_FILE, MODULES, RECORD_TIME_FIELDS, Cache, DirStore, Store,
                     cache_error, entry_path, list_modules, module_path, read_entry, read_module)
@@ -68,7 +72,7 @@ class BundleStore(Store):
             if member.name in members:
                 raise cache_error(self.location, f"bundle holds '{member.name}' twice; the bundle is refused")
             limit = signing.MAX_SIGNATURE_BYTES if signing.SIGNATURE_FILE_RE.match(posixpath.basename(member.name)) \
-                else MAX_RECORD_BYTES
+                else source_records.MAX_RECORD_BYTES if source_records.key_of(member.name) else MAX_RECORD_BYTES
             if _is_record(member.name) and member.size > limit:
                 raise cache_error(self.where(member.name), f"{member.size} bytes: too large to be a qdc metadata "
                                                            f"record; the bundle is refused")
@@ -136,7 +140,8 @@ def _is_record(name: str) -> bool:
     parts = name.split("/")
     return ((len(parts) == 4 and parts[0] == ENTRIES and (parts[3] == META_FILE
                                                           or signing.SIGNATURE_FILE_RE.match(parts[3])))
-            or (len(parts) == 3 and parts[0] == MODULES and parts[2].endswith(".msgpack")))
+            or (len(parts) == 3 and parts[0] == MODULES and parts[2].endswith(".msgpack"))
+            or source_records.key_of(name) is not None)
 
 
 def _read_member(tar: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
@@ -168,13 +173,15 @@ def pack(cache: Store, out_path: str, signer: signing.SigningKey | None = None) 
             for kind, info in entry.record["artifacts"].items():  # the bytes read_entry verified
                 members[f"{base}/{info['file']}"] = entry.artifacts[kind]
             members.update(_entry_signatures(cache, entry, signer))
+    sources, _ = source_folder.good_records(cache)  # a refused one is left out: its reader parses instead
+    members.update(sources)
     data = _tar_gz(members)
     out_path = os.fspath(out_path)
     tmp = f"{out_path}.{uuid.uuid4().hex[:8]}.tmp"
     with open(tmp, "wb") as f:
         f.write(data)
     os.replace(tmp, out_path)
-    return {"modules": len(modules), "files": len(members), "bytes": len(data)}
+    return {"modules": len(modules), "files": len(members), "bytes": len(data), "sources": len(sources)}
 
 
 def _entry_signatures(store: Store, entry, signer) -> dict:

@@ -33,7 +33,7 @@ import tempfile
 import time
 import uuid
 
-from . import signing
+from . import signing, source_folder
 from .contract import artifact as A
 from .contract.entry_points import entry_points_problem
 from .contract.errors import CacheError, ModuleNotBuiltError, SignatureError
@@ -151,6 +151,10 @@ class Store:
         """Whether entry `key` is being replaced right now (a reader that missed it waits)."""
         return False
 
+    def source_record_names(self) -> list[str]:
+        """The names of the parsed-source records the store holds (runtime/source_folder.py)."""
+        return [n for n in self.names() if n.startswith(source_folder.FOLDER + "/")]
+
 
 class EntryFiles:
     """One entry's files by name; a bundle's come straight from its store."""
@@ -247,6 +251,9 @@ class DirStore(Store):
                 if sub == MODULES and rel.count("/") == 1:
                     out += [f"{rel}/{d}" for d in dirs if d.endswith(".msgpack")]
         return sorted(out)
+
+    def source_record_names(self) -> list[str]:
+        return source_folder.folder_names(self.root)
 
     def touch(self, key: str) -> None:
         try:
@@ -555,7 +562,8 @@ class Cache(DirStore):
             raise
 
     def install_record(self, name: str, data: bytes) -> None:
-        """Replace the module record `name` (verified elsewhere) by `data` in one rename."""
+        """Replace the record `name` (a module's or a parsed source's, verified elsewhere) by
+        `data` in one rename."""
         path = self.path(name)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = os.path.join(self._tmp_root(), f"module-{uuid.uuid4().hex}")
@@ -662,20 +670,27 @@ class Cache(DirStore):
         return sorted(out, key=lambda e: (e["last_use"], e["key"]))
 
     def clean(self, max_size: int | None = None, everything: bool = False) -> dict:
-        """Evict least-recently-used entries until the total is at most `max_size` bytes (or all
-        of them), then drop module records that lost an entry and leftovers of crashed builds."""
-        entries = self.entries()
-        total = sum(e["size"] for e in entries)
-        evicted = 0
-        for e in entries:
+        """Evict least-recently-used entries and parsed-source records (runtime/source_folder.py)
+        until the total is at most `max_size` bytes (or all of them), then drop module records
+        that lost an entry, source records that are refused, and leftovers of crashed builds."""
+        entries, records = self.entries(), source_folder.folder_records(self.root)
+        total = sum(e["size"] for e in entries) + sum(r["size"] for r in records)
+        evicted = records_evicted = 0
+        for item in sorted(entries + records, key=lambda e: (e["last_use"], e["path"])):
             if not everything and (max_size is None or total <= max_size):
                 break
-            if self.evict(e["key"]):
-                total -= e["size"]
+            if "key" in item and self.evict(item["key"]):
                 evicted += 1
+            elif "key" not in item and _remove_file(item["path"]):
+                records_evicted += 1
+            else:
+                continue
+            total -= item["size"]
         dropped = self._drop_dangling_modules(everything)
         self.sweep_tmp(max_age_s=0 if everything else STALE_TMP_S)
-        return {"evicted": evicted, "modules_dropped": dropped, "remaining_bytes": max(total, 0)}
+        records_evicted += source_folder.sweep(self.root, max_age_s=0 if everything else STALE_TMP_S)
+        return {"evicted": evicted, "sources_evicted": records_evicted, "modules_dropped": dropped,
+                "remaining_bytes": max(total, 0)}
 
     def _drop_dangling_modules(self, everything: bool) -> list[str]:
         present = {e["key"] for e in self.entries()}

@@ -87,6 +87,7 @@ import ctypes
 import keyword
 import struct
 import sys
+import types
 
 import numpy as np
 
@@ -673,8 +674,10 @@ class _Launcher(GraphLoops):
         self.launch = self.define(names, self.body(self.kinds))
         self.fast_code = self.launch.__code__
         self.stale_code = self.define(names, [f"    return _q_slow({', '.join(names)})"]).__code__
-        if self.function is None:
-            self.function = self.define(names, self.body(self.kinds))
+        if self.function is None:  # the same code in a function of its own (its code is swapped while stale)
+            launch = self.launch
+            self.function = types.FunctionType(launch.__code__, self.g, launch.__name__, launch.__defaults__)
+            self.function.__kwdefaults__ = launch.__kwdefaults__
         self.function.__qdc_source__, self.function.__qdc_launcher__ = self.launch.__qdc_source__, self
 
     def specialise(self) -> None:

@@ -11,10 +11,14 @@ module record's signatures wherever the merged record's signed content is that o
 (shards of one build write the same record, so their CI key's signature holds for the union).
 A merged record that matches no source's is signed by `signer` if one is given, else written
 unsigned and reported.
+
+Parsed-source records (runtime/source_folder.py) are carried too: each good one a source holds
+and DEST lacks is installed; one that is refused is left out and counted (it is only a saving:
+the process that would have read it parses the source instead).
 """
 from __future__ import annotations
 
-from . import signing
+from . import signing, source_folder
 from .cache import (ENTRIES, META_FILE, RECORD_TIME_FIELDS, Cache, Store, cache_error, entry_path, list_modules,
                     module_path, read_entry, read_module)
 
@@ -72,8 +76,22 @@ def merge(dest: Cache, sources: list[Store], signer: signing.SigningKey | None =
         if any(r.get("signed") for r in originals[(module, arch)]) and \
                 not read_module(dest, module, arch).get("signed"):
             unsigned.append(f"{module} ({arch})")
-    return {"entries": installed, "modules": written, "unsigned": unsigned}
+    carried, refused = carry_source_records(dest, sources)
+    return {"entries": installed, "modules": written, "unsigned": unsigned, "sources": carried,
+            "sources_refused": refused}
 
+
+def carry_source_records(dest: Cache, sources: list[Store]) -> tuple[int, int]:
+    """Install into `dest` each good parsed-source record of `sources` it lacks: (records
+    installed, records refused and left out)."""
+    present, carried, refused = set(dest.source_record_names()), 0, 0
+    for store in sources:
+        good, bad = source_folder.good_records(store, skip=present)
+        for name, data in sorted(good.items()):
+            dest.install_record(name, data)
+        present |= set(good)
+        carried, refused = carried + len(good), refused + bad
+    return carried, refused
 
 
 def _check_same_entry(first, second) -> None:

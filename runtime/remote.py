@@ -22,11 +22,12 @@ import os
 import time
 import warnings
 
-from . import signing
+from . import signing, source_folder
 from .cache import (ENTRIES, META_FILE, MODULES, Cache, Store, cache_error, decode, entry_path,
                     module_path, read_entry, read_module)
 from .contract import artifact as A
 from .contract.errors import CacheError
+from .merge import carry_source_records
 
 REMOTE_SCHEMES = ("s3://", "s3a://", "gs://", "az://", "abfs://", "abfss://", "http://", "https://", "file://",
                   "memory://")
@@ -126,10 +127,11 @@ class RemoteStore(Store):
         except FileNotFoundError:
             return False
 
-    def listing(self) -> list[dict]:
-        """Every object under entries/ and modules/: {"path", "size", "last_modified" (epoch s)}."""
+    def listing(self, prefixes=(ENTRIES, MODULES)) -> list[dict]:
+        """Every object under entries/ and modules/ (or `prefixes`): {"path", "size",
+        "last_modified" (epoch s)}."""
         out = []
-        for prefix in (ENTRIES, MODULES):
+        for prefix in prefixes:
             for batch in self._call("listing", prefix, lambda p=prefix: list(self._obs.list(self.store, prefix=p))):
                 out += [{"path": o["path"], "size": o["size"], "last_modified": o["last_modified"].timestamp()}
                         for o in batch]
@@ -137,6 +139,9 @@ class RemoteStore(Store):
 
     def names(self) -> list[str]:
         return [o["path"] for o in self.listing()]
+
+    def source_record_names(self) -> list[str]:
+        return [o["path"] for o in self.listing((source_folder.FOLDER + "/",))]
 
     def folder_names(self, base: str) -> list[str]:
         batches = self._call("listing", base, lambda: list(self._obs.list(self.store, prefix=base + "/")))
@@ -175,6 +180,9 @@ class _Downloaded(Store):
 
     def names(self) -> list[str]:
         return self.remote.names()  # only to say which modules there are, when one is missing
+
+    def source_record_names(self) -> list[str]:
+        return self.remote.source_record_names()
 
     def folder_names(self, base: str) -> list[str]:
         if base not in self.listed:
@@ -300,7 +308,7 @@ def push_all(remote: RemoteStore, cache: Cache, log=None) -> dict:
     """Upload every entry of `cache`, then every module record whose entries are all there.
     A remote that refuses writes is reported once through `log` (a warning by default)."""
     from .cache import list_modules
-    stats = {"entries": 0, "modules": 0, "incomplete": []}
+    stats = {"entries": 0, "modules": 0, "incomplete": [], "sources": 0}
     try:
         for e in cache.entries():
             push_entry(remote, cache, e["key"])
@@ -311,9 +319,22 @@ def push_all(remote: RemoteStore, cache: Cache, log=None) -> dict:
                 stats["incomplete"].append(f"{module} ({arch}): {', '.join(missing)}")
             else:
                 stats["modules"] += 1
+        stats["sources"] = push_source_records(remote, cache)
     except RemoteWriteRefused as e:
         refused(remote, e, log)
     return stats
+
+
+def push_source_records(remote: RemoteStore, cache: Cache) -> int:
+    """Upload each good parsed-source record of `cache` the remote lacks (runtime/source_folder.py;
+    content-addressed: one already there is the same); the number uploaded."""
+    good, _ = source_folder.good_records(cache, skip=set(remote.source_record_names()))
+    return sum(remote.put(name, data) for name, data in sorted(good.items()))
+
+
+def pull_source_records(remote: RemoteStore, cache: Cache) -> tuple[int, int]:
+    """Fetch each good parsed-source record of the remote `cache` lacks: (fetched, refused)."""
+    return carry_source_records(cache, [remote])
 
 
 def refused(remote: RemoteStore, error: RemoteWriteRefused, log=None) -> None:
@@ -335,7 +356,8 @@ def _timeless(body: dict) -> dict:
 
 def clean_remote(remote: RemoteStore, older_than_s: float, now: float | None = None) -> dict:
     """Delete module records and entries not written for `older_than_s` seconds, except entries a
-    remaining module record names; records first, so none is left naming a deleted entry."""
+    remaining module record names (records first, so none is left naming a deleted entry), and
+    parsed-source records not written for as long."""
     now = time.time() if now is None else now
     objects = remote.listing()
     cutoff = now - older_than_s
@@ -364,7 +386,10 @@ def clean_remote(remote: RemoteStore, older_than_s: float, now: float | None = N
         for f in meta + [f for f in files if f not in meta]:  # the record first: the entry vanishes at once
             remote.delete(f["path"])
         evicted += 1
-    return {"modules_dropped": dropped, "evicted": evicted}
+    old_sources = [o["path"] for o in remote.listing((source_folder.FOLDER + "/",)) if o["last_modified"] < cutoff]
+    for name in old_sources:  # each is only a saving: a process lacking one parses that source
+        remote.delete(name)
+    return {"modules_dropped": dropped, "evicted": evicted, "sources_evicted": len(old_sources)}
 
 
 def read_through(url: str, module: str, arch: str, local: str | None = None,

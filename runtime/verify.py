@@ -1,7 +1,8 @@
 """`qdc verify`: every record and artifact of a cache folder or bundle checked as loading
 checks them (runtime/cache.py: format version, sha256, the entries each artifact defines),
-every module record against the entries it names, and anything else under entries/ or
-modules/ reported by the path where it is. Signatures (runtime/signing.py) are checked against
+every module record against the entries it names, every parsed-source record
+(runtime/contract/source_records.py), and anything else under entries/ or modules/ reported by the path
+where it is. Signatures (runtime/signing.py) are checked against
 their records; with trusted keys, each entry and record must carry a trusted one, and who signed
 each is reported."""
 from __future__ import annotations
@@ -10,6 +11,7 @@ from .cache import (ENTRIES, MAX_RECORD_BYTES, META_FILE, MODULES, STAMP_FILE, S
                     list_modules, module_path, read_entry, read_module)
 from .module_check import module_problems
 from . import signing
+from .contract import source_records
 from .contract import artifact as A
 from .contract.errors import CacheError
 
@@ -32,6 +34,12 @@ def verify_store(store: Store, trust: signing.Trust | None = None,
             problems.append((store.where(name), f"not a module record (they are {module_path('<module>', '<arch>')})"))
     for module, arch in list_modules(store):
         checked += _verify_module(store, module, arch, entries, problems, signatures)
+    for name in store.source_record_names():
+        checked += 1
+        try:
+            source_records.check_record(name, store.read(name, source_records.MAX_RECORD_BYTES))
+        except (CacheError, ValueError, FileNotFoundError) as e:
+            problems.append((store.where(name), f"parsed-source record refused ({e}); `qdc clean` removes it"))
     return checked, problems
 
 

@@ -524,6 +524,7 @@ def _push(remote, cache: Cache, by_name: dict, arches, results: dict, log) -> st
                 if not os.path.isfile(cache.path(remote_mod.module_path(src.name, arch))):
                     continue
                 remote_mod.push_module(remote, cache, src.name, arch)  # if the other shards' entries are there
+        remote_mod.push_source_records(remote, cache)  # what parsing found, for `qdc pull` to fetch
     except remote_mod.RemoteWriteRefused as e:
         remote_mod.refused(remote, e, log)
     except remote_mod.CacheError as e:

@@ -438,6 +438,9 @@ def _grad_read_params(fn, names: set) -> set:
 
 
 def _scope(fn) -> dict:
+    """The names `fn` reads (its globals, its closure over them), to look up, never to change."""
+    if not fn.__closure__:
+        return fn.__globals__  # copying a large module's globals for each function cost more than the rest
     out = dict(fn.__globals__)
     for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
         try:

@@ -267,7 +267,7 @@ def _top_level_class_span(lines: list, qualname: str) -> tuple[int, int] | None:
     if not qualname.isidentifier():
         return None
     header = re.compile(rf"class\s+{qualname}\b")
-    at = [i for i, line in enumerate(lines) if line.startswith("class") and header.match(line)]
+    at = [i for i in _class_lines(lines) if header.match(lines[i])]
     if len(at) != 1:
         return None
     start = at[0]
@@ -279,6 +279,19 @@ def _top_level_class_span(lines: list, qualname: str) -> tuple[int, int] | None:
     if found is None or found[1] != at[0] - start + 1:
         return None
     return start + 1, found[0]
+
+
+_CLASS_LINES: dict = {}  # id of a file's lines (linecache's list) -> (those lines, where `class` starts a line)
+
+
+def _class_lines(lines: list) -> list:
+    """The indices of the lines starting with `class`, found once per version of a file's lines
+    (a module's classes are looked up one by one, each scan of a long file's lines cost more
+    than the rest of the look-up)."""
+    found = _CLASS_LINES.get(id(lines))
+    if found is None or found[0] is not lines:
+        found = _CLASS_LINES[id(lines)] = (lines, [i for i, line in enumerate(lines) if line.startswith("class")])
+    return found[1]
 
 
 # ---- the whole file, where a block cannot be isolated ---------------------------------------

@@ -26,8 +26,30 @@ _SNAKE: dict = {}
 _NO_RESULT = (ir.LocalStore, ir.GlobalStore, ir.TempStore, ir.LocalAccumulate)
 
 
-def _op_name(s: ir.Stmt) -> str:
-    cls = type(s)
+class _Form:
+    """How `describe` writes the statements of one class, worked out once per class (a large
+    kernel prints tens of thousands of statements)."""
+
+    def __init__(self, cls: type):
+        self.op = _op_name_of(cls)
+        self.op_prefix = None  # the class's `op` attribute after this prefix is its name
+        for base, prefix in _OP_PREFIXES:
+            if issubclass(cls, base):
+                self.op_prefix = prefix
+                break
+        self.args = next((kind for base, kind in _ARG_KINDS if issubclass(cls, base)), "operands")
+        self.reassoc = issubclass(cls, ir.LocalAccumulate)
+        self.no_result = issubclass(cls, _NO_RESULT)
+
+
+_OP_PREFIXES = ((ir.Unary, ""), (ir.Binary, ""), (ir.AtomicRMW, "atomic_"), (ir.LocalAccumulate, "accumulate_"),
+                (ir.LocalAtomic, "local_atomic_"), (ir.TempAtomic, "temp_atomic_"))
+_ARG_KINDS = ((ir.Const, "const"), (ir.ArgLoad, "arg"), (ir.NdarrayShape, "shape"), (ir.Alloca, "alloca"),
+              (ir.GlobalPtr, "global"), (ir.TempLoad, "temp"), (ir.TempStore, "temp"), (ir.TempAtomic, "temp"))
+_FORMS: dict = {}
+
+
+def _op_name_of(cls: type) -> str:
     if cls not in _SNAKE:
         n = cls.__name__
         _SNAKE[cls] = "".join("_" + c.lower() if c.isupper() else c for c in n).lstrip("_")
@@ -39,13 +61,15 @@ class Printer:
         self.k = kernel
         self.names: dict = {}
         self.lines: list[str] = []
+        self.const_texts: dict = {}  # (type, value's repr) -> _const_text: numpy's rounding once per constant
 
     def name(self, s) -> str:
         if s is None:
             return "none"
-        if s not in self.names:
-            self.names[s] = f"%{len(self.names)}"
-        return self.names[s]
+        got = self.names.get(s)
+        if got is None:
+            got = self.names[s] = f"%{len(self.names)}"
+        return got
 
     def kernel(self, k: ir.KernelIR) -> str:
         params = ", ".join(repr(p) for p in k.params)
@@ -70,7 +94,13 @@ class Printer:
     # -- one statement --------------------------------------------------------------------
     def stmt(self, s: ir.Stmt, depth: int) -> None:
         pad = "  " * depth
-        if isinstance(s, ir.If):
+        if not s.BLOCKS:
+            form = _FORMS.get(s.__class__) or _FORMS.setdefault(s.__class__, _Form(s.__class__))
+            if s.type is not None and not form.no_result:
+                self.lines.append(f"{pad}{self.name(s)} = {self.describe(s)}")
+            else:
+                self.lines.append(f"{pad}{self.describe(s)}")
+        elif isinstance(s, ir.If):
             tail = "} else {" if s.else_block.stmts else "}"
             self.nested(f"if {self.name(s.cond)}", s.then_block, depth, tail)
             if s.else_block.stmts:
@@ -111,38 +141,32 @@ class Printer:
         self.lines.append(f"{pad}}}")
 
     def describe(self, s: ir.Stmt) -> str:
-        op = _op_name(s)
-        args: list[str] = []
-        if isinstance(s, ir.Unary | ir.Binary):
-            op = s.op
-        elif isinstance(s, ir.AtomicRMW):
-            op = f"atomic_{s.op}"
-        elif isinstance(s, ir.LocalAccumulate):
-            op = f"accumulate_{s.op}"
-        elif isinstance(s, ir.LocalAtomic):
-            op = f"local_atomic_{s.op}"
-        elif isinstance(s, ir.TempAtomic):
-            op = f"temp_atomic_{s.op}"
-        if isinstance(s, ir.Const):
-            args.append(_const_text(s))
-        elif isinstance(s, ir.ArgLoad):
-            args.append(self.param_name(s.arg_index))
-        elif isinstance(s, ir.NdarrayShape):
-            args.append(f"{self.param_name(s.arg_index)}.shape[{s.dim}]")
-        elif isinstance(s, ir.Alloca):
-            args.append(repr(s.var_name) if s.var_name else "")
-        elif isinstance(s, ir.GlobalPtr):
-            args.append(f"{self.target_name(s.target)}[{', '.join(self.name(i) for i in s.indices)}]")
-        elif isinstance(s, (ir.TempLoad, ir.TempStore, ir.TempAtomic)):
-            args.append(f"t{s.slot}")
-            args += [self.name(o) for o in s.operands()]
-        else:
-            args += [self.name(o) for o in s.operands()]
+        form = _FORMS.get(s.__class__) or _FORMS.setdefault(s.__class__, _Form(s.__class__))
+        op = form.op if form.op_prefix is None else form.op_prefix + s.op
+        kind = form.args
+        if kind == "operands":
+            args = [self.name(o) for o in s.operands()]
             args += [f"{a}={getattr(s, a)!r}" for a in s.ATTRS if a != "op" and getattr(s, a) not in ("", None)]
+        elif kind == "const":
+            key = (s.type, repr(s.value))
+            text = self.const_texts.get(key)
+            if text is None:
+                text = self.const_texts[key] = _const_text(s)
+            args = [text]
+        elif kind == "arg":
+            args = [self.param_name(s.arg_index)]
+        elif kind == "shape":
+            args = [f"{self.param_name(s.arg_index)}.shape[{s.dim}]"]
+        elif kind == "alloca":
+            args = [repr(s.var_name) if s.var_name else ""]
+        elif kind == "global":
+            args = [f"{self.target_name(s.target)}[{', '.join(self.name(i) for i in s.indices)}]"]
+        else:  # a temporary's
+            args = [f"t{s.slot}"] + [self.name(o) for o in s.operands()]
         text = " ".join([op] + [a for a in args if a])
-        if isinstance(s, ir.LocalAccumulate):
+        if form.reassoc:
             text += " reassoc"
-        elif s.type is not None and not isinstance(s, _NO_RESULT):
+        elif s.type is not None and not form.no_result:
             text += f" : {s.type}"
         return text
 

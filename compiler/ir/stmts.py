@@ -58,9 +58,17 @@ class Stmt:
         self.loc = loc
         self.block: Block | None = None
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        for method in ("operands", "replace_operands"):
+            inherited = getattr(cls, method)
+            if method not in cls.__dict__ and (inherited is getattr(Stmt, method) or hasattr(inherited, "OPERANDS")):
+                setattr(cls, method, _specialised(method, cls.OPERANDS))
+
     # -- generic structure -------------------------------------------------------------
     # operands() and replace_operands() run millions of times on a large kernel (every pass of
-    # every simplification round walks it): they are written for speed.
+    # every simplification round walks it): they are written for speed, and each statement
+    # class gets its own copy with its OPERANDS spelt out (_specialised).
     def operands(self) -> list[Stmt]:
         out = []
         for name in self.OPERANDS:
@@ -90,6 +98,33 @@ class Stmt:
     @property
     def name(self) -> str:
         return type(self).__name__
+
+
+_SPECIALISED_BODY = {
+    "operands": ("    v = self.{0}\n"
+                 "    if v.__class__ is list:\n"
+                 "        out += v\n"
+                 "    elif v is not None:\n"
+                 "        out.append(v)\n"),
+    "replace_operands": ("    v = self.{0}\n"
+                         "    if v.__class__ is list:\n"
+                         "        self.{0} = [mapping.get(x, x) for x in v]\n"
+                         "    elif v is not None and v in mapping:\n"
+                         "        self.{0} = mapping[v]\n"),
+}
+
+
+def _specialised(method: str, operands: tuple):
+    """Stmt's generic `method` written out for the operand names `operands`, without the loop
+    over the names and the getattr/setattr by name (as `dataclasses` writes its methods)."""
+    head = "def operands(self):\n    out = []\n" if method == "operands" else "def replace_operands(self, mapping):\n"
+    text = head + "".join(_SPECIALISED_BODY[method].format(n) for n in operands)
+    text += "    return out\n" if method == "operands" else "    return None\n"
+    namespace: dict = {}
+    exec(compile(text, f"<Stmt.{method} of {', '.join(operands) or 'no operands'}>", "exec"), namespace)  # noqa: S102
+    fn = namespace[method]
+    fn.OPERANDS = operands  # marks it as made here: a subclass with other OPERANDS gets its own
+    return fn
 
 
 # ---- values ---------------------------------------------------------------------------
@@ -699,6 +734,14 @@ def replace_uses(block: Block, mapping: dict) -> None:
             s.begin = mapping.get(s.begin, s.begin)
             s.end = mapping.get(s.end, s.end)
             s.axes = [mapping.get(a, a) for a in s.axes]
+
+
+def class_kind(cls: type, classes: tuple, cache: dict) -> int:
+    """The index in `classes` of the first class (or tuple of classes) that `cls` derives from,
+    len(classes) if none, remembered in `cache`: passes that treat each statement by its class
+    look it up once per class instead of testing every statement against each class."""
+    kind = cache[cls] = next((i for i, c in enumerate(classes) if issubclass(cls, c)), len(classes))
+    return kind
 
 
 def replace_in_task_bounds(block: Block, mapping: dict) -> None:

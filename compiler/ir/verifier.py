@@ -153,6 +153,11 @@ _FLOAT_ONLY_BINARY = {"truediv", "atan2"}
 _INT_ONLY_ATOMIC = {"and", "or", "xor"}
 
 
+# Operand class -> whether it is a statement other than a local or a global address (which only
+# some statements may use), looked up once per class.
+_PLAIN_VALUE: dict = {}
+
+
 class _TypeRules:
     """One `t_<Class>` method per statement class; classes without one only need their
     operands to be values."""
@@ -163,6 +168,12 @@ class _TypeRules:
 
     def check(self, s: ir.Stmt):
         for o in s.operands():
+            plain = _PLAIN_VALUE.get(o.__class__)
+            if plain is None:
+                plain = _PLAIN_VALUE[o.__class__] = issubclass(o.__class__, ir.Stmt) and \
+                    not issubclass(o.__class__, (ir.Alloca, ir.GlobalPtr))
+            if plain and o.type is not None:  # what most operands are: the checks below pass
+                continue
             if not isinstance(o, ir.Stmt):
                 raise IRVerifyError(f"operand {o!r} is not a statement", s)
             if o.type is None:

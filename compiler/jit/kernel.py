@@ -24,6 +24,7 @@ from qdc.runtime.launcher import make_launcher
 from .. import ir
 from ..driver import cache_key
 from ..driver.kernel import CompiledKernel, dual_params, parse_params
+from ..driver.sources import collection_paused
 from ..driver.templates import TemplateArgs, TemplateParams
 from ..language import lang
 from ..language.dataclass_args import DataclassArgument, argument_key, is_dataclass_instance
@@ -237,9 +238,10 @@ class Kernel(KernelFunction):
             if self._dataclass_at:
                 params, roots = self.with_dataclass_roots(params, templates, instances)
             compiled = obtain(self.fn, params, direct_options(), rt.arch, variant, roots)
-            loaded = rt.device.load_kernel(compiled.artifacts, compiled.meta)
-            launch = make_launcher(compiled.meta, rt.device, loaded, compiled.field_objects,
-                                   function=self.function if own else None, graph=self.graph)
+            with collection_paused():  # see obtain
+                loaded = rt.device.load_kernel(compiled.artifacts, compiled.meta)
+                launch = make_launcher(compiled.meta, rt.device, loaded, compiled.field_objects,
+                                       function=self.function if own else None, graph=self.graph)
             entry = self._launchers[(variant, key)] = (rt.generation, launch, compiled)
         launch = entry[1]
         if entry[2].meta.members or self._dataclass_at:

@@ -25,6 +25,7 @@ from qdc.runtime.contract.errors import CacheError, KernelNotPrebuiltError, Sign
 
 from ..driver import cache_key, kernel as compiling, source_facts
 from ..driver.kernel import CompiledKernel, compile_recording_warnings, replay_warnings
+from ..driver.sources import collection_paused
 from ..manifest import recording
 
 # Artifacts kept in memory but not written to the cache (textual LLVM IR: `qdc inspect --llvm`
@@ -78,10 +79,14 @@ class Counts:
 
 def obtain(fn, params, opts, arch: str, variant: str = "forward", templates=None) -> CompiledKernel:
     """The kernel variant from the cache when its key hits, else compiled and stored. Offline
-    (`opts.offline`): from the cache or the remote store, else KernelNotPrebuiltError."""
+    (`opts.offline`): from the cache or the remote store, else KernelNotPrebuiltError.
+    The cyclic garbage collector is held off while the key is computed and an entry loaded
+    (not while compiling): both allocate many short-lived objects, and in a program of a
+    million live objects the full collections they would trigger cost more than they do."""
     cache = cache_for(opts)
     try:
-        deps = cache_key.kernel_key(fn, params, opts, arch, variant, templates)
+        with collection_paused():
+            deps = cache_key.kernel_key(fn, params, opts, arch, variant, templates)
     except cache_key.UncacheableKernel as e:  # compiled, never stored: better than a shared entry
         if opts.offline:
             raise _not_prebuilt(fn, params, arch, variant, templates, f"it cannot be looked up: {e}") from None
@@ -91,7 +96,8 @@ def obtain(fn, params, opts, arch: str, variant: str = "forward", templates=None
         recording.note(fn, params, opts, arch, variant, templates, uncacheable=str(e))
         return compiled
     trust, signer = trust_for(opts)
-    hit = load_cached(cache, deps, trust)
+    with collection_paused():
+        hit = load_cached(cache, deps, trust)
     if hit is None and opts.offline and _fetched(cache, deps.key, trust):
         hit = load_cached(cache, deps, trust)
     if hit is None and opts.offline:

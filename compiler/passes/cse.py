@@ -27,7 +27,9 @@ def _cse_block(b: ir.Block, available: dict, mapping: dict) -> None:
     for s in b.stmts:
         if mapping:
             s.replace_operands(mapping)
-        if isinstance(s, ir.Task):
+        if not s.BLOCKS:
+            pass
+        elif isinstance(s, ir.Task):
             for child in s.blocks():
                 _cse_block(child, {}, mapping)
         else:

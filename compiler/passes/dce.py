@@ -29,13 +29,16 @@ def _uses_and_reads(k: ir.KernelIR) -> tuple[dict, Counter, Counter]:
     for s in ir.walk(k.body):
         for o in s.operands():
             uses[o] = get(o, 0) + 1
-        if isinstance(s, ir.LocalLoad):
+        kind = _COUNTED.get(s.__class__)
+        if kind is None:
+            kind = ir.class_kind(s.__class__, _COUNTED_CLASSES, _COUNTED)
+        if kind == 0:
             read_vars[s.var] += 1
-        elif isinstance(s, ir.TempLoad):
+        elif kind == 1:
             read_temps[s.slot] += 1
-        elif isinstance(s, _ATOMICS):
+        elif kind == 2:
             atomics.append(s)
-        elif isinstance(s, ir.Task):
+        elif kind == 3:
             for o in (s.begin, s.end, *s.axes):
                 if o is not None:
                     uses[o] = get(o, 0) + 1
@@ -46,6 +49,12 @@ def _uses_and_reads(k: ir.KernelIR) -> tuple[dict, Counter, Counter]:
             else:
                 read_temps[s.slot] += 1
     return uses, read_vars, read_temps
+
+
+# What _uses_and_reads does with a statement, by the first of these classes it is an instance of
+# (none: nothing but its operands), looked up once per class.
+_COUNTED_CLASSES = (ir.LocalLoad, ir.TempLoad, (ir.LocalAtomic, ir.TempAtomic), ir.Task)
+_COUNTED: dict = {}
 
 
 class _Sweep:
@@ -69,8 +78,9 @@ class _Sweep:
         changed = False
         keep = []
         for s in reversed(block.stmts):
-            for b in reversed(s.blocks()):
-                changed |= self.block(b)
+            if s.BLOCKS:
+                for b in reversed(s.blocks()):
+                    changed |= self.block(b)
             if _is_dead(s, self.uses, self.read_vars, self.read_temps):
                 changed = True
                 self.release(s)
@@ -99,21 +109,37 @@ _ATOMICS = (ir.LocalAtomic, ir.TempAtomic)
 
 
 def _is_dead(s: ir.Stmt, uses: dict, read_vars: set, read_temps: set) -> bool:
-    if (s.PURE or isinstance(s, _LOADS) or isinstance(s, ir.Alloca)) and not uses.get(s):
+    rule = _DEATH_RULES.get(s.__class__)
+    if rule is None:
+        rule = _DEATH_RULES[s.__class__] = _death_rule(s.__class__)
+    unused_dies, kind = rule
+    if unused_dies and not uses.get(s):
         return True
-    if isinstance(s, (ir.LocalStore, ir.LocalAccumulate)):
+    if kind is None:
+        return False
+    if kind == "local_write":
         return not read_vars[s.var]
-    if isinstance(s, ir.LocalAtomic):
+    if kind == "local_atomic":
         return not read_vars[s.var] and not uses.get(s)
-    if isinstance(s, ir.TempStore):
+    if kind == "temp_store":
         return not read_temps[s.slot]
-    if isinstance(s, ir.TempAtomic):
+    if kind == "temp_atomic":
         return not read_temps[s.slot] and not uses.get(s)
-    if isinstance(s, ir.If):
+    if kind == "if":
         return not s.then_block.stmts and not s.else_block.stmts
-    if isinstance(s, ir.RangeFor):  # its bounds are pure values: the loop has no effect
-        return not s.body.stmts
-    return False
+    return not s.body.stmts  # a RangeFor: its bounds are pure values, the loop has no effect
+
+
+def _death_rule(cls: type) -> tuple:
+    """(whether a statement of class `cls` dies when unused, which of _is_dead's other rules
+    applies to it): worked out once per class, _is_dead runs for every statement of every sweep."""
+    unused_dies = bool(cls.PURE) or issubclass(cls, _LOADS) or issubclass(cls, ir.Alloca)
+    kinds = (((ir.LocalStore, ir.LocalAccumulate), "local_write"), (ir.LocalAtomic, "local_atomic"),
+             (ir.TempStore, "temp_store"), (ir.TempAtomic, "temp_atomic"), (ir.If, "if"), (ir.RangeFor, "range_for"))
+    return unused_dies, next((kind for c, kind in kinds if issubclass(cls, c)), None)
+
+
+_DEATH_RULES: dict = {}
 
 
 def sweep(block: ir.Block, dead) -> bool:

@@ -24,6 +24,12 @@ def forward_stores(k: ir.KernelIR) -> bool:
     return removed
 
 
+# What _Forwarder.block does with a statement, by the first of these classes it is an instance of
+# (none: only its nested blocks, if any), looked up once per class.
+_KIND_CLASSES = (ir.LocalLoad, ir.LocalStore, (ir.LocalAccumulate, ir.LocalAtomic), ir.Task)
+_KINDS: dict = {}
+
+
 class _Forwarder:
     def __init__(self, mapping: dict):
         self.mapping = mapping  # forwarded load -> its value
@@ -41,18 +47,21 @@ class _Forwarder:
         for s in b.stmts:
             if self.mapping:
                 s.replace_operands(self.mapping)
-            if isinstance(s, ir.LocalLoad):
+            kind = _KINDS.get(s.__class__)
+            if kind is None:
+                kind = ir.class_kind(s.__class__, _KIND_CLASSES, _KINDS)
+            if kind == 0:  # a load
                 value = known.get(s.var)
                 if value is not None:
                     self.mapping[s] = self.resolve(value)
                     changed = True
                     continue
                 known[s.var] = s
-            elif isinstance(s, ir.LocalStore):
+            elif kind == 1:  # a store
                 known[s.var] = s.value
-            elif isinstance(s, (ir.LocalAccumulate, ir.LocalAtomic)):
+            elif kind == 2:  # an update of unknown result
                 known.pop(s.var, None)
-            elif isinstance(s, ir.Task):
+            elif kind == 3:
                 for child in s.blocks():
                     changed |= self.block(child, {})
             elif s.BLOCKS:

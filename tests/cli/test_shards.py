@@ -36,6 +36,8 @@ def test_shards_split_the_work_and_their_union_packs_identically(project):
     qdc("pack", "--cache", project / "full", "-o", project / "full.tgz")
     qdc("pack", "--cache", project / "merged", "-o", project / "merged.tgz")
     assert (project / "full.tgz").read_bytes() == (project / "merged.tgz").read_bytes()
+    sources = set(Cache(project / "full").source_record_names())  # what parsing found, for processes run from it
+    assert sources and set(Cache(project / "merged").source_record_names()) == sources
     assert qdc("verify", project / "merged").exit_code == 0
 
 

@@ -26,7 +26,9 @@ from .numpy_prologue import add_numpy_entry
 from .half_conversions import with_half_conversions
 from .isa_levels import NATIVE, CpuLevel, CpuPlatform
 from .link import link_shared_library
-from .platforms import cpu_levels, cpu_platforms, host_platform
+from .llvm_pipeline import Pipeline, choose as choose_pipeline, largest_function, mark as mark_pipeline
+from .platforms import cpu_levels, cpu_platforms, host_platform, optimised_with
+from .retarget import declared_functions, retargeted
 from ..llvm.llvm_ir import ModuleBuilder
 from ..llvm.llvm_types import I1, I32, I64, PTR, VOID
 from .widen_codegen import CpuKernelCodegen, task_choices, gathering_chunk_features
@@ -206,15 +208,6 @@ def _machine_of(platform: CpuPlatform, level: CpuLevel | None = None) -> tuple:
     return (level.llvm_cpu, level.llvm_features, platform.triple) if level else ("generic", "", platform.triple)
 
 
-# SLP vectorisation (straight-line code into vector instructions) takes time superlinear in a
-# function's size, and finds little in the huge branchy task bodies of a physics engine: in
-# Genesis's collision detection (one task body of 67,000 instructions) it was 2.1 of the 6.4 s of
-# LLVM optimisation (emission then took 0.6 s more), in its constraint solver's kernels half of
-# it, for objects 1% smaller. Modules with a function above this many instructions skip it;
-# DiffMPM's largest (P2G's gradient, 2,700) and every smaller kernel keep it.
-SLP_LARGEST_FUNCTION = 4000
-
-
 # Options for small modules. A small kernel is a few loops of a few instructions, and two of
 # LLVM's O3 transformations made much of its build time without making it faster:
 # - loop strength reduction (in object emission) searches the addressing of every memory access
@@ -268,25 +261,21 @@ def _llvm_options(options: tuple[str, ...]):
                 llvm.set_option("", option)
 
 
-def largest_function(module: ll.Module) -> int:
-    """The most instructions of any function of `module` that LLVM optimises (not `optnone`)."""
-    return max((sum(len(block.instructions) for block in fn.blocks) for fn in module.functions
-                if "optnone" not in fn.attributes), default=0)
-
-
 def optimise(module, opt_level: int, level: CpuLevel | None = None, platform: CpuPlatform | None = None,
-             slp: bool = True):
+             pipeline: Pipeline | None = None):
     """Parse (an ll.Module) or take (a parsed module) and optimise it for `level` (default: the
     host CPU) of `platform` (default: the host's): the vectorisers pick vector widths from the
-    target, so each level is optimised on its own. `slp`: whether to run the SLP vectoriser."""
+    target, so each level is optimised on its own. `pipeline`: what LLVM's optimiser runs
+    (llvm_pipeline.choose; default: `opt_level` with both vectorisers from speed level 2 on)."""
     tm = _target_machine(opt_level, *_machine_of(platform or host_platform(), level))
     if isinstance(module, ll.Module):
         module = llvm.parse_assembly(str(module))
         module.verify()
-    if opt_level > 0:
-        pto = llvm.create_pipeline_tuning_options(speed_level=opt_level)
-        pto.loop_vectorization = opt_level >= 2
-        pto.slp_vectorization = opt_level >= 2 and slp
+    pipeline = pipeline or Pipeline(opt_level, opt_level >= 2, opt_level >= 2)
+    if pipeline.speed_level > 0:
+        pto = llvm.create_pipeline_tuning_options(speed_level=pipeline.speed_level)
+        pto.loop_vectorization = pipeline.loop_vectorization
+        pto.slp_vectorization = pipeline.slp_vectorization
         pb = llvm.create_pass_builder(tm, pto)
         pb.getModulePassManager().run(module, pb)
     return module, tm
@@ -331,32 +320,36 @@ def compile_kernel(kernel: ir.KernelIR, meta: KernelMeta, opt_level: int = 3, fa
     every level of `cpu_target` (multiversion.py: the runtime picks the level at load), the
     records of the libraries' levels ("cpu_libraries", for KernelMeta.cpu_libraries), and the
     optimised textual LLVM IR and bitcode of the first platform (the host's when built).
+    A platform whose library another one's optimised IR makes (platforms.optimised_with) is
+    not generated and optimised again (retarget.py).
     `keep_assembly` adds the assembly of each level's task bodies as "asm:<level>" (other
     platforms than the first: "asm:<platform>:<level>"; for tests)."""
     out = {"cpu_libraries": [], "cpu_tasks": {}}
-    for n, platform in enumerate(cpu_platforms(cpu_targets)):
+    chosen = cpu_platforms(cpu_targets)
+    sources = {optimised_with(platform, cpu_target, chosen)[0] for platform in chosen} - {None}
+    optimised = {}  # platform name -> (its levels, optimised IR text, its generated IR's calls, LLVM options)
+    for n, platform in enumerate(chosen):
         levels = cpu_levels(cpu_target, platform)
-        module = generate_llvm(kernel, meta, fast_math, target=target, levels=levels, platform=platform)
         task_bodies = [task.task_name + "_chunk" for task in kernel.tasks]  # KernelCodegen.emit_chunk's names
-        alike = {}
-        with timings.phase("IR multiversioning" if len(levels) > 1 else "IR text"):
-            text = _module_text(module, task_bodies, levels, alike)
-            text = with_half_conversions(text)
-        with timings.phase("LLVM parse"):
-            # A context of its own: the shared one accumulates metadata kinds from earlier modules,
-            # which the bitcode writer records, so the same kernel's bitcode (and a `qdc pack` bundle)
-            # would depend on what the process compiled before it.
-            parsed = llvm.parse_assembly(text, context=llvm.create_context())
-            parsed.verify()
-        largest = largest_function(module)
-        widened = any(choice.max_lanes > 1 for choice in module.widen_choices.values())
-        with _llvm_options(small_module_options(largest, text, widened, platform.machine)):
-            with timings.phase("LLVM optimisation"):
-                mod, tm = optimise(parsed, opt_level, levels[0], platform, slp=largest <= SLP_LARGEST_FUNCTION)
-            same, optimised_text = {}, None
-            if len(levels) > 1:
-                with timings.phase("IR multiversioning"):
-                    mod, same, optimised_text = _without_equal_levels(mod, task_bodies, levels, alike)
+        module, same, optimised_text = None, {}, None
+        reused = _retargeted(platform, levels, opt_level, cpu_target, chosen, optimised)
+        if reused is not None:
+            mod, tm, options = reused
+        else:
+            module, parsed, alike, text, pipeline = _parsed(kernel, meta, fast_math, target, platform, levels,
+                                                            task_bodies, opt_level)
+            largest = largest_function(module)
+            widened = any(choice.max_lanes > 1 for choice in module.widen_choices.values())
+            options = small_module_options(largest, text, widened, platform.machine)
+        with _llvm_options(options):
+            if module is not None:
+                with timings.phase("LLVM optimisation"):
+                    mod, tm = optimise(parsed, opt_level, levels[0], platform, pipeline)
+                if len(levels) > 1:
+                    with timings.phase("IR multiversioning"):
+                        mod, same, optimised_text = _without_equal_levels(mod, task_bodies, levels, alike)
+                if platform.name in sources:
+                    optimised[platform.name] = (levels, optimised_text or str(mod), declared_functions(text), options)
             with timings.phase("object emission"):
                 obj = tm.emit_object(mod)
             if n == 0:
@@ -372,8 +365,8 @@ def compile_kernel(kernel: ir.KernelIR, meta: KernelMeta, opt_level: int = 3, fa
             for i, level in enumerate(levels):
                 out[prefix + level.name] = assembly if len(levels) == 1 else level_assembly(assembly, task_bodies, i,
                                                                                             same)
-        for task, choice in module.widen_choices.items():  # a thread takes the most lanes of any platform's
-            record = out["cpu_tasks"].setdefault(task.task_name, choice.record())
+        for task, choice in (module.widen_choices.items() if module else ()):  # a thread takes the most lanes
+            record = out["cpu_tasks"].setdefault(task.task_name, choice.record())  # of any platform's
             if "lanes" in record:
                 record["lanes"] = max(record["lanes"], choice.max_lanes)
         out["cpu_libraries"] += [{"artifact": platform.artifact, "target": level.name, "machine": platform.machine,
@@ -381,3 +374,39 @@ def compile_kernel(kernel: ir.KernelIR, meta: KernelMeta, opt_level: int = 3, fa
                                   **({"level": i} if len(levels) > 1 else {})}
                                  for i, level in enumerate(levels)]
     return out
+
+
+def _parsed(kernel: ir.KernelIR, meta: KernelMeta, fast_math: bool, target, platform: CpuPlatform, levels: tuple,
+            task_bodies: list[str], opt_level: int) -> tuple:
+    """(generated module, parsed module, the bodies a level runs a lower level's code of
+    (`_module_text`), the parsed IR text, LLVM's pipeline for it) of the kernel's library for
+    `platform`."""
+    module = generate_llvm(kernel, meta, fast_math, target=target, levels=levels, platform=platform)
+    pipeline = choose_pipeline(module, opt_level)
+    mark_pipeline(module, pipeline)  # recorded in the optimised IR (`qdc inspect --llvm`)
+    alike = {}
+    with timings.phase("IR multiversioning" if len(levels) > 1 else "IR text"):
+        text = _module_text(module, task_bodies, levels, alike)
+        text = with_half_conversions(text)
+    with timings.phase("LLVM parse"):
+        # A context of its own: the shared one accumulates metadata kinds from earlier modules,
+        # which the bitcode writer records, so the same kernel's bitcode (and a `qdc pack` bundle)
+        # would depend on what the process compiled before it.
+        parsed = llvm.parse_assembly(text, context=llvm.create_context())
+        parsed.verify()
+    return module, parsed, alike, text, pipeline
+
+
+def _retargeted(platform: CpuPlatform, levels: tuple, opt_level: int, cpu_target: str, chosen: tuple,
+                optimised: dict) -> tuple | None:
+    """(optimised module, target machine, LLVM options) of `platform` made from another
+    platform's optimised module of this build (`optimised`), or None."""
+    source, level_name = optimised_with(platform, cpu_target, chosen)
+    if source not in optimised:
+        return None
+    source_levels, text, generated_calls, options = optimised[source]
+    with timings.phase("IR retargeting"):
+        tm = _target_machine(opt_level, *_machine_of(platform, levels[0]))
+        module = retargeted(text, generated_calls, [lvl.name for lvl in source_levels].index(level_name), tm,
+                            levels[0].llvm_cpu)
+    return None if module is None else (module, tm, options)

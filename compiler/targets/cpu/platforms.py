@@ -65,22 +65,42 @@ def cpu_levels(cpu_target: str, platform: CpuPlatform | None = None) -> tuple[Cp
     return (CpuLevel(cpu_target, cpu_target, "", level.requires),)
 
 
+# A platform whose library a portable build makes from another platform's optimised IR at one
+# of its levels, where it builds both (compiler/targets/cpu/retarget.py): every Apple silicon
+# core runs armv8.2-a code, and the aarch64 platforms generate the same IR but for the data
+# layout, so macOS's library costs its emission and link, not a second optimisation.
+OPTIMISED_WITH = {"aarch64-macos": ("aarch64-linux", "armv8.2-a")}
+
+
+def optimised_with(platform: CpuPlatform, cpu_target: str, chosen: tuple) -> tuple[str | None, str | None]:
+    """(platform name, level name) whose optimised IR makes `platform`'s library in a build of
+    `cpu_target` for the platforms `chosen`; (None, None): its own."""
+    found = OPTIMISED_WITH.get(platform.name)
+    if cpu_target != PORTABLE or found is None or PLATFORMS[found[0]] not in chosen:
+        return None, None
+    return found
+
+
 @functools.lru_cache(maxsize=None)
 def target_description(cpu_target: str = NATIVE, cpu_targets=None) -> str:
     """Goes into the cache key: code built for one CPU is not reused on another. Portable code
     does not depend on the build host's CPU, only on the triples and the levels it is built
-    for, and on the linker of a platform that is not the host's (LLD's version).
+    for, on the platform whose optimised IR makes another's library (OPTIMISED_WITH), and on
+    the linker of a platform that is not the host's (LLD's version).
     Kept per process (asking LLVM for the host's features takes ~0.5 ms, twice per kernel built)."""
     if cpu_target == NATIVE and cpu_targets is None:
         import llvmlite.binding as llvm
         llvm.initialize_native_target()
         return f"{llvm.get_process_triple()}/{llvm.get_host_cpu_name()}/{llvm.get_host_cpu_features().flatten()}"
     parts = []
-    for platform in cpu_platforms(cpu_targets):
+    chosen = cpu_platforms(cpu_targets)
+    for platform in chosen:
         levels = [[lvl.name, lvl.llvm_cpu, lvl.llvm_features, list(lvl.requires)]
                   for lvl in cpu_levels(cpu_target, platform)]
         linker = "" if platform == host_platform() else "/" + _cross_linker(platform)
-        parts.append(f"{platform.triple}/{cpu_target}/{levels}{linker}")
+        source, level = optimised_with(platform, cpu_target, chosen)
+        reused = f"/optimised as {source} {level}" if source else ""
+        parts.append(f"{platform.triple}/{cpu_target}/{levels}{linker}{reused}")
     return ";".join(parts)
 
 

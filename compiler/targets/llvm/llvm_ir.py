@@ -9,6 +9,7 @@ is the backend's business (the `dispatch` given to `emit_kernel`).
 from __future__ import annotations
 
 from llvmlite import ir as ll
+from llvmlite.ir._utils import NameScope
 
 from qdc.runtime.contract import types as T
 from qdc.runtime.contract.artifact import KernelMeta
@@ -218,10 +219,36 @@ def chunk_type(task: ir.Task) -> ll.FunctionType:
 
 def start_function(fn: ll.Function) -> ll.IRBuilder:
     """An entry block reserved for allocas, branching to the block the returned builder fills."""
+    if type(fn.scope) is NameScope:
+        fn.scope = _ValueNames(fn.scope)
     entry = fn.append_basic_block("allocas")
     body = fn.append_basic_block("body")
     ll.IRBuilder(entry).branch(body)
     return ll.IRBuilder(body)
+
+
+class _ValueNames(NameScope):
+    """The names of a function's values as llvmlite's NameScope gives them, an unnamed value's
+    (most of them) without its general deduplication: llvmlite names those ".1", ".2", ... (the
+    first number after the last one given that no value holds), which is a third of the cost
+    of making an instruction. Takes over `scope`'s names (the function's arguments')."""
+
+    def __init__(self, scope: NameScope):
+        super().__init__()
+        self._useset, self._basenamemap = scope._useset, scope._basenamemap
+
+    def register(self, name, deduplicate=False):
+        if name or not deduplicate:
+            return super().register(name, deduplicate)
+        used, numbers = self._useset, self._basenamemap
+        number = numbers[""] + 1
+        name = f".{number}"
+        while name in used:
+            number += 1
+            name = f".{number}"
+        numbers[""] = number
+        used.add(name)
+        return name
 
 
 def carries_state(loop: ir.Stmt) -> bool:
@@ -230,17 +257,38 @@ def carries_state(loop: ir.Stmt) -> bool:
     (reverse mode). LLVM vectorises no such loop (a float recurrence is not reassociable), so
     its math is bound by latency, where the target's scalar library may do better
     (`chain_math_table`)."""
-    declared, read, written = set(), set(), set()
-    for s in ir.walk_nested(loop):
-        if isinstance(s, (ir.AdStackPush, ir.AdStackPop)):
-            return True
-        if isinstance(s, ir.Alloca):
-            declared.add(s)
-        elif isinstance(s, ir.LocalLoad) and s.var.type.is_float:
-            read.add(s.var)
-        elif isinstance(s, ir.LocalStore) and s.var.type.is_float:
-            written.add(s.var)
-    return bool((read & written) - declared)
+    found: dict = {}
+    find_state_carriers(loop, found)
+    return found[loop]
+
+
+def find_state_carriers(loop: ir.Stmt, found: dict) -> tuple:
+    """carries_state of `loop` and of every loop nested in it into `found`, in one walk of the
+    nest; returns what decides it for `loop`: (whether an adstack is pushed or popped, the locals
+    declared, the float locals read, the float locals written) anywhere inside it."""
+    stacks, declared, read, written = False, set(), set(), set()
+    todo = list(loop.blocks())
+    while todo:
+        for s in todo.pop().stmts:
+            if isinstance(s, (ir.RangeFor, ir.While)):
+                inner = find_state_carriers(s, found)
+                stacks |= inner[0]
+                declared |= inner[1]
+                read |= inner[2]
+                written |= inner[3]
+                continue
+            if isinstance(s, (ir.AdStackPush, ir.AdStackPop)):
+                stacks = True
+            elif isinstance(s, ir.Alloca):
+                declared.add(s)
+            elif isinstance(s, ir.LocalLoad) and s.var.type.is_float:
+                read.add(s.var)
+            elif isinstance(s, ir.LocalStore) and s.var.type.is_float:
+                written.add(s.var)
+            if s.BLOCKS:
+                todo.extend(s.blocks())
+    found[loop] = stacks or bool((read & written) - declared)
+    return stacks, declared, read, written
 
 
 def atomic_operation(op: str, t: T.DataType) -> str:
@@ -265,7 +313,7 @@ class _Env(AdStackLowering, MessageLowering, SimtLowering):
         self.flags = ("fast",) if cg.fast_math else ()
         self.where = None  # source location of the innermost statement being lowered that has one
         self.enclosing_loops: list = []  # the loops around the statement being lowered, outermost first
-        self.carrying: dict = {}  # loop -> carries_state(loop), asked only where math is lowered
+        self.carrying: dict = {}  # loop -> carries_state(loop), found only where math is lowered
         self.alone = None  # an i1: this thread runs alone (plain read-modify-writes); None: it may not
 
     def v(self, s):
@@ -408,14 +456,13 @@ class _Env(AdStackLowering, MessageLowering, SimtLowering):
         return self.b.call(self.mb.math(impl, args[0].type, len(args)), list(args))
 
     def in_chain(self) -> bool:
-        """Whether a loop around the statement being lowered carries state (carries_state). Each
-        loop is looked at once, and only if math is lowered in it: walking every loop's nest as
-        it is entered costs a deep kernel the square of its nesting."""
+        """Whether a loop around the statement being lowered carries state (carries_state), worked
+        out only where math is lowered, for a whole nest at once: walking every loop's nest as it
+        is entered costs a deep kernel the square of its nesting."""
         for loop in reversed(self.enclosing_loops):
-            chain = self.carrying.get(loop)
-            if chain is None:
-                chain = self.carrying[loop] = carries_state(loop)
-            if chain:
+            if loop not in self.carrying:
+                find_state_carriers(loop, self.carrying)
+            if self.carrying[loop]:
                 return True
         return False
 

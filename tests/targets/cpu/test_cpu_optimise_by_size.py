@@ -1,94 +1,19 @@
-"""LLVM's options by kernel size (compiler/targets/cpu/codegen.py): a module with a function
-above SLP_LARGEST_FUNCTION instructions is optimised without the SLP vectoriser (optnone entry
-functions do not count), and computes the same; a module whose functions are all at most
-SMALL_MODULE_LARGEST_FUNCTION instructions is built without non-trivial loop unswitching and
-loop strength reduction, LLVM's defaults restored after it, and computes the same."""
+"""LLVM's options for small modules (compiler/targets/cpu/codegen.py): a module whose functions
+are all at most SMALL_MODULE_LARGEST_FUNCTION instructions is built without non-trivial loop
+unswitching and loop strength reduction, LLVM's defaults restored after it, and computes the
+same. Large modules: test_cpu_llvm_pipeline.py."""
 from __future__ import annotations
 
 import re
-import uuid
 
 import llvmlite.binding as llvm
 import numpy as np
-from llvmlite import ir as ll
 
 import qdc as qd
 from qdc.compiler.driver import kernel as K
 from qdc.compiler.driver.options import Options
 from qdc.compiler.jit.kernel import kernel_of
 from qdc.compiler.targets.cpu import codegen
-
-SOURCE = '''
-import qdc as qd
-
-F = qd.types.ndarray(dtype=qd.f32, ndim=1)
-
-
-@qd.kernel
-def polynomial(x: F, out: F):
-    for i in range(x.shape[0]):
-        v = x[i]
-        acc = 0.0 * {salt}  # each build its own source, so that no cache entry serves it
-        for k in qd.static(range(12)):
-            acc = acc * v + (k + 1.0)
-        out[i] = acc
-'''
-_OPTIMISE, _LARGEST_FUNCTION = codegen.optimise, codegen.largest_function
-
-
-def _build_and_run(tmp_path, monkeypatch, limit: int, x: np.ndarray) -> tuple[list, np.ndarray]:
-    """polynomial(x), compiled afresh (a module of its own) with SLP_LARGEST_FUNCTION = limit:
-    the result and what compile_kernel passed (the largest function's size, then `slp`)."""
-    seen = []
-
-    def optimise(module, *args, slp=True, **kwargs):
-        seen.append(slp)
-        return _OPTIMISE(module, *args, slp=slp, **kwargs)
-
-    def largest_function(module):
-        seen.append(_LARGEST_FUNCTION(module))
-        return seen[-1]
-    monkeypatch.setattr(codegen, "SLP_LARGEST_FUNCTION", limit)
-    monkeypatch.setattr(codegen, "optimise", optimise)
-    monkeypatch.setattr(codegen, "largest_function", largest_function)
-    path = tmp_path / f"by_size_{uuid.uuid4().hex[:8]}.py"
-    path.write_text(SOURCE.format(salt=limit))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    module = __import__(path.stem)
-    out = np.zeros_like(x)
-    module.polynomial(x, out)
-    qd.sync()
-    return seen, out
-
-
-def test_slp_by_function_size(tmp_path, monkeypatch, rng):
-    qd.init(arch=qd.cpu)
-    x = rng.uniform(-1.0, 1.0, 257 + int(rng.integers(0, 64))).astype(np.float32)
-    with_slp, small = _build_and_run(tmp_path, monkeypatch, 10**9, x)
-    without_slp, large = _build_and_run(tmp_path, monkeypatch, 10, x)
-    assert with_slp[-1] is True and without_slp[-1] is False
-    assert without_slp[0] > 10  # the task body's instructions
-    np.testing.assert_array_equal(large, small)
-    want = np.zeros_like(x, dtype=np.float64)
-    for k in range(12):
-        want = want * x + (k + 1.0)
-    np.testing.assert_allclose(small, want, rtol=1e-5, atol=1e-5)
-
-
-def test_largest_function_leaves_out_optnone_functions():
-    module = ll.Module()
-    for name, size, optnone in (("big_entry", 40, True), ("body", 7, False)):
-        fn = ll.Function(module, ll.FunctionType(ll.VoidType(), []), name)
-        if optnone:
-            fn.attributes.add("noinline")
-            fn.attributes.add("optnone")
-        b = ll.IRBuilder(fn.append_basic_block("entry"))
-        slot = b.alloca(ll.IntType(32))
-        for _ in range(size - 2):
-            b.store(ll.Constant(ll.IntType(32), 1), slot)
-        b.ret_void()
-    assert codegen.largest_function(module) == 7
-
 
 F1 = qd.types.ndarray(dtype=qd.f32, ndim=1)
 
