@@ -2,7 +2,8 @@
 GPU arch the suite runs whose subgroups hold a tile's rows: loads and stores of 2-D and 3-D
 array slices within their bounds, rank-1 updates from column slices, the in-place Cholesky
 factor and the triangular solve, checked against numpy. lavapipe's subgroups are 8 lanes, too
-few for a tile: there a subprocess runs Tile16x16 with LP_NATIVE_VECTOR_WIDTH=512 (16 lanes);
+few for a tile: there subprocesses run Tile16x16 with LP_NATIVE_VECTOR_WIDTH=512 (16 lanes) and
+Tile32x32 with 1024 (reported as 32 lanes, run as 16 by lavapipe: an expected failure there);
 CUDA runs both sizes. The gradient of a factor and solve is checked against float64 central
 differences."""
 import os
@@ -114,7 +115,7 @@ def check_tile_gradient(n: int, rng) -> None:
 def test_tile_gradient_matches_central_differences(arch, rng):
     if subgroup_size() < 16:
         pytest.skip(f"{arch}: subgroups of {subgroup_size()} lanes hold no Tile16x16 "
-                    f"(test_tile16_on_lavapipe_with_16_lanes runs one)")
+                    f"(test_tiles_on_lavapipe_with_wider_subgroups runs one)")
     check_tile_gradient(9, rng)
 
 
@@ -123,30 +124,39 @@ def test_tile_gradient_matches_central_differences(arch, rng):
 def test_tile_factor_and_solve_match_numpy(arch, rng, size, n):
     if subgroup_size() < size:
         pytest.skip(f"{arch}: subgroups of {subgroup_size()} lanes hold no Tile{size}x{size} "
-                    f"(test_tile16_on_lavapipe_with_16_lanes runs one)")
+                    f"(test_tiles_on_lavapipe_with_wider_subgroups runs one)")
     check_tile(size, n, rng)
 
 
-def test_tile16_on_lavapipe_with_16_lanes(tmp_path):
-    """lavapipe with LP_NATIVE_VECTOR_WIDTH=512 runs subgroups of 16 lanes: a Tile16x16 fits
-    (and its gradient runs)."""
-    from conftest import vulkan_unavailable_reason
+@pytest.mark.parametrize("size, width", [(16, 512), (32, 1024)])
+def test_tiles_on_lavapipe_with_wider_subgroups(tmp_path, request, size, width):
+    """lavapipe with LP_NATIVE_VECTOR_WIDTH=512 runs subgroups of 16 lanes: a Tile16x16 fits (and
+    its gradient runs). At 1024 bits it reports 32 lanes but runs 16, so a Tile32x32's rows 16-31
+    come out wrong: an expected failure there (test_vulkan_subgroup_lanes.py has the plain
+    SPIR-V reproducer). Mesa's shader cache is off: it keys pipelines without the width."""
+    from conftest import on_vulkan_device, vulkan_unavailable_reason
     if vulkan_unavailable_reason() is not None:
         pytest.skip(f"no Vulkan device: {vulkan_unavailable_reason()}")
     here = os.path.dirname(os.path.abspath(__file__))
+    gradient = "    t.check_tile_gradient(7, np.random.default_rng(8))\n" if size == 16 else ""
     script = ("import numpy as np, qdc as qd, test_simt_tiles as t\n"
               "qd.init(arch=qd.vulkan)\n"
               "print('lanes', t.subgroup_size())\n"
-              "if t.subgroup_size() == 16:\n"
-              "    t.check_tile(16, 13, np.random.default_rng(7))\n"
-              "    t.check_tile_gradient(7, np.random.default_rng(8))\n"
+              f"if t.subgroup_size() == {size}:\n"
+              f"    t.check_tile({size}, {size - 3}, np.random.default_rng({size}))\n"
+              + gradient +
               "    print('tile ok')\n")
-    env = dict(os.environ, LP_NATIVE_VECTOR_WIDTH="512", QDC_CACHE_DIR=str(tmp_path),
+    env = dict(os.environ, LP_NATIVE_VECTOR_WIDTH=str(width), MESA_SHADER_CACHE_DISABLE="true",
+               QDC_CACHE_DIR=str(tmp_path),
                PYTHONPATH=os.pathsep.join([here, os.path.dirname(here), os.environ.get("PYTHONPATH", "")]))
     run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
-    if "lanes 16" not in run.stdout:
+    if f"lanes {size}" not in run.stdout:
+        assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
         pytest.skip(f"this Vulkan device keeps its subgroup size under LP_NATIVE_VECTOR_WIDTH: {run.stdout}")
+    if size == 32 and on_vulkan_device("llvmpipe"):
+        from test_vulkan_subgroup_lanes import LAVAPIPE_RUNS_16
+        request.applymarker(pytest.mark.xfail(strict=False, reason=LAVAPIPE_RUNS_16))
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
     assert "tile ok" in run.stdout
 
 

@@ -122,6 +122,8 @@ class VulkanDevice(SubmissionDevice):
         self._set_cache: dict = {}
         self._args_ring = self._create_buffer(ARGS_RING_BYTES, self._host_type, host=True)
         self._args_offset = 0
+        self._args_wraps = 0            # times the ring started over: older offsets may be overwritten
+        self._ring_words: dict = {}     # ArgsPlan -> (wraps, offset, bytes) of its last args in the ring
         self._args_align = max(16, self.capabilities.min_storage_buffer_offset_alignment)
         self._batch = None              # the open Batch, if any
         self._host_visible_allocations = False  # set while error blocks are allocated
@@ -358,8 +360,8 @@ class VulkanDevice(SubmissionDevice):
         serial = batch.serial
         for buf in uses:
             buf.last_use = serial
-            if buf is not self._args_ring:  # written by the host only: no device hazard
-                batch.touched.add(buf)
+        batch.touched.update(uses)
+        batch.touched.discard(self._args_ring)  # written by the host only: no device hazard
         batch.keep.extend(keep)
         batch.commands += 1
         return batch.command
@@ -519,6 +521,9 @@ class VulkanDevice(SubmissionDevice):
         if self._args_offset + size > ARGS_RING_RECORDED:
             self._wait_for(self._args_ring.last_use)  # everything still reading the ring
             self._args_offset = 0
+            self._args_wraps += 1
+        self._args_wraps = 0            # times the ring started over: older offsets may be overwritten
+        self._ring_words: dict = {}     # ArgsPlan -> (wraps, offset, bytes) of its last args in the ring
         offset = self._args_offset
         self._args_offset += size
         return offset

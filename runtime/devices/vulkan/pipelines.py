@@ -27,7 +27,8 @@ DISPATCH_BASE = 0x10  # VK_PIPELINE_CREATE_DISPATCH_BASE_BIT (Vulkan 1.1), which
 class TaskPipeline:
     """A task's pipeline and how a launch binds it."""
     __slots__ = ("name", "pipeline", "layout", "set_layouts", "bindings", "addressed", "block_dim", "serial", "chunk",
-                 "sets", "set_numbers", "dynamic", "dynamic_count", "uses", "plan")
+                 "sets", "set_numbers", "dynamic", "dynamic_count", "uses", "plan", "narrow_block", "narrow",
+                 "source")
 
     def __init__(self, **kw):
         for k, v in kw.items():
@@ -96,8 +97,10 @@ def build_task_pipeline(dev, artifacts: dict, meta, i: int):
              and serial and not any(p.resource in HEAP_WORDS for p in plans) else 0)
     pipeline = _pipeline(dev, bytes(blob), task.entry, layout, block, what, chunk)
     ffi = dev.ffi
+    narrow = narrow_block(caps, task.launch, block)
     tp = TaskPipeline(name=what, pipeline=pipeline, layout=layout, set_layouts=set_layouts, bindings=plans,
-                      addressed=addressed,
+                      addressed=addressed, narrow_block=narrow, narrow=None,
+                      source=(bytes(blob), task.entry) if narrow else None,
                       block_dim=block, serial=serial, chunk=chunk,
                       sets=ffi.new("VkDescriptorSet[]", max(len(set_layouts), 1)),
                       set_numbers=len(set_layouts),
@@ -105,6 +108,28 @@ def build_task_pipeline(dev, artifacts: dict, meta, i: int):
                       dynamic_count=sum(p.dynamic for p in plans), uses=[], plan=None)
     dev.__dict__.setdefault("_pipeline_objects", []).append(tp)
     return tp
+
+
+def narrow_block(caps, launch: dict, block: int) -> int:
+    """The workgroup size of a task's launches of fewer invocations than its workgroup, or 0 (the
+    task's own size always). A CPU device (lavapipe) runs every group of SIMD-width invocations
+    of a workgroup through the whole shader, its masked-off branches and loop bodies included,
+    whether or not any invocation of the group is in the range: a one-invocation launch of a
+    large Genesis task took 4.5-5 ms at 256 invocations a workgroup, 0.45 ms at 8. There a launch
+    of fewer invocations than the workgroup size uses workgroups of one subgroup, through a
+    pipeline of that size made at its first such launch. Not where the kernel chose its
+    block_dim or uses block-level code (their workgroup is part of their meaning)."""
+    if (not caps.cpu_device or launch.get("block_dim") or "subgroup_size" in launch
+            or not 1 <= caps.subgroup_size < block):
+        return 0
+    return caps.subgroup_size
+
+
+def _narrow_pipeline(dev, tp):
+    if tp.narrow is None:
+        blob, entry = tp.source
+        tp.narrow = _pipeline(dev, blob, entry, tp.layout, tp.narrow_block, tp.name, tp.chunk)
+    return tp.narrow
 
 
 def _set_layout(dev, plans: list):
@@ -174,6 +199,8 @@ def destroy_pipelines(dev) -> None:
     ffi, lib = dev.ffi, dev.lib
     for tp in dev.__dict__.pop("_pipeline_objects", []):
         lib.vkDestroyPipeline(dev.device, tp.pipeline, ffi.NULL)
+        if tp.narrow is not None:
+            lib.vkDestroyPipeline(dev.device, tp.narrow, ffi.NULL)
         lib.vkDestroyPipelineLayout(dev.device, tp.layout, ffi.NULL)
         for layout in tp.set_layouts:
             lib.vkDestroyDescriptorSetLayout(dev.device, layout, ffi.NULL)
@@ -193,11 +220,15 @@ def record_dispatch(dev, loaded, tp, ctx, slices: int) -> None:
 
 def record_task(dev, command, tp, dynamic, slices: int) -> None:
     """Record task `tp` into `command`: its pipeline, its descriptor sets (as tp.sets holds them)
-    with the dynamic offsets `dynamic`, and the dispatch of `slices` invocations."""
-    groups = 1 if tp.serial else -(-slices // tp.block_dim)
+    with the dynamic offsets `dynamic`, and the dispatch of `slices` invocations (through the
+    task's narrow pipeline where it has one and they fill less than a workgroup)."""
+    pipeline, block = tp.pipeline, tp.block_dim
+    if slices < block and tp.narrow_block:
+        pipeline, block = _narrow_pipeline(dev, tp), tp.narrow_block
+    groups = 1 if tp.serial else -(-slices // block)
     x, y = kernels.dispatch_grid(groups, dev.capabilities.max_workgroup_count)
     lib, vk = dev.lib, dev.vk
-    lib.vkCmdBindPipeline(command, vk.VK_PIPELINE_BIND_POINT_COMPUTE, tp.pipeline)
+    lib.vkCmdBindPipeline(command, vk.VK_PIPELINE_BIND_POINT_COMPUTE, pipeline)
     if tp.set_numbers:
         lib.vkCmdBindDescriptorSets(command, vk.VK_PIPELINE_BIND_POINT_COMPUTE, tp.layout, 0, tp.set_numbers,
                                     tp.sets, tp.dynamic_count, dynamic)
@@ -221,11 +252,12 @@ class LaunchPlan:
     `dynamic` holds per dynamic binding (its plan, the base and end address of the allocation
     it points into; None and None for the ring; None and the offset for a constant slot);
     `addresses` the "addresses" words of a task reaching arrays by address (else None)."""
-    __slots__ = ("epoch", "key_of", "key", "dynamic", "addresses")
+    __slots__ = ("epoch", "key_of", "key", "dynamic", "addresses", "addresses_at")
 
     def __init__(self, epoch, key_of, key, dynamic, addresses=None):
         self.epoch, self.key_of, self.key, self.dynamic = epoch, key_of, key, dynamic
         self.addresses = addresses
+        self.addresses_at = None  # (ring round, offset) where `addresses` were last written
 
 
 def _record_planned(dev, loaded, tp, plan, ctx) -> bool:
@@ -236,7 +268,10 @@ def _record_planned(dev, loaded, tp, plan, ctx) -> bool:
         return False
     for j, (p, base, end) in enumerate(plan.dynamic):
         if base is None and end is None:  # the ring (a planned task binds no adstack words)
-            offsets[j] = _write_ring(dev, plan.addresses if p.resource == "addresses" else loaded.args.pack(ctx))
+            if p.resource == "addresses":
+                offsets[j] = _planned_addresses(dev, plan)
+            else:
+                offsets[j] = _ring_args(dev, loaded.args, loaded.args.pack(ctx))
         tp.dynamic[j] = offsets[j]
     return True
 
@@ -256,6 +291,27 @@ def planned_offsets(plan, words: list):
             return None
         offsets.append(address - base)
     return offsets
+
+
+def _ring_args(dev, owner, words) -> int:
+    """The args-ring offset of a launch's `words` for `owner` (a kernel's ArgsPlan): where its
+    previous launch wrote the same words, while the ring has not started over since, else
+    written anew. A kernel's tasks share its args, and Genesis's launches repeat theirs step after
+    step: the ring then wraps (which waits for the device) far less often."""
+    data = words.tobytes()
+    last = dev._ring_words.get(owner)
+    if last is not None and last[0] == dev._args_wraps and last[2] == data:
+        return last[1]
+    offset = _write_ring(dev, words)
+    dev._ring_words[owner] = (dev._args_wraps, offset, data)
+    return offset
+
+
+def _planned_addresses(dev, plan) -> int:
+    """The ring offset of a LaunchPlan's "addresses" words, written once per ring round."""
+    if plan.addresses_at is None or plan.addresses_at[0] != dev._args_wraps:
+        plan.addresses_at = (dev._args_wraps, _write_ring(dev, plan.addresses))
+    return plan.addresses_at[1]
 
 
 def _write_ring(dev, words) -> int:
@@ -281,7 +337,7 @@ def _record_resolved(dev, loaded, tp, ctx) -> None:
             buffers.append((dev._args_ring, 0, words.nbytes))
             uses.append(dev._args_ring)
             dynamic.append((p, None, None))
-            ring.append((len(dynamic) - 1, words))
+            ring.append((len(dynamic) - 1, p.resource, words))
             continue
         alloc, offset = _bound_allocation(dev, meta, tp, p, ctx)
         buf = alloc.handle
@@ -297,8 +353,8 @@ def _record_resolved(dev, loaded, tp, ctx) -> None:
             # Whole 32-bit words: an 8/16-bit atomic is a compare-and-swap of the word holding
             # its element, which must lie in the bound range (the buffer is a multiple of 4).
             buffers.append((buf, offset, min(-(-(alloc.nbytes - offset) // 4) * 4, buf.size - offset)))
-    for j, words in ring:
-        tp.dynamic[j] = _write_ring(dev, words)
+    for j, resource, words in ring:
+        tp.dynamic[j] = _ring_args(dev, loaded.args, words) if resource == "args" else _write_ring(dev, words)
     _bind_sets(dev, tp, buffers)
     tp.uses = uses
     tp.plan = None

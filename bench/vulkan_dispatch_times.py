@@ -1,0 +1,96 @@
+"""Where a Genesis scene's time goes on qdc's Vulkan device: every dispatch timed on the device
+by a pair of timestamps (vkCmdWriteTimestamp around its vkCmdDispatch), summed per task.
+
+    python bench/vulkan_dispatch_times.py {box,franka} STEPS [--top N]
+
+Runs bench/genesis_scene.py SCENE STEPS --qdc --arch vulkan with the timestamps recorded into
+every launch (batched and replayed alike), then prints, per task, its dispatches, the device
+time of one and in all, largest first, and the device time of all dispatches per scene step.
+The build's and the first step's dispatches are counted too (a few per task). The timestamps
+add two commands per dispatch: use the scene's own step time (bench/genesis_scene.py) as the
+figure, this for where it goes.
+"""
+import atexit
+import collections
+import os
+import runpy
+import sys
+
+QUERIES = 1 << 16
+
+
+class DispatchTimes:
+    def __init__(self):
+        self.pool, self.next, self.rows = None, 0, []
+
+    def install(self):
+        from qdc.runtime.devices.vulkan import pipelines, replays
+        record_task = pipelines.record_task
+
+        def timed(dev, command, tp, dynamic, slices):
+            if self.next + 2 > QUERIES:
+                return record_task(dev, command, tp, dynamic, slices)
+            pool, first = self.query_pool(dev), self.next
+            self.next += 2
+            stage = dev.vk.VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT
+            dev.lib.vkCmdWriteTimestamp(command, stage, pool, first)
+            record_task(dev, command, tp, dynamic, slices)
+            dev.lib.vkCmdWriteTimestamp(command, stage, pool, first + 1)
+            self.rows.append((tp.name, slices, first))
+        pipelines.record_task = replays.record_task = timed
+
+    def query_pool(self, dev):
+        if self.pool is None:
+            vk, ffi = dev.vk, dev.ffi
+            info = ffi.new("VkQueryPoolCreateInfo*", {"sType": vk.VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
+                                                      "queryType": vk.VK_QUERY_TYPE_TIMESTAMP, "queryCount": QUERIES})
+            out = ffi.new("VkQueryPool*")
+            dev._check(dev.lib.vkCreateQueryPool(dev.device, info, ffi.NULL, out), "vkCreateQueryPool")
+            dev.lib.vkResetQueryPool(dev.device, out[0], 0, QUERIES)  # hostQueryReset: Vulkan 1.2
+            self.pool, self.period = out[0], dev_timestamp_period(dev)
+        return self.pool
+
+    def report(self, steps: int, top: int) -> None:
+        from qdc.runtime import context
+        if not self.rows:
+            return
+        dev = context.current().device
+        dev.wait()
+        ffi, vk = dev.ffi, dev.vk
+        stamps = ffi.new("uint64_t[]", self.next)
+        flags = vk.VK_QUERY_RESULT_64_BIT | vk.VK_QUERY_RESULT_WAIT_BIT
+        dev._check(dev.lib.vkGetQueryPoolResults(dev.device, self.pool, 0, self.next, 8 * self.next, stamps, 8, flags),
+                   "vkGetQueryPoolResults")
+        per_task = collections.defaultdict(lambda: [0, 0.0, set()])
+        for name, slices, first in self.rows:
+            entry = per_task[name]
+            entry[0] += 1
+            entry[1] += (stamps[first + 1] - stamps[first]) * self.period * 1e-9
+            entry[2].add(slices)
+        total = sum(t for _, t, _ in per_task.values())
+        print(f"{len(self.rows)} dispatches, device time {total * 1e3:.1f} ms in all, "
+              f"{total / steps * 1e3:.3f} ms per step ({steps} steps)")
+        print(f"{'us each':>9} {'count':>6} {'ms all':>8}  task (invocations)")
+        for name, (count, seconds, slices) in sorted(per_task.items(), key=lambda kv: -kv[1][1])[:top]:
+            print(f"{seconds / count * 1e6:9.1f} {count:6d} {seconds * 1e3:8.2f}  {name} ({','.join(map(str, sorted(slices)))})")
+
+
+def dev_timestamp_period(dev) -> float:
+    props = dev.ffi.new("VkPhysicalDeviceProperties*")
+    dev.lib.vkGetPhysicalDeviceProperties(dev.physical, props)
+    return props.limits.timestampPeriod
+
+
+def main() -> None:
+    scene, steps = sys.argv[1], int(sys.argv[2])
+    top = int(sys.argv[sys.argv.index("--top") + 1]) if "--top" in sys.argv else 30
+    times = DispatchTimes()
+    times.install()
+    atexit.register(times.report, steps, top)  # after the scene's own line, before the runtime closes
+    sys.argv = [os.path.join(os.path.dirname(__file__), "genesis_scene.py"), scene, str(steps), "--qdc", "--arch",
+                "vulkan"]
+    runpy.run_path(sys.argv[0], run_name="__main__")
+
+
+if __name__ == "__main__":
+    main()
