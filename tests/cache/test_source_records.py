@@ -17,6 +17,7 @@ from qdc.compiler.driver import source_facts, sources
 from qdc.runtime import source_folder
 from qdc.runtime.contract import source_records
 from qdc.runtime.bundle import BundleStore
+from qdc.runtime import remote as R
 from qdc.runtime.cache import Cache
 
 from remote_util import needs_obstore, qdc, write_project
@@ -198,3 +199,12 @@ def test_push_pull_and_a_remote_clean_carry_records(built, tmp_path):
     result = qdc("clean", "--remote", url, "--older-than", "30d")
     assert f"{len(good)} parsed-source records from" in result.stdout
     assert not list((store / source_records.FOLDER).rglob("*.msgpack"))
+
+
+@needs_obstore
+def test_a_build_pushing_to_a_store_uploads_its_records(built, tmp_path):
+    url = f"file://{tmp_path}/store"
+    cache = tmp_path / "cache"
+    qdc("merge", cache, built / "built")
+    qdc("build", built / "kernels", "--cache", cache, "--remote", url, "-j", 1)
+    assert set(R.RemoteStore(url).source_record_names()) == _names(cache) != set()

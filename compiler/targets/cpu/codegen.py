@@ -214,7 +214,8 @@ def _machine_of(platform: CpuPlatform, level: CpuLevel | None = None) -> tuple:
 #   of a loop for the fewest induction variables; the vectoriser's interleaved loops over vector
 #   fields gave it hundreds of candidates (half of DiffMPM's clear_grid emission, a third of
 #   heat.commit's), where x86's addressing modes take `base + index*scale + offset` as they are.
-#   Width-W chunks keep it (nbody.kick's ran 1% slower without).
+#   Width-W chunks keep it (nbody.kick's ran 1% slower without), and so does other code than
+#   x86's (AArch64 has no such addressing mode, and strength reduction forms its post-increments).
 # - non-trivial loop unswitching copies a loop once per value of a branch condition the loop does
 #   not change (only loops below its cost threshold, `-unswitch-threshold`, 50 by default: so
 #   small loops only), each copy then vectorised and emitted on its own: heat.step's row loop,
@@ -232,14 +233,16 @@ _LLVM_DEFAULTS = ("-disable-lsr=false", "-unswitch-threshold=50")
 _OPTIONS_LOCK = threading.Lock()
 
 
-def small_module_options(largest: int, text: str, widened: bool) -> tuple[str, ...]:
+def small_module_options(largest: int, text: str, widened: bool, machine: str) -> tuple[str, ...]:
     """LLVM's options for the module of IR `text` whose largest function has `largest`
-    instructions (none: LLVM's defaults); `widened`: whether it has width-W chunks."""
+    instructions (none: LLVM's defaults); `widened`: whether it has width-W chunks; `machine`:
+    its platform's ISA family."""
     if largest > SMALL_MODULE_LARGEST_FUNCTION:
         return ()
     atomics = any("atomicrmw " in body or "cmpxchg " in body
                   for name, body in function_definitions(text).items() if "_chunk" in name)
-    return (() if widened else (_NO_STRENGTH_REDUCTION,)) + (() if atomics else (_NO_UNSWITCHING,))
+    reduce_strength = widened or machine != "x86_64"
+    return (() if reduce_strength else (_NO_STRENGTH_REDUCTION,)) + (() if atomics else (_NO_UNSWITCHING,))
 
 
 @contextlib.contextmanager
@@ -337,7 +340,7 @@ def compile_kernel(kernel: ir.KernelIR, meta: KernelMeta, opt_level: int = 3, fa
                                                             task_bodies, opt_level)
             largest = largest_function(module)
             widened = any(choice.max_lanes > 1 for choice in module.widen_choices.values())
-            options = small_module_options(largest, text, widened)
+            options = small_module_options(largest, text, widened, platform.machine)
         with _llvm_options(options):
             if module is not None:
                 with timings.phase("LLVM optimisation"):

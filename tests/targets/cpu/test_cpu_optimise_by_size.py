@@ -84,6 +84,14 @@ def test_small_modules_with_width_w_chunks_keep_strength_reduction(monkeypatch):
     assert calls == [codegen._NO_UNSWITCHING, *codegen._LLVM_DEFAULTS]
 
 
+def test_strength_reduction_is_left_out_on_x86_only():
+    text = 'define internal void @"t_chunk"(ptr %".1") {\nentry:\n  ret void\n}\n'
+    assert codegen.small_module_options(10, text, False, "x86_64") == (codegen._NO_STRENGTH_REDUCTION,
+                                                                       codegen._NO_UNSWITCHING)
+    assert codegen.small_module_options(10, text, False, "aarch64") == (codegen._NO_UNSWITCHING,)
+    assert codegen.small_module_options(codegen.SMALL_MODULE_LARGEST_FUNCTION + 1, text, False, "x86_64") == ()
+
+
 def test_small_module_options_compute_the_same(rng):
     """Both sides of the branch, and the atomics on one thread (plain updates, `alone`) and on
     several, against numpy."""
