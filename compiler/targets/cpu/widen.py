@@ -28,9 +28,8 @@ from qdc.runtime.contract.bounds import MAX_AXES
 
 from ... import ir
 from ..llvm.inline_math_vector import splat, vector_math
-from ..llvm.llvm_ir import (_ChunkEnv, _FCMP, _FLOAT_BITS, _fsuffix, carry_to_outer_coordinates, chunk_type,
-                             start_function, store_coordinates)
-from ..llvm.llvm_types import I1, I8, I32, I64, PTR, lltype, memtype
+from ..llvm.llvm_ir import _ChunkEnv, _FCMP, carry_to_outer_coordinates, chunk_type, start_function, store_coordinates
+from ..llvm.llvm_types import FLOAT_BITS, I1, I8, I32, I64, PTR, float_suffix, lltype, memtype
 from ..llvm.target import Inline, Intrinsic, PerWidth
 from .widen_adstack import LaneAdStacks
 from .widen_plan import WidenPlan
@@ -262,11 +261,11 @@ class WideChunkEnv(LaneAdStacks, _ChunkEnv):
         variant of the inline math, or None (by lane)."""
         impl = self.cg.target.math_table.get(op)
         vt = args[0].type
-        bits = _FLOAT_BITS[str(vt.element)]
+        bits = FLOAT_BITS[str(vt.element)]
         if isinstance(impl, PerWidth):
             impl = impl.for_bits(bits)
         if isinstance(impl, Intrinsic):
-            name = f"{impl.name}.v{self.W}{_fsuffix(vt.element)}"
+            name = f"{impl.name}.v{self.W}{float_suffix(vt.element)}"
             return self.intrinsic(name, vt, [vt] * len(args), args)
         if isinstance(impl, Inline):
             fn = vector_math(self.mb.module, impl.op, bits, self.W)
@@ -435,7 +434,7 @@ class WideChunkEnv(LaneAdStacks, _ChunkEnv):
         b = self.b
         old = b.load(slot, typ=lltype(t))
         if t.is_float and op in ("min", "max"):
-            new = self.intrinsic(f"llvm.{op}num.{_fsuffix(old.type)}", old.type, [old.type] * 2, [old, x])
+            new = self.intrinsic(f"llvm.{op}num.{float_suffix(old.type)}", old.type, [old.type] * 2, [old, x])
         elif not t.is_float and op in ("min", "max"):
             cmp = b.icmp_signed if t.kind == "int" else b.icmp_unsigned
             new = b.select(cmp("<" if op == "min" else ">", old, x), old, x)

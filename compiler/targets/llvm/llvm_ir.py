@@ -20,9 +20,10 @@ from ... import ir
 from ...passes.bounds_checks import checked_accesses
 from ..base import Unsupported, lower_statement
 from .llvm_adstack import AdStackLowering
+from .llvm_atomics import AtomicLowering
 from .llvm_messages import MessageLowering
 from .llvm_simt import SimtLowering
-from .llvm_types import I1, I8, I16, I64, PTR, VOID, lltype, memtype
+from .llvm_types import FLOAT_BITS, I1, I8, I16, I64, PTR, VOID, float_suffix, lltype, memtype
 from . import inline_math
 from .target import MATH_ARITY, Inline, Intrinsic, PerWidth
 
@@ -51,12 +52,12 @@ class ModuleBuilder:
         """The function implementing a math op for float type `t`, as the target's math table
         says (llvm/target.py): an overloaded intrinsic or a function the target links."""
         if isinstance(impl, PerWidth):
-            impl = impl.for_bits(_FLOAT_BITS[str(t)])
+            impl = impl.for_bits(FLOAT_BITS[str(t)])
         if isinstance(impl, Intrinsic):
-            return self.declare(f"{impl.name}.{_fsuffix(t)}", t, [t] * nargs)
+            return self.declare(f"{impl.name}.{float_suffix(t)}", t, [t] * nargs)
         if isinstance(impl, Inline):
-            return inline_math.define(self.module, impl.op, _FLOAT_BITS[str(t)])
-        return self.declare(impl.name_for(_FLOAT_BITS[str(t)]), t, [t] * nargs)
+            return inline_math.define(self.module, impl.op, FLOAT_BITS[str(t)])
+        return self.declare(impl.name_for(FLOAT_BITS[str(t)]), t, [t] * nargs)
 
 
 class KernelCodegen:
@@ -291,17 +292,7 @@ def find_state_carriers(loop: ir.Stmt, found: dict) -> tuple:
     return stacks, declared, read, written
 
 
-def atomic_operation(op: str, t: T.DataType) -> str:
-    """The `atomicrmw` operation of the language's atomic `op` on a `t` (not "mul": no target has one)."""
-    if op == "xchg":
-        return "xchg"
-    if t.is_float:
-        return {"add": "fadd", "sub": "fsub", "min": "fmin", "max": "fmax"}[op]
-    return {"add": "add", "sub": "sub", "and": "and", "or": "or", "xor": "xor",
-            "min": "min" if t.kind == "int" else "umin", "max": "max" if t.kind == "int" else "umax"}[op]
-
-
-class _Env(AdStackLowering, MessageLowering, SimtLowering):
+class _Env(AdStackLowering, AtomicLowering, MessageLowering, SimtLowering):
     """Emission state inside one LLVM function."""
 
     def __init__(self, cg: KernelCodegen, builder: ll.IRBuilder, ctx):
@@ -451,7 +442,7 @@ class _Env(AdStackLowering, MessageLowering, SimtLowering):
         table = target.chain_math_table if target.chain_math_table and self.in_chain() else target.math_table
         impl = table.get(op)
         if impl is None or MATH_ARITY.get(op) != len(args):
-            raise Unsupported(f"'{op}' of {_FLOAT_BITS[str(args[0].type)]}-bit floats is not available on "
+            raise Unsupported(f"'{op}' of {FLOAT_BITS[str(args[0].type)]}-bit floats is not available on "
                               f"target '{self.cg.target.arch}'")
         return self.b.call(self.mb.math(impl, args[0].type, len(args)), list(args))
 
@@ -494,7 +485,7 @@ class _Env(AdStackLowering, MessageLowering, SimtLowering):
         if op in ("floordiv", "mod"):
             return self.float_divmod(x, y)[op == "mod"]
         if op in ("min", "max"):
-            fn = self.mb.declare(f"llvm.{op}num.{_fsuffix(x.type)}", x.type, [x.type, x.type])
+            fn = self.mb.declare(f"llvm.{op}num.{float_suffix(x.type)}", x.type, [x.type, x.type])
             return b.call(fn, [x, y])
         if op in ("pow", "atan2"):
             return self.math(op, x, y)
@@ -506,7 +497,7 @@ class _Env(AdStackLowering, MessageLowering, SimtLowering):
         (floor(1.0 / 0.1) would give 10). Division by zero gives numpy's inf/nan."""
         b, t = self.b, x.type
         zero, one = ll.Constant(t, 0.0), ll.Constant(t, 1.0)
-        copysign = self.mb.declare(f"llvm.copysign.{_fsuffix(t)}", t, [t, t])
+        copysign = self.mb.declare(f"llvm.copysign.{float_suffix(t)}", t, [t, t])
         # the exact remainder: a target whose backend expands LLVM's frem inexactly maps "frem" to a function
         mod = self.math("frem", x, y) if "frem" in self.cg.target.math_table else b.frem(x, y)
         div = b.fdiv(b.fsub(x, mod), y)
@@ -720,85 +711,6 @@ class _Env(AdStackLowering, MessageLowering, SimtLowering):
             v = self.b.zext(v, I8)
         self.b.store(v, self.v(s.ptr), align=s.value.type.nbytes)
 
-    def s_AtomicRMW(self, s):
-        return self.atomic_rmw(s.op, self.v(s.ptr), s.value, s.type)
-
-    def s_TempAtomic(self, s):
-        """A kernel-scope local updated by every iteration of a parallel task: the same
-        `atomicrmw` as on a global, at the temporary's address."""
-        return self.atomic_rmw(s.op, self.temp_ptr(s.slot), s.value, s.type)
-
-    def atomic_rmw(self, op: str, ptr, value: ir.Stmt, t: T.DataType):
-        return self.atomic_update(op, ptr, self.v(value), t)
-
-    def atomic_update(self, op: str, ptr, v, t: T.DataType):
-        """`*ptr = op(*ptr, v)` atomically; the old value. Where `alone` holds at run time (a CPU
-        chunk that one thread runs while no other runs any code of the launch), a plain load and
-        store instead: x86 has no floating-point atomic add, and the compare-and-swap loop that
-        stands for one costs ~20 cycles even uncontended (most of a particle-to-grid scatter)."""
-        b = self.b
-        if t is T.u1:
-            v = b.zext(v, I8)
-        if self.alone is None:
-            old = self.atomic_instruction(op, ptr, v, t)
-        else:
-            with b.if_else(self.alone) as (plain, atomic):
-                with plain:
-                    plain_old, plain_end = self.read_modify_write(op, ptr, v, t), b.block
-                with atomic:
-                    atomic_old, atomic_end = self.atomic_instruction(op, ptr, v, t), b.block
-            old = b.phi(plain_old.type)
-            old.add_incoming(plain_old, plain_end)
-            old.add_incoming(atomic_old, atomic_end)
-        return b.icmp_unsigned("!=", old, ll.Constant(I8, 0)) if t is T.u1 else old
-
-    def atomic_instruction(self, op: str, ptr, v, t: T.DataType):
-        if op == "mul":
-            return self.multiply_atomically(ptr, v, t)
-        return self.b.atomic_rmw(atomic_operation(op, t), ptr, v, "monotonic")
-
-    def read_modify_write(self, op: str, ptr, v, t: T.DataType):
-        """What `atomic_instruction` does, for a thread that runs alone."""
-        b = self.b
-        old = b.load(ptr, typ=v.type, align=max(t.nbytes, 1))
-        name = op if op == "mul" else atomic_operation(op, t)
-        if name == "xchg":
-            new = v
-        elif name in ("fmin", "fmax", "min", "max", "umin", "umax"):
-            intrinsic = {"fmin": "minnum", "fmax": "maxnum", "min": "smin", "max": "smax"}.get(name, name)
-            suffix = _fsuffix(v.type) if t.is_float else f"i{v.type.width}"
-            new = b.call(self.mb.declare(f"llvm.{intrinsic}.{suffix}", v.type, [v.type, v.type]), [old, v])
-        elif t.is_float:
-            new = {"fadd": b.fadd, "fsub": b.fsub, "mul": b.fmul}[name](old, v)
-        else:
-            new = {"add": b.add, "sub": b.sub, "mul": b.mul, "and": b.and_, "or": b.or_, "xor": b.xor}[name](old, v)
-        b.store(new, ptr, align=max(t.nbytes, 1))
-        return old
-
-    def multiply_atomically(self, ptr, x, t: T.DataType):
-        """`*ptr *= x` as a compare-and-swap loop on the element's bits (no target has a
-        multiplying `atomicrmw`); integers wrap. The old value."""
-        b = self.b
-        bits = ll.IntType(t.bits)
-        first = b.load_atomic(ptr, "monotonic", t.nbytes, typ=bits)
-        entry = b.block
-        loop = b.append_basic_block("atomic_mul.retry")
-        done = b.append_basic_block("atomic_mul.done")
-        b.branch(loop)
-        b.position_at_end(loop)
-        expected = b.phi(bits)
-        expected.add_incoming(first, entry)
-        if t.is_float:
-            product = b.bitcast(b.fmul(b.bitcast(expected, lltype(t)), x), bits)
-        else:
-            product = b.mul(expected, x)
-        pair = b.cmpxchg(ptr, expected, product, "monotonic", "monotonic")
-        seen = b.extract_value(pair, 0)
-        expected.add_incoming(seen, b.block)
-        b.cbranch(b.extract_value(pair, 1), done, loop)
-        b.position_at_end(done)
-        return b.bitcast(expected, lltype(t)) if t.is_float else expected
-
     # ---- control flow ---------------------------------------------------------------------------
     def s_If(self, s):
         b = self.b
@@ -860,7 +772,7 @@ class _ChunkEnv(_Env):
             elif s.op == "mul":
                 new = b.fmul(old, x, flags=("reassoc",) + self.flags)
             else:
-                fn = self.mb.declare(f"llvm.{s.op}num.{_fsuffix(old.type)}", old.type, [old.type, old.type])
+                fn = self.mb.declare(f"llvm.{s.op}num.{float_suffix(old.type)}", old.type, [old.type, old.type])
                 new = b.call(fn, [old, x], fastmath=("reassoc",))
         elif s.op in ("min", "max"):
             kind = ("s" if t.kind == "int" else "u") + s.op
@@ -883,13 +795,6 @@ class _SpacedAlloca(ll.instructions.AllocaInstr):
         buf.append(f", addrspace({self.space})")
 
 
-def _fsuffix(t) -> str:
-    return {"half": "f16", "float": "f32", "double": "f64"}[str(t)]
-
-
-_FLOAT_BITS = {"half": 16, "float": 32, "double": 64}
-
-
 def convert(b: ll.IRBuilder, mb: ModuleBuilder, v, src: T.DataType, dst: T.DataType):
     """Value conversion with C semantics, except float→int saturates (never poison)."""
     if src is dst:
@@ -903,7 +808,7 @@ def convert(b: ll.IRBuilder, mb: ModuleBuilder, v, src: T.DataType, dst: T.DataT
         return b.fpext(v, dt) if dst.bits > src.bits else b.fptrunc(v, dt)
     if src.is_float:
         kind = "fptosi" if dst.kind == "int" else "fptoui"
-        fn = mb.declare(f"llvm.{kind}.sat.i{dst.bits}.{_fsuffix(v.type)}", dt, [v.type])
+        fn = mb.declare(f"llvm.{kind}.sat.i{dst.bits}.{float_suffix(v.type)}", dt, [v.type])
         return b.call(fn, [v])
     if dst.is_float:
         return b.uitofp(v, dt) if src.kind in ("uint", "bool") else b.sitofp(v, dt)

@@ -21,3 +21,11 @@ def lltype(t: T.DataType):
 def memtype(t: T.DataType):
     """In memory a u1 is a byte."""
     return I8 if t is T.u1 else lltype(t)
+
+
+FLOAT_BITS = {"half": 16, "float": 32, "double": 64}  # by the LLVM type's name
+
+
+def float_suffix(t) -> str:
+    """The suffix of LLVM's intrinsics on the float type `t` (llvm.maxnum.f32)."""
+    return {"half": "f16", "float": "f32", "double": "f64"}[str(t)]
