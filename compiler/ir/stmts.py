@@ -718,10 +718,21 @@ def users_count(block: Block) -> dict:
         for o in s.operands():
             counts[o] = counts.get(o, 0) + 1
         if isinstance(s, Task):
-            for o in (s.begin, s.end, *s.axes):
-                if o is not None:
-                    counts[o] = counts.get(o, 0) + 1
+            for o in task_bounds(s):
+                counts[o] = counts.get(o, 0) + 1
     return counts
+
+
+def task_bounds(task: Task) -> list:
+    """A task's bounds and axes: uses of values that are no operands of the task (they live in
+    its blocks), which only the top level's tasks have."""
+    return [o for o in (task.begin, task.end, *task.axes) if o is not None]
+
+
+def _map_task_bounds(task: Task, mapping: dict) -> None:
+    task.begin = mapping.get(task.begin, task.begin)
+    task.end = mapping.get(task.end, task.end)
+    task.axes = [mapping.get(a, a) for a in task.axes]
 
 
 def replace_uses(block: Block, mapping: dict) -> None:
@@ -731,9 +742,7 @@ def replace_uses(block: Block, mapping: dict) -> None:
     for s in walk(block):
         s.replace_operands(mapping)
         if isinstance(s, Task):
-            s.begin = mapping.get(s.begin, s.begin)
-            s.end = mapping.get(s.end, s.end)
-            s.axes = [mapping.get(a, a) for a in s.axes]
+            _map_task_bounds(s, mapping)
 
 
 def class_kind(cls: type, classes: tuple, cache: dict) -> int:
@@ -748,16 +757,13 @@ def replace_in_task_bounds(block: Block, mapping: dict) -> None:
     """What remains of `replace_uses(block, mapping)` after a pass that replaced operands as it
     walked the statements in program order, each one before any statement maps (the verifier's
     scoping rule: operands are defined earlier, so every key of `mapping` was added before its
-    uses were reached): the bounds and axes of the tasks, which are no operands of their task
-    (they live in its blocks) and which tasks only the top level holds. Spares passes a second
+    uses were reached): the tasks' bounds and axes (`task_bounds`). Spares passes a second
     walk over every statement of a large kernel."""
     if not mapping:
         return
     for s in block.stmts:
         if isinstance(s, Task):
-            s.begin = mapping.get(s.begin, s.begin)
-            s.end = mapping.get(s.end, s.end)
-            s.axes = [mapping.get(a, a) for a in s.axes]
+            _map_task_bounds(s, mapping)
 
 
 def clone_block(src: Block, dst: Block, mapping: dict) -> None:

@@ -39,9 +39,8 @@ def _uses_and_reads(k: ir.KernelIR) -> tuple[dict, Counter, Counter]:
         elif kind == 2:
             atomics.append(s)
         elif kind == 3:
-            for o in (s.begin, s.end, *s.axes):
-                if o is not None:
-                    uses[o] = get(o, 0) + 1
+            for o in ir.task_bounds(s):
+                uses[o] = get(o, 0) + 1
     for s in atomics:  # an atomic's old value, when used, is a read (its users come later: counted now)
         if get(s):
             if isinstance(s, ir.LocalAtomic):
