@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from .. import ir
 from ..passes.intrinsics import lower_intrinsics
+from ..passes.local_arrays import group_local_arrays
 from ..passes.pipeline import run_passes
 from ..passes.reductions import thread_local_reductions
 from ..passes.simplify import simplify
@@ -43,6 +44,7 @@ GRAD_PIPELINE = [
     ("thread_local_reductions", thread_local_reductions),  # one atomic per chunk, as forward kernels
     ("check_unstable_loads", checks.check_unstable_loads),  # refuses a clobbered load still needed
     ("drop_empty_tasks", drop_empty_tasks),            # and names the tasks as their entry points
+    ("local_arrays", group_local_arrays),              # as the forward pipeline's last pass
 ]
 
 

@@ -74,6 +74,9 @@ class VectorVar:
 
     def __init__(self, shape, variables: list):
         self.shape, self.variables = tuple(shape), list(variables)
+        group = ir.ComponentGroup(len(self.variables))  # what passes/local_arrays.py may regroup
+        for position, var in enumerate(self.variables):
+            var.component_of = (group, position)
 
 
 class Target:

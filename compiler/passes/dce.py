@@ -7,7 +7,7 @@ from collections import Counter
 
 from .. import ir
 
-_LOADS = (ir.LocalLoad, ir.GlobalLoad, ir.TempLoad)
+_LOADS = (ir.LocalLoad, ir.GlobalLoad, ir.TempLoad, ir.ArrayLoad)
 
 
 def eliminate_dead_code(k: ir.KernelIR) -> bool:
