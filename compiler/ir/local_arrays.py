@@ -1,16 +1,22 @@
-"""IR statements of local arrays: a vector or matrix local that the kernel indexes at run time.
+"""IR statements of vector and matrix locals indexed at run time, and of the local arrays they
+become.
 
-The front end keeps a vector local as one scalar `Alloca` per component (frontend/vectors.py), so
-that every pass, forward-mode and reverse-mode autodiff included, treats its components as the
-scalars they are. A read `v[i]` with `i` known only at run time is a chain of selects over the
-components, a write a conditional store to each of them. Once the passes and autodiff are done,
-passes/local_arrays.py regroups such a local into one `LocalArray` and makes those chains an
-`ArrayLoad` and those stores an `ArrayStore` at the run-time index: a load or store through an
-address instead of N compares and selects, in LLVM (an `alloca [N x T]` and a GEP) and SPIR-V
-(a Function-storage array variable and an OpAccessChain).
+The front end keeps a vector local as one scalar `Alloca` per component (frontend/vectors.py),
+so that every pass treats its components as the scalars they are. `v[i]` with `i` known only at
+run time is a `ComponentLoad` of those scalars, `v[i] = x` a `ComponentStore`: one statement
+each, whatever the number of components, which store forwarding and dead-code elimination see as
+a read (a write) of every component. Forward-mode and reverse-mode autodiff first expand them
+into what they mean on scalars (passes/local_arrays.py, `expand_component_accesses`):
 
-Every index an `ArrayLoad` or `ArrayStore` gets is an i32 within the array: the pass clamps
-run-time indices in the IR itself (passes/local_arrays.py says how), so no backend checks them.
+    ComponentLoad:  select(i == 0, v0, select(i == 1, v1, ... v[n-1]))   (i outside [0, n): v[n-1])
+    ComponentStore: v_k = select(i == k, x, v_k) for every k              (i outside [0, n): no write)
+
+The last pass of both pipelines (passes/local_arrays.py, `group_local_arrays`) makes the scalars
+of such a local one `LocalArray`, and every access to them an `ArrayLoad` or `ArrayStore`: in
+LLVM an `alloca [N x T]` and a GEP by the index, in SPIR-V a Function-storage array variable and
+an OpAccessChain: one load or store where the expanded form is N compares and selects. Every
+index an `ArrayLoad` or `ArrayStore` gets is an i32 within the array: that pass clamps run-time
+indices in the IR itself (it says how), so no backend checks them.
 """
 from __future__ import annotations
 
@@ -18,17 +24,36 @@ from qdc.runtime.contract.types import DataType
 
 from .stmts import SourceLoc, Stmt
 
-__all__ = ["ComponentGroup", "LocalArray", "ArrayLoad", "ArrayStore"]
+__all__ = ["ComponentLoad", "ComponentStore", "COMPONENT_ACCESSES", "INDEXED_MIN_COMPONENTS", "LocalArray",
+           "ArrayLoad", "ArrayStore"]
+
+# Vector locals of fewer components are indexed by the expanded form from the start: a chain of one
+# or two selects costs no more than an array index's clamp, and scalars stay in registers where an
+# array indexed at run time lives in memory.
+INDEXED_MIN_COMPONENTS = 4
 
 
-class ComponentGroup:
-    """The scalar locals of one vector or matrix local: the front end marks each component's
-    `Alloca` with `component_of = (group, position)` (row-major position), which tells the
-    regrouping pass which scalars form one array. Copies of a statement share the group."""
-    __slots__ = ("size",)
+class ComponentLoad(Stmt):
+    """Component `index` (a run-time integer) of the vector local whose scalar locals are
+    `components` (Allocas of one type, row-major); an index outside them reads the last."""
+    OPERANDS = ("components", "index")
 
-    def __init__(self, size: int):
-        self.size = size
+    def __init__(self, components: list, index: Stmt, loc: SourceLoc | None = None):
+        super().__init__(components[0].type, loc)
+        self.components, self.index = list(components), index
+
+
+class ComponentStore(Stmt):
+    """Component `index` of the vector local whose scalar locals are `components` = `value`; an
+    index outside them writes nothing."""
+    OPERANDS = ("components", "index", "value")
+
+    def __init__(self, components: list, index: Stmt, value: Stmt, loc: SourceLoc | None = None):
+        super().__init__(None, loc)
+        self.components, self.index, self.value = list(components), index, value
+
+
+COMPONENT_ACCESSES = (ComponentLoad, ComponentStore)
 
 
 class LocalArray(Stmt):

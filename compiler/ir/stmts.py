@@ -265,7 +265,6 @@ class Alloca(Stmt):
     def __init__(self, type: DataType, var_name: str = "", loc=None):
         super().__init__(type, loc)
         self.var_name = var_name
-        self.component_of: tuple | None = None  # (ComponentGroup, position): a vector local's component
 
 
 class LocalLoad(Stmt):

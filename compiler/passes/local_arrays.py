@@ -1,47 +1,31 @@
-"""Vector and matrix locals indexed at run time, regrouped into local arrays (ir/local_arrays.py).
+"""Vector and matrix locals indexed at run time: local arrays, or their scalars' terms.
 
-The front end keeps a vector local as one scalar local per component (frontend/vectors.py), and
-lowers `v[i]` with a run-time `i` to a chain of selects over the components,
+The front end makes `v[i]` (a run-time `i`) of a vector local of INDEXED_MIN_COMPONENTS or more
+components a `ComponentLoad` of its scalar locals, and `v[i] = x` a `ComponentStore`
+(ir/local_arrays.py). Two functions here give them their meaning in code:
 
-    select(i == 0, v0, select(i == 1, v1, ... v[n-1]))      (an index outside [0, n) reads v[n-1])
+`group_local_arrays`, the last pass of both pipelines, makes the scalars of each such local one
+`LocalArray`: its accesses at a run-time index become an `ArrayLoad` / `ArrayStore` at that index,
+its scalars' own loads and stores accesses at a constant index. A local whose scalars something
+else uses (an adstack, a reduction's update, another vector's view of some of them) is expanded
+instead, as autodiff expands it.
 
-and `v[i] = x` to a conditional store to every component, `v_k = select(i == k, x, v_k)` (an
-index outside [0, n) writes nothing). Every pass before this one, autodiff and its adstacks
-included, sees scalars only, which keeps them simple and gradients exact; but a kernel that
-indexes small matrices in loops (a collision narrow phase) becomes thousands of compares and
-selects, which LLVM and GPU drivers spend seconds on and lavapipe runs every one of.
+`expand_component_accesses` writes the accesses out on the scalars, as selects over the
+components and a conditional store to each (the form every pass understands):
+forward-mode and reverse-mode autodiff run it first, so that they transform scalars only and the
+gradients are those of the scalar form, exactly; their kernels keep that form.
 
-This pass runs last. It finds those two patterns in the simplified IR and replaces them with
-one `ArrayLoad` / `ArrayStore` of a `LocalArray` that takes the place of the components:
-- A select chain is such a read when its values are, at that point, what the components of
-  one vector local hold (store forwarding has replaced the front end's loads by the values
-  last stored, so this walks the task as store forwarding does, knowing what each component
-  holds). Trailing components that hold the same value may have folded into the chain's last
-  value: they must all hold it.
-- The n conditional stores of one write (the same index and value, every component once, in
-  one block) become one `ArrayStore` where the last of them stood, when nothing between the
-  first and the last reads a component already written or holds control flow.
-A local is regrouped when some access to it is one of those, it has at least MIN_COMPONENTS
-components, and every other use of its components is a plain load or store (those become an
-access at a constant index): a component that autodiff turned into an adstack, or a reduction
-updates, keeps the local as scalars.
-
-Out-of-range indices keep the select chain's meaning, branch-free: a read clamps the index to
-the last element (`i <u n ? i : n-1`, an unsigned compare, so negative indices too), a write
-sends it to one extra element past the local's components that nothing reads (`i <u n ? i : n`),
-so no index writes outside the array. With `debug=True` the front end has already reported such
-an index (IndexError at sync); the access then does the same.
+Out-of-range indices keep the expanded form's meaning, branch-free: a read clamps the index to
+the last component (`i <u n ? i : n-1`: an unsigned compare, so negative indices too), a write
+sends it to one element past the components that nothing reads (`i <u n ? i : n`), so no index
+writes outside the array. With `debug=True` the front end has reported such an index already
+(IndexError at the next sync); the access then does the same.
 """
 from __future__ import annotations
 
 from qdc.runtime.contract import types as T
 
 from .. import ir
-from .dce import eliminate_dead_code
-
-# Fewer components stay scalars: a chain of one or two selects costs no more than the index's
-# clamp, and scalars stay in registers where an indexed array lives in memory.
-MIN_COMPONENTS = 4
 
 _UNSIGNED = {32: T.u32, 64: T.u64}
 
@@ -49,223 +33,62 @@ _UNSIGNED = {32: T.u32, 64: T.u64}
 def group_local_arrays(k: ir.KernelIR) -> bool:
     changed = False
     for task in k.tasks:
-        changed |= _regroup_task(task)
-    if changed:
-        eliminate_dead_code(k)  # the chains' selects and compares, and the loads feeding them
+        accesses = [s for s in ir.walk_nested(task) if isinstance(s, ir.COMPONENT_ACCESSES)]
+        if accesses:
+            _Rewriter(_arrayable(task, accesses)).blocks(task.blocks())
+            changed = True
     return changed
 
 
-def _regroup_task(task: ir.Task) -> bool:
-    members = _component_locals(task)
-    if not members:
-        return False
-    finder = _Finder(members)
-    for b in task.blocks():
-        finder.block(b, {})
-    accessed = {g for g, _ in finder.reads.values()} | {w.group for w in finder.writes}
-    chosen = _regroupable(task, members, accessed)
-    if not chosen:
-        return False
-    merged = [w for w in finder.writes if w.group in chosen and _mergeable(w, members[w.group], finder.reads)]
-    _Rewriter(members, chosen, finder.reads, merged).task(task)
-    return True
+def expand_component_accesses(k: ir.KernelIR) -> bool:
+    """Write every ComponentLoad and ComponentStore of `k` out on its scalars."""
+    rewriter = _Rewriter({})
+    rewriter.blocks([k.body])
+    ir.replace_in_task_bounds(k.body, rewriter.mapping)
+    return rewriter.expanded
 
 
-def _component_locals(task: ir.Task) -> dict:
-    """Vector locals of the task, group -> its component locals by position, for the groups
-    whose every component is an Alloca of the task, all in one block, each once."""
-    found: dict = {}
-    for s in ir.walk_nested(task):
-        if s.__class__ is ir.Alloca and s.component_of is not None:
-            group, position = s.component_of
-            found.setdefault(group, {}).setdefault(position, []).append(s)
-    members = {}
-    for group, by_position in found.items():
-        if len(by_position) != group.size or any(len(v) != 1 for v in by_position.values()):
-            continue
-        order = [by_position[p][0] for p in range(group.size)]
-        if len({v.block for v in order}) == 1 and order[0].type is not None and len({v.type for v in order}) == 1:
-            members[group] = order
-    return members
-
-
-def _regroupable(task: ir.Task, members: dict, accessed: set) -> set:
-    """The accessed groups of MIN_COMPONENTS or more whose components nothing uses but plain
-    loads and stores."""
-    candidates = {g for g in accessed if g.size >= MIN_COMPONENTS}
-    if not candidates:
-        return set()
-    group_of = {v: g for g in candidates for v in members[g]}
+def _arrayable(task: ir.Task, accesses: list) -> dict:
+    """The vector locals of `task` that become arrays: their components (a tuple) -> whether a
+    write at a run-time index needs the element past them. Those whose scalars are used but by
+    their own loads and stores and by accesses to the whole local are left out."""
+    local_of: dict = {}  # a component's Alloca -> the components of its local
+    refused = set()
+    for s in accesses:
+        components = tuple(s.components)
+        for var in components:
+            if local_of.setdefault(var, components) != components:
+                refused.update((components, local_of[var]))
     for s in ir.walk_nested(task):
         plain = s.__class__ is ir.LocalLoad or s.__class__ is ir.LocalStore
         for o in s.operands():
-            g = group_of.get(o)
-            if g is not None and not (plain and o is s.var):
-                candidates.discard(g)
-    return candidates
-
-
-def _eq_index(cond, k: int):
-    """`i` where `cond` is `i == k` (k a constant), else None."""
-    if cond.__class__ is not ir.Binary or cond.op != "eq":
-        return None
-    a, b = cond.a, cond.b
-    if b.__class__ is ir.Const and a.__class__ is not ir.Const:
-        const, index = b, a
-    elif a.__class__ is ir.Const and b.__class__ is not ir.Const:
-        const, index = a, b
-    else:
-        return None
-    if not index.type.is_integral or index.type is T.u1 or const.value != k:
-        return None
-    return index
-
-
-class _Write:
-    """The conditional stores of one `v[index] = value`, by position, in `block`."""
-    __slots__ = ("group", "index", "value", "stores", "block")
-
-    def __init__(self, group, index, value, stores: dict, block: ir.Block):
-        self.group, self.index, self.value, self.stores, self.block = group, index, value, stores, block
-
-
-class _Finder:
-    """Walks a task in program order knowing, as store forwarding does, what each component
-    local holds; collects the select chains that read a vector local (`reads`: root select ->
-    (group, index)) and the complete sets of conditional stores that write one (`writes`)."""
-
-    def __init__(self, members: dict):
-        self.members = members
-        self.heads = {order[0]: g for g, order in members.items()}
-        self.same: dict = {}  # a load -> the value its local was known to hold
-        self.reads: dict = {}
-        self.writes: list = []
-        self.written: dict = {}  # statement with blocks -> component locals written inside it
-
-    def block(self, b: ir.Block, known: dict) -> None:
-        known = dict(known)
-        open_writes: dict = {}  # (group, index, value) -> {position: store}
-        for s in b.stmts:
-            cls = s.__class__
-            if cls is ir.LocalLoad:
-                if s.var.component_of is not None:
-                    held = known.get(s.var)
-                    if held is None:
-                        known[s.var] = s
-                    else:
-                        self.same[s] = held
-            elif cls is ir.LocalStore:
-                if s.var.component_of is not None:
-                    self.conditional_store(s, known, open_writes, b)
-                    known[s.var] = s.value
-            elif cls is ir.Select:
-                self.chain(s, known)
-            elif cls is ir.LocalAccumulate or cls is ir.LocalAtomic:
-                known.pop(s.var, None)
-            elif s.BLOCKS:
-                written = self.locals_written(s)
-                inner = known
-                if isinstance(s, (ir.RangeFor, ir.While)):
-                    inner = {v: value for v, value in known.items() if v not in written}
-                for child in s.blocks():
-                    self.block(child, inner)
-                for v in written:
-                    known.pop(v, None)
-
-    def holds(self, known: dict, var, value) -> bool:
-        held = known.get(var)
-        return held is not None and self.same.get(held, held) is self.same.get(value, value)
-
-    def chain(self, root: ir.Select, known: dict) -> None:
-        index = _eq_index(root.cond, 0)
-        if index is None or not known:
-            return
-        values, node = [], root
-        while True:
-            values.append(node.a)
-            node = node.b
-            if node.__class__ is not ir.Select or _eq_index(node.cond, len(values)) is not index:
-                break
-        for head, group in self.heads.items():
-            if group.size <= len(values) or not self.holds(known, head, values[0]):
-                continue
-            order = self.members[group]
-            if order[0].type is root.type and \
-                    all(self.holds(known, order[p], values[p]) for p in range(1, len(values))) and \
-                    all(self.holds(known, order[p], node) for p in range(len(values), group.size)):
-                self.reads[root] = (group, index)
-                return
-
-    def conditional_store(self, s: ir.LocalStore, known: dict, open_writes: dict, b: ir.Block) -> None:
-        """`v_k = select(i == k, x, v_k)`: one of the stores of `v[i] = x`."""
-        group, position = s.var.component_of
-        value = s.value
-        if group not in self.members or value.__class__ is not ir.Select:
-            return
-        index = _eq_index(value.cond, position)
-        if index is None or not self.holds(known, s.var, value.b):
-            return
-        key = (group, index, value.a)
-        stores = open_writes.get(key)
-        if stores is None or position in stores:  # a write begins
-            stores = open_writes[key] = {}
-        stores[position] = s
-        if len(stores) == group.size:
-            del open_writes[key]
-            self.writes.append(_Write(group, index, value.a, stores, b))
-
-    def locals_written(self, s: ir.Stmt) -> set:
-        got = self.written.get(s)
-        if got is None:
-            got = set()
-            for child in s.blocks():
-                for d in child.stmts:
-                    if isinstance(d, (ir.LocalStore, ir.LocalAccumulate, ir.LocalAtomic)):
-                        got.add(d.var)
-                    elif d.BLOCKS:
-                        got |= self.locals_written(d)
-            self.written[s] = got
-        return got
-
-
-def _mergeable(w: _Write, components: list, reads: dict) -> bool:
-    """Whether the stores of `w` may become one store where the last stands: between the first
-    and the last, no control flow, and no read of the local but of components not yet written."""
-    stores = set(w.stores.values())
-    at = {s: i for i, s in enumerate(w.block.stmts) if s in stores}
-    first, last = min(at.values()), max(at.values())
-    mine, done = set(components), set()
-    for s in w.block.stmts[first:last + 1]:
-        if s in stores:
-            done.add(s.var)
-            continue
-        if s.BLOCKS or isinstance(s, (ir.Break, ir.Continue)) or reads.get(s, (None,))[0] is w.group:
-            return False
-        for o in s.operands():
-            if o in mine and (s.__class__ is not ir.LocalLoad or o in done):
-                return False
-    return True
+            components = local_of.get(o)
+            if components is not None and not (plain and o is s.var) and \
+                    not (isinstance(s, ir.COMPONENT_ACCESSES) and tuple(s.components) == components):
+                refused.add(components)
+    arrays: dict = {}
+    for components in set(local_of.values()) - refused:
+        if len({v.block for v in components}) == 1:
+            arrays[components] = False
+    for s in accesses:
+        if s.__class__ is ir.ComponentStore and s.index.__class__ is not ir.Const and tuple(s.components) in arrays:
+            arrays[tuple(s.components)] = True
+    return arrays
 
 
 class _Rewriter:
-    def __init__(self, members: dict, chosen: set, reads: dict, merged: list):
-        self.reads = {root: gi for root, gi in reads.items() if gi[0] in chosen}
-        self.component = {v: (g, p) for g in chosen for p, v in enumerate(members[g])}
-        self.first = {members[g][0]: g for g in chosen}
-        self.sink = {w.group for w in merged}  # groups with an element for out-of-range writes
-        self.merged_last, self.merged_rest = {}, set()
-        for w in merged:
-            order = sorted(w.stores.values(), key=w.block.stmts.index)
-            self.merged_last[order[-1]] = w
-            self.merged_rest.update(order[:-1])
-        self.arrays: dict = {}  # group -> its LocalArray
+    """Rewrites blocks in program order: the locals of `arrays` as LocalArrays, every other
+    ComponentLoad and ComponentStore on its scalars."""
+
+    def __init__(self, arrays: dict):
+        self.sink = arrays  # components -> whether the array has the element for out-of-range writes
+        self.position = {var: (components, p) for components in arrays for p, var in enumerate(components)}
+        self.arrays: dict = {}  # components -> its LocalArray
         self.mapping: dict = {}
+        self.expanded = False
 
-    def resolve(self, v: ir.Stmt) -> ir.Stmt:
-        return self.mapping.get(v, v)
-
-    def task(self, task: ir.Task) -> None:
-        for b in task.blocks():
+    def blocks(self, blocks) -> None:
+        for b in blocks:
             self.block(b)
 
     def block(self, b: ir.Block) -> None:
@@ -279,44 +102,50 @@ class _Rewriter:
         for s in b.stmts:
             if self.mapping:
                 s.replace_operands(self.mapping)
-            for child in s.blocks():
-                self.block(child)
-            cls = s.__class__
-            if cls is ir.Alloca and s in self.component:
-                group = self.first.get(s)
-                if group is not None:
-                    length = group.size + (group in self.sink)
-                    self.arrays[group] = emit(ir.LocalArray(s.type, length, s.var_name, s.loc))
-                continue
-            if cls is ir.LocalLoad and s.var in self.component:
-                group, position = self.component[s.var]
-                position_const = emit(ir.Const(position, T.i32, s.loc))
-                self.mapping[s] = emit(ir.ArrayLoad(self.arrays[group], position_const, s.loc))
-                continue
-            if cls is ir.LocalStore and s.var in self.component:
-                if s in self.merged_rest:
-                    continue
-                group, position = self.component[s.var]
-                w = self.merged_last.get(s)
-                if w is None:
-                    at, value = emit(ir.Const(position, T.i32, s.loc)), s.value
-                else:  # v[i] = x: i outside the components writes the extra element
-                    at = _clamped(emit, self.resolve(w.index), group.size, group.size, s.loc)
-                    value = self.resolve(w.value)
-                emit(ir.ArrayStore(self.arrays[group], at, value, s.loc))
-                continue
-            read = self.reads.get(s)
-            if read is not None:  # v[i]: i outside the components reads the last one
-                group, index = read
-                at = _clamped(emit, self.resolve(index), group.size, group.size - 1, s.loc)
-                self.mapping[s] = emit(ir.ArrayLoad(self.arrays[group], at, s.loc))
-                continue
-            out.append(s)
+            self.blocks(s.blocks())
+            replaced = self.stmt(s, emit)
+            if replaced is None:
+                out.append(s)
+            elif replaced is not s:
+                self.mapping[s] = replaced
         b.stmts = out
 
+    def stmt(self, s: ir.Stmt, emit):
+        """None: `s` stays; `s`: it is gone; another statement: `s` is gone and that replaces it."""
+        cls = s.__class__
+        if cls is ir.Alloca or cls is ir.LocalLoad or cls is ir.LocalStore:
+            at = self.position.get(s if cls is ir.Alloca else s.var)
+            if at is None:
+                return None
+            components, p = at
+            if cls is ir.Alloca:  # the array stands where the first of its scalars did
+                if components not in self.arrays:
+                    self.arrays[components] = emit(ir.LocalArray(s.type, len(components) + self.sink[components],
+                                                                 s.var_name, s.loc))
+                return s
+            index = emit(ir.Const(p, T.i32, s.loc))
+            if cls is ir.LocalLoad:
+                return emit(ir.ArrayLoad(self.arrays[components], index, s.loc))
+            emit(ir.ArrayStore(self.arrays[components], index, s.value, s.loc))
+            return s
+        if cls is ir.ComponentLoad or cls is ir.ComponentStore:
+            components = tuple(s.components)
+            if components not in self.sink:
+                self.expanded = True
+                return _expanded_load(s, emit) if cls is ir.ComponentLoad else _expanded_store(s, emit) or s
+            array, n = self.arrays[components], len(components)
+            if cls is ir.ComponentLoad:  # outside the components: the last one
+                return emit(ir.ArrayLoad(array, _array_index(s.index, n, n - 1, s.loc, emit), s.loc))
+            if s.index.__class__ is not ir.Const or 0 <= s.index.value < n:  # outside: the element past them
+                emit(ir.ArrayStore(array, _array_index(s.index, n, n, s.loc, emit), s.value, s.loc))
+            return s
+        return None
 
-def _clamped(emit, index: ir.Stmt, n: int, outside: int, loc) -> ir.Stmt:
-    """`index` as an i32 in [0, n], `outside` where it is not in [0, n) (an unsigned compare)."""
+
+def _array_index(index: ir.Stmt, n: int, outside: int, loc, emit) -> ir.Stmt:
+    """`index` as an i32 element of an array: itself where it is in [0, n), else `outside`."""
+    if index.__class__ is ir.Const:
+        return emit(ir.Const(index.value if 0 <= index.value < n else outside, T.i32, loc))
     if index.type.bits < 32:
         index = emit(ir.Cast(index, T.i32, loc))
     t = index.type
@@ -325,3 +154,24 @@ def _clamped(emit, index: ir.Stmt, n: int, outside: int, loc) -> ir.Stmt:
     inside = emit(ir.Binary("lt", as_unsigned, emit(ir.Const(n, unsigned, loc)), T.u1, loc))
     picked = emit(ir.Select(inside, index, emit(ir.Const(outside, t, loc)), loc))
     return picked if t is T.i32 else emit(ir.Cast(picked, T.i32, loc))
+
+
+def _hit(s, k: int, emit) -> ir.Stmt:
+    return emit(ir.Binary("eq", s.index, emit(ir.Const(k, s.index.type, s.loc)), T.u1, s.loc))
+
+
+def _expanded_load(s: ir.ComponentLoad, emit) -> ir.Stmt:
+    """select(i == 0, v0, select(i == 1, v1, ... v[n-1])): outside [0, n), the last component."""
+    values = [emit(ir.LocalLoad(var, s.loc)) for var in s.components]
+    result = values[-1]
+    for k in reversed(range(len(values) - 1)):
+        result = emit(ir.Select(_hit(s, k, emit), values[k], result, s.loc))
+    return result
+
+
+def _expanded_store(s: ir.ComponentStore, emit) -> None:
+    """v_k = select(i == k, x, v_k) for every k: branch-free (a run of ifs on one index made LLVM's
+    optimiser superlinear, minutes at 1024 components); outside [0, n), no component changes."""
+    for k, var in enumerate(s.components):
+        old = emit(ir.LocalLoad(var, s.loc))
+        emit(ir.LocalStore(var, emit(ir.Select(_hit(s, k, emit), s.value, old, s.loc)), s.loc))
