@@ -94,40 +94,50 @@ PY
 
 # run LABEL SCENE CACHE TIMEOUT ARGS...: one bench/genesis_scene.py process, with qdc's kernel cache
 # and Genesis's own (meshes, convex hulls) in CACHE; its JSON line, labelled, goes to results.jsonl,
-# the rest of its output to the log
+# the rest of its output to $runlog
+runlog=$log
 run() {
     local label=$1 scene=$2 cache=$3 limit=$4; shift 4
     local left=$(( deadline - $(date +%s) ))
     [ "$left" -lt "$limit" ] && limit=$left
-    if [ "$limit" -lt 20 ]; then say "skipped $label $scene: out of time"; return; fi
-    say "== $label $scene ($*), at most ${limit}s"
-    local t0=$(date +%s%N) printed=$out/.run.txt
+    if [ "$limit" -lt 20 ]; then echo "skipped $label $scene: out of time" | tee -a "$runlog"; return; fi
+    echo "== $label $scene ($*), at most ${limit}s" | tee -a "$runlog"
+    local t0=$(date +%s%N) printed
+    printed=$(mktemp)
     GS_CACHE_FILE_PATH="$cache/genesis" QDC_CACHE_DIR="$cache" timeout "$limit" \
-        "$py" bench/genesis_scene.py "$scene" 100 --qdc "$@" > "$printed" 2>> "$log"
+        "$py" bench/genesis_scene.py "$scene" 100 --qdc "$@" > "$printed" 2>> "$runlog"
     local rc=$?
-    cat "$printed" >> "$log"
-    say "   exit $rc after $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+    cat "$printed" >> "$runlog"
+    echo "   $label $scene: exit $rc after $(( ($(date +%s%N) - t0) / 1000000 )) ms" | tee -a "$runlog"
     local line=$(grep '^{' "$printed" | tail -1)
     [ -n "$line" ] && echo "{\"label\": \"$label\", \"scene\": \"$scene\", \"result\": $line}" >> "$results"
     rm -f "$printed"
 }
 
+# The CPU reference runs beside the GPU runs (its own process and log: a host of many cores; the GPU
+# timings are of processes that had a core each), the GPU runs one after another.
+reference=""
+if [[ " $runs " == *" cpu "* ]]; then
+    (runlog="$out/genesis-cpu.log"
+     for scene in box franka; do rm -rf "/tmp/gq-cpu-$scene"; run cpu $scene "/tmp/gq-cpu-$scene" 300 --backend cpu; done) &
+    reference=$!
+fi
 torch_cpu=""
-command -v nvidia-smi > /dev/null || torch_cpu="--torch-cpu"
+command -v nvidia-smi > /dev/null || torch_cpu="--torch-cpu"  # e.g. lavapipe: GPU configuration, torch on the CPU
 for what in $runs; do
     for scene in box franka; do
         case $what in
-            cuda) rm -rf /tmp/gq-cuda-$scene
-                  run cuda-cold $scene /tmp/gq-cuda-$scene 200 --backend cuda
-                  run cuda-warm $scene /tmp/gq-cuda-$scene 60 --backend cuda ;;
-            cpu) rm -rf /tmp/gq-cpu-$scene
-                 run cpu $scene /tmp/gq-cpu-$scene 150 --backend cpu ;;
-            vulkan) rm -rf /tmp/gq-vulkan-$scene
-                    run vulkan-cold $scene /tmp/gq-vulkan-$scene 200 --backend cuda --arch vulkan $torch_cpu ;;
+            cuda) rm -rf "/tmp/gq-cuda-$scene"
+                  run cuda-cold $scene "/tmp/gq-cuda-$scene" 200 --backend cuda
+                  run cuda-warm $scene "/tmp/gq-cuda-$scene" 60 --backend cuda ;;
+            vulkan) rm -rf "/tmp/gq-vulkan-$scene"
+                    run vulkan-cold $scene "/tmp/gq-vulkan-$scene" 200 --backend cuda --arch vulkan $torch_cpu ;;
+            cpu) ;;
             *) say "error: unknown run '$what' (cuda, cpu, vulkan)"; exit 2 ;;
         esac
     done
 done
+[ -n "$reference" ] && wait "$reference"
 
 "$py" - "$results" <<'PY' 2>&1 | tee "$out/summary.txt" | tee -a "$log"
 import json, sys
