@@ -36,13 +36,17 @@ from .widen_plan import WidenPlan
 
 
 
-def emit_wide_chunk(cg, task: ir.Task, plan: WidenPlan, lanes: int, name: str) -> ll.Function:
-    """`void @<name>(ptr ctx, iN begin, iN end, i1 alone)`: the chunk of `task` at `lanes` lanes."""
+def emit_wide_chunk(cg, task: ir.Task, plan: WidenPlan, lanes: int, vector_memory: bool | None,
+                    name: str) -> ll.Function:
+    """`void @<name>(ptr ctx, iN begin, iN end, i1 alone)`: the chunk of `task` at `lanes` lanes;
+    `vector_memory`: whether the loads hoisted out of loops and the updates of the iteration's
+    own elements are vector gathers and scatters, else loops over the lanes (widen_codegen)."""
     fn = ll.Function(cg.mb.module, chunk_type(task), name=name)
     fn.linkage = "internal"
     fn.args[0].add_attribute("noalias")
     b = start_function(fn)
     env = WideChunkEnv(cg, b, fn.args[0], plan, lanes)
+    env.vector_memory = bool(vector_memory)
     begin, end, env.alone = fn.args[1], fn.args[2], fn.args[3]
     env.block(task.chunk_init)
     env.wide_loop(task, begin, end)
@@ -80,6 +84,8 @@ class WideChunkEnv(LaneAdStacks, _ChunkEnv):
         self.dead = False      # every lane of the block left it (masked break/continue)
         self.lin: dict = {}    # varying value -> its lane-0 scalar: the value is that + lane number
         self.acc: dict = {}    # chunk_init alloca -> the vector of W partial results
+        self.hoisted: set = set()  # loads (and their addresses) lowered before their loop
+        self.vector_memory = True  # hoisted loads and own updates: gathers and scatters, else lane loops
 
     # ---- helpers --------------------------------------------------------------------------
     def vt(self, t: T.DataType):
@@ -355,6 +361,8 @@ class WideChunkEnv(LaneAdStacks, _ChunkEnv):
             self.lin[s] = self.b.add(a, self.lin[s.b])
 
     def stmt(self, s):
+        if s in self.hoisted:
+            return
         super().stmt(s)
         if self.wide and isinstance(s, ir.Binary) and s in self.vals and self.is_vec(self.vals[s]):
             self.index_like(s)
@@ -553,7 +561,9 @@ class WideChunkEnv(LaneAdStacks, _ChunkEnv):
         p = self.vals.get(s.ptr)
         if not self.wide:
             return self._scalar(s)
-        if isinstance(p, _Ptr):
+        if s in self.plan.own_updates and isinstance(p, _Ptr):
+            self.own_update(s, p)
+        elif isinstance(p, _Ptr):
             self.atomic_by_lane(s.op, p, s.value, s.type)
         else:
             self.combined_atomic(s.op, p, s.value, s.type)
@@ -584,19 +594,99 @@ class WideChunkEnv(LaneAdStacks, _ChunkEnv):
             self.scalar_atomic(op, ptr, total, t)
 
     def atomic_by_lane(self, op: str, p: _Ptr, value: ir.Stmt, t: T.DataType):
-        """One atomic per running lane, in lane order (the scalar code's iteration order), in a
-        loop over the set bits of the mask: written out for each of W lanes, a P2G scatter's 27
-        atomics were thousands of blocks (ten times the build time)."""
-        b, w = self.b, self.W
+        """One atomic per running lane, in lane order (the scalar code's iteration order)."""
+        b = self.b
         v = self.v(value)
-        word = ll.IntType(w)
-        mask = b.bitcast(self.exec, word)
         if self.is_vec(v):  # in memory once, read by lane number (an extractelement by a variable
             v = self._spilled(v)  # lane would store the whole vector in every iteration)
         if p.kind != "contiguous":
             p = _Ptr("spilled", self._spilled(p.address))
+
+        def update(index):
+            x = b.load(b.gep(v[0], [index], source_etype=v[1]), typ=v[1]) if isinstance(v, tuple) else v
+            self.scalar_atomic(op, self.lane_address(p, index, memtype(t)), x, t)
+        self.each_running_lane(update)
+
+    def own_update(self, s: ir.AtomicRMW, p: _Ptr):
+        """An atomic at an element no other iteration writes (widen_plan._own_updates), as a
+        plain read-modify-write of the running lanes: a gather (or masked load), the operation
+        and a scatter (or masked store) with `vector_memory`, else one per lane in a loop."""
+        b, t = self.b, s.type
+        if not self.vector_memory:
+            v = self.v(s.value)
+            if self.is_vec(v):
+                v = self._spilled(v)
+            if p.kind != "contiguous":
+                p = _Ptr("spilled", self._spilled(p.address))
+
+            def update(index):
+                x = b.load(b.gep(v[0], [index], source_etype=v[1]), typ=v[1]) if isinstance(v, tuple) else v
+                self.read_modify_write(s.op, self.lane_address(p, index, memtype(t)), x, t)
+            self.each_running_lane(update)
+            return
+        vt = ll.VectorType(memtype(t), self.W)
+        align = ll.Constant(I32, t.nbytes)
+        suffix = self.vector_suffix(vt)
+        if p.kind == "contiguous":
+            old = self.intrinsic(f"llvm.masked.load.{suffix}.p0", vt, [PTR, I32, self.exec.type, vt],
+                                 [p.address, align, self.exec, ll.Constant(vt, None)])
+        else:
+            old = self.intrinsic(f"llvm.masked.gather.{suffix}.{self.vector_suffix(p.address.type)}", vt,
+                                 [p.address.type, I32, self.exec.type, vt], [p.address, align, self.exec,
+                                                                             ll.Constant(vt, None)])
+        new = self.lanes_operation(s.op, old, self.vv(s.value), t)
+        if p.kind == "contiguous":
+            self.intrinsic(f"llvm.masked.store.{suffix}.p0", ll.VoidType(), [vt, PTR, I32, self.exec.type],
+                           [new, p.address, align, self.exec])
+        else:
+            self.intrinsic(f"llvm.masked.scatter.{suffix}.{self.vector_suffix(p.address.type)}", ll.VoidType(),
+                           [vt, p.address.type, I32, self.exec.type], [new, p.address, align, self.exec])
+
+    def lanes_operation(self, op: str, old, x, t: T.DataType):
+        """`op(old, x)` lane by lane, as the scalar code's read-modify-write computes it (no
+        reassociation)."""
+        b = self.b
+        if t.is_float:
+            if op in ("add", "sub"):
+                return (b.fadd if op == "add" else b.fsub)(old, x)
+            return self.intrinsic(f"llvm.{op}num.{self.vector_suffix(old.type)}", old.type, [old.type] * 2, [old, x])
+        if op in ("min", "max"):
+            cmp = b.icmp_signed if t.kind == "int" else b.icmp_unsigned
+            return b.select(cmp("<" if op == "min" else ">", old, x), old, x)
+        return {"add": b.add, "sub": b.sub, "and": b.and_, "or": b.or_, "xor": b.xor}[op](old, x)
+
+    def load_by_lane(self, s: ir.GlobalLoad):
+        """`s` as one scalar load per running lane, in a loop: the code of a gather that runs
+        once before a loop (`hoist_invariant_loads`), as small at every level (a masked gather
+        without gather instructions is a branch and a load per lane)."""
+        b, w = self.b, self.W
+        p, mt = self.vals[s.ptr], memtype(s.type)
+        vt = ll.VectorType(mt, w)
+        if p.kind != "contiguous":
+            p = _Ptr("spilled", self._spilled(p.address))
+        lanes = self.entry_alloca(ll.ArrayType(mt, w))
+        b.store(ll.Constant(vt, None), b.bitcast(lanes, ll.PointerType(vt)), align=1)  # the lanes that do not run
+        first = b.bitcast(lanes, ll.PointerType(mt))
+        self.each_running_lane(lambda index: b.store(
+            b.load(self.lane_address(p, index, mt), typ=mt, align=s.type.nbytes), b.gep(first, [index])))
+        v = b.load(b.bitcast(lanes, ll.PointerType(vt)), typ=vt, align=1)
+        return b.icmp_unsigned("!=", v, splat(I8, 0, w)) if s.type is T.u1 else v
+
+    def lane_address(self, p: _Ptr, index, elem):
+        """Lane `index`'s address of a contiguous or spilled `p`."""
+        if p.kind == "contiguous":
+            return self.b.gep(p.address, [index], source_etype=elem)
+        return self.b.load(self.b.gep(p.address[0], [index], source_etype=PTR), typ=PTR)
+
+    def each_running_lane(self, visit):
+        """`visit(lane number)` for each running lane, in lane order, in a loop over the set bits
+        of the mask: written out for each of W lanes, a P2G scatter's 27 atomics were thousands
+        of blocks (ten times the build time)."""
+        b, w = self.b, self.W
+        word = ll.IntType(w)
+        mask = b.bitcast(self.exec, word)
         entry = b.block
-        head, body, done = (b.append_basic_block(f"lanes.atomic.{part}") for part in ("head", "body", "done"))
+        head, body, done = (b.append_basic_block(f"lanes.each.{part}") for part in ("head", "body", "done"))
         b.branch(head)
         b.position_at_end(head)
         left = b.phi(word)
@@ -604,13 +694,7 @@ class WideChunkEnv(LaneAdStacks, _ChunkEnv):
         b.cbranch(b.icmp_unsigned("!=", left, ll.Constant(word, 0)), body, done)
         b.position_at_end(body)
         lane = b.call(self.mb.declare(f"llvm.cttz.i{w}", word, [word, I1]), [left, ll.Constant(I1, 1)])
-        index = b.zext(lane, I64) if w < 64 else lane
-        if p.kind == "contiguous":
-            address = b.gep(p.address, [index], source_etype=memtype(t))
-        else:
-            address = b.load(b.gep(p.address[0], [index], source_etype=PTR), typ=PTR)
-        x = b.load(b.gep(v[0], [index], source_etype=v[1]), typ=v[1]) if isinstance(v, tuple) else v
-        self.scalar_atomic(op, address, x, t)
+        visit(b.zext(lane, I64) if w < 64 else lane)
         left.add_incoming(b.and_(left, b.sub(left, ll.Constant(word, 1))), b.block)  # the lowest set bit cleared
         b.branch(head)
         b.position_at_end(done)
@@ -708,7 +792,28 @@ class WideChunkEnv(LaneAdStacks, _ChunkEnv):
         b.store(b.or_(b.load(loop.cont, typ=mt), self.exec), loop.cont)
         self.dead = True
 
+    def hoist_invariant_loads(self, loop):
+        """The loads widen_plan found invariant in `loop`, read before it under the lanes that
+        enter it (a debug build's checked accesses stay where they are, reported in order)."""
+        for load in self.plan.invariant_loads.get(loop, ()):
+            ptr = load.ptr
+            if ptr in self.cg.check_id:
+                continue
+            if ptr not in self.hoisted and ptr not in self.vals:
+                for index in ptr.indices:
+                    if index not in self.vals:  # a constant defined inside the loop
+                        self.stmt(index)
+                self.stmt(ptr)
+                self.hoisted.add(ptr)
+            if self.vector_memory:
+                self.stmt(load)
+            else:
+                self.vals[load] = self.load_by_lane(load)
+            self.hoisted.add(load)
+
     def s_RangeFor(self, s):
+        if self.wide:
+            self.hoist_invariant_loads(s)
         if not self.wide or s not in self.plan.masked_loops:
             return self._scalar(s)
         b, mt = self.b, ll.VectorType(I1, self.W)
@@ -729,6 +834,8 @@ class WideChunkEnv(LaneAdStacks, _ChunkEnv):
         self.masked_loop(s.body, step, advance)
 
     def s_While(self, s):
+        if self.wide:
+            self.hoist_invariant_loads(s)
         if not self.wide or s not in self.plan.masked_loops:
             return self._scalar(s)
         mt = ll.VectorType(I1, self.W)

@@ -29,6 +29,12 @@ def has_gathers(level: CpuLevel) -> bool:
     return bool(level_features(level) & {"avx2", "avx512f", "sve"})
 
 
+def has_scatters(level: CpuLevel) -> bool:
+    """Whether the level has vector scatter instructions (AVX-512, SVE), and gathers that LLVM's
+    tuning of the level uses as they are."""
+    return bool(level_features(level) & {"avx512f", "sve"})
+
+
 def vector_bits(level: CpuLevel) -> int:
     """The width of the level's vector registers, from the features its code may use."""
     features = level_features(level)
@@ -81,6 +87,13 @@ class TaskChoice:
                 reasons.append(f"scalar code at {', '.join(level.name for level in levels[:scalar])} (no gathers)")
                 self.plan.registers_reason = "; ".join(reasons)
         self.level_names = tuple(level.name for level in levels)
+        # Per level, how the loads read once before a loop and the updates of an iteration's own
+        # elements (widen_plan) touch memory: True, vector gathers and scatters; False, a loop of
+        # scalar accesses over the running lanes (a masked gather or scatter that LLVM does not
+        # lower to one instruction is a branch and an access per lane: more code, once per step);
+        # None where the task has neither, so that its chunks are shared by the levels of one W.
+        uses = self.plan and (self.plan.invariant_loads or self.plan.own_updates)
+        self.vector_memory = tuple(has_scatters(level) if uses else None for level in levels)
 
     @property
     def max_lanes(self) -> int:
@@ -109,21 +122,23 @@ class CpuKernelCodegen(KernelCodegen):
         if choice is None or choice.plan is None:
             return super().emit_chunk(task)
         name = task.task_name + "_chunk"
-        made = {choice.lanes[0]: name}
+        forms = tuple(zip(choice.lanes, choice.vector_memory))
+        made = {forms[0]: name}
         with timings.phase(timings.level_phase(choice.level_names[0])):
             if choice.lanes[0] == 1:  # this level keeps the scalar code (TaskChoice)
                 fn = super().emit_chunk(task)
             else:
-                fn = emit_wide_chunk(self, task, choice.plan, choice.lanes[0], name)
-        for i, lanes in enumerate(choice.lanes[1:], start=1):
-            if lanes not in made:
-                made[lanes] = f"{name}.lanes{lanes}"
+                fn = emit_wide_chunk(self, task, choice.plan, *forms[0], name)
+        for i, form in enumerate(forms[1:], start=1):
+            if form not in made:
+                lanes, vector_memory = form
+                made[form] = f"{name}.lanes{lanes}" + {None: "", True: ".vector", False: ".by_lane"}[vector_memory]
                 with timings.phase(timings.level_phase(choice.level_names[i])):
-                    emit_wide_chunk(self, task, choice.plan, lanes, made[lanes])
-            if made[lanes] != name:
-                self.overrides[(name, i)] = made[lanes]
+                    emit_wide_chunk(self, task, choice.plan, lanes, vector_memory, made[form])
+            if made[form] != name:
+                self.overrides[(name, i)] = made[form]
         if choice.plan.data_dependent_loads:
-            self.gathering_chunks.update(made[lanes] for lanes in made if lanes > 1)
+            self.gathering_chunks.update(made[form] for form in made if form[0] > 1)
         return fn
 
 

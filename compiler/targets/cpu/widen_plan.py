@@ -93,6 +93,11 @@ class WidenPlan:
         # Widened for its gathers alone (no inner loop): at an ISA level without gather
         # instructions the scalar code is as fast and far less code (widen_codegen.py)
         self.gathers_only = False
+        # loop -> the varying loads in it that read the same element on every iteration, read once
+        # before it instead (`_invariant_loads`)
+        self.invariant_loads: dict = {}
+        # atomics at an element no other iteration writes: plain read-modify-writes (`_own_updates`)
+        self.own_updates: set = set()
 
 
 def plan(task: ir.Task) -> WidenPlan | str:
@@ -132,6 +137,8 @@ def plan(task: ir.Task) -> WidenPlan | str:
         where = f" (line {inner.loc.line})" if inner.loc else ""
         return "an inner loop over contiguous elements, which LLVM's loop vectoriser widens" + where
     _size_lanes(task, p, has_inner_loop)
+    p.invariant_loads = _invariant_loads(task, p)
+    p.own_updates = _own_updates(task)
     return p
 
 
@@ -284,6 +291,81 @@ def _unrolled_by_llvm(loop) -> bool:
         and loop.end.value - loop.begin.value <= UNROLLED_TRIPS \
         and not any(isinstance(s, (ir.Break, ir.Continue)) or getattr(s, "op", None) in CHAIN_MATH
                     for s in ir.walk(loop.body))
+
+
+def _statically_in_bounds(task: ir.Task):
+    """A test of whether a GlobalPtr's element is in bounds for every iteration of `task`, known
+    at compile time: each index a constant below its axis's extent, or the task's index over a
+    constant range within it (one-dimensional ranges, fields: an ndarray's shape is known at
+    launch only). None where the task's range is not constant."""
+    if task.axis_index or not (isinstance(task.begin, ir.Const) and isinstance(task.end, ir.Const)):
+        return None
+    first, last = task.begin.value, task.end.value - 1
+
+    def in_bounds(ptr) -> bool:
+        shape = getattr(ptr.target, "shape", None)
+        return shape is not None and len(shape) == len(ptr.indices) and first <= last and all(
+            isinstance(i, ir.Const) and 0 <= i.value < n or i is task.index and 0 <= first and last < n
+            for i, n in zip(ptr.indices, shape))
+    return in_bounds
+
+
+def _invariant_loads(task: ir.Task, p: WidenPlan) -> dict:
+    """loop -> the varying loads inside it (at any depth) whose element is the same on every
+    iteration and in bounds for every lane (`_statically_in_bounds`), from a field the loop does
+    not write: read once before the loop, under the lanes that enter it, rather than gathered on
+    every iteration. The scalar code's LICM does not move a load out of a branch, nor LLVM's a
+    masked gather; n-body's kick gathered its body's position (`pos[i, k]`, strided) three times
+    per pair, one load per lane at levels whose gathers LLVM does not use (x86-64-v2, v3). In
+    bounds, reading the element early cannot fault, even for a lane whose iteration would not
+    have read it."""
+    in_bounds = _statically_in_bounds(task)
+    if in_bounds is None:
+        return {}
+    hoisted, found = set(), {}
+    for loop in ir.walk(task.body):  # outer loops first: a load goes before the outermost it can
+        if not isinstance(loop, (ir.RangeFor, ir.While)):
+            continue
+        inside = list(ir.walk_nested(loop))
+        written = {_memory(s.ptr.target) for s in inside if isinstance(s, (ir.GlobalStore, ir.AtomicRMW))}
+        loads = [s for s in inside if isinstance(s, ir.GlobalLoad) and s not in hoisted and s in p.varying
+                 and isinstance(s.ptr, ir.GlobalPtr) and _memory(s.ptr.target) not in written and in_bounds(s.ptr)]
+        if loads:
+            found[loop] = loads
+            hoisted.update(loads)
+    return found
+
+
+def _own_updates(task: ir.Task) -> set:
+    """The atomics of the body at an element that no other iteration of the task writes: every
+    write of that field in the task (store or atomic) is at the task's index at one axis and
+    constants below their extents at the others, the same axis for all (`vel[i, 0] += ...` and
+    `vel[i, 2] += ...` of `for i in range(N)`), so two iterations never write one element and
+    the lanes of a step never coincide. Such an update needs no atomic instruction on any
+    thread: W lanes are a gather, the operation and a scatter (or a loop of plain
+    read-modify-writes where the level has no scatter), not an atomic per lane. Their old
+    values are unused (widen_plan refuses the task otherwise)."""
+    in_bounds = _statically_in_bounds(task)
+    if in_bounds is None:
+        return set()
+    writes: dict = {}
+    for s in ir.walk(task.body):
+        if isinstance(s, (ir.GlobalStore, ir.AtomicRMW)):
+            if not isinstance(s.ptr, ir.GlobalPtr):
+                return set()
+            writes.setdefault(_memory(s.ptr.target), []).append(s)
+    own = set()
+    for field_writes in writes.values():
+        axes = {tuple(i is task.index for i in s.ptr.indices) if in_bounds(s.ptr) else None for s in field_writes}
+        if len(axes) == 1 and None not in axes and sum(next(iter(axes))) == 1:
+            own.update(s for s in field_writes if isinstance(s, ir.AtomicRMW) and s.op in COMBINED_ATOMICS
+                       and s.type is not T.u1)
+    return own
+
+
+def _memory(target) -> tuple:
+    """What identifies the memory of a field or ndarray (its companion gradient is other memory)."""
+    return type(target).__name__, getattr(target, "slot", getattr(target, "arg_index", None)), target.is_grad
 
 
 def _indirect_accesses(task: ir.Task, p: WidenPlan) -> tuple[int, int]:
