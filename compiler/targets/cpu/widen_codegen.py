@@ -16,7 +16,7 @@ from ...ir.adstack import AdStackAlloca
 from ..llvm.llvm_ir import KernelCodegen
 from .isa_levels import CpuLevel
 from .widen import emit_wide_chunk
-from .widen_plan import WidenPlan, level_lanes, plan
+from .widen_plan import WidenPlan, level_lanes, own_updates, plan
 
 
 def level_features(level: CpuLevel) -> set:
@@ -119,6 +119,11 @@ class CpuKernelCodegen(KernelCodegen):
 
     def emit_chunk(self, task: ir.Task):
         choice = self.choices.get(task)
+        if choice is None or choice.plan is None or 1 in choice.lanes:  # a scalar chunk
+            # Its updates of elements no other iteration writes need no atomics: whoever runs
+            # the chunk, the loop vectoriser widens their plain read-modify-writes, with no copy
+            # of the loop for a thread that runs alone (nbody.drift: x? less code to build)
+            self.plain_updates = own_updates(task)
         if choice is None or choice.plan is None:
             return super().emit_chunk(task)
         name = task.task_name + "_chunk"

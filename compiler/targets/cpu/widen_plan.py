@@ -138,7 +138,7 @@ def plan(task: ir.Task) -> WidenPlan | str:
         return "an inner loop over contiguous elements, which LLVM's loop vectoriser widens" + where
     _size_lanes(task, p, has_inner_loop)
     p.invariant_loads = _invariant_loads(task, p)
-    p.own_updates = _own_updates(task)
+    p.own_updates = own_updates(task)
     return p
 
 
@@ -293,19 +293,38 @@ def _unrolled_by_llvm(loop) -> bool:
                     for s in ir.walk(loop.body))
 
 
-def _statically_in_bounds(task: ir.Task):
-    """A test of whether a GlobalPtr's element is in bounds for every iteration of `task`, known
-    at compile time: each index a constant below its axis's extent, or the task's index over a
-    constant range within it (one-dimensional ranges, fields: an ndarray's shape is known at
-    launch only). None where the task's range is not constant."""
-    if task.axis_index or not (isinstance(task.begin, ir.Const) and isinstance(task.end, ir.Const)):
+def _coordinate_ranges(task: ir.Task) -> dict | None:
+    """{the task's index and its row coordinates: (first, last) value of any iteration}, where the
+    range and the row extents are constants; else None."""
+    if not (isinstance(task.begin, ir.Const) and isinstance(task.end, ir.Const)) \
+            or not all(isinstance(e, ir.Const) for e in task.axes):
         return None
     first, last = task.begin.value, task.end.value - 1
+    if first > last or first < 0:
+        return None
+    ranges = {task.index: (first, last)}
+    if task.axis_index:
+        row = 1
+        for extent in task.axes:
+            row *= extent.value
+        ranges[task.axis_index[0]] = (first // row, last // row)
+        ranges.update((c, (0, e.value - 1)) for c, e in zip(task.axis_index[1:], task.axes))
+    return ranges
+
+
+def _statically_in_bounds(task: ir.Task):
+    """A test of whether a GlobalPtr's element is in bounds for every iteration of `task`, known
+    at compile time: each index a constant below its axis's extent, or the task's index or a row
+    coordinate of it whose every value is (a field's; an ndarray's shape is known at launch only).
+    None where the task's range is not constant."""
+    ranges = _coordinate_ranges(task)
+    if ranges is None:
+        return None
 
     def in_bounds(ptr) -> bool:
         shape = getattr(ptr.target, "shape", None)
-        return shape is not None and len(shape) == len(ptr.indices) and first <= last and all(
-            isinstance(i, ir.Const) and 0 <= i.value < n or i is task.index and 0 <= first and last < n
+        return shape is not None and len(shape) == len(ptr.indices) and all(
+            isinstance(i, ir.Const) and 0 <= i.value < n or i in ranges and ranges[i][1] < n
             for i, n in zip(ptr.indices, shape))
     return in_bounds
 
@@ -336,18 +355,20 @@ def _invariant_loads(task: ir.Task, p: WidenPlan) -> dict:
     return found
 
 
-def _own_updates(task: ir.Task) -> set:
+def own_updates(task: ir.Task) -> set:
     """The atomics of the body at an element that no other iteration of the task writes: every
-    write of that field in the task (store or atomic) is at the task's index at one axis and
-    constants below their extents at the others, the same axis for all (`vel[i, 0] += ...` and
-    `vel[i, 2] += ...` of `for i in range(N)`), so two iterations never write one element and
-    the lanes of a step never coincide. Such an update needs no atomic instruction on any
-    thread: W lanes are a gather, the operation and a scatter (or a loop of plain
-    read-modify-writes where the level has no scatter), not an atomic per lane. Their old
-    values are unused (widen_plan refuses the task otherwise)."""
+    write of that field in the task (store or atomic) is in bounds (`_statically_in_bounds`) at
+    the task's index, or at each of its row coordinates, once, in the same axes for all writes,
+    and at constants elsewhere (`vel[i, 0] += ...` and `vel[i, 2] += ...` of `for i in
+    range(N)`; `pos[i, k] += ...` of `for i, k in pos`). Two iterations then never write one
+    element, so such an update needs no atomic instruction on any thread: a plain
+    read-modify-write (the scalar code; W lanes: a gather, the operation and a scatter, or a loop
+    over the lanes where the level has no scatter), which the loop vectoriser widens whoever
+    runs the chunk."""
     in_bounds = _statically_in_bounds(task)
-    if in_bounds is None:
+    if in_bounds is None or task.kind != "range_for" or task.serial:
         return set()
+    coordinates = {c: d for d, c in enumerate(task.axis_index)} or {task.index: 0}
     writes: dict = {}
     for s in ir.walk(task.body):
         if isinstance(s, (ir.GlobalStore, ir.AtomicRMW)):
@@ -356,8 +377,9 @@ def _own_updates(task: ir.Task) -> set:
             writes.setdefault(_memory(s.ptr.target), []).append(s)
     own = set()
     for field_writes in writes.values():
-        axes = {tuple(i is task.index for i in s.ptr.indices) if in_bounds(s.ptr) else None for s in field_writes}
-        if len(axes) == 1 and None not in axes and sum(next(iter(axes))) == 1:
+        axes = {tuple(coordinates.get(i) for i in s.ptr.indices) if in_bounds(s.ptr) else None for s in field_writes}
+        if len(axes) == 1 and None not in axes \
+                and sorted(d for d in next(iter(axes)) if d is not None) == list(range(len(coordinates))):
             own.update(s for s in field_writes if isinstance(s, ir.AtomicRMW) and s.op in COMBINED_ATOMICS
                        and s.type is not T.u1)
     return own

@@ -1,9 +1,10 @@
-"""How the CPU's width-W chunks touch memory that only the lane's own iteration uses
-(compiler/targets/cpu/widen_plan.py, `_invariant_loads` and `_own_updates`): loads of the same
-element on every iteration of an inner loop are read once before it, and atomics at an element no
-other iteration writes are plain read-modify-writes (gathers and scatters at AVX-512, a loop over
-the lanes below it). Results must equal the scalar code's bit for bit at every level this host
-runs, on one thread and on several, and the analysis must refuse what it cannot prove."""
+"""How the CPU's chunks touch memory that only the iteration's own lane uses
+(compiler/targets/cpu/widen_plan.py, `_invariant_loads` and `own_updates`): in width-W chunks,
+loads of the same element on every iteration of an inner loop are read once before it; in every
+chunk, atomics at an element no other iteration writes are plain read-modify-writes (width-W:
+gathers and scatters at AVX-512, a loop over the lanes below it). Results must equal the scalar
+code's bit for bit at every level this host runs, on one thread and on several, and the analysis
+must refuse what it cannot prove."""
 from __future__ import annotations
 
 import uuid
@@ -16,6 +17,7 @@ from qdc.compiler.commands import build as build_mod
 from qdc.compiler.driver import options
 from qdc.compiler.driver.kernel import compile_kernel
 from qdc.compiler.jit.kernel import kernel_of
+from qdc.compiler.targets.cpu.multiversion import function_definitions
 from qdc.compiler.targets.cpu.widen_plan import SCALAR_SWITCH, WidenPlan, plan
 from test_cpu_widen import LEVELS, _host_runs, _same_bits
 
@@ -63,6 +65,19 @@ def scattered(dt: qd.f32):
             pos[(i + j) % N, 2] += 0.0
         shared[i] += acc * dt
         shared[index[i]] += dt
+
+
+@qd.kernel
+def drift(dt: qd.f32):
+    for i, k in pos:
+        pos[i, k] += dt * vel[i, k]
+
+
+@qd.kernel
+def racing(dt: qd.f32):
+    for i, k in pos:
+        pos[i, k] += dt * vel[i, k]
+        pos[(i + 1) % N, k] += dt
 '''
 
 
@@ -119,3 +134,28 @@ def test_own_updates_and_hoisted_loads_match_the_scalar_code(rng, tmp_path, monk
     _same_bits(runs["0"], runs["1"], f"{level}, {threads} thread(s)")
     assert not np.array_equal(runs["1"][0], start["vel"])
     qd.sync()
+
+
+def test_scalar_chunks_update_their_own_elements_without_atomics(rng, tmp_path, monkeypatch):
+    """`for i, k in pos: pos[i, k] += ...` has no atomic instruction left (nor LLVM's copy of the
+    loop for a thread that runs alone); a field also updated at another iteration's element keeps
+    its atomics. Both compute what numpy does, on one thread and on several."""
+    module = _import(tmp_path, monkeypatch, "own_scalar")
+    opts = build_mod._options_for(options.Options(), "cpu")
+    for name, atomic in (("drift", False), ("racing", True)):
+        fn = kernel_of(getattr(module, name))
+        text = compile_kernel(fn.fn, build_mod._params_for_aot(fn, opts), opts, "cpu").artifacts["ll"].decode()
+        chunks = "".join(body for body_name, body in function_definitions(text).items() if "_chunk" in body_name)
+        assert chunks and ("atomicrmw" in chunks) == atomic, name
+    n, f = 300, np.float32
+    pos, vel = rng.uniform(-1, 1, (n, 3)).astype(f), rng.uniform(-1, 1, (n, 3)).astype(f)
+    for threads in (1, 2):
+        qd.init(arch=qd.cpu, cache_dir=str(tmp_path / "cache"), cpu_max_num_threads=threads)
+        module.pos.from_numpy(pos)
+        module.vel.from_numpy(vel)
+        module.drift(0.5)
+        np.testing.assert_array_equal(module.pos.to_numpy(), pos + f(0.5) * vel)
+        module.pos.from_numpy(pos)
+        module.racing(0.25)
+        want = pos + f(0.25) * vel
+        np.testing.assert_allclose(module.pos.to_numpy(), want + f(0.25), rtol=1e-6, atol=1e-6)
