@@ -356,19 +356,17 @@ def _invariant_loads(task: ir.Task, p: WidenPlan) -> dict:
 
 
 def own_updates(task: ir.Task) -> set:
-    """The atomics of the body at an element that no other iteration of the task writes: every
-    write of that field in the task (store or atomic) is in bounds (`_statically_in_bounds`) at
-    the task's index, or at each of its row coordinates, once, in the same axes for all writes,
-    and at constants elsewhere (`vel[i, 0] += ...` and `vel[i, 2] += ...` of `for i in
-    range(N)`; `pos[i, k] += ...` of `for i, k in pos`). Two iterations then never write one
-    element, so such an update needs no atomic instruction on any thread: a plain
-    read-modify-write (the scalar code; W lanes: a gather, the operation and a scatter, or a loop
-    over the lanes where the level has no scatter), which the loop vectoriser widens whoever
-    runs the chunk."""
-    in_bounds = _statically_in_bounds(task)
-    if in_bounds is None or task.kind != "range_for" or task.serial:
+    """The atomics of the body at an element that no other iteration of the task writes, so that
+    they need no atomic instruction on any thread: a plain read-modify-write (the scalar code,
+    which the loop vectoriser widens whoever runs the chunk; W lanes: a gather, the operation and
+    a scatter, or a loop over the lanes where the level has no scatter). So it is for a field
+    every write of which in the task (store or atomic) has the task's index, or each of its row
+    coordinates, at one axis each, the same axes for all writes (`_own_element_axes`): two
+    iterations then never write one element, and the lanes of a step never coincide (n-body's
+    `vel[i, 0] += ...`, `pos[i, k] += ...` of `for i, k in pos`, a gradient's `x.grad[f, p] +=
+    ...`). Not for ndarrays: two arguments may be one array."""
+    if task.kind != "range_for" or task.serial:
         return set()
-    coordinates = {c: d for d, c in enumerate(task.axis_index)} or {task.index: 0}
     writes: dict = {}
     for s in ir.walk(task.body):
         if isinstance(s, (ir.GlobalStore, ir.AtomicRMW)):
@@ -376,13 +374,69 @@ def own_updates(task: ir.Task) -> set:
                 return set()
             writes.setdefault(_memory(s.ptr.target), []).append(s)
     own = set()
+    axes = _OwnElementAxes(task)
     for field_writes in writes.values():
-        axes = {tuple(coordinates.get(i) for i in s.ptr.indices) if in_bounds(s.ptr) else None for s in field_writes}
-        if len(axes) == 1 and None not in axes \
-                and sorted(d for d in next(iter(axes)) if d is not None) == list(range(len(coordinates))):
+        if axes.of(field_writes):
             own.update(s for s in field_writes if isinstance(s, ir.AtomicRMW) and s.op in COMBINED_ATOMICS
                        and s.type is not T.u1)
     return own
+
+
+class _OwnElementAxes:
+    """Whether the writes of one field in `task` are each at the iteration's own element. An
+    element's offset is the sum of index x stride over the axes: with the coordinates at the
+    same axes in every write, each within its axis's extent below the first of them (constants
+    there too), and the same value for every iteration above it (constants, arguments), two
+    iterations' elements differ by their coordinates, unless the writes' values above differ
+    and the first coordinate may leave its axis (then they must be the same values)."""
+
+    def __init__(self, task: ir.Task):
+        self.coordinates = {c: d for d, c in enumerate(task.axis_index)} or {task.index: 0}
+        self.ranges = _coordinate_ranges(task) or {}
+        self.invariant: dict = {}
+
+    def of(self, writes: list) -> bool:
+        shape = getattr(writes[0].ptr.target, "shape", None)
+        if shape is None:
+            return False
+        patterns, prefixes = set(), set()
+        for s in writes:
+            indices = s.ptr.indices
+            pattern = tuple(self.coordinates.get(i) for i in indices)
+            if len(indices) != len(shape) or sorted(a for a in pattern if a is not None) != list(
+                    range(len(self.coordinates))):
+                return False
+            first = next(k for k, a in enumerate(pattern) if a is not None)
+            if not all(self.is_invariant(i) for i in indices[:first]) or not all(
+                    self.within(i, n) for i, n in zip(indices[first + 1:], shape[first + 1:])):
+                return False
+            patterns.add(pattern)
+            prefixes.add(tuple(i.value if isinstance(i, ir.Const) else i for i in indices[:first]))
+        if len(patterns) != 1:
+            return False
+        first = next(k for k, a in enumerate(next(iter(patterns))) if a is not None)
+        return len(prefixes) == 1 or self.within(writes[0].ptr.indices[first], shape[first])
+
+    def within(self, index, extent: int) -> bool:
+        """Whether `index` is within [0, extent) in every iteration, as known at compile time."""
+        if isinstance(index, ir.Const):
+            return 0 <= index.value < extent
+        bounds = self.ranges.get(index)
+        return bounds is not None and 0 <= bounds[0] and bounds[1] < extent
+
+    def is_invariant(self, value) -> bool:
+        """Whether `value` is the same in every iteration of a launch: constants, arguments,
+        shapes and what the body computes from them alone."""
+        known = self.invariant.get(value)
+        if known is None:
+            if isinstance(value, (ir.Const, ir.ArgLoad, ir.NdarrayShape)):
+                known = True
+            elif isinstance(value, (ir.Unary, ir.Binary, ir.Cast, ir.Select)):
+                known = all(self.is_invariant(o) for o in value.operands())
+            else:
+                known = False
+            self.invariant[value] = known
+        return known
 
 
 def _memory(target) -> tuple:
