@@ -32,6 +32,7 @@ from ..llvm.llvm_ir import _ChunkEnv, _FCMP, carry_to_outer_coordinates, chunk_t
 from ..llvm.llvm_types import FLOAT_BITS, I1, I8, I32, I64, PTR, float_suffix, lltype, memtype
 from ..llvm.target import Inline, Intrinsic, PerWidth
 from .widen_adstack import LaneAdStacks
+from .widen_memory import LaneMemory, _Ptr, whole_vector
 from .widen_plan import WidenPlan
 
 
@@ -65,16 +66,7 @@ class _MaskedLoop:
         self.active, self.cont, self.latch, self.exit = active, cont, latch, exit_bb
 
 
-class _Ptr:
-    """A GlobalPtr at W lanes: `uniform` (one scalar address), `contiguous` (lane l at
-    `address + l` elements) or `varying` (a `<W x ptr>`)."""
-    __slots__ = ("kind", "address")
-
-    def __init__(self, kind: str, address):
-        self.kind, self.address = kind, address
-
-
-class WideChunkEnv(LaneAdStacks, _ChunkEnv):
+class WideChunkEnv(LaneMemory, LaneAdStacks, _ChunkEnv):
     def __init__(self, cg, builder, ctx, plan: WidenPlan, lanes: int):
         super().__init__(cg, builder, ctx)
         self.plan, self.W = plan, lanes
@@ -99,9 +91,9 @@ class WideChunkEnv(LaneAdStacks, _ChunkEnv):
         if self.is_vec(v):
             return v
         vt = ll.VectorType(v.type, self.W)
-        undef = ll.Constant(vt, ll.Undefined)
+        undef = whole_vector(vt, ll.Undefined)
         one = self.b.insert_element(undef, v, ll.Constant(I32, 0))
-        return self.b.shuffle_vector(one, undef, ll.Constant(ll.VectorType(I32, self.W), [ll.Constant(I32, 0)] * self.W))
+        return self.b.shuffle_vector(one, undef, whole_vector(ll.VectorType(I32, self.W), 0))
 
     def vv(self, s):
         """Operand `s` as a vector."""
@@ -232,7 +224,7 @@ class WideChunkEnv(LaneAdStacks, _ChunkEnv):
         """The scalar code of `s` once per lane, the results gathered into a vector."""
         b = self.b
         saved = {o: self.vals[o] for o in s.operands()}
-        out = ll.Constant(self.vt(s.type), ll.Undefined)
+        out = whole_vector(self.vt(s.type), ll.Undefined)
         for i in range(self.W):
             for o, v in saved.items():
                 self.vals[o] = self.lane(v, i) if self.is_vec(v) else v
@@ -522,7 +514,7 @@ class WideChunkEnv(LaneAdStacks, _ChunkEnv):
         b, w = self.b, self.W
         mt = memtype(s.type)
         vt = ll.VectorType(mt, w)
-        zero = ll.Constant(vt, None)
+        zero = whole_vector(vt, None)
         align = ll.Constant(I32, s.type.nbytes)
         if p.kind == "contiguous":
             v = self.intrinsic(f"llvm.masked.load.{self.vector_suffix(vt)}.p0", vt, [PTR, I32, self.exec.type, vt],
@@ -592,118 +584,6 @@ class WideChunkEnv(LaneAdStacks, _ChunkEnv):
         total = self.reduce(combine, lanes, t)
         with b.if_then(self.any_lane(self.exec)):
             self.scalar_atomic(op, ptr, total, t)
-
-    def atomic_by_lane(self, op: str, p: _Ptr, value: ir.Stmt, t: T.DataType):
-        """One atomic per running lane, in lane order (the scalar code's iteration order)."""
-        b = self.b
-        v = self.v(value)
-        if self.is_vec(v):  # in memory once, read by lane number (an extractelement by a variable
-            v = self._spilled(v)  # lane would store the whole vector in every iteration)
-        if p.kind != "contiguous":
-            p = _Ptr("spilled", self._spilled(p.address))
-
-        def update(index):
-            x = b.load(b.gep(v[0], [index], source_etype=v[1]), typ=v[1]) if isinstance(v, tuple) else v
-            self.scalar_atomic(op, self.lane_address(p, index, memtype(t)), x, t)
-        self.each_running_lane(update)
-
-    def own_update(self, s: ir.AtomicRMW, p: _Ptr):
-        """An atomic at an element no other iteration writes (widen_plan._own_updates), as a
-        plain read-modify-write of the running lanes: a gather (or masked load), the operation
-        and a scatter (or masked store) with `vector_memory`, else one per lane in a loop."""
-        b, t = self.b, s.type
-        if not self.vector_memory:
-            v = self.v(s.value)
-            if self.is_vec(v):
-                v = self._spilled(v)
-            if p.kind != "contiguous":
-                p = _Ptr("spilled", self._spilled(p.address))
-
-            def update(index):
-                x = b.load(b.gep(v[0], [index], source_etype=v[1]), typ=v[1]) if isinstance(v, tuple) else v
-                self.read_modify_write(s.op, self.lane_address(p, index, memtype(t)), x, t)
-            self.each_running_lane(update)
-            return
-        vt = ll.VectorType(memtype(t), self.W)
-        align = ll.Constant(I32, t.nbytes)
-        suffix = self.vector_suffix(vt)
-        if p.kind == "contiguous":
-            old = self.intrinsic(f"llvm.masked.load.{suffix}.p0", vt, [PTR, I32, self.exec.type, vt],
-                                 [p.address, align, self.exec, ll.Constant(vt, None)])
-        else:
-            old = self.intrinsic(f"llvm.masked.gather.{suffix}.{self.vector_suffix(p.address.type)}", vt,
-                                 [p.address.type, I32, self.exec.type, vt], [p.address, align, self.exec,
-                                                                             ll.Constant(vt, None)])
-        new = self.lanes_operation(s.op, old, self.vv(s.value), t)
-        if p.kind == "contiguous":
-            self.intrinsic(f"llvm.masked.store.{suffix}.p0", ll.VoidType(), [vt, PTR, I32, self.exec.type],
-                           [new, p.address, align, self.exec])
-        else:
-            self.intrinsic(f"llvm.masked.scatter.{suffix}.{self.vector_suffix(p.address.type)}", ll.VoidType(),
-                           [vt, p.address.type, I32, self.exec.type], [new, p.address, align, self.exec])
-
-    def lanes_operation(self, op: str, old, x, t: T.DataType):
-        """`op(old, x)` lane by lane, as the scalar code's read-modify-write computes it (no
-        reassociation)."""
-        b = self.b
-        if t.is_float:
-            if op in ("add", "sub"):
-                return (b.fadd if op == "add" else b.fsub)(old, x)
-            return self.intrinsic(f"llvm.{op}num.{self.vector_suffix(old.type)}", old.type, [old.type] * 2, [old, x])
-        if op in ("min", "max"):
-            cmp = b.icmp_signed if t.kind == "int" else b.icmp_unsigned
-            return b.select(cmp("<" if op == "min" else ">", old, x), old, x)
-        return {"add": b.add, "sub": b.sub, "and": b.and_, "or": b.or_, "xor": b.xor}[op](old, x)
-
-    def load_by_lane(self, s: ir.GlobalLoad):
-        """`s` as one scalar load per running lane, in a loop: the code of a gather that runs
-        once before a loop (`hoist_invariant_loads`), as small at every level (a masked gather
-        without gather instructions is a branch and a load per lane)."""
-        b, w = self.b, self.W
-        p, mt = self.vals[s.ptr], memtype(s.type)
-        vt = ll.VectorType(mt, w)
-        if p.kind != "contiguous":
-            p = _Ptr("spilled", self._spilled(p.address))
-        lanes = self.entry_alloca(ll.ArrayType(mt, w))
-        b.store(ll.Constant(vt, None), b.bitcast(lanes, ll.PointerType(vt)), align=1)  # the lanes that do not run
-        first = b.bitcast(lanes, ll.PointerType(mt))
-        self.each_running_lane(lambda index: b.store(
-            b.load(self.lane_address(p, index, mt), typ=mt, align=s.type.nbytes), b.gep(first, [index])))
-        v = b.load(b.bitcast(lanes, ll.PointerType(vt)), typ=vt, align=1)
-        return b.icmp_unsigned("!=", v, splat(I8, 0, w)) if s.type is T.u1 else v
-
-    def lane_address(self, p: _Ptr, index, elem):
-        """Lane `index`'s address of a contiguous or spilled `p`."""
-        if p.kind == "contiguous":
-            return self.b.gep(p.address, [index], source_etype=elem)
-        return self.b.load(self.b.gep(p.address[0], [index], source_etype=PTR), typ=PTR)
-
-    def each_running_lane(self, visit):
-        """`visit(lane number)` for each running lane, in lane order, in a loop over the set bits
-        of the mask: written out for each of W lanes, a P2G scatter's 27 atomics were thousands
-        of blocks (ten times the build time)."""
-        b, w = self.b, self.W
-        word = ll.IntType(w)
-        mask = b.bitcast(self.exec, word)
-        entry = b.block
-        head, body, done = (b.append_basic_block(f"lanes.each.{part}") for part in ("head", "body", "done"))
-        b.branch(head)
-        b.position_at_end(head)
-        left = b.phi(word)
-        left.add_incoming(mask, entry)
-        b.cbranch(b.icmp_unsigned("!=", left, ll.Constant(word, 0)), body, done)
-        b.position_at_end(body)
-        lane = b.call(self.mb.declare(f"llvm.cttz.i{w}", word, [word, I1]), [left, ll.Constant(I1, 1)])
-        visit(b.zext(lane, I64) if w < 64 else lane)
-        left.add_incoming(b.and_(left, b.sub(left, ll.Constant(word, 1))), b.block)  # the lowest set bit cleared
-        b.branch(head)
-        b.position_at_end(done)
-
-    def _spilled(self, vector):
-        """(pointer to `vector` stored in an entry-block array, element type)."""
-        array = self.entry_alloca(ll.ArrayType(vector.type.element, self.W))
-        self.b.store(vector, self.b.bitcast(array, ll.PointerType(vector.type)), align=1)  # an array's alignment
-        return array, vector.type.element
 
     def scalar_atomic(self, op: str, ptr, v, t: T.DataType):
         self.atomic_update(op, ptr, v, t)
@@ -792,25 +672,6 @@ class WideChunkEnv(LaneAdStacks, _ChunkEnv):
         b.store(b.or_(b.load(loop.cont, typ=mt), self.exec), loop.cont)
         self.dead = True
 
-    def hoist_invariant_loads(self, loop):
-        """The loads widen_plan found invariant in `loop`, read before it under the lanes that
-        enter it (a debug build's checked accesses stay where they are, reported in order)."""
-        for load in self.plan.invariant_loads.get(loop, ()):
-            ptr = load.ptr
-            if ptr in self.cg.check_id:
-                continue
-            if ptr not in self.hoisted and ptr not in self.vals:
-                for index in ptr.indices:
-                    if index not in self.vals:  # a constant defined inside the loop
-                        self.stmt(index)
-                self.stmt(ptr)
-                self.hoisted.add(ptr)
-            if self.vector_memory:
-                self.stmt(load)
-            else:
-                self.vals[load] = self.load_by_lane(load)
-            self.hoisted.add(load)
-
     def s_RangeFor(self, s):
         if self.wide:
             self.hoist_invariant_loads(s)
@@ -855,7 +716,7 @@ class WideChunkEnv(LaneAdStacks, _ChunkEnv):
         running = step(loop)
         b.cbranch(self.any_lane(running), body_bb, exit_bb)
         b.position_at_end(body_bb)
-        b.store(ll.Constant(mt, None), cont)
+        b.store(whole_vector(mt, None), cont)
         self.exec = running
         self.narrow += 1
         self.loops.append(loop)
