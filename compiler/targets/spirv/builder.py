@@ -8,6 +8,7 @@ Every instruction is kept as a list of words until the end; an id is an int.
 from __future__ import annotations
 
 import struct
+from contextlib import contextmanager
 
 from .spec import (ADDRESSING_LOGICAL, ADDRESSING_PHYSICAL_STORAGE_BUFFER_64,
                    EXECUTION_MODE_SIGNED_ZERO_INF_NAN_PRESERVE, EXECUTION_MODEL_GLCOMPUTE, FUNCTION_CONTROL_NONE,
@@ -222,8 +223,9 @@ class ModuleBuilder:
 
 class FunctionBuilder:
     """One function: Function-storage variables go to its first block (§2.16.1 requires it),
-    every other instruction to the current block. `terminated` says whether the current block
-    already ended in a branch or return (code after a break is not emitted)."""
+    every other instruction to the current block, or, inside `at_entry()`, to the first block
+    ahead of its code. `terminated` says whether the current block already ended in a branch or
+    return (code after a break is not emitted)."""
 
     def __init__(self, module: ModuleBuilder, return_type: int, name: str = ""):
         self.m = module
@@ -234,12 +236,25 @@ class FunctionBuilder:
             module.name(self.id, name)
         self.entry_label = module.new_id()
         self.variables: list = []
+        self.entry_code: list = []     # what `at_entry()` emitted
+        self._at_entry = False
         self.blocks: list = [[instruction(Op.Label, self.entry_label)]]
         self.terminated = False
 
     @property
     def current(self) -> list:
-        return self.blocks[-1]
+        return self.entry_code if self._at_entry else self.blocks[-1]
+
+    @contextmanager
+    def at_entry(self):
+        """Emit into the first block, ahead of its code: a value computed there dominates every
+        block, so one computed once (from constants, global variables and other entry values)
+        serves every use wherever it is. No control flow inside."""
+        outer, self._at_entry = self._at_entry, True
+        try:
+            yield
+        finally:
+            self._at_entry = outer
 
     def local_variable(self, pointee: int) -> int:
         vid = self.m.new_id()
@@ -271,6 +286,7 @@ class FunctionBuilder:
         self.terminated = False
 
     def _terminate(self, opcode: int, *operands) -> None:
+        assert not self._at_entry, "no control flow among the entry values"
         self.emit_void(opcode, *operands)
         self.terminated = True
 
@@ -302,7 +318,7 @@ class FunctionBuilder:
         assert self.terminated, "the last block needs a terminator"
         first, *rest = self.blocks
         body = [instruction(Op.Function, self.return_type, self.id, FUNCTION_CONTROL_NONE, self.fn_type)]
-        body += [first[0]] + self.variables + first[1:]
+        body += [first[0]] + self.variables + self.entry_code + first[1:]
         for block in rest:
             body += block
         body.append(instruction(Op.FunctionEnd))

@@ -53,6 +53,7 @@ class TaskLowering(SimtLowering, ValueLowering, MemoryLowering, AdStackLowering,
         # address_arrays: (resource, index) of each array reached by address -> its slot in "addresses"
         self.addressed: dict | None = {} if address_arrays else None
         self.aligned: dict = {}        # PhysicalStorageBuffer pointer id -> its alignment in bytes
+        self.entry_values: dict = {}   # what memory.py's entry_value computed once, by key
         self.pointers: dict = {}       # GlobalPtr -> ((resource, index), linear index id)
         self.index_types: dict = {}    # GlobalPtr -> the type of its linear index (i32 or i64)
         *self.arg_word, self.random_word = arg_words(kernel.params)

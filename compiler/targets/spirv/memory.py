@@ -9,6 +9,11 @@ lowering.TaskLowering; the ABI is in compiler/targets/vulkan/target.py's docstri
   lowered with `address_arrays` binds none of them: it reads each array's buffer device address
   (a u64, two words, low first) from "addresses" at word 2k, k its place in `addressed`, and
   reaches the elements through PhysicalStorageBuffer pointers.
+The launch-constant buffers (LAUNCH_CONSTANT: the device writes them before a launch, no shader
+writes them) are decorated NonWritable, and each of their words a task reads is loaded once, in
+the entry block, as is what depends on them alone: ndarray extents, scalar arguments, each
+addressed array's base pointer (one OpConvertUToPtr per array and element type). An access is
+then one OpAccessChain from a base, wherever it is.
 Atomics: integers of 32 and 64 bits natively; f32 add natively where the target has float
 atomic add (SPV_EXT_shader_atomic_float_add), other float updates and every multiplication
 (`qd.atomic_mul`) as compare-and-swap loops on the element's bits.
@@ -25,9 +30,11 @@ from ... import ir
 from ...passes.reductions import COMBINE  # an atomic's update as a combination (sub adds -v)
 from ..base import Unsupported
 from .spec import (GROUP_OPERATION_REDUCE, MEMORY_ACCESS_ALIGNED, SCOPE_DEVICE, SCOPE_SUBGROUP, SEMANTICS_RELAXED,
-                   Capability, Op, StorageClass)
+                   Capability, Decoration, Op, StorageClass)
 
 ARRAY_RESOURCES = ("field", "ndarray", "ndarray_grad")  # what `address_arrays` reaches by address
+# Written by the device before a launch (runtime/devices/vulkan/pipelines.py, LAUNCH_WRITTEN), read-only here
+LAUNCH_CONSTANT = ("args", "addresses", "adstack_meta")
 
 _INT_ATOMICS = {"add": Op.AtomicIAdd, "sub": Op.AtomicISub, "and": Op.AtomicAnd, "or": Op.AtomicOr,
                 "xor": Op.AtomicXor, ("min", True): Op.AtomicSMin, ("min", False): Op.AtomicUMin,
@@ -59,8 +66,10 @@ class MemoryLowering:
             if t.bits in (8, 16):
                 self.m.require(Capability.StorageBuffer8BitAccess if t.bits == 8 else
                                Capability.StorageBuffer16BitAccess)
-            name = f"{resource}{index}" if resource in ("field", "ndarray", "ndarray_grad") else resource
+            name = f"{resource}{index}" if resource in ARRAY_RESOURCES else resource
             var = self.views[key, element] = self.m.storage_buffer(element, t.nbytes, 0, binding, name)
+            if resource in LAUNCH_CONSTANT:
+                self.m.decorate(var, Decoration.NonWritable)
         return var
 
     def element(self, resource: str, index: int, t: T.DataType, position: int) -> int:
@@ -70,21 +79,35 @@ class MemoryLowering:
         ptr_type = self.m.pointer(StorageClass.StorageBuffer, self.ty(t))
         return self.fb.emit(Op.AccessChain, ptr_type, self.buffer(resource, index, t), self.c(T.u32, 0), position)
 
+    def entry_value(self, key, compute) -> int:
+        """`compute()`, emitted once for the whole task in the entry block (which dominates every
+        use): for values of constants and launch-constant words alone."""
+        value = self.entry_values.get(key)
+        if value is None:
+            with self.fb.at_entry():
+                value = self.entry_values[key] = compute()
+        return value
+
     def addressed_element(self, key: tuple, t: T.DataType, position: int) -> int:
-        """A PhysicalStorageBuffer pointer to element `position` of array `key`, from the address
-        the launch wrote for it (read where it is used: a value loaded once would have to
-        dominate every use). Loads and stores through it say its alignment (`aligned`)."""
-        slot = self.addressed.setdefault(key, len(self.addressed))
-        address = self.from_words([self.word("addresses", 0, 2 * slot + i) for i in range(2)], T.u64)
-        self.m.require(Capability.PhysicalStorageBufferAddresses)
-        if t.bits in (8, 16):
-            self.m.require(Capability.StorageBuffer8BitAccess if t.bits == 8 else Capability.StorageBuffer16BitAccess)
-        block = self.m.buffer_block(self.ty(t), t.nbytes)
-        base = self.fb.emit(Op.ConvertUToPtr, self.m.pointer(StorageClass.PhysicalStorageBuffer, block), address)
+        """A PhysicalStorageBuffer pointer to element `position` of array `key`, from the array's
+        base pointer. Loads and stores through it say its alignment (`aligned`)."""
+        base = self.entry_value(("base", key, t), lambda: self.array_base(key, t))
         pointer = self.fb.emit(Op.AccessChain, self.m.pointer(StorageClass.PhysicalStorageBuffer, self.ty(t)), base,
                                self.c(T.u32, 0), position)
         self.aligned[pointer] = t.nbytes
         return pointer
+
+    def array_base(self, key: tuple, t: T.DataType) -> int:
+        """Array `key` as a PhysicalStorageBuffer block of `t`, from the address the launch wrote
+        for it (a u64, two words of "addresses" at its slot)."""
+        slot = self.addressed.setdefault(key, len(self.addressed))
+        address = self.entry_value(("address", key), lambda: self.from_words(
+            [self.word("addresses", 0, 2 * slot + i) for i in range(2)], T.u64))
+        self.m.require(Capability.PhysicalStorageBufferAddresses)
+        if t.bits in (8, 16):
+            self.m.require(Capability.StorageBuffer8BitAccess if t.bits == 8 else Capability.StorageBuffer16BitAccess)
+        block = self.m.buffer_block(self.ty(t), t.nbytes)
+        return self.fb.emit(Op.ConvertUToPtr, self.m.pointer(StorageClass.PhysicalStorageBuffer, block), address)
 
     def memory_access(self, pointer: int) -> tuple:
         """The memory operands a load or store through `pointer` needs (Aligned for an address)."""
@@ -92,8 +115,10 @@ class MemoryLowering:
         return () if alignment is None else (MEMORY_ACCESS_ALIGNED, alignment)
 
     def word(self, resource: str, index: int, position: int) -> int:
-        """The u32 word at constant `position` of a buffer."""
-        return self.fb.emit(Op.Load, self.ty(T.u32), self.element(resource, index, T.u32, self.c(T.u32, position)))
+        """The u32 word at constant `position` of a buffer (of a launch-constant one: loaded once)."""
+        def load():
+            return self.fb.emit(Op.Load, self.ty(T.u32), self.element(resource, index, T.u32, self.c(T.u32, position)))
+        return self.entry_value(("word", resource, index, position), load) if resource in LAUNCH_CONSTANT else load()
 
     def from_words(self, words: list, t: T.DataType) -> int:
         """A value of type `t` from its one (two for 64 bits, low first) little-endian u32 words."""
@@ -124,11 +149,16 @@ class MemoryLowering:
     def s_ArgLoad(self, s):
         first = self.arg_word[s.arg_index]
         count = 2 if s.type.bits == 64 else 1
-        return self.from_words([self.word("args", 0, first + i) for i in range(count)], s.type)
+        return self.entry_value(("arg", s.arg_index, s.type), lambda: self.from_words(
+            [self.word("args", 0, first + i) for i in range(count)], s.type))
 
     def s_NdarrayShape(self, s):
-        extent = self.word("args", 0, self.arg_word[s.arg_index] + s.dim)
-        return self.convert(self.op(Op.Bitcast, T.i32, extent), T.i32, s.type)
+        return self.ndarray_extent(s.arg_index, s.dim, s.type)
+
+    def ndarray_extent(self, arg_index: int, dim: int, t: T.DataType) -> int:
+        """An ndarray argument's extent along `dim` (an i32 word of "args") as a `t`."""
+        return self.entry_value(("extent", arg_index, dim, t), lambda: self.convert(self.op(
+            Op.Bitcast, T.i32, self.word("args", 0, self.arg_word[arg_index] + dim)), T.i32, t))
 
     def s_RandomState(self, s):
         return self.word("args", 0, self.random_word + s.word)
@@ -195,22 +225,22 @@ class MemoryLowering:
         it = T.i64 if wide else T.i32
         if isinstance(target, ir.FieldRef):
             key = ("field", target.slot)
-            dims = [self.c(it, d) for d in target.shape]
+
+            def extent(d: int) -> int:
+                return self.c(it, target.shape[d])
         else:
             key = ("ndarray_grad" if target.is_grad else "ndarray", target.arg_index)
-            dims = [self.convert(self.op(Op.Bitcast, T.i32, self.word("args", 0, self.arg_word[target.arg_index] + d)),
-                                 T.i32, it) for d in range(target.ndim)]
+
+            def extent(d: int) -> int:
+                return self.ndarray_extent(target.arg_index, d, it)
         linear = self.c(T.i32, 0)
         indices = []
-        for n, (idx, dim) in enumerate(zip(s.indices, dims)):
-            i = self.convert(self.v(idx), idx.type, it) if idx.type is not T.u1 else self.convert(self.v(idx), T.u1, it)
+        for n, idx in enumerate(s.indices):
+            i = self.convert(self.v(idx), idx.type, it)
             indices.append(i)
-            if n == 0:
-                linear = i
-            else:
-                linear = self.op(Op.IAdd, it, self.op(Op.IMul, it, linear, dim), i)
+            linear = i if n == 0 else self.op(Op.IAdd, it, self.op(Op.IMul, it, linear, extent(n)), i)
         if s in self.check_ids:
-            linear = self.bounds_checked(s, it, linear, indices, dims)
+            linear = self.bounds_checked(s, it, linear, indices, [extent(d) for d in range(len(indices))])
         self.pointers[s] = (key, linear)
         self.index_types[s] = it if s.indices else T.i32
         return self.element(*key, self.mem_type(s.type), linear)

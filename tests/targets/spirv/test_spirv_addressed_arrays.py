@@ -3,8 +3,11 @@ ndarrays through dataclass parameters; lavapipe binds 32 storage buffers per sha
 binding more crashed it): the Vulkan target reaches such a task's fields and ndarrays through
 buffer device addresses. Their modules pass spirv-val and declare PhysicalStorageBuffer64
 addressing; on Vulkan their loads, stores, u1 and vector elements and atomics equal numpy's; a
-device that binds fewer buffers than a task asks refuses it at load, naming its limit."""
+device that binds fewer buffers than a task asks refuses it at load, naming its limit. Each
+array's base pointer, and each launch word, is made once, in the entry block, not per access."""
+import collections
 import dataclasses
+import re
 
 import numpy as np
 import pytest
@@ -13,6 +16,7 @@ import qdc as qd
 from qdc.compiler.driver import kernel as K
 from qdc.compiler.driver.options import Options
 from qdc.compiler.targets.spirv import tools
+from qdc.compiler.targets.vulkan import target as vulkan_target
 from qdc.compiler.targets.vulkan.target import MAX_BOUND_BUFFERS
 from qdc.runtime.contract.artifact import check_kernel_meta
 
@@ -118,6 +122,63 @@ def test_a_task_of_many_arrays_reaches_them_by_address_and_passes_spirv_val():
     assert [b[2] for b in task.bindings] == ["args", "addresses"]
     assert sorted(task.launch["addressed"], key=lambda a: a[1]) == [["ndarray", i] for i in range(30)]
     assert "PhysicalStorageBuffer64" in tools.disassemble(module)
+
+
+def entry_block_and_body(module: bytes) -> tuple[list, list]:
+    """The lines of the entry function's first block (up to its first branch or merge) and all of its lines."""
+    lines = tools.disassemble(module).splitlines()
+    start = next(n for n, line in enumerate(lines) if " OpFunction " in line)
+    body = lines[start:]
+    end = next(n for n, line in enumerate(body) if re.search(r"\bOp(Branch|BranchConditional|SelectionMerge|"
+                                                             r"LoopMerge|Return)\b", line))
+    return body[:end], body
+
+
+@qd.kernel
+def signed_band_sums(a: qd.types.ndarray(qd.f32, 2), width: qd.i32, out: qd.types.ndarray(qd.f32, 1)):
+    for i in range(out.shape[0]):
+        s = 0.0
+        for j in range(width):  # a dynamic loop, a branch, extents: what each access reads is hoisted
+            if a[i, j] > 0:
+                s += a[i, j]
+            else:
+                s -= a[i, (j + 1) % a.shape[1]]
+        out[i] = s
+
+
+@pytest.fixture
+def every_array_by_address(monkeypatch):
+    monkeypatch.setattr(vulkan_target, "MAX_BOUND_BUFFERS", 1)
+
+
+@pytest.mark.parametrize("kernel", [weighted_sum, signed_band_sums], ids=["weighted_sum", "signed_band_sums"])
+def test_each_array_base_and_launch_word_is_made_once_in_the_entry_block(kernel, every_array_by_address):
+    k = kernel._primal
+    compiled = K.compile_kernel(k.fn, k.params, Options(), arch="vulkan")
+    for i, task in enumerate(compiled.meta.tasks):
+        module = compiled.artifacts[f"spirv_t{i}"]
+        assert tools.validate(module) is None, tools.validate(module)
+        entry, body = entry_block_and_body(module)
+        launch_words = [line.split()[-3:] for line in body if re.search(r"OpAccessChain \S+ %(args|addresses) ", line)]
+        assert launch_words and max(collections.Counter(map(tuple, launch_words)).values()) == 1, launch_words
+        assert all(line in entry for line in body if re.search(r"OpAccessChain \S+ %(args|addresses) ", line))
+        bases = [line for line in body if "OpConvertUToPtr" in line]
+        assert len(bases) == len(task.launch.get("addressed", ())) > 0
+        assert all(line in entry for line in bases)
+        assert "OpDecorate %args NonWritable" in tools.disassemble(module)
+
+
+def test_hoisted_bases_and_extents_in_loops_and_branches_on_vulkan_equal_numpy(vulkan_runtime, rng,
+                                                                             every_array_by_address):
+    rows, cols, width = 29, 7, 5
+    values = rng.standard_normal((rows, cols)).astype(np.float32)
+    a, out = qd.ndarray(qd.f32, shape=(rows, cols)), qd.ndarray(qd.f32, shape=(rows,))
+    a.from_numpy(values)
+    signed_band_sums(a, width, out)
+    expected = np.zeros(rows)
+    for j in range(width):
+        expected += np.where(values[:, j] > 0, values[:, j], -values[:, (j + 1) % cols])
+    np.testing.assert_allclose(out.to_numpy(), expected, rtol=1e-5, atol=1e-5)
 
 
 def test_many_arrays_on_vulkan_equal_numpy(vulkan_runtime, rng):
