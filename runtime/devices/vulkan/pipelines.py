@@ -1,4 +1,5 @@
-"""Pipelines (one per task, built at load) and the recording of one launch (kernels.py has the
+"""Pipelines (one per task, built at load; on a CPU device one per workgroup size a task is
+launched at, each made at its first launch) and the recording of one launch (kernels.py has the
 ABI's pure parts: capabilities, args words, the grid)."""
 from __future__ import annotations
 
@@ -93,10 +94,16 @@ def build_task_pipeline(dev, artifacts: dict, meta, i: int):
     # adstacks, whose heap holds the one invocation's slice.
     chunk = (caps.loop_iteration_limit // SERIAL_CHUNK_SHARE if caps.loop_iteration_limit and task.kind == "range_for"
              and serial and not any(p.resource in HEAP_WORDS for p in plans) else 0)
-    pipeline = _pipeline(dev, bytes(blob), task.entry, layout, block, what, chunk)
+    if task.entry not in spirv_entry_points(bytes(blob)):  # a pName the module lacks is undefined behaviour
+        raise UnsupportedKernelError(f"{what}: its SPIR-V has no entry point '{task.entry}' (found "
+                                     f"{sorted(spirv_entry_points(bytes(blob)))}): rebuild the kernel")
     ffi = dev.ffi
     grid_temp = task.launch.get("grid_temp")
     narrow = 0 if grid_temp is not None else narrow_block(caps, task.launch, block)
+    # Where a task has two workgroup sizes (a CPU device), each pipeline is made at the first launch
+    # that uses it: lavapipe compiles a pipeline to machine code when it is made, and most tasks of
+    # a program like Genesis are only ever launched below a workgroup (or only above it).
+    pipeline = None if narrow else _pipeline(dev, bytes(blob), task.entry, layout, block, what, chunk)
     tp = TaskPipeline(name=what, pipeline=pipeline, layout=layout, set_layouts=set_layouts, bindings=plans,
                       addressed=addressed, narrow_block=narrow, narrow=None,
                       source=(bytes(blob), task.entry) if narrow or grid_temp is not None else None,
@@ -117,7 +124,8 @@ def narrow_block(caps, launch: dict, block: int) -> int:
     whether or not any invocation of the group is in the range: a one-invocation launch of a
     large Genesis task took 4.5-5 ms at 256 invocations a workgroup, 0.45 ms at 8. There a launch
     of fewer invocations than the workgroup size uses workgroups of one subgroup, through a
-    pipeline of that size made at its first such launch. Not where the kernel chose its
+    pipeline of that size made at its first such launch (and the task's own pipeline at its first
+    larger launch). Not where the kernel chose its
     block_dim or uses block-level code (their workgroup is part of their meaning)."""
     if (not caps.cpu_device or launch.get("block_dim") or "subgroup_size" in launch
             or not 1 <= caps.subgroup_size < block):
@@ -140,6 +148,14 @@ def _grid_pipeline(dev, tp):
         tp.grid_pipeline = _pipeline(dev, blob, entry, tp.layout, 1, tp.name,
                                      grid=(tp.block_dim, dev.grid_cap(tp.block_dim)))
     return tp.grid_pipeline
+
+
+def _wide_pipeline(dev, tp):
+    """The pipeline at the task's own workgroup size, of a task that also has a narrow one: made
+    at its first launch of a workgroup or more."""
+    blob, entry = tp.source
+    tp.pipeline = _pipeline(dev, blob, entry, tp.layout, tp.block_dim, tp.name, tp.chunk)
+    return tp.pipeline
 
 
 def _set_layout(dev, plans: list):
@@ -176,9 +192,6 @@ def _pipeline(dev, blob: bytes, entry_point: str, layout, block: int, what: str,
     which loading checked the module defines), its WorkgroupSize x specialised to `block`, a
     serial range-for's chunk to `chunk` (0: the whole range in one dispatch), and `grid` (the
     workgroup size and cap of the grid it computes; (0, _): it runs the task)."""
-    if entry_point not in spirv_entry_points(blob):  # a pName the module lacks is undefined behaviour
-        raise UnsupportedKernelError(f"{what}: its SPIR-V has no entry point '{entry_point}' (found "
-                                     f"{sorted(spirv_entry_points(blob))}): rebuild the kernel")
     vk, ffi, lib = dev.vk, dev.ffi, dev.lib
     code = ffi.from_buffer(blob)
     module_info = ffi.new("VkShaderModuleCreateInfo*", {
@@ -211,10 +224,9 @@ def _pipeline(dev, blob: bytes, entry_point: str, layout, block: int, what: str,
 def destroy_pipelines(dev) -> None:
     ffi, lib = dev.ffi, dev.lib
     for tp in dev.__dict__.pop("_pipeline_objects", []):
-        lib.vkDestroyPipeline(dev.device, tp.pipeline, ffi.NULL)
-        for extra in (tp.narrow, tp.grid_pipeline):
-            if extra is not None:
-                lib.vkDestroyPipeline(dev.device, extra, ffi.NULL)
+        for pipeline in (tp.pipeline, tp.narrow, tp.grid_pipeline):
+            if pipeline is not None:
+                lib.vkDestroyPipeline(dev.device, pipeline, ffi.NULL)
         lib.vkDestroyPipelineLayout(dev.device, tp.layout, ffi.NULL)
         for layout in tp.set_layouts:
             lib.vkDestroyDescriptorSetLayout(dev.device, layout, ffi.NULL)
@@ -240,6 +252,8 @@ def record_task(dev, command, tp, dynamic, slices: int) -> None:
     pipeline, block = tp.pipeline, tp.block_dim
     if slices < block and tp.narrow_block:
         pipeline, block = _narrow_pipeline(dev, tp), tp.narrow_block
+    elif pipeline is None:
+        pipeline = _wide_pipeline(dev, tp)
     groups = 1 if tp.serial else -(-slices // block)
     x, y = kernels.dispatch_grid(groups, dev.capabilities.max_workgroup_count)
     lib, vk = dev.lib, dev.vk

@@ -1,7 +1,8 @@
 """Launches of fewer invocations than a workgroup on a CPU Vulkan device (lavapipe): a task left
 at the device's workgroup size runs them in workgroups of one subgroup, through a pipeline of
-that size made at the first such launch (runtime/devices/vulkan/pipelines.py, narrow_block);
-larger launches, tasks with their own block_dim and block-level code keep their workgroup.
+that size made at the first such launch (runtime/devices/vulkan/pipelines.py, narrow_block), its
+own-size pipeline at its first larger launch; larger launches, tasks with their own block_dim and
+block-level code keep their workgroup.
 Values are checked against numpy on both sides of the workgroup size. Skipped without a Vulkan
 device."""
 from __future__ import annotations
@@ -60,6 +61,34 @@ def test_launches_below_and_above_a_workgroup_match_numpy(vulkan_runtime, narrow
     narrowed = caps.cpu_device and 1 <= caps.subgroup_size < caps.default_block_dim and n < caps.default_block_dim
     assert sum("'scaled_plus_index'" in name for name in narrow_launches) == int(narrowed)
     assert not any("scaled_in_blocks_of_64" in name for name in narrow_launches)
+
+
+@qd.kernel
+def doubled_plus_one(x: qd.types.ndarray(qd.f32, ndim=1), y: qd.types.ndarray(qd.f32, ndim=1)):
+    for i in x:
+        y[i] = 2.0 * x[i] + 1.0
+
+
+def test_each_workgroup_size_gets_its_pipeline_at_its_first_launch(vulkan_runtime, monkeypatch, rng):
+    made = []  # the workgroup sizes of the pipelines made for the kernel, in order
+    real = pipelines._pipeline
+
+    def spy(dev, blob, entry, layout, block, what, chunk=0):
+        if "'doubled_plus_one'" in what:
+            made.append(block)
+        return real(dev, blob, entry, layout, block, what, chunk)
+    monkeypatch.setattr(pipelines, "_pipeline", spy)
+    caps = vulkan_runtime.capabilities
+    wide = caps.default_block_dim
+    narrow = pipelines.narrow_block(caps, {"policy": "grid"}, wide)
+    for n in (3, 5, wide + 1, 2 * wide, 4):
+        x = rng.standard_normal(n).astype(np.float32)
+        y = np.zeros(n, np.float32)
+        doubled_plus_one(x, y)
+        np.testing.assert_allclose(y, 2 * x + 1, rtol=1e-6)
+        if n == 5:  # only launches below a workgroup so far: no pipeline of the task's own size yet
+            assert made == ([narrow] if narrow else [wide])
+    assert made == ([narrow, wide] if narrow else [wide])  # each size made once
 
 
 def test_a_serial_task_runs_narrow_and_in_order(vulkan_runtime, narrow_launches, rng):
