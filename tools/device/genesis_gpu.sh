@@ -4,8 +4,9 @@
 #   1. Genesis with `gs.init(backend=gs.cuda)`: its GPU configuration, torch on the GPU, the kernels
 #      on qdc's cuda arch; an empty kernel cache (cold `scene.build()`), then a second process (warm);
 #   2. the CPU reference: `gs.init(backend=gs.cpu)`, qdc's cpu arch;
-#   3. Genesis's GPU configuration with the kernels on qdc's vulkan arch (`--backend cuda --arch
-#      vulkan`: Genesis has no Vulkan backend, bench/genesis_scene.py says how), as time allows.
+#   3. Genesis's GPU configuration with the kernels on qdc's vulkan arch, as time allows (`--backend
+#      cuda --arch vulkan --torch-cpu`: Genesis has no Vulkan backend, bench/genesis_scene.py says
+#      how; torch stays on the CPU, as kernels on arch vulkan take CPU tensors, not CUDA ones).
 # Each run steps 100 times; positions are checked against the CPU run (1e-4). Logs and a summary go
 # to $OUT (default /tmp/genesis-gpu).
 #
@@ -14,8 +15,8 @@
 #                                             # (tools/device/gather.sh)
 #
 # GENESIS_RUNS picks the runs (default "cuda cpu vulkan"; "cpu vulkan" on a machine without an NVIDIA
-# GPU, e.g. on lavapipe, where the vulkan runs take Genesis's GPU configuration with torch on the CPU:
-# --torch-cpu); PYTHON the interpreter (default python3); GENESIS_DEADLINE the seconds in all (470).
+# GPU, e.g. on lavapipe); PYTHON the interpreter (default python3); GENESIS_DEADLINE the seconds in
+# all (470).
 #
 # Two stand-ins, for this harness only: Genesis imports `av` (video recording options) and `z3`
 # (solving collision bit masks of MJCF files) at module level, but these scenes never call either
@@ -122,8 +123,6 @@ if [[ " $runs " == *" cpu "* ]]; then
      for scene in box franka; do rm -rf "/tmp/gq-cpu-$scene"; run cpu $scene "/tmp/gq-cpu-$scene" 300 --backend cpu; done) &
     reference=$!
 fi
-torch_cpu=""
-command -v nvidia-smi > /dev/null || torch_cpu="--torch-cpu"  # e.g. lavapipe: GPU configuration, torch on the CPU
 for what in $runs; do
     for scene in box franka; do
         case $what in
@@ -131,7 +130,7 @@ for what in $runs; do
                   run cuda-cold $scene "/tmp/gq-cuda-$scene" 200 --backend cuda
                   run cuda-warm $scene "/tmp/gq-cuda-$scene" 60 --backend cuda ;;
             vulkan) rm -rf "/tmp/gq-vulkan-$scene"
-                    run vulkan-cold $scene "/tmp/gq-vulkan-$scene" 200 --backend cuda --arch vulkan $torch_cpu ;;
+                    run vulkan-cold $scene "/tmp/gq-vulkan-$scene" 200 --backend cuda --arch vulkan --torch-cpu ;;
             cpu) ;;
             *) say "error: unknown run '$what' (cuda, cpu, vulkan)"; exit 2 ;;
         esac
