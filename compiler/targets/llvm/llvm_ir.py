@@ -63,6 +63,10 @@ class ModuleBuilder:
 class KernelCodegen:
     """Lowers one offloaded KernelIR into `mb.module` following `meta`'s ctx layout."""
 
+    # Atomics that a backend proved no other thread races with (the CPU's own-element updates,
+    # cpu/widen_plan.own_updates): plain read-modify-writes.
+    plain_updates: frozenset | set = frozenset()
+
     def __init__(self, mb: ModuleBuilder, kernel: ir.KernelIR, meta: KernelMeta, fast_math: bool = False, *,
                  target):
         self.mb, self.k, self.meta = mb, kernel, meta
