@@ -168,11 +168,11 @@ def _scatter(src: template(), dst: template(), src_values: template(), dst_value
         if valid and rank == 0:
             warps[w, d] = _popcount(same)
         block_sync()
-        for digit in range(t, RADIX, TILE):  # each digit's first position for the keys of every subgroup
-            run = i32(scratch[digit * tiles + i // TILE])  # the tile's first, from the scan
+        for bucket in range(t, RADIX, TILE):  # each digit value's first position for every subgroup's keys
+            run = i32(scratch[bucket * tiles + i // TILE])  # the tile's first, from the scan
             for v in range(static(TILE // group_size())):
-                c = warps[v, digit]
-                warps[v, digit] = run
+                c = warps[v, bucket]
+                warps[v, bucket] = run
                 run += c
         block_sync()
         if valid:
