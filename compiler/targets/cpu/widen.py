@@ -32,7 +32,7 @@ from ..llvm.llvm_ir import _ChunkEnv, _FCMP, carry_to_outer_coordinates, chunk_t
 from ..llvm.llvm_types import FLOAT_BITS, I1, I8, I32, I64, PTR, float_suffix, lltype, memtype
 from ..llvm.target import Inline, Intrinsic, PerWidth
 from .widen_adstack import LaneAdStacks
-from .widen_memory import LaneMemory, _Ptr, whole_vector
+from .widen_memory import LaneMemory, _Ptr, splat_constant, whole_vector
 from .widen_plan import WidenPlan
 
 
@@ -90,6 +90,8 @@ class WideChunkEnv(LaneMemory, LaneAdStacks, _ChunkEnv):
     def splat(self, v):
         if self.is_vec(v):
             return v
+        if isinstance(v, ll.Constant):
+            return splat_constant(v, self.W)
         vt = ll.VectorType(v.type, self.W)
         undef = whole_vector(vt, ll.Undefined)
         one = self.b.insert_element(undef, v, ll.Constant(I32, 0))

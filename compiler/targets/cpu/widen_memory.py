@@ -30,6 +30,11 @@ def whole_vector(vt: ll.VectorType, value) -> ll.Constant:
     return _whole_vector(vt.element, vt.count, value)
 
 
+def splat_constant(c: ll.Constant, count: int) -> ll.Constant:
+    """`<count x T> splat (T c)`: the constant `c` in every lane, written once."""
+    return _WholeVector(ll.VectorType(c.type, count), [c] * count, f"splat ({c.type} {c.get_reference()})")
+
+
 @functools.lru_cache(maxsize=None)
 def _whole_vector(element, count: int, value) -> ll.Constant:
     return _WholeVector(ll.VectorType(element, count), [value] * count,
