@@ -14,7 +14,9 @@ they meet a vector):
   lanes' values (select);
 - a reduction (`accumulate`) keeps W partial results in a vector, combined once per chunk;
   an atomic on one address combines the active lanes first and issues one atomic, one on
-  varying addresses issues an atomic per active lane;
+  varying addresses issues an atomic per active lane, one at the iteration's own element a
+  plain read-modify-write (widen_memory.py, which also reads before an inner loop the loads
+  that are the same on each of its iterations);
 - math calls the W-lane variants of the inline math (llvm/inline_math_vector.py); an
   operation with no vector form runs the scalar code lane by lane;
 - adstacks: a slice per lane, interleaved element by element (widen_adstack.py).
