@@ -4,8 +4,9 @@
 #   1. Genesis with `gs.init(backend=gs.cuda)`: its GPU configuration, torch on the GPU, the kernels
 #      on qdc's cuda arch; an empty kernel cache (cold `scene.build()`), then a second process (warm);
 #   2. the CPU reference: `gs.init(backend=gs.cpu)`, qdc's cpu arch;
-#   3. Genesis's GPU configuration with the kernels on qdc's vulkan arch (`--backend cuda --arch
-#      vulkan`: Genesis has no Vulkan backend, bench/genesis_scene.py says how), as time allows.
+#   3. Genesis's GPU configuration with the kernels on qdc's vulkan arch, as time allows (`--backend
+#      cuda --arch vulkan --torch-cpu`: Genesis has no Vulkan backend, bench/genesis_scene.py says
+#      how; torch stays on the CPU, as kernels on arch vulkan take CPU tensors, not CUDA ones).
 # Each run steps 100 times; positions are checked against the CPU run (1e-4). Logs and a summary go
 # to $OUT (default /tmp/genesis-gpu).
 #
@@ -14,8 +15,8 @@
 #                                             # (tools/device/gather.sh)
 #
 # GENESIS_RUNS picks the runs (default "cuda cpu vulkan"; "cpu vulkan" on a machine without an NVIDIA
-# GPU, e.g. on lavapipe, where the vulkan runs take Genesis's GPU configuration with torch on the CPU:
-# --torch-cpu); PYTHON the interpreter (default python3); GENESIS_DEADLINE the seconds in all (470).
+# GPU, e.g. on lavapipe); PYTHON the interpreter (default python3); GENESIS_DEADLINE the seconds in
+# all (470).
 #
 # Two stand-ins, for this harness only: Genesis imports `av` (video recording options) and `z3`
 # (solving collision bit masks of MJCF files) at module level, but these scenes never call either
@@ -94,40 +95,48 @@ PY
 
 # run LABEL SCENE CACHE TIMEOUT ARGS...: one bench/genesis_scene.py process, with qdc's kernel cache
 # and Genesis's own (meshes, convex hulls) in CACHE; its JSON line, labelled, goes to results.jsonl,
-# the rest of its output to the log
+# the rest of its output to $runlog
+runlog=$log
 run() {
     local label=$1 scene=$2 cache=$3 limit=$4; shift 4
     local left=$(( deadline - $(date +%s) ))
     [ "$left" -lt "$limit" ] && limit=$left
-    if [ "$limit" -lt 20 ]; then say "skipped $label $scene: out of time"; return; fi
-    say "== $label $scene ($*), at most ${limit}s"
-    local t0=$(date +%s%N) printed=$out/.run.txt
+    if [ "$limit" -lt 20 ]; then echo "skipped $label $scene: out of time" | tee -a "$runlog"; return; fi
+    echo "== $label $scene ($*), at most ${limit}s" | tee -a "$runlog"
+    local t0=$(date +%s%N) printed
+    printed=$(mktemp)
     GS_CACHE_FILE_PATH="$cache/genesis" QDC_CACHE_DIR="$cache" timeout "$limit" \
-        "$py" bench/genesis_scene.py "$scene" 100 --qdc "$@" > "$printed" 2>> "$log"
+        "$py" bench/genesis_scene.py "$scene" 100 --qdc "$@" > "$printed" 2>> "$runlog"
     local rc=$?
-    cat "$printed" >> "$log"
-    say "   exit $rc after $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+    cat "$printed" >> "$runlog"
+    echo "   $label $scene: exit $rc after $(( ($(date +%s%N) - t0) / 1000000 )) ms" | tee -a "$runlog"
     local line=$(grep '^{' "$printed" | tail -1)
     [ -n "$line" ] && echo "{\"label\": \"$label\", \"scene\": \"$scene\", \"result\": $line}" >> "$results"
     rm -f "$printed"
 }
 
-torch_cpu=""
-command -v nvidia-smi > /dev/null || torch_cpu="--torch-cpu"
+# The CPU reference runs beside the GPU runs (its own process and log: a host of many cores; the GPU
+# timings are of processes that had a core each), the GPU runs one after another.
+reference=""
+if [[ " $runs " == *" cpu "* ]]; then
+    (runlog="$out/genesis-cpu.log"
+     for scene in box franka; do rm -rf "/tmp/gq-cpu-$scene"; run cpu $scene "/tmp/gq-cpu-$scene" 300 --backend cpu; done) &
+    reference=$!
+fi
 for what in $runs; do
     for scene in box franka; do
         case $what in
-            cuda) rm -rf /tmp/gq-cuda-$scene
-                  run cuda-cold $scene /tmp/gq-cuda-$scene 200 --backend cuda
-                  run cuda-warm $scene /tmp/gq-cuda-$scene 60 --backend cuda ;;
-            cpu) rm -rf /tmp/gq-cpu-$scene
-                 run cpu $scene /tmp/gq-cpu-$scene 150 --backend cpu ;;
-            vulkan) rm -rf /tmp/gq-vulkan-$scene
-                    run vulkan-cold $scene /tmp/gq-vulkan-$scene 200 --backend cuda --arch vulkan $torch_cpu ;;
+            cuda) rm -rf "/tmp/gq-cuda-$scene"
+                  run cuda-cold $scene "/tmp/gq-cuda-$scene" 200 --backend cuda
+                  run cuda-warm $scene "/tmp/gq-cuda-$scene" 60 --backend cuda ;;
+            vulkan) rm -rf "/tmp/gq-vulkan-$scene"
+                    run vulkan-cold $scene "/tmp/gq-vulkan-$scene" 200 --backend cuda --arch vulkan --torch-cpu ;;
+            cpu) ;;
             *) say "error: unknown run '$what' (cuda, cpu, vulkan)"; exit 2 ;;
         esac
     done
 done
+[ -n "$reference" ] && wait "$reference"
 
 "$py" - "$results" <<'PY' 2>&1 | tee "$out/summary.txt" | tee -a "$log"
 import json, sys
