@@ -39,7 +39,7 @@ class DispatchTimes:
             dev.lib.vkCmdWriteTimestamp(command, stage, pool, first)
             record_task(dev, command, tp, dynamic, slices)
             dev.lib.vkCmdWriteTimestamp(command, stage, pool, first + 1)
-            self.rows.append((tp.name, slices, first))
+            self.rows.append((tp.name, "grid on the device" if tp.grid_temp is not None else slices, first))
         pipelines.record_task = replays.record_task = timed
         from qdc.runtime.devices.vulkan.device import VulkanDevice
         close = VulkanDevice.close
@@ -83,7 +83,7 @@ class DispatchTimes:
               f"{total / steps * 1e3:.3f} ms per step ({steps} steps)")
         print(f"{'us each':>9} {'count':>6} {'ms all':>8}  task (invocations)")
         for name, (count, seconds, slices) in sorted(per_task.items(), key=lambda kv: -kv[1][1])[:top]:
-            print(f"{seconds / count * 1e6:9.1f} {count:6d} {seconds * 1e3:8.2f}  {name} ({','.join(map(str, sorted(slices)))})")
+            print(f"{seconds / count * 1e6:9.1f} {count:6d} {seconds * 1e3:8.2f}  {name} ({','.join(map(str, sorted(slices, key=str)))})")
 
 
 def dev_timestamp_period(dev) -> float:

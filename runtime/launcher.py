@@ -195,12 +195,10 @@ class _Launcher(GraphLoops):
         self.simple_trips = [simple_trip_count(tree) for tree in self.iterations]
 
     def bounds_on_device(self) -> set:
-        """The tasks whose trip count is not read back at launch: on a device whose memory the
-        host does not share, a count in device memory (an ndarray or field element, a temporary)
-        would wait for every queued launch, so those tasks run on the grid their module computes
-        on the device (a Vulkan task's "grid_temp") or on the grid cap, their grid-stride loops
-        reading the bounds (design.md, "The grid cap"). Not tasks holding adstacks, whose heaps
-        are sized for the launch's slices."""
+        """The tasks whose trip count, in device memory the host does not share, is not read
+        back (a read waits for every queued launch): they run on the grid their module computes
+        on the device (a Vulkan task's "grid_temp") or on the grid cap (design.md, "The grid
+        cap"). Not tasks holding adstacks, whose heaps are sized for the launch's slices."""
         if self.device.capabilities.host_memory:
             return set()
         stacks = {r["task"] for r in self.meta.adstack.get("stacks") or []}

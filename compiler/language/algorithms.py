@@ -12,7 +12,8 @@ other. Per 8-bit digit, low digits first:
    its block from the level above), gives every (digit, tile) its first output position;
 3. every tile scatters its keys stably: a key's rank among the equal digits of its subgroup
    comes from ballots (one lane mask per digit bit), and the subgroups' counts per digit are
-   combined in shared memory.
+   combined in shared memory, starting from the digit's first position for the tile (one
+   coalesced read of the scan per digit, not one per key).
 The passes alternate between `keys` and `tmp_keys` (after an odd count the keys are copied
 back). `n` is a 0-d i32 ndarray holding the count, read on the device; `scratch` is an i32 or
 u32 ndarray of at least `sort_scratch_slots(n, log256_max_n)` slots; keys are i32, u32, i64
@@ -167,15 +168,15 @@ def _scatter(src: template(), dst: template(), src_values: template(), dst_value
         if valid and rank == 0:
             warps[w, d] = _popcount(same)
         block_sync()
-        for digit in range(t, RADIX, TILE):  # each digit's count of the earlier subgroups
-            run = 0
+        for bucket in range(t, RADIX, TILE):  # each digit value's first position for every subgroup's keys
+            run = i32(scratch[bucket * tiles + i // TILE])  # the tile's first, from the scan
             for v in range(static(TILE // group_size())):
-                c = warps[v, digit]
-                warps[v, digit] = run
+                c = warps[v, bucket]
+                warps[v, bucket] = run
                 run += c
         block_sync()
         if valid:
-            position = scratch[d * tiles + i // TILE] + warps[w, d] + rank
+            position = warps[w, d] + rank
             dst[position] = key
             if static(has_values):
                 dst_values[position] = src_values[i]

@@ -425,18 +425,18 @@ def block_inclusive_scan(value, block_dim: template(), op: template(), dtype: te
     if static(block_dim == group_size()):
         return inclusive
     tid = thread_idx()
-    subgroup = tid // static(group_size())
+    subgroup_id = tid // static(group_size())  # not `subgroup`: a local shadowing a global is uncacheable
     shared = SharedArray((block_dim // group_size(),), dtype)
     if tid & static(group_size() - 1) == static(group_size() - 1):
-        shared[subgroup] = inclusive
+        shared[subgroup_id] = inclusive
     block_sync()
     total = shared[0]
     prefix = total
     for w in static(range(1, block_dim // group_size())):
-        if subgroup == w:
+        if subgroup_id == w:
             prefix = total
         total = op(total, shared[w])
-    if subgroup != 0:
+    if subgroup_id != 0:
         inclusive = op(prefix, inclusive)
     block_sync()
     return inclusive
@@ -449,18 +449,18 @@ def block_exclusive_scan(value, block_dim: template(), op: template(), identity,
     if static(block_dim == group_size()):
         return exclusive
     tid = thread_idx()
-    subgroup = tid // static(group_size())
+    subgroup_id = tid // static(group_size())
     shared = SharedArray((block_dim // group_size(),), dtype)
     if tid & static(group_size() - 1) == static(group_size() - 1):
-        shared[subgroup] = op(exclusive, value)
+        shared[subgroup_id] = op(exclusive, value)
     block_sync()
     total = shared[0]
     prefix = identity
     for w in static(range(1, block_dim // group_size())):
-        if subgroup == w:
+        if subgroup_id == w:
             prefix = total
         total = op(total, shared[w])
-    if subgroup != 0:
+    if subgroup_id != 0:
         exclusive = op(prefix, exclusive)
     block_sync()
     return exclusive

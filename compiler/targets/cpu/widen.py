@@ -14,10 +14,13 @@ they meet a vector):
   lanes' values (select);
 - a reduction (`accumulate`) keeps W partial results in a vector, combined once per chunk;
   an atomic on one address combines the active lanes first and issues one atomic, one on
-  varying addresses issues an atomic per active lane;
+  varying addresses issues an atomic per active lane, one at the iteration's own element a
+  plain read-modify-write (widen_memory.py, which also reads before an inner loop the loads
+  that are the same on each of its iterations);
 - math calls the W-lane variants of the inline math (llvm/inline_math_vector.py); an
   operation with no vector form runs the scalar code lane by lane;
-- adstacks: a slice per lane, interleaved element by element (widen_adstack.py).
+- adstacks: a slice per lane, interleaved element by element (widen_adstack.py); local arrays an
+  array of vectors, one element per lane (widen_local_arrays.py).
 """
 from __future__ import annotations
 
@@ -32,7 +35,8 @@ from ..llvm.llvm_ir import _ChunkEnv, _FCMP, carry_to_outer_coordinates, chunk_t
 from ..llvm.llvm_types import FLOAT_BITS, I1, I8, I32, I64, PTR, float_suffix, lltype, memtype
 from ..llvm.target import Inline, Intrinsic, PerWidth
 from .widen_adstack import LaneAdStacks
-from .widen_memory import LaneMemory, _Ptr, whole_vector
+from .widen_local_arrays import LaneLocalArrays
+from .widen_memory import LaneMemory, _Ptr, splat_constant, whole_vector
 from .widen_plan import WidenPlan
 
 
@@ -66,7 +70,7 @@ class _MaskedLoop:
         self.active, self.cont, self.latch, self.exit = active, cont, latch, exit_bb
 
 
-class WideChunkEnv(LaneMemory, LaneAdStacks, _ChunkEnv):
+class WideChunkEnv(LaneMemory, LaneAdStacks, LaneLocalArrays, _ChunkEnv):
     def __init__(self, cg, builder, ctx, plan: WidenPlan, lanes: int):
         super().__init__(cg, builder, ctx)
         self.plan, self.W = plan, lanes
@@ -90,6 +94,8 @@ class WideChunkEnv(LaneMemory, LaneAdStacks, _ChunkEnv):
     def splat(self, v):
         if self.is_vec(v):
             return v
+        if isinstance(v, ll.Constant):
+            return splat_constant(v, self.W)
         vt = ll.VectorType(v.type, self.W)
         undef = whole_vector(vt, ll.Undefined)
         one = self.b.insert_element(undef, v, ll.Constant(I32, 0))

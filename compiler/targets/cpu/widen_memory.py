@@ -30,6 +30,11 @@ def whole_vector(vt: ll.VectorType, value) -> ll.Constant:
     return _whole_vector(vt.element, vt.count, value)
 
 
+def splat_constant(c: ll.Constant, count: int) -> ll.Constant:
+    """`<count x T> splat (T c)`: the constant `c` in every lane, written once."""
+    return _WholeVector(ll.VectorType(c.type, count), [c] * count, f"splat ({c.type} {c.get_reference()})")
+
+
 @functools.lru_cache(maxsize=None)
 def _whole_vector(element, count: int, value) -> ll.Constant:
     return _WholeVector(ll.VectorType(element, count), [value] * count,
@@ -70,7 +75,8 @@ class LaneMemory:
                 for index in ptr.indices:
                     if index not in self.vals:  # a constant defined inside the loop
                         self.stmt(index)
-                self.stmt(ptr)
+                if self.vector_memory:  # else each lane's address is the scalar code's, in the loop
+                    self.stmt(ptr)
                 self.hoisted.add(ptr)
             if self.vector_memory:
                 self.stmt(load)
@@ -101,12 +107,11 @@ class LaneMemory:
             v = self.v(s.value)
             if self.is_vec(v):
                 v = self._spilled(v)
-            if p.kind != "contiguous":
-                p = _Ptr("spilled", self._spilled(p.address))
+            address = self.lane_addresses(s.ptr)
 
             def update(index):
                 x = b.load(b.gep(v[0], [index], source_etype=v[1]), typ=v[1]) if isinstance(v, tuple) else v
-                self.read_modify_write(s.op, self.lane_address(p, index, memtype(t)), x, t)
+                self.read_modify_write(s.op, address(index), x, t)
             self.each_running_lane(update)
             return
         vt = ll.VectorType(memtype(t), self.W)
@@ -145,17 +150,43 @@ class LaneMemory:
         once before a loop (`hoist_invariant_loads`), as small at every level (a masked gather
         without gather instructions is a branch and a load per lane)."""
         b, w = self.b, self.W
-        p, mt = self.vals[s.ptr], memtype(s.type)
+        mt = memtype(s.type)
         vt = ll.VectorType(mt, w)
-        if p.kind != "contiguous":
-            p = _Ptr("spilled", self._spilled(p.address))
+        address = self.lane_addresses(s.ptr)
         lanes = self.entry_alloca(ll.ArrayType(mt, w))
         b.store(whole_vector(vt, None), b.bitcast(lanes, ll.PointerType(vt)), align=1)  # the lanes that do not run
         first = b.bitcast(lanes, ll.PointerType(mt))
-        self.each_running_lane(lambda index: b.store(
-            b.load(self.lane_address(p, index, mt), typ=mt, align=s.type.nbytes), b.gep(first, [index])))
+        self.each_running_lane(lambda index: b.store(b.load(address(index), typ=mt, align=s.type.nbytes),
+                                                     b.gep(first, [index])))
         v = b.load(b.bitcast(lanes, ll.PointerType(vt)), typ=vt, align=1)
         return b.icmp_unsigned("!=", v, splat(I8, 0, w)) if s.type is T.u1 else v
+
+    def lane_addresses(self, ptr: ir.GlobalPtr):
+        """`address(lane)`: the lane's element of `ptr`, as the scalar code computes it from the
+        lane's indices, for a loop over the lanes: an index that is the lane's position plus a
+        uniform value (`lin`) is that sum, another varying one is read from its vector, stored
+        before the loop (no vector of W 64-bit addresses to compute and store)."""
+        b = self.b
+        lanes = {}
+        for i in dict.fromkeys(ptr.indices):
+            v = self.vals[i]
+            if self.is_vec(v) and i not in self.lin:
+                lanes[i] = self._spilled(v)
+
+        def address(index):
+            saved = {i: self.vals[i] for i in ptr.indices}
+            for i, v in saved.items():
+                if i in lanes:
+                    array, elem = lanes[i]
+                    self.vals[i] = b.load(b.gep(array, [index], source_etype=elem), typ=elem)
+                elif self.is_vec(v):
+                    first = self.lin[i]
+                    self.vals[i] = b.add(first, b.trunc(index, first.type) if first.type.width < 64 else index)
+            try:
+                return self._scalar(ptr)
+            finally:
+                self.vals.update(saved)
+        return address
 
     def lane_address(self, p: _Ptr, index, elem):
         """Lane `index`'s address of a contiguous or spilled `p`."""

@@ -49,7 +49,7 @@ def widening_mode() -> str:
 # Statement kinds the width-W lowering implements; any other kind keeps the task scalar.
 _PURE = (ir.Const, ir.ArgLoad, ir.NdarrayShape, ir.Unary, ir.Binary, ir.Cast, ir.Select, ir.GlobalPtr,
          ir.RandomState, ir.TempLoad, ir.LoopIndex)
-_LOCALS = (ir.Alloca, ir.LocalLoad, ir.LocalStore, ir.LocalAccumulate)
+_LOCALS = (ir.Alloca, ir.LocalLoad, ir.LocalStore, ir.LocalAccumulate, ir.LocalArray, ir.ArrayLoad, ir.ArrayStore)
 _MEMORY = (ir.GlobalLoad, ir.GlobalStore, ir.AtomicRMW, ir.TempStore, ir.TempAtomic, ad.TempAtomicAdd,
            ir.DebugMessage)
 _CONTROL = (ir.If, ir.RangeFor, ir.While, ir.Break, ir.Continue)
@@ -200,6 +200,8 @@ def _only_accumulations(task: ir.Task) -> bool:
             continue
         declared, read, writes = set(), set(), []
         for s in ir.walk_nested(loop):
+            if isinstance(s, ir.ArrayStore) and s.array.type.is_float:
+                return False  # a float carried in a local array: not counted as an accumulation
             if isinstance(s, ir.Alloca):
                 declared.add(s)
             elif isinstance(s, ir.LocalLoad) and s.var.type.is_float:
@@ -503,6 +505,22 @@ class _Analysis:
                 self.refuse(s, "a read of a chunk-level local")
             if s.var in self.varying_locals:
                 p.varying.add(s)
+        elif isinstance(s, ir.LocalArray):
+            if s.type is T.u1:
+                self.refuse(s, "a local array of u1")
+            self.body_allocas.add(s)
+            if s in self.varying_locals:
+                p.varying.add(s)
+        elif isinstance(s, ir.ArrayLoad):
+            if s.array not in self.body_allocas:
+                self.refuse(s, "a read of a chunk-level local")
+            if varying_in:  # a varying array, or a varying index
+                p.varying.add(s)
+        elif isinstance(s, ir.ArrayStore):
+            if s.array not in self.body_allocas:
+                self.refuse(s, "a write of a chunk-level local")
+            if narrow or varying_in:
+                self.varying_stores.add(s.array)
         elif isinstance(s, ir.LocalStore):
             if s.var not in self.body_allocas:
                 self.refuse(s, "a write of a chunk-level local")

@@ -31,6 +31,7 @@ from ..base import Capabilities, Unsupported, lower_statement
 from .adstack import AdStackLowering
 from .arith import ValueLowering
 from .builder import FunctionBuilder, ModuleBuilder
+from .local_arrays import LocalArrayLowering
 from .memory import MemoryLowering
 from .messages import MessageLowering
 from .simt import SimtLowering
@@ -40,7 +41,7 @@ DESCRIPTOR_SET = 0
 DEFAULT_SPEC_BLOCK_DIM = 128  # the WorkgroupSize's default; the device always specialises it
 
 
-class TaskLowering(SimtLowering, ValueLowering, MemoryLowering, AdStackLowering, MessageLowering):
+class TaskLowering(SimtLowering, ValueLowering, MemoryLowering, LocalArrayLowering, AdStackLowering, MessageLowering):
     def __init__(self, kernel: ir.KernelIR, task: ir.Task, entry: str, capabilities: Capabilities, arch: str,
                  block_dim: int | None, debug: bool = False, fast_math: bool = False, address_arrays: bool = False,
                  grid_temp: int | None = None):

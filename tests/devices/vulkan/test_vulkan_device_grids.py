@@ -116,3 +116,18 @@ def test_the_records_name_the_grid_words():
     k = root_count._primal
     meta = K.compile_kernel(k.fn, k.params, Options(arch="vulkan"), arch="vulkan").meta
     assert [("grid_temp" in t.launch) for t in meta.tasks] == [False, True]  # the serial task: one invocation
+
+
+def test_replayed_launches_compute_their_grid_anew(no_read_back):
+    dev = vulkan_device()
+    out = qd.ndarray(qd.i32, shape=(1000,))
+    n = qd.ndarray(qd.i32, shape=())
+    for count in (10, 700, 3, 700):
+        out.fill(-1)
+        n.from_numpy(np.array(count, np.int32))
+        qd.sync()
+        numbered(out, n)  # on the idle device: a replay of the recorded launch, its grid computed again
+        want = np.full(1000, -1, np.int32)
+        want[:count] = np.arange(1, count + 1)
+        np.testing.assert_array_equal(out.to_numpy(), want)
+    assert any("'numbered'" in tp.name for tp in dev._replays.by_task)
