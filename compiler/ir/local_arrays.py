@@ -2,9 +2,8 @@
 become.
 
 The front end keeps a vector local as one scalar `Alloca` per component (frontend/vectors.py),
-so that every pass treats its components as the scalars they are. On a target that indexes local
-arrays, `v[i]` with `i` known only at run time is a `ComponentLoad` of those scalars, `v[i] = x` a
-`ComponentStore`: one statement
+so that every pass treats its components as the scalars they are. `v[i]` with `i` known only at
+run time is a `ComponentLoad` of those scalars, `v[i] = x` a `ComponentStore`: one statement
 each, whatever the number of components, which store forwarding and dead-code elimination see as
 a read (a write) of every component. Forward-mode and reverse-mode autodiff first expand them
 into what they mean on scalars (passes/local_arrays.py, `expand_component_accesses`):

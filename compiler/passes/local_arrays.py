@@ -1,9 +1,8 @@
 """Vector and matrix locals indexed at run time: local arrays, or their scalars' terms.
 
-On a target that indexes local arrays (its Capabilities' `local_arrays`), the front end makes
-`v[i]` (a run-time `i`) of a vector local of INDEXED_MIN_COMPONENTS or more components a
-`ComponentLoad` of its scalar locals, and `v[i] = x` a `ComponentStore` (ir/local_arrays.py). Two
-functions here give them their meaning in code:
+The front end makes `v[i]` (a run-time `i`) of a vector local of INDEXED_MIN_COMPONENTS or more
+components a `ComponentLoad` of its scalar locals, and `v[i] = x` a `ComponentStore`
+(ir/local_arrays.py). Two functions here give them their meaning in code:
 
 `group_local_arrays`, the last pass of both pipelines, makes the scalars of each such local one
 `LocalArray`: its accesses at a run-time index become an `ArrayLoad` / `ArrayStore` at that index,
