@@ -35,9 +35,11 @@ def has_gathers(level: CpuLevel) -> bool:
 
 
 def has_scatters(level: CpuLevel) -> bool:
-    """Whether the level has vector scatter instructions (AVX-512, SVE), and gathers that LLVM's
-    tuning of the level uses as they are."""
-    return bool(level_features(level) & {"avx512f", "sve"})
+    """Whether the level has vector scatter instructions for a width-W chunk (AVX-512), and
+    gathers that LLVM's tuning of the level uses as they are. Not SVE, as for `has_gathers`: a
+    16-lane masked scatter or gather compiles with `+sve` to the same 117-119 instructions as
+    NEON's, a branch and an access per lane."""
+    return bool(level_features(level) & {"avx512f"})
 
 
 def vector_bits(level: CpuLevel) -> int:

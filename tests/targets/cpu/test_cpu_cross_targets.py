@@ -307,13 +307,14 @@ def gather(pos: nd, g: grid, out: nd):
 
 
 def test_fixed_length_gathers_are_vector_instructions_only_on_x86():
-    """SVE's gather instructions take SVE registers, which LLVM uses for a width-W chunk's
-    fixed-length vectors only where the vector length is known to be 256 bits or more: a
-    portable SVE library gathers lane by lane, as NEON does."""
+    """SVE's gather and scatter instructions take SVE registers, which LLVM uses for a width-W
+    chunk's fixed-length vectors only where the vector length is known to be 256 bits or more:
+    a portable SVE library gathers and scatters lane by lane, as NEON does."""
     from qdc.compiler.targets.cpu.isa_levels import LEVELS
-    from qdc.compiler.targets.cpu.widen_codegen import has_gathers
+    from qdc.compiler.targets.cpu.widen_codegen import has_gathers, has_scatters
     assert [has_gathers(level) for level in LEVELS["x86_64"]] == [False, True, True]
-    assert not any(has_gathers(level) for level in LEVELS["aarch64"])
+    assert [has_scatters(level) for level in LEVELS["x86_64"]] == [False, False, True]
+    assert not any(has_gathers(level) or has_scatters(level) for level in LEVELS["aarch64"])
 
 
 @needs_lld
