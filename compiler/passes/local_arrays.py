@@ -67,8 +67,8 @@ def _arrayable(task: ir.Task, accesses: list) -> dict:
                     not (isinstance(s, ir.COMPONENT_ACCESSES) and tuple(s.components) == components):
                 refused.add(components)
     arrays: dict = {}
-    for components in set(local_of.values()) - refused:
-        if len({v.block for v in components}) == 1:
+    for components in dict.fromkeys(local_of.values()):  # in program order
+        if components not in refused and len({v.block for v in components}) == 1:
             arrays[components] = False
     for s in accesses:
         if s.__class__ is ir.ComponentStore and s.index.__class__ is not ir.Const and tuple(s.components) in arrays:
