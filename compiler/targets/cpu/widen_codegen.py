@@ -35,9 +35,10 @@ def has_gathers(level: CpuLevel) -> bool:
 
 
 def has_scatters(level: CpuLevel) -> bool:
-    """Whether the level has vector scatter instructions (AVX-512, SVE), and gathers that LLVM's
-    tuning of the level uses as they are."""
-    return bool(level_features(level) & {"avx512f", "sve"})
+    """Whether the level scatters the lanes of a width-W chunk with vector instructions, and
+    gathers them with instructions LLVM's tuning of the level uses as they are: AVX-512 (not
+    AVX2, whose generic tuning loads a gather's lanes one by one; not SVE, see has_gathers)."""
+    return "avx512f" in level_features(level)
 
 
 def vector_bits(level: CpuLevel) -> int:
@@ -124,11 +125,10 @@ class CpuKernelCodegen(KernelCodegen):
 
     def emit_chunk(self, task: ir.Task):
         choice = self.choices.get(task)
-        if choice is None or choice.plan is None or 1 in choice.lanes:  # a scalar chunk
-            # Its updates of elements no other iteration writes need no atomics: whoever runs
-            # the chunk, the loop vectoriser widens their plain read-modify-writes, with no copy
-            # of the loop for a thread that runs alone (nbody.drift portable: 62 -> 46 ms of CPU)
-            self.plain_updates = own_updates(task)
+        # Updates of elements no other iteration writes need no atomics: in a scalar chunk,
+        # whoever runs it, the loop vectoriser widens their plain read-modify-writes, with no copy
+        # of the loop for a thread that runs alone (nbody.drift portable: 62 -> 46 ms of CPU)
+        self.plain_updates = choice.plan.own_updates if choice is not None and choice.plan else own_updates(task)
         if choice is None or choice.plan is None:
             return super().emit_chunk(task)
         name = task.task_name + "_chunk"

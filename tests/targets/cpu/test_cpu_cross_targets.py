@@ -9,6 +9,7 @@ import re
 import shutil
 import struct
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -268,6 +269,28 @@ def test_a_mac_links_its_own_libraries_as_the_cross_linked_ones():
     assert link._driver_command("cc", "k.o", "k.so", "linux")[-2:] == ["-lgomp", "-lm"]
 
 
+@needs_lld
+def test_the_cross_build_is_the_same_bytes_whatever_the_jobs(everywhere, tmp_path, monkeypatch):
+    """Every platform's libraries, linked by one LLD process link after link, are the same bytes
+    whether one process builds every variant (`everywhere`: -j1) or a worker, with an LLD process
+    of its own, shares them."""
+    monkeypatch.setattr(build_mod, "MIN_JOBS_FOR_WORKERS", 2)  # a worker for the 3 variants
+    src = tmp_path / "cross.py"
+    src.write_text(SOURCE)
+    cache = tmp_path / "j2"
+    report = build_mod.build([str(src)], ["cpu"], resolve({"cpu_targets": "x86_64,aarch64"}, {}), str(cache), jobs=2,
+                             log=lambda text: None)
+    assert report.ok and report.built == 3, report.errors
+
+    def entries(folder):
+        folder = Path(folder)
+        return {str(path.relative_to(folder)): path.read_bytes() for path in sorted((folder / "entries").rglob("*"))
+                if path.is_file() and path.name != "meta.msgpack"}  # meta holds a date
+    built = entries(cache)
+    assert any(name.endswith("kernel.dylib_arm64") for name in built), sorted(built)
+    assert built == entries(everywhere)
+
+
 # ---- the width-W lowering's gathers ------------------------------------------------------------
 
 GATHERS = '''
@@ -284,13 +307,14 @@ def gather(pos: nd, g: grid, out: nd):
 
 
 def test_fixed_length_gathers_are_vector_instructions_only_on_x86():
-    """SVE's gather instructions take SVE registers, which LLVM uses for a width-W chunk's
-    fixed-length vectors only where the vector length is known to be 256 bits or more: a
-    portable SVE library gathers lane by lane, as NEON does."""
+    """SVE's gather and scatter instructions take SVE registers, which LLVM uses for a width-W
+    chunk's fixed-length vectors only where the vector length is known to be 256 bits or more:
+    a portable SVE library gathers and scatters lane by lane, as NEON does."""
     from qdc.compiler.targets.cpu.isa_levels import LEVELS
-    from qdc.compiler.targets.cpu.widen_codegen import has_gathers
+    from qdc.compiler.targets.cpu.widen_codegen import has_gathers, has_scatters
     assert [has_gathers(level) for level in LEVELS["x86_64"]] == [False, True, True]
-    assert not any(has_gathers(level) for level in LEVELS["aarch64"])
+    assert [has_scatters(level) for level in LEVELS["x86_64"]] == [False, False, True]
+    assert not any(has_gathers(level) or has_scatters(level) for level in LEVELS["aarch64"])
 
 
 @needs_lld

@@ -7,6 +7,7 @@ code's bit for bit at every level this host runs, on one thread and on several, 
 must refuse what it cannot prove."""
 from __future__ import annotations
 
+import platform
 import uuid
 
 import numpy as np
@@ -159,3 +160,20 @@ def test_scalar_chunks_update_their_own_elements_without_atomics(rng, tmp_path, 
         module.racing(0.25)
         want = pos + f(0.25) * vel
         np.testing.assert_allclose(module.pos.to_numpy(), want + f(0.25), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="x86-64 ISA levels")
+def test_own_updates_are_scatters_at_avx512_and_never_atomics(tmp_path, monkeypatch):
+    """x86-64-v4's body scatters the lanes' updates; no level's body has an atomic instruction
+    (`lock`) for them."""
+    from qdc.compiler.targets.cpu import codegen
+    from qdc.compiler.targets.cpu.target import TARGET
+    module = _import(tmp_path, monkeypatch, "own_asm")
+    opts = build_mod._options_for(options.Options().update(cpu_target="portable"), "cpu")
+    fn = kernel_of(module.pairs)
+    compiled = compile_kernel(fn.fn, build_mod._params_for_aot(fn, opts), opts, "cpu")
+    out = codegen.compile_kernel(compiled.ir, compiled.meta, 3, False, "portable", keep_assembly=True,
+                                 target=TARGET)
+    assert "vscatter" in out["asm:x86-64-v4"]
+    for level in LEVELS:
+        assert "lock" not in out[f"asm:{level}"], level
