@@ -1,14 +1,16 @@
-"""Where a Genesis scene's time goes on qdc's Vulkan device: every dispatch timed on the device
-by a pair of timestamps (vkCmdWriteTimestamp around its vkCmdDispatch), summed per task.
+"""Where a program's time goes on qdc's Vulkan device: every dispatch timed on the device by a
+pair of timestamps (vkCmdWriteTimestamp around its vkCmdDispatch), summed per task.
 
     python bench/vulkan_dispatch_times.py {box,franka} STEPS [--top N]
+    python bench/vulkan_dispatch_times.py [--top N] -- SCRIPT.py [ARGS...]
 
-Runs bench/genesis_scene.py SCENE STEPS --qdc --arch vulkan with the timestamps recorded into
-every launch (batched and replayed alike), then prints, per task, its dispatches, the device
-time of one and in all, largest first, and the device time of all dispatches per scene step.
-The build's and the first step's dispatches are counted too (a few per task). The timestamps
-add two commands per dispatch: use the scene's own step time (bench/genesis_scene.py) as the
-figure, this for where it goes.
+The first form runs bench/genesis_scene.py SCENE STEPS --qdc --arch vulkan, the second any
+script (which must itself run on Vulkan, e.g. bench/bench_simt.py --arch vulkan), with the
+timestamps recorded into every launch (batched and replayed alike), then prints, per task, its
+dispatches, the device time of one and in all, largest first, and the device time of all
+dispatches per scene step (per run of a script). The build's and the first step's dispatches are
+counted too (a few per task). The timestamps add two commands per dispatch: use the program's
+own times as the figure, this for where it goes.
 """
 import atexit
 import collections
@@ -37,7 +39,7 @@ class DispatchTimes:
             dev.lib.vkCmdWriteTimestamp(command, stage, pool, first)
             record_task(dev, command, tp, dynamic, slices)
             dev.lib.vkCmdWriteTimestamp(command, stage, pool, first + 1)
-            self.rows.append((tp.name, slices, first))
+            self.rows.append((tp.name, "grid on the device" if tp.grid_temp is not None else slices, first))
         pipelines.record_task = replays.record_task = timed
         from qdc.runtime.devices.vulkan.device import VulkanDevice
         close = VulkanDevice.close
@@ -81,7 +83,7 @@ class DispatchTimes:
               f"{total / steps * 1e3:.3f} ms per step ({steps} steps)")
         print(f"{'us each':>9} {'count':>6} {'ms all':>8}  task (invocations)")
         for name, (count, seconds, slices) in sorted(per_task.items(), key=lambda kv: -kv[1][1])[:top]:
-            print(f"{seconds / count * 1e6:9.1f} {count:6d} {seconds * 1e3:8.2f}  {name} ({','.join(map(str, sorted(slices)))})")
+            print(f"{seconds / count * 1e6:9.1f} {count:6d} {seconds * 1e3:8.2f}  {name} ({','.join(map(str, sorted(slices, key=str)))})")
 
 
 def dev_timestamp_period(dev) -> float:
@@ -91,13 +93,19 @@ def dev_timestamp_period(dev) -> float:
 
 
 def main() -> None:
-    scene, steps = sys.argv[1], int(sys.argv[2])
-    top = int(sys.argv[sys.argv.index("--top") + 1]) if "--top" in sys.argv else 30
+    own, script = (sys.argv[1:sys.argv.index("--")], sys.argv[sys.argv.index("--") + 1:]) if "--" in sys.argv \
+        else (sys.argv[1:], None)
+    top = int(own[own.index("--top") + 1]) if "--top" in own else 30
+    if script is None:
+        scene, steps = own[0], int(own[1])
+        script = [os.path.join(os.path.dirname(__file__), "genesis_scene.py"), scene, str(steps), "--qdc", "--arch",
+                  "vulkan"]
+    else:
+        steps = 1
     times = DispatchTimes(steps, top)
     times.install()
-    atexit.register(times.report)  # after the scene's own line, where the device is still open
-    sys.argv = [os.path.join(os.path.dirname(__file__), "genesis_scene.py"), scene, str(steps), "--qdc", "--arch",
-                "vulkan"]
+    atexit.register(times.report)  # after the program's own lines, where the device is still open
+    sys.argv = script
     runpy.run_path(sys.argv[0], run_name="__main__")
 
 

@@ -186,11 +186,24 @@ class _Launcher(GraphLoops):
         they are the same at every launch (None: evaluated per launch)."""
         self.iterations = [_iterations(t) for t in self.meta.tasks]
         no_args = sizeexpr_eval.LaunchEnv((), self.fields, self.read_temp)  # a constant (or unknown) trip count
-        self.fixed_slices = [self.device.task_slices(t.launch, self.trip_count(i, no_args))
+        on_device = self.bounds_on_device()
+        self.fixed_slices = [self.device.task_slices(t.launch, None) if i in on_device
+                             else self.device.task_slices(t.launch, self.trip_count(i, no_args))
                              if self.iterations[i] is None or isinstance(self.iterations[i], se.Const) else None
                              for i, t in enumerate(self.meta.tasks)]
         self.sync_each_launch = self.device.sync_each_launch
         self.simple_trips = [simple_trip_count(tree) for tree in self.iterations]
+
+    def bounds_on_device(self) -> set:
+        """The tasks whose trip count, in device memory the host does not share, is not read
+        back (a read waits for every queued launch): they run on the grid their module computes
+        on the device (a Vulkan task's "grid_temp") or on the grid cap (design.md, "The grid
+        cap"). Not tasks holding adstacks, whose heaps are sized for the launch's slices."""
+        if self.device.capabilities.host_memory:
+            return set()
+        stacks = {r["task"] for r in self.meta.adstack.get("stacks") or []}
+        return {i for i, (t, tree) in enumerate(zip(self.meta.tasks, self.iterations))
+                if "grid_temp" in t.launch or (i not in stacks and se.reads_memory(tree))}
 
     def call_of(self, path: str) -> tuple:
         """`(call, arg)`: the native call of a launch on launch path `path` (launch_path.py)."""

@@ -26,6 +26,7 @@ says whether the argument has a dual. The runtime binds the duals (runtime/forwa
 from __future__ import annotations
 
 from .. import ir
+from ..passes.local_arrays import expand_component_accesses
 from . import rules
 from .activity import gradient_operands
 from .checks import error, refuse_graph_loops
@@ -45,6 +46,7 @@ class ForwardModePass:
     def __call__(self, k: ir.KernelIR) -> bool:
         _reject_gradient_buffers(k)
         refuse_graph_loops(k, "forward-mode derivatives")
+        expand_component_accesses(k)  # tangents of scalars only
         duals = _DualBuffers(k, self.field_objects)
         varied, varied_vars = _varied(k, duals)
         _Tangents(duals, varied, varied_vars, ir.users_count(k.body)).block(k.body)

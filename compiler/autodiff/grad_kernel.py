@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from .. import ir
 from ..passes.intrinsics import lower_intrinsics
+from ..passes.local_arrays import expand_component_accesses, group_local_arrays
 from ..passes.pipeline import run_passes
 from ..passes.reductions import thread_local_reductions
 from ..passes.simplify import simplify
@@ -43,6 +44,7 @@ GRAD_PIPELINE = [
     ("thread_local_reductions", thread_local_reductions),  # one atomic per chunk, as forward kernels
     ("check_unstable_loads", checks.check_unstable_loads),  # refuses a clobbered load still needed
     ("drop_empty_tasks", drop_empty_tasks),            # and names the tasks as their entry points
+    ("local_arrays", group_local_arrays),              # as the forward pipeline's last pass
 ]
 
 
@@ -57,6 +59,8 @@ class GradKernelIR:
 def make_grad_kernel(k: ir.KernelIR, field_objects: list, opts, dump=None) -> GradKernelIR:
     """`k` is an offloaded kernel (pipeline run up to PIPELINE_STOP); `field_objects` are the
     runtime Fields of `k.fields`, in order. `dump` as for run_pipeline."""
+    if expand_component_accesses(k):  # adjoints and adstacks of scalars only: the scalar form's gradients
+        simplify(k)
     ctx = _KernelContext(k, field_objects)
     checks.check_kernel(k, ctx.differentiable)  # also marks loads the kernel's own writes clobber
     ctx.activity = Activity(k, ctx.differentiable)

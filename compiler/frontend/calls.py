@@ -213,7 +213,9 @@ class CallLowering:
 
     def range_spec(self, args, node) -> RangeSpec:
         begin, end, step = (0, args[0], 1) if len(args) == 1 else (args[0], args[1], args[2] if len(args) == 3 else 1)
-        if is_runtime(step) or not isinstance(step, int) or isinstance(step, bool) or step <= 0:
+        constant_step = isinstance(step, int) and not isinstance(step, bool)
+        # inside qd.static(...) a constant range is Python's: it may count down
+        if not constant_step or step <= 0 and not (self.static_depth and step < 0):
             self.error("range() step must be a compile-time positive integer", node.args[2])
         for v, a in zip(args, node.args[:1] if len(args) == 1 else node.args[:2]):
             v = self.scalar(v, a)

@@ -376,7 +376,8 @@ class VectorLowering:
         sliced = self.sliced_positions(indices, v.shape, node.slice)
         if sliced is not None:  # m[i, :], m[:, j], v[1:3]: the selected components, read
             shape, positions = sliced
-            values = [v.at(*p) if not any(is_runtime(i) for i in p) else self.runtime_component(v, list(p))
+            local = self.subscripted_local(node)
+            values = [v.at(*p) if not any(is_runtime(i) for i in p) else self.runtime_component(v, list(p), local)
                       for p in positions]
             return values[0] if not shape else VectorValue(shape, values)
         if len(indices) == 1 and v.is_matrix:  # m[i]: row i
@@ -389,8 +390,24 @@ class VectorLowering:
                        f"{len(indices)} index(es)", node.slice)
         checked = [self.component_index(i, n, node.slice) for i, n in zip(indices, v.shape)]
         if any(is_runtime(i) for i in checked):
-            return self.runtime_component(v, checked)
+            return self.runtime_component(v, checked, self.subscripted_local(node))
         return v.at(*checked)
+
+    def subscripted_local(self, node: ast.Subscript) -> list | None:
+        """The component locals of the vector local `node` subscripts by name (`v[i]`), if any."""
+        if not isinstance(node.value, ast.Name):
+            return None
+        scope = self.binding_scope(node.value.id)
+        value = scope[node.value.id] if scope is not None else None
+        return value.variables if isinstance(value, VectorVar) else None
+
+    def indexed_local(self, components: list | None) -> bool:
+        """Whether a run-time index into the vector local of `components` is one ComponentLoad or
+        ComponentStore (ir/local_arrays.py), for a local array in the end: for locals of
+        INDEXED_MIN_COMPONENTS or more, declared inside the kernel's loops (offloading makes a
+        kernel-scope local that tasks share kernel temporaries, one per scalar)."""
+        return components is not None and len(components) >= ir.INDEXED_MIN_COMPONENTS and \
+            components[0].block not in self.blocks[:self.top_depth()]
 
     @staticmethod
     def component_indices(index) -> list:
@@ -423,9 +440,12 @@ class VectorLowering:
         failed = self.emit(ir.If(self.values.to_bool(outside)))
         self.emit_into(failed.then_block, lambda: self.index_error(wide, n, node))  # printing.py
 
-    def runtime_component(self, v: VectorValue, indices):
-        """`v[i]` with `i` known at run time: a chain of selects over the components."""
+    def runtime_component(self, v: VectorValue, indices, components: list | None = None):
+        """`v[i]` with `i` known at run time: a ComponentLoad of the vector local `v` holds, whose
+        scalars are `components` (None: `v` is a value), else a chain of selects over the components."""
         flat = self.flat_index(indices, v.shape)
+        if self.indexed_local(components):
+            return self.emit(ir.ComponentLoad(components, flat))
         result = v.components[-1]
         for k in reversed(range(len(v.components) - 1)):
             hit = self.values.binary("eq", flat, k)
@@ -562,6 +582,8 @@ class VectorLowering:
         if isinstance(place, ir.Alloca):
             return self.emit(ir.LocalLoad(place))
         if isinstance(place, RuntimeComponent):
+            if self.indexed_local(place.variables):
+                return self.emit(ir.ComponentLoad(place.variables, place.index))
             return self.runtime_component(VectorValue((len(place.variables),),
                                                       [self.emit(ir.LocalLoad(v)) for v in place.variables]),
                                           [place.index])
@@ -602,6 +624,9 @@ class VectorLowering:
                 # a kernel-scope vector written by the iterations of a parallel loop: each writes
                 # only its component (rewriting all of them would race with the other threads)
                 self.store_one_component(place.index, place.variables, 0, v)
+                return
+            if self.indexed_local(place.variables):
+                self.emit(ir.ComponentStore(place.variables, place.index, v))
                 return
             for k, var in enumerate(place.variables):  # branch-free: a run of ifs on one index made LLVM's
                 hit = self.values.binary("eq", place.index, k)  # optimiser superlinear (minutes at 1024)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import stmts as ir
+from .local_arrays import COMPONENT_ACCESSES, ArrayLoad, ArrayStore, LocalArray
 
 
 def _const_text(s) -> str:
@@ -45,7 +46,8 @@ class _Form:
 _OP_PREFIXES = ((ir.Unary, ""), (ir.Binary, ""), (ir.AtomicRMW, "atomic_"), (ir.LocalAccumulate, "accumulate_"),
                 (ir.LocalAtomic, "local_atomic_"), (ir.TempAtomic, "temp_atomic_"))
 _ARG_KINDS = ((ir.Const, "const"), (ir.ArgLoad, "arg"), (ir.NdarrayShape, "shape"), (ir.Alloca, "alloca"),
-              (ir.GlobalPtr, "global"), (ir.TempLoad, "temp"), (ir.TempStore, "temp"), (ir.TempAtomic, "temp"))
+              (ir.GlobalPtr, "global"), (ir.TempLoad, "temp"), (ir.TempStore, "temp"), (ir.TempAtomic, "temp"),
+              (COMPONENT_ACCESSES, "components"), ((ArrayLoad, ArrayStore), "element"), (LocalArray, "array"))
 _FORMS: dict = {}
 
 
@@ -159,6 +161,14 @@ class Printer:
             args = [f"{self.param_name(s.arg_index)}.shape[{s.dim}]"]
         elif kind == "alloca":
             args = [repr(s.var_name) if s.var_name else ""]
+        elif kind in ("components", "element"):  # component_load [%1, %2, %3, %4] at %7; array_store %9[%7] = %8
+            where = f"[{', '.join(self.name(v) for v in s.components)}] at " if kind == "components" else \
+                self.name(s.array)
+            args = [f"{where}{self.name(s.index)}" if kind == "components" else f"{where}[{self.name(s.index)}]"]
+            if s.type is None:
+                args.append(f"= {self.name(s.value)}")
+        elif kind == "array":  # local_array 'v'[5]
+            args = [f"{s.var_name!r}[{s.length}]" if s.var_name else f"[{s.length}]"]
         elif kind == "global":
             args = [f"{self.target_name(s.target)}[{', '.join(self.name(i) for i in s.indices)}]"]
         else:  # a temporary's

@@ -12,6 +12,7 @@ from __future__ import annotations
 from qdc.runtime.contract import types as T
 
 from . import stmts as ir
+from .local_arrays import COMPONENT_ACCESSES, LocalArray
 
 
 class IRVerifyError(AssertionError):
@@ -171,15 +172,17 @@ class _TypeRules:
             plain = _PLAIN_VALUE.get(o.__class__)
             if plain is None:
                 plain = _PLAIN_VALUE[o.__class__] = issubclass(o.__class__, ir.Stmt) and \
-                    not issubclass(o.__class__, (ir.Alloca, ir.GlobalPtr))
+                    not issubclass(o.__class__, (ir.Alloca, ir.GlobalPtr, LocalArray))
             if plain and o.type is not None:  # what most operands are: the checks below pass
                 continue
             if not isinstance(o, ir.Stmt):
                 raise IRVerifyError(f"operand {o!r} is not a statement", s)
             if o.type is None:
                 raise IRVerifyError(f"operand {type(o).__name__} produces no value", s)
-            if isinstance(o, ir.Alloca) and o is not getattr(s, "var", None):
+            if isinstance(o, ir.Alloca) and o is not getattr(s, "var", None) and not isinstance(s, COMPONENT_ACCESSES):
                 raise IRVerifyError("a local variable is used as a value without a load", s)
+            if isinstance(o, LocalArray) and o is not getattr(s, "array", None):
+                raise IRVerifyError("a local array is used as a value without a load", s)
             if isinstance(o, ir.GlobalPtr) and o is not getattr(s, "ptr", None):
                 raise IRVerifyError("a global address is used as a value", s)
         cls = type(s)
@@ -291,6 +294,44 @@ class _TypeRules:
         self.expect(s, s.op in ir.LocalAccumulate.OPS, f"unknown accumulation '{s.op}'")
         if s.op in _INT_ONLY_ATOMIC:
             self.expect(s, s.var.type.is_integral, f"accumulation {s.op} needs an integer")
+
+    def component_access(self, s):
+        self.expect(s, s.components and all(isinstance(v, ir.Alloca) for v in s.components),
+                    f"{type(s).__name__} needs the locals of a vector's components")
+        self.expect(s, all(v.type is s.components[0].type for v in s.components), "components of different types")
+        self.expect(s, s.index.type.is_integral and s.index.type is not T.u1,
+                    f"a component index must be an integer, got {s.index.type}")
+
+    def t_ComponentLoad(self, s):
+        self.component_access(s)
+        self.expect(s, s.type is s.components[0].type, f"load of a {s.components[0].type} component has type {s.type}")
+
+    def t_ComponentStore(self, s):
+        self.component_access(s)
+        self.no_value(s)
+        self.expect(s, s.value.type is s.components[0].type,
+                    f"storing {s.value.type} into a {s.components[0].type} component")
+
+    def t_LocalArray(self, s):
+        self.expect(s, isinstance(s.type, T.DataType), "a local array needs a type")
+        self.expect(s, isinstance(s.length, int) and s.length >= 1, f"a local array of {s.length!r} elements")
+
+    def array_access(self, s):
+        self.expect(s, isinstance(s.array, LocalArray),
+                    f"{type(s).__name__} needs a local array, got {type(s.array).__name__}")
+        self.expect(s, s.index.type is T.i32, f"a local array's index is i32, got {s.index.type}")
+        if isinstance(s.index, ir.Const):
+            self.expect(s, 0 <= s.index.value < s.array.length,
+                        f"index {s.index.value} outside a local array of {s.array.length} elements")
+
+    def t_ArrayLoad(self, s):
+        self.array_access(s)
+        self.expect(s, s.type is s.array.type, f"load of a {s.array.type} array has type {s.type}")
+
+    def t_ArrayStore(self, s):
+        self.array_access(s)
+        self.no_value(s)
+        self.expect(s, s.value.type is s.array.type, f"storing {s.value.type} into a {s.array.type} array")
 
     def t_LocalAtomic(self, s):
         self.local_var(s, s.var)

@@ -12,7 +12,8 @@ other. Per 8-bit digit, low digits first:
    its block from the level above), gives every (digit, tile) its first output position;
 3. every tile scatters its keys stably: a key's rank among the equal digits of its subgroup
    comes from ballots (one lane mask per digit bit), and the subgroups' counts per digit are
-   combined in shared memory.
+   combined in shared memory, starting from the digit's first position for the tile (one
+   coalesced read of the scan per digit, not one per key).
 The passes alternate between `keys` and `tmp_keys` (after an odd count the keys are copied
 back). `n` is a 0-d i32 ndarray holding the count, read on the device; `scratch` is an i32 or
 u32 ndarray of at least `sort_scratch_slots(n, log256_max_n)` slots; keys are i32, u32, i64
@@ -25,7 +26,7 @@ from qdc.runtime.contract.types import i32, u64
 from .lang import atomic_add, func, loop_config, static, template
 from .simt import SharedArray, ballot, block, block_sync, group_size, invocation_id, thread_idx
 
-TILE = 128          # keys per tile: threads per block of the histogram and scatter phases
+TILE = 256          # keys per tile: threads per block of the histogram and scatter phases
 SCAN_BLOCK = 256    # elements per block of the scan staircase
 RADIX = 256         # values of an 8-bit digit
 
@@ -39,7 +40,7 @@ def sort_scratch_slots(n: int, log256_max_n: int | None = None) -> int:
             log256_max_n += 1
     size = -(-max(n, 1) // TILE) * RADIX
     total = size
-    for _ in range(log256_max_n + 1):  # the scan's levels (`_scan`)
+    for _ in range(log256_max_n):  # the scan's levels (`_scan`): each one's block totals
         size = -(-size // SCAN_BLOCK)
         total += size
     return total
@@ -81,11 +82,35 @@ def _histogram(src: template(), scratch: template(), n: template(), digit: templ
 
 
 @func
-def _scan_level(scratch: template(), offset, size):
-    """Exclusive scan of scratch[offset : offset + size] per block of SCAN_BLOCK; each block's
-    total to scratch[offset + size + block]."""
+def _level_offset(count, level: template()):
+    """Where level `level` of the scan staircase starts in the scratch, for `count` keys: the
+    histogram is level 0, each level's block totals the next one."""
+    size = (count + TILE - 1) // TILE * RADIX
+    offset = 0
+    for _ in static(range(level)):
+        offset += size
+        size = (size + SCAN_BLOCK - 1) // SCAN_BLOCK
+    return offset
+
+
+@func
+def _level_size(count, level: template()):
+    """The elements of level `level` of the scan staircase, for `count` keys."""
+    size = (count + TILE - 1) // TILE * RADIX
+    for _ in static(range(level)):
+        size = (size + SCAN_BLOCK - 1) // SCAN_BLOCK
+    return size
+
+
+@func
+def _scan_level(scratch: template(), n: template(), level: template()):
+    """Exclusive scan of the level's elements per block of SCAN_BLOCK; each block's total to the
+    next level. Offsets and sizes are computed where they are used (the loop's bounds, its
+    body) rather than once at the kernel's top level, where they would be tasks of their own."""
     loop_config(block_dim=SCAN_BLOCK)
-    for j in range((size + SCAN_BLOCK - 1) // SCAN_BLOCK * SCAN_BLOCK):
+    for j in range((_level_size(n[()], level) + SCAN_BLOCK - 1) // SCAN_BLOCK * SCAN_BLOCK):
+        size = _level_size(n[()], level)
+        offset = _level_offset(n[()], level)
         x = 0
         if j < size:
             x = scratch[offset + j]
@@ -97,30 +122,22 @@ def _scan_level(scratch: template(), offset, size):
 
 
 @func
-def _add_block_prefix(scratch: template(), offset, size):
-    for j in range(size):
-        scratch[offset + j] += scratch[offset + size + j // SCAN_BLOCK]
+def _add_block_prefix(scratch: template(), n: template(), level: template()):
+    """Every element of the level plus its block's prefix, which the level above holds."""
+    for j in range(_level_size(n[()], level)):
+        offset = _level_offset(n[()], level)
+        scratch[offset + j] += scratch[offset + _level_size(n[()], level) + j // SCAN_BLOCK]
 
 
 @func
 def _scan(scratch: template(), n: template(), levels: template()):
     """The histogram's exclusive scan: up the staircase, then each level's block prefixes
-    added back down (the top level is one block: already exact). At most 2 * 256 ** D slots
-    reach one total after D + 1 levels, D = log256_max_n."""
-    size = (n[()] + TILE - 1) // TILE * RADIX
-    offset = 0
-    for _ in static(range(levels)):
-        _scan_level(scratch, offset, size)
-        offset += size
-        size = (size + SCAN_BLOCK - 1) // SCAN_BLOCK
+    added back down (the top level is one block: already exact). A histogram of at most
+    256 ** D slots (D = log256_max_n) reaches one block after D levels."""
+    for level in static(range(levels)):
+        _scan_level(scratch, n, level)
     for k in static(range(levels - 1)):
-        # level levels - 2 - k, whose offset and size are recomputed from the bottom
-        level_size = (n[()] + TILE - 1) // TILE * RADIX
-        level_offset = 0
-        for _ in static(range(levels - 2 - k)):
-            level_offset += level_size
-            level_size = (level_size + SCAN_BLOCK - 1) // SCAN_BLOCK
-        _add_block_prefix(scratch, level_offset, level_size)
+        _add_block_prefix(scratch, n, levels - 2 - k)
 
 
 @func
@@ -151,15 +168,15 @@ def _scatter(src: template(), dst: template(), src_values: template(), dst_value
         if valid and rank == 0:
             warps[w, d] = _popcount(same)
         block_sync()
-        for digit in range(t, RADIX, TILE):  # each digit's count of the earlier subgroups
-            run = 0
+        for bucket in range(t, RADIX, TILE):  # each digit value's first position for every subgroup's keys
+            run = i32(scratch[bucket * tiles + i // TILE])  # the tile's first, from the scan
             for v in range(static(TILE // group_size())):
-                c = warps[v, digit]
-                warps[v, digit] = run
+                c = warps[v, bucket]
+                warps[v, bucket] = run
                 run += c
         block_sync()
         if valid:
-            position = scratch[d * tiles + i // TILE] + warps[w, d] + rank
+            position = warps[w, d] + rank
             dst[position] = key
             if static(has_values):
                 dst_values[position] = src_values[i]
@@ -181,11 +198,11 @@ def sort(keys: template(), tmp_keys: template(), values: template(), tmp_values:
     for p in static(range((end_bit + 7) // 8)):
         if static(p % 2 == 0):
             _histogram(keys, scratch, n, p, key_dtype)
-            _scan(scratch, n, static(log256_max_n + 1))
+            _scan(scratch, n, log256_max_n)
             _scatter(keys, tmp_keys, values, tmp_values, scratch, n, has_values, p, key_dtype)
         else:
             _histogram(tmp_keys, scratch, n, p, key_dtype)
-            _scan(scratch, n, static(log256_max_n + 1))
+            _scan(scratch, n, log256_max_n)
             _scatter(tmp_keys, keys, tmp_values, values, scratch, n, has_values, p, key_dtype)
     if static((end_bit + 7) // 8 % 2 == 1):
         _copy(tmp_keys, keys, n)

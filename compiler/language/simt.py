@@ -170,8 +170,18 @@ def lanemask_ge(lane_id):
 
 
 @func
+def _check_tile(log2_size: template()):
+    """A compile error unless tiles of 2**log2_size lanes fit in a subgroup: shuffles across a
+    larger tile would read lanes that do not exist (undefined values, no error, on a device)."""
+    if static(log2_size < 0 or log2_size > log2_group_size()):
+        _static_error("a _tiled operation's tiles of 2**log2_size lanes must fit in a subgroup "
+                      "(log2_size at most qd.simt.subgroup.log2_group_size())")
+
+
+@func
 def _reduce_tiled(value, op: template(), log2_size: template()):
     """Lane 0 of each tile of 2**log2_size lanes gets the tile's reduction under `op`."""
+    _check_tile(log2_size)
     for i in static(range(log2_size)):
         value = op(value, shuffle_down(value, u32(static(1 << (log2_size - 1 - i)))))
     return value
@@ -180,6 +190,7 @@ def _reduce_tiled(value, op: template(), log2_size: template()):
 @func
 def _reduce_all_tiled(value, op: template(), log2_size: template()):
     """Every lane of each tile gets the tile's reduction (a butterfly)."""
+    _check_tile(log2_size)
     lane = u32(invocation_id())
     for i in static(range(log2_size)):
         value = op(value, shuffle(value, lane ^ u32(static(1 << i))))
@@ -189,6 +200,7 @@ def _reduce_all_tiled(value, op: template(), log2_size: template()):
 @func
 def _inclusive_scan_tiled(value, op: template(), log2_size: template()):
     """Lane k of each tile gets op(a[tile start], ..., a[k]), folded left in lane order."""
+    _check_tile(log2_size)
     lane_in_group = invocation_id() & static((1 << log2_size) - 1)
     for i in static(range(log2_size)):
         partner = shuffle_up(value, u32(static(1 << i)))
@@ -413,18 +425,18 @@ def block_inclusive_scan(value, block_dim: template(), op: template(), dtype: te
     if static(block_dim == group_size()):
         return inclusive
     tid = thread_idx()
-    subgroup = tid // static(group_size())
+    subgroup_id = tid // static(group_size())  # not `subgroup`: a local shadowing a global is uncacheable
     shared = SharedArray((block_dim // group_size(),), dtype)
     if tid & static(group_size() - 1) == static(group_size() - 1):
-        shared[subgroup] = inclusive
+        shared[subgroup_id] = inclusive
     block_sync()
     total = shared[0]
     prefix = total
     for w in static(range(1, block_dim // group_size())):
-        if subgroup == w:
+        if subgroup_id == w:
             prefix = total
         total = op(total, shared[w])
-    if subgroup != 0:
+    if subgroup_id != 0:
         inclusive = op(prefix, inclusive)
     block_sync()
     return inclusive
@@ -437,18 +449,18 @@ def block_exclusive_scan(value, block_dim: template(), op: template(), identity,
     if static(block_dim == group_size()):
         return exclusive
     tid = thread_idx()
-    subgroup = tid // static(group_size())
+    subgroup_id = tid // static(group_size())
     shared = SharedArray((block_dim // group_size(),), dtype)
     if tid & static(group_size() - 1) == static(group_size() - 1):
-        shared[subgroup] = op(exclusive, value)
+        shared[subgroup_id] = op(exclusive, value)
     block_sync()
     total = shared[0]
     prefix = identity
     for w in static(range(1, block_dim // group_size())):
-        if subgroup == w:
+        if subgroup_id == w:
             prefix = total
         total = op(total, shared[w])
-    if subgroup != 0:
+    if subgroup_id != 0:
         exclusive = op(prefix, exclusive)
     block_sync()
     return exclusive

@@ -7,7 +7,7 @@ from collections import Counter
 
 from .. import ir
 
-_LOADS = (ir.LocalLoad, ir.GlobalLoad, ir.TempLoad)
+_LOADS = (ir.LocalLoad, ir.GlobalLoad, ir.TempLoad, ir.ComponentLoad, ir.ArrayLoad)
 
 
 def eliminate_dead_code(k: ir.KernelIR) -> bool:
@@ -41,6 +41,9 @@ def _uses_and_reads(k: ir.KernelIR) -> tuple[dict, Counter, Counter]:
         elif kind == 3:
             for o in ir.task_bounds(s):
                 uses[o] = get(o, 0) + 1
+        elif kind == 4:
+            for var in s.components:
+                read_vars[var] += 1
     for s in atomics:  # an atomic's old value, when used, is a read (its users come later: counted now)
         if get(s):
             if isinstance(s, ir.LocalAtomic):
@@ -52,7 +55,7 @@ def _uses_and_reads(k: ir.KernelIR) -> tuple[dict, Counter, Counter]:
 
 # What _uses_and_reads does with a statement, by the first of these classes it is an instance of
 # (none: nothing but its operands), looked up once per class.
-_COUNTED_CLASSES = (ir.LocalLoad, ir.TempLoad, (ir.LocalAtomic, ir.TempAtomic), ir.Task)
+_COUNTED_CLASSES = (ir.LocalLoad, ir.TempLoad, (ir.LocalAtomic, ir.TempAtomic), ir.Task, ir.ComponentLoad)
 _COUNTED: dict = {}
 
 
@@ -102,6 +105,10 @@ class _Sweep:
         elif isinstance(s, ir.TempLoad):
             self.read_temps[s.slot] -= 1
             self.left_dead |= not self.read_temps[s.slot]
+        elif isinstance(s, ir.ComponentLoad):
+            for var in s.components:
+                self.read_vars[var] -= 1
+                self.left_dead |= not self.read_vars[var]
 
 
 _ATOMICS = (ir.LocalAtomic, ir.TempAtomic)
@@ -118,6 +125,8 @@ def _is_dead(s: ir.Stmt, uses: dict, read_vars: set, read_temps: set) -> bool:
         return False
     if kind == "local_write":
         return not read_vars[s.var]
+    if kind == "component_write":  # a write of one of the components, none of which is read
+        return not any(read_vars[var] for var in s.components)
     if kind == "local_atomic":
         return not read_vars[s.var] and not uses.get(s)
     if kind == "temp_store":
@@ -133,7 +142,8 @@ def _death_rule(cls: type) -> tuple:
     """(whether a statement of class `cls` dies when unused, which of _is_dead's other rules
     applies to it): worked out once per class, _is_dead runs for every statement of every sweep."""
     unused_dies = bool(cls.PURE) or issubclass(cls, _LOADS) or issubclass(cls, ir.Alloca)
-    kinds = (((ir.LocalStore, ir.LocalAccumulate), "local_write"), (ir.LocalAtomic, "local_atomic"),
+    kinds = (((ir.LocalStore, ir.LocalAccumulate), "local_write"), (ir.ComponentStore, "component_write"),
+             (ir.LocalAtomic, "local_atomic"),
              (ir.TempStore, "temp_store"), (ir.TempAtomic, "temp_atomic"), (ir.If, "if"), (ir.RangeFor, "range_for"))
     return unused_dies, next((kind for c, kind in kinds if issubclass(cls, c)), None)
 

@@ -28,6 +28,7 @@ import os
 from .. import ir
 from .constant_fold import constant_fold
 from .intrinsics import lower_intrinsics
+from .local_arrays import group_local_arrays
 from .offload import offload
 from .reductions import thread_local_reductions
 from .simplify import simplify
@@ -44,6 +45,7 @@ PIPELINE = [
     ("lower_intrinsics", lower_intrinsics),    # after autodiff: stop_grad -> its value, random -> Philox
     ("thread_local_reductions", thread_local_reductions),  # one atomic per chunk, not per iteration
     ("split_task_index", split_task_index),    # ndrange coordinates as rows, not k // w and k % w
+    ("local_arrays", group_local_arrays),      # vector locals indexed at run time -> arrays, not selects
 ]
 
 

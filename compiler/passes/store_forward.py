@@ -15,6 +15,7 @@ from __future__ import annotations
 from .. import ir
 
 _WRITES = (ir.LocalStore, ir.LocalAccumulate, ir.LocalAtomic)
+# A ComponentStore may write any of its components, a ComponentLoad read any (ir/local_arrays.py).
 
 
 def forward_stores(k: ir.KernelIR) -> bool:
@@ -26,7 +27,7 @@ def forward_stores(k: ir.KernelIR) -> bool:
 
 # What _Forwarder.block does with a statement, by the first of these classes it is an instance of
 # (none: only its nested blocks, if any), looked up once per class.
-_KIND_CLASSES = (ir.LocalLoad, ir.LocalStore, (ir.LocalAccumulate, ir.LocalAtomic), ir.Task)
+_KIND_CLASSES = (ir.LocalLoad, ir.LocalStore, (ir.LocalAccumulate, ir.LocalAtomic), ir.Task, ir.ComponentStore)
 _KINDS: dict = {}
 
 
@@ -64,6 +65,9 @@ class _Forwarder:
             elif kind == 3:
                 for child in s.blocks():
                     changed |= self.block(child, {})
+            elif kind == 4:
+                for var in s.components:
+                    known.pop(var, None)
             elif s.BLOCKS:
                 changed |= self.nested(s, known)
             keep.append(s)
@@ -92,6 +96,8 @@ class _Forwarder:
                 for d in child.stmts:
                     if isinstance(d, _WRITES):
                         got.add(d.var)
+                    elif isinstance(d, ir.ComponentStore):
+                        got.update(d.components)
                     elif d.BLOCKS:
                         got |= self.locals_written(d)
             self.written[s] = got
@@ -124,6 +130,9 @@ def _dead_stores_in(b: ir.Block, inside: dict) -> bool:
             continue
         if isinstance(s, _READS):
             pending.pop(s.var, None)
+        elif isinstance(s, ir.ComponentLoad):
+            for var in s.components:
+                pending.pop(var, None)
         if s.BLOCKS:
             jumps, reads = _nested_summary(s, inside)
             if jumps:
@@ -145,6 +154,8 @@ def _nested_summary(s: ir.Stmt, inside: dict) -> tuple[bool, set]:
                     jumps = True
                 elif isinstance(d, _READS):
                     reads.add(d.var)
+                elif isinstance(d, ir.ComponentLoad):
+                    reads.update(d.components)
                 if d.BLOCKS:
                     inner_jumps, inner_reads = _nested_summary(d, inside)
                     jumps |= inner_jumps

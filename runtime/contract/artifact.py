@@ -61,7 +61,9 @@ every SPIR-V entry point was "main" fail that check, asking for a rebuild.
                   (GPU: blocks of B threads, B from qd.loop_config; 0 = the device's default;
                   SPIR-V: "addressed", the [resource, index] of each array the task reaches by
                   buffer device address instead of a binding, in the order of the "addresses"
-                  words);
+                  words; "grid_temp": T, a range task whose module computes its own grid into
+                  temporaries T and T + 1, which the device dispatches indirectly:
+                  runtime/contract/spirv_args.py);
     "adstacks"    the ids (positions in adstack["stacks"]) of the stacks the task holds,
     "bindings"    (only on targets with descriptor bindings: SPIR-V) [set, binding, resource,
                   index] per buffer the task's entry reads or writes; resource is one of
@@ -150,6 +152,7 @@ import msgpack
 
 from . import sizeexpr
 from .print_buffer import check_message_record
+from .spirv_args import GRID_TEMPS
 
 FORMAT_VERSION = 4
 
@@ -758,6 +761,10 @@ def check_task_record(d: dict, i: int, t) -> None:
                       for a in addressed)
               and len({tuple(a) for a in addressed}) == len(addressed), f"{what}: launch policy addressed")
         check_array_references(d, [[0, 0, *a] for a in addressed], f"{what}: addressed")
+    if "grid_temp" in t["launch"]:
+        slot = t["launch"]["grid_temp"]
+        _need(t["kind"] == "range_for" and _is_int(slot) and 0 <= slot and slot + GRID_TEMPS <= d["num_temps"],
+              f"{what}: launch policy grid_temp")
 
 
 def check_bindings(d: dict, bindings, what: str) -> None:
@@ -792,8 +799,10 @@ def check_array_references(d: dict, bindings, what: str) -> None:
 # (why the task is not widened). A GPU task with block-level code records the subgroup size it was
 # built for ("subgroup_size"), which a device of another size refuses.
 # A task that reaches its arrays by buffer device address lists them ("addressed": [[resource,
-# index], ...], compiler/targets/vulkan/target.py).
-OPTIONAL_LAUNCH_KEYS = {"cpu_chunks": {"lanes", "lanes_reason", "scalar"}, "grid": {"subgroup_size", "addressed"}}
+# index], ...], compiler/targets/vulkan/target.py). A SPIR-V task computing its grid on the device
+# names the temporaries it writes it to ("grid_temp", runtime/contract/spirv_args.py).
+OPTIONAL_LAUNCH_KEYS = {"cpu_chunks": {"lanes", "lanes_reason", "scalar"},
+                        "grid": {"subgroup_size", "addressed", "grid_temp"}}
 
 
 def check_launch_policy(launch, what: str) -> None:

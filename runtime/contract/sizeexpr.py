@@ -36,6 +36,7 @@ API
     to_text(expr, arg_names=None, field_names=None) -> str   readable form (`qdc inspect`)
     walk(expr)                       every distinct node, children first
     reads_temps(expr) -> bool        whether `expr` reads a kernel temporary (TempRead)
+    reads_memory(expr) -> bool       whether `expr` reads an element of an array or a temporary
 A serialized node is `[kind, [attributes], [child positions]]`, e.g. `["add", [], [0, 1]]`.
 """
 from __future__ import annotations
@@ -187,6 +188,12 @@ def reads_temps(expr) -> bool:
     """Whether `expr` reads a kernel temporary: then it has a value only once the earlier
     tasks of the launch have run (adstack sizing, before the launch, cannot evaluate it)."""
     return expr is not None and any(isinstance(e, TempRead) for e in walk(expr))
+
+
+def reads_memory(expr) -> bool:
+    """Whether `expr` reads an element of a field, an ndarray or a temporary: its value then sits
+    in (device) memory, which a launch on a GPU would wait for every queued launch to read."""
+    return expr is not None and any(isinstance(e, (_Read, TempRead)) for e in walk(expr))
 
 
 class BoundVariable(SizeExpr):

@@ -24,6 +24,15 @@ from typing import NamedTuple
 # stops one after 65,535 loop iterations) sets it and dispatches one workgroup per chunk, the
 # chunk's number in WorkgroupId.x and 1 in WorkgroupId.y for the last (vkCmdDispatchBase).
 SERIAL_CHUNK_SPEC_ID = 3
+# A task whose bounds its prologue reads from device memory (its launch record's "grid_temp":
+# T) can compute its own grid: a pipeline with GRID_BLOCK_SPEC_ID = B > 0 (the workgroup size
+# of the task's own pipeline; 0, the default, runs the task) runs only the prologue, and its
+# invocation 0 writes the VkDispatchIndirectCommand (min(ceil(n / B), GRID_CAP_SPEC_ID), 1, 1)
+# of the task's n iterations into kernel temporaries T and T + 1 (three u32 words from byte
+# 8*T), which the device's vkCmdDispatchIndirect of the task's pipeline reads.
+GRID_BLOCK_SPEC_ID = 4
+GRID_CAP_SPEC_ID = 5
+GRID_TEMPS = 2  # the kernel temporaries a task's grid takes (three u32 words)
 WIDE_TYPES = frozenset({"i64", "u64", "f64"})  # scalars that take two words
 SIGN_EXTENDED_BITS = {"i8": 8, "i16": 16}        # scalars stored sign-extended to 32 bits
 RANDOM_WORDS = 4                                 # seed, launch counter: two words each

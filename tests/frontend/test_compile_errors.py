@@ -272,6 +272,15 @@ def test_non_constant_range_step():
     check(k, "E21", "s)", "range() step must be a compile-time positive integer", args=(2,))
 
 
+def test_negative_range_step_outside_qd_static():
+    @qd.kernel
+    def k():
+        for i in range(7, 0, -1):  # E29
+            x[i] = 1.0
+
+    check(k, "E29", "-1)", "range() step must be a compile-time positive integer")
+
+
 def test_static_on_a_runtime_value():
     @qd.kernel
     def k(v: qd.f32):

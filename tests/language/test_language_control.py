@@ -380,3 +380,29 @@ def test_boolean_operators_on_compile_time_objects(arch, rng):
     v = int(rng.integers(-5, 5))
     k(v)
     assert out.to_numpy().tolist() == [v, 0]
+
+
+def test_static_range_counting_down_unrolls_in_python_order(arch, rng):
+    out = qd.field(qd.i32, shape=8)
+    n = 6
+
+    @qd.kernel
+    def k(base: qd.i32):
+        acc = base
+        for j in qd.static(range(n - 2, -1, -1)):   # 4, 3, 2, 1, 0: a Python range, as in Quadrants
+            acc = acc * 10 + j
+            out[j] = acc
+        for j in qd.static(range(7, 4, -2)):        # 7, 5
+            out[j] = j - base
+
+    base = int(rng.integers(1, 9))
+    k(base)
+    expect = [0] * 8
+    acc = base
+    for j in range(n - 2, -1, -1):
+        acc = acc * 10 + j
+        expect[j] = acc
+    for j in range(7, 4, -2):
+        expect[j] = j - base
+    assert out.to_numpy().tolist() == expect
+

@@ -47,3 +47,15 @@ def test_stable_sort_of_signed_keys_with_values(arch, rng, size, live):
     np.testing.assert_array_equal(k[:live], keys[:live][order])
     np.testing.assert_array_equal(v[:live], values[:live][order])
     np.testing.assert_array_equal(k[live:], keys[live:])  # past the live count: untouched
+
+
+def test_kernels_calling_the_sort_are_cached():
+    """Every name the sort's code reaches is one the cache key identifies (a local shadowing a
+    module global, such as a block scan's `subgroup`, made such kernels uncacheable and
+    `qdc build` refuse them)."""
+    from qdc.compiler.driver import cache_key
+    from qdc.compiler.jit.api import direct_options
+    from qdc.compiler.jit.kernel import kernel_of
+    for kernel in (sort_morton_keys, sort_pairs):
+        k = kernel_of(kernel)
+        assert cache_key.kernel_key(k.fn, k.params, direct_options(), "vulkan").key

@@ -110,3 +110,30 @@ def test_a_device_of_another_subgroup_size_refuses_the_kernel_at_load(vulkan_run
     qd.init(arch=qd.vulkan, vulkan_subgroup_size=other, cache_dir=session_cache_dir)
     with pytest.raises(ValueError, match=f"built for subgroups of {other} lanes, the Vulkan device .* has {size}"):
         lane_ids(np.zeros(64, np.int32))
+
+
+@qd.kernel
+def tiles_of_32_lanes(x: qd.types.ndarray(qd.f32, ndim=1)):
+    qd.loop_config(block_dim=64)
+    for i in range(x.shape[0]):
+        x[i] = qd.simt.subgroup.reduce_all_add_tiled(x[i], 5)
+
+
+@qd.kernel
+def scan_tiles_of_32_lanes(x: qd.types.ndarray(qd.i32, ndim=1)):
+    qd.loop_config(block_dim=64)
+    for i in range(x.shape[0]):
+        x[i] = qd.simt.subgroup.inclusive_add_tiled(x[i], 5)
+
+
+def test_tiles_wider_than_the_subgroup_are_refused():
+    # 16-lane subgroups (lavapipe's widest): shuffles across 32-lane tiles would read lanes that do not exist
+    from qdc.compiler.driver import kernel as K
+    from qdc.compiler.driver.options import Options
+    for kernel, source in ((tiles_of_32_lanes, "qd.simt.subgroup.reduce_all_add_tiled(x[i], 5)"),
+                           (scan_tiles_of_32_lanes, "qd.simt.subgroup.inclusive_add_tiled(x[i], 5)")):
+        k = kernel._primal
+        with pytest.raises(qd.QdcCompileError) as e:
+            K.compile_kernel(k.fn, k.params, Options(arch="vulkan", vulkan_subgroup_size=16), arch="vulkan")
+        assert_located(e.value, source, "must fit in a subgroup")
+        K.compile_kernel(k.fn, k.params, Options(arch="vulkan", vulkan_subgroup_size=32), arch="vulkan")

@@ -14,10 +14,13 @@ they meet a vector):
   lanes' values (select);
 - a reduction (`accumulate`) keeps W partial results in a vector, combined once per chunk;
   an atomic on one address combines the active lanes first and issues one atomic, one on
-  varying addresses issues an atomic per active lane;
+  varying addresses issues an atomic per active lane, one at the iteration's own element a
+  plain read-modify-write (widen_memory.py, which also reads before an inner loop the loads
+  that are the same on each of its iterations);
 - math calls the W-lane variants of the inline math (llvm/inline_math_vector.py); an
   operation with no vector form runs the scalar code lane by lane;
-- adstacks: a slice per lane, interleaved element by element (widen_adstack.py).
+- adstacks: a slice per lane, interleaved element by element (widen_adstack.py); local arrays an
+  array of vectors, one element per lane (widen_local_arrays.py).
 """
 from __future__ import annotations
 
@@ -32,17 +35,23 @@ from ..llvm.llvm_ir import _ChunkEnv, _FCMP, carry_to_outer_coordinates, chunk_t
 from ..llvm.llvm_types import FLOAT_BITS, I1, I8, I32, I64, PTR, float_suffix, lltype, memtype
 from ..llvm.target import Inline, Intrinsic, PerWidth
 from .widen_adstack import LaneAdStacks
+from .widen_local_arrays import LaneLocalArrays
+from .widen_memory import LaneMemory, _Ptr, splat_constant, whole_vector
 from .widen_plan import WidenPlan
 
 
 
-def emit_wide_chunk(cg, task: ir.Task, plan: WidenPlan, lanes: int, name: str) -> ll.Function:
-    """`void @<name>(ptr ctx, iN begin, iN end, i1 alone)`: the chunk of `task` at `lanes` lanes."""
+def emit_wide_chunk(cg, task: ir.Task, plan: WidenPlan, lanes: int, vector_memory: bool | None,
+                    name: str) -> ll.Function:
+    """`void @<name>(ptr ctx, iN begin, iN end, i1 alone)`: the chunk of `task` at `lanes` lanes;
+    `vector_memory`: whether the loads hoisted out of loops and the updates of the iteration's
+    own elements are vector gathers and scatters, else loops over the lanes (widen_codegen)."""
     fn = ll.Function(cg.mb.module, chunk_type(task), name=name)
     fn.linkage = "internal"
     fn.args[0].add_attribute("noalias")
     b = start_function(fn)
     env = WideChunkEnv(cg, b, fn.args[0], plan, lanes)
+    env.vector_memory = bool(vector_memory)
     begin, end, env.alone = fn.args[1], fn.args[2], fn.args[3]
     env.block(task.chunk_init)
     env.wide_loop(task, begin, end)
@@ -61,16 +70,7 @@ class _MaskedLoop:
         self.active, self.cont, self.latch, self.exit = active, cont, latch, exit_bb
 
 
-class _Ptr:
-    """A GlobalPtr at W lanes: `uniform` (one scalar address), `contiguous` (lane l at
-    `address + l` elements) or `varying` (a `<W x ptr>`)."""
-    __slots__ = ("kind", "address")
-
-    def __init__(self, kind: str, address):
-        self.kind, self.address = kind, address
-
-
-class WideChunkEnv(LaneAdStacks, _ChunkEnv):
+class WideChunkEnv(LaneMemory, LaneAdStacks, LaneLocalArrays, _ChunkEnv):
     def __init__(self, cg, builder, ctx, plan: WidenPlan, lanes: int):
         super().__init__(cg, builder, ctx)
         self.plan, self.W = plan, lanes
@@ -80,6 +80,8 @@ class WideChunkEnv(LaneAdStacks, _ChunkEnv):
         self.dead = False      # every lane of the block left it (masked break/continue)
         self.lin: dict = {}    # varying value -> its lane-0 scalar: the value is that + lane number
         self.acc: dict = {}    # chunk_init alloca -> the vector of W partial results
+        self.hoisted: set = set()  # loads (and their addresses) lowered before their loop
+        self.vector_memory = True  # hoisted loads and own updates: gathers and scatters, else lane loops
 
     # ---- helpers --------------------------------------------------------------------------
     def vt(self, t: T.DataType):
@@ -92,10 +94,12 @@ class WideChunkEnv(LaneAdStacks, _ChunkEnv):
     def splat(self, v):
         if self.is_vec(v):
             return v
+        if isinstance(v, ll.Constant):
+            return splat_constant(v, self.W)
         vt = ll.VectorType(v.type, self.W)
-        undef = ll.Constant(vt, ll.Undefined)
+        undef = whole_vector(vt, ll.Undefined)
         one = self.b.insert_element(undef, v, ll.Constant(I32, 0))
-        return self.b.shuffle_vector(one, undef, ll.Constant(ll.VectorType(I32, self.W), [ll.Constant(I32, 0)] * self.W))
+        return self.b.shuffle_vector(one, undef, whole_vector(ll.VectorType(I32, self.W), 0))
 
     def vv(self, s):
         """Operand `s` as a vector."""
@@ -226,7 +230,7 @@ class WideChunkEnv(LaneAdStacks, _ChunkEnv):
         """The scalar code of `s` once per lane, the results gathered into a vector."""
         b = self.b
         saved = {o: self.vals[o] for o in s.operands()}
-        out = ll.Constant(self.vt(s.type), ll.Undefined)
+        out = whole_vector(self.vt(s.type), ll.Undefined)
         for i in range(self.W):
             for o, v in saved.items():
                 self.vals[o] = self.lane(v, i) if self.is_vec(v) else v
@@ -355,6 +359,8 @@ class WideChunkEnv(LaneAdStacks, _ChunkEnv):
             self.lin[s] = self.b.add(a, self.lin[s.b])
 
     def stmt(self, s):
+        if s in self.hoisted:
+            return
         super().stmt(s)
         if self.wide and isinstance(s, ir.Binary) and s in self.vals and self.is_vec(self.vals[s]):
             self.index_like(s)
@@ -514,7 +520,7 @@ class WideChunkEnv(LaneAdStacks, _ChunkEnv):
         b, w = self.b, self.W
         mt = memtype(s.type)
         vt = ll.VectorType(mt, w)
-        zero = ll.Constant(vt, None)
+        zero = whole_vector(vt, None)
         align = ll.Constant(I32, s.type.nbytes)
         if p.kind == "contiguous":
             v = self.intrinsic(f"llvm.masked.load.{self.vector_suffix(vt)}.p0", vt, [PTR, I32, self.exec.type, vt],
@@ -553,7 +559,9 @@ class WideChunkEnv(LaneAdStacks, _ChunkEnv):
         p = self.vals.get(s.ptr)
         if not self.wide:
             return self._scalar(s)
-        if isinstance(p, _Ptr):
+        if s in self.plan.own_updates and isinstance(p, _Ptr):
+            self.own_update(s, p)
+        elif isinstance(p, _Ptr):
             self.atomic_by_lane(s.op, p, s.value, s.type)
         else:
             self.combined_atomic(s.op, p, s.value, s.type)
@@ -582,44 +590,6 @@ class WideChunkEnv(LaneAdStacks, _ChunkEnv):
         total = self.reduce(combine, lanes, t)
         with b.if_then(self.any_lane(self.exec)):
             self.scalar_atomic(op, ptr, total, t)
-
-    def atomic_by_lane(self, op: str, p: _Ptr, value: ir.Stmt, t: T.DataType):
-        """One atomic per running lane, in lane order (the scalar code's iteration order), in a
-        loop over the set bits of the mask: written out for each of W lanes, a P2G scatter's 27
-        atomics were thousands of blocks (ten times the build time)."""
-        b, w = self.b, self.W
-        v = self.v(value)
-        word = ll.IntType(w)
-        mask = b.bitcast(self.exec, word)
-        if self.is_vec(v):  # in memory once, read by lane number (an extractelement by a variable
-            v = self._spilled(v)  # lane would store the whole vector in every iteration)
-        if p.kind != "contiguous":
-            p = _Ptr("spilled", self._spilled(p.address))
-        entry = b.block
-        head, body, done = (b.append_basic_block(f"lanes.atomic.{part}") for part in ("head", "body", "done"))
-        b.branch(head)
-        b.position_at_end(head)
-        left = b.phi(word)
-        left.add_incoming(mask, entry)
-        b.cbranch(b.icmp_unsigned("!=", left, ll.Constant(word, 0)), body, done)
-        b.position_at_end(body)
-        lane = b.call(self.mb.declare(f"llvm.cttz.i{w}", word, [word, I1]), [left, ll.Constant(I1, 1)])
-        index = b.zext(lane, I64) if w < 64 else lane
-        if p.kind == "contiguous":
-            address = b.gep(p.address, [index], source_etype=memtype(t))
-        else:
-            address = b.load(b.gep(p.address[0], [index], source_etype=PTR), typ=PTR)
-        x = b.load(b.gep(v[0], [index], source_etype=v[1]), typ=v[1]) if isinstance(v, tuple) else v
-        self.scalar_atomic(op, address, x, t)
-        left.add_incoming(b.and_(left, b.sub(left, ll.Constant(word, 1))), b.block)  # the lowest set bit cleared
-        b.branch(head)
-        b.position_at_end(done)
-
-    def _spilled(self, vector):
-        """(pointer to `vector` stored in an entry-block array, element type)."""
-        array = self.entry_alloca(ll.ArrayType(vector.type.element, self.W))
-        self.b.store(vector, self.b.bitcast(array, ll.PointerType(vector.type)), align=1)  # an array's alignment
-        return array, vector.type.element
 
     def scalar_atomic(self, op: str, ptr, v, t: T.DataType):
         self.atomic_update(op, ptr, v, t)
@@ -709,6 +679,8 @@ class WideChunkEnv(LaneAdStacks, _ChunkEnv):
         self.dead = True
 
     def s_RangeFor(self, s):
+        if self.wide:
+            self.hoist_invariant_loads(s)
         if not self.wide or s not in self.plan.masked_loops:
             return self._scalar(s)
         b, mt = self.b, ll.VectorType(I1, self.W)
@@ -729,6 +701,8 @@ class WideChunkEnv(LaneAdStacks, _ChunkEnv):
         self.masked_loop(s.body, step, advance)
 
     def s_While(self, s):
+        if self.wide:
+            self.hoist_invariant_loads(s)
         if not self.wide or s not in self.plan.masked_loops:
             return self._scalar(s)
         mt = ll.VectorType(I1, self.W)
@@ -748,7 +722,7 @@ class WideChunkEnv(LaneAdStacks, _ChunkEnv):
         running = step(loop)
         b.cbranch(self.any_lane(running), body_bb, exit_bb)
         b.position_at_end(body_bb)
-        b.store(ll.Constant(mt, None), cont)
+        b.store(whole_vector(mt, None), cont)
         self.exec = running
         self.narrow += 1
         self.loops.append(loop)

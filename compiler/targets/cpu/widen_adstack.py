@@ -22,6 +22,7 @@ from qdc.runtime.contract import types as T
 from ..llvm import llvm_adstack
 from ..llvm.inline_math_vector import splat
 from ..llvm.llvm_types import I8, I32, I64, PTR, memtype
+from .widen_memory import whole_vector
 
 HEAP = layout.LLVM_HEAP
 
@@ -43,7 +44,7 @@ class LaneAdStacks:
         st = _LaneStack(base, capacity, last, s.type, s.adjoint, s.stack_id, task)
         if self.plan.lane_counts:
             st.count = self.entry_alloca(ll.VectorType(I64, self.W), f"{s.var_name}.counts")
-            self.store_lanes(st.count, ll.Constant(ll.VectorType(I64, self.W), None), T.i64)
+            self.store_lanes(st.count, whole_vector(ll.VectorType(I64, self.W), None), T.i64)
         else:
             st.count = self.entry_alloca(I64, f"{s.var_name}.count")  # one count for all lanes
             self.b.store(ll.Constant(I64, 0), st.count)
@@ -133,7 +134,7 @@ class LaneAdStacks:
         vt = ll.VectorType(memtype(dtype), self.W)
         v = self.intrinsic(f"llvm.masked.gather.{self.vector_suffix(vt)}.{self.vector_suffix(addresses.type)}", vt,
                            [addresses.type, I32, self.exec.type, vt],
-                           [addresses, ll.Constant(I32, dtype.nbytes), self.exec, ll.Constant(vt, None)])
+                           [addresses, ll.Constant(I32, dtype.nbytes), self.exec, whole_vector(vt, None)])
         return self.b.icmp_unsigned("!=", v, splat(I8, 0, self.W)) if dtype is T.u1 else v
 
     def _push_per_lane(self, s, st):
@@ -148,11 +149,11 @@ class LaneAdStacks:
             over = b.and_(self.exec, b.not_(fits))
             with b.if_then(self.any_lane(over), likely=False):
                 largest = self.intrinsic(f"llvm.vector.reduce.umax.v{w}i64", I64, [vt],
-                                         [b.select(over, n, ll.Constant(vt, None))])
+                                         [b.select(over, n, whole_vector(vt, None))])
                 self._report_overflow(st, largest)
         self._scatter(self.v(s.value), self._lane_addresses(st, n, False), write, st.dtype)
         if st.adjoint:
-            self._scatter(ll.Constant(self.vt(st.dtype), None), self._lane_addresses(st, n, True), write, st.dtype)
+            self._scatter(whole_vector(self.vt(st.dtype), None), self._lane_addresses(st, n, True), write, st.dtype)
         b.store(b.add(n, b.zext(self.exec, vt)), st.count)
 
     def s_AdStackPush(self, s):
@@ -166,7 +167,7 @@ class LaneAdStacks:
         def write():
             self._store_lanes(self.v(s.value), self._lanes_at(st, n, False), st.dtype)
             if st.adjoint:
-                self._store_lanes(ll.Constant(self.vt(st.dtype), None), self._lanes_at(st, n, True), st.dtype)
+                self._store_lanes(whole_vector(self.vt(st.dtype), None), self._lanes_at(st, n, True), st.dtype)
 
         if llvm_adstack._UNCHECKED_FOR_BENCHMARK:
             write()

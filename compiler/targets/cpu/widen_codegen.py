@@ -16,7 +16,7 @@ from ...ir.adstack import AdStackAlloca
 from ..llvm.llvm_ir import KernelCodegen
 from .isa_levels import CpuLevel
 from .widen import emit_wide_chunk
-from .widen_plan import WidenPlan, level_lanes, plan
+from .widen_plan import WidenPlan, level_lanes, own_updates, plan
 
 
 def level_features(level: CpuLevel) -> set:
@@ -25,8 +25,20 @@ def level_features(level: CpuLevel) -> set:
 
 
 def has_gathers(level: CpuLevel) -> bool:
-    """Whether the level has vector gather instructions (AVX2, AVX-512, SVE)."""
-    return bool(level_features(level) & {"avx2", "avx512f", "sve"})
+    """Whether the level gathers the lanes of a width-W chunk with vector instructions (AVX2,
+    AVX-512). Not SVE: its vector length is unknown when compiling, so W is NEON-sized and LLVM
+    lowers those fixed-length vectors with NEON (SVE registers only for a known length of 256
+    bits or more), whose gathers and scatters load and store lane by lane, each behind a branch
+    on its mask bit (DiffMPM's P2G gradient at armv8.2-a+sve: 3,800 lines of IR to emit, 4.7
+    times the scalar code's)."""
+    return bool(level_features(level) & {"avx2", "avx512f"})
+
+
+def has_scatters(level: CpuLevel) -> bool:
+    """Whether the level scatters the lanes of a width-W chunk with vector instructions, and
+    gathers them with instructions LLVM's tuning of the level uses as they are: AVX-512 (not
+    AVX2, whose generic tuning loads a gather's lanes one by one; not SVE, see has_gathers)."""
+    return "avx512f" in level_features(level)
 
 
 def vector_bits(level: CpuLevel) -> int:
@@ -81,6 +93,13 @@ class TaskChoice:
                 reasons.append(f"scalar code at {', '.join(level.name for level in levels[:scalar])} (no gathers)")
                 self.plan.registers_reason = "; ".join(reasons)
         self.level_names = tuple(level.name for level in levels)
+        # Per level, how the loads read once before a loop and the updates of an iteration's own
+        # elements (widen_plan) touch memory: True, vector gathers and scatters; False, a loop of
+        # scalar accesses over the running lanes (a masked gather or scatter that LLVM does not
+        # lower to one instruction is a branch and an access per lane: more code, once per step);
+        # None where the task has neither, so that its chunks are shared by the levels of one W.
+        uses = self.plan and (self.plan.invariant_loads or self.plan.own_updates)
+        self.vector_memory = tuple(has_scatters(level) if uses else None for level in levels)
 
     @property
     def max_lanes(self) -> int:
@@ -106,24 +125,30 @@ class CpuKernelCodegen(KernelCodegen):
 
     def emit_chunk(self, task: ir.Task):
         choice = self.choices.get(task)
+        # Updates of elements no other iteration writes need no atomics: in a scalar chunk,
+        # whoever runs it, the loop vectoriser widens their plain read-modify-writes, with no copy
+        # of the loop for a thread that runs alone (nbody.drift portable: 62 -> 46 ms of CPU)
+        self.plain_updates = choice.plan.own_updates if choice is not None and choice.plan else own_updates(task)
         if choice is None or choice.plan is None:
             return super().emit_chunk(task)
         name = task.task_name + "_chunk"
-        made = {choice.lanes[0]: name}
+        forms = tuple(zip(choice.lanes, choice.vector_memory))
+        made = {forms[0]: name}
         with timings.phase(timings.level_phase(choice.level_names[0])):
             if choice.lanes[0] == 1:  # this level keeps the scalar code (TaskChoice)
                 fn = super().emit_chunk(task)
             else:
-                fn = emit_wide_chunk(self, task, choice.plan, choice.lanes[0], name)
-        for i, lanes in enumerate(choice.lanes[1:], start=1):
-            if lanes not in made:
-                made[lanes] = f"{name}.lanes{lanes}"
+                fn = emit_wide_chunk(self, task, choice.plan, *forms[0], name)
+        for i, form in enumerate(forms[1:], start=1):
+            if form not in made:
+                lanes, vector_memory = form
+                made[form] = f"{name}.lanes{lanes}" + {None: "", True: ".vector", False: ".by_lane"}[vector_memory]
                 with timings.phase(timings.level_phase(choice.level_names[i])):
-                    emit_wide_chunk(self, task, choice.plan, lanes, made[lanes])
-            if made[lanes] != name:
-                self.overrides[(name, i)] = made[lanes]
+                    emit_wide_chunk(self, task, choice.plan, lanes, vector_memory, made[form])
+            if made[form] != name:
+                self.overrides[(name, i)] = made[form]
         if choice.plan.data_dependent_loads:
-            self.gathering_chunks.update(made[lanes] for lanes in made if lanes > 1)
+            self.gathering_chunks.update(made[form] for form in made if form[0] > 1)
         return fn
 
 

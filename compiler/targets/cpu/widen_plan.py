@@ -49,7 +49,7 @@ def widening_mode() -> str:
 # Statement kinds the width-W lowering implements; any other kind keeps the task scalar.
 _PURE = (ir.Const, ir.ArgLoad, ir.NdarrayShape, ir.Unary, ir.Binary, ir.Cast, ir.Select, ir.GlobalPtr,
          ir.RandomState, ir.TempLoad, ir.LoopIndex)
-_LOCALS = (ir.Alloca, ir.LocalLoad, ir.LocalStore, ir.LocalAccumulate)
+_LOCALS = (ir.Alloca, ir.LocalLoad, ir.LocalStore, ir.LocalAccumulate, ir.LocalArray, ir.ArrayLoad, ir.ArrayStore)
 _MEMORY = (ir.GlobalLoad, ir.GlobalStore, ir.AtomicRMW, ir.TempStore, ir.TempAtomic, ad.TempAtomicAdd,
            ir.DebugMessage)
 _CONTROL = (ir.If, ir.RangeFor, ir.While, ir.Break, ir.Continue)
@@ -93,6 +93,11 @@ class WidenPlan:
         # Widened for its gathers alone (no inner loop): at an ISA level without gather
         # instructions the scalar code is as fast and far less code (widen_codegen.py)
         self.gathers_only = False
+        # loop -> the varying loads in it that read the same element on every iteration, read once
+        # before it instead (`_invariant_loads`)
+        self.invariant_loads: dict = {}
+        # atomics at an element no other iteration writes: plain read-modify-writes (`own_updates`)
+        self.own_updates: set = set()
 
 
 def plan(task: ir.Task) -> WidenPlan | str:
@@ -132,6 +137,8 @@ def plan(task: ir.Task) -> WidenPlan | str:
         where = f" (line {inner.loc.line})" if inner.loc else ""
         return "an inner loop over contiguous elements, which LLVM's loop vectoriser widens" + where
     _size_lanes(task, p, has_inner_loop)
+    p.invariant_loads = _invariant_loads(task, p)
+    p.own_updates = own_updates(task)
     return p
 
 
@@ -193,6 +200,8 @@ def _only_accumulations(task: ir.Task) -> bool:
             continue
         declared, read, writes = set(), set(), []
         for s in ir.walk_nested(loop):
+            if isinstance(s, ir.ArrayStore) and s.array.type.is_float:
+                return False  # a float carried in a local array: not counted as an accumulation
             if isinstance(s, ir.Alloca):
                 declared.add(s)
             elif isinstance(s, ir.LocalLoad) and s.var.type.is_float:
@@ -286,6 +295,157 @@ def _unrolled_by_llvm(loop) -> bool:
                     for s in ir.walk(loop.body))
 
 
+def _coordinate_ranges(task: ir.Task) -> dict | None:
+    """{the task's index and its row coordinates: (first, last) value of any iteration}, where the
+    range and the row extents are constants; else None."""
+    if not (isinstance(task.begin, ir.Const) and isinstance(task.end, ir.Const)) \
+            or not all(isinstance(e, ir.Const) for e in task.axes):
+        return None
+    first, last = task.begin.value, task.end.value - 1
+    if first > last or first < 0:
+        return None
+    ranges = {task.index: (first, last)}
+    if task.axis_index:
+        row = 1
+        for extent in task.axes:
+            row *= extent.value
+        ranges[task.axis_index[0]] = (first // row, last // row)
+        ranges.update((c, (0, e.value - 1)) for c, e in zip(task.axis_index[1:], task.axes))
+    return ranges
+
+
+def _statically_in_bounds(task: ir.Task):
+    """A test of whether a GlobalPtr's element is in bounds for every iteration of `task`, known
+    at compile time: each index a constant below its axis's extent, or the task's index or a row
+    coordinate of it whose every value is (a field's; an ndarray's shape is known at launch only).
+    None where the task's range is not constant."""
+    ranges = _coordinate_ranges(task)
+    if ranges is None:
+        return None
+
+    def in_bounds(ptr) -> bool:
+        shape = getattr(ptr.target, "shape", None)
+        return shape is not None and len(shape) == len(ptr.indices) and all(
+            isinstance(i, ir.Const) and 0 <= i.value < n or i in ranges and ranges[i][1] < n
+            for i, n in zip(ptr.indices, shape))
+    return in_bounds
+
+
+def _invariant_loads(task: ir.Task, p: WidenPlan) -> dict:
+    """loop -> the varying loads inside it (at any depth) whose element is the same on every
+    iteration and in bounds for every lane (`_statically_in_bounds`), from a field the loop does
+    not write: read once before the loop, under the lanes that enter it, rather than gathered on
+    every iteration. The scalar code's LICM does not move a load out of a branch, nor LLVM's a
+    masked gather; n-body's kick gathered its body's position (`pos[i, k]`, strided) three times
+    per pair, one load per lane at levels whose gathers LLVM does not use (x86-64-v2, v3). In
+    bounds, reading the element early cannot fault, even for a lane whose iteration would not
+    have read it."""
+    in_bounds = _statically_in_bounds(task)
+    if in_bounds is None:
+        return {}
+    hoisted, found = set(), {}
+    for loop in ir.walk(task.body):  # outer loops first: a load goes before the outermost it can
+        if not isinstance(loop, (ir.RangeFor, ir.While)):
+            continue
+        inside = list(ir.walk_nested(loop))
+        written = {_memory(s.ptr.target) for s in inside if isinstance(s, (ir.GlobalStore, ir.AtomicRMW))}
+        loads = [s for s in inside if isinstance(s, ir.GlobalLoad) and s not in hoisted and s in p.varying
+                 and isinstance(s.ptr, ir.GlobalPtr) and _memory(s.ptr.target) not in written and in_bounds(s.ptr)]
+        if loads:
+            found[loop] = loads
+            hoisted.update(loads)
+    return found
+
+
+def own_updates(task: ir.Task) -> set:
+    """The atomics of the body at an element that no other iteration of the task writes, so that
+    they need no atomic instruction on any thread: a plain read-modify-write (the scalar code,
+    which the loop vectoriser widens whoever runs the chunk; W lanes: a gather, the operation and
+    a scatter, or a loop over the lanes where the level has no scatter). So it is for a field
+    every write of which in the task (store or atomic) has the task's index, or each of its row
+    coordinates, at one axis each, the same axes for all writes (`_OwnElementAxes`): two
+    iterations then never write one element, and the lanes of a step never coincide (n-body's
+    `vel[i, 0] += ...`, `pos[i, k] += ...` of `for i, k in pos`, a gradient's `x.grad[f, p] +=
+    ...`). Not for ndarrays: two arguments may be one array."""
+    if task.kind != "range_for" or task.serial:
+        return set()
+    writes: dict = {}
+    for s in ir.walk(task.body):
+        if isinstance(s, (ir.GlobalStore, ir.AtomicRMW)):
+            if not isinstance(s.ptr, ir.GlobalPtr):
+                return set()
+            writes.setdefault(_memory(s.ptr.target), []).append(s)
+    own = set()
+    axes = _OwnElementAxes(task)
+    for field_writes in writes.values():
+        if axes.of(field_writes):
+            own.update(s for s in field_writes if isinstance(s, ir.AtomicRMW) and s.op in COMBINED_ATOMICS
+                       and s.type is not T.u1)
+    return own
+
+
+class _OwnElementAxes:
+    """Whether the writes of one field in `task` are each at the iteration's own element. An
+    element's offset is the sum of index x stride over the axes: with the coordinates at the
+    same axes in every write, each within its axis's extent below the first of them (constants
+    there too), and the same value for every iteration above it (constants, arguments), two
+    iterations' elements differ by their coordinates, unless the writes' values above differ
+    and the first coordinate may leave its axis (then they must be the same values)."""
+
+    def __init__(self, task: ir.Task):
+        self.coordinates = {c: d for d, c in enumerate(task.axis_index)} or {task.index: 0}
+        self.ranges = _coordinate_ranges(task) or {}
+        self.invariant: dict = {}
+
+    def of(self, writes: list) -> bool:
+        shape = getattr(writes[0].ptr.target, "shape", None)
+        if shape is None:
+            return False
+        patterns, prefixes = set(), set()
+        for s in writes:
+            indices = s.ptr.indices
+            pattern = tuple(self.coordinates.get(i) for i in indices)
+            if len(indices) != len(shape) or sorted(a for a in pattern if a is not None) != list(
+                    range(len(self.coordinates))):
+                return False
+            first = next(k for k, a in enumerate(pattern) if a is not None)
+            if not all(self.is_invariant(i) for i in indices[:first]) or not all(
+                    self.within(i, n) for i, n in zip(indices[first + 1:], shape[first + 1:])):
+                return False
+            patterns.add(pattern)
+            prefixes.add(tuple(i.value if isinstance(i, ir.Const) else i for i in indices[:first]))
+        if len(patterns) != 1:
+            return False
+        first = next(k for k, a in enumerate(next(iter(patterns))) if a is not None)
+        return len(prefixes) == 1 or self.within(writes[0].ptr.indices[first], shape[first])
+
+    def within(self, index, extent: int) -> bool:
+        """Whether `index` is within [0, extent) in every iteration, as known at compile time."""
+        if isinstance(index, ir.Const):
+            return 0 <= index.value < extent
+        bounds = self.ranges.get(index)
+        return bounds is not None and 0 <= bounds[0] and bounds[1] < extent
+
+    def is_invariant(self, value) -> bool:
+        """Whether `value` is the same in every iteration of a launch: constants, arguments,
+        shapes and what the body computes from them alone."""
+        known = self.invariant.get(value)
+        if known is None:
+            if isinstance(value, (ir.Const, ir.ArgLoad, ir.NdarrayShape)):
+                known = True
+            elif isinstance(value, (ir.Unary, ir.Binary, ir.Cast, ir.Select)):
+                known = all(self.is_invariant(o) for o in value.operands())
+            else:
+                known = False
+            self.invariant[value] = known
+        return known
+
+
+def _memory(target) -> tuple:
+    """What identifies the memory of a field or ndarray (its companion gradient is other memory)."""
+    return type(target).__name__, getattr(target, "slot", getattr(target, "arg_index", None)), target.is_grad
+
+
 def _indirect_accesses(task: ir.Task, p: WidenPlan) -> tuple[int, int]:
     """(loads, atomics) of the body at addresses that vary with the lanes other than by the task
     index plus a uniform offset (data-dependent, as a grid cell computed from a position).
@@ -345,6 +505,22 @@ class _Analysis:
                 self.refuse(s, "a read of a chunk-level local")
             if s.var in self.varying_locals:
                 p.varying.add(s)
+        elif isinstance(s, ir.LocalArray):
+            if s.type is T.u1:
+                self.refuse(s, "a local array of u1")
+            self.body_allocas.add(s)
+            if s in self.varying_locals:
+                p.varying.add(s)
+        elif isinstance(s, ir.ArrayLoad):
+            if s.array not in self.body_allocas:
+                self.refuse(s, "a read of a chunk-level local")
+            if varying_in:  # a varying array, or a varying index
+                p.varying.add(s)
+        elif isinstance(s, ir.ArrayStore):
+            if s.array not in self.body_allocas:
+                self.refuse(s, "a write of a chunk-level local")
+            if narrow or varying_in:
+                self.varying_stores.add(s.array)
         elif isinstance(s, ir.LocalStore):
             if s.var not in self.body_allocas:
                 self.refuse(s, "a write of a chunk-level local")

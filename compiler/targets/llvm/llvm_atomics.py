@@ -23,6 +23,8 @@ def atomic_operation(op: str, t: T.DataType) -> str:
 
 class AtomicLowering:
     def s_AtomicRMW(self, s):
+        if s in self.cg.plain_updates:
+            return self.read_modify_write(s.op, self.v(s.ptr), self.v(s.value), s.type)
         return self.atomic_rmw(s.op, self.v(s.ptr), s.value, s.type)
 
     def s_TempAtomic(self, s):

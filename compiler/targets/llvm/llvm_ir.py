@@ -21,6 +21,7 @@ from ...passes.bounds_checks import checked_accesses
 from ..base import Unsupported, lower_statement
 from .llvm_adstack import AdStackLowering
 from .llvm_atomics import AtomicLowering
+from .llvm_local_arrays import LocalArrayLowering
 from .llvm_messages import MessageLowering
 from .llvm_simt import SimtLowering
 from .llvm_types import FLOAT_BITS, I1, I8, I16, I64, PTR, VOID, float_suffix, lltype, memtype
@@ -62,6 +63,10 @@ class ModuleBuilder:
 
 class KernelCodegen:
     """Lowers one offloaded KernelIR into `mb.module` following `meta`'s ctx layout."""
+
+    # Atomics that a backend proved no other thread races with (the CPU's own-element updates,
+    # cpu/widen_plan.own_updates): plain read-modify-writes.
+    plain_updates: frozenset | set = frozenset()
 
     def __init__(self, mb: ModuleBuilder, kernel: ir.KernelIR, meta: KernelMeta, fast_math: bool = False, *,
                  target):
@@ -280,19 +285,21 @@ def find_state_carriers(loop: ir.Stmt, found: dict) -> tuple:
                 continue
             if isinstance(s, (ir.AdStackPush, ir.AdStackPop)):
                 stacks = True
-            elif isinstance(s, ir.Alloca):
+            elif isinstance(s, (ir.Alloca, ir.LocalArray)):
                 declared.add(s)
             elif isinstance(s, ir.LocalLoad) and s.var.type.is_float:
                 read.add(s.var)
             elif isinstance(s, ir.LocalStore) and s.var.type.is_float:
                 written.add(s.var)
+            elif isinstance(s, (ir.ArrayLoad, ir.ArrayStore)) and s.array.type.is_float:
+                (read if isinstance(s, ir.ArrayLoad) else written).add(s.array)
             if s.BLOCKS:
                 todo.extend(s.blocks())
     found[loop] = stacks or bool((read & written) - declared)
     return stacks, declared, read, written
 
 
-class _Env(AdStackLowering, AtomicLowering, MessageLowering, SimtLowering):
+class _Env(AdStackLowering, AtomicLowering, LocalArrayLowering, MessageLowering, SimtLowering):
     """Emission state inside one LLVM function."""
 
     def __init__(self, cg: KernelCodegen, builder: ll.IRBuilder, ctx):

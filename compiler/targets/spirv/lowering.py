@@ -8,7 +8,9 @@ end); invocation `id` runs iterations id, id + total, ... of the n = end - begin
 (grid-stride: correct for any grid), `total` being the dispatched invocation count. A task's
 `chunk_init` / `chunk_final` run once per invocation around its iterations: per-invocation
 partials, combined across the subgroup, then one atomic per subgroup (memory.py,
-flush_partial). A serial task, and a serial range-for, run on invocation 0 only.
+flush_partial). A serial task, and a serial range-for, run on invocation 0 only. A task given a
+`grid_temp` also computes its own grid when specialised to (runtime/contract/spirv_args.py,
+GRID_BLOCK_SPEC_ID): its bounds come from device memory, and the host never reads them back.
 
 Buffers are storage buffers in descriptor set 0, bound as the task record's "bindings" says.
 A buffer used through several element types (u32 words and an f32 atomic on the temporaries,
@@ -19,7 +21,8 @@ that use more arrays than a device lets one shader bind.
 from __future__ import annotations
 
 from qdc.runtime.contract import types as T
-from qdc.runtime.contract.spirv_args import SERIAL_CHUNK_SPEC_ID, arg_words  # the ABI the devices share
+from qdc.runtime.contract.spirv_args import (GRID_BLOCK_SPEC_ID, GRID_CAP_SPEC_ID, SERIAL_CHUNK_SPEC_ID,  # the ABI
+                                             arg_words)  # the devices share
 
 from ... import ir
 from ...passes.bounds_checks import checked_accesses
@@ -28,6 +31,7 @@ from ..base import Capabilities, Unsupported, lower_statement
 from .adstack import AdStackLowering
 from .arith import ValueLowering
 from .builder import FunctionBuilder, ModuleBuilder
+from .local_arrays import LocalArrayLowering
 from .memory import MemoryLowering
 from .messages import MessageLowering
 from .simt import SimtLowering
@@ -37,10 +41,12 @@ DESCRIPTOR_SET = 0
 DEFAULT_SPEC_BLOCK_DIM = 128  # the WorkgroupSize's default; the device always specialises it
 
 
-class TaskLowering(SimtLowering, ValueLowering, MemoryLowering, AdStackLowering, MessageLowering):
+class TaskLowering(SimtLowering, ValueLowering, MemoryLowering, LocalArrayLowering, AdStackLowering, MessageLowering):
     def __init__(self, kernel: ir.KernelIR, task: ir.Task, entry: str, capabilities: Capabilities, arch: str,
-                 block_dim: int | None, debug: bool = False, fast_math: bool = False, address_arrays: bool = False):
+                 block_dim: int | None, debug: bool = False, fast_math: bool = False, address_arrays: bool = False,
+                 grid_temp: int | None = None):
         self.k, self.task, self.entry, self.caps, self.arch = kernel, task, entry, capabilities, arch
+        self.grid_temp = grid_temp  # the temporaries its grid goes to (grid_on_device), else None
         self.fast_math = fast_math
         self.m = ModuleBuilder()
         self.m.preserve_ieee = not fast_math
@@ -123,6 +129,35 @@ class TaskLowering(SimtLowering, ValueLowering, MemoryLowering, AdStackLowering,
         it = task.index.type
         begin, end = self.v(task.begin), self.v(task.end)
         n = self.op(Op.ISub, it, end, begin)
+        if self.grid_temp is None:
+            self.iterate(task, it, begin, n)
+            return
+        grid_block = self.m.spec_const(self.ty(T.u32), 0, GRID_BLOCK_SPEC_ID)
+        self.if_then(self.boolean(Op.INotEqual, grid_block, self.c(T.u32, 0)),
+                     lambda: self.write_grid(it, n, grid_block), lambda: self.iterate(task, it, begin, n))
+
+    def write_grid(self, it: T.DataType, n: int, block: int) -> None:
+        """Invocation 0 writes the task's dispatch, (min(ceil(n / block), cap), 1, 1) workgroups
+        (none for n <= 0), to its grid temporaries."""
+        cap = self.m.spec_const(self.ty(T.u32), 1, GRID_CAP_SPEC_ID)
+        b = self.convert(block, T.u32, it)
+        whole = self.op(Op.SDiv, it, n, b)
+        partial = self.boolean(Op.SGreaterThan, self.op(Op.ISub, it, n, self.op(Op.IMul, it, whole, b)),
+                               self.c(it, 0))
+        groups = self.glsl(it, GLSL.SMin, self.op(Op.IAdd, it, whole, self.select(it, partial, self.c(it, 1),
+                                                                                  self.c(it, 0))),
+                           self.convert(cap, T.u32, it))
+        groups = self.convert(self.select(it, self.boolean(Op.SGreaterThan, n, self.c(it, 0)), groups, self.c(it, 0)),
+                              it, T.u32)
+
+        def write():
+            for k, word in enumerate((groups, self.c(T.u32, 1), self.c(T.u32, 1))):
+                self.fb.emit_void(Op.Store, self.element("temps", 0, T.u32, self.c(T.u32, 2 * self.grid_temp + k)),
+                                  word)
+        self.if_then(self.boolean(Op.IEqual, self.invocation, self.c(T.u32, 0)), write)
+
+    def iterate(self, task: ir.Task, it: T.DataType, begin: int, n: int) -> None:
+        """The invocation's grid-stride share of the task's n iterations from `begin`."""
         total, stop = self.total, n
         if task.serial:
             start, stop, active = self.serial_chunk(it, n)

@@ -34,6 +34,7 @@ class Op:
     ConstantFalse = 42
     Constant = 43
     ConstantComposite = 44
+    ConstantNull = 46
     SpecConstant = 50
     SpecConstantComposite = 51
     Function = 54

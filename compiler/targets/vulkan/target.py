@@ -25,13 +25,21 @@
   maxComputeWorkGroupCount[0]); invocation id = gid.x + gid.y * (groups.x * B), total =
   groups.x * groups.y * B. The shader computes begin/end itself and runs iterations id, id +
   total, ... (grid-stride). A serial task: one workgroup, invocation 0 runs it.
+- A range task whose bounds its prologue reads from device memory (a count in an ndarray, a
+  field or an earlier task's temporary) has "grid_temp": T in its launch record: the device
+  dispatches it indirectly, on the grid its module computes when specialised to
+  (GRID_BLOCK_SPEC_ID, runtime/contract/spirv_args.py) into temporaries T and T + 1, so the
+  host never reads the bounds back (a wait for every earlier launch) nor dispatches the grid
+  cap for a small count.
 - Capabilities Int64 / Float64 / Int8 / Int16 / Float16 only when the task uses those types.
 """
 from __future__ import annotations
 
 from qdc.runtime.contract.adstack_layout import spirv_heap
+from qdc.runtime.contract.spirv_args import GRID_TEMPS
 
 from ... import ir, timings
+from ...ir.adstack import AdStackAlloca
 from ..base import Capabilities, Target, TargetOption, codegen_error
 
 SPIRV_ENV = "spirv1.5/vulkan1.2"
@@ -69,6 +77,9 @@ class VulkanTarget(Target):
         from ..spirv import tools
         artifacts = {}
         for i, (task, record) in enumerate(zip(kernel.tasks, meta.tasks)):
+            if grid_on_device(task):
+                record.launch["grid_temp"] = meta.num_temps
+                meta.num_temps += GRID_TEMPS
             with timings.phase("SPIR-V generation"):
                 module, bindings = self.lower_task(kernel, task, record, meta, opts)
             if tools.have_validator():  # the vulkan extra installs it; a failure is a compiler bug
@@ -92,13 +103,24 @@ class VulkanTarget(Target):
         from ..spirv.lowering import TaskLowering
         for address_arrays in (False, True):
             lowering = TaskLowering(kernel, task, record.entry, self.capabilities, self.arch, task.block_dim,
-                                    bool(meta.debug_checks), bool(opts.fast_math), address_arrays)
+                                    bool(meta.debug_checks), bool(opts.fast_math), address_arrays,
+                                    record.launch.get("grid_temp"))
             module, bindings = lowering.lower()
             if len(bindings) <= MAX_BOUND_BUFFERS:
                 break
         if lowering.addressed:
             record.launch["addressed"] = [[resource, index] for resource, index in lowering.addressed]
         return module, bindings
+
+
+def grid_on_device(task: ir.Task) -> bool:
+    """Whether a task computes its own grid: a parallel range whose bounds the prologue reads
+    from memory, holding no adstacks (whose heaps are sized for the grid the host chooses)."""
+    if task.kind != "range_for" or task.serial:
+        return False
+    if any(isinstance(s, AdStackAlloca) for s in ir.walk_nested(task)):
+        return False
+    return any(isinstance(s, (ir.GlobalLoad, ir.TempLoad)) for s in ir.walk(task.prologue))
 
 
 def _check_subgroup_size(v) -> None:

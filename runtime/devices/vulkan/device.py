@@ -199,7 +199,8 @@ class VulkanDevice(SubmissionDevice):
         # than the device binds to one shader: compiler/targets/vulkan/target.py)
         addressable = self.capabilities.buffer_device_address
         usage = (vk.VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | vk.VK_BUFFER_USAGE_TRANSFER_SRC_BIT
-                 | vk.VK_BUFFER_USAGE_TRANSFER_DST_BIT)
+                 | vk.VK_BUFFER_USAGE_TRANSFER_DST_BIT
+                 | vk.VK_BUFFER_USAGE_INDIRECT_BUFFER_BIT)  # the grids tasks compute (pipelines.py)
         if addressable:
             usage |= BUFFER_USAGE_SHADER_DEVICE_ADDRESS
         info = ffi.new("VkBufferCreateInfo*", {

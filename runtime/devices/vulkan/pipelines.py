@@ -7,7 +7,7 @@ import numpy as np
 
 from ...contract.entry_points import spirv_entry_points
 from ...contract.error_slot import ERROR_SLOT_WORDS
-from ...contract.spirv_args import SERIAL_CHUNK_SPEC_ID
+from ...contract.spirv_args import GRID_BLOCK_SPEC_ID, GRID_CAP_SPEC_ID, SERIAL_CHUNK_SPEC_ID
 from ..spirv_abi import HEAP_WORDS, adstack_meta_words
 from . import kernels
 from .kernels import UnsupportedKernelError
@@ -27,7 +27,7 @@ class TaskPipeline:
     """A task's pipeline and how a launch binds it."""
     __slots__ = ("name", "pipeline", "layout", "set_layouts", "bindings", "addressed", "block_dim", "serial", "chunk",
                  "sets", "set_numbers", "dynamic", "dynamic_count", "uses", "plan", "narrow_block", "narrow",
-                 "source")
+                 "source", "grid_temp", "grid_pipeline", "grid_at")
 
     def __init__(self, **kw):
         for k, v in kw.items():
@@ -98,14 +98,16 @@ def build_task_pipeline(dev, artifacts: dict, meta, i: int):
         raise UnsupportedKernelError(f"{what}: its SPIR-V has no entry point '{task.entry}' (found "
                                      f"{sorted(spirv_entry_points(bytes(blob)))}): rebuild the kernel")
     ffi = dev.ffi
-    narrow = narrow_block(caps, task.launch, block)
+    grid_temp = task.launch.get("grid_temp")
+    narrow = 0 if grid_temp is not None else narrow_block(caps, task.launch, block)
     # Where a task has two workgroup sizes (a CPU device), each pipeline is made at the first launch
     # that uses it: lavapipe compiles a pipeline to machine code when it is made, and most tasks of
     # a program like Genesis are only ever launched below a workgroup (or only above it).
     pipeline = None if narrow else _pipeline(dev, bytes(blob), task.entry, layout, block, what, chunk)
     tp = TaskPipeline(name=what, pipeline=pipeline, layout=layout, set_layouts=set_layouts, bindings=plans,
                       addressed=addressed, narrow_block=narrow, narrow=None,
-                      source=(bytes(blob), task.entry) if narrow else None,
+                      source=(bytes(blob), task.entry) if narrow or grid_temp is not None else None,
+                      grid_temp=grid_temp, grid_pipeline=None, grid_at=None,
                       block_dim=block, serial=serial, chunk=chunk,
                       sets=ffi.new("VkDescriptorSet[]", max(len(set_layouts), 1)),
                       set_numbers=len(set_layouts),
@@ -136,6 +138,16 @@ def _narrow_pipeline(dev, tp):
         blob, entry = tp.source
         tp.narrow = _pipeline(dev, blob, entry, tp.layout, tp.narrow_block, tp.name, tp.chunk)
     return tp.narrow
+
+
+def _grid_pipeline(dev, tp):
+    """The task's pipeline specialised to compute its grid (spirv_args.py, GRID_BLOCK_SPEC_ID): one
+    invocation, made at the task's first launch."""
+    if tp.grid_pipeline is None:
+        blob, entry = tp.source
+        tp.grid_pipeline = _pipeline(dev, blob, entry, tp.layout, 1, tp.name,
+                                     grid=(tp.block_dim, dev.grid_cap(tp.block_dim)))
+    return tp.grid_pipeline
 
 
 def _wide_pipeline(dev, tp):
@@ -174,10 +186,12 @@ def _pipeline_layout(dev, set_layouts: list):
     return out[0]
 
 
-def _pipeline(dev, blob: bytes, entry_point: str, layout, block: int, what: str, chunk: int = 0):
+def _pipeline(dev, blob: bytes, entry_point: str, layout, block: int, what: str, chunk: int = 0,
+              grid: tuple = (0, 1)):
     """A compute pipeline of SPIR-V `blob`'s entry point `entry_point` (the task record's entry,
-    which loading checked the module defines), its WorkgroupSize x specialised to `block`, and a
-    serial range-for's chunk to `chunk` (0: the whole range in one dispatch)."""
+    which loading checked the module defines), its WorkgroupSize x specialised to `block`, a
+    serial range-for's chunk to `chunk` (0: the whole range in one dispatch), and `grid` (the
+    workgroup size and cap of the grid it computes; (0, _): it runs the task)."""
     vk, ffi, lib = dev.vk, dev.ffi, dev.lib
     code = ffi.from_buffer(blob)
     module_info = ffi.new("VkShaderModuleCreateInfo*", {
@@ -186,11 +200,12 @@ def _pipeline(dev, blob: bytes, entry_point: str, layout, block: int, what: str,
     module = ffi.new("VkShaderModule*")
     dev._check(lib.vkCreateShaderModule(dev.device, module_info, ffi.NULL, module), f"{what}: vkCreateShaderModule")
     entry = ffi.new("char[]", entry_point.encode())
-    spec_entries = ffi.new("VkSpecializationMapEntry[2]", [{"constantID": 0, "offset": 0, "size": 4},
-                                                            {"constantID": SERIAL_CHUNK_SPEC_ID, "offset": 4, "size": 4}])
-    spec_data = ffi.new("uint32_t[2]", [block, chunk])
-    spec = ffi.new("VkSpecializationInfo*", {"mapEntryCount": 2, "pMapEntries": spec_entries, "dataSize": 8,
-                                             "pData": spec_data})
+    spec_ids = (0, SERIAL_CHUNK_SPEC_ID, GRID_BLOCK_SPEC_ID, GRID_CAP_SPEC_ID)
+    spec_entries = ffi.new("VkSpecializationMapEntry[]", [{"constantID": c, "offset": 4 * k, "size": 4}
+                                                          for k, c in enumerate(spec_ids)])
+    spec_data = ffi.new("uint32_t[]", [block, chunk, *grid])
+    spec = ffi.new("VkSpecializationInfo*", {"mapEntryCount": len(spec_ids), "pMapEntries": spec_entries,
+                                             "dataSize": 4 * len(spec_ids), "pData": spec_data})
     info = ffi.new("VkComputePipelineCreateInfo*", {
         "sType": vk.VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO, "layout": layout,
         "flags": DISPATCH_BASE if chunk else 0,
@@ -209,7 +224,7 @@ def _pipeline(dev, blob: bytes, entry_point: str, layout, block: int, what: str,
 def destroy_pipelines(dev) -> None:
     ffi, lib = dev.ffi, dev.lib
     for tp in dev.__dict__.pop("_pipeline_objects", []):
-        for pipeline in (tp.pipeline, tp.narrow):
+        for pipeline in (tp.pipeline, tp.narrow, tp.grid_pipeline):
             if pipeline is not None:
                 lib.vkDestroyPipeline(dev.device, pipeline, ffi.NULL)
         lib.vkDestroyPipelineLayout(dev.device, tp.layout, ffi.NULL)
@@ -232,7 +247,8 @@ def record_dispatch(dev, loaded, tp, ctx, slices: int) -> None:
 def record_task(dev, command, tp, dynamic, slices: int) -> None:
     """Record task `tp` into `command`: its pipeline, its descriptor sets (as tp.sets holds them)
     with the dynamic offsets `dynamic`, and the dispatch of `slices` invocations (through the
-    task's narrow pipeline where it has one and they fill less than a workgroup)."""
+    task's narrow pipeline where it has one and they fill less than a workgroup), or, for a task
+    computing its grid, that computation and the indirect dispatch of the grid it wrote."""
     pipeline, block = tp.pipeline, tp.block_dim
     if slices < block and tp.narrow_block:
         pipeline, block = _narrow_pipeline(dev, tp), tp.narrow_block
@@ -241,10 +257,18 @@ def record_task(dev, command, tp, dynamic, slices: int) -> None:
     groups = 1 if tp.serial else -(-slices // block)
     x, y = kernels.dispatch_grid(groups, dev.capabilities.max_workgroup_count)
     lib, vk = dev.lib, dev.vk
-    lib.vkCmdBindPipeline(command, vk.VK_PIPELINE_BIND_POINT_COMPUTE, pipeline)
-    if tp.set_numbers:
+    grid = tp.grid_temp is not None  # the task's grid computed on the device first (spirv_args.py)
+    lib.vkCmdBindPipeline(command, vk.VK_PIPELINE_BIND_POINT_COMPUTE, _grid_pipeline(dev, tp) if grid else pipeline)
+    if tp.set_numbers:  # they stay bound across pipelines of the task's layout
         lib.vkCmdBindDescriptorSets(command, vk.VK_PIPELINE_BIND_POINT_COMPUTE, tp.layout, 0, tp.set_numbers,
                                     tp.sets, tp.dynamic_count, dynamic)
+    if grid:
+        lib.vkCmdDispatch(command, 1, 1, 1)
+        dev._barrier(command, dev._barrier_between)  # its words reach the indirect dispatch
+        lib.vkCmdBindPipeline(command, vk.VK_PIPELINE_BIND_POINT_COMPUTE, pipeline)
+        buf, offset = tp.grid_at
+        lib.vkCmdDispatchIndirect(command, buf.handle, offset)
+        return
     if not tp.chunk:
         lib.vkCmdDispatch(command, x, y, 1)
         return
@@ -355,6 +379,8 @@ def _record_resolved(dev, loaded, tp, ctx) -> None:
         alloc, offset = _bound_allocation(dev, meta, tp, p, ctx)
         buf = alloc.handle
         uses.append(buf)
+        if p.resource == "temps" and tp.grid_temp is not None:  # the task's grid words (spirv_args.py)
+            tp.grid_at = (buf, offset + 8 * tp.grid_temp)
         if p.dynamic:  # the launch's error slot: the block's descriptor, the slot by offset
             buffers.append((buf, 0, 8 * ERROR_SLOT_WORDS))
             tp.dynamic[len(dynamic)] = offset

@@ -9,6 +9,7 @@ import re
 import shutil
 import struct
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -266,3 +267,67 @@ def test_a_mac_links_its_own_libraries_as_the_cross_linked_ones():
     assert link._driver_command("cc", "k.o", "k.so", "darwin") == ["cc", "-dynamiclib", "-undefined",
                                                                    "dynamic_lookup", "-o", "k.so", "k.o"]
     assert link._driver_command("cc", "k.o", "k.so", "linux")[-2:] == ["-lgomp", "-lm"]
+
+
+@needs_lld
+def test_the_cross_build_is_the_same_bytes_whatever_the_jobs(everywhere, tmp_path, monkeypatch):
+    """Every platform's libraries, linked by one LLD process link after link, are the same bytes
+    whether one process builds every variant (`everywhere`: -j1) or a worker, with an LLD process
+    of its own, shares them."""
+    monkeypatch.setattr(build_mod, "MIN_JOBS_FOR_WORKERS", 2)  # a worker for the 3 variants
+    src = tmp_path / "cross.py"
+    src.write_text(SOURCE)
+    cache = tmp_path / "j2"
+    report = build_mod.build([str(src)], ["cpu"], resolve({"cpu_targets": "x86_64,aarch64"}, {}), str(cache), jobs=2,
+                             log=lambda text: None)
+    assert report.ok and report.built == 3, report.errors
+
+    def entries(folder):
+        folder = Path(folder)
+        return {str(path.relative_to(folder)): path.read_bytes() for path in sorted((folder / "entries").rglob("*"))
+                if path.is_file() and path.name != "meta.msgpack"}  # meta holds a date
+    built = entries(cache)
+    assert any(name.endswith("kernel.dylib_arm64") for name in built), sorted(built)
+    assert built == entries(everywhere)
+
+
+# ---- the width-W lowering's gathers ------------------------------------------------------------
+
+GATHERS = '''
+import qdc as qd
+nd = qd.types.ndarray(dtype=qd.f32, ndim=1)
+grid = qd.types.ndarray(dtype=qd.f32, ndim=2)
+
+@qd.kernel
+def gather(pos: nd, g: grid, out: nd):
+    for p in range(pos.shape[0]):  # a G2P: cells computed from positions, no inner loop
+        base = qd.cast(pos[p] * 16.0 - 0.5, qd.i32)
+        out[p] = g[base, p % 4] * pos[p] + g[base + 1, 0]
+'''
+
+
+def test_fixed_length_gathers_are_vector_instructions_only_on_x86():
+    """SVE's gather and scatter instructions take SVE registers, which LLVM uses for a width-W
+    chunk's fixed-length vectors only where the vector length is known to be 256 bits or more:
+    a portable SVE library gathers and scatters lane by lane, as NEON does."""
+    from qdc.compiler.targets.cpu.isa_levels import LEVELS
+    from qdc.compiler.targets.cpu.widen_codegen import has_gathers, has_scatters
+    assert [has_gathers(level) for level in LEVELS["x86_64"]] == [False, True, True]
+    assert [has_scatters(level) for level in LEVELS["x86_64"]] == [False, False, True]
+    assert not any(has_gathers(level) or has_scatters(level) for level in LEVELS["aarch64"])
+
+
+@needs_lld
+def test_a_task_that_only_gathers_keeps_the_scalar_code_on_aarch64(tmp_path):
+    src = tmp_path / "gathers.py"
+    src.write_text(GATHERS)
+    launches = {}
+    for targets in ("aarch64-linux", "x86_64,aarch64-linux"):
+        cache = str(tmp_path / targets)
+        report = build_mod.build([str(src)], ["cpu"], resolve({"cpu_targets": targets}, {}), cache, jobs=1,
+                                 log=lambda text: None)
+        assert report.ok, report.errors
+        entry = Cache(cache).lookup(read_module(Cache(cache), "gathers", "cpu")["kernels"]["gather"])
+        launches[targets] = entry.meta.tasks[0].launch
+    assert "no gather instructions" in launches["aarch64-linux"].get("scalar", ""), launches
+    assert launches["x86_64,aarch64-linux"].get("lanes", 1) > 1, launches  # x86-64-v3 and v4 gather

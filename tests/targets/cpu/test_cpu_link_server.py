@@ -1,6 +1,7 @@
 """The LLD server (compiler/targets/cpu/link_server.py): the CPU libraries of other platforms are
-linked by one LLD process per build process, forked per link, into the same bytes as LLD started
-anew; LLD's messages reach the error; a server that ends is replaced by running LLD directly."""
+linked by one LLD process per build process, link after link, into the same bytes as LLD started
+anew; LLD's messages reach the error; after a fatal error the next link is as good; a server that
+dies is replaced by running LLD directly."""
 import os
 import signal
 import sys
@@ -70,7 +71,8 @@ def test_one_server_links_both_platforms_as_lld_started_anew(fresh_servers):
     assert server.proc.poll() is None
     assert served[0] == served[1] == served[2] == _direct(elf_object, elf)
     assert served[0][:4] == b"\x7fELF" and b"libgomp.so.1" in served[0]
-    assert dylib[:4] == b"\xcf\xfa\xed\xfe" and b"_sinf" in dylib  # ld64.lld's UUID differs run to run
+    assert dylib[:4] == b"\xcf\xfa\xed\xfe" and b"_sinf" in dylib
+    assert dylib == _direct(mach_o_object, mach_o)  # its UUID and code signature hash the contents
     link_server.close_servers()
     assert server.proc.returncode == 0 and not _servers()
 
@@ -82,7 +84,7 @@ def test_the_links_cpu_time_counts_to_the_phase(fresh_servers, monkeypatch):
     counted = []
     monkeypatch.setattr(timings, "count_tool_cpu", counted.append)
     link.link_shared_library(obj, elf, host=False)
-    assert len(counted) == 1 and 0 < counted[0] < 5, counted  # the forked LLD's own, from its rusage
+    assert len(counted) == 1 and 0 < counted[0] < 5, counted  # the link's own, from LLD's rusage
 
 
 def test_lld_messages_reach_the_error(fresh_servers):
@@ -90,6 +92,21 @@ def test_lld_messages_reach_the_error(fresh_servers):
     with pytest.raises(QdcCompileError, match="(?s)ld.lld could not link.*incompatible"):
         link.link_shared_library(x86_object, PLATFORMS["aarch64-linux"], host=False)
     assert None not in _servers().values()  # a failed link is LLD's answer, not the server's end
+
+
+def test_links_after_a_fatal_error_are_as_lld_started_anew(fresh_servers, tmp_path):
+    elf, mach_o = PLATFORMS["aarch64-linux"], PLATFORMS["aarch64-macos"]
+    elf_object, mach_o_object = _object(elf.triple), _object(mach_o.triple)
+    before = link.link_shared_library(elf_object, elf, host=False)
+    broken = tmp_path / "broken.o"  # an ELF header LLD gives up on (a fatal error, not an error)
+    broken.write_bytes(b"\x7fELF\x02\x01\x01" + bytes(9) + b"\x01\x00\xb7\x00" + b"\xff" * 60)
+    returncode, messages = link_server.run_lld(lld.find("ld.lld")[0] + ["-shared", "-o", str(tmp_path / "out.so"),
+                                                                        str(broken)], link._link_on_host)
+    assert returncode == 1 and "e_shentsize" in messages
+    assert link.link_shared_library(elf_object, elf, host=False) == before == _direct(elf_object, elf)
+    dylib = link.link_shared_library(mach_o_object, mach_o, host=False)
+    assert dylib[:4] == b"\xcf\xfa\xed\xfe" and b"_sinf" in dylib
+    assert None not in _servers().values() and len(_servers()) == 1  # served, not LLD run directly
 
 
 def test_a_server_that_ends_is_replaced_by_lld_itself(fresh_servers):
@@ -101,3 +118,18 @@ def test_a_server_that_ends_is_replaced_by_lld_itself(fresh_servers):
     server.proc.wait()
     assert link.link_shared_library(obj, elf, host=False) == first
     assert list(_servers().values()) == [None]  # not started again in this process
+
+
+def test_an_lld_without_its_library_entry_forks_per_link(fresh_servers, monkeypatch):
+    elf = PLATFORMS["aarch64-linux"]
+    obj = _object(elf.triple)
+    name = "_ZN3lld11safeLldMainEiPPKcRN4llvm11raw_ostreamES5_"
+    assert name in link_server._SHIM_IR
+    monkeypatch.setattr(link_server, "_SHIM_IR", link_server._SHIM_IR.replace(name, name.replace("safe", "lost")))
+    link_server._shim.cache_clear()
+    try:
+        served = [link.link_shared_library(obj, elf, host=False) for _ in range(2)]
+        assert None not in _servers().values() and len(_servers()) == 1
+    finally:
+        link_server._shim.cache_clear()
+    assert served[0] == served[1] == _direct(obj, elf)

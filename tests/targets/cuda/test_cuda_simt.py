@@ -26,3 +26,16 @@ def test_ptx_has_the_block_level_instructions():
     for instruction in ("shfl.sync.idx", "shfl.sync.up", "shfl.sync.down", "vote.sync.ballot", "%laneid"):
         assert instruction in exchanges, instruction
     assert "membar.gl" in compile_simt(test_simt.publish, "cuda").artifacts["ptx"].decode()
+
+
+def test_the_sort_assembles():
+    """qd.algorithms.sort (every phase a block-level task; 64-bit keys with values, so every
+    variant of its digits and scatter) for CUDA: ptxas takes it."""
+    import test_simt_algorithms
+    ptx = compile_simt(test_simt_algorithms.sort_morton_keys, "cuda").artifacts["ptx"].decode()
+    assert "vote.sync.ballot" in ptx and "bar.sync" in ptx
+    if toolkit.ptxas_path() is None:
+        pytest.skip(f"ptxas not installed (pip install {toolkit.PACKAGE}): PTX generated but not assembled")
+    toolkit.assemble(ptx, toolkit.assembling_gpu("sm_70"))
+    toolkit.assemble(compile_simt(test_simt_algorithms.sort_pairs, "cuda").artifacts["ptx"].decode(),
+                     toolkit.assembling_gpu("sm_70"))

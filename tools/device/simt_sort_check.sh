@@ -1,0 +1,43 @@
+#!/bin/bash
+# Block-level code and qd.algorithms.sort on an NVIDIA GPU, in at most ~5 minutes:
+# bench/bench_simt.py at 2^24 on cuda and vulkan beside Quadrants (and torch), the qd.simt tests
+# on cuda and vulkan (the sort against numpy, device-computed grids, the sort's PTX), then where
+# the sort's Vulkan device time goes, per task (bench/vulkan_dispatch_times.py).
+#
+# Run from the root of a checkout that carries .gl/ (the Vulkan loader .debs), .whl/ (qdc's
+# dependencies) and .qwhl/ (Quadrants and its dependencies), as tools/device/gather.sh and
+# docs/gpu-testing.md describe; logs go to $OUT. Argument: the commit under test, for the logs.
+cd "$(dirname "$0")/../.." || exit 1
+OUT=${OUT:-/tmp/simt_out}
+mkdir -p "$OUT"
+T0=$(date +%s)
+left() { local s=$(( $1 - ($(date +%s) - T0) )); echo $(( s > 1 ? s : 1 )); }  # of a budget of $1 s
+
+for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
+export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+for wheels in .whl .qwhl; do  # qdc's dependencies, then Quadrants and its own
+    ls $wheels/*.whl >/dev/null 2>&1 || continue
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+        $wheels/*.whl 2>&1 | grep -v WARN | tail -3
+done
+mkdir -p /tmp/pp && ln -sfn "$PWD" /tmp/pp/qdc
+export PYTHONPATH=/tmp/pp:/tmp/site QDC_CACHE_DIR=/tmp/qc PYTHONUNBUFFERED=1
+export PATH=/tmp/site/bin:/tmp/site/cmeel.prefix/bin:$PATH LD_LIBRARY_PATH=/tmp/site/cmeel.prefix/lib:${LD_LIBRARY_PATH:-}
+{
+    echo "commit: ${1:-$(git rev-parse --short HEAD 2>/dev/null)}"
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nproc; uptime
+    python3 -c "import quadrants; print('quadrants', quadrants.__version__)" 2>&1 | tail -1
+} | tee "$OUT/simt_host.log"
+
+timeout "$(left 100)" python3 bench/bench_simt.py --arch cuda --log2n 24 --rounds 10 2>&1 | grep -v "^\[I" \
+    | tee "$OUT/simt_bench_cuda.log"
+timeout "$(left 185)" python3 bench/bench_simt.py --arch vulkan --log2n 24 --rounds 10 2>&1 | grep -v "^\[I" \
+    | tee "$OUT/simt_bench_vulkan.log"
+timeout "$(left 270)" python3 -m pytest -q -p no:cacheprovider tests/language/test_simt_algorithms.py \
+    tests/language/test_simt.py tests/language/test_simt_graph_do_while.py tests/devices/vulkan/test_vulkan_device_grids.py \
+    tests/targets/cuda/test_cuda_simt.py --archs=vulkan,cuda -rfE 2>&1 | tee "$OUT/simt_tests.log" | tail -8
+echo "benchmarks and tests: $(( $(date +%s) - T0 )) s"
+
+timeout "$(left 298)" python3 bench/vulkan_dispatch_times.py --top 12 -- bench/bench_simt.py --arch vulkan --log2n 24 \
+    --rounds 2 --without-quadrants 2>&1 | grep -v "^\[I" | tee "$OUT/simt_vulkan_dispatches.log" | tail -16
+echo "all: $(( $(date +%s) - T0 )) s" | tee -a "$OUT/simt_host.log"
