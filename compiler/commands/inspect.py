@@ -6,7 +6,6 @@ def kernel_ir(kernel, *args, after: str | None = None):
     """The KernelIR of `kernel` (a `@qd.kernel`) specialised for `args` (needed only for
     templated ndarray parameters) under direct mode's options, run through the pass pipeline
     up to and including pass `after` (the whole pipeline by default)."""
-    from .. import targets
     from ..frontend.ast_to_ir import FrontEnd
     from ..jit.api import direct_options
     from ..jit.kernel import kernel_of
@@ -14,8 +13,7 @@ def kernel_ir(kernel, *args, after: str | None = None):
 
     kernel = kernel_of(kernel)
     _, params = kernel.specialise(args)
-    opts = direct_options()
-    kir = FrontEnd(kernel.fn, params, opts, local_arrays=targets.get(opts.arch).capabilities.local_arrays).build()
+    kir = FrontEnd(kernel.fn, params, direct_options()).build()
     return run_pipeline(kir, stop_after=after)
 
 

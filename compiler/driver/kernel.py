@@ -261,7 +261,7 @@ def _compile(fn, params, opts, arch, dump, variant, templates) -> CompiledKernel
     with timings.phase("front end"):
         # The grad kernel returns nothing: its forward sweep need not compute the return value.
         fe = FrontEnd(fn, params, opts, templates.values if templates else None, returns=variant != "grad",
-                      arch=arch, local_arrays=target.capabilities.local_arrays)
+                      arch=arch)
         kir = fe.build()
     if variant == "grad":  # the adjoint of the offloaded kernel (compiler/autodiff)
         from ..autodiff.grad_kernel import PIPELINE_STOP, make_grad_kernel

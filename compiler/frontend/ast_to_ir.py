@@ -137,11 +137,10 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
     """Lowers one `@qd.kernel` into a KernelIR. `templates`: name -> argument of its
     qd.template() parameters (compile-time objects); `returns`: whether to store the return
     value (the grad variant returns nothing); `arch`: the target (default `options.arch`), which
-    decides the type of ndarray shapes; `local_arrays`: whether the target makes vector locals
-    indexed at run time local arrays (its Capabilities; vectors.py, `indexed_local`)."""
+    decides the type of ndarray shapes."""
 
     def __init__(self, fn, params: list[ir.Param], options, templates: dict | None = None, returns: bool = True,
-                 arch: str | None = None, local_arrays: bool = True):
+                 arch: str | None = None):
         self.src = source_info(fn)
         self.kernel = ir.KernelIR(fn.__name__, scalar_params(element_params(params), options.default_ip,
                                                              options.default_fp), self.src.loc(self.src.fn_def))
@@ -149,7 +148,6 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
         self.options = options
         self.shape_type = extents.shape_type(arch or options.arch)  # of `a.shape[k]`: the target's index width
         self.target_arch = arch or options.arch
-        self.local_arrays = local_arrays
         self.frames: list[Frame] = [Frame(fn, self.src, True, self.kernel.body, 0)]
         self.blocks: list[ir.Block] = [self.kernel.body]
         self.pending_loop_config = None  # a LoopConfig set by qd.loop_config(...), consumed by the next for

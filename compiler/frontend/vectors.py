@@ -403,12 +403,11 @@ class VectorLowering:
 
     def indexed_local(self, components: list | None) -> bool:
         """Whether a run-time index into the vector local of `components` is one ComponentLoad or
-        ComponentStore (ir/local_arrays.py), for a local array in the end: on targets that index
-        local arrays, for locals of INDEXED_MIN_COMPONENTS or more, declared inside the kernel's
-        loops (offloading makes a kernel-scope local that tasks share kernel temporaries, one per
-        scalar)."""
-        return self.local_arrays and components is not None and len(components) >= ir.INDEXED_MIN_COMPONENTS \
-            and components[0].block not in self.blocks[:self.top_depth()]
+        ComponentStore (ir/local_arrays.py), for a local array in the end: for locals of
+        INDEXED_MIN_COMPONENTS or more, declared inside the kernel's loops (offloading makes a
+        kernel-scope local that tasks share kernel temporaries, one per scalar)."""
+        return components is not None and len(components) >= ir.INDEXED_MIN_COMPONENTS and \
+            components[0].block not in self.blocks[:self.top_depth()]
 
     @staticmethod
     def component_indices(index) -> list:

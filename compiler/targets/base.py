@@ -41,9 +41,6 @@ class Capabilities:
     subgroup_reductions: bool = False
     # Runs tasks as blocks of threads: qd.simt's barriers, indices, subgroup ops, shared arrays
     simt: bool = False
-    # A vector local indexed at run time becomes a local array (ir/local_arrays.py); otherwise
-    # the front end writes each such access out on the scalars, as selects and conditional stores
-    local_arrays: bool = True
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,5 @@
-"""Vector and matrix locals read and written at run-time indices (a local array once compiled, on
-the targets that index them: compiler/passes/local_arrays.py; selects on the others), on every
-arch, against numpy replaying the same steps:
+"""Vector and matrix locals read and written at run-time indices (a local array once compiled:
+compiler/passes/local_arrays.py), on every arch, against numpy replaying the same steps:
 
 - reads and writes of a 4x4 matrix and a 6-vector in dynamic loops, at indices uniform across
   the parallel iterations and at indices that differ between them, under a branch, in f32, f64

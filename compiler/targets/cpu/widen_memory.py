@@ -99,7 +99,7 @@ class LaneMemory:
         self.each_running_lane(update)
 
     def own_update(self, s: ir.AtomicRMW, p: _Ptr):
-        """An atomic at an element no other iteration writes (widen_plan._own_updates), as a
+        """An atomic at an element no other iteration writes (widen_plan.own_updates), as a
         plain read-modify-write of the running lanes: a gather (or masked load), the operation
         and a scatter (or masked store) with `vector_memory`, else one per lane in a loop."""
         b, t = self.b, s.type

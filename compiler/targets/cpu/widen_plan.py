@@ -96,7 +96,7 @@ class WidenPlan:
         # loop -> the varying loads in it that read the same element on every iteration, read once
         # before it instead (`_invariant_loads`)
         self.invariant_loads: dict = {}
-        # atomics at an element no other iteration writes: plain read-modify-writes (`_own_updates`)
+        # atomics at an element no other iteration writes: plain read-modify-writes (`own_updates`)
         self.own_updates: set = set()
 
 
@@ -363,7 +363,7 @@ def own_updates(task: ir.Task) -> set:
     which the loop vectoriser widens whoever runs the chunk; W lanes: a gather, the operation and
     a scatter, or a loop over the lanes where the level has no scatter). So it is for a field
     every write of which in the task (store or atomic) has the task's index, or each of its row
-    coordinates, at one axis each, the same axes for all writes (`_own_element_axes`): two
+    coordinates, at one axis each, the same axes for all writes (`_OwnElementAxes`): two
     iterations then never write one element, and the lanes of a step never coincide (n-body's
     `vel[i, 0] += ...`, `pos[i, k] += ...` of `for i, k in pos`, a gradient's `x.grad[f, p] +=
     ...`). Not for ndarrays: two arguments may be one array."""

@@ -54,10 +54,8 @@ class VulkanTarget(Target):
     arch = "vulkan"
     # What the generated code may use. lavapipe and NVIDIA have all of these; a device
     # without one refuses the module at load, as it refuses a block_dim beyond its own limit.
-    # No local arrays: lavapipe compiled Genesis's Franka shaders with them 4x as long (36 against
-    # 8.4 s of cold `scene.build()`) and ran the narrow phase no faster (docs/benchmarks.md)
     capabilities = Capabilities(int64=True, float64=True, float_atomic_add=True, subgroup_reductions=True, simt=True,
-                                adstack_dtypes=frozenset(("f32", "i32", "u1", "f64", "i64")), local_arrays=False)
+                                adstack_dtypes=frozenset(("f32", "i32", "u1", "f64", "i64")))
     source_folders = ("spirv", "vulkan")
     # qd.simt.subgroup.group_size() is a compile-time int; a device of another size refuses
     # kernels using subgroup operations at load. Direct mode sets it from the device.

@@ -1,26 +1,19 @@
-"""Local arrays (a vector local indexed at run time: compiler/passes/local_arrays.py) in SPIR-V.
-
-The SPIR-V lowering (shared by vulkan and metal) makes one a Function-storage variable of an
-OpTypeArray, zeroed by a store of OpConstantNull, accessed by OpAccessChain at the clamped index:
-no OpSelect over the components, and the module passes spirv-val. Metal indexes local arrays (its
-MSL, through spirv-cross, declares the array); the vulkan target does not (its Capabilities: on
-lavapipe they compiled slower and ran no faster), so its module keeps the selects, and the
-lowering is checked through a vulkan target that does. Results on a device:
-tests/frontend/test_indexed_vector_locals.py."""
+"""Local arrays (a vector local indexed at run time: compiler/passes/local_arrays.py) in SPIR-V:
+a Function-storage variable of an OpTypeArray, zeroed by a store of OpConstantNull, accessed by
+OpAccessChain at the clamped index; no OpSelect over the components; the module passes
+spirv-val. Metal's MSL (through spirv-cross) declares the array. Results on a device: the
+arch-parametrised tests of tests/frontend/test_indexed_vector_locals.py."""
 from __future__ import annotations
 
-import dataclasses
 import re
 
 import pytest
 
 import qdc as qd
-from qdc.compiler import targets
 from qdc.compiler.driver import kernel as K
 from qdc.compiler.driver.options import Options
 from qdc.compiler.targets.metal import msl
 from qdc.compiler.targets.spirv import tools
-from qdc.compiler.targets.vulkan.target import VulkanTarget
 
 F32 = qd.types.ndarray(qd.f32, ndim=1)
 
@@ -34,35 +27,17 @@ def rotate(a: F32, out: F32, n: qd.i32):
         out[p] = m[0, 1] + m[2, 2]
 
 
-class _IndexingVulkan(VulkanTarget):
-    capabilities = dataclasses.replace(VulkanTarget.capabilities, local_arrays=True)
-
-
-def _compiled(arch: str, target=None):
+def _compiled(arch: str):
     qd.init(arch=qd.cpu)
     k = rotate._primal
-    module = __import__(targets.TARGETS[arch], fromlist=["TARGET"])
-    original, module.TARGET = module.TARGET, target or module.TARGET
-    try:
-        return K.compile_kernel(k.fn, k.params, Options(arch=arch), arch=arch)
-    finally:
-        module.TARGET = original
+    return K.compile_kernel(k.fn, k.params, Options(arch=arch), arch=arch)
 
 
-def _disassembled(module: bytes) -> str:
+def test_vulkan_indexes_a_function_array():
     if tools.tool("spirv-dis") is None:
         pytest.skip("spirv-dis not installed (SPIRV-Tools)")
-    return tools.disassemble(module)
-
-
-def test_the_vulkan_target_keeps_the_selects():
-    text = _disassembled(_compiled("vulkan").artifacts["spirv_t0"])
-    assert "OpTypeArray %float" not in text and re.search(r"= OpSelect %float ", text)
-
-
-def test_a_local_array_is_a_function_array():
-    module = _compiled("vulkan", _IndexingVulkan()).artifacts["spirv_t0"]
-    text = _disassembled(module)
+    module = _compiled("vulkan").artifacts["spirv_t0"]
+    text = tools.disassemble(module)
     array = re.search(r"(%\w+) = OpTypeArray %float (%\w+)", text)
     assert array, text
     assert re.search(rf"{re.escape(array.group(2))} = OpConstant %uint 10\n", text)
