@@ -460,6 +460,8 @@ class WideChunkEnv(LaneMemory, LaneAdStacks, LaneLocalArrays, _ChunkEnv):
         check = self.cg.check_id.get(s)  # debug=True: checked lane by lane, so gathered
         contiguous = check is None and all(not self.is_vec(self.v(i)) for i in s.indices[:-1]) \
             and s.indices[-1] in self.lin
+        if check is None and not contiguous:
+            return _Ptr("varying", self.lanes_addresses(s, base, dims))
         linear = None
         indices = []
         for k, (idx, dim) in enumerate(zip(s.indices, dims)):
@@ -480,6 +482,29 @@ class WideChunkEnv(LaneMemory, LaneAdStacks, LaneLocalArrays, _ChunkEnv):
         if check is not None:
             addresses = self.lanes_bounds_checked(addresses, check, indices, dims)
         return _Ptr("varying", addresses)
+
+    def lanes_addresses(self, s, base, dims: list):
+        """The lanes' addresses of GlobalPtr `s` (some index varying): the offset of its uniform
+        indices (index x stride of each axis) in scalar code, that of its varying ones (index x
+        stride in bytes) in W-lane code, added once, rather than every axis's step of the
+        element's index in W-lane 64-bit arithmetic with the uniform values splatted (half of
+        P2G.grad's x86-64-v4 chunk)."""
+        b = self.b
+        strides = [ll.Constant(I64, 1)]
+        for dim in reversed(dims[1:]):
+            strides.insert(0, b.mul(strides[0], dim, flags=("nsw",)))
+        uniform, lanes = None, None
+        for idx, stride in zip(s.indices, strides):
+            i = self.widen_index(self.v(idx), idx.type)
+            if self.is_vec(i):
+                part = b.mul(i, self.splat(b.mul(stride, ll.Constant(I64, s.type.nbytes), flags=("nsw",))),
+                             flags=("nsw",))
+                lanes = part if lanes is None else b.add(lanes, part, flags=("nsw",))
+            else:
+                part = b.mul(i, stride, flags=("nsw",))
+                uniform = part if uniform is None else b.add(uniform, part, flags=("nsw",))
+        first = base if uniform is None else b.gep(base, [uniform], source_etype=memtype(s.type))
+        return b.inttoptr(b.add(self.splat(b.ptrtoint(first, I64)), lanes), ll.VectorType(PTR, self.W))
 
     def lanes_bounds_checked(self, addresses, check: int, indices: list, dims: list):
         """The lanes' addresses where every index is below its dimension, else the error
