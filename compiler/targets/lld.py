@@ -7,6 +7,7 @@ Debian 12's plain `lld` (14) cannot."""
 from __future__ import annotations
 
 import functools
+import os
 import re
 import shutil
 import subprocess
@@ -18,11 +19,24 @@ INSTALL_HINT = ("apt-get install -y lld-16 (or any lld of version 16 or newer), 
 
 
 def _version(command: list) -> int | None:
+    named = _version_by_name(command)
+    if named is not None:
+        return named
     try:
         out = subprocess.run(command + ["--version"], capture_output=True, text=True, timeout=60).stdout
     except (OSError, subprocess.SubprocessError):
         return None
     m = re.search(r"LLD (\d+)", out)
+    return int(m.group(1)) if m else None
+
+
+def _version_by_name(command: list) -> int | None:
+    """The major version that Debian's and Ubuntu's LLVM packages name their linker by
+    (`ld.lld-16`, or a link into `/usr/lib/llvm-16/`): running `--version` costs ~25 ms of CPU
+    (LLD loads libLLVM), which every process whose cache key names the linker would pay."""
+    if len(command) != 1:
+        return None
+    m = re.search(r"\.lld-(\d+)$", command[0]) or re.search(r"/llvm-(\d+)/bin/[^/]+$", os.path.realpath(command[0]))
     return int(m.group(1)) if m else None
 
 

@@ -1,9 +1,12 @@
-"""Linking a CPU kernel's object into the shared library the runtime dlopens, for the build
-host's platform with its own linker (`ld`, else the C compiler driver), for any other
-platform of `cpu_targets` (isa_levels.py) with LLVM's (compiler/targets/lld.py): ld.lld for
-Linux ELF, ld64.lld for macOS Mach-O. No cross toolchain or sysroot is needed: a kernel
-library needs nothing of the C runtime (no start files, no constructors), only libgomp's and
-the math library's functions, which the loading host's dynamic linker resolves.
+"""Linking a CPU kernel's object into the shared library the runtime dlopens, with LLVM's
+linker (compiler/targets/lld.py) through this process's LLD server (link_server.py, ~0.3 ms a
+link): ld.lld for Linux ELF, ld64.lld for macOS Mach-O. A Linux build host's own libraries are
+linked against its own libgomp and libm, so that their calls bind to the same symbol versions
+as with the system linker; where ld.lld or those libraries are missing, and on a macOS host,
+the host's libraries are linked with the system's linker (`ld`, else the C compiler driver).
+No cross toolchain or sysroot is needed for another platform of `cpu_targets` (isa_levels.py):
+a kernel library needs nothing of the C runtime (no start files, no constructors), only
+libgomp's and the math library's functions, which the loading host's dynamic linker resolves.
 """
 from __future__ import annotations
 
@@ -42,7 +45,7 @@ ELF_FLAGS = ["-shared", "--eh-frame-hdr", "--hash-style=gnu", "-z", "relro", "-z
 def link_shared_library(obj: bytes, platform: CpuPlatform, host: bool) -> bytes:
     """The library of object `obj` for `platform`; `host`: the build host's own platform."""
     if host:
-        return _link_on_host(obj)
+        return _link_host_elf(obj) if _host_elf_linking() is not None else _link_on_host(obj)
     if platform.os == "macos":
         return _link_mach_o(obj, platform)
     return _link_elf(obj, platform)
@@ -107,7 +110,9 @@ def _run_in_folder(obj: bytes, commands, output: str, extra_files: dict | None =
 
 
 def _link_on_host(obj: bytes) -> bytes:
-    """With `ld` (else the system C compiler driver, `$CC` or `cc`)."""
+    """With the system's linker, `ld` (else the C compiler driver, `$CC` or `cc`): the host's
+    libraries where ld.lld cannot link them (_host_elf_linking), and the LLD server's preloaded
+    library."""
     cc = os.environ.get("CC", "cc")
 
     def remember(worked: bool) -> None:
@@ -138,7 +143,8 @@ def _driver_command(cc: str, o: str, so: str, system: str) -> list:
 
 
 def _run_lld(command: list) -> tuple[int, str]:
-    """LLD through this process's LLD server (link_server.py), which saves its start-up."""
+    """LLD through this process's LLD server (link_server.py), which saves its start-up; the
+    server's preloaded library is linked by the system's linker."""
     return link_server.run_lld(command, _link_on_host)
 
 
@@ -175,17 +181,82 @@ def _stub_library(triple: str, soname: str) -> bytes:
     return library
 
 
+# Where a Linux host's libgomp and libm are looked for: beside the C library this process runs
+# with (the dynamic linker's choice), then the usual folders (`ld`'s search path).
+_LIBRARY_FOLDERS = ("/lib/{multiarch}", "/usr/lib/{multiarch}", "/lib64", "/usr/lib64", "/lib", "/usr/lib")
+
+
+def _host_library(soname: str) -> str | None:
+    """The path of the host's ELF shared library `soname`; None if not found."""
+    folders = []
+    try:
+        with open("/proc/self/maps") as f:
+            folders += [os.path.dirname(line.split()[-1]) for line in f
+                        if line.rstrip().endswith(("/libc.so.6", "/libm.so.6"))]
+    except OSError:
+        pass
+    multiarch = getattr(sys.implementation, "_multiarch", "")
+    folders += [folder.format(multiarch=multiarch) for folder in _LIBRARY_FOLDERS if multiarch or "{" not in folder]
+    for folder in dict.fromkeys(folders):
+        path = os.path.join(folder, soname)
+        try:
+            with open(path, "rb") as f:
+                if f.read(4) == b"\x7fELF":  # not a linker script
+                    return path
+        except OSError:
+            continue
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _host_elf_linking() -> tuple[list, int, dict] | None:
+    """(ld.lld command, its LLD version, {soname: path} of the host's libgomp and libm) where
+    this Linux host's own libraries are linked with ld.lld; None where the system's linker
+    links them (no ld.lld, a library not found, not a 64-bit little-endian Linux host)."""
+    if not sys.platform.startswith("linux") or sys.byteorder != "little" or struct.calcsize("P") != 8:
+        return None
+    found = lld.find("ld.lld")
+    libraries = {name: _host_library(name) for name in (LIBGOMP, LIBM)}
+    if not found or None in libraries.values():
+        return None
+    return found[0] + ONE_THREAD, found[1], libraries
+
+
+def host_linker() -> str:
+    """Which linker makes the build host's own libraries, for the cache key: "lld-N", or ""
+    for the system's (its bytes differ)."""
+    linking = _host_elf_linking()
+    return f"lld-{linking[1]}" if linking is not None else ""
+
+
+def _link_host_elf(obj: bytes) -> bytes:
+    """With ld.lld against the host's own libgomp and libm: their symbol versions (expf@GLIBC_2.27,
+    GOMP_parallel@GOMP_4.0) are recorded as the system's linker records them, where a stub
+    library (_stub_library) would leave the references unversioned, which the dynamic linker
+    binds to the oldest version (glibc's compatibility wrappers)."""
+    command, _version, libraries = _host_elf_linking()
+    needed = _needed_libraries(_undefined_symbols(obj))
+    return _link_elf_against(obj, command, {name: libraries[name] for name in needed}, "this host's")
+
+
 def _link_elf(obj: bytes, platform: CpuPlatform) -> bytes:
     command = _lld("ld.lld", platform)
     needed = _needed_libraries(_undefined_symbols(obj))
-    stubs = {name: _stub_library(platform.triple, name) for name in needed}
-    library, messages = _run_in_folder(
-        obj, lambda folder: [(command + [*ELF_FLAGS, "-o", os.path.join(folder, "k.so"), os.path.join(folder, "k.o"),
-                                         *(os.path.join(folder, name) for name in needed)], None)],
-        "k.so", stubs, run=_run_lld)
+    return _link_elf_against(obj, command, {name: _stub_library(platform.triple, name) for name in needed},
+                             f"the {platform.name}")
+
+
+def _link_elf_against(obj: bytes, command: list, libraries: dict, whose: str) -> bytes:
+    """The ELF library of `obj` linked by ld.lld `command` against `libraries` (soname -> the
+    host's library's path, or a stub's bytes, written beside the object), in that order."""
+    stubs = {name: data for name, data in libraries.items() if isinstance(data, bytes)}
+
+    def commands(folder):
+        paths = [os.path.join(folder, name) if name in stubs else path for name, path in libraries.items()]
+        yield command + [*ELF_FLAGS, "-o", os.path.join(folder, "k.so"), os.path.join(folder, "k.o"), *paths], None
+    library, messages = _run_in_folder(obj, commands, "k.so", stubs, run=_run_lld)
     if library is None:
-        raise QdcCompileError(f"internal compiler error: ld.lld could not link the {platform.name} kernel "
-                              f"library:\n{messages}")
+        raise QdcCompileError(f"internal compiler error: ld.lld could not link {whose} kernel library:\n{messages}")
     return library
 
 

@@ -86,22 +86,30 @@ def target_description(cpu_target: str = NATIVE, cpu_targets=None) -> str:
     """Goes into the cache key: code built for one CPU is not reused on another. Portable code
     does not depend on the build host's CPU, only on the triples and the levels it is built
     for, on the platform whose optimised IR makes another's library (OPTIMISED_WITH), and on
-    the linker of a platform that is not the host's (LLD's version).
+    the linker (LLD's version; none named where the host's system linker links).
     Kept per process (asking LLVM for the host's features takes ~0.5 ms, twice per kernel built)."""
     if cpu_target == NATIVE and cpu_targets is None:
         import llvmlite.binding as llvm
         llvm.initialize_native_target()
-        return f"{llvm.get_process_triple()}/{llvm.get_host_cpu_name()}/{llvm.get_host_cpu_features().flatten()}"
+        return (f"{llvm.get_process_triple()}/{llvm.get_host_cpu_name()}/{llvm.get_host_cpu_features().flatten()}"
+                f"{_host_linker()}")
     parts = []
     chosen = cpu_platforms(cpu_targets)
     for platform in chosen:
         levels = [[lvl.name, lvl.llvm_cpu, lvl.llvm_features, list(lvl.requires)]
                   for lvl in cpu_levels(cpu_target, platform)]
-        linker = "" if platform == host_platform() else "/" + _cross_linker(platform)
+        linker = _host_linker() if platform == host_platform() else "/" + _cross_linker(platform)
         source, level = optimised_with(platform, cpu_target, chosen)
         reused = f"/optimised as {source} {level}" if source else ""
         parts.append(f"{platform.triple}/{cpu_target}/{levels}{linker}{reused}")
     return ";".join(parts)
+
+
+def _host_linker() -> str:
+    """"/lld-N" where LLD links the host's own libraries, "" where its system linker does."""
+    from .link import host_linker
+    linker = host_linker()
+    return f"/{linker}" if linker else ""
 
 
 def _cross_linker(platform: CpuPlatform) -> str:
