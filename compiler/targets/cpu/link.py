@@ -24,6 +24,7 @@ from qdc.runtime.contract.errors import QdcCompileError
 from ... import timings
 from .. import lld
 from . import link_server
+from .host_linker import LIBGOMP, LIBM, host_elf_linking
 from .isa_levels import CpuPlatform
 
 # Whether linking with `ld` itself works here (None: not tried yet). A kernel library needs
@@ -38,14 +39,13 @@ _direct_ld_works: bool | None = None
 # and the calls LLVM lowers some intrinsics to). ld reads each library it is given in full,
 # about 2.5 ms apiece, so a library no symbol of the object needs is left out.
 _LIBGOMP_SYMBOLS = ("GOMP_", "omp_")
-LIBGOMP, LIBM = "libgomp.so.1", "libm.so.6"
 ELF_FLAGS = ["-shared", "--eh-frame-hdr", "--hash-style=gnu", "-z", "relro", "-z", "noexecstack"]
 
 
 def link_shared_library(obj: bytes, platform: CpuPlatform, host: bool) -> bytes:
     """The library of object `obj` for `platform`; `host`: the build host's own platform."""
     if host:
-        return _link_host_elf(obj) if _host_elf_linking() is not None else _link_on_host(obj)
+        return _link_host_elf(obj) if host_elf_linking() is not None else _link_on_host(obj)
     if platform.os == "macos":
         return _link_mach_o(obj, platform)
     return _link_elf(obj, platform)
@@ -111,7 +111,7 @@ def _run_in_folder(obj: bytes, commands, output: str, extra_files: dict | None =
 
 def _link_on_host(obj: bytes) -> bytes:
     """With the system's linker, `ld` (else the C compiler driver, `$CC` or `cc`): the host's
-    libraries where ld.lld cannot link them (_host_elf_linking), and the LLD server's preloaded
+    libraries where ld.lld cannot link them (host_linker.py), and the LLD server's preloaded
     library."""
     cc = os.environ.get("CC", "cc")
 
@@ -181,62 +181,14 @@ def _stub_library(triple: str, soname: str) -> bytes:
     return library
 
 
-# Where a Linux host's libgomp and libm are looked for: beside the C library this process runs
-# with (the dynamic linker's choice), then the usual folders (`ld`'s search path).
-_LIBRARY_FOLDERS = ("/lib/{multiarch}", "/usr/lib/{multiarch}", "/lib64", "/usr/lib64", "/lib", "/usr/lib")
-
-
-def _host_library(soname: str) -> str | None:
-    """The path of the host's ELF shared library `soname`; None if not found."""
-    folders = []
-    try:
-        with open("/proc/self/maps") as f:
-            folders += [os.path.dirname(line.split()[-1]) for line in f
-                        if line.rstrip().endswith(("/libc.so.6", "/libm.so.6"))]
-    except OSError:
-        pass
-    multiarch = getattr(sys.implementation, "_multiarch", "")
-    folders += [folder.format(multiarch=multiarch) for folder in _LIBRARY_FOLDERS if multiarch or "{" not in folder]
-    for folder in dict.fromkeys(folders):
-        path = os.path.join(folder, soname)
-        try:
-            with open(path, "rb") as f:
-                if f.read(4) == b"\x7fELF":  # not a linker script
-                    return path
-        except OSError:
-            continue
-    return None
-
-
-@functools.lru_cache(maxsize=None)
-def _host_elf_linking() -> tuple[list, int, dict] | None:
-    """(ld.lld command, its LLD version, {soname: path} of the host's libgomp and libm) where
-    this Linux host's own libraries are linked with ld.lld; None where the system's linker
-    links them (no ld.lld, a library not found, not a 64-bit little-endian Linux host)."""
-    if not sys.platform.startswith("linux") or sys.byteorder != "little" or struct.calcsize("P") != 8:
-        return None
-    found = lld.find("ld.lld")
-    libraries = {name: _host_library(name) for name in (LIBGOMP, LIBM)}
-    if not found or None in libraries.values():
-        return None
-    return found[0] + ONE_THREAD, found[1], libraries
-
-
-def host_linker() -> str:
-    """Which linker makes the build host's own libraries, for the cache key: "lld-N", or ""
-    for the system's (its bytes differ)."""
-    linking = _host_elf_linking()
-    return f"lld-{linking[1]}" if linking is not None else ""
-
-
 def _link_host_elf(obj: bytes) -> bytes:
     """With ld.lld against the host's own libgomp and libm: their symbol versions (expf@GLIBC_2.27,
     GOMP_parallel@GOMP_4.0) are recorded as the system's linker records them, where a stub
     library (_stub_library) would leave the references unversioned, which the dynamic linker
     binds to the oldest version (glibc's compatibility wrappers)."""
-    command, _version, libraries = _host_elf_linking()
+    command, _version, libraries = host_elf_linking()
     needed = _needed_libraries(_undefined_symbols(obj))
-    return _link_elf_against(obj, command, {name: libraries[name] for name in needed}, "this host's")
+    return _link_elf_against(obj, command + ONE_THREAD, {name: libraries[name] for name in needed}, "this host's")
 
 
 def _link_elf(obj: bytes, platform: CpuPlatform) -> bytes:

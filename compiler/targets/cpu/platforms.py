@@ -107,7 +107,7 @@ def target_description(cpu_target: str = NATIVE, cpu_targets=None) -> str:
 
 def _host_linker() -> str:
     """"/lld-N" where LLD links the host's own libraries, "" where its system linker does."""
-    from .link import host_linker
+    from .host_linker import host_linker
     linker = host_linker()
     return f"/{linker}" if linker else ""
 

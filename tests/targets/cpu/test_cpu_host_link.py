@@ -13,12 +13,12 @@ import sys
 import llvmlite.binding as llvm
 import pytest
 
-from qdc.compiler.targets.cpu import link, platforms
+from qdc.compiler.targets.cpu import host_linker, link, platforms
 from qdc.compiler.targets.cpu.platforms import host_platform
 
 pytestmark = [
     pytest.mark.skipif(not sys.platform.startswith("linux"), reason="links Linux ELF libraries"),
-    pytest.mark.skipif(link._host_elf_linking() is None, reason="no ld.lld, or no libgomp.so.1 / libm.so.6 found"),
+    pytest.mark.skipif(host_linker.host_elf_linking() is None, reason="no ld.lld, or no libgomp.so.1 / libm.so.6 found"),
     pytest.mark.skipif(shutil.which("readelf") is None or shutil.which("ld") is None, reason="compares with ld's"),
 ]
 
@@ -117,7 +117,7 @@ def test_links_of_one_object_are_the_same_bytes():
 
 def test_the_cache_key_names_the_linker(monkeypatch):
     for cpu_target in ("native", "portable"):
-        assert platforms.target_description.__wrapped__(cpu_target).endswith(f"/lld-{link._host_elf_linking()[1]}")
-    monkeypatch.setattr(link, "_host_elf_linking", lambda: None)  # the system linker's libraries: keys as before
+        assert platforms.target_description.__wrapped__(cpu_target).endswith(f"/lld-{host_linker.host_elf_linking()[1]}")
+    monkeypatch.setattr(host_linker, "host_elf_linking", lambda: None)  # the system linker's libraries: keys as before
     assert "lld" not in platforms.target_description.__wrapped__("native")
     assert "lld" not in platforms.target_description.__wrapped__("portable")
