@@ -10,17 +10,7 @@
 # Argument: the commit under test, for the logs.
 cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-/tmp/local_arrays_out}
-mkdir -p "$OUT"
-T0=$(date +%s)
-left() { local s=$(( $1 - ($(date +%s) - T0) )); echo $(( s > 1 ? s : 1 )); }  # of a budget of $1 s
-
-for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-ls .whl/*.whl >/dev/null 2>&1 && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
-    --upgrade --target /tmp/site .whl/*.whl 2>&1 | grep -v WARN | tail -3
-mkdir -p /tmp/pp && ln -sfn "$PWD" /tmp/pp/qdc
-export PYTHONPATH=/tmp/pp:/tmp/site QDC_CACHE_DIR=/tmp/qc PYTHONUNBUFFERED=1
-export PATH=/tmp/site/bin:/tmp/site/cmeel.prefix/bin:$PATH LD_LIBRARY_PATH=/tmp/site/cmeel.prefix/lib:${LD_LIBRARY_PATH:-}
+source tools/device/checkout_env.sh
 {
     echo "commit: ${1:-$(git rev-parse --short HEAD 2>/dev/null)}"
     nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nproc; uptime

@@ -9,20 +9,7 @@
 # docs/gpu-testing.md describe; logs go to $OUT. Argument: the commit under test, for the logs.
 cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-/tmp/simt_out}
-mkdir -p "$OUT"
-T0=$(date +%s)
-left() { local s=$(( $1 - ($(date +%s) - T0) )); echo $(( s > 1 ? s : 1 )); }  # of a budget of $1 s
-
-for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-for wheels in .whl .qwhl; do  # qdc's dependencies, then Quadrants and its own
-    ls $wheels/*.whl >/dev/null 2>&1 || continue
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-        $wheels/*.whl 2>&1 | grep -v WARN | tail -3
-done
-mkdir -p /tmp/pp && ln -sfn "$PWD" /tmp/pp/qdc
-export PYTHONPATH=/tmp/pp:/tmp/site QDC_CACHE_DIR=/tmp/qc PYTHONUNBUFFERED=1
-export PATH=/tmp/site/bin:/tmp/site/cmeel.prefix/bin:$PATH LD_LIBRARY_PATH=/tmp/site/cmeel.prefix/lib:${LD_LIBRARY_PATH:-}
+source tools/device/checkout_env.sh
 {
     echo "commit: ${1:-$(git rev-parse --short HEAD 2>/dev/null)}"
     nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nproc; uptime

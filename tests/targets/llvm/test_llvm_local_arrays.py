@@ -12,30 +12,12 @@ import re
 
 import pytest
 
-import qdc as qd
-from qdc.compiler.driver import kernel as K
-from qdc.compiler.driver.options import Options
 from qdc.compiler.targets.cpu import codegen
 from qdc.compiler.targets.cpu.target import TARGET as CPU
 from qdc.compiler.targets.cpu.widen_plan import SCALAR_SWITCH
 from qdc.compiler.targets.cuda import toolkit
 
-F32 = qd.types.ndarray(qd.f32, ndim=1)
-
-
-@qd.kernel
-def rotate(a: F32, out: F32, n: qd.i32):
-    for p in range(a.shape[0]):
-        m = qd.Matrix([[a[p], 1.0, 2.0], [3.0, 4.0, 5.0], [6.0, 7.0, 8.0]])
-        for j in range(n):
-            m[j % 3, (j + 1) % 3] = m[(j + 2) % 3, j % 3] * 0.5
-        out[p] = m[0, 1] + m[2, 2]
-
-
-def _compiled(arch: str):
-    qd.init(arch=qd.cpu)
-    k = rotate._primal
-    return K.compile_kernel(k.fn, k.params, Options(arch=arch), arch=arch)
+from local_arrays_util import compiled_rotate as _compiled
 
 
 def test_cpu_indexes_an_array_in_memory(monkeypatch):
@@ -61,9 +43,7 @@ def test_amdgpu_keeps_the_array_in_private_memory():
     from qdc.compiler.targets.amdgpu import linker
     from qdc.compiler.targets.amdgpu.codegen import generate_llvm
     from qdc.compiler.targets.amdgpu.target import TARGET
-    qd.init(arch=qd.cpu)
-    k = rotate._primal
-    compiled = K.compile_kernel(k.fn, k.params, Options(arch="cpu"), arch="cpu")  # the IR: target-neutral
+    compiled = _compiled("cpu")  # the IR: target-neutral
     text = generate_llvm(compiled.ir, compiled.meta, False, TARGET)
     assert re.search(r"alloca \[10 x float\], addrspace\(5\)", text), text
     if not linker.find_lld():

@@ -9,28 +9,10 @@ import re
 
 import pytest
 
-import qdc as qd
-from qdc.compiler.driver import kernel as K
-from qdc.compiler.driver.options import Options
 from qdc.compiler.targets.metal import msl
 from qdc.compiler.targets.spirv import tools
 
-F32 = qd.types.ndarray(qd.f32, ndim=1)
-
-
-@qd.kernel
-def rotate(a: F32, out: F32, n: qd.i32):
-    for p in range(a.shape[0]):
-        m = qd.Matrix([[a[p], 1.0, 2.0], [3.0, 4.0, 5.0], [6.0, 7.0, 8.0]])
-        for j in range(n):
-            m[j % 3, (j + 1) % 3] = m[(j + 2) % 3, j % 3] * 0.5
-        out[p] = m[0, 1] + m[2, 2]
-
-
-def _compiled(arch: str):
-    qd.init(arch=qd.cpu)
-    k = rotate._primal
-    return K.compile_kernel(k.fn, k.params, Options(arch=arch), arch=arch)
+from local_arrays_util import compiled_rotate as _compiled
 
 
 def test_vulkan_indexes_a_function_array():
