@@ -10,6 +10,7 @@ libgomp's and the math library's functions, which the loading host's dynamic lin
 """
 from __future__ import annotations
 
+import atexit
 import functools
 import os
 import shutil
@@ -182,13 +183,86 @@ def _stub_library(triple: str, soname: str) -> bytes:
 
 
 def _link_host_elf(obj: bytes) -> bytes:
-    """With ld.lld against the host's own libgomp and libm: their symbol versions (expf@GLIBC_2.27,
-    GOMP_parallel@GOMP_4.0) are recorded as the system's linker records them, where a stub
-    library (_stub_library) would leave the references unversioned, which the dynamic linker
-    binds to the oldest version (glibc's compatibility wrappers)."""
+    """With ld.lld against stubs of the host's libgomp and libm that hold only the functions the
+    object calls of them, at those libraries' default symbol versions (LLD reads libm.so.6's
+    ~1,200 symbols in ~0.5 ms, as long as the rest of a link): the library records the versions
+    the system's linker records (expf@GLIBC_2.27, GOMP_parallel@GOMP_4.0), where an unversioned
+    reference (_stub_library's) would bind to a function's oldest version, glibc's compatibility
+    wrappers, at load. An object without a symbol table is linked against the libraries."""
     command, _version, libraries = host_elf_linking()
-    needed = _needed_libraries(_undefined_symbols(obj))
-    return _link_elf_against(obj, command + ONE_THREAD, {name: libraries[name] for name in needed}, "this host's")
+    command = command + ONE_THREAD
+    undefined = _undefined_symbols(obj)
+    needed = {name: libraries[name] for name in _needed_libraries(undefined)}
+    if undefined is not None:
+        needed = {name: _versioned_stub(tuple(command), name, path, frozenset(undefined & _symbol_versions(path).keys()),
+                                        os.getpid())
+                  for name, path in needed.items()}
+    return _link_elf_against(obj, command, needed, "this host's")
+
+
+@functools.lru_cache(maxsize=None)
+def _symbol_versions(path: str) -> dict:
+    """{name: its default version, or None if unversioned} of the functions and objects that
+    the ELF64 little-endian shared library at `path` defines."""
+    wanted = (b".dynsym", b".dynstr", b".gnu.version", b".gnu.version_d")
+    with open(path, "rb") as f:  # a section's data is read while the iterator is on it
+        sections = {s.name(): s.data() for s in llvm.ObjectFileRef.from_data(f.read()).sections()
+                    if s.name() in wanted}
+    dynsym, dynstr = sections[b".dynsym"], sections[b".dynstr"]
+    versym, verdef = sections.get(b".gnu.version"), sections.get(b".gnu.version_d", b"")
+
+    def string(at: int) -> str:
+        return dynstr[at:dynstr.index(b"\0", at)].decode()
+    names, at = {}, 0  # version index -> name, from the Elf64_Verdef chain
+    while at < len(verdef):
+        _version, flags, index, _count, _hash, aux, following = struct.unpack_from("<HHHHIII", verdef, at)
+        if not flags & 1:  # VER_FLG_BASE: the library's own name
+            names[index] = string(struct.unpack_from("<I", verdef, at + aux)[0])
+        if not following:
+            break
+        at += following
+    out = {}
+    for i, (name, info, _other, section, _value, _size) in enumerate(struct.iter_unpack("<IBBHQQ", dynsym)):
+        index = struct.unpack_from("<H", versym, 2 * i)[0] if versym is not None else 1
+        if section == 0 or not name or info >> 4 not in (1, 2) or index & 0x8000:
+            continue  # undefined, local, or a version that is not the default (name@VERSION)
+        out[string(name)] = names.get(index)
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _versioned_stub(command: tuple, soname: str, path: str, symbols: frozenset, process: int) -> str:
+    """The path of a shared library named `soname` defining `symbols` (empty functions) at the
+    versions the library at `path` gives them, made once per `process` (a build worker makes
+    its own) into a folder of the process's, so that a link does not write it again."""
+    versions, by_version = _symbol_versions(path), {}
+    for symbol in sorted(symbols):
+        by_version.setdefault(versions[symbol], []).append(symbol)
+    script = "".join(f"{version} {{ global: {'; '.join(names)}; }};\n"
+                     for version, names in sorted(by_version.items()) if version is not None)
+    triple = llvm.get_process_triple()
+    module = f'target triple = "{triple}"\n' + "".join(f'define void @"{symbol}"() {{\n  ret void\n}}\n'
+                                                     for symbol in sorted(symbols))
+    machine = llvm.Target.from_triple(triple).create_target_machine(cpu="generic", features="", opt=0, reloc="pic")
+    functions = machine.emit_object(llvm.parse_assembly(module))
+    scripted = lambda folder: ["--version-script", os.path.join(folder, "v.map")] if script else []  # noqa: E731
+    library, messages = _run_in_folder(
+        functions, lambda folder: [([*command, "-shared", "-soname", soname, *scripted(folder),
+                                     "-o", os.path.join(folder, "s.so"), os.path.join(folder, "k.o")], None)],
+        "s.so", {"v.map": script.encode()} if script else None, run=_run_lld)
+    if library is None:
+        raise QdcCompileError(f"internal compiler error: ld.lld could not make the {soname} stub:\n{messages}")
+    handle, stub = tempfile.mkstemp(prefix=soname + "-", dir=_stub_folder(process))
+    with os.fdopen(handle, "wb") as f:
+        f.write(library)
+    return stub
+
+
+@functools.lru_cache(maxsize=None)
+def _stub_folder(process: int) -> str:
+    folder = tempfile.mkdtemp(prefix="qdc-stubs-")
+    atexit.register(lambda: os.getpid() == process and shutil.rmtree(folder, ignore_errors=True))
+    return folder
 
 
 def _link_elf(obj: bytes, platform: CpuPlatform) -> bytes:

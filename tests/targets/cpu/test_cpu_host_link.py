@@ -27,6 +27,7 @@ declare float @expf(float)
 declare float @sinf(float)
 declare void @GOMP_parallel(ptr, ptr, i32, i32)
 declare i32 @omp_get_thread_num()
+declare ptr @memcpy(ptr, ptr, i64)
 @ran = global [16 x i32] zeroinitializer
 define float @f(float %x) {
   %s = call float @sinf(float %x)
@@ -41,6 +42,17 @@ define internal void @body(ptr %unused) {
 }
 define void @g(i32 %threads) {
   call void @GOMP_parallel(ptr @body, ptr null, i32 %threads, i32 0)
+  ret void
+}
+define void @copy(ptr %to, ptr %from) {
+  %r = call ptr @memcpy(ptr %to, ptr %from, i64 16)
+  ret void
+}
+'''
+ONLY_C_LIBRARY = '''
+declare ptr @memcpy(ptr, ptr, i64)
+define void @copy(ptr %to, ptr %from) {
+  %r = call ptr @memcpy(ptr %to, ptr %from, i64 16)
   ret void
 }
 '''
@@ -88,6 +100,7 @@ def test_the_library_has_the_system_linkers_dynamic_facts(tmp_path):
     assert facts["needed"] == ["libgomp.so.1", "libm.so.6"]
     assert "expf@GLIBC_2.27" in facts["undefined"]  # not left unversioned (the oldest, a wrapper, at load)
     assert "GOMP_parallel@GOMP_4.0" in facts["undefined"]
+    assert "memcpy" in facts["undefined"]  # the C library's, whose version the loading process gives
     assert facts["segments"] == {"GNU_EH_FRAME": "R", "GNU_STACK": "RW", "GNU_RELRO": "R"}
     assert facts["gnu_hash"] and not facts["sysv_hash"] and not facts["text_relocations"]
 
@@ -95,6 +108,8 @@ def test_the_library_has_the_system_linkers_dynamic_facts(tmp_path):
 def test_only_the_libraries_the_code_calls_are_needed(tmp_path):
     with_lld, with_ld = _both(tmp_path, ONLY_MATH)
     assert _dynamic_facts(with_lld)["needed"] == _dynamic_facts(with_ld)["needed"] == ["libm.so.6"]
+    with_lld, with_ld = _both(tmp_path, ONLY_C_LIBRARY)  # libm as with ld, though none of its functions
+    assert _dynamic_facts(with_lld) == _dynamic_facts(with_ld)
 
 
 def test_the_library_computes_as_the_system_linkers_and_runs_libgomp_threads(tmp_path):
