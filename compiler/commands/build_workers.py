@@ -15,6 +15,7 @@ import sys
 import threading
 import traceback
 
+from ..targets.cpu.link import remove_stubs as remove_link_stubs
 from ..targets.cpu.link_server import close_servers as close_lld_servers
 
 
@@ -102,6 +103,7 @@ class ForkedWorker:
                 sys.stdout.flush()
                 sys.stderr.flush()
                 close_lld_servers()  # those it started: reaped by it, not left to init
+                remove_link_stubs()
                 os._exit(code)  # not the parent's atexit handlers or temporary folders
         os.close(job_read)
         os.close(result_write)

@@ -258,11 +258,24 @@ def _versioned_stub(command: tuple, soname: str, path: str, symbols: frozenset, 
     return stub
 
 
-@functools.lru_cache(maxsize=None)
+_stub_folders: dict = {}  # process id -> the folder of its stubs
+
+
 def _stub_folder(process: int) -> str:
-    folder = tempfile.mkdtemp(prefix="qdc-stubs-")
-    atexit.register(lambda: os.getpid() == process and shutil.rmtree(folder, ignore_errors=True))
-    return folder
+    if process not in _stub_folders:
+        _stub_folders[process] = tempfile.mkdtemp(prefix="qdc-stubs-")
+    return _stub_folders[process]
+
+
+def remove_stubs() -> None:
+    """Remove this process's stubs (at its exit; a forked build worker, which leaves by
+    os._exit, calls it itself)."""
+    folder = _stub_folders.pop(os.getpid(), None)
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+atexit.register(remove_stubs)
 
 
 def _link_elf(obj: bytes, platform: CpuPlatform) -> bytes:
