@@ -168,14 +168,23 @@ def _stub_library(triple: str, soname: str) -> bytes:
     """An empty ELF shared library named `soname` for `triple`: linked against it, a kernel
     library records that it needs `soname` (DT_NEEDED), whose functions it leaves undefined
     for the loading host's dynamic linker, without the build host having that library."""
-    target = llvm.Target.from_triple(triple)
-    machine = target.create_target_machine(cpu="generic", features="", opt=0, reloc="pic")
-    empty = machine.emit_object(llvm.parse_assembly(f'target triple = "{triple}"\n'))
-    command = lld.find("ld.lld")[0] + ONE_THREAD  # _link_elf found it
-    library, messages = _run_in_folder(empty, lambda folder: [(command + ["-shared", "-soname", soname, "-o",
-                                                                          os.path.join(folder, "s.so"),
-                                                                          os.path.join(folder, "k.o")], None)],
-                                       "s.so", run=_run_lld)
+    return _shared_stub(lld.find("ld.lld")[0] + ONE_THREAD, triple, soname)  # _link_elf found it
+
+
+def _shared_stub(command: list, triple: str, soname: str, symbols=(), version_script: str = "") -> bytes:
+    """An ELF shared library named `soname` for `triple`, linked by ld.lld `command`, that defines
+    `symbols` as empty functions at the versions `version_script` gives them."""
+    machine = llvm.Target.from_triple(triple).create_target_machine(cpu="generic", features="", opt=0, reloc="pic")
+    module = f'target triple = "{triple}"\n' + "".join(f'define void @"{symbol}"() {{\n  ret void\n}}\n'
+                                                     for symbol in symbols)
+    functions = machine.emit_object(llvm.parse_assembly(module))
+
+    def commands(folder):
+        scripted = ["--version-script", os.path.join(folder, "v.map")] if version_script else []
+        yield [*command, "-shared", "-soname", soname, *scripted, "-o", os.path.join(folder, "s.so"),
+               os.path.join(folder, "k.o")], None
+    library, messages = _run_in_folder(functions, commands, "s.so",
+                                       {"v.map": version_script.encode()} if version_script else None, run=_run_lld)
     if library is None:
         raise QdcCompileError(f"internal compiler error: ld.lld could not make the {soname} stub for {triple}:\n"
                               f"{messages}")
@@ -240,18 +249,7 @@ def _versioned_stub(command: tuple, soname: str, path: str, symbols: frozenset, 
         by_version.setdefault(versions[symbol], []).append(symbol)
     script = "".join(f"{version} {{ global: {'; '.join(names)}; }};\n"
                      for version, names in sorted(by_version.items()) if version is not None)
-    triple = llvm.get_process_triple()
-    module = f'target triple = "{triple}"\n' + "".join(f'define void @"{symbol}"() {{\n  ret void\n}}\n'
-                                                     for symbol in sorted(symbols))
-    machine = llvm.Target.from_triple(triple).create_target_machine(cpu="generic", features="", opt=0, reloc="pic")
-    functions = machine.emit_object(llvm.parse_assembly(module))
-    scripted = lambda folder: ["--version-script", os.path.join(folder, "v.map")] if script else []  # noqa: E731
-    library, messages = _run_in_folder(
-        functions, lambda folder: [([*command, "-shared", "-soname", soname, *scripted(folder),
-                                     "-o", os.path.join(folder, "s.so"), os.path.join(folder, "k.o")], None)],
-        "s.so", {"v.map": script.encode()} if script else None, run=_run_lld)
-    if library is None:
-        raise QdcCompileError(f"internal compiler error: ld.lld could not make the {soname} stub:\n{messages}")
+    library = _shared_stub(list(command), llvm.get_process_triple(), soname, sorted(symbols), script)
     handle, stub = tempfile.mkstemp(prefix=soname + "-", dir=_stub_folder(process))
     with os.fdopen(handle, "wb") as f:
         f.write(library)

@@ -133,29 +133,16 @@ def narrow_block(caps, launch: dict, block: int) -> int:
     return caps.subgroup_size
 
 
-def _narrow_pipeline(dev, tp):
-    if tp.narrow is None:
+def _made(dev, tp, slot: str, block: int, chunk: int = 0, grid: tuple = (0, 1)):
+    """Task `tp`'s pipeline in `slot` ("pipeline": its own workgroup size, of a task that also has
+    a narrow one; "narrow"; "grid_pipeline": one invocation computing the task's grid,
+    spirv_args.py GRID_BLOCK_SPEC_ID), made from its module at the first launch that needs it."""
+    pipeline = getattr(tp, slot)
+    if pipeline is None:
         blob, entry = tp.source
-        tp.narrow = _pipeline(dev, blob, entry, tp.layout, tp.narrow_block, tp.name, tp.chunk)
-    return tp.narrow
-
-
-def _grid_pipeline(dev, tp):
-    """The task's pipeline specialised to compute its grid (spirv_args.py, GRID_BLOCK_SPEC_ID): one
-    invocation, made at the task's first launch."""
-    if tp.grid_pipeline is None:
-        blob, entry = tp.source
-        tp.grid_pipeline = _pipeline(dev, blob, entry, tp.layout, 1, tp.name,
-                                     grid=(tp.block_dim, dev.grid_cap(tp.block_dim)))
-    return tp.grid_pipeline
-
-
-def _wide_pipeline(dev, tp):
-    """The pipeline at the task's own workgroup size, of a task that also has a narrow one: made
-    at its first launch of a workgroup or more."""
-    blob, entry = tp.source
-    tp.pipeline = _pipeline(dev, blob, entry, tp.layout, tp.block_dim, tp.name, tp.chunk)
-    return tp.pipeline
+        pipeline = _pipeline(dev, blob, entry, tp.layout, block, tp.name, chunk, grid)
+        setattr(tp, slot, pipeline)
+    return pipeline
 
 
 def _set_layout(dev, plans: list):
@@ -251,14 +238,15 @@ def record_task(dev, command, tp, dynamic, slices: int) -> None:
     computing its grid, that computation and the indirect dispatch of the grid it wrote."""
     pipeline, block = tp.pipeline, tp.block_dim
     if slices < block and tp.narrow_block:
-        pipeline, block = _narrow_pipeline(dev, tp), tp.narrow_block
+        pipeline, block = _made(dev, tp, "narrow", tp.narrow_block, tp.chunk), tp.narrow_block
     elif pipeline is None:
-        pipeline = _wide_pipeline(dev, tp)
+        pipeline = _made(dev, tp, "pipeline", block, tp.chunk)
     groups = 1 if tp.serial else -(-slices // block)
     x, y = kernels.dispatch_grid(groups, dev.capabilities.max_workgroup_count)
     lib, vk = dev.lib, dev.vk
     grid = tp.grid_temp is not None  # the task's grid computed on the device first (spirv_args.py)
-    lib.vkCmdBindPipeline(command, vk.VK_PIPELINE_BIND_POINT_COMPUTE, _grid_pipeline(dev, tp) if grid else pipeline)
+    first = _made(dev, tp, "grid_pipeline", 1, grid=(tp.block_dim, dev.grid_cap(tp.block_dim))) if grid else pipeline
+    lib.vkCmdBindPipeline(command, vk.VK_PIPELINE_BIND_POINT_COMPUTE, first)
     if tp.set_numbers:  # they stay bound across pipelines of the task's layout
         lib.vkCmdBindDescriptorSets(command, vk.VK_PIPELINE_BIND_POINT_COMPUTE, tp.layout, 0, tp.set_numbers,
                                     tp.sets, tp.dynamic_count, dynamic)

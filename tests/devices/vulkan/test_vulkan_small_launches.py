@@ -41,12 +41,13 @@ def running_sum(x: qd.types.ndarray(qd.f32, ndim=1), y: qd.types.ndarray(qd.f32,
 def narrow_launches(monkeypatch):
     """The names of the tasks each launch ran through a narrow pipeline."""
     seen = []
-    real = pipelines._narrow_pipeline
+    real = pipelines._made
 
-    def spy(dev, tp):
-        seen.append(tp.name)
-        return real(dev, tp)
-    monkeypatch.setattr(pipelines, "_narrow_pipeline", spy)
+    def spy(dev, tp, slot, *args, **kwargs):
+        if slot == "narrow":
+            seen.append(tp.name)
+        return real(dev, tp, slot, *args, **kwargs)
+    monkeypatch.setattr(pipelines, "_made", spy)
     return seen
 
 
@@ -73,10 +74,10 @@ def test_each_workgroup_size_gets_its_pipeline_at_its_first_launch(vulkan_runtim
     made = []  # the workgroup sizes of the pipelines made for the kernel, in order
     real = pipelines._pipeline
 
-    def spy(dev, blob, entry, layout, block, what, chunk=0):
+    def spy(dev, blob, entry, layout, block, what, *rest, **kwargs):
         if "'doubled_plus_one'" in what:
             made.append(block)
-        return real(dev, blob, entry, layout, block, what, chunk)
+        return real(dev, blob, entry, layout, block, what, *rest, **kwargs)
     monkeypatch.setattr(pipelines, "_pipeline", spy)
     caps = vulkan_runtime.capabilities
     wide = caps.default_block_dim
