@@ -18,11 +18,13 @@ class SourceInfo:
 
     def __init__(self, fn):
         self.filename = inspect.getsourcefile(fn) or "<unknown>"
-        lines, start = _definition_lines(fn, self.filename) or inspect.getsourcelines(fn)
+        found = _definition(fn, self.filename)
+        if found is None:
+            lines, start = inspect.getsourcelines(fn)
+            found = lines, start, ast.parse(textwrap.dedent("".join(lines)))
+        lines, self.first_line, self.tree = found
         self.file_lines = lines
         self.indent = len(lines[0]) - len(lines[0].lstrip()) if lines else 0
-        self.first_line = start
-        self.tree = ast.parse(textwrap.dedent("".join(lines)))
         self.fn_def = self.tree.body[0]
         self._func_body = None
         self._locs: dict = {}
@@ -55,11 +57,12 @@ class SourceInfo:
         return self._func_body
 
 
-def _definition_lines(fn, filename: str) -> tuple[list, int] | None:
-    """(lines, first line number) of `fn`'s definition, decorators included, as
-    `inspect.getsourcelines` gives them, found from its code object and the indentation of its
-    file's lines; None where they are not exactly one definition of its name (then inspect,
-    which tokenizes the file from the definition on: a fifth of a large program's front end)."""
+def _definition(fn, filename: str) -> tuple[list, int, ast.Module] | None:
+    """(lines, first line number, syntax tree) of `fn`'s definition, decorators included, the
+    lines as `inspect.getsourcelines` gives them, found from its code object and the indentation
+    of its file's lines; None where they are not exactly one definition of its name (then
+    inspect, which tokenizes the file from the definition on: a fifth of a large program's
+    front end)."""
     fn = inspect.unwrap(fn)
     code = getattr(fn, "__code__", None)
     if code is None or fn.__name__ == "<lambda>":
@@ -74,13 +77,14 @@ def _definition_lines(fn, filename: str) -> tuple[list, int] | None:
         end -= 1  # trailing blank and comment lines: inspect ends the block at its last statement
     block = lines[first:end]
     try:
-        body = ast.parse(textwrap.dedent("".join(block))).body
+        tree = ast.parse(textwrap.dedent("".join(block)))
     except (SyntaxError, ValueError):
         return None
+    body = tree.body
     if len(body) != 1 or not isinstance(body[0], (ast.FunctionDef, ast.AsyncFunctionDef)) or \
             body[0].name != fn.__name__:
         return None
-    return block, first + 1
+    return block, first + 1, tree
 
 
 def last_line(code) -> int:
