@@ -14,8 +14,11 @@ from qdc.compiler import compile_threads
 from qdc.compiler.commands import build as build_mod
 from qdc.compiler.driver import kernel as K
 from qdc.compiler.driver.options import Options, resolve
+from qdc.compiler.targets import lld
 from qdc.compiler.targets.cpu import codegen, module_split, parallel_llvm
 from qdc.compiler.targets.cpu.target import TARGET as CPU
+from qdc.runtime.cache import Cache, read_module
+from qdc.runtime.contract.entry_points import defined_entries
 from qdc.runtime.loader import load
 
 SOURCE = textwrap.dedent('''
@@ -150,3 +153,25 @@ def test_j1_compiles_on_one_thread_and_jn_shares_the_cores(tmp_path, small_parts
     assert seen == [1, 4]  # -j 2 with one kernel to build: one process, all the cores
     assert compile_threads.threads_beside(2) == 2 and compile_threads.threads_beside(8) == 1
     assert compile_threads.compile_threads() == 4  # outside a build: the cores
+
+
+@pytest.mark.skipif(not lld.find("ld.lld") or not lld.find("ld64.lld"),
+                    reason=f"no ld.lld / ld64.lld {lld.MIN_LLD}+ ({lld.INSTALL_HINT})")
+def test_a_cross_build_in_parts_has_the_libraries_of_a_whole_one(tmp_path, monkeypatch):
+    """aarch64 Linux in parts, macOS retargeted from its linked optimised module: the same
+    entry points as built whole."""
+    (tmp_path / "split_src.py").write_text(SOURCE)
+    libraries, made = [], []
+    retargeted = codegen.retargeted
+    monkeypatch.setattr(codegen, "retargeted", lambda *args: made.append(retargeted(*args)) or made[-1])
+    for lines in (10, 10 ** 9):
+        monkeypatch.setattr(module_split, "MIN_PART_LINES", lines)
+        cache = str(tmp_path / f"cache-{lines}")
+        report = build_mod.build([str(tmp_path / "split_src.py")], ["cpu"], resolve({"cpu_targets": "aarch64"}, {}),
+                                 cache, jobs=1, log=lambda text: None)
+        assert report.ok and report.built == 1, report.errors
+        entry = Cache(cache).lookup(read_module(Cache(cache), "split_src", "cpu")["kernels"]["stages"])
+        libraries.append({name: defined_entries(data) for name, data in entry.artifacts.items()
+                          if name.startswith(("so", "dylib")) and not name.endswith("sha256")})
+    assert len(libraries[0]) == 2 and libraries[0] == libraries[1]
+    assert len(made) == 2 and None not in made  # macOS made from Linux's module both times
