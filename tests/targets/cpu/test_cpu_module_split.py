@@ -3,6 +3,7 @@
 the library is the same bytes whatever the number of threads, a kernel built in parts computes
 what it computes built whole (numpy's result, portable too), and `qdc build -j 1` compiles on one
 thread. The parts' threshold is lowered here, so that small kernels are cut."""
+import platform
 import re
 import textwrap
 
@@ -57,8 +58,8 @@ def small_parts(monkeypatch):
     monkeypatch.setattr(module_split, "MIN_PART_LINES", 10)
 
 
-def _compiled(tmp_path, cpu_target="native"):
-    (tmp_path / "split_src.py").write_text(SOURCE)
+def _compiled(tmp_path, cpu_target="native", source=SOURCE):
+    (tmp_path / "split_src.py").write_text(source)
     import importlib.util
     spec = importlib.util.spec_from_file_location("split_src", tmp_path / "split_src.py")
     module = importlib.util.module_from_spec(spec)
@@ -175,3 +176,14 @@ def test_a_cross_build_in_parts_has_the_libraries_of_a_whole_one(tmp_path, monke
                           if name.startswith(("so", "dylib")) and not name.endswith("sha256")})
     assert len(libraries[0]) == 2 and libraries[0] == libraries[1]
     assert len(made) == 2 and None not in made  # macOS made from Linux's module both times
+
+
+@pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="x86-64 ISA levels")
+def test_assembly_of_each_level_from_the_parts(tmp_path, small_parts):
+    parallel_tasks_only = SOURCE[:SOURCE.index("    qd.loop_config")]  # (a serial body's l0 copy is inlined)
+    compiled = _compiled(tmp_path, "portable", parallel_tasks_only)
+    with compile_threads.limited_threads(2):
+        out = codegen.compile_kernel(compiled.ir, compiled.meta, 3, False, "portable", keep_assembly=True, target=CPU)
+    assert "zmm" in out["asm:x86-64-v4"] and "zmm" not in out["asm:x86-64-v3"]
+    for level in ("x86-64-v2", "x86-64-v3", "x86-64-v4"):
+        assert out["asm:" + level].count("stages_t0_range_chunk.l") == 1
