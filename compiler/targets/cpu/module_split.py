@@ -18,10 +18,12 @@ import re
 
 from .multiversion import function_definitions
 
-# A module of fewer lines of IR than this is not cut: its LLVM work (~0.1 s of CPU at this size,
-# 30-100 ms for the small kernels) would not repay a part's fixed costs (its own parse of the
-# declarations, a target machine, the parts' objects linked back into one module for the "ll" and
-# "bc" artifacts). Each part holds at least this many lines, so the parts' count follows the size.
+# The fewest lines of IR of a part (an `optnone` function counts a tenth): a module of fewer than
+# twice this stays whole. A part costs ~3 ms of CPU of its own (a target machine, the shared
+# declarations parsed again, its optimised module linked back into one for the "ll" and "bc"
+# artifacts: Genesis's small modules cut at a tenth of this took 51-55 ms instead of 38, 78
+# instead of 60), against 100 ms and more of LLVM's work on 1,500 lines; the demo kernels
+# (30-100 ms each) stay whole.
 MIN_PART_LINES = 1500
 MAX_PARTS = 8
 
