@@ -22,6 +22,8 @@ from qdc.runtime.cache import Cache, read_module
 from qdc.runtime.contract.entry_points import defined_entries
 from qdc.runtime.loader import load
 
+from remote_util import qdc
+
 SOURCE = textwrap.dedent('''
     import qdc as qd
 
@@ -136,6 +138,8 @@ def test_parts_compute_what_the_whole_module_does(tmp_path, monkeypatch, rng, cp
         np.testing.assert_allclose(c, c_want, rtol=1e-4, atol=1e-4)
         np.testing.assert_allclose(total[0], total_want, rtol=1e-4, atol=1e-3)
         results.append((b, c, total))
+        shown = qdc("inspect", "split_src.stages", "--cache", cache, "--llvm").stdout  # the parts linked back
+        assert len(re.findall(r'^define void @"?qdc_stages_t\d', shown, re.M)) == 4
     for got, whole in zip(*results):
         np.testing.assert_allclose(got, whole, rtol=1e-6, atol=1e-6)
 
