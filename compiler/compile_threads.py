@@ -1,5 +1,6 @@
 """How many threads one compile may use (the CPU target compiles a large kernel's module parts in
-parallel: targets/cpu/parallel_llvm.py): by default the cores this process may run on; `qdc build
+parallel: targets/cpu/parallel_llvm.py): by default the cores this process may run on, in direct
+mode what `qd.init(num_compile_threads=N)` says (Quadrants' option); `qdc build
 -j N` shares the cores among the processes it compiles in (`threads_beside`), so that together
 they use no more than the machine's, and `-j 1` compiles on one thread.
 """
@@ -8,7 +9,8 @@ from __future__ import annotations
 import contextlib
 import os
 
-_configured: int | None = None  # set by limited_threads; None: the cores
+_configured: int | None = None  # set by limited_threads (a build); None: _chosen's
+_chosen: int | None = None  # qd.init(num_compile_threads=N) (Quadrants' option); None: the cores
 
 
 def _cores() -> int:
@@ -20,7 +22,15 @@ def _cores() -> int:
 
 def compile_threads() -> int:
     """How many threads compile one kernel."""
-    return _cores() if _configured is None else _configured
+    if _configured is not None:
+        return _configured
+    return _cores() if _chosen is None else _chosen
+
+
+def set_compile_threads(threads: int | None) -> None:
+    """Direct mode's threads from now on (`qd.init(num_compile_threads=N)`); None: the cores."""
+    global _chosen
+    _chosen = threads
 
 
 def threads_beside(processes: int) -> int:

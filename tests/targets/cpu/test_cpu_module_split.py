@@ -191,3 +191,20 @@ def test_assembly_of_each_level_from_the_parts(tmp_path, small_parts):
     assert "zmm" in out["asm:x86-64-v4"] and "zmm" not in out["asm:x86-64-v3"]
     for level in ("x86-64-v2", "x86-64-v3", "x86-64-v4"):
         assert out["asm:" + level].count("stages_t0_range_chunk.l") == 1
+
+
+def test_num_compile_threads_sets_direct_modes_threads(monkeypatch):
+    """Quadrants' qd.init option: the threads of a kernel's parts, the cores without it."""
+    import qdc as qd
+    monkeypatch.setattr(compile_threads, "_cores", lambda: 6)
+    try:
+        qd.init(arch=qd.cpu, num_compile_threads=3)
+        assert compile_threads.compile_threads() == 3
+        with compile_threads.limited_threads(1):  # a build's own count comes first
+            assert compile_threads.compile_threads() == 1
+        with pytest.raises(ValueError, match="num_compile_threads"):
+            qd.init(arch=qd.cpu, num_compile_threads=0)
+        assert compile_threads.compile_threads() == 3  # a failing call changes nothing
+    finally:
+        qd.init(arch=qd.cpu)
+    assert compile_threads.compile_threads() == 6
