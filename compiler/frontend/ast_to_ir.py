@@ -164,6 +164,7 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
         self.kernel.signature = [n for n in inspect.signature(fn).parameters
                                  if n not in self.templates or isinstance(self.templates[n], DataclassArgument)]
         self.member_variables: dict = {}  # parameter index -> the variable a dataclass's scalar member is read into
+        self.member_parameters: dict = {}  # path of a member (host_objects.py) -> the index of its parameter
         self.signatures: dict = {}  # function -> its inspect.signature (see signature())
         self.init_returns(fn, returns)
 
