@@ -26,8 +26,7 @@ from .numpy_prologue import add_numpy_entry
 from .half_conversions import with_half_conversions
 from .isa_levels import NATIVE, CpuLevel, CpuPlatform
 from .link import link_shared_library
-from .llvm_pipeline import (EPILOGUE_VECTORISATION_DEFAULT, Pipeline, choose as choose_pipeline, largest_function,
-                            level_options, mark as mark_pipeline)
+from .llvm_pipeline import Pipeline, choose as choose_pipeline, largest_function, mark as mark_pipeline
 from .platforms import cpu_levels, cpu_platforms, host_platform, optimised_with
 from .retarget import declared_functions, retargeted
 from ..llvm.llvm_ir import ModuleBuilder
@@ -228,7 +227,7 @@ def _machine_of(platform: CpuPlatform, level: CpuLevel | None = None) -> tuple:
 # whose small loops are a small share of their build, keep LLVM's defaults.
 SMALL_MODULE_LARGEST_FUNCTION = 1000
 _NO_STRENGTH_REDUCTION, _NO_UNSWITCHING = "-disable-lsr=true", "-unswitch-threshold=1"
-_LLVM_DEFAULTS = ("-disable-lsr=false", "-unswitch-threshold=50", EPILOGUE_VECTORISATION_DEFAULT)
+_LLVM_DEFAULTS = ("-disable-lsr=false", "-unswitch-threshold=50")
 # LLVM's options are global to the process: one CPU module at a time sets them and restores
 # LLVM's defaults after, so that no other module (a GPU one compiled in the same process) sees them.
 _OPTIONS_LOCK = threading.Lock()
@@ -341,8 +340,7 @@ def compile_kernel(kernel: ir.KernelIR, meta: KernelMeta, opt_level: int = 3, fa
                                                             task_bodies, opt_level)
             largest = largest_function(module)
             widened = any(choice.max_lanes > 1 for choice in module.widen_choices.values())
-            options = (small_module_options(largest, text, widened, platform.machine)
-                       + level_options(len(levels), platform.machine))
+            options = small_module_options(largest, text, widened, platform.machine)
         with _llvm_options(options):
             if module is not None:
                 with timings.phase("LLVM optimisation"):

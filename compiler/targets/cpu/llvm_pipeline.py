@@ -20,9 +20,6 @@ function 2,700 instructions) build the same bytes. The choice
 depends on the module alone, so a kernel builds the same bytes every time; where it is not
 the default it is recorded in the optimised IR (`!qdc.llvm_pipeline`, which `qdc inspect --llvm`
 shows with the stored bitcode).
-
-A module holding several ISA levels' code (a portable library, multiversion.py) is optimised
-without epilogue vectorisation on x86-64 (`level_options`): see EPILOGUE_VECTORISATION_OFF.
 """
 from __future__ import annotations
 
@@ -31,19 +28,6 @@ from dataclasses import dataclass
 from llvmlite import ir as ll
 
 LARGE_FUNCTION = 4000
-
-# LLVM's loop vectoriser follows a vectorised loop (VF lanes x IC interleaved a step) with an
-# epilogue loop of fewer lanes for the last < VF x IC iterations, then the scalar remainder: at
-# three x86-64 levels a loop of a portable library is three vector loops, three epilogue loops
-# and three remainders to optimise and emit. Left out, the last iterations run in the scalar
-# remainder: for the demo kernels' portable build, LLVM's optimisation and emission took ~5% less
-# (kernels/ -j1: 2.05 -> 1.95 s of CPU) and runs as fast except for loops of a few dozen
-# iterations (saxpy over 1,000 floats at x86-64-v4: 0.15-0.16 -> 0.18 us a launch; 2^20
-# floats, DiffMPM's steps, the reductions: the same). A process-wide option of LLVM
-# (codegen._llvm_options sets it for one module and resets LLVM's default after);
-# single-level modules (native, one ISA level) and other families keep LLVM's default.
-EPILOGUE_VECTORISATION_OFF = "-enable-epilogue-vectorization=false"
-EPILOGUE_VECTORISATION_DEFAULT = "-enable-epilogue-vectorization=true"
 
 
 @dataclass(frozen=True)
@@ -92,9 +76,3 @@ def mark(module: ll.Module, pipeline: Pipeline) -> None:
         module.get_global(name).attributes.add("optsize")
     if pipeline.reason:
         module.add_named_metadata("qdc.llvm_pipeline", [pipeline.describe()])
-
-
-def level_options(levels: int, machine: str) -> tuple[str, ...]:
-    """LLVM's process-wide options for a module holding the code of `levels` ISA levels of the
-    `machine` family (see EPILOGUE_VECTORISATION_OFF); none for one level."""
-    return (EPILOGUE_VECTORISATION_OFF,) if levels > 1 and machine == "x86_64" else ()

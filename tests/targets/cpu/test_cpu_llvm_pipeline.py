@@ -5,12 +5,10 @@ builds the same bytes every time, and computes what numpy does, portable or nati
 modules keep O3 with both vectorisers."""
 from __future__ import annotations
 
-import platform
 import re
 import textwrap
 
 import numpy as np
-import pytest
 from llvmlite import ir as ll
 
 from qdc.compiler.targets.cpu import llvm_pipeline
@@ -115,45 +113,5 @@ def test_large_kernel_builds_alike_and_computes(tmp_path, rng):
         out = np.zeros_like(x)
         mod.large(x, out)
         assert np.all(np.abs(out - want) <= TERMS * 2.0**-23 * scale)  # f32 rounding of each term and sum
-        mod.small(x, out)
-        np.testing.assert_array_equal(out, x * np.float32(2.0) + np.float32(1.0))
-
-
-def test_level_options():
-    off = (llvm_pipeline.EPILOGUE_VECTORISATION_OFF,)
-    assert llvm_pipeline.level_options(3, "x86_64") == off
-    assert llvm_pipeline.level_options(1, "x86_64") == ()  # native, or one ISA level
-    assert llvm_pipeline.level_options(3, "aarch64") == ()
-
-
-@pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="x86-64 ISA levels")
-def test_portable_loops_have_no_epilogue_loop_and_compute(tmp_path, rng, monkeypatch):
-    """A portable x86-64 library's vectorised loops end in the scalar remainder, not in an
-    epilogue vector loop; a native build keeps LLVM's epilogue; LLVM's default is back after
-    each module; every trip count computes what numpy does, the remainders included."""
-    import llvmlite.binding as llvm
-    set_option, options = llvm.set_option, []
-    monkeypatch.setattr(llvm, "set_option", lambda name, option: (options.append(option), set_option(name, option)))
-    (tmp_path / "src").mkdir()
-    (tmp_path / "src" / "sized.py").write_text(SOURCE)
-    for target in ("portable", "native"):
-        qdc("build", tmp_path / "src", "--cache", tmp_path / target, "-j", 1, "--cpu-target", target)
-    off, default = llvm_pipeline.EPILOGUE_VECTORISATION_OFF, llvm_pipeline.EPILOGUE_VECTORISATION_DEFAULT
-    assert off in options and options[-1] != off
-    assert all(options[i + 1:].count(default) for i, option in enumerate(options) if option == off)
-
-    from qdc.runtime.cache import Cache, read_module
-    blocks = {}
-    for target in ("portable", "native"):
-        cache = Cache(str(tmp_path / target))
-        key = read_module(cache, "sized", "cpu")["kernels"]["small"]
-        text = str(llvm.parse_bitcode(cache.lookup(key).artifacts["bc"]))
-        blocks[target] = ("vector.body:" in text, "vec.epilog.vector.body:" in text)
-    assert blocks == {"portable": (True, False), "native": (True, True)}
-
-    mod = load(str(tmp_path / "portable"), "sized")
-    for n in (1, 15, 63, 64, 65, 1000 + int(rng.integers(0, 100))):
-        x = rng.uniform(-1.0, 1.0, n).astype(np.float32)
-        out = np.zeros_like(x)
         mod.small(x, out)
         np.testing.assert_array_equal(out, x * np.float32(2.0) + np.float32(1.0))
