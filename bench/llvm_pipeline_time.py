@@ -4,6 +4,7 @@ those files under qdc's pipeline choice and others, in this process (CPU seconds
 
     python bench/llvm_pipeline_time.py capture DIR SCRIPT [ARGS...]
     python bench/llvm_pipeline_time.py time FILE.ll... [--pipeline qdc|before|O3|O1] [--passes]
+    python bench/llvm_pipeline_time.py parts FILE.ll... [--threads 1,2] [--rounds 3]
 
 `capture` runs SCRIPT (e.g. `bench/genesis_scene.py box 2 --qdc` with an empty QDC_CACHE_DIR)
 and writes each module's IR, as compile_kernel hands it to LLVM, to DIR/<kernel>-<digest>.ll.
@@ -15,6 +16,11 @@ the large functions for size above LARGE_FUNCTION instructions, else O3); `befor
 before it (O3, without the SLP vectoriser above LARGE_FUNCTION); `O3` and `O1` those levels with
 and without both vectorisers; `--passes` adds LLVM's own timing of each pass. What qdc marked in
 a captured file (`optsize`, `!qdc.llvm_pipeline`) is taken out before each pipeline adds its own.
+`parts` builds each file as compile_kernel does (qdc's pipeline, as marked in the file), whole on
+this thread and cut into parts (cpu/module_split.py) on each number of `--threads`, in alternating
+rounds, and prints the wall and the process's CPU seconds of each (best of the rounds; CPU above
+wall: the threads overlapped), and whether the library's objects are the same bytes whatever the
+threads.
 """
 import argparse
 import hashlib
@@ -98,17 +104,58 @@ def time_files(files: list, pipeline_name: str, passes: bool) -> None:
     print(f"all {len(files)} modules: parse {total[0]:.2f}, optimise {total[1]:.2f}, emit {total[2]:.2f} s CPU")
 
 
+def time_parts(files: list, threads: list, rounds: int) -> None:
+    from qdc.compiler.compile_threads import limited_threads
+    from qdc.compiler.targets.cpu.module_split import split_module
+    from qdc.compiler.targets.cpu.platforms import cpu_levels, host_platform
+    levels = cpu_levels("native", host_platform())
+    for path in files:
+        with open(path) as f:
+            text = f.read()
+        pipeline = Pipeline(1, False, False) if "!qdc.llvm_pipeline" in text else Pipeline(3, True, True)
+        split = split_module(text)
+        if split is None:
+            print(f"{os.path.basename(path):<56} whole (below the parts' threshold)")
+            continue
+        how = [("whole", 1, lambda: codegen._build_whole(text, 3, host_platform(), levels, pipeline, [], {}, False,
+                                                          True))]
+        how += [(f"parts, {n} thread{'s' if n > 1 else ''}", n,
+                 lambda: codegen._build_parts(split, text, 3, host_platform(), levels, pipeline, [], {}, False, True))
+                for n in threads]
+        best, objects = {}, {}
+        for _ in range(rounds):
+            for name, n, build in how:
+                with limited_threads(n):
+                    w, c = time.perf_counter(), time.process_time()
+                    built = build()
+                    wall, cpu = time.perf_counter() - w, time.process_time() - c
+                objects[name] = built.objects
+                best[name] = min(best.get(name, (wall, cpu)), (wall, cpu))
+        same = len({tuple(objects[name]) for name, _, _ in how[1:]}) == 1
+        print(f"{os.path.basename(path):<56} {len(split[0])} parts of "
+              f"{', '.join(str(part.count(chr(10))) for part in split[0])} lines; objects the same bytes whatever "
+              f"the threads: {same}")
+        for name, _, _ in how:
+            wall, cpu = best[name]
+            print(f"    {name:<20} wall {wall:6.3f} s  CPU {cpu:6.3f} s", flush=True)
+
+
 def main() -> None:
     if len(sys.argv) > 2 and sys.argv[1] == "capture":
         capture(sys.argv[2], sys.argv[3:])
         return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("mode", choices=["time"])
+    parser.add_argument("mode", choices=["time", "parts"])
     parser.add_argument("files", nargs="+")
     parser.add_argument("--pipeline", default="qdc", choices=["qdc", "before", "O3", "O1"])
     parser.add_argument("--passes", action="store_true", help="print LLVM's timing of each pass")
+    parser.add_argument("--threads", default="1,2", help="parts: the thread counts, comma-separated")
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    time_files(args.files, args.pipeline, args.passes)
+    if args.mode == "parts":
+        time_parts(args.files, [int(n) for n in args.threads.split(",")], args.rounds)
+    else:
+        time_files(args.files, args.pipeline, args.passes)
 
 
 if __name__ == "__main__":

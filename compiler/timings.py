@@ -119,6 +119,22 @@ def count_tool_cpu(seconds: float) -> None:
         frames[0].add(frames[-1].name, 0.0, seconds)
 
 
+def count_threads(steps: list[dict], wall: float) -> None:
+    """Count the phases other threads ran for the variant being recorded, each thread's
+    `steps` {phase: [wall, CPU seconds]}, while this one waited `wall` seconds for them: their
+    CPU time as it is, their wall time in proportion to that (so that the phases still add up
+    to the variant's wall time)."""
+    frames = getattr(_local, "frames", None)
+    if not frames:
+        return
+    total = sum(w for thread in steps for w, _ in thread.values()) or 1.0
+    for thread in steps:
+        for name, (w, c) in thread.items():
+            frames[0].add(name, w * wall / total, c)
+    if len(frames) > 1:
+        frames[-1].inner_wall += wall
+
+
 def level_phase(level_name: str) -> str:
     """The phase of generating the code of one ISA level (its width-W task bodies)."""
     return f"IR generation {level_name}"

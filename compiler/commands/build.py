@@ -34,6 +34,7 @@ from qdc.runtime import remote as remote_mod, signing
 
 from ..driver import cache_key, options as options_mod, source_facts
 from .. import targets, timings
+from ..compile_threads import limited_threads, threads_beside
 from ..jit.aot import Instantiation
 from ..jit.kernel import Kernel, kernel_of
 from ..jit.offline_cache import store
@@ -478,14 +479,17 @@ def _build_sources(sources, files, arches, opts, cache: Cache, jobs: int, force:
         t0, c0 = time.perf_counter(), time.process_time()
         warm_up(sorted({job.arch for job in todo}))
         report.start_up = (time.perf_counter() - t0, time.process_time() - c0)
-    if jobs > 1 and len(todo) >= MIN_JOBS_FOR_WORKERS:
-        workers = min(jobs, len(todo)) - 1
-        hello = {"files": files, "options": _options_wire(opts), "cache": cache.root, "force": force}
-        run_in_workers(todo, hello, workers, finished, here, forked_workers(_job_server(by_name, opts, cache, force),
-                                                                            workers))
-    else:
-        for job in todo:
-            finished(job, here(job))
+    in_workers = jobs > 1 and len(todo) >= MIN_JOBS_FOR_WORKERS
+    # The compiling processes share the cores among their threads; -j 1 builds on one thread.
+    with limited_threads(1 if jobs == 1 else threads_beside(min(jobs, len(todo)) if in_workers else 1)):
+        if in_workers:
+            workers = min(jobs, len(todo)) - 1
+            hello = {"files": files, "options": _options_wire(opts), "cache": cache.root, "force": force}
+            run_in_workers(todo, hello, workers, finished, here,
+                           forked_workers(_job_server(by_name, opts, cache, force), workers))
+        else:
+            for job in todo:
+                finished(job, here(job))
     _tally(report, todo, results)
     for job_id, result in results.items():
         if result["status"] == "elsewhere":

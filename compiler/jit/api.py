@@ -8,6 +8,7 @@ from qdc.runtime import context, lifecycle, random_stream
 from qdc.runtime.contract.arches import GPU_ARCHES
 from qdc.runtime.contract.python_scope import scope_types
 
+from .. import compile_threads
 from ..driver import options as options_mod
 from .offline_cache import check_cache_dir
 
@@ -52,6 +53,7 @@ def init(arch=None, **options):
     compiled without being stored).
     """
     opts = options_mod.Options()
+    threads = _compile_threads(options.pop("num_compile_threads", None))
     options = quadrants_options(options)
     if arch is not None:
         options["arch"] = QUADRANTS_ARCHES.get(arch, arch)
@@ -74,9 +76,20 @@ def init(arch=None, **options):
             opts.arch = context.current().arch  # qd.gpu: the one chosen
             _adopt_device_subgroup_size(opts)
             _set_direct(opts)
+            compile_threads.set_compile_threads(threads)
             random_stream.restart(opts.random_seed)
             lifecycle.runtime_replaced()
     return opts
+
+
+def _compile_threads(value) -> int | None:
+    """Quadrants' `num_compile_threads`: the threads that compile a kernel's module parts
+    (targets/cpu/parallel_llvm.py); None: the cores this process may run on."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"qd.init: num_compile_threads must be a positive int, got {value!r}")
+    return value
 
 
 def _adopt_device_subgroup_size(opts) -> None:
@@ -111,7 +124,6 @@ QUADRANTS_NO_OPS = {
     "offline_cache_max_size_of_files": "the direct-mode cache is not evicted automatically: `qdc clean --max-size`",
     "offline_cache_cleaning_policy": "the direct-mode cache is not evicted automatically: `qdc clean --max-size`",
     "offline_cache_file_path": "use cache_dir",
-    "num_compile_threads": "a kernel compiles on the calling thread",
     "print_full_traceback": "qdc's errors name the kernel source line themselves",
     "print_ir": "use `qdc inspect --ir` or QDC_LOG",
     "kernel_profiler": "not offered",

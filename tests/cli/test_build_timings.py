@@ -130,6 +130,17 @@ def test_a_tool_run_counts_its_cpu_time_to_the_phase():
     assert spent.phases["linking"][1] >= 0.2
 
 
+def test_other_threads_phases_count_their_cpu_and_share_the_wall_time_waited():
+    """A kernel's module parts compiled on other threads (targets/cpu/parallel_llvm.py)."""
+    threads = [{"LLVM optimisation": [0.3, 0.25], "object emission": [0.1, 0.1]},
+               {"LLVM optimisation": [0.4, 0.35]}]
+    with timings.recording() as spent:
+        timings.count_threads(threads, 0.4)
+    assert spent.phases["LLVM optimisation"] == pytest.approx([0.35, 0.6])
+    assert spent.phases["object emission"] == pytest.approx([0.05, 0.1])
+    timings.count_threads(threads, 0.4)  # outside recording(): nothing kept, nothing raised
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers are forked on Linux only")
 def test_the_cache_is_the_same_whatever_the_number_of_jobs(tmp_path):
     src = write_project(tmp_path / "kernels", modules=2, kernels=3)  # 12 variants: -j2 uses a worker

@@ -11,6 +11,7 @@ import contextlib
 import functools
 import hashlib
 import threading
+import time
 
 import llvmlite.binding as llvm
 from llvmlite import ir as ll
@@ -25,7 +26,9 @@ from .multiversion import (equal_levels, function_definitions, level_assembly, m
 from .numpy_prologue import add_numpy_entry
 from .half_conversions import with_half_conversions
 from .isa_levels import NATIVE, CpuLevel, CpuPlatform
+from . import parallel_llvm
 from .link import link_shared_library
+from .module_split import split_module
 from .llvm_pipeline import Pipeline, choose as choose_pipeline, largest_function, mark as mark_pipeline
 from .platforms import cpu_levels, cpu_platforms, host_platform, optimised_with
 from .retarget import declared_functions, retargeted
@@ -38,10 +41,10 @@ from .arch import PARALLEL_WORK_THRESHOLD
 CHUNKS_PER_THREAD = 4
 
 
-@functools.lru_cache(maxsize=None)
-def _target_machine(opt_level: int, cpu: str | None = None, features: str | None = None, triple: str | None = None):
+def new_target_machine(opt_level: int, cpu: str | None = None, features: str | None = None, triple: str | None = None):
     """A target machine of `triple` (default: this process's), for `cpu` with `features`
-    (default: the host's)."""
+    (default: the host's). One thread at a time uses a target machine: a part's worker thread
+    makes its own (parallel_llvm.py); the others share `_target_machine`'s."""
     if triple is None:
         llvm.initialize_native_target()
         llvm.initialize_native_asmprinter()
@@ -54,6 +57,9 @@ def _target_machine(opt_level: int, cpu: str | None = None, features: str | None
         cpu, features = llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
     return target.create_target_machine(cpu=cpu, features=features or "", opt=opt_level, reloc="pic",
                                         codemodel="default")
+
+
+_target_machine = functools.lru_cache(maxsize=None)(new_target_machine)
 
 
 def _dispatch(builder: ll.IRBuilder, ctx, task: ir.Task, chunk, begin, end, cost, meta: KernelMeta,
@@ -262,12 +268,13 @@ def _llvm_options(options: tuple[str, ...]):
 
 
 def optimise(module, opt_level: int, level: CpuLevel | None = None, platform: CpuPlatform | None = None,
-             pipeline: Pipeline | None = None):
+             pipeline: Pipeline | None = None, tm=None):
     """Parse (an ll.Module) or take (a parsed module) and optimise it for `level` (default: the
     host CPU) of `platform` (default: the host's): the vectorisers pick vector widths from the
     target, so each level is optimised on its own. `pipeline`: what LLVM's optimiser runs
-    (llvm_pipeline.choose; default: `opt_level` with both vectorisers from speed level 2 on)."""
-    tm = _target_machine(opt_level, *_machine_of(platform or host_platform(), level))
+    (llvm_pipeline.choose; default: `opt_level` with both vectorisers from speed level 2 on);
+    `tm`: the target machine (default: the shared one of that level)."""
+    tm = tm or _target_machine(opt_level, *_machine_of(platform or host_platform(), level))
     if isinstance(module, ll.Module):
         module = llvm.parse_assembly(str(module))
         module.verify()
@@ -277,24 +284,25 @@ def optimise(module, opt_level: int, level: CpuLevel | None = None, platform: Cp
         pto.loop_vectorization = pipeline.loop_vectorization
         pto.slp_vectorization = pipeline.slp_vectorization
         pb = llvm.create_pass_builder(tm, pto)
-        pb.getModulePassManager().run(module, pb)
+        parallel_llvm.run_passes(pb.getModulePassManager(), module, pb)
     return module, tm
 
 
-def _without_equal_levels(mod, task_bodies: list[str], levels: tuple[CpuLevel, ...], alike: dict):
+def _without_equal_levels(mod, task_bodies: list[str], levels: tuple[CpuLevel, ...], alike: dict, tm):
     """(module, {(body, level): lower level}, its text or None): the optimised module without
     the task bodies of a level whose code equals a lower level's (multiversion.equal_levels;
     `alike`: those it never had), so that they are not emitted again, and without what only
-    they used; its text where it is the module given (printing a large module is not free)."""
-    text = str(mod)
+    they used; its text where it is the module given (printing a large module is not free).
+    `tm`: a target machine this thread may use."""
+    text = parallel_llvm.printed(mod)
     same = equal_levels(text, task_bodies, levels, alike)
     if same == alike:
         return mod, same, text
-    smaller = llvm.parse_assembly(without_equal_levels(text, same), context=llvm.create_context())
+    smaller = parallel_llvm.parse(without_equal_levels(text, same))
     pm = llvm.create_new_module_pass_manager()
     pm.add_global_dead_code_eliminate_pass()
-    pm.run(smaller, llvm.create_pass_builder(_target_machine(0), llvm.create_pipeline_tuning_options(0)))
-    smaller.verify()
+    builder = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(0))
+    parallel_llvm.run_passes(pm, smaller, builder)
     return smaller, same, None
 
 
@@ -331,40 +339,42 @@ def compile_kernel(kernel: ir.KernelIR, meta: KernelMeta, opt_level: int = 3, fa
     for n, platform in enumerate(chosen):
         levels = cpu_levels(cpu_target, platform)
         task_bodies = [task.task_name + "_chunk" for task in kernel.tasks]  # KernelCodegen.emit_chunk's names
-        module, same, optimised_text = None, {}, None
+        module, text = None, None
         reused = _retargeted(platform, levels, opt_level, cpu_target, chosen, optimised)
         if reused is not None:
-            mod, tm, options = reused
+            built = _Built(*reused[:2], objects=None)
+            options = reused[2]
         else:
-            module, parsed, alike, text, pipeline = _parsed(kernel, meta, fast_math, target, platform, levels,
-                                                            task_bodies, opt_level)
+            module, alike, text, pipeline = _generated(kernel, meta, fast_math, target, platform, levels, task_bodies,
+                                                       opt_level)
             largest = largest_function(module)
             widened = any(choice.max_lanes > 1 for choice in module.widen_choices.values())
             options = small_module_options(largest, text, widened, platform.machine)
+        wanted = n == 0 or platform.name in sources  # whether the optimised module itself is needed
         with _llvm_options(options):
             if module is not None:
-                with timings.phase("LLVM optimisation"):
-                    mod, tm = optimise(parsed, opt_level, levels[0], platform, pipeline)
-                if len(levels) > 1:
-                    with timings.phase("IR multiversioning"):
-                        mod, same, optimised_text = _without_equal_levels(mod, task_bodies, levels, alike)
+                split = split_module(text)
+                build = _build_whole if split is None else functools.partial(_build_parts, split)
+                built = build(text, opt_level, platform, levels, pipeline, task_bodies, alike, keep_assembly, wanted)
                 if platform.name in sources:
-                    optimised[platform.name] = (levels, optimised_text or str(mod), declared_functions(text), options)
-            with timings.phase("object emission"):
-                obj = tm.emit_object(mod)
+                    optimised[platform.name] = (levels, built.text, declared_functions(text), options)
+            elif built.objects is None:
+                with timings.phase("object emission"):
+                    built.objects = [built.tm.emit_object(built.module)]
+                if keep_assembly:
+                    built.assembly = built.tm.emit_assembly(built.module)
             if n == 0:
                 with timings.phase("artifacts"):
-                    out["ll"], out["bc"] = (optimised_text or str(mod)).encode(), mod.as_bitcode()
-            assembly = tm.emit_assembly(mod) if keep_assembly else None
+                    out["ll"], out["bc"] = (built.text or str(built.module)).encode(), built.module.as_bitcode()
         with timings.phase("linking"):
-            library = link_shared_library(obj, platform, host=platform == host_platform())
+            library = link_shared_library(built.objects, platform, host=platform == host_platform())
         out[platform.artifact] = library
         out[platform.artifact + "_sha256"] = hashlib.sha256(library).hexdigest()
         if keep_assembly:
             prefix = "asm:" if n == 0 else f"asm:{platform.name}:"
             for i, level in enumerate(levels):
-                out[prefix + level.name] = assembly if len(levels) == 1 else level_assembly(assembly, task_bodies, i,
-                                                                                            same)
+                out[prefix + level.name] = built.assembly if len(levels) == 1 else level_assembly(
+                    built.assembly, task_bodies, i, built.same)
         for task, choice in (module.widen_choices.items() if module else ()):  # a thread takes the most lanes
             record = out["cpu_tasks"].setdefault(task.task_name, choice.record())  # of any platform's
             if "lanes" in record:
@@ -376,11 +386,96 @@ def compile_kernel(kernel: ir.KernelIR, meta: KernelMeta, opt_level: int = 3, fa
     return out
 
 
-def _parsed(kernel: ir.KernelIR, meta: KernelMeta, fast_math: bool, target, platform: CpuPlatform, levels: tuple,
-            task_bodies: list[str], opt_level: int) -> tuple:
-    """(generated module, parsed module, the bodies a level runs a lower level's code of
-    (`_module_text`), the parsed IR text, LLVM's pipeline for it) of the kernel's library for
-    `platform`."""
+class _Built:
+    """A platform's optimised module (`text`: its IR text where already printed), its target
+    machine, objects (one per part), {(body, level): lower level} of multiversion.equal_levels
+    and, with keep_assembly, its assembly."""
+
+    def __init__(self, module, tm, objects, text=None, same=None, assembly=None):
+        self.module, self.tm, self.objects, self.text = module, tm, objects, text
+        self.same, self.assembly = same or {}, assembly
+
+
+def _build_whole(text: str, opt_level: int, platform: CpuPlatform, levels: tuple, pipeline: Pipeline,
+                 task_bodies: list, alike: dict, keep_assembly: bool, wanted: bool) -> _Built:
+    """The module of IR `text` parsed, optimised and emitted on this thread."""
+    with timings.phase("LLVM parse"):
+        # A context of its own: the shared one accumulates metadata kinds from earlier modules,
+        # which the bitcode writer records, so the same kernel's bitcode (and a `qdc pack` bundle)
+        # would depend on what the process compiled before it.
+        parsed = parallel_llvm.parse(text)
+    with timings.phase("LLVM optimisation"):
+        mod, tm = optimise(parsed, opt_level, levels[0], platform, pipeline)
+    same, optimised_text = {}, None
+    if len(levels) > 1:
+        with timings.phase("IR multiversioning"):
+            mod, same, optimised_text = _without_equal_levels(mod, task_bodies, levels, alike, tm)
+    if wanted and optimised_text is None:
+        with timings.phase("artifacts"):
+            optimised_text = str(mod)
+    with timings.phase("object emission"):
+        obj = tm.emit_object(mod)
+    return _Built(mod, tm, [obj], optimised_text, same, tm.emit_assembly(mod) if keep_assembly else None)
+
+
+def _build_parts(split: tuple, text: str, opt_level: int, platform: CpuPlatform, levels: tuple, pipeline: Pipeline,
+                 task_bodies: list, alike: dict, keep_assembly: bool, wanted: bool) -> _Built:
+    """The module of IR `text`, cut into `split` (module_split.split_module), each part parsed,
+    optimised and emitted on its own in parallel threads (parallel_llvm.py); where `wanted`,
+    the optimised parts linked back into one module (the "ll" and "bc" artifacts, another
+    platform's retargeting)."""
+    parts, shared_internal = split
+    machine = _machine_of(platform, levels[0])
+
+    def work(part: str, times: parallel_llvm.StepTimes) -> tuple:
+        tm = new_target_machine(opt_level, *machine)
+        with times.step("LLVM parse"):
+            mod = parallel_llvm.parse(part)
+        with times.step("LLVM optimisation"):
+            mod, _ = optimise(mod, opt_level, levels[0], platform, pipeline, tm=tm)
+        same = {}
+        if len(levels) > 1:
+            with times.step("IR multiversioning"):
+                mod, same, _ = _without_equal_levels(mod, task_bodies, levels, alike, tm)
+        with times.step("object emission"):
+            obj = parallel_llvm.emitted(tm, mod)
+        assembly = parallel_llvm.emitted(tm, mod, as_object=False).decode() if keep_assembly else None
+        with times.step("artifacts"):
+            bitcode = parallel_llvm.bitcode(mod) if wanted else None
+        return obj, bitcode, same, assembly
+    wall = time.perf_counter()
+    results, times = parallel_llvm.run_parts(work, parts, [part.count("\n") for part in parts])
+    timings.count_threads([t.steps for t in times], time.perf_counter() - wall)
+    same = {}
+    for _, _, part_same, _ in results:
+        same.update(part_same)
+    combined, combined_text = None, None
+    if wanted:
+        with timings.phase("artifacts"):
+            combined = _linked([bitcode for _, bitcode, _, _ in results], shared_internal)
+            combined_text = str(combined)
+    assembly = "".join(a for _, _, _, a in results) if keep_assembly else None
+    return _Built(combined, None, [obj for obj, _, _, _ in results], combined_text, same, assembly)
+
+
+def _linked(bitcodes: list[bytes], shared_internal: set) -> llvm.ModuleRef:
+    """One module of the optimised parts' `bitcodes`, as the whole module would have been: the
+    globals the parts shared internal again."""
+    context = llvm.create_context()
+    module = llvm.parse_bitcode(bitcodes[0], context)
+    for data in bitcodes[1:]:
+        module.link_in(llvm.parse_bitcode(data, context))
+    for name in sorted(shared_internal):
+        variable = next((g for g in module.global_variables if g.name == name), None)
+        if variable is not None:
+            variable.linkage = "internal"
+    return module
+
+
+def _generated(kernel: ir.KernelIR, meta: KernelMeta, fast_math: bool, target, platform: CpuPlatform, levels: tuple,
+               task_bodies: list[str], opt_level: int) -> tuple:
+    """(generated module, the bodies a level runs a lower level's code of (`_module_text`), the
+    IR text LLVM parses, LLVM's pipeline for it) of the kernel's library for `platform`."""
     module = generate_llvm(kernel, meta, fast_math, target=target, levels=levels, platform=platform)
     pipeline = choose_pipeline(module, opt_level)
     mark_pipeline(module, pipeline)  # recorded in the optimised IR (`qdc inspect --llvm`)
@@ -388,13 +483,7 @@ def _parsed(kernel: ir.KernelIR, meta: KernelMeta, fast_math: bool, target, plat
     with timings.phase("IR multiversioning" if len(levels) > 1 else "IR text"):
         text = _module_text(module, task_bodies, levels, alike)
         text = with_half_conversions(text)
-    with timings.phase("LLVM parse"):
-        # A context of its own: the shared one accumulates metadata kinds from earlier modules,
-        # which the bitcode writer records, so the same kernel's bitcode (and a `qdc pack` bundle)
-        # would depend on what the process compiled before it.
-        parsed = llvm.parse_assembly(text, context=llvm.create_context())
-        parsed.verify()
-    return module, parsed, alike, text, pipeline
+    return module, alike, text, pipeline
 
 
 def _retargeted(platform: CpuPlatform, levels: tuple, opt_level: int, cpu_target: str, chosen: tuple,

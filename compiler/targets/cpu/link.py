@@ -1,4 +1,4 @@
-"""Linking a CPU kernel's object into the shared library the runtime dlopens, with LLVM's
+"""Linking a CPU kernel's object (or its parts' objects: parallel_llvm.py) into the shared library the runtime dlopens, with LLVM's
 linker (compiler/targets/lld.py) through this process's LLD server (link_server.py, ~0.3 ms a
 link): ld.lld for Linux ELF, ld64.lld for macOS Mach-O. A Linux build host's own libraries are
 linked against its own libgomp and libm, so that their calls bind to the same symbol versions
@@ -43,24 +43,29 @@ _LIBGOMP_SYMBOLS = ("GOMP_", "omp_")
 ELF_FLAGS = ["-shared", "--eh-frame-hdr", "--hash-style=gnu", "-z", "relro", "-z", "noexecstack"]
 
 
-def link_shared_library(obj: bytes, platform: CpuPlatform, host: bool) -> bytes:
-    """The library of object `obj` for `platform`; `host`: the build host's own platform."""
+def link_shared_library(objects: list[bytes], platform: CpuPlatform, host: bool) -> bytes:
+    """The library of `objects` (a kernel's one object, or its parts': parallel_llvm.py) for
+    `platform`; `host`: the build host's own platform."""
     if host:
-        return _link_host_elf(obj) if host_elf_linking() is not None else _link_on_host(obj)
+        return _link_host_elf(objects) if host_elf_linking() is not None else _link_on_host(objects)
     if platform.os == "macos":
-        return _link_mach_o(obj, platform)
-    return _link_elf(obj, platform)
+        return _link_mach_o(objects, platform)
+    return _link_elf(objects, platform)
 
 
-def _undefined_symbols(obj: bytes) -> set[str] | None:
-    """The symbols an ELF64 object leaves to other libraries; None if it has no symbol table."""
-    sections = {s.name(): s.data() for s in llvm.ObjectFileRef.from_data(obj).sections()}
-    symtab, strtab = sections.get(b".symtab"), sections.get(b".strtab")
-    if symtab is None or strtab is None:
-        return None
-    return {strtab[name:strtab.index(b"\0", name)].decode()
-            for name, _info, _other, section, _value, _size in struct.iter_unpack("<IBBHQQ", symtab)
-            if section == 0 and name}  # section 0: undefined here
+def _undefined_symbols(objects: list[bytes]) -> set[str] | None:
+    """The symbols ELF64 `objects` leave to other libraries (that none of them defines); None if
+    one has no symbol table."""
+    undefined, defined = set(), set()
+    for one in objects:
+        sections = {s.name(): s.data() for s in llvm.ObjectFileRef.from_data(one).sections()}
+        symtab, strtab = sections.get(b".symtab"), sections.get(b".strtab")
+        if symtab is None or strtab is None:
+            return None
+        for name, _info, _other, section, _value, _size in struct.iter_unpack("<IBBHQQ", symtab):
+            if name:  # section 0: undefined here
+                (undefined if section == 0 else defined).add(strtab[name:strtab.index(b"\0", name)].decode())
+    return undefined - defined
 
 
 def _needed_libraries(undefined: set[str] | None) -> list[str]:
@@ -73,23 +78,29 @@ def _needed_libraries(undefined: set[str] | None) -> list[str]:
     return out
 
 
-def _direct_ld_command(o: str, so: str, undefined: set[str] | None) -> list | None:
+def _direct_ld_command(o: list[str], so: str, undefined: set[str] | None) -> list | None:
     if _direct_ld_works is False or not sys.platform.startswith("linux"):
         return None
     ld = shutil.which("ld")
     if ld is None:
         return None
-    return [ld, *ELF_FLAGS, "-o", so, o, *(f"-l:{name}" for name in _needed_libraries(undefined))]
+    return [ld, *ELF_FLAGS, "-o", so, *o, *(f"-l:{name}" for name in _needed_libraries(undefined))]
 
 
-def _run_in_folder(obj: bytes, commands, output: str, extra_files: dict | None = None,
+def _object_paths(folder: str, objects: list[bytes]) -> list[str]:
+    """Where _run_in_folder writes `objects`: k.o, then k1.o, k2.o, ..."""
+    return [os.path.join(folder, f"k{i or ''}.o") for i in range(len(objects))]
+
+
+def _run_in_folder(objects: list[bytes], commands, output: str, extra_files: dict | None = None,
                    run=timings.run_tool) -> tuple[bytes | None, str]:
-    """Write `obj` (k.o) and `extra_files` into a private folder, run `commands(folder)` in
-    turn (with `run`, as timings.run_tool) until one writes `output`: (its bytes, "") or (None,
-    the last one's messages)."""
+    """Write `objects` (_object_paths) and `extra_files` into a private folder, run
+    `commands(folder)` in turn (with `run`, as timings.run_tool) until one writes `output`: (its
+    bytes, "") or (None, the last one's messages)."""
     with tempfile.TemporaryDirectory(prefix="qdc-link-") as folder:
-        with open(os.path.join(folder, "k.o"), "wb") as f:
-            f.write(obj)
+        for path, obj in zip(_object_paths(folder, objects), objects):
+            with open(path, "wb") as f:
+                f.write(obj)
         for name, data in (extra_files or {}).items():
             with open(os.path.join(folder, name), "wb") as f:
                 f.write(data)
@@ -110,7 +121,7 @@ def _run_in_folder(obj: bytes, commands, output: str, extra_files: dict | None =
         return None, messages
 
 
-def _link_on_host(obj: bytes) -> bytes:
+def _link_on_host(objects: list[bytes]) -> bytes:
     """With the system's linker, `ld` (else the C compiler driver, `$CC` or `cc`): the host's
     libraries where ld.lld cannot link them (host_linker.py), and the LLD server's preloaded
     library."""
@@ -121,13 +132,13 @@ def _link_on_host(obj: bytes) -> bytes:
         _direct_ld_works = worked
 
     def commands(folder):
-        o, so = os.path.join(folder, "k.o"), os.path.join(folder, "k.so")
+        o, so = _object_paths(folder, objects), os.path.join(folder, "k.so")
         little_elf = sys.platform.startswith("linux") and sys.byteorder == "little"
-        direct = _direct_ld_command(o, so, _undefined_symbols(obj) if little_elf else None)
+        direct = _direct_ld_command(o, so, _undefined_symbols(objects) if little_elf else None)
         if direct is not None:
             yield direct, remember
         yield _driver_command(cc, o, so, sys.platform), None
-    library, messages = _run_in_folder(obj, commands, "k.so")
+    library, messages = _run_in_folder(objects, commands, "k.so")
     if library is None:
         if messages == f"'{cc}' not found":
             raise RuntimeError(f"the CPU backend needs a C compiler driver to link ('{cc}' not found; set CC)")
@@ -135,12 +146,12 @@ def _link_on_host(obj: bytes) -> bytes:
     return library
 
 
-def _driver_command(cc: str, o: str, so: str, system: str) -> list:
+def _driver_command(cc: str, o: list[str], so: str, system: str) -> list:
     """Linking through the C compiler driver. macOS has no libgomp: its libraries leave the
     OpenMP runtime's functions to dyld, as the ones ld64.lld links (_link_mach_o)."""
     if system == "darwin":
-        return [cc, "-dynamiclib", "-undefined", "dynamic_lookup", "-o", so, o]
-    return [cc, "-shared", "-o", so, o, "-lgomp", "-lm"]
+        return [cc, "-dynamiclib", "-undefined", "dynamic_lookup", "-o", so, *o]
+    return [cc, "-shared", "-o", so, *o, "-lgomp", "-lm"]
 
 
 def _run_lld(command: list) -> tuple[int, str]:
@@ -183,7 +194,7 @@ def _shared_stub(command: list, triple: str, soname: str, symbols=(), version_sc
         scripted = ["--version-script", os.path.join(folder, "v.map")] if version_script else []
         yield [*command, "-shared", "-soname", soname, *scripted, "-o", os.path.join(folder, "s.so"),
                os.path.join(folder, "k.o")], None
-    library, messages = _run_in_folder(functions, commands, "s.so",
+    library, messages = _run_in_folder([functions], commands, "s.so",
                                        {"v.map": version_script.encode()} if version_script else None, run=_run_lld)
     if library is None:
         raise QdcCompileError(f"internal compiler error: ld.lld could not make the {soname} stub for {triple}:\n"
@@ -191,7 +202,7 @@ def _shared_stub(command: list, triple: str, soname: str, symbols=(), version_sc
     return library
 
 
-def _link_host_elf(obj: bytes) -> bytes:
+def _link_host_elf(objects: list[bytes]) -> bytes:
     """With ld.lld against stubs of the host's libgomp and libm that hold only the functions the
     object calls of them, at those libraries' default symbol versions (LLD reads libm.so.6's
     ~1,200 symbols in ~0.5 ms, as long as the rest of a link): the library records the versions
@@ -200,13 +211,13 @@ def _link_host_elf(obj: bytes) -> bytes:
     wrappers, at load. An object without a symbol table is linked against the libraries."""
     command, _version, libraries = host_elf_linking()
     command = command + ONE_THREAD
-    undefined = _undefined_symbols(obj)
+    undefined = _undefined_symbols(objects)
     needed = {name: libraries[name] for name in _needed_libraries(undefined)}
     if undefined is not None:
         needed = {name: _versioned_stub(tuple(command), name, path, frozenset(undefined & _symbol_versions(path).keys()),
                                         os.getpid())
                   for name, path in needed.items()}
-    return _link_elf_against(obj, command, needed, "this host's")
+    return _link_elf_against(objects, command, needed, "this host's")
 
 
 @functools.lru_cache(maxsize=None)
@@ -276,22 +287,22 @@ def remove_stubs() -> None:
 atexit.register(remove_stubs)
 
 
-def _link_elf(obj: bytes, platform: CpuPlatform) -> bytes:
+def _link_elf(objects: list[bytes], platform: CpuPlatform) -> bytes:
     command = _lld("ld.lld", platform)
-    needed = _needed_libraries(_undefined_symbols(obj))
-    return _link_elf_against(obj, command, {name: _stub_library(platform.triple, name) for name in needed},
+    needed = _needed_libraries(_undefined_symbols(objects))
+    return _link_elf_against(objects, command, {name: _stub_library(platform.triple, name) for name in needed},
                              f"the {platform.name}")
 
 
-def _link_elf_against(obj: bytes, command: list, libraries: dict, whose: str) -> bytes:
-    """The ELF library of `obj` linked by ld.lld `command` against `libraries` (soname -> the
+def _link_elf_against(objects: list[bytes], command: list, libraries: dict, whose: str) -> bytes:
+    """The ELF library of `objects` linked by ld.lld `command` against `libraries` (soname -> the
     host's library's path, or a stub's bytes, written beside the object), in that order."""
     stubs = {name: data for name, data in libraries.items() if isinstance(data, bytes)}
 
     def commands(folder):
         paths = [os.path.join(folder, name) if name in stubs else path for name, path in libraries.items()]
-        yield command + [*ELF_FLAGS, "-o", os.path.join(folder, "k.so"), os.path.join(folder, "k.o"), *paths], None
-    library, messages = _run_in_folder(obj, commands, "k.so", stubs, run=_run_lld)
+        yield command + [*ELF_FLAGS, "-o", os.path.join(folder, "k.so"), *_object_paths(folder, objects), *paths], None
+    library, messages = _run_in_folder(objects, commands, "k.so", stubs, run=_run_lld)
     if library is None:
         raise QdcCompileError(f"internal compiler error: ld.lld could not link {whose} kernel library:\n{messages}")
     return library
@@ -303,14 +314,14 @@ def _link_elf_against(obj: bytes, command: list, libraries: dict, whose: str) ->
 MACOS_VERSION = "11.0"
 
 
-def _link_mach_o(obj: bytes, platform: CpuPlatform) -> bytes:
+def _link_mach_o(objects: list[bytes], platform: CpuPlatform) -> bytes:
     command = _lld("ld64.lld", platform)
     arch = platform.triple.split("-")[0]
     library, messages = _run_in_folder(
-        obj, lambda folder: [(command + ["-arch", arch, "-dylib", "-platform_version", "macos", MACOS_VERSION,
-                                         MACOS_VERSION, "-undefined", "dynamic_lookup", "-install_name",
-                                         "@rpath/qdc_kernel.dylib", "-o", os.path.join(folder, "k.dylib"),
-                                         os.path.join(folder, "k.o")], None)],
+        objects, lambda folder: [(command + ["-arch", arch, "-dylib", "-platform_version", "macos", MACOS_VERSION,
+                                             MACOS_VERSION, "-undefined", "dynamic_lookup", "-install_name",
+                                             "@rpath/qdc_kernel.dylib", "-o", os.path.join(folder, "k.dylib"),
+                                             *_object_paths(folder, objects)], None)],
         "k.dylib", run=_run_lld)
     if library is None:
         raise QdcCompileError(f"internal compiler error: ld64.lld could not link the {platform.name} kernel "

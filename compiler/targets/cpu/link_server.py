@@ -294,7 +294,7 @@ def _shim(link_on_host) -> bytes | None:
         module.verify()
         target = llvm.Target.from_triple(llvm.get_process_triple())
         machine = target.create_target_machine(cpu="generic", features="", opt=1, reloc="pic")
-        return link_on_host(machine.emit_object(module))
+        return link_on_host([machine.emit_object(module)])
     except (RuntimeError, OSError):
         return None
 
@@ -351,7 +351,7 @@ _servers_lock = threading.Lock()
 def run_lld(command: list, link_on_host) -> tuple[int, str]:
     """Run LLD `command` (as timings.run_tool does: exit code and messages, its CPU time counted
     to the phase being recorded) through this process's server for its executable, else
-    directly. `link_on_host(object) -> library` links the preloaded library."""
+    directly. `link_on_host(objects) -> library` links the preloaded library."""
     server = _server_for(command, link_on_host)
     done = server.run(command) if server is not None else None
     if done is None:

@@ -264,9 +264,9 @@ def test_macos_loads_libomp_globally_before_kernels(monkeypatch):
 def test_a_mac_links_its_own_libraries_as_the_cross_linked_ones():
     """No libgomp on macOS: the OpenMP runtime's functions are left to dyld there too."""
     from qdc.compiler.targets.cpu import link
-    assert link._driver_command("cc", "k.o", "k.so", "darwin") == ["cc", "-dynamiclib", "-undefined",
+    assert link._driver_command("cc", ["k.o"], "k.so", "darwin") == ["cc", "-dynamiclib", "-undefined",
                                                                    "dynamic_lookup", "-o", "k.so", "k.o"]
-    assert link._driver_command("cc", "k.o", "k.so", "linux")[-2:] == ["-lgomp", "-lm"]
+    assert link._driver_command("cc", ["k.o"], "k.so", "linux")[-2:] == ["-lgomp", "-lm"]
 
 
 @needs_lld

@@ -88,8 +88,8 @@ def _dynamic_facts(path) -> dict:
 
 def _both(tmp_path, body: str):
     obj = _object(body)
-    (tmp_path / "lld.so").write_bytes(link.link_shared_library(obj, host_platform(), host=True))
-    (tmp_path / "ld.so").write_bytes(link._link_on_host(obj))
+    (tmp_path / "lld.so").write_bytes(link.link_shared_library([obj], host_platform(), host=True))
+    (tmp_path / "ld.so").write_bytes(link._link_on_host([obj]))
     return tmp_path / "lld.so", tmp_path / "ld.so"
 
 
@@ -124,10 +124,10 @@ def test_the_library_computes_as_the_system_linkers_and_runs_libgomp_threads(tmp
 
 def test_links_of_one_object_are_the_same_bytes():
     obj = _object(KERNEL)
-    first = link.link_shared_library(obj, host_platform(), host=True)
+    first = link.link_shared_library([obj], host_platform(), host=True)
     link.link_server.close_servers()  # a fresh server links as the first
-    assert link.link_shared_library(obj, host_platform(), host=True) == first
-    assert link.link_shared_library(obj, host_platform(), host=True) == first
+    assert link.link_shared_library([obj], host_platform(), host=True) == first
+    assert link.link_shared_library([obj], host_platform(), host=True) == first
 
 
 def test_the_cache_key_names_the_linker(monkeypatch):

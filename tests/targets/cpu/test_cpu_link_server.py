@@ -55,7 +55,7 @@ def _direct(obj: bytes, platform) -> bytes:
     real = link_server.run_lld
     link_server.run_lld = lambda command, link_on_host: timings.run_tool(command)
     try:
-        return link.link_shared_library(obj, platform, host=False)
+        return link.link_shared_library([obj], platform, host=False)
     finally:
         link_server.run_lld = real
 
@@ -63,8 +63,8 @@ def _direct(obj: bytes, platform) -> bytes:
 def test_one_server_links_both_platforms_as_lld_started_anew(fresh_servers):
     elf, mach_o = PLATFORMS["aarch64-linux"], PLATFORMS["aarch64-macos"]
     elf_object, mach_o_object = _object(elf.triple), _object(mach_o.triple)
-    served = [link.link_shared_library(elf_object, elf, host=False) for _ in range(3)]
-    dylib = link.link_shared_library(mach_o_object, mach_o, host=False)
+    served = [link.link_shared_library([elf_object], elf, host=False) for _ in range(3)]
+    dylib = link.link_shared_library([mach_o_object], mach_o, host=False)
     servers = _servers()
     assert len(servers) == 1 and None not in servers.values(), servers  # ld.lld and ld64.lld: one LLD
     (server,) = servers.values()
@@ -80,31 +80,31 @@ def test_one_server_links_both_platforms_as_lld_started_anew(fresh_servers):
 def test_the_links_cpu_time_counts_to_the_phase(fresh_servers, monkeypatch):
     elf = PLATFORMS["aarch64-linux"]
     obj = _object(elf.triple)
-    link.link_shared_library(obj, elf, host=False)
+    link.link_shared_library([obj], elf, host=False)
     counted = []
     monkeypatch.setattr(timings, "count_tool_cpu", counted.append)
-    link.link_shared_library(obj, elf, host=False)
+    link.link_shared_library([obj], elf, host=False)
     assert len(counted) == 1 and 0 < counted[0] < 5, counted  # the link's own, from LLD's rusage
 
 
 def test_lld_messages_reach_the_error(fresh_servers):
     x86_object = _object("x86_64-unknown-linux-gnu")  # linked with the aarch64 stub libraries
     with pytest.raises(QdcCompileError, match="(?s)ld.lld could not link.*incompatible"):
-        link.link_shared_library(x86_object, PLATFORMS["aarch64-linux"], host=False)
+        link.link_shared_library([x86_object], PLATFORMS["aarch64-linux"], host=False)
     assert None not in _servers().values()  # a failed link is LLD's answer, not the server's end
 
 
 def test_links_after_a_fatal_error_are_as_lld_started_anew(fresh_servers, tmp_path):
     elf, mach_o = PLATFORMS["aarch64-linux"], PLATFORMS["aarch64-macos"]
     elf_object, mach_o_object = _object(elf.triple), _object(mach_o.triple)
-    before = link.link_shared_library(elf_object, elf, host=False)
+    before = link.link_shared_library([elf_object], elf, host=False)
     broken = tmp_path / "broken.o"  # an ELF header LLD gives up on (a fatal error, not an error)
     broken.write_bytes(b"\x7fELF\x02\x01\x01" + bytes(9) + b"\x01\x00\xb7\x00" + b"\xff" * 60)
     returncode, messages = link_server.run_lld(lld.find("ld.lld")[0] + ["-shared", "-o", str(tmp_path / "out.so"),
                                                                         str(broken)], link._link_on_host)
     assert returncode == 1 and "e_shentsize" in messages
-    assert link.link_shared_library(elf_object, elf, host=False) == before == _direct(elf_object, elf)
-    dylib = link.link_shared_library(mach_o_object, mach_o, host=False)
+    assert link.link_shared_library([elf_object], elf, host=False) == before == _direct(elf_object, elf)
+    dylib = link.link_shared_library([mach_o_object], mach_o, host=False)
     assert dylib[:4] == b"\xcf\xfa\xed\xfe" and b"_sinf" in dylib
     assert None not in _servers().values() and len(_servers()) == 1  # served, not LLD run directly
 
@@ -112,11 +112,11 @@ def test_links_after_a_fatal_error_are_as_lld_started_anew(fresh_servers, tmp_pa
 def test_a_server_that_ends_is_replaced_by_lld_itself(fresh_servers):
     elf = PLATFORMS["aarch64-linux"]
     obj = _object(elf.triple)
-    first = link.link_shared_library(obj, elf, host=False)
+    first = link.link_shared_library([obj], elf, host=False)
     (server,) = _servers().values()
     os.kill(server.proc.pid, signal.SIGKILL)
     server.proc.wait()
-    assert link.link_shared_library(obj, elf, host=False) == first
+    assert link.link_shared_library([obj], elf, host=False) == first
     assert list(_servers().values()) == [None]  # not started again in this process
 
 
@@ -128,7 +128,7 @@ def test_an_lld_without_its_library_entry_forks_per_link(fresh_servers, monkeypa
     monkeypatch.setattr(link_server, "_SHIM_IR", link_server._SHIM_IR.replace(name, name.replace("safe", "lost")))
     link_server._shim.cache_clear()
     try:
-        served = [link.link_shared_library(obj, elf, host=False) for _ in range(2)]
+        served = [link.link_shared_library([obj], elf, host=False) for _ in range(2)]
         assert None not in _servers().values() and len(_servers()) == 1
     finally:
         link_server._shim.cache_clear()

@@ -323,12 +323,12 @@ def test_libraries_are_linked_only_where_the_object_needs_them(monkeypatch):
            'declare void @GOMP_parallel(ptr, ptr, i32, i32)\n'
            'define float @f(float %x) {\n  %s = call float @sinf(float %x)\n  ret float %s\n}\n'
            'define void @g(ptr %p) {\n  call void @GOMP_parallel(ptr %p, ptr null, i32 0, i32 0)\n  ret void\n}\n')
-    assert link._undefined_symbols(tm.emit_object(llvm.parse_assembly(src))) == {"sinf", "GOMP_parallel"}
+    assert link._undefined_symbols([tm.emit_object(llvm.parse_assembly(src))]) == {"sinf", "GOMP_parallel"}
     monkeypatch.setattr(link, "_direct_ld_works", None)
     monkeypatch.delenv("CC", raising=False)
     if shutil.which("ld") is None:
         pytest.skip("no ld")
-    libs = lambda undefined: [a for a in link._direct_ld_command("k.o", "k.so", undefined) if a.startswith("-l")]  # noqa: E731
+    libs = lambda undefined: [a for a in link._direct_ld_command(["k.o"], "k.so", undefined) if a.startswith("-l")]  # noqa: E731
     assert libs({"GOMP_parallel"}) == ["-l:libgomp.so.1"]
     assert libs({"GOMP_parallel", "expf"}) == ["-l:libgomp.so.1", "-l:libm.so.6"]
     assert libs(set()) == []
