@@ -477,7 +477,7 @@ def _generated(kernel: ir.KernelIR, meta: KernelMeta, fast_math: bool, target, p
     """(generated module, the bodies a level runs a lower level's code of (`_module_text`), the
     IR text LLVM parses, LLVM's pipeline for it) of the kernel's library for `platform`."""
     module = generate_llvm(kernel, meta, fast_math, target=target, levels=levels, platform=platform)
-    pipeline = choose_pipeline(module, opt_level)
+    pipeline = choose_pipeline(module, opt_level, len(levels), platform.machine)
     mark_pipeline(module, pipeline)  # recorded in the optimised IR (`qdc inspect --llvm`)
     alike = {}
     with timings.phase("IR multiversioning" if len(levels) > 1 else "IR text"):
