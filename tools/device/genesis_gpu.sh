@@ -48,7 +48,7 @@ deadline=$(( $(date +%s) + ${GENESIS_DEADLINE:-470} ))
 mkdir -p "$out" && out=$(cd "$out" && pwd)
 log="$out/genesis.log"
 results="$out/results.jsonl"
-: > "$results"
+: > "$results"; : > "$log"; : > "$out/genesis-cpu.log"
 say() { echo "$*" | tee -a "$log"; }
 wanted() { [[ " $runs " == *" $1 "* ]]; }
 
