@@ -75,8 +75,9 @@ def against_quadrants(rows, cpu):
               f"| {ratio(build(c_cold), build(q_cold))} |")
         print(f"| {scene} | scene.build() warm | {built(q_warm, False)} | {built(c_warm)} "
               f"| {ratio(build(c_warm), build(q_warm))} |")
-        print(f"| {scene} | scene.build() prebuilt from the manifest | | {built(c_pre)} "
-              f"| {ratio(build(c_pre), build(q_warm))} of warm, {ratio(build(c_pre), build(q_cold))} of cold |")
+        of = [f"{ratio(build(c_pre), build(q))} of {which}" for q, which in ((q_warm, "warm"), (q_cold, "cold"))
+              if ratio(build(c_pre), build(q))]
+        print(f"| {scene} | scene.build() prebuilt from the manifest | | {built(c_pre)} | {', '.join(of)} |")
         manifest = runs.get(("qdc-build-manifest", scene), {}).get("manifest_build")
         if manifest is not None:
             counts = manifest["summary"].partition(": ")[2] or "no summary line"  # 'N built, ... in T s'
