@@ -27,6 +27,7 @@ import textwrap
 import weakref
 from contextlib import contextmanager
 
+from ..frontend.source import block_end, indentation, last_line
 from . import source_facts
 
 
@@ -117,10 +118,10 @@ def _function_block(fn) -> FunctionSource | None:
     first = code.co_firstlineno - 1
     if not 0 <= first < len(lines) or not lines[first].lstrip().startswith(("@", "def ", "async ")):
         return None
-    end = _block_end(lines, first, first + 1)
+    end = block_end(lines, first, first + 1)
     found = _block(lines, first, end, "function", fn.__name__)
-    if found is None and _last_line(code) > end:  # a line continued at the margin cut the block short
-        found = _block(lines, first, _block_end(lines, first, _last_line(code)), "function", fn.__name__)
+    if found is None and last_line(code) > end:  # a line continued at the margin cut the block short
+        found = _block(lines, first, block_end(lines, first, last_line(code)), "function", fn.__name__)
     if found is None:
         return None
     stop, _, chains, grad_bases = found
@@ -140,49 +141,6 @@ def current_lines(filename: str, module_globals) -> list:
     return linecache.getlines(filename, module_globals)
 
 
-def _last_line(code) -> int:
-    """The last source line any instruction of `code` (or of a function or comprehension
-    inside it) spans: the block reaches at least there, whatever its indentation."""
-    last = code.co_firstlineno
-    positions = getattr(code, "co_positions", None)
-    if positions is not None:  # Python 3.11: where each instruction ends
-        for _, end, _, _ in positions():
-            if end is not None and end > last:
-                last = end
-    else:
-        for _, _, line in code.co_lines():
-            if line is not None and line > last:
-                last = line
-    for const in code.co_consts:
-        if isinstance(const, type(code)):
-            last = max(last, _last_line(const))
-    return last
-
-
-def _indentation(line: str) -> int:
-    return len(line) - len(line.lstrip(" \t"))
-
-
-def _block_end(lines: list, start: int, at_least: int) -> int:
-    """Where the indented block of the definition whose first line (a decorator, else its own)
-    is `lines[start]` ends, going on at least to line `at_least`: the first line after it
-    indented no deeper than the definition that is not blank, a comment or a closing bracket
-    (of a signature written over several lines)."""
-    head = start
-    while head < len(lines) and not lines[head].lstrip().startswith(("def ", "async ", "class ")):
-        head += 1  # past the decorators: the definition's own line sets the body's indentation
-    if head >= len(lines):
-        return len(lines)
-    margin = _indentation(lines[head])
-    end = max(head + 1, at_least)
-    while end < len(lines):
-        stripped = lines[end].strip()
-        if stripped and stripped[0] not in "#)]}" and _indentation(lines[end]) <= margin:
-            break
-        end += 1
-    return end
-
-
 _KINDS = {"function": (ast.FunctionDef, ast.AsyncFunctionDef), "class": (ast.ClassDef,)}
 
 
@@ -198,7 +156,7 @@ def _block(lines: list, start: int, end: int, kind: str, name: str) -> list | No
 
 
 def _parse_block(lines: list, kind: str, name: str) -> list | None:
-    indented = _indentation(lines[0]) > 0
+    indented = indentation(lines[0]) > 0
     try:  # an indented block parses as the body of an `if` (dedenting would change its strings)
         tree = ast.parse(("if 1:\n" if indented else "") + "".join(lines))
     except (SyntaxError, ValueError):
@@ -275,7 +233,7 @@ def _top_level_class_span(lines: list, qualname: str) -> tuple[int, int] | None:
         start -= 1
     if start > 0 and lines[start - 1][:1] in (" ", "\t", ")", "]", "}"):
         return None  # the end of a decorator spanning lines, or of a statement: the whole file says
-    found = _block(lines, start, _block_end(lines, start, at[0] + 1), "class", qualname)
+    found = _block(lines, start, block_end(lines, start, at[0] + 1), "class", qualname)
     if found is None or found[1] != at[0] - start + 1:
         return None
     return start + 1, found[0]

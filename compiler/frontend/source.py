@@ -4,6 +4,7 @@ from __future__ import annotations
 import ast
 import functools
 import inspect
+import linecache
 import textwrap
 import weakref
 
@@ -17,11 +18,13 @@ class SourceInfo:
 
     def __init__(self, fn):
         self.filename = inspect.getsourcefile(fn) or "<unknown>"
-        lines, start = inspect.getsourcelines(fn)
+        found = _definition(fn, self.filename)
+        if found is None:
+            lines, start = inspect.getsourcelines(fn)
+            found = lines, start, ast.parse(textwrap.dedent("".join(lines)))
+        lines, self.first_line, self.tree = found
         self.file_lines = lines
         self.indent = len(lines[0]) - len(lines[0].lstrip()) if lines else 0
-        self.first_line = start
-        self.tree = ast.parse(textwrap.dedent("".join(lines)))
         self.fn_def = self.tree.body[0]
         self._func_body = None
         self._locs: dict = {}
@@ -52,6 +55,79 @@ class SourceInfo:
         if self._func_body is None:
             self._func_body = fold_early_returns(self.fn_def.body)
         return self._func_body
+
+
+def _definition(fn, filename: str) -> tuple[list, int, ast.Module] | None:
+    """(lines, first line number, syntax tree) of `fn`'s definition, decorators included, the
+    lines as `inspect.getsourcelines` gives them, found from its code object and the indentation
+    of its file's lines; None where they are not exactly one definition of its name (then
+    inspect, which tokenizes the file from the definition on: a fifth of a large program's
+    front end)."""
+    fn = inspect.unwrap(fn)
+    code = getattr(fn, "__code__", None)
+    if code is None or fn.__name__ == "<lambda>":
+        return None
+    linecache.checkcache(filename)
+    lines = linecache.getlines(filename, getattr(fn, "__globals__", None))
+    first = code.co_firstlineno - 1
+    if not 0 <= first < len(lines) or not lines[first].lstrip().startswith(("@", "def ", "async ")):
+        return None
+    end = block_end(lines, first, last_line(code))
+    while end > first + 1 and lines[end - 1].strip()[:1] in ("", "#"):
+        end -= 1  # trailing blank and comment lines: inspect ends the block at its last statement
+    block = lines[first:end]
+    try:
+        tree = ast.parse(textwrap.dedent("".join(block)))
+    except (SyntaxError, ValueError):
+        return None
+    body = tree.body
+    if len(body) != 1 or not isinstance(body[0], (ast.FunctionDef, ast.AsyncFunctionDef)) or \
+            body[0].name != fn.__name__:
+        return None
+    return block, first + 1, tree
+
+
+def last_line(code) -> int:
+    """The last source line any instruction of `code` (or of a function or comprehension
+    inside it) spans: the block reaches at least there, whatever its indentation."""
+    last = code.co_firstlineno
+    positions = getattr(code, "co_positions", None)
+    if positions is not None:  # Python 3.11: where each instruction ends
+        for _, end, _, _ in positions():
+            if end is not None and end > last:
+                last = end
+    else:
+        for _, _, line in code.co_lines():
+            if line is not None and line > last:
+                last = line
+    for const in code.co_consts:
+        if isinstance(const, type(code)):
+            last = max(last, last_line(const))
+    return last
+
+
+def indentation(line: str) -> int:
+    return len(line) - len(line.lstrip(" \t"))
+
+
+def block_end(lines: list, start: int, at_least: int) -> int:
+    """Where the indented block of the definition whose first line (a decorator, else its own)
+    is `lines[start]` ends, going on at least to line `at_least`: the first line after it
+    indented no deeper than the definition that is not blank, a comment or a closing bracket
+    (of a signature written over several lines)."""
+    head = start
+    while head < len(lines) and not lines[head].lstrip().startswith(("def ", "async ", "class ")):
+        head += 1  # past the decorators: the definition's own line sets the body's indentation
+    if head >= len(lines):
+        return len(lines)
+    margin = indentation(lines[head])
+    end = max(head + 1, at_least)
+    while end < len(lines):
+        stripped = lines[end].strip()
+        if stripped and stripped[0] not in "#)]}" and indentation(lines[end]) <= margin:
+            break
+        end += 1
+    return end
 
 
 _SOURCE_CACHE = weakref.WeakKeyDictionary()  # a redefined kernel (notebooks) frees its entry

@@ -33,6 +33,7 @@ from .llvm_pipeline import Pipeline, choose as choose_pipeline, largest_function
 from .platforms import cpu_levels, cpu_platforms, host_platform, optimised_with
 from .retarget import declared_functions, retargeted
 from ..llvm.llvm_ir import ModuleBuilder
+from ..llvm.llvm_text import module_text
 from ..llvm.llvm_types import I1, I32, I64, PTR, VOID
 from .widen_codegen import CpuKernelCodegen, task_choices, gathering_chunk_features
 from .arch import PARALLEL_WORK_THRESHOLD
@@ -315,7 +316,7 @@ def _module_text(module: ll.Module, task_bodies: list[str], levels: tuple, alike
         return multiversioned_ir(module, task_bodies, levels, module.widen_overrides,
                                  lambda name, level: gathering_chunk_features(level) if name in gathering
                                  else level.llvm_features, alike)
-    text = str(module)
+    text = module_text(module)
     if gathering and gathering_chunk_features(levels[0]) != levels[0].llvm_features:
         text = with_features(text, sorted(gathering), gathering_chunk_features(levels[0]))
     return text
