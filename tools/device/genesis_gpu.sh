@@ -19,8 +19,8 @@
 # Each run steps 100 times; positions are checked against the CPU run (1e-4). Logs, results.jsonl
 # (one line a run: scene.build(), first and steady step times, compiles, positions; one line a
 # manifest build), the manifests and summary.txt (Markdown tables for docs/benchmarks.md) go to $OUT
-# (default /tmp/genesis-gpu). The results of two calls (e.g. GENESIS_RUNS="quadrants cpu" after
-# what did not fit) are summarized together by concatenating their results.jsonl:
+# (default /tmp/genesis-gpu). The results of two runs of this script (e.g. GENESIS_RUNS="quadrants cpu"
+# after what did not fit) are summarized together by concatenating their results.jsonl:
 # `python3 tools/device/genesis_summary.py BOTH.jsonl genesis.log`.
 #
 #   tools/device/genesis_gpu.sh [PACK]        # from a checkout holding PACK (default .gen: the
