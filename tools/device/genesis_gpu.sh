@@ -1,14 +1,16 @@
 #!/bin/bash
 # Genesis 1.4.5's plane+box and Franka scenes (bench/genesis_scene.py) on an offline GPU host
 # (x86-64, Python 3.12 with torch and the scientific stack: docs/gpu-testing.md), on qdc and on
-# Quadrants, within 8 minutes. The runs, most valuable first (GENESIS_RUNS picks and orders them):
+# Quadrants, within 8 minutes. The runs, by default in this order (GENESIS_RUNS picks and orders
+# them; the cheap prebuilt runs go before Quadrants' cold builds, which take longest):
 #   qdc        Genesis with `gs.init(backend=gs.cuda)` (its GPU configuration, torch on the GPU) on
 #              qdc's cuda arch: an empty kernel cache (cold `scene.build()`), recording the kernel
 #              manifest (QDC_RECORD), then a second process (warm);
-#   quadrants  the same on Quadrants 1.3.3 (the version genesis-world 1.4.5 requires), cold and warm;
 #   prebuilt   `qdc build --manifest` of the cold run's manifest into an empty cache, in a process of
 #              its own, then a run from that cache that may compile nothing (QDC_OFFLINE=1; Genesis's
 #              own cache of meshes is the cold run's);
+#   quadrants  the same as qdc on Quadrants 1.3.3 (the version genesis-world 1.4.5 requires), cold
+#              and warm;
 #   cpu        the reference: `gs.init(backend=gs.cpu)` on qdc's cpu arch, beside the GPU runs from
 #              the start (its own processes and log; the host has many cores);
 #   vulkan     Genesis's GPU configuration with the kernels on qdc's vulkan arch, cold (`--backend cuda
@@ -17,13 +19,15 @@
 # Each run steps 100 times; positions are checked against the CPU run (1e-4). Logs, results.jsonl
 # (one line a run: scene.build(), first and steady step times, compiles, positions; one line a
 # manifest build), the manifests and summary.txt (Markdown tables for docs/benchmarks.md) go to $OUT
-# (default /tmp/genesis-gpu).
+# (default /tmp/genesis-gpu). The results of two runs of this script (e.g. GENESIS_RUNS="quadrants cpu"
+# after what did not fit) are summarized together by concatenating their results.jsonl:
+# `python3 tools/device/genesis_summary.py BOTH.jsonl genesis.log`.
 #
 #   tools/device/genesis_gpu.sh [PACK]        # from a checkout holding PACK (default .gen: the
 #                                             # wheels of tools/device/genesis_pack.sh) and .gl/
 #                                             # (the Vulkan loader: tools/device/gather.sh)
 #
-# GENESIS_RUNS: the runs, in order (default "qdc quadrants prebuilt cpu vulkan"; "cpu vulkan" on a
+# GENESIS_RUNS: the runs, in order (default "qdc prebuilt quadrants cpu vulkan"; "cpu vulkan" on a
 # machine without an NVIDIA GPU, e.g. on lavapipe). GENESIS_BACKEND: Genesis's backend of the qdc,
 # quadrants and prebuilt runs (default cuda; cpu checks those runs on a machine without a GPU).
 # PYTHON: the interpreter (default python3). GENESIS_DEADLINE: the seconds in all (470).
@@ -42,13 +46,13 @@ cd "$(dirname "$(readlink -f "$0")")/../.." || exit 2
 pack="${1:-.gen}"
 out="${OUT:-/tmp/genesis-gpu}"
 py="${PYTHON:-python3}"
-runs="${GENESIS_RUNS-qdc quadrants prebuilt cpu vulkan}"
+runs="${GENESIS_RUNS-qdc prebuilt quadrants cpu vulkan}"
 gpu="${GENESIS_BACKEND:-cuda}"
 deadline=$(( $(date +%s) + ${GENESIS_DEADLINE:-470} ))
 mkdir -p "$out" && out=$(cd "$out" && pwd)
 log="$out/genesis.log"
 results="$out/results.jsonl"
-: > "$results"
+: > "$results"; : > "$log"; : > "$out/genesis-cpu.log"
 say() { echo "$*" | tee -a "$log"; }
 wanted() { [[ " $runs " == *" $1 "* ]]; }
 
@@ -59,8 +63,10 @@ done
 if [ ! -d "$pack/wheels" ] || [ ! -d "$pack/qdc" ]; then
     say "error: no $pack/wheels or $pack/qdc: build them with tools/device/genesis_pack.sh and carry $pack"; exit 2
 fi
-say "genesis_gpu.sh at $(git rev-parse --short HEAD 2> /dev/null || echo 'an unknown commit'), $(date -u '+%Y-%m-%d %H:%M UTC'), runs: $runs, backend $gpu"
-say "host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), load $(cut -d' ' -f1-3 /proc/loadavg)"
+commit=$(git rev-parse --short HEAD 2> /dev/null || echo 'an unknown commit')
+say "genesis_gpu.sh at $commit, $(date -u '+%Y-%m-%d %H:%M UTC'), runs: $runs, backend $gpu"
+cpu_model=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)
+say "host: $(nproc) cores, $cpu_model, load $(cut -d' ' -f1-3 /proc/loadavg)"
 if command -v nvidia-smi > /dev/null; then
     say "gpu: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
     if [ -d .gl ] && [ "$(id -u)" = 0 ]; then  # the Vulkan loader and EGL the image lacks
@@ -132,7 +138,9 @@ if wanted quadrants; then
 import importlib.metadata, quadrants, genesis
 version = importlib.metadata.version("quadrants")
 print(f"quadrants {version} from {quadrants.__file__}")' 2>&1 | tee -a "$log"
-    [ "${PIPESTATUS[0]}" = 0 ] || { say "error: Quadrants cannot be imported with Genesis (above): no quadrants runs"; runs=${runs/quadrants}; }
+    if [ "${PIPESTATUS[0]}" != 0 ]; then
+        say "error: Quadrants cannot be imported with Genesis (above): no quadrants runs"; runs=${runs/quadrants}
+    fi
 fi
 
 # run LABEL SCENE CACHE LIMIT ARGS...: one bench/genesis_scene.py process of at most LIMIT seconds,
@@ -181,7 +189,9 @@ quadrants_runs() {
 prebuilt_runs() {
     local scene=$1
     local cache=/tmp/gq-prebuilt-$scene manifest=$out/$scene.manifest
-    if [ ! -s "$manifest" ]; then echo "skipped prebuilt $scene: no manifest (the qdc cold run records it)" | tee -a "$log"; return; fi
+    if [ ! -s "$manifest" ]; then
+        echo "skipped prebuilt $scene: no manifest (the qdc cold run records it)" | tee -a "$log"; return
+    fi
     local limit=$(( deadline - $(date +%s) ))
     [ "$limit" -gt 150 ] && limit=150
     if [ "$limit" -lt 20 ]; then echo "skipped prebuilt $scene: out of time" | tee -a "$log"; return; fi
@@ -196,7 +206,8 @@ prebuilt_runs() {
     summary=$(grep '^qdc build:' "$built" | tail -1 | sed 's/\\/\\\\/g; s/"/\\"/g')
     rm -f "$built"
     echo "   qdc build --manifest $scene: exit $rc after $ms ms" | tee -a "$log"
-    echo "{\"label\": \"qdc-build-manifest\", \"scene\": \"$scene\", \"manifest_build\": {\"exit\": $rc, \"ms\": $ms, \"summary\": \"$summary\"}}" >> "$results"
+    echo "{\"label\": \"qdc-build-manifest\", \"scene\": \"$scene\"," \
+         "\"manifest_build\": {\"exit\": $rc, \"ms\": $ms, \"summary\": \"$summary\"}}" >> "$results"
     [ "$rc" = 0 ] || return
     genesis_cache="/tmp/gq-qdc-$scene/genesis" QDC_OFFLINE=1 \
         run qdc-prebuilt "$scene" "$cache" 60 --qdc --backend "$gpu"

@@ -340,11 +340,10 @@ def compile_kernel(kernel: ir.KernelIR, meta: KernelMeta, opt_level: int = 3, fa
     for n, platform in enumerate(chosen):
         levels = cpu_levels(cpu_target, platform)
         task_bodies = [task.task_name + "_chunk" for task in kernel.tasks]  # KernelCodegen.emit_chunk's names
-        module, text = None, None
+        module = None
         reused = _retargeted(platform, levels, opt_level, cpu_target, chosen, optimised)
         if reused is not None:
-            built = _Built(*reused[:2], objects=None)
-            options = reused[2]
+            retargeted_module, tm, options = reused
         else:
             module, alike, text, pipeline = _generated(kernel, meta, fast_math, target, platform, levels, task_bodies,
                                                        opt_level)
@@ -359,11 +358,11 @@ def compile_kernel(kernel: ir.KernelIR, meta: KernelMeta, opt_level: int = 3, fa
                 built = build(text, opt_level, platform, levels, pipeline, task_bodies, alike, keep_assembly, wanted)
                 if platform.name in sources:
                     optimised[platform.name] = (levels, built.text, declared_functions(text), options)
-            elif built.objects is None:
+            else:
                 with timings.phase("object emission"):
-                    built.objects = [built.tm.emit_object(built.module)]
+                    built = _Built(retargeted_module, [tm.emit_object(retargeted_module)])
                 if keep_assembly:
-                    built.assembly = built.tm.emit_assembly(built.module)
+                    built.assembly = tm.emit_assembly(retargeted_module)
             if n == 0:
                 with timings.phase("artifacts"):
                     out["ll"], out["bc"] = (built.text or str(built.module)).encode(), built.module.as_bitcode()
@@ -388,12 +387,12 @@ def compile_kernel(kernel: ir.KernelIR, meta: KernelMeta, opt_level: int = 3, fa
 
 
 class _Built:
-    """A platform's optimised module (`text`: its IR text where already printed), its target
-    machine, objects (one per part), {(body, level): lower level} of multiversion.equal_levels
-    and, with keep_assembly, its assembly."""
+    """A platform's optimised module (`text`: its IR text where already printed), its objects
+    (one per part), {(body, level): lower level} of multiversion.equal_levels and, with
+    keep_assembly, its assembly."""
 
-    def __init__(self, module, tm, objects, text=None, same=None, assembly=None):
-        self.module, self.tm, self.objects, self.text = module, tm, objects, text
+    def __init__(self, module, objects, text=None, same=None, assembly=None):
+        self.module, self.objects, self.text = module, objects, text
         self.same, self.assembly = same or {}, assembly
 
 
@@ -416,7 +415,7 @@ def _build_whole(text: str, opt_level: int, platform: CpuPlatform, levels: tuple
             optimised_text = str(mod)
     with timings.phase("object emission"):
         obj = tm.emit_object(mod)
-    return _Built(mod, tm, [obj], optimised_text, same, tm.emit_assembly(mod) if keep_assembly else None)
+    return _Built(mod, [obj], optimised_text, same, tm.emit_assembly(mod) if keep_assembly else None)
 
 
 def _build_parts(split: tuple, text: str, opt_level: int, platform: CpuPlatform, levels: tuple, pipeline: Pipeline,
@@ -456,7 +455,7 @@ def _build_parts(split: tuple, text: str, opt_level: int, platform: CpuPlatform,
             combined = _linked([bitcode for _, bitcode, _, _ in results], shared_internal)
             combined_text = str(combined)
     assembly = "".join(a for _, _, _, a in results) if keep_assembly else None
-    return _Built(combined, None, [obj for obj, _, _, _ in results], combined_text, same, assembly)
+    return _Built(combined, [obj for obj, _, _, _ in results], combined_text, same, assembly)
 
 
 def _linked(bitcodes: list[bytes], shared_internal: set) -> llvm.ModuleRef:
@@ -478,7 +477,7 @@ def _generated(kernel: ir.KernelIR, meta: KernelMeta, fast_math: bool, target, p
     """(generated module, the bodies a level runs a lower level's code of (`_module_text`), the
     IR text LLVM parses, LLVM's pipeline for it) of the kernel's library for `platform`."""
     module = generate_llvm(kernel, meta, fast_math, target=target, levels=levels, platform=platform)
-    pipeline = choose_pipeline(module, opt_level)
+    pipeline = choose_pipeline(module, opt_level, len(levels), platform.machine)
     mark_pipeline(module, pipeline)  # recorded in the optimised IR (`qdc inspect --llvm`)
     alike = {}
     with timings.phase("IR multiversioning" if len(levels) > 1 else "IR text"):

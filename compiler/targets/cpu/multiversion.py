@@ -21,6 +21,7 @@ from llvmlite import ir as ll
 
 from qdc.runtime.contract.entry_points import CPU_LEVEL_SETTER
 
+from ..llvm.llvm_text import global_text
 from .isa_levels import LEVEL_SENSITIVE, OPTIMISED_ALIKE_UNLESS, CpuLevel
 
 LEVEL_VARIABLE = "qdc_cpu_level"  # internal: written only through CPU_LEVEL_SETTER
@@ -54,8 +55,9 @@ def multiversioned_ir(module: ll.Module, task_bodies: list[str], levels: tuple[C
     for replacement in replacements:
         shared.remove(replacement)
     # Printing is most of this function's time (a wide chunk has thousands of instructions):
-    # each global is printed once, and the module's text assembled from those.
-    printed = {name: str(value) for name, value in module.globals.items()}
+    # each global is printed once (llvm_text: llvmlite's text, written faster), and the module's
+    # text assembled from those.
+    printed = {name: global_text(value) for name, value in module.globals.items()}
     same = _alike_levels(printed, task_bodies, shared, levels, overrides)
     if alike is not None:
         alike.update(same)
