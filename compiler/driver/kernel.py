@@ -243,15 +243,31 @@ def _collecting_new_objects_only():
     frozen (gc.freeze) until it ends. A large kernel allocates millions of objects, and every
     full collection they trigger would also scan the process's whole heap (in a Genesis process,
     torch's and Genesis's: about a tenth of a build's Python time). Left alone where something
-    else froze objects already (gc.unfreeze would release them too)."""
-    if gc.get_freeze_count() or not gc.isenabled():
+    else froze objects already (gc.unfreeze would release them too). Meanwhile the youngest
+    generation is collected every YOUNG_GENERATION allocations instead of Python's 700: most of
+    what a compile allocates (its IR, the LLVM IR objects) lives until the compile ends, and each
+    young collection only moved it on (Genesis's box scene: the collector's time 0.3 -> 0.1 s
+    of its 6 s of Python phases)."""
+    if not gc.isenabled():
         yield
         return
-    gc.freeze()
+    thresholds = gc.get_threshold()
+    raised = thresholds[0] < YOUNG_GENERATION  # not by a compile on another thread
+    if raised:
+        gc.set_threshold(YOUNG_GENERATION, *thresholds[1:])
+    frozen = not gc.get_freeze_count()
+    if frozen:
+        gc.freeze()
     try:
         yield
     finally:
-        gc.unfreeze()
+        if frozen:
+            gc.unfreeze()
+        if raised:
+            gc.set_threshold(*thresholds)
+
+
+YOUNG_GENERATION = 20_000
 
 
 def _compile(fn, params, opts, arch, dump, variant, templates) -> CompiledKernel:

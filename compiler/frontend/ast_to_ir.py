@@ -164,6 +164,7 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
         self.kernel.signature = [n for n in inspect.signature(fn).parameters
                                  if n not in self.templates or isinstance(self.templates[n], DataclassArgument)]
         self.member_variables: dict = {}  # parameter index -> the variable a dataclass's scalar member is read into
+        self.member_parameters: dict = {}  # path of a member (host_objects.py) -> the index of its parameter
         self.signatures: dict = {}  # function -> its inspect.signature (see signature())
         self.init_returns(fn, returns)
 
@@ -193,11 +194,14 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
         raise QdcCompileError(message, loc.filename, loc.line, loc.col, src.source_line(node))
 
     def emit(self, stmt: ir.Stmt) -> ir.Stmt:
-        if stmt.loc is None and self.library_site is not None:
-            stmt.loc = self.library_site[0]
-        elif stmt.loc is None and self.node_stack:
-            stmt.loc = self.frame.src.loc(self.node_stack[-1])
-        return self.blocks[-1].append(stmt)
+        if stmt.loc is None:
+            if self.library_site is not None:
+                stmt.loc = self.library_site[0]
+            elif self.node_stack:
+                stmt.loc = self.frames[-1].src.loc(self.node_stack[-1])
+        block = stmt.block = self.blocks[-1]  # Block.append, written out: every statement is emitted here
+        block.stmts.append(stmt)
+        return stmt
 
     def visit(self, node):
         self.node_stack.append(node)

@@ -97,10 +97,9 @@ class HostObjects:
 
     def member_parameter(self, path: tuple, param: ir.Param) -> int:
         """The index of the parameter for the member at `path`, appended on first use."""
-        members_ = self.kernel.members
-        for i, p in enumerate(self.kernel.params):
-            if members_.get(p.name) == list(path):
-                return i
+        known = self.member_parameters.get(path)
+        if known is not None:
+            return known
         taken = {p.name for p in self.kernel.params}
         base = "_".join(str(p) for p in path)
         name, n = base, 1
@@ -109,7 +108,8 @@ class HostObjects:
             name = f"{base}_{n}" if base.isidentifier() else f"member{n}"
         param.name = name
         self.kernel.params.append(param)
-        members_[name] = list(path)
+        self.kernel.members[name] = list(path)
+        self.member_parameters[path] = len(self.kernel.params) - 1
         return len(self.kernel.params) - 1
 
     def member_ndarray(self, path: tuple, a) -> NdarrayHandle:

@@ -192,157 +192,199 @@ class _TypeRules:
         if method is not None:
             method(s)
 
+    # Each rule tests first and formats its message only when it fails: the rules run for every
+    # statement of every kernel (the type-check pass), where formatting the messages of rules that
+    # hold was most of their time.
     def fail(self, s, msg):
         raise IRVerifyError(msg, s)
 
-    def expect(self, s, cond, msg):
-        if not cond:
-            self.fail(s, msg)
-
     def no_value(self, s):
-        self.expect(s, s.type is None, f"{type(s).__name__} must not produce a value")
+        if s.type is not None:
+            self.fail(s, f"{type(s).__name__} must not produce a value")
 
     # -- values
     def t_Const(self, s):
         t, v = s.type, s.value
         if t is T.u1:
-            self.expect(s, isinstance(v, bool), f"u1 constant must be a bool, got {v!r}")
+            if not isinstance(v, bool):
+                self.fail(s, f"u1 constant must be a bool, got {v!r}")
         elif t.is_float:
-            self.expect(s, isinstance(v, float), f"{t} constant must be a float, got {v!r}")
+            if not isinstance(v, float):
+                self.fail(s, f"{t} constant must be a float, got {v!r}")
         else:
-            self.expect(s, isinstance(v, int) and not isinstance(v, bool), f"{t} constant must be an int, got {v!r}")
+            if not (isinstance(v, int) and not isinstance(v, bool)):
+                self.fail(s, f"{t} constant must be an int, got {v!r}")
             lo, hi = (-(1 << (t.bits - 1)), 1 << (t.bits - 1)) if t.kind == "int" else (0, 1 << t.bits)
-            self.expect(s, lo <= v < hi, f"constant {v} does not fit in {t}")
+            if not (lo <= v < hi):
+                self.fail(s, f"constant {v} does not fit in {t}")
 
     def t_ArgLoad(self, s):
         p = self.param(s, s.arg_index)
-        self.expect(s, p.kind == "scalar", f"argument {s.arg_index} is not a scalar")
-        self.expect(s, s.type is p.dtype, f"argument load has type {s.type}, parameter '{p.name}' is {p.dtype}")
+        if p.kind != "scalar":
+            self.fail(s, f"argument {s.arg_index} is not a scalar")
+        if s.type is not p.dtype:
+            self.fail(s, f"argument load has type {s.type}, parameter '{p.name}' is {p.dtype}")
 
     def t_NdarrayShape(self, s):
         p = self.param(s, s.arg_index)
-        self.expect(s, p.kind == "ndarray", f"argument {s.arg_index} is not an ndarray")
-        self.expect(s, 0 <= s.dim < (p.ndim or 0), f"shape dimension {s.dim} out of range for '{p.name}'")
-        self.expect(s, s.type in (T.i32, T.i64), "ndarray shapes are i32 or i64")
+        if p.kind != "ndarray":
+            self.fail(s, f"argument {s.arg_index} is not an ndarray")
+        if not (0 <= s.dim < (p.ndim or 0)):
+            self.fail(s, f"shape dimension {s.dim} out of range for '{p.name}'")
+        if s.type not in (T.i32, T.i64):
+            self.fail(s, "ndarray shapes are i32 or i64")
 
     def t_Unary(self, s):
         t, xt = s.type, s.x.type
         if s.op == "not":
-            self.expect(s, xt is T.u1 and t is T.u1, "not needs a u1 operand and gives u1")
+            if not (xt is T.u1 and t is T.u1):
+                self.fail(s, "not needs a u1 operand and gives u1")
             return
-        self.expect(s, t is xt, f"{s.op} result type {t} differs from operand {xt}")
+        if t is not xt:
+            self.fail(s, f"{s.op} result type {t} differs from operand {xt}")
         if s.op in _FLOAT_ONLY_UNARY:
-            self.expect(s, t.is_float, f"{s.op} needs a float operand, got {t}")
+            if not t.is_float:
+                self.fail(s, f"{s.op} needs a float operand, got {t}")
         elif s.op == "bit_not":
-            self.expect(s, t.is_integral, f"bit_not needs an integer operand, got {t}")
+            if not t.is_integral:
+                self.fail(s, f"bit_not needs an integer operand, got {t}")
         else:  # neg, abs
-            self.expect(s, t is not T.u1, f"{s.op} of a u1")
+            if t is T.u1:
+                self.fail(s, f"{s.op} of a u1")
 
     def t_Binary(self, s):
         at = s.a.type
-        self.expect(s, at is s.b.type, f"{s.op} operands differ in type: {at} vs {s.b.type}")
+        if at is not s.b.type:
+            self.fail(s, f"{s.op} operands differ in type: {at} vs {s.b.type}")
         want = T.u1 if s.op in ir.COMPARISONS else at
-        self.expect(s, s.type is want, f"{s.op} result type {s.type}, expected {want}")
+        if s.type is not want:
+            self.fail(s, f"{s.op} result type {s.type}, expected {want}")
         if s.op in _INT_ONLY_BINARY:
-            self.expect(s, at.is_integral, f"{s.op} needs integer operands, got {at}")
+            if not at.is_integral:
+                self.fail(s, f"{s.op} needs integer operands, got {at}")
         if s.op in _FLOAT_ONLY_BINARY:
-            self.expect(s, at.is_float, f"{s.op} needs float operands, got {at}")
+            if not at.is_float:
+                self.fail(s, f"{s.op} needs float operands, got {at}")
         if s.op in _NOT_BOOL_BINARY:
-            self.expect(s, at is not T.u1, f"{s.op} of u1 operands")
+            if at is T.u1:
+                self.fail(s, f"{s.op} of u1 operands")
 
     def t_Cast(self, s):
-        self.expect(s, isinstance(s.type, T.DataType), "cast needs a target type")
+        if not isinstance(s.type, T.DataType):
+            self.fail(s, "cast needs a target type")
 
     def t_Select(self, s):
-        self.expect(s, s.cond.type is T.u1, f"select condition has type {s.cond.type}, expected u1")
-        self.expect(s, s.a.type is s.b.type and s.type is s.a.type, "select branches and result must share a type")
+        if s.cond.type is not T.u1:
+            self.fail(s, f"select condition has type {s.cond.type}, expected u1")
+        if not (s.a.type is s.b.type and s.type is s.a.type):
+            self.fail(s, "select branches and result must share a type")
 
     def t_StopGrad(self, s):
-        self.expect(s, s.type is s.x.type, f"stop_grad of a {s.x.type} has type {s.type}")
+        if s.type is not s.x.type:
+            self.fail(s, f"stop_grad of a {s.x.type} has type {s.type}")
 
     def t_Random(self, s):
-        self.expect(s, isinstance(s.type, T.DataType) and s.type is not T.u1, f"random of type {s.type}")
+        if not (isinstance(s.type, T.DataType) and s.type is not T.u1):
+            self.fail(s, f"random of type {s.type}")
 
     def t_RandomState(self, s):
-        self.expect(s, s.type is T.u32, f"random state word of type {s.type}, expected u32")
-        self.expect(s, 0 <= s.word < ir.RANDOM_STATE_WORDS, f"random state word {s.word} out of range")
+        if s.type is not T.u32:
+            self.fail(s, f"random state word of type {s.type}, expected u32")
+        if not (0 <= s.word < ir.RANDOM_STATE_WORDS):
+            self.fail(s, f"random state word {s.word} out of range")
 
     def t_DebugMessage(self, s):
         record = self.k.messages[s.message] if 0 <= s.message < len(self.k.messages) else None
-        self.expect(s, record is not None, f"message {s.message} is not in the kernel's message table")
-        self.expect(s, [v.type.name for v in s.values] == record[3], "message values differ from its record's types")
+        if record is None:
+            self.fail(s, f"message {s.message} is not in the kernel's message table")
+        if [v.type.name for v in s.values] != record[3]:
+            self.fail(s, "message values differ from its record's types")
 
     # -- locals
     def t_Alloca(self, s):
-        self.expect(s, isinstance(s.type, T.DataType), "a local needs a type")
+        if not isinstance(s.type, T.DataType):
+            self.fail(s, "a local needs a type")
 
     def local_var(self, s, var):
-        self.expect(s, isinstance(var, ir.Alloca),
-                    f"{type(s).__name__} needs a local variable, got {type(var).__name__}")
+        if not isinstance(var, ir.Alloca):
+            self.fail(s, f"{type(s).__name__} needs a local variable, got {type(var).__name__}")
 
     def t_LocalLoad(self, s):
         self.local_var(s, s.var)
-        self.expect(s, s.type is s.var.type, f"load of a {s.var.type} local has type {s.type}")
+        if s.type is not s.var.type:
+            self.fail(s, f"load of a {s.var.type} local has type {s.type}")
 
     def t_LocalStore(self, s):
         self.local_var(s, s.var)
         self.no_value(s)
-        self.expect(s, s.value.type is s.var.type, f"storing {s.value.type} into a {s.var.type} local")
+        if s.value.type is not s.var.type:
+            self.fail(s, f"storing {s.value.type} into a {s.var.type} local")
 
     def t_LocalAccumulate(self, s):
         self.t_LocalStore(s)
-        self.expect(s, s.op in ir.LocalAccumulate.OPS, f"unknown accumulation '{s.op}'")
+        if s.op not in ir.LocalAccumulate.OPS:
+            self.fail(s, f"unknown accumulation '{s.op}'")
         if s.op in _INT_ONLY_ATOMIC:
-            self.expect(s, s.var.type.is_integral, f"accumulation {s.op} needs an integer")
+            if not s.var.type.is_integral:
+                self.fail(s, f"accumulation {s.op} needs an integer")
 
     def component_access(self, s):
-        self.expect(s, s.components and all(isinstance(v, ir.Alloca) for v in s.components),
-                    f"{type(s).__name__} needs the locals of a vector's components")
-        self.expect(s, all(v.type is s.components[0].type for v in s.components), "components of different types")
-        self.expect(s, s.index.type.is_integral and s.index.type is not T.u1,
-                    f"a component index must be an integer, got {s.index.type}")
+        if not (s.components and all(isinstance(v, ir.Alloca) for v in s.components)):
+            self.fail(s, f"{type(s).__name__} needs the locals of a vector's components")
+        if not all(v.type is s.components[0].type for v in s.components):
+            self.fail(s, "components of different types")
+        if not (s.index.type.is_integral and s.index.type is not T.u1):
+            self.fail(s, f"a component index must be an integer, got {s.index.type}")
 
     def t_ComponentLoad(self, s):
         self.component_access(s)
-        self.expect(s, s.type is s.components[0].type, f"load of a {s.components[0].type} component has type {s.type}")
+        if s.type is not s.components[0].type:
+            self.fail(s, f"load of a {s.components[0].type} component has type {s.type}")
 
     def t_ComponentStore(self, s):
         self.component_access(s)
         self.no_value(s)
-        self.expect(s, s.value.type is s.components[0].type,
-                    f"storing {s.value.type} into a {s.components[0].type} component")
+        if s.value.type is not s.components[0].type:
+            self.fail(s, f"storing {s.value.type} into a {s.components[0].type} component")
 
     def t_LocalArray(self, s):
-        self.expect(s, isinstance(s.type, T.DataType), "a local array needs a type")
-        self.expect(s, isinstance(s.length, int) and s.length >= 1, f"a local array of {s.length!r} elements")
+        if not isinstance(s.type, T.DataType):
+            self.fail(s, "a local array needs a type")
+        if not (isinstance(s.length, int) and s.length >= 1):
+            self.fail(s, f"a local array of {s.length!r} elements")
 
     def array_access(self, s):
-        self.expect(s, isinstance(s.array, LocalArray),
-                    f"{type(s).__name__} needs a local array, got {type(s.array).__name__}")
-        self.expect(s, s.index.type is T.i32, f"a local array's index is i32, got {s.index.type}")
+        if not isinstance(s.array, LocalArray):
+            self.fail(s, f"{type(s).__name__} needs a local array, got {type(s.array).__name__}")
+        if s.index.type is not T.i32:
+            self.fail(s, f"a local array's index is i32, got {s.index.type}")
         if isinstance(s.index, ir.Const):
-            self.expect(s, 0 <= s.index.value < s.array.length,
-                        f"index {s.index.value} outside a local array of {s.array.length} elements")
+            if not (0 <= s.index.value < s.array.length):
+                self.fail(s, f"index {s.index.value} outside a local array of {s.array.length} elements")
 
     def t_ArrayLoad(self, s):
         self.array_access(s)
-        self.expect(s, s.type is s.array.type, f"load of a {s.array.type} array has type {s.type}")
+        if s.type is not s.array.type:
+            self.fail(s, f"load of a {s.array.type} array has type {s.type}")
 
     def t_ArrayStore(self, s):
         self.array_access(s)
         self.no_value(s)
-        self.expect(s, s.value.type is s.array.type, f"storing {s.value.type} into a {s.array.type} array")
+        if s.value.type is not s.array.type:
+            self.fail(s, f"storing {s.value.type} into a {s.array.type} array")
 
     def t_LocalAtomic(self, s):
         self.local_var(s, s.var)
         self.atomic_types(s, s.var.type, "local")
 
     def atomic_types(self, s, target_type, what: str):
-        self.expect(s, s.op in ir.ATOMIC_OPS, f"unknown atomic '{s.op}'")
-        self.expect(s, s.value.type is target_type and s.type is target_type,
-                    f"atomic_{s.op} of {s.value.type} on a {target_type} {what}")
+        if s.op not in ir.ATOMIC_OPS:
+            self.fail(s, f"unknown atomic '{s.op}'")
+        if not (s.value.type is target_type and s.type is target_type):
+            self.fail(s, f"atomic_{s.op} of {s.value.type} on a {target_type} {what}")
         if s.op in _INT_ONLY_ATOMIC:
-            self.expect(s, target_type.is_integral, f"atomic_{s.op} needs an integer {what}")
+            if not target_type.is_integral:
+                self.fail(s, f"atomic_{s.op} needs an integer {what}")
 
     def t_TempAtomic(self, s):
         self.temp_slot(s, s.type)
@@ -356,60 +398,74 @@ class _TypeRules:
         self.temp_slot(s, s.value.type)
 
     def temp_slot(self, s, t):
-        self.expect(s, 0 <= s.slot < self.k.num_temps, f"temporary t{s.slot} does not exist")
+        if not (0 <= s.slot < self.k.num_temps):
+            self.fail(s, f"temporary t{s.slot} does not exist")
         declared = self.k.temp_types[s.slot]
-        self.expect(s, declared is t, f"temporary t{s.slot} is {declared}, used as {t}")
+        if declared is not t:
+            self.fail(s, f"temporary t{s.slot} is {declared}, used as {t}")
 
     # -- globals
     def t_GlobalPtr(self, s):
         tgt = s.target
         if isinstance(tgt, ir.FieldRef):
-            self.expect(s, 0 <= tgt.slot < len(self.k.fields) and self.k.fields[tgt.slot] is tgt,
-                        f"field {tgt!r} is not in the kernel's field table")
+            if not (0 <= tgt.slot < len(self.k.fields) and self.k.fields[tgt.slot] is tgt):
+                self.fail(s, f"field {tgt!r} is not in the kernel's field table")
             rank = len(tgt.shape)
         elif isinstance(tgt, ir.SharedRef):
             rank = len(tgt.shape)
         else:
             p = self.param(s, tgt.arg_index)
-            self.expect(s, p.kind == "ndarray" and p.dtype is tgt.dtype and p.ndim == tgt.ndim,
-                        f"ndarray reference {tgt!r} does not match parameter '{p.name}'")
-            self.expect(s, not tgt.is_grad or p.needs_grad, f"'{p.name}' has no gradient buffer")
+            if not (p.kind == "ndarray" and p.dtype is tgt.dtype and p.ndim == tgt.ndim):
+                self.fail(s, f"ndarray reference {tgt!r} does not match parameter '{p.name}'")
+            if tgt.is_grad and not p.needs_grad:
+                self.fail(s, f"'{p.name}' has no gradient buffer")
             rank = tgt.ndim
-        self.expect(s, len(s.indices) == rank, f"{tgt!r} has rank {rank}, indexed with {len(s.indices)}")
-        self.expect(s, s.type is tgt.dtype, f"address type {s.type} differs from {tgt!r}'s {tgt.dtype}")
+        if len(s.indices) != rank:
+            self.fail(s, f"{tgt!r} has rank {rank}, indexed with {len(s.indices)}")
+        if s.type is not tgt.dtype:
+            self.fail(s, f"address type {s.type} differs from {tgt!r}'s {tgt.dtype}")
         for i in s.indices:
-            self.expect(s, i.type.is_integral, f"index of type {i.type} is not an integer")
+            if not i.type.is_integral:
+                self.fail(s, f"index of type {i.type} is not an integer")
 
     def global_ptr(self, s, ptr):
-        self.expect(s, isinstance(ptr, ir.GlobalPtr), f"{type(s).__name__} needs a global address")
+        if not isinstance(ptr, ir.GlobalPtr):
+            self.fail(s, f"{type(s).__name__} needs a global address")
 
     def t_GlobalLoad(self, s):
         self.global_ptr(s, s.ptr)
-        self.expect(s, s.type is s.ptr.type, f"load of a {s.ptr.type} element has type {s.type}")
+        if s.type is not s.ptr.type:
+            self.fail(s, f"load of a {s.ptr.type} element has type {s.type}")
 
     def t_GlobalStore(self, s):
         self.global_ptr(s, s.ptr)
         self.no_value(s)
-        self.expect(s, s.value.type is s.ptr.type, f"storing {s.value.type} into a {s.ptr.type} element")
+        if s.value.type is not s.ptr.type:
+            self.fail(s, f"storing {s.value.type} into a {s.ptr.type} element")
 
     def t_AtomicRMW(self, s):
         self.global_ptr(s, s.ptr)
-        self.expect(s, s.op in ir.ATOMIC_OPS, f"unknown atomic '{s.op}'")
-        self.expect(s, s.value.type is s.ptr.type and s.type is s.ptr.type,
-                    f"atomic_{s.op} of {s.value.type} on a {s.ptr.type} element")
+        if s.op not in ir.ATOMIC_OPS:
+            self.fail(s, f"unknown atomic '{s.op}'")
+        if not (s.value.type is s.ptr.type and s.type is s.ptr.type):
+            self.fail(s, f"atomic_{s.op} of {s.value.type} on a {s.ptr.type} element")
         if s.op in _INT_ONLY_ATOMIC:
-            self.expect(s, s.type.is_integral, f"atomic_{s.op} needs an integer element")
+            if not s.type.is_integral:
+                self.fail(s, f"atomic_{s.op} needs an integer element")
 
     # -- control flow
     def t_If(self, s):
         self.no_value(s)
-        self.expect(s, s.cond.type is T.u1, f"if condition has type {s.cond.type}, expected u1")
+        if s.cond.type is not T.u1:
+            self.fail(s, f"if condition has type {s.cond.type}, expected u1")
 
     def t_RangeFor(self, s):
         self.no_value(s)
         it = s.index.type
-        self.expect(s, it.is_integral and it is not T.u1, f"loop index must be an integer, got {it}")
-        self.expect(s, s.begin.type is it and s.end.type is it, "range bounds must have the loop index's type")
+        if not (it.is_integral and it is not T.u1):
+            self.fail(s, f"loop index must be an integer, got {it}")
+        if not (s.begin.type is it and s.end.type is it):
+            self.fail(s, "range bounds must have the loop index's type")
 
     def t_While(self, s):
         self.no_value(s)
@@ -423,5 +479,6 @@ class _TypeRules:
         self.no_value(s)
 
     def param(self, s, i):
-        self.expect(s, 0 <= i < len(self.k.params), f"argument {i} does not exist")
+        if not (0 <= i < len(self.k.params)):
+            self.fail(s, f"argument {i} does not exist")
         return self.k.params[i]

@@ -29,7 +29,7 @@ def _fold_block(block: ir.Block, mapping: dict) -> bool:
         if s.BLOCKS:
             for b in s.blocks():
                 changed |= _fold_block(b, mapping)
-        elif isinstance(s, _FOLDABLE):  # the only classes _evaluate and _identity act on
+        elif isinstance(s, _FOLDABLE) and _may_fold(s):  # the only classes _evaluate and _identity act on
             value = _evaluate(s)
             if value is not None:
                 new = ir.Const(value, s.type, s.loc)
@@ -49,6 +49,12 @@ def _fold_block(block: ir.Block, mapping: dict) -> bool:
 
 
 _FOLDABLE = (ir.Cast, ir.Binary, ir.Unary, ir.Select)
+
+
+def _may_fold(s) -> bool:
+    """Whether _evaluate or _identity may act on `s`: a binary operation needs a constant
+    operand or the same one twice (most of a kernel's have neither: they are not looked at)."""
+    return not isinstance(s, ir.Binary) or isinstance(s.a, ir.Const) or isinstance(s.b, ir.Const) or s.a is s.b
 
 
 def wrap(value, t: T.DataType):

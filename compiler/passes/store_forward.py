@@ -109,6 +109,10 @@ def eliminate_dead_stores(k: ir.KernelIR) -> bool:
 
 
 _READS = (ir.LocalLoad, ir.LocalAccumulate, ir.LocalAtomic)
+# What _dead_stores_in does with a statement without blocks, by the first of these classes it is
+# an instance of (none: nothing), looked up once per class.
+_DEAD_STORE_CLASSES = (ir.LocalStore, (ir.Break, ir.Continue), _READS, ir.ComponentLoad)
+_DEAD_STORE_KINDS: dict = {}
 
 
 def _dead_stores_in(b: ir.Block, inside: dict) -> bool:
@@ -118,26 +122,28 @@ def _dead_stores_in(b: ir.Block, inside: dict) -> bool:
     pending: dict = {}  # local -> its last store in this block, not read since
     dead = set()
     for s in b.stmts:
-        for child in s.blocks():
-            changed |= _dead_stores_in(child, inside)
-        if isinstance(s, ir.LocalStore):
-            if s.var in pending:
-                dead.add(pending[s.var])
-            pending[s.var] = s
-            continue
-        if isinstance(s, (ir.Break, ir.Continue)):
-            pending.clear()
-            continue
-        if isinstance(s, _READS):
-            pending.pop(s.var, None)
-        elif isinstance(s, ir.ComponentLoad):
-            for var in s.components:
-                pending.pop(var, None)
         if s.BLOCKS:
+            for child in s.blocks():
+                changed |= _dead_stores_in(child, inside)
             jumps, reads = _nested_summary(s, inside)
             if jumps:
                 pending.clear()
             for var in reads:
+                pending.pop(var, None)
+            continue
+        kind = _DEAD_STORE_KINDS.get(s.__class__)
+        if kind is None:
+            kind = ir.class_kind(s.__class__, _DEAD_STORE_CLASSES, _DEAD_STORE_KINDS)
+        if kind == 0:  # a store
+            if s.var in pending:
+                dead.add(pending[s.var])
+            pending[s.var] = s
+        elif kind == 1:  # break, continue
+            pending.clear()
+        elif kind == 2:  # a read
+            pending.pop(s.var, None)
+        elif kind == 3:
+            for var in s.components:
                 pending.pop(var, None)
     if dead:
         b.stmts = [s for s in b.stmts if s not in dead]

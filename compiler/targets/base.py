@@ -116,27 +116,34 @@ class Target:
         """TargetCannotExpress at the first adstack whose element type the target cannot store
         (the more specific message), else at the first statement whose type it lacks."""
         storable = self.capabilities.adstack_dtypes
-        located = [pair for task in kernel.tasks for pair in _located(task, task.loc or kernel.loc)]
-        for s, where in located:
-            if storable is not None and isinstance(s, AdStackAlloca) and s.type.name not in storable:
-                raise codegen_error(
-                    kernel, s, f"the {s.type.name} value of '{s.var_name}' must be kept on an adstack (it "
-                    f"changes in a dynamic loop of a kernel that needs a gradient), but target "
-                    f"'{self.arch}' stores only {', '.join(sorted(storable))} there: use one of those "
-                    f"types for it", where, describe=False, error=TargetCannotExpress)
-        for s, where in located:
-            construct = None if self.capabilities.simt else ir.simt_construct(s)
-            if construct is not None:
-                raise codegen_error(
-                    kernel, s, f"{construct} needs a GPU arch (cuda, amdgpu, vulkan, metal): target "
-                    f"'{self.arch}' runs no blocks of threads", where, describe=False, error=TargetCannotExpress)
-            lacking = self._lacking_type(s)
-            if lacking is not None:
-                raise codegen_error(
-                    kernel, s, f"type {lacking.name} needs {'Float64' if lacking.is_float else 'Int64'}, which "
+        first_other = None  # (statement, location, message, describe) of the first other refusal
+        for task in kernel.tasks:
+            for s, where in _located(task, task.loc or kernel.loc):
+                if storable is not None and isinstance(s, AdStackAlloca) and s.type.name not in storable:
+                    raise codegen_error(
+                        kernel, s, f"the {s.type.name} value of '{s.var_name}' must be kept on an adstack (it "
+                        f"changes in a dynamic loop of a kernel that needs a gradient), but target "
+                        f"'{self.arch}' stores only {', '.join(sorted(storable))} there: use one of those "
+                        f"types for it", where, describe=False, error=TargetCannotExpress)
+                if first_other is None:
+                    first_other = self._refusal(s, where)
+        if first_other is not None:
+            s, where, message, describe = first_other
+            raise codegen_error(kernel, s, message, where, describe=describe, error=TargetCannotExpress)
+
+    def _refusal(self, s: ir.Stmt, where) -> tuple | None:
+        """(s, where, message, describe) if the target cannot express `s` for another reason than
+        its adstack's type, else None."""
+        construct = None if self.capabilities.simt else ir.simt_construct(s)
+        if construct is not None:
+            return (s, where, f"{construct} needs a GPU arch (cuda, amdgpu, vulkan, metal): target "
+                    f"'{self.arch}' runs no blocks of threads", False)
+        lacking = self._lacking_type(s)
+        if lacking is not None:
+            return (s, where, f"type {lacking.name} needs {'Float64' if lacking.is_float else 'Int64'}, which "
                     f"target '{self.arch}' does not have: this kernel cannot be built for it (use "
-                    f"{'f32' if lacking.is_float else 'i32/u32'} for this value, or another arch)",
-                    where, error=TargetCannotExpress)
+                    f"{'f32' if lacking.is_float else 'i32/u32'} for this value, or another arch)", True)
+        return None
 
     def check_block_dims(self, kernel: ir.KernelIR) -> None:
         """A QdcCompileError at the first task launched with more threads per workgroup than
@@ -163,11 +170,19 @@ class Target:
 
 def _located(stmt: ir.Stmt, loc):
     """(statement, its location or its nearest located enclosing statement's) for every
-    statement inside `stmt`, in program order."""
-    for block in stmt.blocks():
-        for s in block.stmts:
-            yield s, s.loc or loc
-            yield from _located(s, s.loc or loc)
+    statement inside `stmt`, in program order. An explicit stack, as ir.walk: nested generators
+    would hand each statement up through one frame per level of nesting."""
+    stack = [(iter(b.stmts), loc) for b in reversed(stmt.blocks())]
+    while stack:
+        statements, outer = stack[-1]
+        s = next(statements, None)
+        if s is None:
+            stack.pop()
+            continue
+        where = s.loc or outer
+        yield s, where
+        if s.BLOCKS:
+            stack.extend((iter(b.stmts), where) for b in reversed(s.blocks()))
 
 
 class TargetCannotExpress(QdcCompileError):

@@ -20,6 +20,13 @@ function 2,700 instructions) build the same bytes. The choice
 depends on the module alone, so a kernel builds the same bytes every time; where it is not
 the default it is recorded in the optimised IR (`!qdc.llvm_pipeline`, which `qdc inspect --llvm`
 shows with the stored bitcode).
+
+A portable x86-64 library (several ISA levels in one module, multiversion.py) whose tasks all
+keep the scalar code (no width-W chunk, widen_codegen.py) is optimised without the SLP
+vectoriser (`scalar_levels_without_slp`): each task body is optimised once per level, and in
+those bodies SLP was the costliest pass (DiffMPM's G2P gradient: most of its optimisation) for
+vectors that made no measurable difference to their run time; the loop vectoriser still widens
+their loops at each level's width.
 """
 from __future__ import annotations
 
@@ -59,14 +66,25 @@ def largest_function(module: ll.Module) -> int:
     return max((size for size, _ in _sizes(module)), default=0)
 
 
-def choose(module: ll.Module, opt_level: int) -> Pipeline:
-    """The pipeline for `module` at `opt_level` (qdc's `opt_level`, LLVM's speed level)."""
+def choose(module: ll.Module, opt_level: int, levels: int = 1, machine: str = "x86_64") -> Pipeline:
+    """The pipeline for `module` at `opt_level` (qdc's `opt_level`, LLVM's speed level), a
+    module of `levels` ISA levels of the `machine` family."""
     vectorise = opt_level >= 2
     large = [(size, fn.name) for size, fn in _sizes(module) if size > LARGE_FUNCTION]
     if opt_level > 1 and large:
         reason = f"largest function {max(large)[0]} > {LARGE_FUNCTION} instructions"
         return Pipeline(1, False, False, reason, tuple(name for _, name in large))
+    if vectorise and scalar_levels_without_slp(module, levels, machine):
+        return Pipeline(opt_level, True, False, f"{levels} ISA levels of scalar task code")
     return Pipeline(opt_level, vectorise, vectorise)
+
+
+def scalar_levels_without_slp(module: ll.Module, levels: int, machine: str) -> bool:
+    """Whether `module` (its tasks' lowering: codegen.generate_llvm's `widen_choices`) is a
+    portable x86-64 module of scalar task code, which LLVM optimises without the SLP vectoriser
+    (module docstring)."""
+    choices = getattr(module, "widen_choices", {})
+    return levels > 1 and machine == "x86_64" and not any(choice.max_lanes > 1 for choice in choices.values())
 
 
 def mark(module: ll.Module, pipeline: Pipeline) -> None:

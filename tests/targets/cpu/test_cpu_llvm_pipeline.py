@@ -2,13 +2,17 @@
 function above LARGE_FUNCTION instructions is optimised at O1 without the vectorisers, that
 function for size (optnone entry functions do not count), records that in its optimised IR,
 builds the same bytes every time, and computes what numpy does, portable or native; smaller
-modules keep O3 with both vectorisers."""
+modules keep O3 with both vectorisers, but for a portable x86-64 module of scalar task code,
+which has no SLP vectoriser."""
 from __future__ import annotations
 
+import platform
 import re
 import textwrap
+from types import SimpleNamespace
 
 import numpy as np
+import pytest
 from llvmlite import ir as ll
 
 from qdc.compiler.targets.cpu import llvm_pipeline
@@ -113,5 +117,46 @@ def test_large_kernel_builds_alike_and_computes(tmp_path, rng):
         out = np.zeros_like(x)
         mod.large(x, out)
         assert np.all(np.abs(out - want) <= TERMS * 2.0**-23 * scale)  # f32 rounding of each term and sum
+        mod.small(x, out)
+        np.testing.assert_array_equal(out, x * np.float32(2.0) + np.float32(1.0))
+
+
+def test_portable_scalar_modules_have_no_slp():
+    module = ll.Module()
+    _function(module, "body", 10)
+    scalar = {"task": SimpleNamespace(max_lanes=1)}
+    module.widen_choices = scalar
+    assert llvm_pipeline.choose(module, 3) == llvm_pipeline.Pipeline(3, True, True)  # native: one level
+    chosen = llvm_pipeline.choose(module, 3, 3, "x86_64")
+    assert chosen == llvm_pipeline.Pipeline(3, True, False, "3 ISA levels of scalar task code")
+    assert chosen.describe() == "O3, vectorisers: loop (3 ISA levels of scalar task code)"
+    assert llvm_pipeline.choose(module, 3, 3, "aarch64") == llvm_pipeline.Pipeline(3, True, True)
+    assert llvm_pipeline.choose(module, 1, 3, "x86_64") == llvm_pipeline.Pipeline(1, False, False)
+    module.widen_choices = {**scalar, "wide": SimpleNamespace(max_lanes=16)}  # a width-W chunk: SLP kept
+    assert llvm_pipeline.choose(module, 3, 3, "x86_64") == llvm_pipeline.Pipeline(3, True, True)
+
+
+@pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="x86-64 ISA levels")
+def test_portable_scalar_kernel_says_so_and_computes(tmp_path, rng):
+    """The portable library of a kernel of scalar task code records its pipeline in its optimised
+    IR (the native one has LLVM's default and no record), its loop is still vectorised, and it
+    computes what numpy does for every trip count."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "sized.py").write_text(SOURCE)
+    for target in ("portable", "native"):
+        qdc("build", tmp_path / "src", "--cache", tmp_path / target, "-j", 1, "--cpu-target", target)
+    from qdc.runtime.cache import Cache, read_module
+    import llvmlite.binding as llvm
+    seen = {}
+    for target in ("portable", "native"):
+        cache = Cache(str(tmp_path / target))
+        text = str(llvm.parse_bitcode(cache.lookup(read_module(cache, "sized", "cpu")["kernels"]["small"]).artifacts["bc"]))
+        seen[target] = ("O3, vectorisers: loop (3 ISA levels of scalar task code)" in text, "vector.body:" in text)
+    assert seen == {"portable": (True, True), "native": (False, True)}
+
+    mod = load(str(tmp_path / "portable"), "sized")
+    for n in (1, 15, 63, 64, 65, 1000 + int(rng.integers(0, 100))):
+        x = rng.uniform(-1.0, 1.0, n).astype(np.float32)
+        out = np.zeros_like(x)
         mod.small(x, out)
         np.testing.assert_array_equal(out, x * np.float32(2.0) + np.float32(1.0))
