@@ -29,7 +29,8 @@ from .isa_levels import NATIVE, CpuLevel, CpuPlatform
 from . import parallel_llvm
 from .link import link_shared_library
 from .module_split import split_module
-from .llvm_pipeline import Pipeline, choose as choose_pipeline, largest_function, mark as mark_pipeline
+from .llvm_pipeline import (Pipeline, choose as choose_pipeline, largest_function, mark as mark_pipeline,
+                            scalar_levels_without_slp)
 from .platforms import cpu_levels, cpu_platforms, host_platform, optimised_with
 from .retarget import declared_functions, retargeted
 from ..llvm.llvm_ir import ModuleBuilder
@@ -307,7 +308,7 @@ def _without_equal_levels(mod, task_bodies: list[str], levels: tuple[CpuLevel, .
     return smaller, same, None
 
 
-def _module_text(module: ll.Module, task_bodies: list[str], levels: tuple, alike: dict) -> str:
+def _module_text(module: ll.Module, task_bodies: list[str], levels: tuple, alike: dict, scalar_code: bool = False) -> str:
     """The module's IR text, its task bodies dispatched per level where several, the width-W
     chunks that gather with the features of `gathering_chunk_features`; `alike` receives the
     bodies a level runs a lower level's code of (multiversion.multiversioned_ir)."""
@@ -315,7 +316,7 @@ def _module_text(module: ll.Module, task_bodies: list[str], levels: tuple, alike
     if len(levels) > 1:
         return multiversioned_ir(module, task_bodies, levels, module.widen_overrides,
                                  lambda name, level: gathering_chunk_features(level) if name in gathering
-                                 else level.llvm_features, alike)
+                                 else level.llvm_features, alike, scalar_code)
     text = module_text(module)
     if gathering and gathering_chunk_features(levels[0]) != levels[0].llvm_features:
         text = with_features(text, sorted(gathering), gathering_chunk_features(levels[0]))
@@ -481,7 +482,9 @@ def _generated(kernel: ir.KernelIR, meta: KernelMeta, fast_math: bool, target, p
     mark_pipeline(module, pipeline)  # recorded in the optimised IR (`qdc inspect --llvm`)
     alike = {}
     with timings.phase("IR multiversioning" if len(levels) > 1 else "IR text"):
-        text = _module_text(module, task_bodies, levels, alike)
+        scalar_code = pipeline.loop_vectorization and scalar_levels_without_slp(module, len(levels),
+                                                                           platform.machine)
+        text = _module_text(module, task_bodies, levels, alike, scalar_code)
         text = with_half_conversions(text)
     return module, alike, text, pipeline
 

@@ -32,7 +32,8 @@ def level_symbol(name: str, level: int) -> str:
 
 
 def multiversioned_ir(module: ll.Module, task_bodies: list[str], levels: tuple[CpuLevel, ...],
-                      overrides: dict | None = None, features=None, alike: dict | None = None) -> str:
+                      overrides: dict | None = None, features=None, alike: dict | None = None,
+                      scalar_code: bool = False) -> str:
     """The textual IR of `module` with the functions named `task_bodies` dispatched per level
     (see the module docstring). `levels[0]` is the level the module is compiled for.
     `overrides[(body, i)]`: a function of the module that is level i's copy of `body` instead
@@ -40,7 +41,9 @@ def multiversioned_ir(module: ll.Module, task_bodies: list[str], levels: tuple[C
     leaves the module's own text. `features(name, level)`: the LLVM features of the copy of
     function `name` at `level` (default: the level's). `alike`, where given, receives
     {(body, i): j}: the bodies that level i runs level j's code of, without a copy of its own
-    (`_alike_levels`)."""
+    (`_alike_levels`). `scalar_code`: the module is scalar task code that LLVM optimises without
+    the SLP vectoriser (llvm_pipeline.scalar_levels_without_slp), whose bodies the loop vectoriser
+    cannot widen are alike at every level (`never_vectorised`)."""
     overrides = overrides or {}
     features = features or (lambda name, level: level.llvm_features)
     defined = {fn.name: fn for fn in module.functions if fn.blocks}
@@ -58,7 +61,7 @@ def multiversioned_ir(module: ll.Module, task_bodies: list[str], levels: tuple[C
     # each global is printed once (llvm_text: llvmlite's text, written faster), and the module's
     # text assembled from those.
     printed = {name: global_text(value) for name, value in module.globals.items()}
-    same = _alike_levels(printed, task_bodies, shared, levels, overrides)
+    same = _alike_levels(printed, task_bodies, shared, levels, overrides, scalar_code)
     if alike is not None:
         alike.update(same)
     body = [_dispatcher(defined[name], len(levels), same) if name in task_bodies else text
@@ -75,21 +78,116 @@ def multiversioned_ir(module: ll.Module, task_bodies: list[str], levels: tuple[C
 
 
 def _alike_levels(printed: dict, task_bodies: list[str], shared: list[str], levels: tuple[CpuLevel, ...],
-                  overrides: dict) -> dict:
+                  overrides: dict, scalar_code: bool = False) -> dict:
     """{(body, i): j}: the task bodies that level i's CPUs would optimise as level j's do
-    (isa_levels.OPTIMISED_ALIKE_UNLESS), made from the same chunk."""
+    (isa_levels.OPTIMISED_ALIKE_UNLESS; in `scalar_code`, those `never_vectorised` without
+    anything LEVEL_SENSITIVE), made from the same chunk."""
     same = {}
     callees = "".join(printed[name] for name in shared)
+    if scalar_code:
+        sensitive = [re.compile(LEVEL_SENSITIVE[level.name]) for level in levels[1:] if level.name in LEVEL_SENSITIVE]
+        for name in task_bodies:
+            if not any((name, i) in overrides for i in range(len(levels))) and never_vectorised(printed[name]) \
+                    and not any(pattern.search(printed[name]) or pattern.search(callees) for pattern in sensitive):
+                same.update({(name, i): 0 for i in range(1, len(levels))})
     for i in range(1, len(levels)):
         unless = OPTIMISED_ALIKE_UNLESS.get(levels[i].name)
         if unless is None or re.search(unless, callees):
             continue
         for name in task_bodies:
+            if (name, i) in same:
+                continue
             j = same.get((name, i - 1), i - 1)
             source = overrides.get((name, i), name)
             if source == overrides.get((name, j), name) and not re.search(unless, printed[source]):
                 same[(name, i)] = j
     return same
+
+
+# Instructions of a task body (as generated) from which LLVM's runtime unrolling, whose count
+# follows each level's scheduling model (x86-64-v2 unrolled a histogram's loop 4 times, v3 and
+# v4 8 times), leaves its loop as it is at every level.
+NEVER_UNROLLED = 200
+
+_LABEL = re.compile(r'^"?([-\w.$]+)"?:', re.M)
+_TARGET = re.compile(r'label %"?([-\w.$]+)"?')
+_DEFINED = re.compile(r'^  %"?([-\w.$]+)"? = (\w+)(.*)$')
+_VALUE = re.compile(r'%"?([-\w.$]+)"?')
+_ATOMIC_POINTER = re.compile(r'^  (?:%"?[-\w.$]+"? = )?(?:atomicrmw (?:volatile )?\w+|cmpxchg (?:weak )?(?:volatile )?) ?ptr %"?([-\w.$]+)"?',
+                             re.M)
+
+
+def never_vectorised(body: str) -> bool:
+    """Whether LLVM's loop vectoriser leaves the task body `body` (a function's generated IR) as
+    it is at every ISA level: it has one loop (one branch back to a block on the path to it), and that loop
+    updates memory with an atomic at an address computed from what the loop loads (a scatter,
+    as P2G's to the grid). The loop vectoriser refuses a loop with an atomic; in the copy of the
+    loop for a thread alone (unswitched on `alone`, where those updates are plain loads and
+    stores) it cannot prove that two iterations do not update one element, at any vector width.
+    With no SLP vectoriser (llvm_pipeline.scalar_levels_without_slp), and a body of at least
+    NEVER_UNROLLED instructions, LLVM then optimises it alike at every level, as it did DiffMPM's
+    P2G and G2P gradient."""
+    pointers = _ATOMIC_POINTER.findall(body)
+    if not pointers or "  switch " in body or body.count("\n  ") < NEVER_UNROLLED:  # a switch: targets not read here
+        return False
+    successors, block, definitions = {}, None, {}
+    for line in body.split("\n"):
+        found = _LABEL.match(line)
+        if found:
+            block = found.group(1)
+            successors[block] = []
+        elif line.startswith("  br "):
+            successors[block] += _TARGET.findall(line)
+        found = _DEFINED.match(line)
+        if found:
+            definitions[found.group(1)] = (found.group(2), _VALUE.findall(found.group(3)))
+    if _back_edges(successors) != 1:
+        return False
+    # Varying in the loop: phis, and what the generated code keeps in stack slots (its counters,
+    # its locals) read back; then what is loaded from an address that varies, and what follows.
+    slots = {name for name, (op, _) in definitions.items() if op == "alloca"}
+    varying = _least_fixpoint(definitions, lambda op, operands, holds: op == "phi" or any(map(holds, operands))
+                              or (op == "load" and operands[0] in slots))
+    loaded = _least_fixpoint(definitions, lambda op, operands, holds: any(map(holds, operands))
+                             or (op == "load" and any(o in varying for o in operands)))
+    return any(pointer in loaded for pointer in pointers)
+
+
+def _back_edges(successors: dict) -> int:
+    """The branches to a block on the path that reached them, in a depth-first walk of the
+    control flow graph `successors` ({block: its successors}) from its first block: one per loop."""
+    entry = next(iter(successors), None)
+    count, state = 0, {entry: 1}  # 1: on the walk's path, 2: done
+    stack = [(entry, iter(successors.get(entry, ())))]
+    while stack:
+        block, following = stack[-1]
+        target = next(following, None)
+        if target is None:
+            state[block] = 2
+            stack.pop()
+        elif state.get(target) == 1:
+            count += 1
+        elif target not in state:
+            state[target] = 1
+            stack.append((target, iter(successors.get(target, ()))))
+    return count
+
+
+def _least_fixpoint(definitions: dict, rule) -> set:
+    """The values of `definitions` ({name: (opcode, operand names)}) for which
+    `rule(opcode, operands, holds)` is true, `holds(name)` telling whether it is for another value
+    (the least such set: values on a cycle through phis only where something outside the cycle
+    makes them so). Passes in the text's order until nothing changes: definitions mostly come
+    before their uses, so a loop's phis take one pass more."""
+    found: set = set()
+    changed = True
+    while changed:
+        changed = False
+        for name, (op, operands) in definitions.items():
+            if name not in found and rule(op, operands, found.__contains__):
+                found.add(name)
+                changed = True
+    return found
 
 
 def _module_text(module: ll.Module, body: list[str]) -> str:
