@@ -57,12 +57,14 @@ def run_passes(manager, module: llvm.ModuleRef, builder) -> None:
 
 
 def printed(module: llvm.ModuleRef) -> str:
+    """`str(module)`."""
     with ffi.OutputString() as out:
         _call("LLVMPY_PrintModuleToString")(module, out)
         return str(out)
 
 
 def bitcode(module: llvm.ModuleRef) -> bytes:
+    """`module.as_bitcode()`."""
     data, size = ctypes.c_char_p(None), ctypes.c_size_t(-1)
     _call("LLVMPY_WriteBitcodeToString")(module, ctypes.byref(data), ctypes.byref(size))
     try:
@@ -100,10 +102,10 @@ class StepTimes:
             pair[1] += time.thread_time() - cpu0
 
 
-def run_parts(work, parts: list, sizes: list[int]) -> list:
-    """[work(part, StepTimes) for each part], in the parts' order, on up to compile_threads()
-    threads (the largest parts first), and the steps' times summed over the parts; on this
-    thread alone where one thread is asked for."""
+def run_parts(work, parts: list, sizes: list[int]) -> tuple[list, list]:
+    """([work(part, its StepTimes) for each part], [each part's StepTimes]), in the parts' order,
+    on up to compile_threads() threads, the largest parts (`sizes`) first; on this thread alone
+    where one thread is asked for."""
     times = [StepTimes() for _ in parts]
     threads = min(compile_threads(), len(parts))
     if threads <= 1:

@@ -208,3 +208,15 @@ def test_num_compile_threads_sets_direct_modes_threads(monkeypatch):
     finally:
         qd.init(arch=qd.cpu)
     assert compile_threads.compile_threads() == 6
+
+
+def test_a_parts_thread_calls_llvm_without_llvmlites_lock():
+    """llvmlite serialises its calls behind one lock; a part's thread calls LLVM directly (were
+    llvmlite to change how it wraps its library, the parts would take turns: this says so)."""
+    from llvmlite.binding import ffi
+    locked = getattr(ffi.lib, "LLVMPY_ParseAssembly")
+    with compile_threads.limited_threads(2):
+        seen, _ = parallel_llvm.run_parts(lambda part, times: parallel_llvm._call("LLVMPY_ParseAssembly"),
+                                          ["a", "b"], [1, 1])
+    assert parallel_llvm._call("LLVMPY_ParseAssembly") is locked  # any other thread: through the lock
+    assert all(fn is not locked and fn is locked._cfn for fn in seen)
