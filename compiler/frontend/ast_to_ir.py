@@ -165,6 +165,7 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
                                  if n not in self.templates or isinstance(self.templates[n], DataclassArgument)]
         self.member_variables: dict = {}  # parameter index -> the variable a dataclass's scalar member is read into
         self.member_parameters: dict = {}  # path of a member (host_objects.py) -> the index of its parameter
+        self.node_locs: dict = {}  # syntax node -> the location of the statements emitted at it (see emit)
         self.signatures: dict = {}  # function -> its inspect.signature (see signature())
         self.init_returns(fn, returns)
 
@@ -198,7 +199,11 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
             if self.library_site is not None:
                 stmt.loc = self.library_site[0]
             elif self.node_stack:
-                stmt.loc = self.frames[-1].src.loc(self.node_stack[-1])
+                node = self.node_stack[-1]
+                loc = self.node_locs.get(node)
+                if loc is None:
+                    loc = self.node_locs[node] = self.frames[-1].src.loc(node)
+                stmt.loc = loc
         block = stmt.block = self.blocks[-1]  # Block.append, written out: every statement is emitted here
         block.stmts.append(stmt)
         return stmt

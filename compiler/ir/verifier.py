@@ -33,10 +33,18 @@ def verify(k: ir.KernelIR, offloaded: bool = False) -> None:
 
 
 def check_types(k: ir.KernelIR) -> None:
-    """Raise IRVerifyError on the first statement that breaks its class's type rules."""
-    rules = _TypeRules(k)
-    for s in ir.walk(k.body):
-        rules.check(s)
+    """Raise IRVerifyError on the first statement that breaks its class's type rules (in program
+    order: each block's list looped over, nested blocks by recursion, cheaper than `ir.walk`)."""
+    check = _TypeRules(k).check
+
+    def checked(stmts: list) -> None:
+        for s in stmts:
+            check(s)
+            if s.BLOCKS:
+                for b in s.blocks():
+                    checked(b.stmts)
+
+    checked(k.body.stmts)
 
 
 # ---- structure and scoping ------------------------------------------------------------

@@ -22,7 +22,10 @@ def eliminate_common_subexpressions(k: ir.KernelIR) -> bool:
 
 
 def _cse_block(b: ir.Block, available: dict, mapping: dict) -> None:
-    available = dict(available)
+    """`available`: the pure statements visible at the block's start by key; what the block adds
+    to it is taken out again when it ends (a key it adds is new: one already there is a match),
+    rather than each nested block working on a copy of its enclosing blocks' keys."""
+    added = []
     keep = []
     for s in b.stmts:
         if mapping:
@@ -41,8 +44,11 @@ def _cse_block(b: ir.Block, available: dict, mapping: dict) -> None:
                 mapping[s] = available[key]
                 continue
             available[key] = s
+            added.append(key)
         keep.append(s)
     b.stmts = keep
+    for key in added:
+        del available[key]
 
 
 def _key(s: ir.Stmt) -> tuple:

@@ -21,29 +21,38 @@ def eliminate_dead_code(k: ir.KernelIR) -> bool:
 
 
 def _uses_and_reads(k: ir.KernelIR) -> tuple[dict, Counter, Counter]:
-    """`ir.users_count(k.body)`, and how many times each local and temporary is read, in one walk."""
+    """`ir.users_count(k.body)`, and how many times each local and temporary is read, in one walk
+    (a loop over each block's list, nested blocks by recursion: the pass's hottest loop, where
+    `ir.walk`'s generator cost a third)."""
     uses: dict = {}
     read_vars, read_temps = Counter(), Counter(k.returns["slots"] if k.returns else ())  # the launcher reads those
     atomics = []
     get = uses.get
-    for s in ir.walk(k.body):
-        for o in s.operands():
-            uses[o] = get(o, 0) + 1
-        kind = _COUNTED.get(s.__class__)
-        if kind is None:
-            kind = ir.class_kind(s.__class__, _COUNTED_CLASSES, _COUNTED)
-        if kind == 0:
-            read_vars[s.var] += 1
-        elif kind == 1:
-            read_temps[s.slot] += 1
-        elif kind == 2:
-            atomics.append(s)
-        elif kind == 3:
-            for o in ir.task_bounds(s):
+
+    def count(stmts: list) -> None:
+        for s in stmts:
+            for o in s.operands():
                 uses[o] = get(o, 0) + 1
-        elif kind == 4:
-            for var in s.components:
-                read_vars[var] += 1
+            kind = _COUNTED.get(s.__class__)
+            if kind is None:
+                kind = ir.class_kind(s.__class__, _COUNTED_CLASSES, _COUNTED)
+            if kind == 0:
+                read_vars[s.var] += 1
+            elif kind == 1:
+                read_temps[s.slot] += 1
+            elif kind == 2:
+                atomics.append(s)
+            elif kind == 3:
+                for o in ir.task_bounds(s):
+                    uses[o] = get(o, 0) + 1
+            elif kind == 4:
+                for var in s.components:
+                    read_vars[var] += 1
+            if s.BLOCKS:
+                for b in s.blocks():
+                    count(b.stmts)
+
+    count(k.body.stmts)
     for s in atomics:  # an atomic's old value, when used, is a read (its users come later: counted now)
         if get(s):
             if isinstance(s, ir.LocalAtomic):
