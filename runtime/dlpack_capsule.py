@@ -8,9 +8,16 @@ memory: a consumer takes the `DLManagedTensor` out of a capsule named "dltensor"
 what it holds when it dies unconsumed. The legacy (unversioned) capsule is what every library
 exchanges; a CUDA export waits for the kernels queued on qdc's stream before it hands the memory
 over (a host wait at the conversion, never per launch).
+
+An exported tensor can outlive the interpreter: torch frees the tensors it still holds at exit,
+some of them after Python has finalised, and calling a Python deleter then crashes the process.
+So an export's `DLManagedTensor` lives in C memory (malloc), and once the interpreter starts to
+exit (atexit) every export still held points its deleter at libc's `free` of that memory: native
+code that needs no interpreter.
 """
 from __future__ import annotations
 
+import atexit
 import ctypes
 import weakref
 
@@ -70,6 +77,11 @@ _is_valid.restype, _is_valid.argtypes = ctypes.c_int, [ctypes.py_object, ctypes.
 _Destructor = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 _new_capsule = _api.PyCapsule_New
 _new_capsule.restype, _new_capsule.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, _Destructor]
+_libc = ctypes.CDLL(None)
+_malloc, _free = _libc.malloc, _libc.free
+_malloc.restype, _malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+_free.restype, _free.argtypes = None, [ctypes.c_void_p]
+_NATIVE_FREE = ctypes.cast(_free, _Deleter)
 _pointer_of_capsule = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)(("PyCapsule_GetPointer", _api))
 _valid_capsule = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)(("PyCapsule_IsValid", _api))
 
@@ -168,12 +180,13 @@ def export(array, stream=None, max_version=None, dl_device=None, copy=None):
     return _capsule(array, kind, ordinal, versioned)
 
 
-_exports: dict = {}  # address of a DLManagedTensor -> what it needs alive (structures, the array)
+_exports: dict = {}  # address of a malloc'ed DLManagedTensor -> (its structure, the array it keeps alive)
 
 
 @_Deleter
 def _delete(address):
-    _exports.pop(address, None)
+    if _exports.pop(address, None) is not None:
+        _free(address)
 
 
 @_Destructor
@@ -183,17 +196,32 @@ def _destroy_capsule(capsule):
             _delete(_pointer_of_capsule(capsule, name))
 
 
+@atexit.register
+def _leave_exports_to_native_code():
+    """From here on, a consumer freeing an export calls libc's `free` of its structure, not
+    Python (which may be gone by then); the arrays stay referenced until the interpreter ends."""
+    for managed, _array in _exports.values():
+        managed.deleter = _NATIVE_FREE
+
+
 def _capsule(array, kind: int, ordinal: int, versioned: bool):
     dtype = array.dtype.name
-    shape = (ctypes.c_int64 * max(len(array.storage_shape), 1))(*array.storage_shape)
-    managed = _ManagedTensorVersioned() if versioned else _ManagedTensor()
+    structure = _ManagedTensorVersioned if versioned else _ManagedTensor
+    ndim = len(array.storage_shape)
+    # One block: the structure, then its shape (int64s, aligned as the structure is).
+    address = _malloc(ctypes.sizeof(structure) + 8 * max(ndim, 1))
+    if not address:
+        raise MemoryError(f"{array._what()}: no memory for a DLPack tensor structure")
+    ctypes.memset(address, 0, ctypes.sizeof(structure))
+    managed = structure.from_address(address)
+    shape = (ctypes.c_int64 * max(ndim, 1)).from_address(address + ctypes.sizeof(structure))
+    shape[:ndim] = array.storage_shape
     if versioned:
         managed.version, managed.flags = _Version(1, 0), 0
     t = managed.dl_tensor
     t.data, t.device = array.allocation().ptr, _Device(kind, ordinal)
-    t.ndim, t.shape, t.strides, t.byte_offset = len(array.storage_shape), shape, None, 0
+    t.ndim, t.shape, t.strides, t.byte_offset = ndim, shape, None, 0
     t.dtype = _DataType(_BOOL, 8, 1) if dtype == "u1" else _DataType(_CODES[dtype[0]], int(dtype[1:]), 1)
     managed.deleter = _delete
-    address = ctypes.addressof(managed)
-    _exports[address] = (managed, shape, array)
+    _exports[address] = (managed, array)
     return _new_capsule(address, _VERSIONED_NAME if versioned else _NAME, _destroy_capsule)

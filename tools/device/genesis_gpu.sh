@@ -108,6 +108,9 @@ done
 mkdir -p /tmp/genesis-pp && ln -sfn "$PWD" /tmp/genesis-pp/qdc
 qdc_path="/tmp/genesis-pp:$site:$stubs" quadrants_path="$quadrants_site:$site:$stubs"
 export PYTHONPATH="$qdc_path" PYTHONUNBUFFERED=1
+# Genesis's viewer subclasses a pyglet window at import; without X11's libraries (a GPU host's
+# image has none) only pyglet's headless mode (EGL, from .gl/) imports.
+ldconfig -p 2> /dev/null | grep -q libXrender.so || export PYGLET_HEADLESS=True
 export PATH="$site/bin:$site/cmeel.prefix/bin:$PATH" LD_LIBRARY_PATH="$site/cmeel.prefix/lib:${LD_LIBRARY_PATH:-}"
 
 # The packages of the host that Genesis and qdc import, then Genesis itself: all missing ones at once.

@@ -308,10 +308,12 @@ def _without_equal_levels(mod, task_bodies: list[str], levels: tuple[CpuLevel, .
     return smaller, same, None
 
 
-def _module_text(module: ll.Module, task_bodies: list[str], levels: tuple, alike: dict, scalar_code: bool = False) -> str:
+def _module_text(module: ll.Module, task_bodies: list[str], levels: tuple, alike: dict,
+                 scalar_code: bool = False) -> str:
     """The module's IR text, its task bodies dispatched per level where several, the width-W
     chunks that gather with the features of `gathering_chunk_features`; `alike` receives the
-    bodies a level runs a lower level's code of (multiversion.multiversioned_ir)."""
+    bodies a level runs a lower level's code of (multiversion.multiversioned_ir; `scalar_code`:
+    llvm_pipeline.scalar_levels_without_slp)."""
     gathering = module.gathering_chunks
     if len(levels) > 1:
         return multiversioned_ir(module, task_bodies, levels, module.widen_overrides,

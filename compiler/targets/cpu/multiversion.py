@@ -113,22 +113,22 @@ _LABEL = re.compile(r'^"?([-\w.$]+)"?:', re.M)
 _TARGET = re.compile(r'label %"?([-\w.$]+)"?')
 _DEFINED = re.compile(r'^  %"?([-\w.$]+)"? = (\w+)(.*)$')
 _VALUE = re.compile(r'%"?([-\w.$]+)"?')
-_ATOMIC_POINTER = re.compile(r'^  (?:%"?[-\w.$]+"? = )?(?:atomicrmw (?:volatile )?\w+|cmpxchg (?:weak )?(?:volatile )?) ?ptr %"?([-\w.$]+)"?',
-                             re.M)
+_ATOMIC_POINTER = re.compile(r'^  (?:%"?[-\w.$]+"? = )?(?:atomicrmw (?:volatile )?\w+ |cmpxchg (?:weak )?(?:volatile )?)'
+                             r'ptr %"?([-\w.$]+)"?', re.M)
 
 
 def never_vectorised(body: str) -> bool:
     """Whether LLVM's loop vectoriser leaves the task body `body` (a function's generated IR) as
-    it is at every ISA level: it has one loop (one branch back to a block on the path to it), and that loop
-    updates memory with an atomic at an address computed from what the loop loads (a scatter,
-    as P2G's to the grid). The loop vectoriser refuses a loop with an atomic; in the copy of the
+    it is at every ISA level: it has one loop (one branch back to a block on the path to it),
+    and that loop updates memory with an atomic at an address computed from what the loop loads
+    (a scatter, as P2G's to the grid). The loop vectoriser refuses a loop with an atomic; in the copy of the
     loop for a thread alone (unswitched on `alone`, where those updates are plain loads and
     stores) it cannot prove that two iterations do not update one element, at any vector width.
     With no SLP vectoriser (llvm_pipeline.scalar_levels_without_slp), and a body of at least
     NEVER_UNROLLED instructions, LLVM then optimises it alike at every level, as it did DiffMPM's
     P2G and G2P gradient."""
     pointers = _ATOMIC_POINTER.findall(body)
-    if not pointers or "  switch " in body or body.count("\n  ") < NEVER_UNROLLED:  # a switch: targets not read here
+    if not pointers or "  switch " in body or body.count("\n  ") < NEVER_UNROLLED:  # a switch's targets: not read
         return False
     successors, block, definitions = {}, None, {}
     for line in body.split("\n"):
@@ -147,7 +147,7 @@ def never_vectorised(body: str) -> bool:
     # its locals) read back; then what is loaded from an address that varies, and what follows.
     slots = {name for name, (op, _) in definitions.items() if op == "alloca"}
     varying = _least_fixpoint(definitions, lambda op, operands, holds: op == "phi" or any(map(holds, operands))
-                              or (op == "load" and operands[0] in slots))
+                              or (op == "load" and bool(operands) and operands[0] in slots))
     loaded = _least_fixpoint(definitions, lambda op, operands, holds: any(map(holds, operands))
                              or (op == "load" and any(o in varying for o in operands)))
     return any(pointer in loaded for pointer in pointers)

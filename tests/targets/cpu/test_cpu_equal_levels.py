@@ -173,7 +173,8 @@ def test_scatter_is_optimised_once_and_runs(tmp_path, rng):
     from qdc.runtime.cache import Cache, read_module
     import llvmlite.binding as llvm
     cache = Cache(str(tmp_path / "cache"))
-    text = str(llvm.parse_bitcode(cache.lookup(read_module(cache, "scatter", "cpu")["kernels"]["splat"]).artifacts["bc"]))
+    key = read_module(cache, "scatter", "cpu")["kernels"]["splat"]
+    text = str(llvm.parse_bitcode(cache.lookup(key).artifacts["bc"]))
     assert re.findall(r"^define internal .*@(splat_t0_range_chunk\.l\d)\(", text, re.M) == ["splat_t0_range_chunk.l0"]
     mod = load(str(tmp_path / "cache"), "scatter")
     n = 500 + int(rng.integers(0, 100))

@@ -150,7 +150,8 @@ def test_portable_scalar_kernel_says_so_and_computes(tmp_path, rng):
     seen = {}
     for target in ("portable", "native"):
         cache = Cache(str(tmp_path / target))
-        text = str(llvm.parse_bitcode(cache.lookup(read_module(cache, "sized", "cpu")["kernels"]["small"]).artifacts["bc"]))
+        key = read_module(cache, "sized", "cpu")["kernels"]["small"]
+        text = str(llvm.parse_bitcode(cache.lookup(key).artifacts["bc"]))
         seen[target] = ("O3, vectorisers: loop (3 ISA levels of scalar task code)" in text, "vector.body:" in text)
     assert seen == {"portable": (True, True), "native": (False, True)}
 
