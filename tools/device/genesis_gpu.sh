@@ -30,7 +30,8 @@
 # GENESIS_RUNS: the runs, in order (default "qdc prebuilt quadrants cpu vulkan"; "cpu vulkan" on a
 # machine without an NVIDIA GPU, e.g. on lavapipe). GENESIS_BACKEND: Genesis's backend of the qdc,
 # quadrants and prebuilt runs (default cuda; cpu checks those runs on a machine without a GPU).
-# PYTHON: the interpreter (default python3). GENESIS_DEADLINE: the seconds in all (470).
+# GENESIS_SCENES: the scenes, in order (default "box franka"). PYTHON: the interpreter (default
+# python3). GENESIS_DEADLINE: the seconds in all (470).
 #
 # Stand-ins, for this harness only: Genesis imports these packages at module level, but these scenes
 # never call them (a profile of every call into third-party modules while building and stepping both
@@ -47,6 +48,7 @@ pack="${1:-.gen}"
 out="${OUT:-/tmp/genesis-gpu}"
 py="${PYTHON:-python3}"
 runs="${GENESIS_RUNS-qdc prebuilt quadrants cpu vulkan}"
+scenes="${GENESIS_SCENES:-box franka}"
 gpu="${GENESIS_BACKEND:-cuda}"
 deadline=$(( $(date +%s) + ${GENESIS_DEADLINE:-470} ))
 mkdir -p "$out" && out=$(cd "$out" && pwd)
@@ -227,14 +229,14 @@ vulkan_runs() {
 reference=""
 if wanted cpu; then
     (runlog="$out/genesis-cpu.log"
-     for scene in box franka; do
+     for scene in $scenes; do
          rm -rf "/tmp/gq-cpu-$scene"; run cpu-reference $scene "/tmp/gq-cpu-$scene" 300 --qdc --backend cpu
      done) &
     reference=$!
 fi
 for what in $runs; do
     [ "$what" = cpu ] && continue
-    for scene in box franka; do "${what}_runs" $scene; done
+    for scene in $scenes; do "${what}_runs" $scene; done
 done
 [ -n "$reference" ] && wait "$reference"
 say "done at $(date -u '+%H:%M UTC'), load $(cut -d' ' -f1-3 /proc/loadavg)"
