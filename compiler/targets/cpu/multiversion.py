@@ -21,7 +21,7 @@ from llvmlite import ir as ll
 
 from qdc.runtime.contract.entry_points import CPU_LEVEL_SETTER
 
-from ..llvm.llvm_text import global_text
+from ..llvm.llvm_text import global_text, module_text
 from .isa_levels import LEVEL_SENSITIVE, OPTIMISED_ALIKE_UNLESS, CpuLevel
 
 LEVEL_VARIABLE = "qdc_cpu_level"  # internal: written only through CPU_LEVEL_SETTER
@@ -74,7 +74,7 @@ def multiversioned_ir(module: ll.Module, task_bodies: list[str], levels: tuple[C
             source = overrides.get((name, i))
             text = printed[name] if source is None else printed[source].replace(f'@"{source}"', f'@"{name}"', 1)
             copies.append(_level_copy(defined[name], text, i, level, renamed, features(source or name, level)))
-    return "\n".join([_module_text(module, body), _level_variable(), *copies])
+    return "\n".join([module_text(module, body), _level_variable(), *copies])
 
 
 def _alike_levels(printed: dict, task_bodies: list[str], shared: list[str], levels: tuple[CpuLevel, ...],
@@ -188,15 +188,6 @@ def _least_fixpoint(definitions: dict, rule) -> set:
                 found.add(name)
                 changed = True
     return found
-
-
-def _module_text(module: ll.Module, body: list[str]) -> str:
-    """The text `str(module)` gives, with `body` for its globals' own text (llvmlite's
-    Module.__repr__: header, identified types, globals, metadata)."""
-    lines = [f'; ModuleID = "{module.name}"', f'target triple = "{module.triple}"',
-             f'target datalayout = "{module.data_layout}"', ""]
-    lines += [t.get_declaration() for t in module.get_identified_types().values()]
-    return "\n".join(lines + body + module._get_metadata_lines())
 
 
 def _level_copy(fn: ll.Function, text: str, i: int, level: CpuLevel, renamed: list[str], features: str) -> str:

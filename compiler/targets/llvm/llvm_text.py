@@ -14,12 +14,13 @@ from llvmlite import ir as ll
 from llvmlite.ir import instructions as li
 
 
-def module_text(module: ll.Module) -> str:
-    """`str(module)`: header, identified types, globals, metadata (llvmlite's Module.__repr__)."""
+def module_text(module: ll.Module, globals_text: list[str] | None = None) -> str:
+    """`str(module)`: header, identified types, globals, metadata (llvmlite's Module.__repr__);
+    `globals_text`: what stands for the globals' own text (default: each one's `global_text`)."""
     lines = [f'; ModuleID = "{module.name}"', f'target triple = "{module.triple}"',
              f'target datalayout = "{module.data_layout}"', ""]
     lines += [t.get_declaration() for t in module.get_identified_types().values()]
-    lines += [global_text(value) for value in module.globals.values()]
+    lines += [global_text(value) for value in module.globals.values()] if globals_text is None else globals_text
     lines += module._get_metadata_lines()
     return "\n".join(lines)
 
