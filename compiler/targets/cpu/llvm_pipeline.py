@@ -56,9 +56,11 @@ class Pipeline:
 
 
 def _sizes(module: ll.Module) -> list:
-    """(instructions, function) of each function of `module` that LLVM optimises (not `optnone`)."""
-    return [(sum(len(block.instructions) for block in fn.blocks), fn) for fn in module.functions
-            if "optnone" not in fn.attributes]
+    """(instructions, function) of each function of `module` that LLVM optimises (not `optnone`):
+    those it has and those the lowering did not emit twice in a block (llvm_ir._Env.in_block),
+    which LLVM's first passes would merge: the size this module's thresholds were measured with."""
+    return [(sum(len(block.instructions) for block in fn.blocks) + getattr(fn, "unemitted_instructions", 0), fn)
+            for fn in module.functions if "optnone" not in fn.attributes]
 
 
 def largest_function(module: ll.Module) -> int:
