@@ -5,7 +5,9 @@ functions, computes what it computed in one (and what plain Python computes), bu
 bytes on one thread and two, and shows its outlined functions in `qdc inspect --llvm`; small
 bodies and regions that leave a loop around them are not outlined."""
 import importlib.util
+import os
 import re
+import sys
 import textwrap
 import types
 
@@ -20,64 +22,13 @@ from qdc.compiler.targets.cpu import codegen, module_split
 from qdc.compiler.targets.cpu.target import TARGET as CPU
 from qdc.compiler.targets.cpu.widen_plan import SCALAR_SWITCH
 from qdc.compiler.targets.llvm import llvm_outline
-from qdc.runtime.cache import Cache, read_module
 from qdc.runtime.loader import load
 
 from remote_util import qdc
 
-
-def _stage(s: int) -> str:
-    """One step of the generated kernel: branches on integers only (i, k), so that float32 and
-    Python's floats take the same paths."""
-    return f'''
-            if (i + k) % {2 + s % 5} == {s % 2}:
-                t = acc * 0.5 + x[i] * {0.1 * (s % 7 + 1):.3f}
-                for j in range({2 + s % 3}):
-                    v[(k + j) % 3] = v[(k + j) % 3] * 0.5 + t
-                    if j + k > {5 + s % 4}:
-                        break
-                acc = acc * 0.25 + v[({s} + k) % 3]
-                k += 1
-            else:
-                acc = acc - {0.01 * (s % 10):.3f}
-                k += 2
-            if k > 40:
-                k = k - 37'''
-
-
-def _source(groups: int = 4, stages: int = 8) -> str:
-    """A kernel whose task body has `groups` serial loops of `stages` steps (~50 statements each),
-    an atomic sum, a `while` loop and a `continue` of the task's loop inside a large `if`."""
-    body = []
-    for g in range(groups):
-        body.append(f"        for r{g} in range({1 + g % 2}):")
-        body += [_stage(g * stages + s) for s in range(stages)]
-        body.append(textwrap.indent(textwrap.dedent(f'''
-            m = 0
-            while m < {1 + g}:
-                m += 1
-                acc = acc + 0.125
-            total[0] += acc'''), "    " * 2))
-    guarded = "\n".join(_stage(100 + s) for s in range(stages))
-    return textwrap.dedent('''
-        import qdc as qd
-
-        F = qd.types.ndarray(dtype=qd.f32, ndim=1)
-
-
-        @qd.kernel
-        def huge(x: F, y: F, total: F):
-            for i in range(x.shape[0]):
-                acc = 0.0
-                k = 0
-                v = qd.Vector([0.0, 0.0, 0.0])
-        ''') + "\n".join(body) + textwrap.indent(textwrap.dedent(f'''
-        if x[i] > -100.0:
-            {textwrap.indent(textwrap.dedent(guarded), "    " * 3).strip()}
-            if k == 1000:
-                continue
-        y[i] = acc + v[0] + v[1] * 2.0 + v[2] * 3.0 + k
-        '''), "    " * 2)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))), "bench"))
+from bench_outline import huge_kernel_source  # noqa: E402  (the benchmark's kernel)
 
 
 def _reference(source: str, x: np.ndarray):
@@ -94,9 +45,18 @@ def _reference(source: str, x: np.ndarray):
 @pytest.fixture
 def huge_source(tmp_path, monkeypatch):
     monkeypatch.setenv(SCALAR_SWITCH, "0")  # the scalar chunk (a width-W one is not outlined)
-    source = _source()
+    source = huge_kernel_source()
     (tmp_path / "huge_src.py").write_text(source)
     return source
+
+
+def _compiled(tmp_path, module_name: str, kernel: str):
+    """The compiled kernel `kernel` of tmp_path/<module_name>.py."""
+    spec = importlib.util.spec_from_file_location(module_name, tmp_path / f"{module_name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    k = getattr(module, kernel)._primal
+    return K.compile_kernel(k.fn, k.params, Options())
 
 
 def _build(tmp_path, name: str) -> str:
@@ -105,11 +65,6 @@ def _build(tmp_path, name: str) -> str:
                              log=lambda text: None)
     assert report.ok and report.built == 1, report.errors
     return cache
-
-
-def _library(cache: str) -> bytes:
-    entry = Cache(cache).lookup(read_module(Cache(cache), "huge_src", "cpu")["kernels"]["huge"])
-    return entry.artifacts["so"]
 
 
 def test_a_huge_body_outlined_computes_what_it_did_whole(tmp_path, huge_source, monkeypatch, rng):
@@ -132,15 +87,12 @@ def test_a_huge_body_outlined_computes_what_it_did_whole(tmp_path, huge_source, 
     np.testing.assert_array_equal(results[0], results[1])  # the same operations, whatever the functions
 
 
-def test_outlined_regions_build_the_same_bytes_on_one_thread_and_two(tmp_path, huge_source, monkeypatch):
+@pytest.mark.parametrize("cpu_target", ["native", "portable"])  # portable: the regions' level copies too
+def test_outlined_regions_build_the_same_bytes_on_one_thread_and_two(tmp_path, huge_source, monkeypatch, cpu_target):
     monkeypatch.setattr(module_split, "MIN_PART_LINES", 300)  # parts for this kernel's size
-    spec = importlib.util.spec_from_file_location("huge_src", tmp_path / "huge_src.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    k = module.huge._primal
-    compiled = K.compile_kernel(k.fn, k.params, Options())
+    compiled = _compiled(tmp_path, "huge_src", "huge")
     from qdc.compiler.targets.cpu.platforms import cpu_levels, host_platform
-    levels = cpu_levels("native", host_platform())
+    levels = cpu_levels(cpu_target, host_platform())
     bodies = [task.task_name + "_chunk" for task in compiled.ir.tasks]
     text = codegen._generated(compiled.ir, compiled.meta, False, CPU, host_platform(), levels, bodies, 3)[2]
     parts, shared = module_split.split_module(text)
@@ -150,18 +102,14 @@ def test_outlined_regions_build_the_same_bytes_on_one_thread_and_two(tmp_path, h
     built = []
     for threads in (1, 2):
         with compile_threads.limited_threads(threads):
-            built.append(codegen.compile_kernel(compiled.ir, compiled.meta, 3, target=CPU))
+            built.append(codegen.compile_kernel(compiled.ir, compiled.meta, 3, cpu_target=cpu_target, target=CPU))
     assert built[0] == built[1]
     linked = built[0]["ll"].decode()  # the parts linked back: the regions internal again
     assert re.search(r'^define internal [^@\n]*@"?huge_t0_range_chunk\.outlined1"?\(', linked, re.M)
 
 
 def test_only_huge_bodies_and_regions_that_stay_inside_are_outlined(tmp_path, huge_source):
-    spec = importlib.util.spec_from_file_location("huge_src", tmp_path / "huge_src.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    k = module.huge._primal
-    task = K.compile_kernel(k.fn, k.params, Options()).ir.tasks[0]
+    task = _compiled(tmp_path, "huge_src", "huge").ir.tasks[0]
     regions = llvm_outline.outlined_regions(task)
     assert len(regions) >= 4
     from qdc.compiler import ir
@@ -185,8 +133,4 @@ def test_only_huge_bodies_and_regions_that_stay_inside_are_outlined(tmp_path, hu
                     x[i] = x[i] * 0.5 + j
         ''')
     (tmp_path / "small_src.py").write_text(small)
-    spec = importlib.util.spec_from_file_location("small_src", tmp_path / "small_src.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    k = module.small._primal
-    assert llvm_outline.outlined_regions(K.compile_kernel(k.fn, k.params, Options()).ir.tasks[0]) == frozenset()
+    assert llvm_outline.outlined_regions(_compiled(tmp_path, "small_src", "small").ir.tasks[0]) == frozenset()
