@@ -28,10 +28,10 @@ def _stage(s: int) -> str:
             if (i + k) % {2 + s % 5} == {s % 2}:
                 t = acc * 0.5 + x[i] * {0.1 * (s % 7 + 1):.3f}
                 for j in range({2 + s % 3}):
-                    v[(k + j) % 3] = v[(k + j) % 3] * 0.5 + t
+                    v[(k + j) % 4] = v[(k + j) % 4] * 0.5 + t
                     if j + k > {5 + s % 4}:
                         break
-                acc = acc * 0.25 + v[({s} + k) % 3]
+                acc = acc * 0.25 + v[({s} + k) % 4]
                 k += 1
             else:
                 acc = acc - {0.01 * (s % 10):.3f}
@@ -65,13 +65,13 @@ def huge_kernel_source(groups: int = 4, stages: int = 8) -> str:
             for i in range(x.shape[0]):
                 acc = 0.0
                 k = 0
-                v = qd.Vector([0.0, 0.0, 0.0])
+                v = qd.Vector([0.0, 0.0, 0.0, 0.0])  # indexed at run time: a local array
         ''') + "\n".join(body) + textwrap.indent(textwrap.dedent(f'''
         if x[i] > -100.0:
             {textwrap.indent(textwrap.dedent(guarded), "    " * 3).strip()}
             if k == 1000:
                 continue
-        y[i] = acc + v[0] + v[1] * 2.0 + v[2] * 3.0 + k
+        y[i] = acc + v[0] + v[1] * 2.0 + v[2] * 3.0 + v[3] * 4.0 + k
         '''), "    " * 2)
 
 

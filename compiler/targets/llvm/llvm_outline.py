@@ -112,7 +112,8 @@ def emit_outlined(env, s: ir.Stmt) -> None:
         else:
             passed.append((value, lowered))
     alone = [env.alone] if env.alone is not None else []
-    params = [PTR] + [I1] * len(alone) + [v.type for _, v in passed] + [lltype(var.type) for var in variables]
+    params = [PTR] + [I1] * len(alone) + [PTR if isinstance(v.type, ll.PointerType) else v.type for _, v in passed] \
+        + [lltype(var.type) for var in variables]
     result = ll.LiteralStructType([lltype(var.type) for var in written]) if written else VOID
     fn = ll.Function(module, ll.FunctionType(result, params), name=f"{root}{INFIX}{number}")
     fn.linkage = "internal"

@@ -95,6 +95,10 @@ def test_outlined_regions_build_the_same_bytes_on_one_thread_and_two(tmp_path, h
     levels = cpu_levels(cpu_target, host_platform())
     bodies = [task.task_name + "_chunk" for task in compiled.ir.tasks]
     text = codegen._generated(compiled.ir, compiled.meta, False, CPU, host_platform(), levels, bodies, 3)[2]
+    signatures = re.findall(r'^define internal (.*@"huge_t0_range_chunk\.outlined\d+".*)$', text, re.M)
+    # the ctx and the local array `v` by pointer, the chunk's `alone` flag, the variables `acc`
+    # and `k` by value and back as the result
+    assert signatures and all(s.count("ptr noalias") == 2 and " i1 " in s and s.startswith("{") for s in signatures)
     parts, shared = module_split.split_module(text)
     defining = [set(re.findall(r'^define hidden [^@\n]*@"?([-\w.]+\.outlined\d+)"?\(', part, re.M)) for part in parts]
     assert sum(bool(d) for d in defining) >= 2  # the regions are dealt to several parts
