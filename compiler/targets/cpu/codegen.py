@@ -33,6 +33,7 @@ from .llvm_pipeline import (Pipeline, choose as choose_pipeline, largest_functio
                             scalar_levels_without_slp)
 from .platforms import cpu_levels, cpu_platforms, host_platform, optimised_with
 from .retarget import declared_functions, retargeted
+from ..llvm.llvm_artifacts import LlvmArtifacts
 from ..llvm.llvm_ir import ModuleBuilder
 from ..llvm.llvm_text import module_text
 from ..llvm.llvm_types import I1, I32, I64, PTR, VOID
@@ -331,12 +332,13 @@ def compile_kernel(kernel: ir.KernelIR, meta: KernelMeta, opt_level: int = 3, fa
     one shared library (the platform's artifact kind: "so" for x86_64 Linux) holding code for
     every level of `cpu_target` (multiversion.py: the runtime picks the level at load), the
     records of the libraries' levels ("cpu_libraries", for KernelMeta.cpu_libraries), and the
-    optimised textual LLVM IR and bitcode of the first platform (the host's when built).
+    optimised LLVM bitcode of the first platform (the host's when built), its text ("ll") made
+    when asked for (llvm_artifacts.py).
     A platform whose library another one's optimised IR makes (platforms.optimised_with) is
     not generated and optimised again (retarget.py).
     `keep_assembly` adds the assembly of each level's task bodies as "asm:<level>" (other
     platforms than the first: "asm:<platform>:<level>"; for tests)."""
-    out = {"cpu_libraries": [], "cpu_tasks": {}}
+    out = LlvmArtifacts(cpu_libraries=[], cpu_tasks={})
     chosen = cpu_platforms(cpu_targets)
     sources = {optimised_with(platform, cpu_target, chosen)[0] for platform in chosen} - {None}
     optimised = {}  # platform name -> (its levels, optimised IR text, its generated IR's calls, LLVM options)
@@ -354,11 +356,13 @@ def compile_kernel(kernel: ir.KernelIR, meta: KernelMeta, opt_level: int = 3, fa
             widened = any(choice.max_lanes > 1 for choice in module.widen_choices.values())
             options = small_module_options(largest, text, widened, platform.machine)
         wanted = n == 0 or platform.name in sources  # whether the optimised module itself is needed
+        keep_text = platform.name in sources  # and its text (another platform's retargeting)
         with _llvm_options(options):
             if module is not None:
                 split = split_module(text)
                 build = _build_whole if split is None else functools.partial(_build_parts, split)
-                built = build(text, opt_level, platform, levels, pipeline, task_bodies, alike, keep_assembly, wanted)
+                built = build(text, opt_level, platform, levels, pipeline, task_bodies, alike, keep_assembly, wanted,
+                              keep_text)
                 if platform.name in sources:
                     optimised[platform.name] = (levels, built.text, declared_functions(text), options)
             else:
@@ -368,7 +372,7 @@ def compile_kernel(kernel: ir.KernelIR, meta: KernelMeta, opt_level: int = 3, fa
                     built.assembly = tm.emit_assembly(retargeted_module)
             if n == 0:
                 with timings.phase("artifacts"):
-                    out["ll"], out["bc"] = (built.text or str(built.module)).encode(), built.module.as_bitcode()
+                    out["bc"] = built.module.as_bitcode()
         with timings.phase("linking"):
             library = link_shared_library(built.objects, platform, host=platform == host_platform())
         out[platform.artifact] = library
@@ -400,8 +404,9 @@ class _Built:
 
 
 def _build_whole(text: str, opt_level: int, platform: CpuPlatform, levels: tuple, pipeline: Pipeline,
-                 task_bodies: list, alike: dict, keep_assembly: bool, wanted: bool) -> _Built:
-    """The module of IR `text` parsed, optimised and emitted on this thread."""
+                 task_bodies: list, alike: dict, keep_assembly: bool, wanted: bool, keep_text: bool) -> _Built:
+    """The module of IR `text` parsed, optimised and emitted on this thread; its optimised text
+    where `keep_text`."""
     with timings.phase("LLVM parse"):
         # A context of its own: the shared one accumulates metadata kinds from earlier modules,
         # which the bitcode writer records, so the same kernel's bitcode (and a `qdc pack` bundle)
@@ -413,7 +418,7 @@ def _build_whole(text: str, opt_level: int, platform: CpuPlatform, levels: tuple
     if len(levels) > 1:
         with timings.phase("IR multiversioning"):
             mod, same, optimised_text = _without_equal_levels(mod, task_bodies, levels, alike, tm)
-    if wanted and optimised_text is None:
+    if keep_text and optimised_text is None:
         with timings.phase("artifacts"):
             optimised_text = str(mod)
     with timings.phase("object emission"):
@@ -422,11 +427,11 @@ def _build_whole(text: str, opt_level: int, platform: CpuPlatform, levels: tuple
 
 
 def _build_parts(split: tuple, text: str, opt_level: int, platform: CpuPlatform, levels: tuple, pipeline: Pipeline,
-                 task_bodies: list, alike: dict, keep_assembly: bool, wanted: bool) -> _Built:
+                 task_bodies: list, alike: dict, keep_assembly: bool, wanted: bool, keep_text: bool) -> _Built:
     """The module of IR `text`, cut into `split` (module_split.split_module), each part parsed,
     optimised and emitted on its own in parallel threads (parallel_llvm.py); where `wanted`,
-    the optimised parts linked back into one module (the "ll" and "bc" artifacts, another
-    platform's retargeting)."""
+    the optimised parts linked back into one module (the "bc" artifact, another platform's
+    retargeting), and its text where `keep_text`."""
     parts, shared_internal = split
     machine = _machine_of(platform, levels[0])
 
@@ -456,7 +461,7 @@ def _build_parts(split: tuple, text: str, opt_level: int, platform: CpuPlatform,
     if wanted:
         with timings.phase("artifacts"):
             combined = _linked([bitcode for _, bitcode, _, _ in results], shared_internal)
-            combined_text = str(combined)
+            combined_text = str(combined) if keep_text else None
     assembly = "".join(a for _, _, _, a in results) if keep_assembly else None
     return _Built(combined, [obj for obj, _, _, _ in results], combined_text, same, assembly)
 
