@@ -112,6 +112,11 @@ class KernelCodegen:
         b.ret_void()
         return fn
 
+    def outlined_regions(self, task: ir.Task) -> frozenset:
+        """The statements of `task`'s body lowered as functions of their own (`emit_outlined`,
+        the CPU's: llvm_outline.py); none by default."""
+        return frozenset()
+
     @staticmethod
     def task_cost(task: ir.Task) -> int:
         """A rough per-iteration cost (statements, inner loops weighted) used to decide threading
@@ -139,6 +144,7 @@ class KernelCodegen:
         fn.args[0].add_attribute("noalias")
         b = start_function(fn)
         env = _ChunkEnv(self, b, fn.args[0])
+        env.regions = self.outlined_regions(task)
         if task.kind == "serial":
             env.block(task.body)
             if not b.block.is_terminated:
@@ -314,6 +320,7 @@ class _Env(AdStackLowering, AtomicLowering, LocalArrayLowering, MessageLowering,
         self.carrying: dict = {}  # loop -> carries_state(loop), found only where math is lowered
         self.alone = None  # an i1: this thread runs alone (plain read-modify-writes); None: it may not
         self.values_block, self.block_values = None, {}  # in_block's values of the builder's block
+        self.regions = frozenset()  # statements lowered as a call (KernelCodegen.outlined_regions)
 
     def v(self, s):
         return self.vals[s]
@@ -410,6 +417,8 @@ class _Env(AdStackLowering, AtomicLowering, LocalArrayLowering, MessageLowering,
     def stmt(self, s: ir.Stmt):
         """Lowers `s`; what goes wrong is a QdcCompileError at its line (or its nearest located
         enclosing statement's), naming it."""
+        if s in self.regions:
+            return self.cg.emit_outlined(self, s)
         r = lower_statement(self, self.cg.k, s, self.lower_stmt, "generating code")
         if r is not None:
             self.vals[s] = r
