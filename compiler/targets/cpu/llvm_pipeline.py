@@ -59,13 +59,15 @@ def _sizes(module: ll.Module) -> list:
     """(instructions, [function names]) of each function of `module` that LLVM optimises (not
     `optnone`), a task body with the regions outlined from it (llvm/llvm_outline.py) as one: the
     pipeline is chosen by the task body as generated, so it is the same whether or not its
-    regions are outlined."""
+    regions are outlined. A function's instructions count those the lowering did not emit twice
+    in a block (llvm_ir._Env.in_block), which LLVM's first passes would merge: the size this
+    module's thresholds were measured with."""
     outlined = getattr(module, "outlined_regions", {})  # outlined function -> its task body
     sizes: dict = {}
     for fn in module.functions:
         if "optnone" not in fn.attributes:
             group = sizes.setdefault(outlined.get(fn.name, fn.name), [0, []])
-            group[0] += sum(len(block.instructions) for block in fn.blocks)
+            group[0] += sum(len(block.instructions) for block in fn.blocks) + getattr(fn, "unemitted_instructions", 0)
             group[1].append(fn.name)
     return [(size, names) for size, names in sizes.values()]
 
