@@ -167,16 +167,10 @@ def _interface(region: ir.Stmt, regions: dict) -> tuple[list, list, list]:
     def walk(stmts):
         for s in stmts:
             if s in regions and s is not region:  # outside it, what it defines is not seen
-                inner_values, inner_variables, inner_written = _interface(s, regions)
-                for o in inner_values:
-                    if o not in defined:
-                        values.setdefault(o, None)
-                for o in inner_variables:
-                    if o not in defined:
-                        variables.setdefault(o, None)
-                for o in inner_written:
-                    if o not in defined:
-                        written.setdefault(o, None)
+                for inner, found in zip(_interface(s, regions), (values, variables, written)):
+                    for o in inner:
+                        if o not in defined:
+                            found.setdefault(o, None)
                 continue
             for o in s.operands():
                 if o not in defined:
