@@ -19,8 +19,9 @@ a captured file (`optsize`, `!qdc.llvm_pipeline`) is taken out before each pipel
 `parts` builds each file as compile_kernel does (qdc's pipeline, as marked in the file), whole on
 this thread and cut into parts (cpu/module_split.py) on each number of `--threads`, in alternating
 rounds, and prints the wall and the process's CPU seconds of each (best of the rounds; CPU above
-wall: the threads overlapped), and whether the library's objects are the same bytes whatever the
-threads.
+wall: the threads overlapped), whether the library's objects are the same bytes whatever the
+threads, and each part's CPU seconds on one thread: the largest, and the wall time two idle cores
+would take at best (the parts dealt largest first), which a busy machine does not blur.
 """
 import argparse
 import hashlib
@@ -32,7 +33,7 @@ import time
 
 import llvmlite.binding as llvm
 
-from qdc.compiler.targets.cpu import codegen
+from qdc.compiler.targets.cpu import codegen, parallel_llvm
 from qdc.compiler.targets.cpu.llvm_pipeline import LARGE_FUNCTION, Pipeline
 
 
@@ -118,19 +119,30 @@ def time_parts(files: list, threads: list, rounds: int) -> None:
             print(f"{os.path.basename(path):<56} whole (below the parts' threshold)")
             continue
         how = [("whole", 1, lambda: codegen._build_whole(text, 3, host_platform(), levels, pipeline, [], {}, False,
-                                                          True))]
+                                                          True, False))]
         how += [(f"parts, {n} thread{'s' if n > 1 else ''}", n,
-                 lambda: codegen._build_parts(split, text, 3, host_platform(), levels, pipeline, [], {}, False, True))
+                 lambda: codegen._build_parts(split, text, 3, host_platform(), levels, pipeline, [], {}, False, True,
+                                              False))
                 for n in threads]
-        best, objects = {}, {}
+        best, objects, part_cpu = {}, {}, {}
+        run_parts = parallel_llvm.run_parts
+
+        def timed_parts(work, parts, sizes):  # each part's CPU seconds, on one thread
+            results, times = run_parts(work, parts, sizes)
+            for i, t in enumerate(times):
+                cpu = sum(step[1] for step in t.steps.values())
+                part_cpu[i] = min(part_cpu.get(i, cpu), cpu)
+            return results, times
         for _ in range(rounds):
             for name, n, build in how:
+                parallel_llvm.run_parts = timed_parts if n == 1 else run_parts
                 with limited_threads(n):
                     w, c = time.perf_counter(), time.process_time()
                     built = build()
                     wall, cpu = time.perf_counter() - w, time.process_time() - c
                 objects[name] = built.objects
                 best[name] = min(best.get(name, (wall, cpu)), (wall, cpu))
+        parallel_llvm.run_parts = run_parts
         same = len({tuple(objects[name]) for name, _, _ in how[1:]}) == 1
         print(f"{os.path.basename(path):<56} {len(split[0])} parts of "
               f"{', '.join(str(part.count(chr(10))) for part in split[0])} lines; objects the same bytes whatever "
@@ -138,6 +150,11 @@ def time_parts(files: list, threads: list, rounds: int) -> None:
         for name, _, _ in how:
             wall, cpu = best[name]
             print(f"    {name:<20} wall {wall:6.3f} s  CPU {cpu:6.3f} s", flush=True)
+        loads = [0.0, 0.0]  # the parts dealt largest first to the less loaded of two threads
+        for cpu in sorted(part_cpu.values(), reverse=True):
+            loads[loads.index(min(loads))] += cpu
+        print(f"    parts' CPU on one thread: largest {max(part_cpu.values()):.3f} of {sum(part_cpu.values()):.3f} s; "
+              f"on two idle cores at best {max(loads):.3f} s", flush=True)
 
 
 def main() -> None:

@@ -468,15 +468,15 @@ def _build_parts(split: tuple, text: str, opt_level: int, platform: CpuPlatform,
 
 def _linked(bitcodes: list[bytes], shared_internal: set) -> llvm.ModuleRef:
     """One module of the optimised parts' `bitcodes`, as the whole module would have been: the
-    globals the parts shared internal again."""
+    globals the parts shared (variables, outlined regions) internal again."""
     context = llvm.create_context()
     module = llvm.parse_bitcode(bitcodes[0], context)
     for data in bitcodes[1:]:
         module.link_in(llvm.parse_bitcode(data, context))
     for name in sorted(shared_internal):
-        variable = next((g for g in module.global_variables if g.name == name), None)
-        if variable is not None:
-            variable.linkage = "internal"
+        value = next((g for g in (*module.global_variables, *module.functions) if g.name == name), None)
+        if value is not None:
+            value.linkage = "internal"
     return module
 
 

@@ -56,13 +56,25 @@ class Pipeline:
 
 
 def _sizes(module: ll.Module) -> list:
-    """(instructions, function) of each function of `module` that LLVM optimises (not `optnone`)."""
-    return [(sum(len(block.instructions) for block in fn.blocks), fn) for fn in module.functions
-            if "optnone" not in fn.attributes]
+    """(instructions, [function names]) of each function of `module` that LLVM optimises (not
+    `optnone`), a task body with the regions outlined from it (llvm/llvm_outline.py) as one: the
+    pipeline is chosen by the task body as generated, so it is the same whether or not its
+    regions are outlined. A function's instructions count those the lowering did not emit twice
+    in a block (llvm_ir._Env.in_block), which LLVM's first passes would merge: the size this
+    module's thresholds were measured with."""
+    outlined = getattr(module, "outlined_regions", {})  # outlined function -> its task body
+    sizes: dict = {}
+    for fn in module.functions:
+        if "optnone" not in fn.attributes:
+            group = sizes.setdefault(outlined.get(fn.name, fn.name), [0, []])
+            group[0] += sum(len(block.instructions) for block in fn.blocks) + getattr(fn, "unemitted_instructions", 0)
+            group[1].append(fn.name)
+    return [(size, names) for size, names in sizes.values()]
 
 
 def largest_function(module: ll.Module) -> int:
-    """The most instructions of any function of `module` that LLVM optimises (not `optnone`)."""
+    """The most instructions of any function of `module` that LLVM optimises (not `optnone`; a
+    task body with its outlined regions)."""
     return max((size for size, _ in _sizes(module)), default=0)
 
 
@@ -70,10 +82,10 @@ def choose(module: ll.Module, opt_level: int, levels: int = 1, machine: str = "x
     """The pipeline for `module` at `opt_level` (qdc's `opt_level`, LLVM's speed level), a
     module of `levels` ISA levels of the `machine` family."""
     vectorise = opt_level >= 2
-    large = [(size, fn.name) for size, fn in _sizes(module) if size > LARGE_FUNCTION]
+    large = [(size, names) for size, names in _sizes(module) if size > LARGE_FUNCTION]
     if opt_level > 1 and large:
-        reason = f"largest function {max(large)[0]} > {LARGE_FUNCTION} instructions"
-        return Pipeline(1, False, False, reason, tuple(name for _, name in large))
+        reason = f"largest function {max(size for size, _ in large)} > {LARGE_FUNCTION} instructions"
+        return Pipeline(1, False, False, reason, tuple(name for _, names in large for name in names))
     if vectorise and scalar_levels_without_slp(module, levels, machine):
         return Pipeline(opt_level, True, False, f"{levels} ISA levels of scalar task code")
     return Pipeline(opt_level, vectorise, vectorise)

@@ -11,11 +11,17 @@ entry point, declared there; a mutable internal global that several parts use is
 constant is copied. The cut depends on the module's text alone, never on the number of threads:
 entry points are dealt largest first to the lightest part, the number of parts from the module's
 size, so a kernel builds the same bytes however many threads compile it.
+
+The regions outlined from a huge task body (llvm/llvm_outline.py: `<chunk>.outlined<N>` and
+their ISA levels' copies) are dealt like entry points, so that LLVM's work on one task body is
+spread over parts too: one is defined (hidden, as a shared global variable) in the part it is
+dealt to and declared in the parts that call it, and its internal callees go with it.
 """
 from __future__ import annotations
 
 import re
 
+from ..llvm.llvm_outline import INFIX as OUTLINED_INFIX
 from .multiversion import function_definitions
 
 # The fewest lines of IR of a part (an `optnone` function counts a tenth): a module of fewer than
@@ -30,6 +36,7 @@ MAX_PARTS = 8
 _REFERENCE = re.compile(r'@"?([-\w.$]+)"?')
 _GLOBAL = re.compile(r'@"?([-\w.$]+)"? = ')
 _LINKAGE = re.compile(r'^(@"?[-\w.$]+"? = )(internal |private )?')
+_OUTLINED = re.compile(re.escape(OUTLINED_INFIX) + r"\d+(\.l\d+)?$")
 
 
 class _Module:
@@ -59,12 +66,15 @@ class _Module:
                 self.understood = False  # something this cut does not know how to share: not cut
         self.internal = {name for name, definition in self.definitions.items()
                          if re.match(r"define (internal|private) ", definition)}
+        # outlined regions: internal, but dealt as entry points are (module docstring)
+        self.outlined = {name for name in self.internal if _OUTLINED.search(name)}
+        self.internal -= self.outlined
         self.references = {name: set(_REFERENCE.findall(definition)) - {name}
                            for name, definition in self.definitions.items()}
 
 
 def split_module(text: str) -> tuple[list[str], set] | None:
-    """(the parts' texts, the internal global variables they share, hidden now): the module
+    """(the parts' texts, the internal globals they share, hidden now): the module
     `text` cut into parts (see the module docstring); None where it stays whole (too small, one
     entry point, or something it cannot share)."""
     if text.count("\n") < 2 * MIN_PART_LINES:
@@ -98,7 +108,8 @@ def split_module(text: str) -> tuple[list[str], set] | None:
     uses = [_uses(module, m) for m in members]
     shared_internal = {name for name, line in module.globals.items()
                        if _LINKAGE.match(line).group(2) and not _constant(line) and sum(name in u for u in uses) > 1}
-    return [_part_text(module, members, uses, shared_internal, p) for p in range(len(parts))], shared_internal
+    return ([_part_text(module, members, uses, shared_internal, p) for p in range(len(parts))],
+            shared_internal | module.outlined)
 
 
 def _weight(definition: str) -> int:
@@ -145,9 +156,9 @@ def _part_text(module: _Module, members: list[set], uses: list[set], shared_inte
             out.append(_global_in_part(line, p, owner, name in shared_internal))
     for name, definition in module.definitions.items():
         if name in members[p]:
-            out.append(definition)
+            out.append(_hidden(definition) if name in module.outlined else definition)
         elif name in uses[p] and name not in module.internal:
-            out.append(_declaration(definition))
+            out.append(_declaration(_hidden(definition) if name in module.outlined else definition))
     if p == 0:
         out += module.named_metadata
     return "\n".join(out) + "\n"
@@ -197,6 +208,11 @@ def _leading_type(text: str) -> str:
         elif ch == " " and depth == 0:
             return text[:i]
     return text
+
+
+def _hidden(definition: str) -> str:
+    """The internal function `definition` made a hidden one, which other parts may call."""
+    return re.sub(r"^define (internal|private) ", "define hidden ", definition, count=1)
 
 
 def _declaration(definition: str) -> str:

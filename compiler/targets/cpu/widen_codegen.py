@@ -14,6 +14,7 @@ from __future__ import annotations
 from ... import ir, timings
 from ...ir.adstack import AdStackAlloca
 from ..llvm.llvm_ir import KernelCodegen
+from ..llvm.llvm_outline import emit_outlined, outlined_regions
 from .isa_levels import CpuLevel
 from .widen import emit_wide_chunk
 from .widen_plan import WidenPlan, level_lanes, own_updates, plan
@@ -122,6 +123,11 @@ class CpuKernelCodegen(KernelCodegen):
         self.choices = choices
         self.overrides: dict = {}
         self.gathering_chunks: set = set()  # width-W chunks compiled with gathering_chunk_features
+
+    # A huge scalar task body's large regions are functions of their own, which the module's
+    # parts compile in parallel (llvm_outline.py, cpu/module_split.py).
+    outlined_regions = staticmethod(outlined_regions)
+    emit_outlined = staticmethod(emit_outlined)
 
     def emit_chunk(self, task: ir.Task):
         choice = self.choices.get(task)

@@ -112,6 +112,11 @@ class KernelCodegen:
         b.ret_void()
         return fn
 
+    def outlined_regions(self, task: ir.Task) -> frozenset:
+        """The statements of `task`'s body lowered as functions of their own (`emit_outlined`,
+        the CPU's: llvm_outline.py); none by default."""
+        return frozenset()
+
     @staticmethod
     def task_cost(task: ir.Task) -> int:
         """A rough per-iteration cost (statements, inner loops weighted) used to decide threading
@@ -139,6 +144,7 @@ class KernelCodegen:
         fn.args[0].add_attribute("noalias")
         b = start_function(fn)
         env = _ChunkEnv(self, b, fn.args[0])
+        env.regions = self.outlined_regions(task)
         if task.kind == "serial":
             env.block(task.body)
             if not b.block.is_terminated:
@@ -313,13 +319,44 @@ class _Env(AdStackLowering, AtomicLowering, LocalArrayLowering, MessageLowering,
         self.enclosing_loops: list = []  # the loops around the statement being lowered, outermost first
         self.carrying: dict = {}  # loop -> carries_state(loop), found only where math is lowered
         self.alone = None  # an i1: this thread runs alone (plain read-modify-writes); None: it may not
+        self.values_block, self.block_values = None, {}  # in_block's values of the builder's block
+        self.regions = frozenset()  # statements lowered as a call (KernelCodegen.outlined_regions)
 
     def v(self, s):
         return self.vals[s]
 
     def ctx_word(self, slot: int, typ):
-        p = self.b.gep(self.ctx, [ll.Constant(I64, slot)], source_etype=I64)
-        return self.b.load(p, typ=typ)
+        """Word `slot` of the ctx as a `typ`, read once per block: the ctx does not change while
+        a kernel runs, and a kernel's field and ndarray accesses read their base pointers and
+        extents over and over (a third of a large kernel's instructions)."""
+        return self.in_block(("ctx", slot, str(typ)), lambda: self.b.load(
+            self.b.gep(self.ctx, [ll.Constant(I64, slot)], source_etype=I64), typ=typ))
+
+    def in_block(self, key, make):
+        """The value `make()` emits, emitted once per block for `key` (which names its operands:
+        an llvmlite value by its id), and the same value again later in the block: a value that
+        only depends on its operands (a ctx word, an index widened to 64 bits). LLVM merges the
+        copies anyway (EarlyCSE: the same code after it), but each copy is generated, printed and
+        parsed first. The instructions a reuse saves are counted (`count_unemitted`)."""
+        block = self.b.block
+        if block is not self.values_block:
+            self.values_block, self.block_values = block, {}
+        known = self.block_values.get(key)
+        if known is not None:
+            self.count_unemitted(known[1])
+            return known[0]
+        emitted = len(block.instructions)
+        value = make()
+        self.block_values[key] = (value, len(block.instructions) - emitted)
+        return value
+
+    def count_unemitted(self, instructions: int) -> None:
+        """Count `instructions` that the function would have had without a value's reuse or
+        folding, in `unemitted_instructions` of the function (llvm_pipeline's size of a function
+        is the one its thresholds were measured with, so a kernel builds with the same pipeline
+        and the same bytes)."""
+        fn = self.b.function
+        fn.unemitted_instructions = getattr(fn, "unemitted_instructions", 0) + instructions
 
     def entry_alloca(self, typ, name=""):
         """Allocas go in the function's entry block (so mem2reg promotes them), which holds
@@ -380,6 +417,8 @@ class _Env(AdStackLowering, AtomicLowering, LocalArrayLowering, MessageLowering,
     def stmt(self, s: ir.Stmt):
         """Lowers `s`; what goes wrong is a QdcCompileError at its line (or its nearest located
         enclosing statement's), naming it."""
+        if s in self.regions:
+            return self.cg.emit_outlined(self, s)
         r = lower_statement(self, self.cg.k, s, self.lower_stmt, "generating code")
         if r is not None:
             self.vals[s] = r
@@ -650,8 +689,13 @@ class _Env(AdStackLowering, AtomicLowering, LocalArrayLowering, MessageLowering,
         indices = []
         for idx, dim in zip(s.indices, dims):
             i = self.v(idx)
-            i = b.sext(i, I64) if idx.type.bits < 64 and idx.type.kind == "int" else \
-                (b.zext(i, I64) if i.type.width < 64 else i)
+            if i.type.width < 64:
+                if isinstance(i, ll.Constant):
+                    i = _widened(i, idx.type.kind == "int")
+                    self.count_unemitted(1)
+                else:
+                    i = self.in_block(("index", id(i)), lambda: b.sext(i, I64) if idx.type.kind == "int"
+                                      else b.zext(i, I64))
             indices.append(i)
             linear = i if linear is None else b.add(b.mul(linear, dim, flags=("nsw",)), i, flags=("nsw",))
         if linear is None:
@@ -800,6 +844,14 @@ class _SpacedAlloca(ll.instructions.AllocaInstr):
     def descr(self, buf):
         super().descr(buf)
         buf.append(f", addrspace({self.space})")
+
+
+def _widened(c: ll.Constant, signed: bool) -> ll.Constant:
+    """The i64 constant that sign- (`signed`) or zero-extends the integer constant `c`, as LLVM
+    would fold the extension."""
+    bits = c.type.width
+    value = int(c.constant) % (1 << bits)
+    return ll.Constant(I64, value - (1 << bits) if signed and value >> (bits - 1) else value)
 
 
 def convert(b: ll.IRBuilder, mb: ModuleBuilder, v, src: T.DataType, dst: T.DataType):
