@@ -698,11 +698,35 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
         elif is_value:
             with self.at(value_node):
                 v = self.values.materialize(self.scalar(value, target))
+            if self.binds_once(name) and self.binds_value(v):
+                self.frame.scopes[-1][name] = v
+                return
             var = self.new_local(v.type, name)
             self.emit(ir.LocalStore(var, v))
             self.frame.scopes[-1][name] = var
         else:  # a compile-time object (field, ndarray, tuple, function): bind the name to it
             self.frame.scopes[-1][name] = value
+
+    def binds_once(self, name: str, parameter: bool = False) -> bool:
+        """Whether `name`, which the current function assigns (or, a `parameter`, never
+        assigns), may be bound to its value, not made a variable (SourceInfo.value_names): it is
+        assigned by one statement run once per call (not in a qd.static loop's unrolled body),
+        and the calls it is passed to take their arguments by value (passes_by_value)."""
+        once, parameters, passed = self.frame.src.value_names
+        if name not in (parameters if parameter else once) or (not parameter and "static" in self.frame.loops):
+            return False
+        return all(self.passes_by_value(callee) for callee in passed.get(name, ()))
+
+    def binds_value(self, value, dtype: T.DataType | None = None) -> bool:
+        """Whether `value` (a scalar or a vector, of `dtype` if given) may be what a name is
+        bound to instead of a variable: store forwarding would give every read of the variable
+        that value, so only the variable's dead stores are saved. Not a constant or an ndarray
+        shape: some lowering decides on them seen directly (a range from 0, a cast folded),
+        and reads through a variable would not see them so."""
+        components = value.components if isinstance(value, VectorValue) else [value]
+        return all(isinstance(c, ir.Stmt) and not isinstance(c, (ir.Const, ir.NdarrayShape))
+                   and (dtype is None or c.type is dtype) for c in components) and \
+            (dtype is not None or len({c.type for c in components}) == 1)
 
     def binding_scope(self, name: str) -> Scope | None:
         for scope in reversed(self.frame.scopes):

@@ -8,6 +8,7 @@ import ast
 import builtins
 import difflib
 import inspect
+import types
 import weakref
 
 import numpy as np
@@ -450,14 +451,17 @@ class CallLowering:
                 if name in aliases:  # a qd.template() parameter names the caller's variable itself
                     frame.scopes[0][name] = aliases[name]
                     continue
-                if is_runtime(value):  # pass by value: the func gets its own copy
+                if self.binds_once(name, parameter=True) and self.binds_value(value):
+                    pass  # read only: bound to the argument's value
+                elif is_runtime(value):  # pass by value: the func gets its own copy
                     var = self.new_local(value.type, name)
                     self.emit(ir.LocalStore(var, value))
                     value = var
                 elif isinstance(value, VectorValue):
                     mtype = matrix_types[name]
                     dtype = mtype and mtype.element_dtype(self.values.default_ip, self.values.default_fp)
-                    value = self.new_vector_var(value, name, dtype)
+                    if not (self.binds_once(name, parameter=True) and self.binds_value(value, dtype)):
+                        value = self.new_vector_var(value, name, dtype)
                 elif isinstance(value, StructValue):
                     value = self.new_struct_var(value, name)
                 frame.scopes[0][name] = value
@@ -466,6 +470,43 @@ class CallLowering:
             return self.convert_func_result(func.fn, result, frame.returns[-1][2] if frame.returns else src.fn_def)
         finally:
             self.frames.pop()
+
+    def passes_by_value(self, callee_node) -> bool:
+        """Whether the call named by `callee_node` (a name or a module's attribute) surely takes
+        a variable passed to it by name as a value: a math, vector or type function, or a
+        qd.func without qd.template() parameters. Not an atomic operation or a qd.template()
+        parameter (they write the variable itself), nor anything not known before the call."""
+        callee = self.known_callee(callee_node)
+        if callee is None:
+            return False
+        callee = _SCOPE_BUILTINS.get(callee, callee) if _hashable(callee) else callee
+        if isinstance(callee, (M.MatrixType, T.DataType)) or any(callee is b for b in _BUILTINS):
+            return True
+        if _hashable(callee) and (callee in MATH_FUNCTIONS or lang.INTRINSICS.get(callee, ("",))[0] in _BY_VALUE):
+            return True
+        if isinstance(callee, lang.Func) or _plain_function(callee):
+            func = callee if isinstance(callee, lang.Func) else _as_func(callee)
+            return not any(lang.is_template_annotation(self.parameter_annotation(func, p))
+                           for p in self.signature(func.fn).parameters)
+        return False
+
+    def known_callee(self, node):
+        """What `node` names now, found without emitting anything: a name not assigned in the
+        current function (its scopes, closure, globals, builtins), an attribute of a module or
+        class so found; None for anything else."""
+        if isinstance(node, ast.Attribute):
+            base = self.known_callee(node.value)
+            return unwrap(getattr(base, node.attr, None)) if isinstance(base, (type, types.ModuleType)) else None
+        if not isinstance(node, ast.Name) or node.id in self.frame.src.value_names[0] \
+                or node.id in self.frame.src.assigned_names:
+            return None
+        for scope in reversed(self.frame.scopes):
+            if node.id in scope:
+                return unwrap(scope[node.id])
+        for space in (self.frame.closure, self.frame.globals, vars(builtins)):
+            if node.id in space:
+                return unwrap(space[node.id])
+        return None
 
     def parameter_annotation(self, func: lang.Func, name: str):
         """The annotation of parameter `name` of `func` (None where it has none or it cannot be
@@ -599,6 +640,7 @@ _LOOP_CONFIG_KEYS_TEXT = ", ".join(f"{k}=" for k in LOOP_CONFIG_KEYS)
 _MAX_LOOP_CONFIG_INT = 1 << 16  # threads of a block, or of a CPU loop
 # Python-scope versions of builtins (element-wise on qd.Matrix values); in kernels, the builtins
 _SCOPE_BUILTINS = {lang.min: builtins.min, lang.max: builtins.max}
+_BY_VALUE = ("unary", "binary", "select", "cast")  # kinds of intrinsics that only read their arguments
 _MATRIX_HELPERS = {M.Matrix.identity: "identity", M.Matrix.diag: "diag", M.Matrix.zero: "zero",
                    M.Matrix.one: "one", M.Matrix.rows: "rows", M.Matrix.cols: "cols",
                    M.Vector.zero: "zero", M.Vector.one: "one", M.Vector.unit: "unit"}

@@ -49,6 +49,42 @@ class SourceInfo:
         return frozenset(n.id for n in ast.walk(self.fn_def)
                          if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))
 
+    @functools.cached_property
+    def value_names(self) -> tuple[frozenset, frozenset, dict]:
+        """(the names assigned by one statement, the parameters assigned by none, {name: the
+        callee expressions of the calls it is passed to by name}) of the body the front end
+        lowers: names the front end may bind to their values instead of local variables. Left
+        out: names stored through (`v[0] = x`, `s.a = x`, `v.fill(x)`) or indexed other than by
+        a constant or a qd.static loop's variable (a run-time index into a vector local reads it
+        as a local array). A `for` target, an augmented assignment or a second assignment each
+        count as a statement that assigns; whether a callee may write what it is passed (a
+        qd.template() parameter, an atomic operation), or a qd.static loop unrolls an assignment,
+        is the front end's to tell (FrontEnd.binds_once)."""
+        counts: dict = {}
+        excluded, passed = set(), {}
+        body = ast.Module(body=self.func_body, type_ignores=[])
+        static_names = {n.id for loop in ast.walk(body) if isinstance(loop, ast.For) and _is_static_call(loop.iter)
+                        for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
+        for n in ast.walk(body):
+            if isinstance(n, ast.Name):
+                if not isinstance(n.ctx, ast.Load):
+                    counts[n.id] = counts.get(n.id, 0) + 1
+            elif isinstance(n, (ast.Subscript, ast.Attribute)) and not isinstance(n.ctx, ast.Load):
+                excluded.add(_root_name(n))
+            elif isinstance(n, ast.Call):
+                for a in [*n.args, *(k.value for k in n.keywords)]:
+                    if isinstance(a, ast.Name):
+                        passed.setdefault(a.id, []).append(n.func)
+                if isinstance(n.func, ast.Attribute) and n.func.attr == "fill":
+                    excluded.add(_root_name(n.func.value))
+            if isinstance(n, ast.Subscript) and not _is_fixed_index(n.slice, static_names):
+                excluded.add(_root_name(n))
+        once = frozenset(name for name, count in counts.items() if count == 1 and name not in excluded)
+        a = self.fn_def.args
+        params = frozenset(p.arg for p in [*a.posonlyargs, *a.args, *a.kwonlyargs]
+                           if p.arg not in counts and p.arg not in excluded)
+        return once, params, passed
+
     @property
     def func_body(self) -> list[ast.stmt]:
         """The body of a qd.func with early returns rewritten into tail returns (computed once)."""
@@ -162,6 +198,29 @@ _TAIL_MARK = "_qdc_tail_return"
 
 def is_tail_return(node: ast.Return) -> bool:
     return getattr(node, _TAIL_MARK, False)
+
+
+def _root_name(node) -> str | None:
+    while isinstance(node, (ast.Subscript, ast.Attribute)):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _is_static_call(node) -> bool:
+    """`qd.static(...)` (any module's `static`, or a bare `static`)."""
+    if not isinstance(node, ast.Call):
+        return False
+    f = node.func
+    return (isinstance(f, ast.Attribute) and f.attr == "static") or (isinstance(f, ast.Name) and f.id == "static")
+
+
+def _is_fixed_index(node, static_names: set) -> bool:
+    """An index known when the front end lowers it: constants and qd.static loop variables."""
+    if isinstance(node, ast.Tuple):
+        return all(_is_fixed_index(e, static_names) for e in node.elts)
+    if isinstance(node, ast.UnaryOp):
+        return _is_fixed_index(node.operand, static_names)
+    return isinstance(node, ast.Constant) or (isinstance(node, ast.Name) and node.id in static_names)
 
 
 def fold_early_returns(stmts: list[ast.stmt]) -> list[ast.stmt]:

@@ -265,6 +265,9 @@ class VectorLowering:
                            f"assign a scalar to it (assign a vector, or one component: {name}[0] = ...)", target)
             self.store_target(Target(current.shape, current.variables), value, value_node)
             return
+        if self.binds_once(name) and self.binds_value(value):
+            self.frame.scopes[-1][name] = value  # VectorValue
+            return
         self.frame.scopes[-1][name] = self.new_vector_var(value, name)
 
     # ---- operators ------------------------------------------------------------------------
