@@ -393,18 +393,48 @@ def _sat_mul(a, b):
 
 
 def simple_trip_count(tree):
-    """`trips(args)` for a trip count that is one ndarray extent or one integer argument (what
-    `evaluate` gives for it, without building an environment per launch); None for any other."""
-    if isinstance(tree, NdarrayShape):
-        arg, axis = tree.arg, tree.axis
-        return lambda args: args[arg].shape[axis]
-    if isinstance(tree, ScalarArg):
-        arg = tree.arg
+    """`trips(args)` for a trip count computed from the launch's arguments alone: constants,
+    integer arguments and ndarray extents combined by Add, Sub, Mul and Max (what `evaluate`
+    gives for it, or None where an argument is not an integer, as `trip_count` says), as one
+    generated Python function: a GPU kernel evaluates its tasks' trip counts at every launch,
+    and walking the tree cost ~5 us a task. None for any other tree (reads of memory or
+    temporaries, ranges: `evaluate` handles them)."""
+    body = _python_of(tree)
+    if body is None:
+        return None
+    if isinstance(tree, NdarrayShape):  # cannot be negative
+        source = f"def trips(args):\n    return {body}\n"
+    else:
+        source = (f"def trips(args):\n    try:\n        value = {body}\n"
+                  f"    except TypeError:\n        return None\n    return value if value > 0 else 0\n")
+    names = {"_index": operator.index, "_clamp": _clamp}
+    try:
+        code = compile(source, "<qdc trip count>", "exec")
+    except (SyntaxError, RecursionError, MemoryError):  # nested deeper than Python's parser takes
+        return None
+    exec(code, names)
+    return names["trips"]
 
-        def scalar(args):
-            try:
-                return min(max(operator.index(args[arg]), 0), (1 << 63) - 1)
-            except TypeError:  # not an integer: unknown, as `trip_count` says
-                return None
-        return scalar
-    return None
+
+def _python_of(e) -> str | None:
+    """The Python expression over `args` that computes `e` with the format's saturating int64
+    arithmetic, or None where `e` reads anything but the arguments."""
+    t = type(e)
+    if t is Const:
+        return repr(e.value)
+    if t is NdarrayShape:
+        return f"args[{e.arg}].shape[{e.axis}]"
+    if t is ScalarArg:
+        return f"_clamp(_index(args[{e.arg}]))"
+    if t not in (Add, Sub, Mul, Max):
+        return None
+    a, b = _python_of(e.a), _python_of(e.b)
+    if a is None or b is None:
+        return None
+    if t is Add:
+        return f"_clamp({a} + {b})"
+    if t is Mul:
+        return f"_clamp({a} * {b})"
+    if t is Sub:
+        return f"max(_clamp({a} - {b}), 0)"
+    return f"max({a}, {b})"
