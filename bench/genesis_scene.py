@@ -3,6 +3,7 @@
 qdc) how many kernels were compiled.
 
     python bench/genesis_scene.py {box,franka} STEPS [--qdc] [--backend cpu|cuda|gpu] [--arch ARCH] [--torch-cpu]
+                                  [--profile-steps DIR]
 
 `box`: a plane and a 0.2 m box dropped from z = 0.5; `franka`: the Franka arm of Genesis's bundled
 assets, its joints driven to a fixed target. With --qdc, `import quadrants` resolves to qdc
@@ -18,6 +19,10 @@ offers no Vulkan backend (`gs.backend` is cpu, gpu, cuda, amdgpu or metal, and `
 `qd.init(arch=getattr(qd, backend.name))`), so `--arch vulkan` keeps Genesis's configuration of
 `--backend` and only gives `qd.init` `arch=vulkan`; torch's tensors then stay apart from the
 kernels' arrays (`GS_ENABLE_ZEROCOPY=0`). Genesis's files are untouched.
+
+`--profile-steps DIR` runs the steps after the first under cProfile and writes the functions
+taking the most time of their own (the wait for the device included, in its synchronising call) to
+DIR/SCENE-LIBRARY-BACKEND-PID.txt: where a step's time goes, launch by launch, on qdc or Quadrants.
 
 `--torch-cpu` keeps torch on the CPU under a GPU backend, for machines without a torch GPU device:
 with `--backend cuda --arch vulkan` on lavapipe (the CPU's Vulkan), Genesis's GPU configuration runs
@@ -91,11 +96,29 @@ t0 = time.perf_counter()
 scene.step()
 quadrants.sync()
 t_first = time.perf_counter() - t0
+profile_dir = option("--profile-steps", None)
+if profile_dir is not None:
+    import cProfile
+    profiler = cProfile.Profile()
+    profiler.enable()
 t0 = time.perf_counter()
 for _ in range(steps - 1):
     scene.step()
 quadrants.sync()  # the launches of a GPU arch return before their work is done
 t_steady = (time.perf_counter() - t0) / max(steps - 1, 1)
+if profile_dir is not None:
+    import io
+    import pstats
+    profiler.disable()
+    text = io.StringIO()
+    stats = pstats.Stats(profiler, stream=text)
+    stats.sort_stats("tottime").print_stats(30)
+    stats.sort_stats("cumulative").print_stats(30)
+    library = "qdc" if "--qdc" in sys.argv else "quadrants"
+    os.makedirs(profile_dir, exist_ok=True)
+    with open(os.path.join(profile_dir, f"{scene_name}-{library}-{backend}-{os.getpid()}.txt"), "w") as out:
+        out.write(f"{steps - 1} steps, {t_steady * 1e3:.3f} ms a step without the profiler's cost\n")
+        out.write(text.getvalue())
 if scene_name == "box":
     pos = body.get_pos()
 else:

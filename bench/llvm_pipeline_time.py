@@ -60,14 +60,20 @@ def unmarked(text: str) -> str:
 
 
 def sizes(module) -> list:
-    """(instructions, function) of each function LLVM optimises (llvm_pipeline._sizes)."""
-    return [(sum(1 for block in fn.blocks for _ in block.instructions), fn) for fn in module.functions
-            if not fn.is_declaration and b"optnone" not in b" ".join(fn.attributes)]
+    """(instructions, [functions]) of each function LLVM optimises, a task body with the regions
+    outlined from it (`<body>.outlined<N>`) as one (llvm_pipeline._sizes)."""
+    groups: dict = {}
+    for fn in module.functions:
+        if not fn.is_declaration and b"optnone" not in b" ".join(fn.attributes):
+            group = groups.setdefault(re.sub(r"\.outlined\d+(?=$|\.l\d+$)", "", fn.name), [0, []])
+            group[0] += sum(1 for block in fn.blocks for _ in block.instructions)
+            group[1].append(fn)
+    return [tuple(group) for group in groups.values()]
 
 
 def pipeline_for(name: str, module) -> Pipeline:
     """The pipeline `name` for a parsed module, its large functions marked `optsize` where it says so."""
-    large = [fn for size, fn in sizes(module) if size > LARGE_FUNCTION]
+    large = [fn for size, fns in sizes(module) if size > LARGE_FUNCTION for fn in fns]
     if name == "qdc" and large:
         for fn in large:
             fn.add_function_attribute("optsize")

@@ -115,6 +115,8 @@ class Target:
     def check_capabilities(self, kernel: ir.KernelIR) -> None:
         """TargetCannotExpress at the first adstack whose element type the target cannot store
         (the more specific message), else at the first statement whose type it lacks."""
+        if self._lacks_nothing(kernel):
+            return
         storable = self.capabilities.adstack_dtypes
         first_other = None  # (statement, location, message, describe) of the first other refusal
         for task in kernel.tasks:
@@ -130,6 +132,17 @@ class Target:
         if first_other is not None:
             s, where, message, describe = first_other
             raise codegen_error(kernel, s, message, where, describe=describe, error=TargetCannotExpress)
+
+    def _lacks_nothing(self, kernel: ir.KernelIR) -> bool:
+        """Whether the target has every type (no adstack element types or 64-bit types it lacks)
+        and, if it runs no blocks of threads, no statement of `kernel` needs them: then nothing
+        is refused, and no statement's location need be followed (a large kernel's walk with
+        them cost the CPU's compile 10-20 ms)."""
+        capabilities = self.capabilities
+        if capabilities.adstack_dtypes is not None or not (capabilities.int64 and capabilities.float64):
+            return False
+        return capabilities.simt or not any(ir.simt_construct(s) is not None for task in kernel.tasks
+                                            for s in ir.walk_nested(task))
 
     def _refusal(self, s: ir.Stmt, where) -> tuple | None:
         """(s, where, message, describe) if the target cannot express `s` for another reason than

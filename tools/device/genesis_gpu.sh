@@ -31,7 +31,8 @@
 # machine without an NVIDIA GPU, e.g. on lavapipe). GENESIS_BACKEND: Genesis's backend of the qdc,
 # quadrants and prebuilt runs (default cuda; cpu checks those runs on a machine without a GPU).
 # GENESIS_SCENES: the scenes, in order (default "box franka"). PYTHON: the interpreter (default
-# python3). GENESIS_DEADLINE: the seconds in all (470).
+# python3). GENESIS_DEADLINE: the seconds in all (470). GENESIS_SCENE_ARGS: more arguments for every
+# bench/genesis_scene.py run (e.g. "--profile-steps $OUT/profiles": where the steps' time goes).
 #
 # Stand-ins, for this harness only: Genesis imports these packages at module level, but these scenes
 # never call them (a profile of every call into third-party modules while building and stepping both
@@ -162,7 +163,7 @@ run() {
     local t0 printed line rc
     t0=$(date +%s%N) printed=$(mktemp)
     GS_CACHE_FILE_PATH="${genesis_cache:-$cache/genesis}" QDC_CACHE_DIR="$cache" QD_OFFLINE_CACHE_FILE_PATH="$cache" \
-        timeout "$limit" "$py" bench/genesis_scene.py "$scene" 100 "$@" > "$printed" 2>> "$runlog"
+        timeout "$limit" "$py" bench/genesis_scene.py "$scene" 100 "$@" $GENESIS_SCENE_ARGS > "$printed" 2>> "$runlog"
     rc=$?
     cat "$printed" >> "$runlog"
     echo "   $label $scene: exit $rc after $(( ($(date +%s%N) - t0) / 1000000 )) ms" | tee -a "$runlog"

@@ -112,10 +112,10 @@ class KernelCodegen:
         b.ret_void()
         return fn
 
-    def outlined_regions(self, task: ir.Task) -> frozenset:
+    def outlined_regions(self, task: ir.Task) -> dict:
         """The statements of `task`'s body lowered as functions of their own (`emit_outlined`,
-        the CPU's: llvm_outline.py); none by default."""
-        return frozenset()
+        the CPU's: llvm_outline.py), as keys; none by default."""
+        return {}
 
     @staticmethod
     def task_cost(task: ir.Task) -> int:
@@ -320,7 +320,7 @@ class _Env(AdStackLowering, AtomicLowering, LocalArrayLowering, MessageLowering,
         self.carrying: dict = {}  # loop -> carries_state(loop), found only where math is lowered
         self.alone = None  # an i1: this thread runs alone (plain read-modify-writes); None: it may not
         self.values_block, self.block_values = None, {}  # in_block's values of the builder's block
-        self.regions = frozenset()  # statements lowered as a call (KernelCodegen.outlined_regions)
+        self.regions: dict = {}  # statements lowered as a call (KernelCodegen.outlined_regions)
 
     def v(self, s):
         return self.vals[s]

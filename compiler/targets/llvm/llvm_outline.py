@@ -35,11 +35,14 @@ from .llvm_ir import start_function
 from .llvm_types import I1, PTR, VOID, lltype
 
 # Statements of a task body (counted in its blocks, at any depth) from which it is outlined:
-# Genesis's solver and collision kernels have 2,000-26,000 (5,000-44,000 LLVM instructions as
-# generated); the demo kernels and DiffMPM at most 600, so they build the same bytes as before.
-OUTLINED_TASK_STATEMENTS = 1500
+# Genesis's solver and collision kernels have 700-26,000 (2,000-44,000 LLVM instructions as
+# generated; one of 818 statements, kernel_refresh_invweight_and_meaninertia's second task, was
+# 0.7 of the kernel's 1.1 s of LLVM time, 0.2 outlined); the demo kernels and DiffMPM have at
+# most 600, so they build the same bytes as before.
+OUTLINED_TASK_STATEMENTS = 700
 # The fewest statements of a region's own: below, what LLVM saves by a smaller function does not
-# repay a call and a function's fixed costs.
+# repay a call and a function's fixed costs (150 and 600 made no measurable difference to
+# Genesis's LLVM time on two cores).
 REGION_STATEMENTS = 300
 
 # An outlined function's name: `<task>_chunk.outlined<N>` (and multiversion's level copies of it).
@@ -50,14 +53,15 @@ _FOREIGN = (ir.SimtSync, ir.SimtIndex, ir.SubgroupOp)  # a GPU's block of thread
 _LOOPS = (ir.RangeFor, ir.While)
 
 
-def outlined_regions(task: ir.Task) -> frozenset:
-    """The statements of `task`'s body that are lowered as functions of their own (none in a
-    body of fewer than OUTLINED_TASK_STATEMENTS statements)."""
+def outlined_regions(task: ir.Task) -> dict:
+    """{statement: None} of the statements of `task`'s body that are lowered as functions of
+    their own (none in a body of fewer than OUTLINED_TASK_STATEMENTS statements); emit_outlined
+    notes each one's interface there as it works it out."""
     if _statements(task.body) < OUTLINED_TASK_STATEMENTS:
-        return frozenset()
+        return {}
     chosen: list = []
     _choose(task.body, chosen)
-    return frozenset(chosen)
+    return dict.fromkeys(chosen)
 
 
 def _statements(block: ir.Block) -> int:
@@ -99,7 +103,7 @@ def _choose(block: ir.Block, chosen: list) -> tuple[int, bool, bool]:
 def emit_outlined(env, s: ir.Stmt) -> None:
     """Lower the region `s` (one of `outlined_regions`) in lowering `env` as a call of a function
     of its own, defined here (module docstring)."""
-    values, variables, written = _interface(s)
+    values, variables, written = _interface(s, env.regions)
     b, module = env.b, env.mb.module
     root = getattr(env, "outlined_from", None) or b.function.name
     outlined = module.__dict__.setdefault("outlined_regions", {})  # function name -> its task body's
@@ -151,13 +155,23 @@ def emit_outlined(env, s: ir.Stmt) -> None:
         b.store(b.extract_value(call, i), env.v(var))
 
 
-def _interface(region: ir.Stmt) -> tuple[list, list, list]:
+def _interface(region: ir.Stmt, regions: dict) -> tuple[list, list, list]:
     """(the values `region` uses that are defined before it, other than scalar local variables;
-    the scalar local variables it uses; those it writes), each in the order of first use."""
+    the scalar local variables it uses; those it writes), each in the order of first use; noted
+    in `regions` (outlined_regions'), whose regions inside it take theirs from there rather than
+    being walked again (a region nested in n others would be walked n + 1 times)."""
+    if regions.get(region) is not None:
+        return regions[region]
     defined, values, variables, written = set(), {}, {}, {}
 
     def walk(stmts):
         for s in stmts:
+            if s in regions and s is not region:  # outside it, what it defines is not seen
+                for inner, found in zip(_interface(s, regions), (values, variables, written)):
+                    for o in inner:
+                        if o not in defined:
+                            found.setdefault(o, None)
+                continue
             for o in s.operands():
                 if o not in defined:
                     (variables if isinstance(o, ir.Alloca) else values).setdefault(o, None)
@@ -169,4 +183,5 @@ def _interface(region: ir.Stmt) -> tuple[list, list, list]:
                 walk(child.stmts)
             defined.add(s)
     walk([region])
-    return list(values), list(variables), list(written)
+    regions[region] = list(values), list(variables), list(written)
+    return regions[region]
