@@ -712,10 +712,11 @@ class FrontEnd(LoopLowering, CallLowering, ReturnLowering, FuncReturns, VectorLo
         assigns), may be bound to its value, not made a variable (SourceInfo.value_names): it is
         assigned by one statement run once per call (not in a qd.static loop's unrolled body),
         and the calls it is passed to take their arguments by value (passes_by_value)."""
-        once, parameters, passed = self.frame.src.value_names
-        if name not in (parameters if parameter else once) or (not parameter and "static" in self.frame.loops):
+        names = self.frame.src.value_names
+        if name not in (names.parameters if parameter else names.once) or \
+                (not parameter and "static" in self.frame.loops):
             return False
-        return all(self.passes_by_value(callee) for callee in passed.get(name, ()))
+        return all(self.passes_by_value(callee) for callee in names.passed_to.get(name, ()))
 
     def binds_value(self, value, dtype: T.DataType | None = None) -> bool:
         """Whether `value` (a scalar or a vector, of `dtype` if given) may be what a name is

@@ -497,8 +497,7 @@ class CallLowering:
         if isinstance(node, ast.Attribute):
             base = self.known_callee(node.value)
             return unwrap(getattr(base, node.attr, None)) if isinstance(base, (type, types.ModuleType)) else None
-        if not isinstance(node, ast.Name) or node.id in self.frame.src.value_names[0] \
-                or node.id in self.frame.src.assigned_names:
+        if not isinstance(node, ast.Name) or node.id in self.frame.src.value_names.assigned:
             return None
         for scope in reversed(self.frame.scopes):
             if node.id in scope:

@@ -7,10 +7,18 @@ import inspect
 import linecache
 import textwrap
 import weakref
+from typing import NamedTuple
 
 from qdc.runtime.contract.errors import QdcCompileError
 
 from .. import ir
+
+
+class ValueNames(NamedTuple):
+    once: frozenset  # the names assigned by one statement
+    parameters: frozenset  # the parameters assigned by none
+    passed_to: dict  # name -> the callee expressions of the calls it is passed to by name
+    assigned: frozenset  # every name assigned somewhere
 
 
 class SourceInfo:
@@ -50,40 +58,49 @@ class SourceInfo:
                          if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))
 
     @functools.cached_property
-    def value_names(self) -> tuple[frozenset, frozenset, dict]:
-        """(the names assigned by one statement, the parameters assigned by none, {name: the
-        callee expressions of the calls it is passed to by name}) of the body the front end
-        lowers: names the front end may bind to their values instead of local variables. Left
-        out: names stored through (`v[0] = x`, `s.a = x`, `v.fill(x)`) or indexed other than by
+    def value_names(self) -> "ValueNames":
+        """The names of the body the front end lowers that it may bind to their values instead of
+        local variables (see ValueNames). Left out: names stored through (`v[0] = x`, `s.a = x`, `v.fill(x)`) or indexed other than by
         a constant or a qd.static loop's variable (a run-time index into a vector local reads it
         as a local array). A `for` target, an augmented assignment or a second assignment each
         count as a statement that assigns; whether a callee may write what it is passed (a
         qd.template() parameter, an atomic operation), or a qd.static loop unrolls an assignment,
         is the front end's to tell (FrontEnd.binds_once)."""
         counts: dict = {}
-        excluded, passed = set(), {}
-        body = ast.Module(body=self.func_body, type_ignores=[])
-        static_names = {n.id for loop in ast.walk(body) if isinstance(loop, ast.For) and _is_static_call(loop.iter)
-                        for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
-        for n in ast.walk(body):
-            if isinstance(n, ast.Name):
-                if not isinstance(n.ctx, ast.Load):
+        excluded, passed, static_names, subscripts = set(), {}, set(), []
+        stack = list(self.func_body)
+        while stack:  # every node once, as ast.walk but without its generators (a cold build's every func)
+            n = stack.pop()
+            cls = n.__class__
+            if cls is ast.Name:
+                if n.ctx.__class__ is not ast.Load:
                     counts[n.id] = counts.get(n.id, 0) + 1
-            elif isinstance(n, (ast.Subscript, ast.Attribute)) and not isinstance(n.ctx, ast.Load):
-                excluded.add(_root_name(n))
-            elif isinstance(n, ast.Call):
+                continue
+            if cls is ast.Subscript or cls is ast.Attribute:
+                if n.ctx.__class__ is not ast.Load:
+                    excluded.add(_root_name(n))
+                if cls is ast.Subscript:
+                    subscripts.append(n)
+            elif cls is ast.Call:
                 for a in [*n.args, *(k.value for k in n.keywords)]:
-                    if isinstance(a, ast.Name):
+                    if a.__class__ is ast.Name:
                         passed.setdefault(a.id, []).append(n.func)
-                if isinstance(n.func, ast.Attribute) and n.func.attr == "fill":
+                if n.func.__class__ is ast.Attribute and n.func.attr == "fill":
                     excluded.add(_root_name(n.func.value))
-            if isinstance(n, ast.Subscript) and not _is_fixed_index(n.slice, static_names):
-                excluded.add(_root_name(n))
+            elif cls is ast.For and _is_static_call(n.iter):
+                static_names.update(t.id for t in ast.walk(n.target) if isinstance(t, ast.Name))
+            for field in getattr(n, "_fields", ()):  # a list may hold names (strings)
+                v = getattr(n, field, None)
+                if v.__class__ is list:
+                    stack.extend(v)
+                elif isinstance(v, ast.AST):
+                    stack.append(v)
+        excluded.update(_root_name(n) for n in subscripts if not _is_fixed_index(n.slice, static_names))
         once = frozenset(name for name, count in counts.items() if count == 1 and name not in excluded)
         a = self.fn_def.args
         params = frozenset(p.arg for p in [*a.posonlyargs, *a.args, *a.kwonlyargs]
                            if p.arg not in counts and p.arg not in excluded)
-        return once, params, passed
+        return ValueNames(once, params, passed, frozenset(counts))
 
     @property
     def func_body(self) -> list[ast.stmt]:
