@@ -11,10 +11,7 @@
 cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-/tmp/llvm_block_values_out}
 source tools/device/checkout_env.sh
-{
-    echo "commit: ${1:-$(git rev-parse --short HEAD 2>/dev/null)}"
-    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nproc; uptime
-} | tee "$OUT/llvm_block_values_host.log"
+host_log llvm_block_values "$1"
 
 timeout "$(left 280)" python3 -m pytest -q -p no:cacheprovider tests/language/test_ndarray_args.py \
     tests/language/test_language_fields.py tests/language/test_vector_fields.py tests/language/test_matrices.py \

@@ -11,10 +11,7 @@
 cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-/tmp/local_arrays_out}
 source tools/device/checkout_env.sh
-{
-    echo "commit: ${1:-$(git rev-parse --short HEAD 2>/dev/null)}"
-    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nproc; uptime
-} | tee "$OUT/local_arrays_host.log"
+host_log local_arrays "$1"
 
 timeout "$(left 150)" python3 -m pytest -q -p no:cacheprovider tests/frontend/test_indexed_vector_locals.py \
     tests/autodiff/test_indexed_locals_grad.py tests/targets/llvm/test_llvm_local_arrays.py \

@@ -10,11 +10,7 @@
 cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-/tmp/simt_out}
 source tools/device/checkout_env.sh
-{
-    echo "commit: ${1:-$(git rev-parse --short HEAD 2>/dev/null)}"
-    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nproc; uptime
-    python3 -c "import quadrants; print('quadrants', quadrants.__version__)" 2>&1 | tail -1
-} | tee "$OUT/simt_host.log"
+host_log simt "$1" "$(python3 -c "import quadrants; print('quadrants', quadrants.__version__)" 2>&1 | tail -1)"
 
 timeout "$(left 100)" python3 bench/bench_simt.py --arch cuda --log2n 24 --rounds 10 2>&1 | grep -v "^\[I" \
     | tee "$OUT/simt_bench_cuda.log"
