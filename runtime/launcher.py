@@ -192,7 +192,9 @@ class _Launcher(GraphLoops):
                              if self.iterations[i] is None or isinstance(self.iterations[i], se.Const) else None
                              for i, t in enumerate(self.meta.tasks)]
         self.sync_each_launch = self.device.sync_each_launch
-        self.simple_trips = [simple_trip_count(tree) for tree in self.iterations]
+        # slices_now runs only for the tasks whose slices are not fixed
+        self.simple_trips = [simple_trip_count(tree) if fixed is None else None
+                             for tree, fixed in zip(self.iterations, self.fixed_slices)]
 
     def bounds_on_device(self) -> set:
         """The tasks whose trip count, in device memory the host does not share, is not read

@@ -402,11 +402,8 @@ def simple_trip_count(tree):
     body = _python_of(tree)
     if body is None:
         return None
-    if isinstance(tree, NdarrayShape):  # cannot be negative
-        source = f"def trips(args):\n    return {body}\n"
-    else:
-        source = (f"def trips(args):\n    try:\n        value = {body}\n"
-                  f"    except TypeError:\n        return None\n    return value if value > 0 else 0\n")
+    source = (f"def trips(args):\n    try:\n        value = {body}\n"
+              f"    except TypeError:\n        return None\n    return value if value > 0 else 0\n")
     names = {"_index": operator.index, "_clamp": _clamp}
     try:
         code = compile(source, "<qdc trip count>", "exec")
