@@ -139,7 +139,7 @@ def bench_load(tmp, n_kernels, rounds):
     src_dir = os.path.join(tmp, "gen")
     os.makedirs(src_dir)
     path = os.path.join(src_dir, "fifty.py")
-    with open(path, "w") as f:
+    with open(path, "w", encoding="utf-8") as f:
         f.write(MODULE_HEADER + "".join(KERNEL_TEMPLATE.format(i=i, reps=1 + i % 4, c=0.1 + 0.01 * i)
                                         for i in range(n_kernels)))
     cache = os.path.join(tmp, "fifty-cache")

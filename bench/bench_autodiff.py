@@ -255,7 +255,7 @@ def table(r: dict) -> str:
 
 
 def load_average() -> str:
-    with open("/proc/loadavg") as f:
+    with open("/proc/loadavg", encoding="utf-8") as f:
         return " ".join(f.read().split()[:3])
 
 

@@ -212,7 +212,7 @@ def measure_build(paths: list, cpu_target: str, jobs: int) -> dict:
         # First a one-kernel build, untimed: imports and LLVM's set-up are paid once per process,
         # not per kernel (the first kernel of an older tree's build paid them).
         warm = os.path.join(cache, "warm_up_module.py")
-        with open(warm, "w") as f:
+        with open(warm, "w", encoding="utf-8") as f:
             f.write(WARM_UP_MODULE)
         build_mod.build([warm], ["cpu"], opts, os.path.join(cache, "warm"), 1, out=lambda text: None,
                         log=lambda text: None)
@@ -278,7 +278,7 @@ def run_worker(pythonpath: str | None, paths: list, cpu_target: str, jobs: int) 
 
 def load_average() -> str:
     try:
-        with open("/proc/loadavg") as f:
+        with open("/proc/loadavg", encoding="utf-8") as f:
             return " ".join(f.read().split()[:3])
     except OSError:
         return "?"
@@ -289,7 +289,7 @@ def workloads(names: list, folder: str, genesis_kernels: int) -> dict:
     demo = [os.path.join(KERNELS, f) for f in sorted(os.listdir(KERNELS))
             if f.endswith(".py") and f != "diffmpm.py"]
     genesis = os.path.join(folder, "genesis_like.py")
-    with open(genesis, "w") as f:
+    with open(genesis, "w", encoding="utf-8") as f:
         f.write(genesis_module(genesis_kernels))
     every = {"demo": (demo, "native", 1),
              "diffmpm": ([os.path.join(KERNELS, "diffmpm.py")], "portable", 1),

@@ -97,7 +97,7 @@ def phases(kernels: int, cpu_target: str | None) -> None:
     with tempfile.TemporaryDirectory() as d:
         for k, name in ((1, "warm"), (kernels, "mod")):
             (Path(d) / name).mkdir()
-            (Path(d) / name / f"{name}.py").write_text(module_source(k).replace("def k", f"def {name}_k"))
+            (Path(d) / name / f"{name}.py").write_text(module_source(k).replace("def k", f"def {name}_k"), encoding="utf-8")
         build_mod.build([f"{d}/warm"], ["cpu"], opts, f"{d}/cache", out=lambda text: None)
         spent.clear()
         c0, t0 = os.times(), time.perf_counter()
@@ -105,7 +105,7 @@ def phases(kernels: int, cpu_target: str | None) -> None:
         c1, wall = os.times(), time.perf_counter() - t0
     spent["ld (child processes)"] = c1.children_user + c1.children_system - c0.children_user - c0.children_system
     total = c1.user + c1.system - c0.user - c0.system + spent["ld (child processes)"]
-    load = Path("/proc/loadavg").read_text().split()[0] if Path("/proc/loadavg").exists() else "?"
+    load = Path("/proc/loadavg").read_text(encoding="utf-8").split()[0] if Path("/proc/loadavg").exists() else "?"
     print(f"cpu_target {opts.cpu_target}, {kernels} kernels, load {load}: per kernel {1e3 * total / kernels:.1f} ms "
           f"CPU, {1e3 * wall / kernels:.1f} ms wall\n\n| phase | CPU ms per kernel |\n|---|---|")
     for label, seconds in spent.most_common():
@@ -125,19 +125,19 @@ def main() -> int:
         return 0
     cpus = os.cpu_count() or 1
     jobs = [int(n) for n in args.jobs.split(",")] if args.jobs else [n for n in (1, 2, 4, 8, 16) if n <= cpus]
-    load_before = Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else "?"
+    load_before = Path("/proc/loadavg").read_text(encoding="utf-8").split()[:3] if Path("/proc/loadavg").exists() else "?"
     with tempfile.TemporaryDirectory() as d:
         folder = Path(d)
         for k in (1, args.kernels):
             (folder / f"mod{k}").mkdir()
-            (folder / f"mod{k}" / f"gen{k}.py").write_text(module_source(k))
+            (folder / f"mod{k}" / f"gen{k}.py").write_text(module_source(k), encoding="utf-8")
         times: dict = {n: [] for n in jobs}
         one: list = []
         for _ in range(args.rounds):
             one.append(build_seconds(folder, 1, 1, args.cpu_target))
             for n in jobs:
                 times[n].append(build_seconds(folder, args.kernels, n, args.cpu_target))
-    load_after = Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else "?"
+    load_after = Path("/proc/loadavg").read_text(encoding="utf-8").split()[:3] if Path("/proc/loadavg").exists() else "?"
     base = min(times[jobs[0]]) if jobs[0] == 1 else None
     print(f"{cpus} CPUs, load average {load_before} before, {load_after} after; "
           f"cpu_target {args.cpu_target or 'default (portable)'}; {args.kernels} kernels; "

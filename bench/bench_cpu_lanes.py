@@ -117,7 +117,7 @@ def main() -> int:
 
     folder = tempfile.mkdtemp(prefix="qdc-bench-lanes-")
     qd.init(arch=qd.cpu, cache_dir=os.path.join(folder, "cache"), cpu_max_num_threads=args.threads)
-    Path(folder, "lanes_kernels.py").write_text(SOURCE)
+    Path(folder, "lanes_kernels.py").write_text(SOURCE, encoding="utf-8")
     sys.path.insert(0, folder)
     import lanes_kernels as k
 

@@ -63,7 +63,7 @@ def main() -> None:
                 times[key].append(build_once(sources, key, folder))
     commit = subprocess.run(["git", "-C", str(HERE.parent), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
-    load = Path("/proc/loadavg").read_text().split()[0] if Path("/proc/loadavg").exists() else "?"
+    load = Path("/proc/loadavg").read_text(encoding="utf-8").split()[0] if Path("/proc/loadavg").exists() else "?"
     print(f"demo kernels ({len(sources)} modules), -j1, {args.rounds} rounds, commit {commit}, "
           f"{platform.machine()} with {os.cpu_count()} CPUs, load {load}\n")
     print("| cpu_targets | CPU s median | best | added over x86_64 alone (x the x86_64 build) |\n|---|---|---|---|")

@@ -39,7 +39,7 @@ SUBSTEPS = ("p2g", "grid_op", "g2p")
 
 def load_module(peer: str, folder: str, sizes: dict):
     """kernels/diffmpm.py as a module, importing `peer` as qd, with the `sizes` given."""
-    text = open(SOURCE).read()
+    text = open(SOURCE, encoding="utf-8").read()
     if peer == "quadrants":
         text = text.replace("import qdc as qd", "import quadrants as qd")
     if peer == GRAPH_PEER:
@@ -50,7 +50,7 @@ def load_module(peer: str, folder: str, sizes: dict):
         text, count = re.subn(rf"^{name} = \d+\b", f"{name} = {value}", text, flags=re.M)
         assert count == 1, f"kernels/diffmpm.py has no line '{name} = <int>'"
     path = os.path.join(folder, f"diffmpm_{peer}.py")  # the kernels' source must be readable
-    with open(path, "w") as f:
+    with open(path, "w", encoding="utf-8") as f:
         f.write(text)
     spec = importlib.util.spec_from_file_location(f"diffmpm_{peer}", path)
     module = importlib.util.module_from_spec(spec)

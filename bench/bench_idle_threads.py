@@ -76,10 +76,10 @@ def run_worker(folder: Path, env_extra: dict, rounds: int) -> dict:
 
 
 def main() -> int:
-    load = Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else "?"
+    load = Path("/proc/loadavg").read_text(encoding="utf-8").split()[:3] if Path("/proc/loadavg").exists() else "?"
     with tempfile.TemporaryDirectory() as d:
         folder = Path(d)
-        (folder / "worker.py").write_text(WORKER)
+        (folder / "worker.py").write_text(WORKER, encoding="utf-8")
         results = {name: {} for name in SETTINGS}
         for _ in range(2):  # alternate the settings, so that load drifts hit both alike
             for name, env in SETTINGS.items():

@@ -133,7 +133,7 @@ def main():
             trees = {f"before ({args.against})": export_tree(args.against, os.path.join(folder, "before")), **trees}
         results = {name: [] for name in trees}
         worker = os.path.join(folder, "worker.py")  # a file: the front end reads the kernels' source
-        with open(worker, "w") as f:
+        with open(worker, "w", encoding="utf-8") as f:
             f.write(WORKER)
         for _ in range(args.rounds):
             for name, path in trees.items():

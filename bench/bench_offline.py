@@ -76,7 +76,7 @@ def write_program(folder: str, n: int) -> str:
     path = os.path.join(folder, "configured.py")
     body = PROGRAM_HEADER + "".join(KERNEL.format(i=i) for i in range(n))
     body += f"\n\nKERNELS = [{', '.join(f'step{i}' for i in range(n))}]\n" + PROGRAM_MAIN
-    with open(path, "w") as f:
+    with open(path, "w", encoding="utf-8") as f:
         f.write(body)
     return path
 

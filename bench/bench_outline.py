@@ -94,7 +94,7 @@ def main() -> None:
     from qdc.runtime.loader import load
 
     folder = tempfile.mkdtemp(prefix="bench-outline-")
-    with open(os.path.join(folder, "huge_src.py"), "w") as f:
+    with open(os.path.join(folder, "huge_src.py"), "w", encoding="utf-8") as f:
         f.write(huge_kernel_source(args.groups, args.stages))
     sys.path.insert(0, folder)
     import huge_src

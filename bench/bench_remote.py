@@ -35,7 +35,7 @@ def write_project(folder: str, kernels: int) -> None:
         for i in range(m, min(m + PER_MODULE, kernels)):
             expr = EXPRESSIONS[i % len(EXPRESSIONS)].format(c=f"{1 + i * 0.001:.3f}")
             lines += ["", "@qd.kernel", f"def k{i}(a: F, b: F, out: F):", "    for i in a:", f"        out[i] = {expr}"]
-        with open(os.path.join(folder, f"mod{m // PER_MODULE}.py"), "w") as f:
+        with open(os.path.join(folder, f"mod{m // PER_MODULE}.py"), "w", encoding="utf-8") as f:
             f.write("\n".join(lines) + "\n")
 
 

@@ -30,7 +30,7 @@ def build(tmp: str, n_kernels: int) -> tuple[str, str]:
     """(cache folder, public key file) of the generated module built and signed."""
     src = os.path.join(tmp, "gen")
     os.makedirs(src)
-    with open(os.path.join(src, "fifty.py"), "w") as f:
+    with open(os.path.join(src, "fifty.py"), "w", encoding="utf-8") as f:
         f.write(MODULE_HEADER + "".join(KERNEL_TEMPLATE.format(i=i, reps=1 + i % 4, c=0.1 + 0.01 * i)
                                         for i in range(n_kernels)))
     key, cache = os.path.join(tmp, "ci.key"), os.path.join(tmp, "cache")

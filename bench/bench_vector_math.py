@@ -128,7 +128,7 @@ def worker(threads: int, rounds: int, n: int, dtypes, functions) -> dict:
 
 
 def loadavg() -> str:
-    with open("/proc/loadavg") as f:
+    with open("/proc/loadavg", encoding="utf-8") as f:
         return " ".join(f.read().split()[:3])
 
 

@@ -116,7 +116,7 @@ if profile_dir is not None:
     stats.sort_stats("cumulative").print_stats(30)
     library = "qdc" if "--qdc" in sys.argv else "quadrants"
     os.makedirs(profile_dir, exist_ok=True)
-    with open(os.path.join(profile_dir, f"{scene_name}-{library}-{backend}-{os.getpid()}.txt"), "w") as out:
+    with open(os.path.join(profile_dir, f"{scene_name}-{library}-{backend}-{os.getpid()}.txt"), "w", encoding="utf-8") as out:
         out.write(f"{steps - 1} steps, {t_steady * 1e3:.3f} ms a step without the profiler's cost\n")
         out.write(text.getvalue())
 if scene_name == "box":

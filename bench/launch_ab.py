@@ -72,11 +72,11 @@ def main() -> None:
     ap.add_argument("rev")
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
-    load = Path("/proc/loadavg").read_text().split()[:3]
+    load = Path("/proc/loadavg").read_text(encoding="utf-8").split()[:3]
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        (tmp / "worker.py").write_text(WORKER)
-        (tmp / "noop.c").write_text("void noop(void) {}\n")
+        (tmp / "worker.py").write_text(WORKER, encoding="utf-8")
+        (tmp / "noop.c").write_text("void noop(void) {}\n", encoding="utf-8")
         subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(tmp / "libnoop.so"), str(tmp / "noop.c")], check=True)
         tree = tmp / "path" / "qdc"  # the package `qdc` is the checkout's root folder
         tree.mkdir(parents=True)
@@ -86,7 +86,7 @@ def main() -> None:
         for _ in range(args.rounds):
             results["before"].append(_worker(tmp, tmp / "path", str(tmp / "cache-before")))
             results["after"].append(_worker(tmp, None, str(tmp / "cache-after")))
-    print(f"load average before: {load}, after: {Path('/proc/loadavg').read_text().split()[:3]}; "
+    print(f"load average before: {load}, after: {Path('/proc/loadavg').read_text(encoding='utf-8').split()[:3]}; "
           f"noop {statistics.median(r['noop ns'] for r in results['after']):.0f} ns")
     rows = [k for k in results["after"][0] if k not in ("noop", "noop ns")]
     print(f"| launch (median ratio to a ctypes no-op; min over {args.rounds} alternating rounds) "

@@ -45,7 +45,7 @@ def capture(folder: str, script: list) -> None:
         text = add_half_conversions(text)
         name = text.split("\n", 1)[0].split('"')[1]  # ; ModuleID = "kernel"
         digest = hashlib.sha256(text.encode()).hexdigest()[:8]
-        with open(os.path.join(folder, f"{name}-{digest}.ll"), "w") as f:
+        with open(os.path.join(folder, f"{name}-{digest}.ll"), "w", encoding="utf-8") as f:
             f.write(text)
         return text
     codegen.with_half_conversions = saving
@@ -85,7 +85,7 @@ def pipeline_for(name: str, module) -> Pipeline:
 def time_files(files: list, pipeline_name: str, passes: bool) -> None:
     total = [0.0, 0.0, 0.0]
     for path in files:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             text = unmarked(f.read())
         t0 = time.process_time()
         module = llvm.parse_assembly(text, context=llvm.create_context())
@@ -117,7 +117,7 @@ def time_parts(files: list, threads: list, rounds: int) -> None:
     from qdc.compiler.targets.cpu.platforms import cpu_levels, host_platform
     levels = cpu_levels("native", host_platform())
     for path in files:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             text = f.read()
         pipeline = Pipeline(1, False, False) if "!qdc.llvm_pipeline" in text else Pipeline(3, True, True)
         split = split_module(text)

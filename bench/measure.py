@@ -249,7 +249,7 @@ def main() -> int:
         result = measure_together(lib, ["qdc", "quadrants"])
     else:
         result = measure_numpy() if peer == "numpy" else measure_kernels(peer, lib)
-    Path(out).write_text(json.dumps(result))
+    Path(out).write_text(json.dumps(result), encoding="utf-8")
     return 0
 
 

@@ -51,7 +51,7 @@ BANDWIDTH_ROWS = [("saxpy", "saxpy y = a*x + y, 2^24 f32 (192 MiB moved)"),
 
 def build_noop(tmp: Path) -> Path:
     src, lib = tmp / "noop.c", tmp / "libnoop.so"
-    src.write_text(NOOP_C)
+    src.write_text(NOOP_C, encoding="utf-8")
     subprocess.run([os.environ.get("CC", "cc"), "-O2", "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
     return lib
 
@@ -67,7 +67,7 @@ def run_worker(peer: str, lib: Path) -> dict:
     out = lib.with_name(f"{peer}.json")
     subprocess.run([sys.executable, str(HERE / "measure.py"), peer, str(lib), str(out)],
                    stdout=subprocess.DEVNULL, check=True)  # Quadrants talks on stdout
-    return json.loads(out.read_text())
+    return json.loads(out.read_text(encoding="utf-8"))
 
 
 # ---- report ----------------------------------------------------------------------------------
@@ -79,13 +79,13 @@ def fmt_ns(ns: float) -> str:
 def machine() -> str:
     model = platform.processor() or platform.machine()
     with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
             if line.startswith("model name"):
                 model = line.split(":", 1)[1].strip()
                 break
     llc = ""
     with contextlib.suppress(OSError):  # the working sets here are 64-192 MiB: L3 size matters
-        llc = ", L3 " + Path("/sys/devices/system/cpu/cpu0/cache/index3/size").read_text().strip()
+        llc = ", L3 " + Path("/sys/devices/system/cpu/cpu0/cache/index3/size").read_text(encoding="utf-8").strip()
     return f"{model}, {os.cpu_count()} logical cores{llc}, {platform.system()} {platform.release()}"
 
 
@@ -166,7 +166,7 @@ def main() -> int:
     print(text)
     results_dir = HERE / "results"
     results_dir.mkdir(exist_ok=True)
-    (results_dir / "latest.md").write_text(text)
+    (results_dir / "latest.md").write_text(text, encoding="utf-8")
     return 0
 
 

@@ -111,6 +111,11 @@ def _date(t: float) -> str:
 @click.version_option(package_name="qdc", prog_name="qdc")
 def cli():
     """qdc: ahead-of-time compiler for Quadrants-style Python kernels."""
+    # A kernel's source line in an error, or a path, may hold characters the terminal's locale
+    # cannot encode (an ASCII locale): print them escaped rather than fail on the report itself.
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
 
 
 # ---- build -------------------------------------------------------------------------------------

@@ -390,7 +390,7 @@ def _read_entry_files(store: Store, key: str, files: EntryFiles, trust, attested
             and trust.refusal(A.ENTRY_RECORD, record,  # first only what a trusted key may have signed
                               signing.read_entry_signatures(files, trust.signature_files())):
         check_trust(trust, A.ENTRY_RECORD, record, signing.read_entry_signatures(files), store.where(files.base),
-                    f"entry {key[:12]}… (kernel '{record['meta']['name']}', {record['variant']}, {record['arch']})")
+                    f"entry {key[:12]}... (kernel '{record['meta']['name']}', {record['variant']}, {record['arch']})")
     artifacts = {}
     for kind, info in record["artifacts"].items():
         try:

@@ -35,7 +35,7 @@ def module_problems(where: str, body: dict, entries: dict) -> list[tuple[str, st
 def _kernel_problem(name: str, entry, arch: str, signature) -> str | None:
     _, variant = split_variant(name)
     record, meta = entry.record, entry.meta
-    held = f"entry {entry.key[:12]}…, which holds the {record['variant']} variant of kernel '{meta.name}'"
+    held = f"entry {entry.key[:12]}..., which holds the {record['variant']} variant of kernel '{meta.name}'"
     if record["variant"] != variant or meta.is_grad != (variant == "grad"):
         return f"kernel '{name}' names {held}, not the {variant} variant (the module record is mixed up: rebuild)"
     if record["arch"] != arch:

@@ -288,7 +288,7 @@ def pull_module(remote: RemoteStore, cache: Cache, module: str, arch: str, trust
             continue
         if not fetch_entry(remote, cache, key, trust, attested.get(key)):
             raise cache_error(remote.where(module_path(module, arch)),
-                              f"kernel '{kernel}' refers to entry {key[:12]}…, which the remote does not hold "
+                              f"kernel '{kernel}' refers to entry {key[:12]}..., which the remote does not hold "
                               f"(a shard of the build has not pushed it yet?)")
         fetched += 1
     name = module_path(module, arch)

@@ -176,7 +176,7 @@ def _verify_module(store: Store, module: str, arch: str, entries: dict, problems
         if entries.get(key) is not None:
             named[kernel] = entries[key]
         elif key not in entries:  # (a bad entry is reported once, as itself)
-            problems.append((where, f"kernel '{kernel}' refers to entry {key[:12]}…, which is missing "
+            problems.append((where, f"kernel '{kernel}' refers to entry {key[:12]}..., which is missing "
                                     f"(evicted?): rebuild the module"))
     problems += module_problems(where, body, named)
     signatures.check(A.MODULE_RECORD, body, signing.check_signature_list(body.get("signed", [])), where)

@@ -46,7 +46,7 @@ def write_project(folder, modules: int = 2, kernels: int = 3, n: int = 16) -> st
     os.makedirs(folder, exist_ok=True)
     for m in range(modules):
         text = MODULE_TEMPLATE.format(n=n) + "".join(KERNEL_TEMPLATE.format(i=i, offset=10 * m + i) for i in range(kernels))
-        with open(os.path.join(folder, f"mod{m}.py"), "w") as f:
+        with open(os.path.join(folder, f"mod{m}.py"), "w", encoding="utf-8") as f:
             f.write(text)
     return str(folder)
 

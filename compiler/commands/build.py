@@ -618,7 +618,7 @@ def _sign_entries(cache: Cache, results: dict, signer, report, log) -> None:
         try:
             cache.sign_entry(key, signer)
         except (OSError, remote_mod.CacheError) as e:
-            report.errors.append(f"qdc build: error: cannot sign entry {key[:12]}…: {e}")
+            report.errors.append(f"qdc build: error: cannot sign entry {key[:12]}...: {e}")
             log(report.errors[-1])
 
 
@@ -756,7 +756,7 @@ def _job_server(by_name: dict, opts, cache: Cache, force: bool):
 
 def worker_main() -> None:
     """`python -m qdc.compiler.commands.build --worker`: first line = build setup, then one job per line."""
-    protocol = os.fdopen(os.dup(1), "w", buffering=1)
+    protocol = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
     os.dup2(2, 1)  # whatever user code prints goes to stderr, never into the protocol
     hello = json.loads(sys.stdin.readline())
     opts = options_mod.Options().update(**hello["options"])

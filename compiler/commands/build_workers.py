@@ -94,7 +94,8 @@ class ForkedWorker:
                 # would never see it close.
                 for fd in [job_write, result_read] + [f.fileno() for w in earlier for f in (w.stdin, w.stdout)]:
                     os.close(fd)
-                with os.fdopen(job_read) as jobs, os.fdopen(result_write, "w", buffering=1) as results:
+                with os.fdopen(job_read, encoding="utf-8") as jobs, \
+                        os.fdopen(result_write, "w", buffering=1, encoding="utf-8") as results:
                     serve(jobs, results)
             except BaseException:  # noqa: BLE001 (the parent reports the job as failed)
                 traceback.print_exc()
@@ -107,8 +108,8 @@ class ForkedWorker:
                 os._exit(code)  # not the parent's atexit handlers or temporary folders
         os.close(job_read)
         os.close(result_write)
-        self.stdin = os.fdopen(job_write, "w", buffering=1)
-        self.stdout = os.fdopen(result_read)
+        self.stdin = os.fdopen(job_write, "w", buffering=1, encoding="utf-8")
+        self.stdout = os.fdopen(result_read, encoding="utf-8")
         self.returncode = None
 
     def poll(self):

@@ -291,7 +291,7 @@ def _compile(fn, params, opts, arch, dump, variant, templates) -> CompiledKernel
         with timings.phase("passes"):
             run_pipeline(kir, dump=dump, variant_passes=_variant_passes(variant, field_objects))
     with timings.phase("IR generation"):  # the target's own phases inside are taken out of it
-        meta = build_meta(kir, f"qdc_{kir.name}" + _ENTRY_SUFFIX.get(variant, ""), variant == "grad", adstack,
+        meta = build_meta(kir, f"qdc_{kir.symbol}" + _ENTRY_SUFFIX.get(variant, ""), variant == "grad", adstack,
                           bool(opts.debug), target.launch_policy)
         artifacts = target.compile(kir, meta, opts)
     with timings.phase("artifacts"):

@@ -576,6 +576,12 @@ class KernelIR:
         # Lanes per subgroup on the target compiled for (qd.simt.subgroup.group_size())
         self.subgroup_size = 32
 
+
+    @property
+    def symbol(self) -> str:
+        """The name as native symbols spell it: Python allows non-ASCII identifiers, PTX and ELF
+        tools do not, so each non-ASCII character becomes `_u<hex>_`."""
+        return "".join(c if c.isascii() else f"_u{ord(c):x}_" for c in self.name)
     def field_ref(self, field, is_grad: bool) -> FieldRef:
         """The kernel's reference to `field` (a runtime Field object), allocated on first use."""
         for ref in self.fields:

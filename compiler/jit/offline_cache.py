@@ -118,7 +118,7 @@ def obtain(fn, params, opts, arch: str, variant: str = "forward", templates=None
         try:
             cache.sign_entry(deps.key, signer)
         except (OSError, CacheError) as e:
-            warnings.warn(f"qdc: could not sign cache entry {deps.key[:12]}… ({e})", stacklevel=3)
+            warnings.warn(f"qdc: could not sign cache entry {deps.key[:12]}... ({e})", stacklevel=3)
     return compiled
 
 

@@ -42,7 +42,7 @@ def offload(k: ir.KernelIR) -> bool:
     eliminate_dead_code(k)
     k.body.stmts = [t for t in k.body.stmts if t.body.stmts]
     for i, t in enumerate(k.body.stmts):
-        t.task_name = f"{k.name}_t{i}_{t.label or t.source_kind}"
+        t.task_name = f"{k.symbol}_t{i}_{t.label or t.source_kind}"
     return True
 
 

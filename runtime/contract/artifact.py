@@ -436,7 +436,8 @@ def sha256(data: bytes) -> str:
 
 # ---- schema checks (the runtime trusts nothing it reads from disk) ------------------------
 
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")  # a native symbol: entries, task names
+_NAME = re.compile(r"^[^\W\d]\w*$")  # a Python identifier (non-ASCII letters too): kernels, parameters, members
 KEY_RE = re.compile(r"^[0-9a-f]{64}$")
 ARTIFACT_FILE_RE = re.compile(r"^kernel\.[a-z0-9_]{1,16}$")
 
@@ -463,7 +464,7 @@ def _check_layouts(layouts, params) -> None:
 
 def check_kernel_meta(d) -> None:
     _need(isinstance(d, dict), "kernel meta is not a map")
-    _need(isinstance(d.get("name"), str) and _IDENT.match(d["name"]), "kernel name")
+    _need(isinstance(d.get("name"), str) and _NAME.match(d["name"]), "kernel name")
     _need(isinstance(d.get("entry"), str) and _IDENT.match(d["entry"]), "entry symbol")
     _need(_is_int(d.get("num_temps")) and 0 <= d["num_temps"] < 1 << 20, "num_temps")
     _need(isinstance(d.get("is_grad"), bool), "is_grad")
@@ -474,7 +475,7 @@ def check_kernel_meta(d) -> None:
     _need(isinstance(structs, dict) and all(isinstance(k, str) for k in structs), "structs")
     for p in d["params"]:  # 5 wide: written before `writes` existed (then True)
         _need(isinstance(p, list) and len(p) in (5, 6, 7), "an entry of params")
-        _need(isinstance(p[0], str) and _IDENT.match(p[0]) and p[1] in ("scalar", "ndarray")
+        _need(isinstance(p[0], str) and _NAME.match(p[0]) and p[1] in ("scalar", "ndarray")
               and p[2] in DTYPE_NAMES and _is_int(p[3]) and 0 <= p[3] <= 16
               and (p[4] is None or isinstance(p[4], bool)) and (len(p) == 5 or isinstance(p[5], bool)),
               f"parameter {p[0]!r}")
@@ -565,13 +566,13 @@ def _check_members(members, params: list, signature) -> None:
     "signature" (with members): the distinct argument names the launch takes, in order."""
     _need(isinstance(members, dict), "members")
     _need(not members or (isinstance(signature, list) and len(signature) <= 1024
-                          and all(isinstance(n, str) and _IDENT.match(n) for n in signature)
+                          and all(isinstance(n, str) and _NAME.match(n) for n in signature)
                           and len(set(signature)) == len(signature)), "signature")
     kinds = {p[0]: p[1] for p in params}
     for name, path in members.items():
         _need(isinstance(name, str) and kinds.get(name) in ("scalar", "ndarray") and isinstance(path, list)
-              and 0 < len(path) <= 64 and isinstance(path[0], str) and _IDENT.match(path[0])
-              and all((isinstance(s, str) and _IDENT.match(s)) or (_is_int(s) and 0 <= s < 1 << 20)
+              and 0 < len(path) <= 64 and isinstance(path[0], str) and _NAME.match(path[0])
+              and all((isinstance(s, str) and _NAME.match(s)) or (_is_int(s) and 0 <= s < 1 << 20)
                       for s in path[1:]), f"members: parameter {name!r:.60}")
 
 
@@ -585,12 +586,12 @@ def check_struct_layout(layout, what: str, largest_axis: int = MAX_ELEMENT_AXIS,
     A parameter's vector members are as a vector parameter's (rows and columns up to
     MAX_ELEMENT_AXIS), a returned struct's as a returned vector's."""
     _need(depth < MAX_STRUCT_DEPTH and isinstance(layout, dict) and set(layout) == {"name", "members"}
-          and isinstance(layout["name"], str) and _IDENT.match(layout["name"])
+          and isinstance(layout["name"], str) and _NAME.match(layout["name"])
           and isinstance(layout["members"], list) and 0 < len(layout["members"]) <= most_scalars,
           f"{what}: layout")
     dtypes, seen = [], set()
     for m in layout["members"]:
-        _need(isinstance(m, list) and len(m) == 2 and isinstance(m[0], str) and _IDENT.match(m[0])
+        _need(isinstance(m, list) and len(m) == 2 and isinstance(m[0], str) and _NAME.match(m[0])
               and m[0] not in seen, f"{what}: a member")
         seen.add(m[0])
         if isinstance(m[1], dict):
@@ -939,5 +940,5 @@ def check_module_record(body: dict) -> None:
     _need(isinstance(kernels, dict), "kernels")
     for name, key in kernels.items():
         base = split_variant(name)[0] if isinstance(name, str) else name
-        _need(isinstance(name, str) and _IDENT.match(base), f"kernel name {name!r}")
+        _need(isinstance(name, str) and _NAME.match(base), f"kernel name {name!r}")
         _need(isinstance(key, str) and KEY_RE.match(key), f"entry key of kernel {name!r}")

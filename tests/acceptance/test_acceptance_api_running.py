@@ -245,14 +245,14 @@ print("OK")
 def test_aot_instantiate_build_and_load_without_compiler(tmp_path, rng):
     src = tmp_path / "src"
     src.mkdir()
-    (src / "breadth_aot.py").write_text(textwrap.dedent(AOT_MODULE))
+    (src / "breadth_aot.py").write_text(textwrap.dedent(AOT_MODULE), encoding="utf-8")
     cache = str(tmp_path / "cache")
     archs = ["cpu"] + (["vulkan"] if vulkan_unavailable_reason() is None else [])
     r = subprocess.run(["qdc", "build", str(src), "--cache", cache, "--arch", ",".join(archs)],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     script = tmp_path / "run.py"
-    script.write_text(AOT_RUN)
+    script.write_text(AOT_RUN, encoding="utf-8")
     for arch in archs:
         r = subprocess.run([sys.executable, str(script), cache, arch, str(int(rng.integers(1 << 30)))],
                            capture_output=True, text=True)
@@ -275,11 +275,11 @@ def k():
     for kind in ("yaml", "pyproject"):
         proj = tmp_path / kind
         (proj / "kernels").mkdir(parents=True)
-        (proj / "kernels" / "optmod.py").write_text(mod)
+        (proj / "kernels" / "optmod.py").write_text(mod, encoding="utf-8")
         if kind == "yaml":
-            (proj / "qdc.yaml").write_text("cache_dir: from_file_cache\nopt_level: 1\n")
+            (proj / "qdc.yaml").write_text("cache_dir: from_file_cache\nopt_level: 1\n", encoding="utf-8")
         else:
-            (proj / "pyproject.toml").write_text('[tool.qdc]\ncache_dir = "from_file_cache"\nopt_level = 1\n')
+            (proj / "pyproject.toml").write_text('[tool.qdc]\ncache_dir = "from_file_cache"\nopt_level = 1\n', encoding="utf-8")
         r = subprocess.run(["qdc", "build", "kernels", "--arch", "cpu"], cwd=proj, capture_output=True, text=True)
         assert r.returncode == 0, (kind, r.stdout + r.stderr)
         assert (proj / "from_file_cache").is_dir(), (kind, os.listdir(proj), r.stdout)
@@ -569,9 +569,9 @@ except Exception as e:
 def test_code_option_from_pyproject_reaches_the_build_and_a_flag_wins(tmp_path):
     proj = tmp_path / "proj"
     (proj / "kernels").mkdir(parents=True)
-    (proj / "kernels" / "chainmod.py").write_text(CHAIN_MODULE)
-    (proj / "pyproject.toml").write_text('[project]\nname = "x"\n\n[tool.qdc]\nad_stack_size = 8\n')
-    (tmp_path / "run.py").write_text(CHAIN_RUN)
+    (proj / "kernels" / "chainmod.py").write_text(CHAIN_MODULE, encoding="utf-8")
+    (proj / "pyproject.toml").write_text('[project]\nname = "x"\n\n[tool.qdc]\nad_stack_size = 8\n', encoding="utf-8")
+    (tmp_path / "run.py").write_text(CHAIN_RUN, encoding="utf-8")
 
     def build_and_run(*flags):
         cache = str(tmp_path / ("cache" + "".join(flags).replace("-", "_")))
@@ -621,14 +621,14 @@ def test_vulkan_launches_async_and_sync_and_return_wait(rng, session_cache_dir):
 def test_aot_forward_mode_overflow_and_argument_errors_without_compiler(tmp_path, rng):
     src = tmp_path / "src"
     src.mkdir()
-    (src / "breadth_ad.py").write_text(textwrap.dedent(AOT_AD_MODULE))
+    (src / "breadth_ad.py").write_text(textwrap.dedent(AOT_AD_MODULE), encoding="utf-8")
     cache = str(tmp_path / "cache")
     archs = ["cpu"] + (["vulkan"] if vulkan_unavailable_reason() is None else [])
     r = subprocess.run(["qdc", "build", str(src), "--cache", cache, "--arch", ",".join(archs), "--ad-stack-size", "8"],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     script = tmp_path / "run.py"
-    script.write_text(AOT_AD_RUN)
+    script.write_text(AOT_AD_RUN, encoding="utf-8")
     for arch in archs:
         r = subprocess.run([sys.executable, str(script), cache, arch, str(int(rng.integers(1 << 30)))],
                            capture_output=True, text=True)

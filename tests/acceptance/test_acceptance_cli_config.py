@@ -416,7 +416,7 @@ def config_file(config_project):
     def write(kind, text):
         for p in paths.values():
             p.unlink(missing_ok=True)
-        paths[kind].write_text(textwrap.dedent(text))
+        paths[kind].write_text(textwrap.dedent(text), encoding="utf-8")
     yield write
     for p in paths.values():
         p.unlink(missing_ok=True)
@@ -455,7 +455,7 @@ def test_default_fp_from_the_file_changes_results_and_the_flag_wins(tmp_path):
 
     build_ok("kernels", "--cache", "default", cwd=tmp_path)
     assert values(tmp_path / "default") == [f32_point3, f32_third]
-    (tmp_path / "qdc.yaml").write_text("default_fp: f64\n")
+    (tmp_path / "qdc.yaml").write_text("default_fp: f64\n", encoding="utf-8")
     build_ok("kernels", "--cache", "from_file", cwd=tmp_path)
     assert values(tmp_path / "from_file") == [0.1 * 3, 1 / 3]
     build_ok("kernels", "--cache", "flag", "--default-fp", "f32", cwd=tmp_path)
@@ -464,7 +464,7 @@ def test_default_fp_from_the_file_changes_results_and_the_flag_wins(tmp_path):
 
 def test_arch_from_pyproject_and_the_flag_wins(tmp_path):
     write_modules(tmp_path / "kernels", other=OTHER)
-    (tmp_path / "pyproject.toml").write_text('[tool.qdc]\narch = "vulkan"\ncache_dir = "fromfile"\n')
+    (tmp_path / "pyproject.toml").write_text('[tool.qdc]\narch = "vulkan"\ncache_dir = "fromfile"\n', encoding="utf-8")
     build_ok("kernels", cwd=tmp_path)
     rc, listing = qdc_cmd("ls", "--cache", tmp_path / "fromfile")
     assert rc == 0 and "vulkan" in listing and "cpu" not in listing, listing

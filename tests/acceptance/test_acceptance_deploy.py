@@ -182,7 +182,7 @@ def test_deployment_without_llvmlite_runs_kernels_and_gradients(project, tmp_pat
         rc, out = qdc_cmd("pack", "--cache", project / "cache", "-o", where)
         assert rc == 0, out
     script = tmp_path / "deploy.py"
-    script.write_text(DEPLOY_RUN)
+    script.write_text(DEPLOY_RUN, encoding="utf-8")
     r = subprocess.run([sys.executable, str(script), str(where), str(int(rng.integers(1 << 30)))],
                        capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert r.returncode == 0 and "DEPLOYED" in r.stdout, r.stdout + r.stderr
@@ -193,7 +193,7 @@ def test_cpu_target_names_build_code_that_runs_here(tmp_path, rng, cpu_target):
     if platform.machine().lower() not in ("x86_64", "amd64"):
         pytest.skip("x86-64 CPU names")
     if cpu_target == "haswell":
-        flags = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
+        flags = open("/proc/cpuinfo", encoding="utf-8").read() if os.path.exists("/proc/cpuinfo") else ""
         if not all(f in flags.split() for f in ("avx2", "fma", "bmi2")):
             pytest.skip("this host is not a haswell-level CPU")
     write_modules(tmp_path / "kernels", other=OTHER)

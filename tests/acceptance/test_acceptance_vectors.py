@@ -390,7 +390,7 @@ def test_list_of_the_wrong_shape_is_a_located_error(tmp_path):
         @qd.kernel
         def bad():
             m[None] = [[1.0, 2.0], [3.0]]
-    '''))
+    '''), encoding="utf-8")
     spec = importlib.util.spec_from_file_location("bad_acc_list", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -490,7 +490,7 @@ def test_vector_and_matrix_misuse_is_a_located_compile_error(tmp_path, body, mes
         @qd.kernel
         def bad():
             {body}
-    '''))
+    '''), encoding="utf-8")
     spec = importlib.util.spec_from_file_location("bad_acc_vectors", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

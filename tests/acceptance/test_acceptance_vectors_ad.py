@@ -375,13 +375,13 @@ def test_vector_module_built_ahead_of_time_and_loaded_without_the_compiler(tmp_p
     archs = ["cpu"] + (["vulkan"] if vulkan_unavailable_reason() is None else [])
     src = tmp_path / "kernels"
     src.mkdir()
-    (src / "accvec.py").write_text(textwrap.dedent(AOT_MODULE))
+    (src / "accvec.py").write_text(textwrap.dedent(AOT_MODULE), encoding="utf-8")
     cache = str(tmp_path / "cache")
     r = subprocess.run([sys.executable, "-m", "qdc.cli.main", "build", str(src), "--cache", cache,
                         "--arch", ",".join(archs)], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     script = tmp_path / "run.py"
-    script.write_text(AOT_RUN)
+    script.write_text(AOT_RUN, encoding="utf-8")
     for arch in archs:
         r = subprocess.run([sys.executable, str(script), cache, arch, str(int(rng.integers(1 << 30)))],
                            capture_output=True, text=True)

@@ -137,7 +137,7 @@ def test_built_ahead_of_time_and_loaded_without_the_compiler(tmp_path, mpm):
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr + r.stdout
     script, out = tmp_path / "run.py", tmp_path / "result.npz"
-    script.write_text(AOT_RUN)
+    script.write_text(AOT_RUN, encoding="utf-8")
     r = subprocess.run([sys.executable, str(script), str(cache), "2", str(out)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr + r.stdout
     got = np.load(out)

@@ -209,12 +209,12 @@ print(repr(y.to_numpy().tolist()))
 
 def test_item1_across_processes_sharing_a_cache_and_an_edited_helper_module(tmp_path):
     cache = tmp_path / "cache"
-    (tmp_path / "prog.py").write_text(_CROSS_PROCESS.format(here=str(tmp_path)))
+    (tmp_path / "prog.py").write_text(_CROSS_PROCESS.format(here=str(tmp_path)), encoding="utf-8")
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     results = []
     for name, scale in (("sin", 2.0), ("cos", 3.0)):
         (tmp_path / "helper8.py").write_text(f"import qdc as qd\nSCALE = {scale}\n\n@qd.func\ndef f(v):\n"
-                                             f"    return v * SCALE\n\n@qd.func\ndef g(v):\n    return v + SCALE\n")
+                                             f"    return v * SCALE\n\n@qd.func\ndef g(v):\n    return v + SCALE\n", encoding="utf-8")
         r = subprocess.run([sys.executable, str(tmp_path / "prog.py"), str(cache), name], capture_output=True,
                            text=True, env=env, timeout=120)
         assert r.returncode == 0, r.stderr
@@ -1151,7 +1151,7 @@ def test_item13_explicit_cache_dir_leaves_home_cache_alone(tmp_path):
         k()
         print(f.to_numpy().tolist())
     ''')
-    (tmp_path / "s.py").write_text(script)
+    (tmp_path / "s.py").write_text(script, encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if k != "QDC_CACHE_DIR"}
     env.update(HOME=str(home), PYTHONDONTWRITEBYTECODE="1")
     r = subprocess.run([sys.executable, str(tmp_path / "s.py")], capture_output=True, text=True, env=env, timeout=120)
@@ -1238,13 +1238,13 @@ def aot(tmp_path_factory):
     root = tmp_path_factory.mktemp("aot8")
     src = root / "src"
     src.mkdir()
-    (src / "acc8.py").write_text(AOT_MODULE)
-    (src / "tiny8.py").write_text(TINY_MODULE)
-    (src / "ovf8.py").write_text(OVERFLOW_MODULE)
+    (src / "acc8.py").write_text(AOT_MODULE, encoding="utf-8")
+    (src / "tiny8.py").write_text(TINY_MODULE, encoding="utf-8")
+    (src / "ovf8.py").write_text(OVERFLOW_MODULE, encoding="utf-8")
     cache = root / "cache"
     stale = cache / "tmp" / "staging-left-by-a-killed-build"
     stale.mkdir(parents=True)
-    (stale / "junk").write_text("x")
+    (stale / "junk").write_text("x", encoding="utf-8")
     old = time.time() - 3 * 24 * 3600
     os.utime(stale / "junk", (old, old))
     os.utime(stale, (old, old))
@@ -1425,7 +1425,7 @@ def test_item7_loads_during_force_rebuilds_always_see_an_entry(aot, tmp_path):
 
 def test_item8_cache_naming_a_file_is_a_usage_error(aot, tmp_path):
     f = tmp_path / "not_a_folder"
-    f.write_text("hello")
+    f.write_text("hello", encoding="utf-8")
     r = qdc_cli("build", str(aot["src"] / "acc8.py"), "--cache", str(f))
     out = r.stdout + r.stderr
     assert r.returncode == 2, out
@@ -1434,7 +1434,7 @@ def test_item8_cache_naming_a_file_is_a_usage_error(aot, tmp_path):
 
 def test_item8_direct_mode_cache_dir_naming_a_file_is_refused_at_init(tmp_path, session_cache_dir):
     f = tmp_path / "cache_file"
-    f.write_text("hello")
+    f.write_text("hello", encoding="utf-8")
     try:
         with pytest.raises((qd.QdcError, ValueError, OSError)) as ei:
             qd.init(arch=qd.cpu, cache_dir=str(f))
@@ -1503,7 +1503,7 @@ def test_item4_artifact_built_for_v4_is_a_cache_error_on_a_host_without_avx512(t
         pytest.skip("x86-64 levels")
     (tmp_path / "v4mod.py").write_text(
         "import qdc as qd\n\n\n@qd.kernel\ndef axpy(a: qd.f32, x: qd.types.ndarray(dtype=qd.f32, ndim=1), "
-        "y: qd.types.ndarray(dtype=qd.f32, ndim=1)):\n    for i in range(x.shape[0]):\n        y[i] = a * x[i] + y[i]\n")
+        "y: qd.types.ndarray(dtype=qd.f32, ndim=1)):\n    for i in range(x.shape[0]):\n        y[i] = a * x[i] + y[i]\n", encoding="utf-8")
     cache = str(tmp_path / "cache")
     r = qdc_cli("build", str(tmp_path / "v4mod.py"), "--cache", cache, "--cpu-target", "x86-64-v4", "-j", "1")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -1544,7 +1544,7 @@ def bad_config():
 
 def test_corpus_through_qdc_build_reports_each_error_at_its_line(tmp_path):
     path = tmp_path / "bad8.py"
-    path.write_text(BAD_BUILD_MODULE)
+    path.write_text(BAD_BUILD_MODULE, encoding="utf-8")
     lines = BAD_BUILD_MODULE.splitlines()
     r = qdc_cli("build", str(path), "--cache", str(tmp_path / "cache"), "-j", "1")
     out = r.stdout + r.stderr

@@ -119,11 +119,11 @@ def test_the_boundary_check_sees_imports_inside_functions_and_relative_ones(tmp_
     (fake / "compiler" / "passes").mkdir(parents=True)
     (fake / "runtime" / "contract").mkdir(parents=True)
     for name in ("device.py", "contract/error_slot.py"):
-        (fake / "runtime" / name).write_text("")
+        (fake / "runtime" / name).write_text("", encoding="utf-8")
     (fake / "compiler" / "passes" / "p.py").write_text(
         "from qdc.runtime.contract.error_slot import BOUNDS_WORD\n"
         "def f():\n    from ...runtime import device\n"
-        "def g():\n    import qdc.runtime.device\n")
+        "def g():\n    import qdc.runtime.device\n", encoding="utf-8")
     found = [m for _, m in _imported_modules(str(fake / "compiler" / "passes" / "p.py"), str(fake))]
     assert found == ["qdc.runtime.contract.error_slot", "qdc.runtime.device", "qdc.runtime.device"]
     assert [_contract_violation("compiler/passes/p.py", m) for m in found] == [False, True, True]
@@ -177,15 +177,15 @@ def _changed_constant(source: str) -> str:
 @pytest.mark.parametrize("name", sorted(os.path.relpath(p, CONTRACT) for p in _python_files(CONTRACT)))
 def test_changing_an_abi_constant_of_the_contract_changes_every_archs_cache_key(name, source_copy, monkeypatch):
     path = source_copy / "runtime" / "contract" / name
-    original = path.read_text()
+    original = path.read_text(encoding="utf-8")
     before = _keys(source_copy, monkeypatch)
     changed = _changed_constant(original)
     assert changed != original
-    path.write_text(changed)
+    path.write_text(changed, encoding="utf-8")
     try:
         after = _keys(source_copy, monkeypatch)
     finally:
-        path.write_text(original)
+        path.write_text(original, encoding="utf-8")
     assert [arch for arch in ARCHES if after[arch] == before[arch]] == [], \
         f"runtime/contract/{name} changed, yet these arches keep their cache keys"
     assert _keys(source_copy, monkeypatch) == before  # the same sources give the same keys

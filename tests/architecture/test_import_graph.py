@@ -38,7 +38,7 @@ def _imports(module: str, path: str, modules: dict) -> list[tuple[str, int]]:
     """(imported qdc module, line) for every import statement of `module`, wherever it stands."""
     package = module if path.endswith("__init__.py") else module.rpartition(".")[0]
     found = []
-    for node in ast.walk(ast.parse(open(path).read(), path)):
+    for node in ast.walk(ast.parse(open(path, encoding="utf-8").read(), path)):
         if isinstance(node, ast.Import):
             found += [(a.name, node.lineno) for a in node.names]
         elif isinstance(node, ast.ImportFrom):

@@ -28,7 +28,7 @@ def _module_of(path: str) -> tuple[str, bool]:
 
 def _imports(path: str, mod: str, is_pkg: bool) -> list[tuple[str, int]]:
     """Every module `path` (module `mod`) imports: absolute names; `from a import b` also yields a.b."""
-    tree = ast.parse(open(path).read(), path)
+    tree = ast.parse(open(path, encoding="utf-8").read(), path)
     out = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -123,7 +123,7 @@ def test_each_stage_and_backend_has_its_folder(folder):
 def test_the_checker_sees_a_violation(tmp_path):
     """The boundary checks are not vacuous: a lazy relative import of the compiler is reported."""
     probe = tmp_path / "probe.py"
-    probe.write_text("def f():\n    from ...compiler.driver import kernel\n")
+    probe.write_text("def f():\n    from ...compiler.driver import kernel\n", encoding="utf-8")
 
     def forbidden(mod, name):
         return "compiler" if _under(name, "qdc.compiler") else None
@@ -145,11 +145,11 @@ def test_another_targets_code_leaves_a_targets_cache_entries_valid(tmp_path, mon
     for folder in ("language", "frontend", "ir", "passes", "autodiff", "driver", "targets/llvm", "targets/cpu",
                    "targets/spirv", "targets/vulkan"):
         (compiler / folder).mkdir(parents=True)
-        (compiler / folder / "__init__.py").write_text("")
+        (compiler / folder / "__init__.py").write_text("", encoding="utf-8")
     (root / "runtime" / "contract").mkdir(parents=True)
     for f in ("compiler/__init__.py", "compiler/targets/__init__.py", "compiler/targets/base.py",
               "runtime/contract/__init__.py"):
-        (root / f).write_text("")
+        (root / f).write_text("", encoding="utf-8")
 
     class Stand_in(Target):
         source_folders = ("spirv", "vulkan")
@@ -164,13 +164,13 @@ def test_another_targets_code_leaves_a_targets_cache_entries_valid(tmp_path, mon
 
     try:
         cpu0, vk0 = fingerprints()
-        (compiler / "targets" / "vulkan" / "codegen.py").write_text("SPIRV = 1\n")
+        (compiler / "targets" / "vulkan" / "codegen.py").write_text("SPIRV = 1\n", encoding="utf-8")
         cpu1, vk1 = fingerprints()
         assert cpu1 == cpu0 and vk1 != vk0
-        (compiler / "passes" / "new_pass.py").write_text("def run(k): pass\n")
+        (compiler / "passes" / "new_pass.py").write_text("def run(k): pass\n", encoding="utf-8")
         cpu2, vk2 = fingerprints()
         assert cpu2 != cpu1 and vk2 != vk1
-        (compiler / "targets" / "cpu" / "codegen.py").write_text("X = 1\n")
+        (compiler / "targets" / "cpu" / "codegen.py").write_text("X = 1\n", encoding="utf-8")
         cpu3, vk3 = fingerprints()
         assert cpu3 != cpu2 and vk3 == vk2
     finally:

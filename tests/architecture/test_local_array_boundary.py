@@ -25,7 +25,7 @@ def test_no_target_sees_component_accesses():
     for path, _, files in os.walk(folder):
         for name in files:
             if name.endswith(".py"):
-                text = open(os.path.join(path, name)).read()
+                text = open(os.path.join(path, name), encoding="utf-8").read()
                 assert "ComponentLoad" not in text and "ComponentStore" not in text, os.path.join(path, name)
 
 

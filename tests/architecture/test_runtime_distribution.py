@@ -101,7 +101,7 @@ def run_qdc(*args):
 def prebuilt(tmp_path_factory):
     """[cache folder, bundle] holding module `deployed` built for cpu and vulkan."""
     root = tmp_path_factory.mktemp("prebuilt")
-    (root / "deployed.py").write_text(textwrap.dedent(KERNELS))
+    (root / "deployed.py").write_text(textwrap.dedent(KERNELS), encoding="utf-8")
     cache, bundle = root / "cache", root / "deployed.qdc.tar.gz"
     run_qdc("build", root / "deployed.py", "--arch", "cpu,vulkan", "--cache", cache, "-j", "1")
     run_qdc("pack", "--cache", cache, "-o", bundle)

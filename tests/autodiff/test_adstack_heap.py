@@ -189,7 +189,7 @@ def test_clean_exit_after_caught_overflow_and_logging(tmp_path):
             chain.grad()
         except qd.AdStackOverflowError as e:
             print("caught:", e.required)
-    """))
+    """), encoding="utf-8")
     env = dict(os.environ, QDC_LOG="adstack")
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0, done.stderr

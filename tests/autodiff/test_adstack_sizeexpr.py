@@ -460,7 +460,7 @@ def float_bound():
 
 
 def line_of(text):
-    with open(__file__) as f:
+    with open(__file__, encoding="utf-8") as f:
         return next(number for number, line in enumerate(f, 1) if text in line)
 
 
@@ -637,7 +637,7 @@ print("ok")
 
 def test_aot_round_trip_sizes_from_the_artifact(tmp_path):
     (tmp_path / "kernels").mkdir()
-    (tmp_path / "kernels" / "adk.py").write_text(textwrap.dedent(KERNEL_MODULE))
+    (tmp_path / "kernels" / "adk.py").write_text(textwrap.dedent(KERNEL_MODULE), encoding="utf-8")
     cache = str(tmp_path / "cache")
     cli = [sys.executable, "-m", "qdc.cli.main"]
     build = subprocess.run(cli + ["build", str(tmp_path / "kernels"), "--cache", cache],

@@ -53,7 +53,7 @@ print("ok")
 
 def test_built_grad_variant_runs_from_a_loaded_module(tmp_path):
     (tmp_path / "kernels").mkdir()
-    (tmp_path / "kernels" / "adk.py").write_text(textwrap.dedent(KERNEL_MODULE))
+    (tmp_path / "kernels" / "adk.py").write_text(textwrap.dedent(KERNEL_MODULE), encoding="utf-8")
     cache = tmp_path / "cache"
     build = subprocess.run([sys.executable, "-m", "qdc.cli.main", "build", str(tmp_path / "kernels"), "--cache",
                             str(cache)], capture_output=True, text=True, timeout=300)

@@ -143,7 +143,7 @@ def test_random_program_gradients_match_central_differences(arch, rng, tmp_path,
     rtol, atol_scale = (1e-6, 1e-7) if dtype == "f64" else (2e-3, 2e-3)
     body = _program_body(rng)
     path = tmp_path / f"random_grad_{arch}_{uuid.uuid4().hex[:8]}.py"  # a module name of its own per case
-    path.write_text(_kernel_source(body, dtype))
+    path.write_text(_kernel_source(body, dtype), encoding="utf-8")
     monkeypatch.syspath_prepend(str(tmp_path))
     module = __import__(path.stem)
 
@@ -158,7 +158,7 @@ def test_random_program_gradients_match_central_differences(arch, rng, tmp_path,
     with qd.ad.Tape(loss=module.loss):
         module.program()
 
-    program = path.read_text()
+    program = path.read_text(encoding="utf-8")
     ulp = 2.0 ** -52 if dtype == "f64" else 2.0 ** -23
     # f32 on a GPU: the driver's functions (Vulkan: sin/cos to an absolute error) and f32 rounding
     want_loss, want, loss_spread, grad_spread = _reference_and_its_uncertainty(

@@ -76,7 +76,7 @@ def _import(path, name):
 
 def _keys(tmp_path, source, tag, **opts):
     path = tmp_path / f"mod_{tag}.py"
-    path.write_text(source)
+    path.write_text(source, encoding="utf-8")
     mod = _import(path, f"qdc_test_keys_{tag}")
     o = options_mod.Options().update(**opts)
     return {k: cache_key.kernel_key(getattr(mod, k).fn, getattr(mod, k)._primal.params, o, "cpu").key
@@ -108,7 +108,7 @@ def test_rebuild_compiles_exactly_the_affected_kernels(tmp_path, rng):
     src = tmp_path / "kmod"
     src.mkdir()
     path = src / "deps.py"
-    path.write_text(BASE)
+    path.write_text(BASE, encoding="utf-8")
     cache = str(tmp_path / "cache")
     opts = options_mod.Options()
     first = build([str(src)], ["cpu"], opts, cache, log=lambda _: None)
@@ -118,7 +118,7 @@ def test_rebuild_compiles_exactly_the_affected_kernels(tmp_path, rng):
     text = BASE
     for name, (old, new, _affected) in EDITS.items():
         text = text.replace(old, new)
-        path.write_text(text)
+        path.write_text(text, encoding="utf-8")
         r = build([str(src)], ["cpu"], opts, cache, log=lambda _: None)
         assert (r.built, r.cached, r.failed) == (1, 3, 0), name
     # The rebuilt module really runs the edited code (f now multiplies by 4, C is 5, z has 16).
@@ -192,7 +192,7 @@ print("from_cache", square.compile((a,)).from_cache)
 
 def test_direct_mode_hits_from_a_fresh_process(tmp_path):
     script = tmp_path / "direct.py"
-    script.write_text(SCRIPT)
+    script.write_text(SCRIPT, encoding="utf-8")
     cache = str(tmp_path / "c")
     runs = [subprocess.run([sys.executable, str(script), cache, str(n)], capture_output=True, text=True)
             for n in (0, 3)]

@@ -54,7 +54,7 @@ def twice(a: qd.types.ndarray(dtype=qd.f32, ndim=1)):
 def _sources(tmp_path, text=GRADS, name="grads"):
     src = tmp_path / "src"
     src.mkdir(exist_ok=True)
-    (src / f"{name}.py").write_text(text)
+    (src / f"{name}.py").write_text(text, encoding="utf-8")
     return str(src)
 
 
@@ -140,7 +140,7 @@ print("loads", loads, "failed", failed)
 
 def test_qdc_build_force_while_another_process_loads(cache_copy, tmp_path):
     script, stop = tmp_path / "loader.py", tmp_path / "stop"
-    script.write_text(LOADER)
+    script.write_text(LOADER, encoding="utf-8")
     loader = subprocess.Popen([sys.executable, str(script), cache_copy, str(stop)], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
     src = _sources(tmp_path)
@@ -159,7 +159,7 @@ def test_qdc_build_force_while_another_process_loads(cache_copy, tmp_path):
 def test_cache_that_is_a_file_is_a_usage_error(tmp_path):
     src = _sources(tmp_path)
     not_a_folder = tmp_path / "cache.txt"
-    not_a_folder.write_text("hello")
+    not_a_folder.write_text("hello", encoding="utf-8")
     runner = CliRunner()
     for args in (["build", src, "--cache", str(not_a_folder)],
                  ["build", src, "--cache", str(not_a_folder / "below")],
@@ -168,7 +168,7 @@ def test_cache_that_is_a_file_is_a_usage_error(tmp_path):
         r = runner.invoke(cli, args)
         assert r.exit_code == 2, (args, r.output, r.exception)
         assert "is a file, not a folder" in r.output and "Traceback" not in r.output, r.output
-    assert not_a_folder.read_text() == "hello"
+    assert not_a_folder.read_text(encoding="utf-8") == "hello"
 
     previous = direct_options()
     with pytest.raises(ValueError, match="cache_dir .*is a file, not a folder"):

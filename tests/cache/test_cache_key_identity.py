@@ -131,7 +131,7 @@ print("ok")
 
 def test_processes_sharing_a_cache_each_get_their_own_op(tmp_path):
     script = tmp_path / "op_kernel.py"  # the same file: same source, same line numbers
-    script.write_text(OP_SCRIPT)
+    script.write_text(OP_SCRIPT, encoding="utf-8")
     cache = str(tmp_path / "shared-cache")
     for name in ("sin", "cos", "sin"):  # the second sin is a cache hit of the first
         r = subprocess.run([sys.executable, str(script), cache, name], capture_output=True, text=True, timeout=120)
@@ -159,8 +159,8 @@ def test_writes_the_user_cache():
 def test_a_session_that_writes_the_user_cache_fails(tmp_path):
     suite = tmp_path / "suite"
     suite.mkdir()
-    (suite / "conftest.py").write_text(open(os.path.join(TESTS_DIR, "conftest.py")).read())
-    (suite / "test_guarded.py").write_text(textwrap.dedent(GUARDED_TEST))
+    (suite / "conftest.py").write_text(open(os.path.join(TESTS_DIR, "conftest.py"), encoding="utf-8").read(), encoding="utf-8")
+    (suite / "test_guarded.py").write_text(textwrap.dedent(GUARDED_TEST), encoding="utf-8")
     env = {**os.environ, "HOME": str(tmp_path / "home")}  # never the real home
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(suite)],
                        capture_output=True, text=True, timeout=120, env=env, cwd=str(suite))

@@ -123,12 +123,12 @@ def test_manifests_of_two_runs_merge_and_rerecording_is_stable(recorded, tmp_pat
     again = tmp_path / "again.manifest"
     r = _qdc("record", "-o", str(again), "--", sys.executable, str(app), str(tmp_path / "c"))
     assert r.returncode == 0, r.stderr
-    assert again.read_text() == manifest.read_text()  # stable: same run, same bytes
+    assert again.read_text(encoding="utf-8") == manifest.read_text(encoding="utf-8")  # stable: same run, same bytes
 
 
 def test_a_manifest_holds_no_path_and_builds_on_another_machine(recorded, tmp_path):
     root, app, manifest, _ = recorded
-    text = manifest.read_text()
+    text = manifest.read_text(encoding="utf-8")
     assert str(root) not in text and os.sep + "tmp" not in text and os.path.expanduser("~") not in text
     elsewhere = tmp_path / "checkout" / "src"  # the program's sources at another path
     elsewhere.mkdir(parents=True)
@@ -151,7 +151,7 @@ def test_stale_entries_are_reported_and_the_rest_built(recorded, tmp_path):
         if e["kernel"] == "energy" and e["variant"] == "grad":
             e["templates"]["state"]["object"]["class"] = "manifest_app:OldState"  # a class gone
     stale = tmp_path / "stale.manifest"
-    stale.write_text(manifest_file.dumps(entries))
+    stale.write_text(manifest_file.dumps(entries), encoding="utf-8")
     r = _qdc("build", "--manifest", str(stale), "--cache", str(tmp_path / "built"), "-j", "1",
              cwd=str(app.parent))
     assert r.returncode == 1, r.stdout + r.stderr
@@ -230,7 +230,7 @@ print(json.dumps({"x": s.x.to_numpy().tolist(), "compiled": Counts.compiled, "ll
 def test_a_quadrants_program_in_a_package_is_recorded_built_and_run_offline(tmp_path):
     for name, text in QUADRANTS_PROGRAM.items():
         (tmp_path / name).parent.mkdir(exist_ok=True)
-        (tmp_path / name).write_text(text)
+        (tmp_path / name).write_text(text, encoding="utf-8")
     main = str(tmp_path / "main.py")
     r = _qdc("record", "-o", "kernels.manifest", "--", sys.executable, main, "first", cwd=str(tmp_path))
     assert r.returncode == 0, r.stderr
@@ -275,8 +275,8 @@ print(json.dumps({"total": physics.total[None], "grad": physics.x.grad.to_numpy(
 
 
 def test_an_offline_process_runs_what_qdc_build_built_from_a_kernel_module(tmp_path):
-    (tmp_path / "physics.py").write_text(MODULE_KERNELS)
-    (tmp_path / "main.py").write_text(MODULE_USER)
+    (tmp_path / "physics.py").write_text(MODULE_KERNELS, encoding="utf-8")
+    (tmp_path / "main.py").write_text(MODULE_USER, encoding="utf-8")
     r = _qdc("build", "physics.py", "--cache", "cache", "-j", "1", cwd=str(tmp_path))
     assert r.returncode == 0, r.stdout + r.stderr
     result = _app(str(tmp_path / "main.py"), tmp_path / "cache", QDC_OFFLINE="1")

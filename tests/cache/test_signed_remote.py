@@ -133,7 +133,7 @@ def test_an_offline_process_takes_only_signed_kernels_from_the_store(keys, tmp_p
 
     import qdc as qd
     source = tmp_path / "offline_kernels.py"
-    source.write_text(OFFLINE_KERNELS)
+    source.write_text(OFFLINE_KERNELS, encoding="utf-8")
     url = f"file://{tmp_path}/store"
     qdc("build", source, "--cache", tmp_path / "ci", "--remote", url, "--sign", keys.ci, "-j", 1)
     spec = importlib.util.spec_from_file_location("offline_kernels", source)

@@ -56,14 +56,14 @@ def test_keygen_writes_a_private_key_only_its_owner_reads_and_never_overwrites_o
     key = tmp_path / "release"
     result = qdc("keygen", key, "--name", "release 2026")
     assert stat.S_IMODE(os.stat(key).st_mode) == 0o600
-    private = key.read_text()
+    private = key.read_text(encoding="utf-8")
     assert private.startswith("-----BEGIN PRIVATE KEY-----")
     assert private.strip().splitlines()[1] not in result.stdout + result.stderr  # never printed
-    public = (tmp_path / "release.pub").read_text().split()
+    public = (tmp_path / "release.pub").read_text(encoding="utf-8").split()
     assert public[0] == "qdc-ed25519" and public[2:] == ["release", "2026"]
     again = qdc("keygen", key, ok=False)
     assert again.exit_code == 2 and "never overwrites" in again.stderr
-    assert key.read_text() == private
+    assert key.read_text(encoding="utf-8") == private
 
 
 def test_a_signed_build_loads_with_its_key_and_runs(cache, keys, rng, monkeypatch):
@@ -72,7 +72,7 @@ def test_a_signed_build_loads_with_its_key_and_runs(cache, keys, rng, monkeypatc
     assert loads.count > 0
     _run_k0(mod, rng)
     # the key's text, as a deployment's environment or configuration may hold it, works the same
-    monkeypatch.setenv("QDC_TRUSTED_KEYS", open(keys.ci_pub).read())
+    monkeypatch.setenv("QDC_TRUSTED_KEYS", open(keys.ci_pub, encoding="utf-8").read())
     _run_k0(load(cache, "mod0", arch="cpu"), rng)
 
 
@@ -191,7 +191,7 @@ def test_verify_reports_who_signed_each_entry_and_fails_on_an_untrusted_one(cach
 
 def test_trusted_keys_of_qdc_yaml_are_files_relative_to_it(cache, keys, tmp_path, monkeypatch):
     shutil.copy(keys.attacker_pub, tmp_path / "deploy.pub")
-    (tmp_path / "qdc.yaml").write_text("trusted_keys: [deploy.pub]\n")
+    (tmp_path / "qdc.yaml").write_text("trusted_keys: [deploy.pub]\n", encoding="utf-8")
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("QDC_TRUSTED_KEYS", raising=False)
     result = qdc("verify", cache, ok=False)
@@ -242,7 +242,7 @@ def test_bad_key_settings_are_clear_errors(keys, tmp_path, session_cache_dir):
         load(str(tmp_path), "mod0", trusted_keys=[str(tmp_path / "missing.pub")])
     with pytest.raises(ValueError, match="trusted_keys is empty"):
         load(str(tmp_path), "mod0", trusted_keys=[])
-    (tmp_path / "bad.pub").write_text("qdc-ed25519 AAAA ci\n")
+    (tmp_path / "bad.pub").write_text("qdc-ed25519 AAAA ci\n", encoding="utf-8")
     with pytest.raises(ValueError, match="bad.pub:1: the key is not 32 bytes"):
         load(str(tmp_path), "mod0", trusted_keys=[str(tmp_path / "bad.pub")])
 
@@ -297,10 +297,10 @@ def test_a_trusted_keys_text_lists_keys_comments_and_revocations(keys, tmp_path)
     trust = signing.trust_from(text)
     assert set(trust.trusted) == {ci.fingerprint, nxt.fingerprint}
     assert trust.revoked == {keys.attacker_key.public.fingerprint}
-    (tmp_path / "keys.pub").write_text(text)
+    (tmp_path / "keys.pub").write_text(text, encoding="utf-8")
     assert signing.trust_from(str(tmp_path / "keys.pub")).trusted.keys() == trust.trusted.keys()
     with pytest.raises(ValueError, match="keys.pub:3: not a qdc public key"):
-        (tmp_path / "keys.pub").write_text(text.replace("@revoked", "revoked"))
+        (tmp_path / "keys.pub").write_text(text.replace("@revoked", "revoked"), encoding="utf-8")
         signing.trust_from(str(tmp_path / "keys.pub"))
 
 

@@ -103,7 +103,7 @@ class Shadowed:
 
 def _import(tmp_path, name: str, text: str):
     path = tmp_path / f"{name}.py"
-    path.write_text(text)
+    path.write_text(text, encoding="utf-8")
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # a class's source is found through its module
@@ -191,11 +191,11 @@ def test_the_key_follows_a_reached_function_rewritten_in_place(tmp_path):
     first = key_of(_import(tmp_path, "rewritten", text))
     path = tmp_path / "rewritten.py"
     stat = os.stat(path)
-    path.write_text(text.replace("v * 2.0", "v * 3.0"))
+    path.write_text(text.replace("v * 2.0", "v * 3.0"), encoding="utf-8")
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
     second = key_of(_import(tmp_path, "rewritten", text.replace("v * 2.0", "v * 3.0")))
     assert first != second
-    path.write_text(text)
+    path.write_text(text, encoding="utf-8")
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 2_000_000))
     assert key_of(_import(tmp_path, "rewritten", text)) == first
 

@@ -48,7 +48,7 @@ def _damage(folder) -> None:
     os.makedirs(os.path.dirname(bad), exist_ok=True)
     with open(bad, "wb") as f:
         f.write(bytes(data))
-    with open(os.path.join(folder, source_records.FOLDER, KEY[:2], "notes.txt"), "w") as f:
+    with open(os.path.join(folder, source_records.FOLDER, KEY[:2], "notes.txt"), "w", encoding="utf-8") as f:
         f.write("not a record")
 
 

@@ -100,7 +100,7 @@ def narrow_cpu(monkeypatch):
 def _build(tmp_path, skip: bool):
     src = tmp_path / "src"
     src.mkdir(exist_ok=True)
-    (src / "mixed.py").write_text(MIXED)
+    (src / "mixed.py").write_text(MIXED, encoding="utf-8")
     out, log = [], []
     opts = options_mod.Options(cpu_target="native")  # one shared library, not one per ISA level: faster
     report = build_mod.build([str(src)], ["cpu"], opts, str(tmp_path / "cache"), jobs=1,

@@ -36,7 +36,7 @@ def fill(x: float, n: int):                      # annotations: the build's defa
 def _build(tmp_path, name: str, **options) -> str:
     src = tmp_path / f"src_{name}"
     src.mkdir()
-    (src / f"{name}.py").write_text(SOURCE)
+    (src / f"{name}.py").write_text(SOURCE, encoding="utf-8")
     cache = str(tmp_path / f"cache_{name}")
     report = build([str(src)], ["cpu"], Options().update(**options), cache, log=lambda _: None, out=lambda _: None)
     assert report.ok and report.built == 1, report.errors
@@ -115,8 +115,8 @@ def test_a_module_failing_at_import_ends_the_builds_import_context(tmp_path):
     qd.init(arch=qd.cpu)
     src = tmp_path / "src"
     src.mkdir()
-    (src / "a_first.py").write_text(SOURCE)
-    (src / "b_broken.py").write_text("import qdc as qd\nv = qd.Vector.field(3, float, shape=2)\nraise RuntimeError('no')\n")
+    (src / "a_first.py").write_text(SOURCE, encoding="utf-8")
+    (src / "b_broken.py").write_text("import qdc as qd\nv = qd.Vector.field(3, float, shape=2)\nraise RuntimeError('no')\n", encoding="utf-8")
     errors = []
     report = build([str(src)], ["cpu"], Options().update(default_fp="f64"), str(tmp_path / "cache"),
                    log=errors.append, out=lambda _: None)

@@ -44,7 +44,7 @@ ROW = re.compile(r"^  (\S+)\s+(cpu|vulkan)\s+([0-9.]+)\s+([0-9.]+)  (.*)$")
 
 def test_build_timings_name_every_variant_and_phase_largest_first(tmp_path):
     (tmp_path / "src").mkdir()
-    (tmp_path / "src" / "timed.py").write_text(MODULE)
+    (tmp_path / "src" / "timed.py").write_text(MODULE, encoding="utf-8")
     r = qdc("build", tmp_path / "src", "--cache", tmp_path / "cache", "--arch", "cpu,vulkan", "-j", 1, "--timings")
     rows = [ROW.match(line).groups() for line in r.stdout.splitlines() if ROW.match(line)]
     assert sorted((name, arch) for name, arch, *_ in rows) == sorted(
@@ -68,7 +68,7 @@ def test_build_timings_name_every_variant_and_phase_largest_first(tmp_path):
 
 def test_no_timings_without_the_flag(tmp_path):
     (tmp_path / "src").mkdir()
-    (tmp_path / "src" / "timed.py").write_text(MODULE)
+    (tmp_path / "src" / "timed.py").write_text(MODULE, encoding="utf-8")
     r = qdc("build", tmp_path / "src", "--cache", tmp_path / "cache", "-j", 1)
     assert "where the time went" not in r.stdout
 
@@ -81,7 +81,7 @@ def test_direct_mode_logs_each_compile(tmp_path):
         chain()
         total.grad[None] = 1.0
         chain.grad()
-    '''))
+    '''), encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if k != "QDC_CACHE_DIR"}
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
                        env={**env, "QDC_LOG": "timings"})

@@ -32,7 +32,7 @@ def build(*args):
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers are forked on Linux only")
 def test_forked_workers_build_every_kernel_once(tmp_path, rng):
     (tmp_path / "src").mkdir()
-    (tmp_path / "src" / "many.py").write_text(MODULE)
+    (tmp_path / "src" / "many.py").write_text(MODULE, encoding="utf-8")
     cache = str(tmp_path / "cache")
     r = build(str(tmp_path / "src"), "--cache", cache, "-j", "4", "--cpu-target", "native")
     assert r.returncode == 0, r.stderr

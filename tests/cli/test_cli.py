@@ -62,7 +62,7 @@ def qdc_cli(*args, cwd=None):
 def _write(folder, **files):
     folder.mkdir(exist_ok=True)
     for name, text in files.items():
-        (folder / f"{name}.py").write_text(text)
+        (folder / f"{name}.py").write_text(text, encoding="utf-8")
     return str(folder)
 
 
@@ -135,7 +135,7 @@ def test_ls_and_inspect(small_cache):
 def test_clean_max_size_and_all(small_cache):
     runner = CliRunner()
     foreign = os.path.join(small_cache, ".gitkeep")
-    open(foreign, "w").close()
+    open(foreign, "w", encoding="utf-8").close()
     r = runner.invoke(cli, ["clean", "--cache", small_cache, "--max-size", "10G"])
     assert r.exit_code == 0 and "evicted 0 entries" in r.output
     r = runner.invoke(cli, ["clean", "--cache", small_cache, "--max-size", "0"])
@@ -157,7 +157,7 @@ def test_options_come_from_flags_then_file_then_defaults(tmp_path, monkeypatch):
     proj = tmp_path / "proj"
     proj.mkdir()
     monkeypatch.chdir(proj)
-    (proj / "qdc.yaml").write_text("opt_level: 1\nfast-math: true\ncache_dir: from_yaml\n")
+    (proj / "qdc.yaml").write_text("opt_level: 1\nfast-math: true\ncache_dir: from_yaml\n", encoding="utf-8")
     assert runner.invoke(cli, ["build", src, "-j", "1"]).exit_code == 0
     assert {(o["opt_level"], o["fast_math"]) for o in _built_options(str(proj / "from_yaml"))} == {(1, True)}
     (proj / "sub").mkdir()
@@ -169,11 +169,11 @@ def test_options_come_from_flags_then_file_then_defaults(tmp_path, monkeypatch):
     assert {(o["opt_level"], o["fast_math"]) for o in _built_options(str(proj / "flag"))} == {(2, True)}
 
     (proj / "qdc.yaml").unlink()
-    (proj / "pyproject.toml").write_text('[project]\nname = "x"\n\n[tool.qdc]\ndefault_fp = "f64"\n')
+    (proj / "pyproject.toml").write_text('[project]\nname = "x"\n\n[tool.qdc]\ndefault_fp = "f64"\n', encoding="utf-8")
     assert runner.invoke(cli, ["build", src, "-j", "1", "--cache", "toml"]).exit_code == 0
     assert {(o["opt_level"], o["default_fp"]) for o in _built_options(str(proj / "toml"))} == {(3, "f64")}
 
-    (proj / "pyproject.toml").write_text('[tool.qdc]\nopt_levle = 2\n')
+    (proj / "pyproject.toml").write_text('[tool.qdc]\nopt_levle = 2\n', encoding="utf-8")
     r = runner.invoke(cli, ["build", src])
     assert r.exit_code == 2 and "pyproject.toml [tool.qdc]: unknown option 'opt_levle'" in r.output
 

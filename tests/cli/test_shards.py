@@ -115,7 +115,7 @@ def test_shards_of_an_every_arch_build_merge_with_what_an_arch_cannot_express(tm
     src.write_text("import qdc as qd\n\nx = qd.field(qd.f64, shape=8)\ny = qd.field(qd.f32, shape=8)\n\n"
                    + "".join(f"\n@qd.kernel\ndef f64_{i}():\n    for j in x:\n        x[j] = x[j] * {i + 2}.0\n\n"
                              f"\n@qd.kernel\ndef f32_{i}():\n    for j in y:\n        y[j] = y[j] + {i}.0\n"
-                             for i in range(3)))
+                             for i in range(3)), encoding="utf-8")
     qdc("build", src, "--arch", "all", "--cache", tmp_path / "full", "-j", 1)
     for k in (1, 2):
         qdc("build", src, "--arch", "all", "--cache", tmp_path / f"shard{k}", "--shard", f"{k}/2", "-j", 1)

@@ -35,7 +35,7 @@ def test_python_examples_run_as_written(document, deployment_folder):
     blocks = python_blocks(document)
     assert blocks, f"{document} has no python example"
     script = deployment_folder / (os.path.basename(document) + ".py")
-    script.write_text("\n".join(blocks))
+    script.write_text("\n".join(blocks), encoding="utf-8")
     done = subprocess.run([sys.executable, str(script)], cwd=deployment_folder, capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0, f"the examples of {document} failed:\n{done.stdout}\n{done.stderr}"

@@ -12,7 +12,7 @@ import pytest
 
 import qdc as qd
 
-SOURCE = pathlib.Path(__file__).read_text().splitlines()
+SOURCE = pathlib.Path(__file__).read_text(encoding="utf-8").splitlines()
 
 x = qd.field(qd.f32, shape=8)
 m = qd.field(qd.f32, shape=(4, 4))

@@ -696,7 +696,7 @@ def test_the_corpus_is_large_and_every_kernel_is_marked():
 @pytest.fixture(scope="module")
 def corpus_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("corpus") / "corpus.py"
-    path.write_text(CORPUS)
+    path.write_text(CORPUS, encoding="utf-8")
     return path
 
 

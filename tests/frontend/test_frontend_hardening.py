@@ -14,7 +14,7 @@ from qdc.compiler import ir
 from qdc.compiler.driver import kernel as kernel_mod
 from qdc.compiler.jit.kernel import kernel_of
 
-SOURCE = open(__file__).read().splitlines()
+SOURCE = open(__file__, encoding="utf-8").read().splitlines()
 
 i32 = qd.field(qd.i32, shape=4)
 i64 = qd.field(qd.i64, shape=4)

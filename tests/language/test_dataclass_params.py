@@ -268,12 +268,12 @@ print("OK")
 
 
 def test_dataclass_kernels_built_ahead_of_time(arch, tmp_path, rng):
-    (tmp_path / "dcbuilt.py").write_text(BUILT_MODULE)
+    (tmp_path / "dcbuilt.py").write_text(BUILT_MODULE, encoding="utf-8")
     cache = str(tmp_path / "cache")
     r = subprocess.run([sys.executable, "-m", "qdc.cli.main", "build", str(tmp_path / "dcbuilt.py"),
                         "--cache", cache, "--arch", arch], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr + r.stdout
-    (tmp_path / "load.py").write_text(LOAD_BUILT)
+    (tmp_path / "load.py").write_text(LOAD_BUILT, encoding="utf-8")
     r = subprocess.run([sys.executable, str(tmp_path / "load.py"), cache, arch, str(int(rng.integers(1 << 30)))],
                        capture_output=True, text=True)
     assert r.returncode == 0 and "OK" in r.stdout, r.stderr

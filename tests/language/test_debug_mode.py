@@ -17,7 +17,7 @@ PARALLEL_N = 60000  # enough iterations for the range-for to be split over worke
 
 def line_of(marker: str) -> str:
     """`file:line:` of the line of this file holding `marker` (comments mark the accesses)."""
-    with open(__file__) as f:
+    with open(__file__, encoding="utf-8") as f:
         for number, text in enumerate(f, 1):
             if marker in text and "line_of" not in text:
                 return f"{__file__}:{number}:"
@@ -248,7 +248,7 @@ def mark(i: qd.i32):
 def test_ahead_of_time_build_with_debug_raises_the_same_error(tmp_path, rng):
     src = tmp_path / "k"
     src.mkdir()
-    (src / "marks.py").write_text(AOT_MODULE)
+    (src / "marks.py").write_text(AOT_MODULE, encoding="utf-8")
     cache = str(tmp_path / "cache")
     r = CliRunner().invoke(cli, ["build", str(src), "--cache", cache, "-j", "1", "--debug"])
     assert r.exit_code == 0, r.output

@@ -509,7 +509,7 @@ def test_random_expressions_match_python(arch, rng, tmp_path, monkeypatch, float
     # a module name of its own per case: a name already in sys.modules would import another
     # case's kernel (the cpu case's expressions, checked against this case's)
     path = tmp_path / f"random_exprs_{arch}_{'f' if floats else 'i'}_{uuid.uuid4().hex[:8]}.py"
-    path.write_text(_random_expression_kernel(exprs, dtype))
+    path.write_text(_random_expression_kernel(exprs, dtype), encoding="utf-8")
     monkeypatch.syspath_prepend(str(tmp_path))
     module = __import__(path.stem)
     n = 64

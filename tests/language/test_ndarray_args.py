@@ -251,7 +251,7 @@ def scale_into(out: qd.types.ndarray(dtype=qd.f64, ndim=1), a: qd.types.ndarray(
 def aot_module(tmp_path_factory):
     root = tmp_path_factory.mktemp("ndarray_aot")
     (root / "src").mkdir()
-    (root / "src" / "ndmod.py").write_text(AOT_MODULE)
+    (root / "src" / "ndmod.py").write_text(AOT_MODULE, encoding="utf-8")
     report = build([str(root / "src")], ["cpu"], options_mod.Options(), str(root / "cache"), log=lambda _: None,
                    out=lambda _: None)
     assert report.ok, report.errors

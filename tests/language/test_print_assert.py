@@ -18,7 +18,7 @@ from qdc.runtime.loader import load
 
 def line_of(marker: str) -> str:
     """`file:line` of the line of this file holding `marker`."""
-    with open(__file__) as f:
+    with open(__file__, encoding="utf-8") as f:
         for number, text in enumerate(f, 1):
             if marker in text and "line_of" not in text:
                 return f"{__file__}:{number}:"
@@ -263,7 +263,7 @@ def bounded(x: qd.i32):
 def test_ahead_of_time_build_with_debug_prints_and_asserts(tmp_path, capfd, rng):
     src = tmp_path / "k"
     src.mkdir()
-    (src / "checks.py").write_text(AOT_MODULE)
+    (src / "checks.py").write_text(AOT_MODULE, encoding="utf-8")
     cache = str(tmp_path / "cache")
     r = CliRunner().invoke(cli, ["build", str(src), "--cache", cache, "-j", "1", "--debug"])
     assert r.exit_code == 0, r.output

@@ -226,14 +226,14 @@ def test_struct_field_in_a_module_built_ahead_of_time(tmp_path, rng):
     from conftest import vulkan_unavailable_reason
     src = tmp_path / "src"
     src.mkdir()
-    (src / "structmod.py").write_text(AOT_MODULE)
+    (src / "structmod.py").write_text(AOT_MODULE, encoding="utf-8")
     archs = ["cpu"] + (["vulkan"] if vulkan_unavailable_reason() is None else [])
     cache = str(tmp_path / "cache")
     r = subprocess.run([sys.executable, "-m", "qdc.cli.main", "build", str(src), "--cache", cache,
                         "--arch", ",".join(archs)], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     script = tmp_path / "run.py"
-    script.write_text(AOT_RUN)
+    script.write_text(AOT_RUN, encoding="utf-8")
     for arch in archs:
         r = subprocess.run([sys.executable, str(script), cache, arch, str(int(rng.integers(1 << 30)))],
                            capture_output=True, text=True)

@@ -162,7 +162,7 @@ def test_no_wrong_cache_hit_across_processes(tmp_path):
     import subprocess
     import sys
     script = tmp_path / "put.py"
-    script.write_text(PUT_SCRIPT)
+    script.write_text(PUT_SCRIPT, encoding="utf-8")
     cache = str(tmp_path / "cache")
     for order in (["x", "3", "y", "3", "x", "7"], ["x", "7", "y", "7", "x", "3", "y", "-2", "x", "5"]):
         r = subprocess.run([sys.executable, str(script), cache, *order], capture_output=True, text=True)

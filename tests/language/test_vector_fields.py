@@ -245,13 +245,13 @@ print("ok")
 def test_vector_fields_and_ndarrays_ahead_of_time(tmp_path):
     src = tmp_path / "kernels"
     src.mkdir()
-    (src / "vecmod.py").write_text(textwrap.dedent(AOT_MODULE))
+    (src / "vecmod.py").write_text(textwrap.dedent(AOT_MODULE), encoding="utf-8")
     cache = tmp_path / "cache"
     r = subprocess.run([sys.executable, "-m", "qdc.cli.main", "build", str(src), "--cache", str(cache)],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr + r.stdout
     script = tmp_path / "run.py"
-    script.write_text(AOT_RUN)
+    script.write_text(AOT_RUN, encoding="utf-8")
     r = subprocess.run([sys.executable, str(script), str(cache), "7"], capture_output=True, text=True)
     assert r.returncode == 0 and "ok" in r.stdout, r.stderr + r.stdout
 

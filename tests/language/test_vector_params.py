@@ -357,12 +357,12 @@ print("OK")
 
 
 def test_built_vector_kernels_load_and_run_without_the_compiler(tmp_path, rng):
-    (tmp_path / "vecmod.py").write_text(MODULE)
+    (tmp_path / "vecmod.py").write_text(MODULE, encoding="utf-8")
     cache = str(tmp_path / "cache")
     r = subprocess.run([sys.executable, "-m", "qdc.cli.main", "build", str(tmp_path / "vecmod.py"), "--cache", cache],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    (tmp_path / "load.py").write_text(LOAD)
+    (tmp_path / "load.py").write_text(LOAD, encoding="utf-8")
     r = subprocess.run([sys.executable, str(tmp_path / "load.py"), cache, str(int(rng.integers(1 << 30)))],
                        capture_output=True, text=True)
     assert r.returncode == 0 and "OK" in r.stdout, r.stderr

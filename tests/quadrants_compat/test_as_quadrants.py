@@ -77,14 +77,14 @@ def run(args, tmp_path, **env):
 @pytest.fixture
 def program(tmp_path):
     path = tmp_path / "program.py"
-    path.write_text(PROGRAM)
+    path.write_text(PROGRAM, encoding="utf-8")
     return path
 
 
 def test_install_as_quadrants(program, tmp_path):
     launcher = tmp_path / "launch.py"
     launcher.write_text(f"import qdc\nqdc.install_as_quadrants()\nimport runpy, sys\nsys.argv = ['x', 'a']\n"
-                        f"runpy.run_path({str(program)!r}, run_name='__main__')\n")
+                        f"runpy.run_path({str(program)!r}, run_name='__main__')\n", encoding="utf-8")
     result = run([str(launcher)], tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("ok ['a']")
@@ -114,7 +114,7 @@ def test_quadrants_is_qdc_and_unknown_names_are_named(tmp_path):
         except AttributeError as e:
             assert "root" in str(e)
         print("ok")
-    '''))
+    '''), encoding="utf-8")
     result = run([str(script)], tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
@@ -124,6 +124,6 @@ def test_installing_after_quadrants_was_imported_is_refused(tmp_path):
     script = tmp_path / "late.py"
     script.write_text("import sys, types\nsys.modules['quadrants'] = types.ModuleType('quadrants')\n"
                       "import qdc\ntry:\n    qdc.install_as_quadrants()\nexcept RuntimeError as e:\n"
-                      "    print('refused', 'before anything imports quadrants' in str(e))\n")
+                      "    print('refused', 'before anything imports quadrants' in str(e))\n", encoding="utf-8")
     result = run([str(script)], tmp_path)
     assert result.stdout.strip() == "refused True", result.stderr

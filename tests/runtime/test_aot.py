@@ -94,7 +94,7 @@ print("OK no compiler")
 
 def test_built_modules_load_and_run_without_the_compiler(built, tmp_path, rng):
     script = tmp_path / "run.py"
-    script.write_text(LOAD_AND_RUN)
+    script.write_text(LOAD_AND_RUN, encoding="utf-8")
     r = subprocess.run([sys.executable, str(script), built, str(int(rng.integers(1 << 30)))],
                        capture_output=True, text=True)
     assert r.returncode == 0 and "OK no compiler" in r.stdout, r.stderr
@@ -249,13 +249,13 @@ def test_names_that_clash_with_the_loaded_module_are_refused(tmp_path):
         "@qd.kernel\n"
         "def touch():\n"
         "    for i in adstack_heap_bytes:\n"
-        "        adstack_heap_bytes[i] = _private[i] + 1.0\n")
+        "        adstack_heap_bytes[i] = _private[i] + 1.0\n", encoding="utf-8")
     cache = str(tmp_path / "cache")
     r = qdc_cli("build", str(tmp_path / "clash.py"), "--cache", cache)
     assert r.returncode == 0, r.stderr
     with pytest.raises(qd.QdcError, match="'adstack_heap_bytes', which clashes"):
         load(cache, "clash")
-    (tmp_path / "ok.py").write_text((tmp_path / "clash.py").read_text().replace("adstack_heap_bytes", "out"))
+    (tmp_path / "ok.py").write_text((tmp_path / "clash.py").read_text(encoding="utf-8").replace("adstack_heap_bytes", "out"), encoding="utf-8")
     assert qdc_cli("build", str(tmp_path / "ok.py"), "--cache", cache).returncode == 0
     mod = load(cache, "ok")
     mod._private.from_numpy(np.arange(4, dtype=np.float32))  # an underscore name is an ordinary field

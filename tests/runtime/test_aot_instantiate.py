@@ -82,7 +82,7 @@ print("OK no compiler")
 def module_dir(tmp_path):
     src = tmp_path / "src"
     src.mkdir()
-    (src / "tplmod.py").write_text(textwrap.dedent(MODULE))
+    (src / "tplmod.py").write_text(textwrap.dedent(MODULE), encoding="utf-8")
     return src
 
 
@@ -102,7 +102,7 @@ def test_instantiations_are_built_and_loaded_without_the_compiler(module_dir, tm
     assert sorted(record["kernels"]) == ["stats", "weighted_a", "weighted_a.grad", "weighted_b", "weighted_b.grad"]
     assert record["kernels"]["weighted_a"] != record["kernels"]["weighted_b"]
     script = tmp_path / "run.py"
-    script.write_text(RUN)
+    script.write_text(RUN, encoding="utf-8")
     for arch in archs:
         r = subprocess.run([sys.executable, str(script), cache, arch, str(int(rng.integers(1 << 30)))],
                            capture_output=True, text=True)
@@ -158,7 +158,7 @@ def test_a_template_kernel_without_instantiations_is_not_built(tmp_path):
         def fill(f: qd.template(), v: qd.f32):
             for i in f:
                 f[i] = v
-    '''))
+    '''), encoding="utf-8")
     lines = []
     report = build_mod.build([str(src)], ["cpu"], qd.init(arch=qd.cpu), str(tmp_path / "cache"),
                              out=lines.append, log=lines.append)

@@ -56,7 +56,7 @@ def builds(tmp_path_factory):
     """arch -> a cache holding SOURCE built for it (built on first use; tests work on copies)."""
     base = tmp_path_factory.mktemp("entries")
     (base / "src").mkdir()
-    (base / "src" / f"{MODULE}.py").write_text(SOURCE)
+    (base / "src" / f"{MODULE}.py").write_text(SOURCE, encoding="utf-8")
     caches = {}
 
     def built(arch: str) -> str:
@@ -309,7 +309,7 @@ def test_metal_kernel_names_with_double_underscores_keep_their_entry(tmp_path):
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "odd_names.py").write_text(
         "import qdc as qd\n\nx = qd.field(qd.f32, shape=4)\n\n\n"
-        "@qd.kernel\ndef _fill__all(s: qd.f32):\n    for i in x:\n        x[i] = s\n")
+        "@qd.kernel\ndef _fill__all(s: qd.f32):\n    for i in x:\n        x[i] = s\n", encoding="utf-8")
     cache = str(tmp_path / "cache")
     report = build([str(tmp_path / "src")], ["metal"], options_mod.Options(), cache, log=lambda _: None,
                    out=lambda _: None)

@@ -32,7 +32,7 @@ def _launches_directly(function) -> bool:
 
 def test_a_loaded_kernel_is_observed_by_fwdmodes_and_tapes_only_while_they_run(tmp_path, rng, session_cache_dir):
     (tmp_path / "kernels").mkdir()
-    (tmp_path / "kernels" / "obs.py").write_text(textwrap.dedent(MODULE))
+    (tmp_path / "kernels" / "obs.py").write_text(textwrap.dedent(MODULE), encoding="utf-8")
     cache = str(tmp_path / "cache")
     result = CliRunner().invoke(cli, ["build", str(tmp_path / "kernels"), "--cache", cache])
     assert result.exit_code == 0, result.output

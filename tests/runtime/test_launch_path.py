@@ -65,7 +65,7 @@ def test_inspect_shows_the_launch_path(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "scaling.py").write_text(
         "import qdc as qd\n\n\n@qd.kernel\ndef scale(x: qd.types.ndarray(dtype=qd.f32, ndim=1), s: qd.f32):\n"
-        "    for i in range(x.shape[0]):\n        x[i] = x[i] * s\n")
+        "    for i in range(x.shape[0]):\n        x[i] = x[i] * s\n", encoding="utf-8")
     runner = CliRunner()
     assert runner.invoke(cli, ["build", "scaling.py", "--cache", "c", "-j", "1"]).exit_code == 0
     r = runner.invoke(cli, ["inspect", "scaling.scale", "--cache", "c"])

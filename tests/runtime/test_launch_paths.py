@@ -156,7 +156,7 @@ def accumulate(a: qd.types.ndarray(dtype=qd.f32, ndim=1), w: qd.f32):
 
 def test_loaded_kernels_are_plain_functions_too(tmp_path, rng, session_cache_dir):
     (tmp_path / "kernels").mkdir()
-    (tmp_path / "kernels" / "acc.py").write_text(textwrap.dedent(MODULE))
+    (tmp_path / "kernels" / "acc.py").write_text(textwrap.dedent(MODULE), encoding="utf-8")
     cache = str(tmp_path / "cache")
     result = CliRunner().invoke(cli, ["build", str(tmp_path / "kernels"), "--cache", cache])
     assert result.exit_code == 0, result.output

@@ -20,7 +20,7 @@ HAS_MEMFD = hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd")
 def _library(tmp_path, value: int) -> bytes:
     """A shared library exporting `int which(void)` that returns `value`."""
     src, so = tmp_path / f"which{value}.c", tmp_path / f"which{value}.so"
-    src.write_text(f"int which(void) {{ return {value}; }}\n")
+    src.write_text(f"int which(void) {{ return {value}; }}\n", encoding="utf-8")
     subprocess.run([os.environ.get("CC", "cc"), "-shared", "-fPIC", "-o", str(so), str(src)], check=True)
     return so.read_bytes()
 

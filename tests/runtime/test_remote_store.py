@@ -192,7 +192,7 @@ def test_a_remote_url_without_obstore_names_the_extra(monkeypatch, tmp_path):
 @needs_obstore
 def test_the_remote_of_qdc_yaml_serves_build_push_and_pull(project, tmp_path, monkeypatch):
     store = tmp_path / "store"
-    (tmp_path / "qdc.yaml").write_text(f"remote: file://{store}\n")
+    (tmp_path / "qdc.yaml").write_text(f"remote: file://{store}\n", encoding="utf-8")
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv(R.REMOTE_VARIABLE, raising=False)
     qdc("build", project, "--cache", tmp_path / "ci", "-j", 1)

@@ -184,7 +184,7 @@ def test_fields_declared_before_any_init_work(tmp_path, session_cache_dir):
         ramp()
         qd.sync()
         print(x.to_numpy().tolist())
-    """).replace("CACHE", repr(session_cache_dir)))
+    """).replace("CACHE", repr(session_cache_dir)), encoding="utf-8")
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[0, 1, 4, 9, 16]"

@@ -157,7 +157,7 @@ def test_kernels_loaded_ahead_of_time_take_tensors(tmp_path):
     (tmp_path / "kernels").mkdir()
     (tmp_path / "kernels" / "tscale.py").write_text(
         "import qdc as qd\n\n\n@qd.kernel\ndef tscale(a: qd.types.ndarray(dtype=qd.f32, ndim=2), s: qd.f32):\n"
-        "    for i, j in qd.ndrange(a.shape[0], a.shape[1]):\n        a[i, j] = a[i, j] * s\n")
+        "    for i, j in qd.ndrange(a.shape[0], a.shape[1]):\n        a[i, j] = a[i, j] * s\n", encoding="utf-8")
     built = subprocess.run([sys.executable, "-m", "qdc.cli.main", "build", str(tmp_path / "kernels"),
                             "--cache", str(tmp_path / "cache")], capture_output=True, text=True)
     assert built.returncode == 0, built.stderr

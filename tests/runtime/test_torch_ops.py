@@ -132,12 +132,12 @@ def prebuilt_relax(x: qd.types.ndarray(dtype=qd.f64, ndim=1, needs_grad=True),
 
 def test_a_prebuilt_kernel_is_a_torch_op_in_a_fresh_process(tmp_path, rng):
     (tmp_path / "kernels").mkdir()
-    (tmp_path / "kernels" / "prebuilt_relax.py").write_text(KERNEL_SOURCE)
+    (tmp_path / "kernels" / "prebuilt_relax.py").write_text(KERNEL_SOURCE, encoding="utf-8")
     built = subprocess.run([sys.executable, "-m", "qdc.cli.main", "build", str(tmp_path / "kernels"),
                             "--cache", str(tmp_path / "cache")], capture_output=True, text=True)
     assert built.returncode == 0, built.stderr
     script = tmp_path / "train.py"
-    script.write_text(PREBUILT)
+    script.write_text(PREBUILT, encoding="utf-8")
     run = subprocess.run([sys.executable, str(script), str(tmp_path / "cache"), str(int(rng.integers(1 << 30)))],
                          capture_output=True, text=True, cwd=str(tmp_path), env=os.environ)
     assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr

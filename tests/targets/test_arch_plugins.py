@@ -93,7 +93,7 @@ def test_the_table_alone_makes_an_arch(toy_arch):
 
 def test_without_its_row_the_arch_and_its_options_are_unknown(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "k.py").write_text(KERNELS)
+    (tmp_path / "k.py").write_text(KERNELS, encoding="utf-8")
     r = CliRunner().invoke(cli, ["build", "k.py", "--arch", "toy"])
     assert r.exit_code == 2 and "unknown arch 'toy'" in r.output, r.output
     r = CliRunner().invoke(cli, ["build", "k.py", "--toy-level", "2"])
@@ -109,15 +109,15 @@ def test_without_its_row_the_arch_and_its_options_are_unknown(tmp_path, monkeypa
 ])
 def test_its_flags_are_checked_by_its_options(toy_arch, tmp_path, monkeypatch, args, message):
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "k.py").write_text(KERNELS)
+    (tmp_path / "k.py").write_text(KERNELS, encoding="utf-8")
     r = CliRunner().invoke(cli, ["build", "k.py", "--arch", "toy", *args])
     assert r.exit_code == 2 and message in r.output, r.output
 
 
 def test_its_options_come_from_flags_then_the_file(toy_arch, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "k.py").write_text(KERNELS)
-    (tmp_path / "qdc.yaml").write_text("toy_chip: chip7\ntoy-level: 2\n")
+    (tmp_path / "k.py").write_text(KERNELS, encoding="utf-8")
+    (tmp_path / "qdc.yaml").write_text("toy_chip: chip7\ntoy-level: 2\n", encoding="utf-8")
     r = CliRunner().invoke(cli, ["build", "k.py", "--arch", "toy", "--cache", "c", "-j", "1"])
     assert r.exit_code == 0, r.output
     r = CliRunner().invoke(cli, ["build", "k.py", "--arch", "toy", "--cache", "c", "-j", "1", "--toy-level", "3"])
@@ -129,14 +129,14 @@ def test_its_options_come_from_flags_then_the_file(toy_arch, tmp_path, monkeypat
                                                                           (3, "chip7", "double")]
     assert set(read_module(cache, "k", "toy")["kernels"]) == {"double"}
 
-    (tmp_path / "qdc.yaml").write_text("toy_chip: gpu9\n")
+    (tmp_path / "qdc.yaml").write_text("toy_chip: gpu9\n", encoding="utf-8")
     r = CliRunner().invoke(cli, ["build", "k.py", "--arch", "toy", "--cache", "c", "-j", "1"])
     assert r.exit_code == 2 and "qdc.yaml: toy_chip must name a chip as chipN" in r.output, r.output
 
 
 def test_a_block_dim_beyond_its_workgroup_limit_is_a_compile_error(toy_arch, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "wide.py").write_text(textwrap.dedent(WIDE))
+    (tmp_path / "wide.py").write_text(textwrap.dedent(WIDE), encoding="utf-8")
     r = CliRunner().invoke(cli, ["build", "wide.py", "--arch", "toy", "--cache", "c", "-j", "1"])
     assert r.exit_code == 1, r.output
     assert f"qd.loop_config(block_dim=128) is more threads per group than Toy allows ({MAX_GROUP})" in r.output

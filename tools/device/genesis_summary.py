@@ -94,10 +94,10 @@ def against_quadrants(rows, cpu):
 
 def main():
     results, log = sys.argv[1:]
-    rows = [json.loads(line) for line in open(results)]
+    rows = [json.loads(line) for line in open(results, encoding="utf-8")]
     # by scene, then qdc, Quadrants, vulkan and the reference (the CPU runs' lines come in between)
     rows.sort(key=lambda r: (r["scene"], ORDER.index(r["label"]) if r["label"] in ORDER else len(ORDER)))
-    with open(log) as f:  # read before printing: the script appends this summary to that log
+    with open(log, encoding="utf-8") as f:  # read before printing: the script appends this summary to that log
         log_lines = f.readlines()
     for line in log_lines:
         if line.startswith(HEADER):

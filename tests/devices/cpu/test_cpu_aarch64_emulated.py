@@ -250,17 +250,17 @@ def deployment(tmp_path_factory):
     site = out / "site"
     with zipfile.ZipFile(wheel) as z:
         z.extractall(site)
-    (out / "emulated.py").write_text(KERNELS)
+    (out / "emulated.py").write_text(KERNELS, encoding="utf-8")
     cache = str(out / "cache")
     sources = [str(out / "emulated.py"), os.path.join(REPO_ROOT, "kernels", "diffmpm.py")]
     report = build_mod.build(sources, ["cpu"], resolve({"cpu_targets": "x86_64,aarch64-linux"}, {}), cache, jobs=1,
                              log=lambda text: None)
     assert report.ok, report.errors
-    (out / "x86only.py").write_text(X86_ONLY)
+    (out / "x86only.py").write_text(X86_ONLY, encoding="utf-8")
     report = build_mod.build([str(out / "x86only.py")], ["cpu"], resolve({"cpu_targets": "x86_64"}, {}),
                              str(out / "x86only"), jobs=1, log=lambda text: None)
     assert report.ok, report.errors
-    (out / "deploy.py").write_text(DEPLOY)
+    (out / "deploy.py").write_text(DEPLOY, encoding="utf-8")
     return out, str(site), cache
 
 

@@ -33,7 +33,7 @@ WORKER = textwrap.dedent('''
 
 
 def run_worker(tmp_path, **env):
-    (tmp_path / "worker.py").write_text(WORKER)
+    (tmp_path / "worker.py").write_text(WORKER, encoding="utf-8")
     e = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
     e.update(env)
     out = subprocess.run([sys.executable, str(tmp_path / "worker.py"), str(tmp_path / "cache")], capture_output=True,

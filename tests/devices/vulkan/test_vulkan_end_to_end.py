@@ -201,7 +201,7 @@ def test_built_for_vulkan_then_loaded_in_a_fresh_process_without_the_compiler(tm
     if vulkan_unavailable_reason() is not None:
         pytest.skip(f"no Vulkan device: {vulkan_unavailable_reason()}")
     (tmp_path / "src").mkdir()
-    (tmp_path / "src" / "vkmod.py").write_text(MODULE)
+    (tmp_path / "src" / "vkmod.py").write_text(MODULE, encoding="utf-8")
     cache = tmp_path / "cache"
     build = subprocess.run([sys.executable, "-m", "qdc.cli.main", "build", str(tmp_path / "src"), "--arch", "vulkan",
                             "--cache", str(cache)], capture_output=True, text=True)

@@ -59,7 +59,7 @@ def axpy(a: qd.f32, u: qd.types.ndarray(dtype=qd.f32, ndim=1), w: qd.types.ndarr
 
 def _build(tmp_path, cpu_targets, name="cross"):
     src = tmp_path / f"{name}.py"
-    src.write_text(SOURCE)
+    src.write_text(SOURCE, encoding="utf-8")
     cache = str(tmp_path / f"cache-{cpu_targets}")
     report = build_mod.build([str(src)], ["cpu"], resolve({"cpu_targets": cpu_targets}, {}), cache, jobs=1,
                              log=lambda text: None)
@@ -92,10 +92,10 @@ def test_families_and_platforms_are_parsed_in_one_order():
 
 def test_cli_flag_and_config_file(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "cross.py").write_text(SOURCE)
+    (tmp_path / "cross.py").write_text(SOURCE, encoding="utf-8")
     bad = CliRunner().invoke(cli, ["build", "cross.py", "--cache", "c", "--cpu-targets", "x86_64,sparc"])
     assert bad.exit_code == 2 and "unknown CPU target 'sparc'" in bad.output
-    (tmp_path / "qdc.yaml").write_text("cpu_targets: [aarch64-linux]\n")
+    (tmp_path / "qdc.yaml").write_text("cpu_targets: [aarch64-linux]\n", encoding="utf-8")
     ok = CliRunner().invoke(cli, ["build", "cross.py", "--cache", "c", "-j", "1"])
     assert ok.exit_code == 0, ok.output
     libraries = _entry(str(tmp_path / "c"), "axpy").meta.cpu_libraries
@@ -276,7 +276,7 @@ def test_the_cross_build_is_the_same_bytes_whatever_the_jobs(everywhere, tmp_pat
     of its own, shares them."""
     monkeypatch.setattr(build_mod, "MIN_JOBS_FOR_WORKERS", 2)  # a worker for the 3 variants
     src = tmp_path / "cross.py"
-    src.write_text(SOURCE)
+    src.write_text(SOURCE, encoding="utf-8")
     cache = tmp_path / "j2"
     report = build_mod.build([str(src)], ["cpu"], resolve({"cpu_targets": "x86_64,aarch64"}, {}), str(cache), jobs=2,
                              log=lambda text: None)
@@ -320,7 +320,7 @@ def test_fixed_length_gathers_are_vector_instructions_only_on_x86():
 @needs_lld
 def test_a_task_that_only_gathers_keeps_the_scalar_code_on_aarch64(tmp_path):
     src = tmp_path / "gathers.py"
-    src.write_text(GATHERS)
+    src.write_text(GATHERS, encoding="utf-8")
     launches = {}
     for targets in ("aarch64-linux", "x86_64,aarch64-linux"):
         cache = str(tmp_path / targets)

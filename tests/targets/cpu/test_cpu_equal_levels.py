@@ -33,7 +33,7 @@ SOURCE = textwrap.dedent('''
 @pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="x86-64 ISA levels")
 def test_equal_levels_are_emitted_once_and_run(tmp_path, rng):
     (tmp_path / "src").mkdir()
-    (tmp_path / "src" / "levels.py").write_text(SOURCE)
+    (tmp_path / "src" / "levels.py").write_text(SOURCE, encoding="utf-8")
     qdc("build", tmp_path / "src", "--cache", tmp_path / "cache", "-j", 1)  # portable: x86-64-v2/v3/v4
     from qdc.runtime.cache import Cache, read_module
     cache = Cache(str(tmp_path / "cache"))
@@ -101,7 +101,7 @@ def test_armv8_2_a_optimises_only_half_arithmetic_apart(tmp_path):
     if not lld.find("ld.lld"):
         pytest.skip(f"no ld.lld {lld.MIN_LLD}+ ({lld.INSTALL_HINT})")
     (tmp_path / "src").mkdir()
-    (tmp_path / "src" / "halves.py").write_text(HALVES)
+    (tmp_path / "src" / "halves.py").write_text(HALVES, encoding="utf-8")
     qdc("build", tmp_path / "src", "--cache", tmp_path / "cache", "-j", 1, "--cpu-targets", "aarch64-linux")
     from qdc.runtime.cache import Cache, read_module
     import llvmlite.binding as llvm
@@ -168,7 +168,7 @@ def test_scatter_is_optimised_once_and_runs(tmp_path, rng):
     """A portable library's scatter task (never_vectorised) has one body, the lowest level's,
     made before LLVM optimises anything, and computes what numpy does."""
     (tmp_path / "src").mkdir()
-    (tmp_path / "src" / "scatter.py").write_text(SCATTER)
+    (tmp_path / "src" / "scatter.py").write_text(SCATTER, encoding="utf-8")
     qdc("build", tmp_path / "src", "--cache", tmp_path / "cache", "-j", 1)  # portable: x86-64-v2/v3/v4
     from qdc.runtime.cache import Cache, read_module
     import llvmlite.binding as llvm

@@ -86,7 +86,7 @@ def test_pipeline_by_largest_function():
 
 def test_large_kernel_builds_alike_and_computes(tmp_path, rng):
     (tmp_path / "src").mkdir()
-    (tmp_path / "src" / "sized.py").write_text(SOURCE)
+    (tmp_path / "src" / "sized.py").write_text(SOURCE, encoding="utf-8")
     for cache, target in (("a", "native"), ("b", "native"), ("portable", "portable")):
         qdc("build", tmp_path / "src", "--cache", tmp_path / cache, "-j", 1, "--cpu-target", target)
     built = [{path: data for path, data in tree(tmp_path / cache).items()
@@ -142,7 +142,7 @@ def test_portable_scalar_kernel_says_so_and_computes(tmp_path, rng):
     IR (the native one has LLVM's default and no record), its loop is still vectorised, and it
     computes what numpy does for every trip count."""
     (tmp_path / "src").mkdir()
-    (tmp_path / "src" / "sized.py").write_text(SOURCE)
+    (tmp_path / "src" / "sized.py").write_text(SOURCE, encoding="utf-8")
     for target in ("portable", "native"):
         qdc("build", tmp_path / "src", "--cache", tmp_path / target, "-j", 1, "--cpu-target", target)
     from qdc.runtime.cache import Cache, read_module

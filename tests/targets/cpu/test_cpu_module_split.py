@@ -61,7 +61,7 @@ def small_parts(monkeypatch):
 
 
 def _compiled(tmp_path, cpu_target="native", source=SOURCE):
-    (tmp_path / "split_src.py").write_text(source)
+    (tmp_path / "split_src.py").write_text(source, encoding="utf-8")
     import importlib.util
     spec = importlib.util.spec_from_file_location("split_src", tmp_path / "split_src.py")
     module = importlib.util.module_from_spec(spec)
@@ -122,7 +122,7 @@ def test_the_library_is_the_same_bytes_whatever_the_threads(tmp_path, small_part
 
 @pytest.mark.parametrize("cpu_target", ["native", "portable"])
 def test_parts_compute_what_the_whole_module_does(tmp_path, monkeypatch, rng, cpu_target):
-    (tmp_path / "split_src.py").write_text(SOURCE)
+    (tmp_path / "split_src.py").write_text(SOURCE, encoding="utf-8")
     a = rng.standard_normal(1000 + int(rng.integers(0, 100))).astype(np.float32)
     b_want, c_want, total_want = _expected(a)
     results = []
@@ -145,7 +145,7 @@ def test_parts_compute_what_the_whole_module_does(tmp_path, monkeypatch, rng, cp
 
 
 def test_j1_compiles_on_one_thread_and_jn_shares_the_cores(tmp_path, small_parts, monkeypatch):
-    (tmp_path / "split_src.py").write_text(SOURCE)
+    (tmp_path / "split_src.py").write_text(SOURCE, encoding="utf-8")
     seen = []
     run_parts = parallel_llvm.run_parts
     monkeypatch.setattr(parallel_llvm, "run_parts", lambda work, cut, sizes: seen.append(
@@ -165,7 +165,7 @@ def test_j1_compiles_on_one_thread_and_jn_shares_the_cores(tmp_path, small_parts
 def test_a_cross_build_in_parts_has_the_libraries_of_a_whole_one(tmp_path, monkeypatch):
     """aarch64 Linux in parts, macOS retargeted from its linked optimised module: the same
     entry points as built whole."""
-    (tmp_path / "split_src.py").write_text(SOURCE)
+    (tmp_path / "split_src.py").write_text(SOURCE, encoding="utf-8")
     libraries, made = [], []
     retargeted = codegen.retargeted
     monkeypatch.setattr(codegen, "retargeted", lambda *args: made.append(retargeted(*args)) or made[-1])

@@ -59,7 +59,7 @@ def _build(folder, cpu_targets, monkeypatch):
         optimised.append(platform.triple)
         return optimise(module, opt_level, level, platform, pipeline)
     monkeypatch.setattr(codegen, "optimise", recording)
-    (folder / "retarget.py").write_text(SOURCE)
+    (folder / "retarget.py").write_text(SOURCE, encoding="utf-8")
     cache = str(folder / f"cache-{cpu_targets}")
     report = build_mod.build([str(folder / "retarget.py")], ["cpu"], resolve({"cpu_targets": cpu_targets}, {}),
                              cache, jobs=1, log=lambda text: None)

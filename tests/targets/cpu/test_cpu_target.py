@@ -43,7 +43,7 @@ def axpy(a: qd.f32, x: qd.types.ndarray(dtype=qd.f32, ndim=1), y: qd.types.ndarr
 
 def _build(tmp_path, cpu_target=None, name="vec"):
     src = tmp_path / f"{name}.py"
-    src.write_text(VEC_SRC)
+    src.write_text(VEC_SRC, encoding="utf-8")
     cache = str(tmp_path / f"cache-{cpu_target or 'default'}")
     opts = resolve({"cpu_target": cpu_target}, {})
     report = build_mod.build([str(src)], ["cpu"], opts, cache, jobs=1, log=lambda text: None)
@@ -93,7 +93,7 @@ def test_cli_flag(tmp_path, monkeypatch):
 
     from qdc.cli.main import cli
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "vec.py").write_text(VEC_SRC)
+    (tmp_path / "vec.py").write_text(VEC_SRC, encoding="utf-8")
     bad = CliRunner().invoke(cli, ["build", "vec.py", "--cache", "c", "--cpu-target", "pentium9"])
     assert bad.exit_code == 2 and "unknown cpu_target 'pentium9'" in bad.output
     ok = CliRunner().invoke(cli, ["build", "vec.py", "--cache", "c", "-j", "1", "--cpu-target", "x86-64-v3"])
@@ -288,7 +288,7 @@ QEMU_SCRIPT = textwrap.dedent('''
 
 def _under_qemu(tmp_path, cache, mode="check"):
     script = tmp_path / "deploy.py"
-    script.write_text(QEMU_SCRIPT)
+    script.write_text(QEMU_SCRIPT, encoding="utf-8")
     return subprocess.run([QEMU, "-cpu", "max", sys.executable, str(script), cache, mode],
                           capture_output=True, text=True, timeout=300)
 

@@ -90,7 +90,7 @@ class _ExactProgram:
 
 def _import(tmp_path, monkeypatch, source: str, stem: str):
     path = tmp_path / f"{stem}_{uuid.uuid4().hex[:8]}.py"
-    path.write_text(source)
+    path.write_text(source, encoding="utf-8")
     monkeypatch.syspath_prepend(str(tmp_path))
     return __import__(path.stem), source
 
@@ -506,13 +506,13 @@ def test_a_portable_widened_gradient_runs_on_an_emulated_cpu_without_avx512(tmp_
     from qdc.compiler.commands import build as build_mod
     from qdc.compiler.driver.options import resolve
     src = tmp_path / "chain.py"
-    src.write_text(CHAIN_SRC)
+    src.write_text(CHAIN_SRC, encoding="utf-8")
     cache = str(tmp_path / "cache")
     report = build_mod.build([str(src)], ["cpu"], resolve({"cpu_target": "portable"}, {}), cache, jobs=1,
                              log=lambda text: None)
     assert report.ok, report.errors
     script = tmp_path / "deploy.py"
-    script.write_text(QEMU_SCRIPT)
+    script.write_text(QEMU_SCRIPT, encoding="utf-8")
     r = subprocess.run([shutil.which("qemu-x86_64"), "-cpu", "max", sys.executable, str(script), cache],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr

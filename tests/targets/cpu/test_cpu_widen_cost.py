@@ -93,7 +93,7 @@ def pair_chain(pos: F, out: F):
 
 def import_source(tmp_path, monkeypatch, source: str, stem: str):
     path = tmp_path / f"{stem}_{uuid.uuid4().hex[:8]}.py"
-    path.write_text(source)
+    path.write_text(source, encoding="utf-8")
     monkeypatch.syspath_prepend(str(tmp_path))
     return __import__(path.stem)
 

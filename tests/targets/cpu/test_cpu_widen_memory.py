@@ -84,7 +84,7 @@ def racing(dt: qd.f32):
 
 def _import(tmp_path, monkeypatch, stem: str):
     path = tmp_path / f"{stem}_{uuid.uuid4().hex[:8]}.py"
-    path.write_text(SOURCE)
+    path.write_text(SOURCE, encoding="utf-8")
     monkeypatch.syspath_prepend(str(tmp_path))
     return __import__(path.stem)
 

@@ -36,7 +36,7 @@ THREADING = re.compile(r"\bomp_\w+|\bGOMP_\w+|-lgomp|-lm\b")
 
 
 def _sources(folder: str) -> dict:
-    return {name: open(os.path.join(folder, name)).read() for name in sorted(os.listdir(folder))
+    return {name: open(os.path.join(folder, name), encoding="utf-8").read() for name in sorted(os.listdir(folder))
             if name.endswith(".py")}
 
 

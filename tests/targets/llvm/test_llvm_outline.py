@@ -46,7 +46,7 @@ def _reference(source: str, x: np.ndarray):
 def huge_source(tmp_path, monkeypatch):
     monkeypatch.setenv(SCALAR_SWITCH, "0")  # the scalar chunk (a width-W one is not outlined)
     source = huge_kernel_source()
-    (tmp_path / "huge_src.py").write_text(source)
+    (tmp_path / "huge_src.py").write_text(source, encoding="utf-8")
     return source
 
 
@@ -136,5 +136,5 @@ def test_only_huge_bodies_and_regions_that_stay_inside_are_outlined(tmp_path, hu
                 for j in range(4):
                     x[i] = x[i] * 0.5 + j
         ''')
-    (tmp_path / "small_src.py").write_text(small)
+    (tmp_path / "small_src.py").write_text(small, encoding="utf-8")
     assert llvm_outline.outlined_regions(_compiled(tmp_path, "small_src", "small").ir.tasks[0]) == {}

@@ -209,7 +209,7 @@ def damped():
         for _ in range(n[None]):
             v = qd.sin(v) * 0.95 + 0.01
         y[None] += v
-''')
+''', encoding="utf-8")
     result = CliRunner().invoke(cli, ["build", str(source), "--arch", "metal", "--cache", str(tmp_path / "cache"),
                                       "-j", "1"])
     assert result.exit_code == 1, result.output

@@ -248,7 +248,7 @@ def test_unsupported_math_is_a_located_error():
     no_int64.capabilities = dataclasses.replace(VulkanTarget.capabilities, int64=False)
     with pytest.raises(QdcCompileError, match="'sin' of f64 on target 'vulkan' needs Int64") as e:
         compile_vulkan(f64_sin, target=no_int64)
-    line = next(n for n, text in enumerate(open(__file__).read().splitlines(), 1) if "qd.sin(total64" in text)
+    line = next(n for n, text in enumerate(open(__file__, encoding="utf-8").read().splitlines(), 1) if "qd.sin(total64" in text)
     assert f"{__file__}:{line}:" in str(e.value)
 
 
@@ -293,7 +293,7 @@ def test_cli_builds_for_vulkan_and_disassembles(tmp_path):
     src = tmp_path / "mods"
     src.mkdir()
     (src / "vk.py").write_text("import qdc as qd\n\n\n@qd.kernel\ndef scale(a: qd.f32, v: qd.types.ndarray(qd.f32, 1)):\n"
-                               "    for i in range(v.shape[0]):\n        v[i] = v[i] * a\n")
+                               "    for i in range(v.shape[0]):\n        v[i] = v[i] * a\n", encoding="utf-8")
     cache = str(tmp_path / "cache")
     runner = CliRunner()
     r = runner.invoke(cli, ["build", str(src), "--arch", "vulkan", "--cache", cache])
