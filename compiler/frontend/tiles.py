@@ -23,14 +23,16 @@ from .structs import StructValue, StructVar
 
 
 class TileSlice:
-    """`arr[r0:r1, c0:c1]` (`batch` for a 3-D array's first index, else None)."""
+    """`arr[r0:r1, c0:c1]`; `batch` holds the indices before the rows: (b,) for a 3-D array's
+    arr[b, r0:r1, c0:c1], () for a 2-D one."""
 
     def __init__(self, arr, batch, rows: tuple, cols: tuple):
         self.arr, self.batch, self.rows, self.cols = arr, batch, rows, cols
 
 
 class ColumnSlice:
-    """`arr[r0:r1, c]`: lane k's element is arr[r0 + k, c] (0 past r1 or the array's end)."""
+    """`arr[r0:r1, c]`: lane k's element is arr[r0 + k, c] (0 past r1 or the array's end);
+    `batch` as for TileSlice."""
 
     def __init__(self, arr, batch, rows: tuple, col):
         self.arr, self.batch, self.rows, self.col = arr, batch, rows, col
@@ -71,12 +73,12 @@ class TileSyntax:
             else:
                 values.append(self.visit(p))
         if pattern == [True, True]:
-            return TileSlice(base, None, values[0], values[1])
+            return TileSlice(base, (), values[0], values[1])
         if pattern == [False, True, True]:
-            return TileSlice(base, values[0], values[1], values[2])
+            return TileSlice(base, (values[0],), values[1], values[2])
         if pattern == [True, False]:
-            return ColumnSlice(base, None, values[0], values[1])
-        return ColumnSlice(base, values[0], values[1], values[2])
+            return ColumnSlice(base, (), values[0], values[1])
+        return ColumnSlice(base, (values[0],), values[1], values[2])
 
     def tile_assign(self, target: ast.Subscript, value, value_node) -> bool:
         """`tile[:] = slice` or `arr[...] = tile`; False for any other subscript assignment."""
@@ -86,7 +88,7 @@ class TileSyntax:
             if not isinstance(value, TileSlice):
                 self.error(f"{var.stype.name}[:] can only be assigned an array slice (arr[r0:r1, c0:c1])",
                            value_node or target)
-            self._tile_transfer(var, "_load", value, target)
+            self._tile_transfer(var, value, target, store=False)
             return True
         if not (isinstance(value, StructValue) and is_tile(value.stype)):
             return False
@@ -94,7 +96,7 @@ class TileSyntax:
         where = self.tile_slice(base, target) if isinstance(base, GLOBAL_ARRAYS) else None
         if not isinstance(where, TileSlice):
             self.error(f"a {value.stype.name} can only be stored into an array slice (arr[r0:r1, c0:c1])", target)
-        self._tile_transfer(value, "_store", where, target)
+        self._tile_transfer(value, where, target, store=True)
         return True
 
     def tile_aug_assign(self, node: ast.AugAssign) -> bool:
@@ -121,17 +123,12 @@ class TileSyntax:
                 return var
         return None
 
-    def _tile_transfer(self, tile, method: str, where: TileSlice, node) -> None:
-        args = [where.arr, *where.rows, *where.cols]
-        if where.batch is not None:
-            method, args = method + "3d", [where.arr, where.batch, *where.rows, *where.cols]
-        self.call_tile_method(tile, method, args, node)
+    def _tile_transfer(self, tile, where: TileSlice, node, store: bool) -> None:
+        self.call_tile_method(tile, "_transfer", [where.arr, where.batch, *where.rows, *where.cols, store], node)
 
     def _lane_value(self, var: StructVar, value, node):
         if isinstance(value, ColumnSlice):
-            if value.batch is None:
-                return self.call_tile_method(var, "_column", [value.arr, *value.rows, value.col], node)
-            return self.call_tile_method(var, "_column3d", [value.arr, value.batch, *value.rows, value.col], node)
+            return self.call_tile_method(var, "_column", [value.arr, value.batch, *value.rows, value.col], node)
         if isinstance(value, TileSlice):
             self.error("qd.outer of a tile takes a lane's value or a column slice arr[r0:r1, c]", node)
         return value

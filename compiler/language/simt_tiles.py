@@ -96,60 +96,29 @@ def _tile_class(n: int, dtype, simt) -> StructType:
         r: lang.vector(n, dtype)
 
         @func
-        def _load(self, arr: template(), row_start, row_stop, col_start, col_stop):
-            """Lane k loads row row_start + k, columns [col_start, col_stop), within arr's bounds."""
+        def _transfer(self, arr: template(), batch, row_start, row_stop, col_start, col_stop, store: template()):
+            """Lane k loads row row_start + k, columns [col_start, col_stop), of arr[batch] within
+            its bounds (batch: the indices before the rows, () for a 2-D arr); or stores it there
+            where `store`."""
             _check_subgroup()
             row = row_start + i32(invocation_id())
-            if row < _clamp(row_stop, arr.shape[0]):
-                stop = _clamp(col_stop, arr.shape[1])
+            rows = static(len(batch))  # the rows' axis
+            if row < _clamp(row_stop, arr.shape[rows]):
+                stop = _clamp(col_stop, arr.shape[rows + 1])
                 for j in static(range(n)):
                     if col_start + j < stop:
-                        self.r[j] = arr[row, col_start + j]
+                        if static(store):
+                            arr[batch, row, col_start + j] = self.r[j]
+                        else:
+                            self.r[j] = arr[batch, row, col_start + j]
 
         @func
-        def _load3d(self, arr: template(), batch, row_start, row_stop, col_start, col_stop):
-            _check_subgroup()
-            row = row_start + i32(invocation_id())
-            if row < _clamp(row_stop, arr.shape[1]):
-                stop = _clamp(col_stop, arr.shape[2])
-                for j in static(range(n)):
-                    if col_start + j < stop:
-                        self.r[j] = arr[batch, row, col_start + j]
-
-        @func
-        def _store(self, arr: template(), row_start, row_stop, col_start, col_stop):
-            _check_subgroup()
-            row = row_start + i32(invocation_id())
-            if row < _clamp(row_stop, arr.shape[0]):
-                stop = _clamp(col_stop, arr.shape[1])
-                for j in static(range(n)):
-                    if col_start + j < stop:
-                        arr[row, col_start + j] = self.r[j]
-
-        @func
-        def _store3d(self, arr: template(), batch, row_start, row_stop, col_start, col_stop):
-            _check_subgroup()
-            row = row_start + i32(invocation_id())
-            if row < _clamp(row_stop, arr.shape[1]):
-                stop = _clamp(col_stop, arr.shape[2])
-                for j in static(range(n)):
-                    if col_start + j < stop:
-                        arr[batch, row, col_start + j] = self.r[j]
-
-        @func
-        def _column(self, arr: template(), row_start, row_stop, col):
-            """Lane k's element of column `col`, rows [row_start, row_stop): 0 past them."""
+        def _column(self, arr: template(), batch, row_start, row_stop, col):
+            """Lane k's element of column `col` of arr[batch], rows [row_start, row_stop): 0 past
+            them (batch as for _transfer)."""
             value = lang.cast(0.0, dtype)
             row = row_start + i32(invocation_id())
-            if row < _clamp(row_stop, arr.shape[0]):
-                value = arr[row, col]
-            return value
-
-        @func
-        def _column3d(self, arr: template(), batch, row_start, row_stop, col):
-            value = lang.cast(0.0, dtype)
-            row = row_start + i32(invocation_id())
-            if row < _clamp(row_stop, arr.shape[1]):
+            if row < _clamp(row_stop, arr.shape[static(len(batch))]):
                 value = arr[batch, row, col]
             return value
 

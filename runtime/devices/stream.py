@@ -108,6 +108,41 @@ class StatusDriver:
         raise RuntimeError(f"{self.arch}: {what} failed ({name})")
 
 
+def load_status_binding(import_binding, error: type, *, arch: str, package: str, init: str, device_count: str,
+                        success, error_name: str, no_runtime: str, unusable: str, no_gpu: str):
+    """The driver binding `import_binding()` returns, initialised by its `init` call (flags 0)
+    and seeing a GPU through `device_count`; else `error` saying which of the package, the
+    native runtime or a GPU is missing. `success(binding)` is its success status, `error_name`
+    the call naming a status; the messages after "arch '<arch>': " are `no_runtime` (its {}
+    the binding's own error), `unusable` (after the failed init) and `no_gpu`."""
+    try:
+        binding = import_binding()
+    except ImportError as e:
+        raise error(f"arch '{arch}' needs the '{package}' package: pip install {package}  "
+                    f"(or pip install 'qdc[{arch}]') ({e})") from None
+    try:
+        (err,) = getattr(binding, init)(0)
+    except Exception as e:  # the binding raises its own error when the native library is absent
+        raise error(f"arch '{arch}': " + no_runtime.format(f"{type(e).__name__}: {e}")) from None
+    if err != success(binding):
+        raise error(f"arch '{arch}': {init} failed ({status_name(binding, error_name, err)}): {unusable}")
+    err, count = getattr(binding, device_count)()
+    if err != success(binding) or count == 0:
+        raise error(f"arch '{arch}': {no_gpu}")
+    return binding
+
+
+def status_name(binding, error_name: str, err) -> str:
+    """The text the binding's `error_name` call gives `err` (alone or after a status), or
+    `err` itself where the call fails."""
+    try:
+        text = getattr(binding, error_name)(err)
+        text = text[-1] if isinstance(text, tuple) else text
+        return text.decode() if isinstance(text, bytes) else str(text)
+    except Exception:  # noqa: BLE001 - only for the message
+        return str(err)
+
+
 class StreamTask:
     """One task's function, block size, name and, when it holds adstacks, the ctx word of the
     thread slices their heap holds (KernelMeta.adstack_threads_slot)."""

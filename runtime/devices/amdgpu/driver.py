@@ -8,7 +8,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from ...contract.errors import QdcError
-from ..stream import StatusDriver
+from ..stream import StatusDriver, load_status_binding, status_name
 
 PACKAGE = "hip-python"
 # Sticky errors: the device is unusable after them until hipDeviceReset.
@@ -21,31 +21,14 @@ class AmdgpuUnavailableError(QdcError, RuntimeError):
 
 def load_binding():
     """`hip.hip`, initialised (hipInit); AmdgpuUnavailableError when it cannot be."""
-    try:
+    def import_binding():
         from hip import hip
-    except ImportError as e:
-        raise AmdgpuUnavailableError(f"arch 'amdgpu' needs the '{PACKAGE}' package: pip install {PACKAGE}  "
-                                     f"(or pip install 'qdc[amdgpu]') ({e})") from None
-    try:
-        (err,) = hip.hipInit(0)
-    except Exception as e:  # the binding raises its own error when libamdhip64.so is absent
-        raise AmdgpuUnavailableError(f"arch 'amdgpu': no ROCm HIP runtime found ({type(e).__name__}: {e}); install "
-                                     f"ROCm (libamdhip64.so) or use another arch") from None
-    if err != hip.hipError_t.hipSuccess:
-        raise AmdgpuUnavailableError(f"arch 'amdgpu': hipInit failed ({_name(hip, err)}): no usable AMD GPU")
-    err, count = hip.hipGetDeviceCount()
-    if err != hip.hipError_t.hipSuccess or count == 0:
-        raise AmdgpuUnavailableError("arch 'amdgpu': the HIP runtime sees no GPU")
-    return hip
-
-
-def _name(hip, err) -> str:
-    try:
-        text = hip.hipGetErrorName(err)
-        text = text[-1] if isinstance(text, tuple) else text
-        return text.decode() if isinstance(text, bytes) else str(text)
-    except Exception:  # noqa: BLE001 - only for the message
-        return str(err)
+        return hip
+    return load_status_binding(
+        import_binding, AmdgpuUnavailableError, arch="amdgpu", package=PACKAGE, init="hipInit",
+        device_count="hipGetDeviceCount", success=lambda hip: hip.hipError_t.hipSuccess, error_name="hipGetErrorName",
+        no_runtime="no ROCm HIP runtime found ({}); install ROCm (libamdhip64.so) or use another arch",
+        unusable="no usable AMD GPU", no_gpu="the HIP runtime sees no GPU")
 
 
 def base_gfx(arch_name) -> str:
@@ -67,7 +50,7 @@ class Driver(StatusDriver):
         self.lost = self.statuses(self.hip.hipError_t, LOST_STATUSES)
 
     def error_name(self, err) -> str:
-        return _name(self.hip, err)
+        return status_name(self.hip, "hipGetErrorName", err)
 
     def calls(self):
         """The driver calls of a stream device (runtime/devices/stream.py CALLS), by role."""

@@ -7,7 +7,7 @@ naming the package to install, never a raw traceback.
 from __future__ import annotations
 
 from ...contract.errors import QdcError
-from ..stream import StatusDriver
+from ..stream import StatusDriver, load_status_binding, status_name
 
 PACKAGE = "cuda-bindings"
 # Sticky errors: the context is unusable after them (every later call returns them) until
@@ -23,30 +23,14 @@ class CudaUnavailableError(QdcError, RuntimeError):
 
 def load_binding():
     """`cuda.bindings.driver`, initialised (cuInit); CudaUnavailableError when it cannot be."""
-    try:
+    def import_binding():
         from cuda.bindings import driver as cu
-    except ImportError as e:
-        raise CudaUnavailableError(f"arch 'cuda' needs the '{PACKAGE}' package: pip install {PACKAGE}  "
-                                   f"(or pip install 'qdc[cuda]') ({e})") from None
-    try:
-        (err,) = cu.cuInit(0)
-    except Exception as e:  # the binding raises its own error when libcuda.so is absent
-        raise CudaUnavailableError(f"arch 'cuda': no NVIDIA driver found ({type(e).__name__}: {e}); install the "
-                                   f"NVIDIA driver or use another arch") from None
-    if err != cu.CUresult.CUDA_SUCCESS:
-        raise CudaUnavailableError(f"arch 'cuda': cuInit failed ({_name(cu, err)}): no usable NVIDIA GPU or driver")
-    (err, count) = cu.cuDeviceGetCount()
-    if err != cu.CUresult.CUDA_SUCCESS or count == 0:
-        raise CudaUnavailableError("arch 'cuda': the NVIDIA driver sees no GPU")
-    return cu
-
-
-def _name(cu, err) -> str:
-    try:
-        e, text = cu.cuGetErrorName(err)
-        return text.decode() if isinstance(text, bytes) else str(text)
-    except Exception:  # noqa: BLE001 - only for the message
-        return str(err)
+        return cu
+    return load_status_binding(
+        import_binding, CudaUnavailableError, arch="cuda", package=PACKAGE, init="cuInit",
+        device_count="cuDeviceGetCount", success=lambda cu: cu.CUresult.CUDA_SUCCESS, error_name="cuGetErrorName",
+        no_runtime="no NVIDIA driver found ({}); install the NVIDIA driver or use another arch",
+        unusable="no usable NVIDIA GPU or driver", no_gpu="the NVIDIA driver sees no GPU")
 
 
 class Driver(StatusDriver):
@@ -61,7 +45,7 @@ class Driver(StatusDriver):
         self.lost = self.statuses(self.cu.CUresult, LOST_STATUSES)
 
     def error_name(self, err) -> str:
-        return _name(self.cu, err)
+        return status_name(self.cu, "cuGetErrorName", err)
 
     def calls(self):
         """The driver calls of a stream device (runtime/devices/stream.py CALLS), by role."""
