@@ -37,7 +37,7 @@ import numpy as np
 from . import adstack_sizing as sizing
 from . import context, sizeexpr_eval
 from .contract import sizeexpr as se
-from .contract.artifact import MAX_ADSTACK_CAPACITY, check_adstack_record
+from .contract.artifact_schema import MAX_ADSTACK_CAPACITY, check_adstack_record
 from . import device as device_mod
 from .contract.error_slot import OVERFLOW_WORD
 from .contract import adstack_layout as layout

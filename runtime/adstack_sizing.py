@@ -57,7 +57,7 @@ import operator
 
 from .contract import sizeexpr as se
 from .sizeexpr_eval import host_array
-from .contract.artifact import MAX_ADSTACK_CAPACITY as MAX_CAPACITY
+from .contract.artifact_schema import MAX_ADSTACK_CAPACITY as MAX_CAPACITY
 from .contract.types import by_name
 
 INT64_MAX = se.INT64_MAX

@@ -29,6 +29,7 @@ import zlib
 from . import signing, source_folder
 from .contract import source_records
 from .contract import artifact as A
+from .contract.artifact_schema import check_entry_record
 from .cache import (ENTRIES, MAX_RECORD_BYTES, META_FILE, MODULES, RECORD_TIME_FIELDS, Cache, DirStore, Store,
                     cache_error, entry_path, list_modules, module_path, read_entry, read_module)
 from .module_check import module_problems
@@ -95,7 +96,7 @@ class BundleStore(Store):
             base = name[:-len(META_FILE) - 1]
             try:
                 body = A.decode_record(self.files[name], A.ENTRY_RECORD)
-                A.check_entry_record(body)
+                check_entry_record(body)
             except ValueError:
                 unreadable.add(base)
                 continue

@@ -35,6 +35,7 @@ import uuid
 
 from . import signing, source_folder
 from .contract import artifact as A
+from .contract.artifact_schema import ARTIFACT_FILE_RE, check_entry_record, check_module_record
 from .contract.entry_points import entry_points_problem
 from .contract.errors import CacheError, ModuleNotBuiltError, SignatureError
 from .module_check import entry_signature
@@ -331,9 +332,9 @@ def decode(data: bytes, where: str, kind: str) -> dict:
     try:
         body = A.decode_record(data, kind)
         if kind == A.ENTRY_RECORD:
-            A.check_entry_record(body)
+            check_entry_record(body)
         else:
-            A.check_module_record(body)
+            check_module_record(body)
     except ValueError as e:
         raise cache_error(where, str(e)) from None
     return body
@@ -489,12 +490,12 @@ class Cache(DirStore):
         files, recorded = {}, {}
         for kind, data in sorted(artifacts.items()):
             name = f"kernel.{kind}"
-            if not A.ARTIFACT_FILE_RE.match(name):
+            if not ARTIFACT_FILE_RE.match(name):
                 raise ValueError(f"bad artifact kind {kind!r}")
             files[name] = data
             recorded[kind] = {"file": name, "sha256": A.sha256(data), "size": len(data)}
         body = dict(body, key=key, artifacts=recorded)
-        A.check_entry_record(body)
+        check_entry_record(body)
         files[META_FILE] = A.encode_record(A.ENTRY_RECORD, body)
         files[STAMP_FILE] = b""
         staging = self._staging_dir(key)
@@ -582,7 +583,7 @@ class Cache(DirStore):
         entries = self._entry_records(body["kernels"])
         body["signatures"] = {name: entry_signature(entries[key]) for name, key in body["kernels"].items()
                               if key in entries}
-        A.check_module_record(body)
+        check_module_record(body)
         name = module_path(module, arch)
         try:
             old = read_record(self, name, A.MODULE_RECORD)

@@ -15,7 +15,7 @@ import os
 
 from . import context, forward_mode, signing
 from .contract.arches import ARCHES
-from .contract.artifact import VARIANT_SUFFIXES, secondary_field, split_variant
+from .contract.artifact_schema import VARIANT_SUFFIXES, secondary_field, split_variant
 from .adstack import launch_hooks
 from .bundle import open_store
 from .cache import cache_error, module_path, read_entry, read_module

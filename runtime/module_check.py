@@ -4,9 +4,7 @@ the fields the module declares, as it declares them. Loading, `qdc verify` and `
 this (runtime/loader.py, verify.py, bundle.py); `Cache.write_module` records what it compares."""
 from __future__ import annotations
 
-from .contract import artifact as A
-
-split_variant = A.split_variant
+from .contract.artifact_schema import secondary_field, split_variant
 
 
 def entry_signature(record: dict) -> list:
@@ -63,7 +61,7 @@ def _params_text(params) -> str:
 
 def _field_problem(name: str, entry, fields: dict) -> str | None:
     for fm in entry.meta.fields:
-        base, secondary = A.secondary_field(fm.name) if fm.is_grad else (fm.name, None)
+        base, secondary = secondary_field(fm.name) if fm.is_grad else (fm.name, None)
         declared = fields.get(base)
         used = f"{fm.dtype}{list(fm.shape)}"
         if declared is None:

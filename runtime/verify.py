@@ -13,6 +13,7 @@ from .module_check import module_problems
 from . import signing
 from .contract import source_records
 from .contract import artifact as A
+from .contract.artifact_schema import KEY_RE
 from .contract.errors import CacheError
 
 
@@ -101,7 +102,7 @@ def _verify_entries(store: Store, names: list, entries: dict, problems: list, si
     for folder, files in sorted(folders.items()):
         shard, key = folder.split("/")
         where = store.where(f"{ENTRIES}/{folder}")
-        if not A.KEY_RE.match(key):
+        if not KEY_RE.match(key):
             problems.append((where, "not a cache entry name"))
         elif shard != key[:2]:
             entries.setdefault(key, None)  # present, though not where readers look

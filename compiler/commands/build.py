@@ -25,7 +25,7 @@ import time
 import traceback
 
 from qdc.runtime.contract import arches
-from qdc.runtime.contract.artifact import VARIANT_SUFFIXES, VARIANTS
+from qdc.runtime.contract.artifact_schema import VARIANT_SUFFIXES, VARIANTS
 from qdc.runtime.cache import Cache, check_cache_folder, writable_problem
 from qdc.runtime.contract.errors import QdcCompileError
 from qdc.runtime.contract.objects import FieldMarker as Field, StructFieldMarker as StructField

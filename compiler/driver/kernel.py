@@ -17,8 +17,8 @@ import warnings
 from qdc.runtime.contract import sizeexpr as se
 from qdc.runtime.contract import types as T
 from qdc.runtime.contract import log
-from qdc.runtime.contract.artifact import (MAX_ELEMENT_AXIS, VARIANT_SUFFIXES, FieldMeta, KernelMeta, ParamMeta,
-                                             TaskMeta)
+from qdc.runtime.contract.artifact import FieldMeta, KernelMeta, ParamMeta, TaskMeta
+from qdc.runtime.contract.artifact_schema import MAX_ELEMENT_AXIS, VARIANT_SUFFIXES
 from qdc.runtime.contract.errors import QdcCompileError
 from qdc.runtime.contract.objects import NdarrayMarker as Ndarray
 from qdc.runtime.contract.tensor_api import Tensor

@@ -20,7 +20,7 @@ import math
 import typing
 
 from qdc.runtime.contract import types as T
-from qdc.runtime.contract.artifact import MAX_RETURN_SCALARS
+from qdc.runtime.contract.artifact_schema import MAX_RETURN_SCALARS
 
 from .. import ir
 from ..language.structs import StructType

@@ -16,7 +16,7 @@ import difflib
 import itertools
 
 from qdc.runtime.contract import types as T
-from qdc.runtime.contract.artifact import MAX_ELEMENT_AXIS, MAX_STRUCT_SCALARS
+from qdc.runtime.contract.artifact_schema import MAX_ELEMENT_AXIS, MAX_STRUCT_SCALARS
 from qdc.runtime.contract.objects import StructFieldMarker as StructField
 
 from .. import ir

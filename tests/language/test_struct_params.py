@@ -18,6 +18,7 @@ from qdc.compiler.driver.options import Options
 from qdc.compiler.targets.cuda import toolkit
 from qdc.compiler.targets.spirv import tools as spirv_tools
 from qdc.runtime.contract import artifact as A
+from qdc.runtime.contract.artifact_schema import check_kernel_meta
 
 
 def test_nested_struct_with_a_matrix_member(arch, rng):
@@ -165,15 +166,15 @@ def test_metadata_records_and_their_checks():
     tampered = dict(d, params=[list(p) for p in d["params"]])
     tampered["params"][4][2] = "f32"  # the layout says i32
     with pytest.raises(ValueError, match="scalar records of struct parameter 's'"):
-        A.check_kernel_meta(tampered)
+        check_kernel_meta(tampered)
     with pytest.raises(ValueError, match="structs: a struct parameter the kernel does not have"):
-        A.check_kernel_meta(dict(d, structs={**d["structs"], "z": d["structs"]["s"]}))
+        check_kernel_meta(dict(d, structs={**d["structs"], "z": d["structs"]["s"]}))
     without = {key: value for key, value in d.items() if key != "structs"}  # a runtime that knew no structs
     with pytest.raises(ValueError, match="element records of vector parameter 's'"):
-        A.check_kernel_meta(without)
+        check_kernel_meta(without)
     returns = dict(d["returns"], structs=[[1, d["returns"]["structs"][0][1]]])
     with pytest.raises(ValueError, match="returns"):
-        A.check_kernel_meta(dict(d, returns=returns))
+        check_kernel_meta(dict(d, returns=returns))
 
 
 def test_gradient_through_a_struct_parameter_kernel(arch, rng):

@@ -15,6 +15,7 @@ from qdc.compiler.driver import cache_key
 from qdc.compiler.jit.api import direct_options
 from qdc.compiler.jit.kernel import kernel_of
 from qdc.runtime.contract import artifact as A
+from qdc.runtime.contract.artifact_schema import check_kernel_meta
 from qdc.runtime.contract import cpu_binding
 from tolerance_util import assert_close_f32
 
@@ -287,7 +288,7 @@ def test_metadata_has_one_record_per_element_and_no_python_entry():
     assert A.KernelMeta.from_dict(d).record_names() == meta.record_names()
     d["params"] = d["params"][:3] + d["params"][4:]  # a matrix missing an element
     with pytest.raises(ValueError, match="element records of vector parameter 'm'"):
-        A.check_kernel_meta(d)
+        check_kernel_meta(d)
     run(2.0, [[0.0, 0.0], [3.0, 0.0]], np.full(3, 0.5, np.float32))
     assert out[None] == pytest.approx(6.5)
 

@@ -9,6 +9,7 @@ import pytest
 import qdc as qd
 from qdc.runtime import context
 from qdc.runtime.contract import artifact as A
+from qdc.runtime.contract.artifact_schema import check_kernel_meta
 from qdc.runtime import sizeexpr_eval as ev
 from qdc.runtime.contract import sizeexpr as se
 
@@ -41,7 +42,7 @@ def test_task_records_have_entry_trip_count_and_launch_policy():
         assert t.launch["policy"] == "cpu_chunks" and t.launch["parallel_from"] >= 1 and t.adstacks == []
     assert not hasattr(t0, "range")
     d = meta.to_dict()
-    A.check_kernel_meta(d)
+    check_kernel_meta(d)
     assert set(d["tasks"][0]) == {"name", "kind", "serial", "source_kind", "entry", "iterations", "launch",
                                   "adstacks"}
 
@@ -154,7 +155,7 @@ def _broken(edit):
                                              "size_expr": se.to_nodes(se.TempRead(0, 2))}]}), "temporary"),
 ])
 def test_malformed_task_records_are_refused(edit, why):
-    A.check_kernel_meta(_good_meta())
+    check_kernel_meta(_good_meta())
     with pytest.raises(ValueError, match=why):
         A.KernelMeta.from_dict(_broken(edit))
 

@@ -18,7 +18,7 @@ from qdc.compiler.driver.options import Options
 from qdc.compiler.targets.spirv import tools
 from qdc.compiler.targets.vulkan import target as vulkan_target
 from qdc.compiler.targets.vulkan.target import MAX_BOUND_BUFFERS
-from qdc.runtime.contract.artifact import check_kernel_meta
+from qdc.runtime.contract.artifact_schema import check_kernel_meta
 
 INT_MEMBERS = ("parent_idx", "root_idx", "q_start", "dof_start", "joint_start", "q_end", "dof_end", "joint_end",
                "entity_idx", "geom_start", "geom_end", "vgeom_start", "vgeom_end")

@@ -14,7 +14,7 @@ from qdc.compiler.targets.spirv import tools
 from qdc.compiler.targets.spirv.builder import ModuleBuilder
 from qdc.compiler.targets.spirv.lowering import arg_words
 from qdc.compiler.targets.vulkan.target import VulkanTarget
-from qdc.runtime.contract.artifact import check_kernel_meta
+from qdc.runtime.contract.artifact_schema import check_kernel_meta
 from qdc.runtime.contract.errors import QdcCompileError
 
 N = 64
