@@ -70,12 +70,7 @@ class MetalTarget(Target):
                 raise codegen_error(kernel, task, f"task {i} uses {len(bindings)} buffers, more than the "
                                     f"{MAX_BUFFERS} a Metal function can bind: split the loop", kernel.loc,
                                     describe=False)
-            if tools.have_validator():  # a failure is a compiler bug
-                with timings.phase("SPIR-V validation"):
-                    problem = tools.validate(module)
-                if problem is not None:
-                    raise codegen_error(kernel, task, f"internal compiler error: the SPIR-V of task {i} "
-                                                      f"fails validation: {problem}", kernel.loc)
+            tools.check_task_module(kernel, task, i, module)
             artifacts[f"spirv_t{i}"] = module
             with timings.phase("SPIR-V to MSL"):
                 artifacts[f"msl_t{i}"] = translate(module, record.entry,
