@@ -260,21 +260,26 @@ class _Walk:
         a manifest records the program's data among them, which may have been set at run time
         (compiler/manifest/recording.py)."""
         if isinstance(module, str) and not _is_qdc_module(sys.modules.get(module)) \
-                and not isinstance(value, (types.ModuleType, type, types.FunctionType, lang.Func)):
+                and not isinstance(value, (types.ModuleType, type, types.FunctionType, types.MethodType, lang.Func, lang.BoundFunc)):
             self.module_reads.append((module, attr, value))
 
     def template(self, kernel: str, name: str, value) -> None:
         """A template argument by its description; the fields it holds in walk order (a cache
         hit binds the fields of the argument passed now, through the same routes), and the
         source of the functions and classes it names (their code runs at compile time)."""
-        label = f"<template {name}>"  # not an identifier: never names an unnamed field
+        self.described("template", name, value,
+                       lambda e: UndescribableTemplate(f"template argument '{name}' of kernel '{kernel}': {e}"))
+
+    def described(self, kind: str, name: str, value, refusal) -> None:
+        """`value` by its description (template_values.py), then the functions and classes it names."""
+        label = f"<{kind} {name}>"  # not an identifier: never names an unnamed field
         if self.describer is None:  # one for all the arguments: a field held twice is described once
             self.describer = template_values.Describer(lambda f: self.add_field(f, "<template>"))
         try:
             described = self.describer.describe(value, name)
         except template_values.Undescribable as e:
-            raise UndescribableTemplate(f"template argument '{name}' of kernel '{kernel}': {e}") from None
-        self.material.append(["template", name, described.data])
+            raise refusal(e) from None
+        self.material.append([kind, name, described.data])
         for i, fn in enumerate(described.functions):
             self.value(f"{label}.function[{i}]", fn)
         for cls in described.classes:
@@ -317,6 +322,8 @@ class _Walk:
         elif isinstance(v, lang.Func):
             m.append(["func", label, v.fn.__qualname__])
             self.function(v.fn, label)
+        elif isinstance(v, (lang.BoundFunc, types.MethodType)):
+            self.method(label, v)
         elif lang.is_kernel_function(v):
             m.append(["kernel", label, v.__qualname__])
             self.function(v.__wrapped__, label)
@@ -353,6 +360,11 @@ class _Walk:
             self.function(v, label)
         else:
             self.identified(label, v)
+
+    def method(self, label: str, v) -> None:
+        """A method bound to an instance that the kernel captured: its function's source and its
+        instance, described by value as a template argument is (the method's code reads it)."""
+        self.described("method", label, v, lambda e: UncacheableKernel(f"'{label}': {e}"))
 
     def dataclass(self, label: str, v, depth: int) -> None:
         """A dataclass instance member by member; a dataclass parameter's scalar members (by
@@ -460,7 +472,8 @@ def _calls_mention_grad(fn, source: sources.FunctionSource, seen: set) -> bool:
                 value = getattr(value, attr, None)
         except Exception:  # noqa: BLE001  (the front end reports a broken attribute)
             continue
-        callee = value.fn if isinstance(value, lang.Func) else value
+        callee = value.fn if isinstance(value, lang.Func) else value.__func__.fn if isinstance(value, lang.BoundFunc) \
+            else value.__func__ if isinstance(value, types.MethodType) else value
         if not isinstance(callee, types.FunctionType) or lang.is_kernel_function(callee) or callee in seen \
                 or _is_qdc_module(sys.modules.get(callee.__module__)):
             continue

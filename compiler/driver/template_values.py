@@ -20,7 +20,11 @@ same tree on every machine for equal arguments:
     {"struct_field": {"name": .., "members": {member: field description}}}
     {"ndarray": {"dtype": .., "ndim": .., "needs_grad": .., "element_shape": [..]}}
                                            an array (a qd.ndarray or numpy array): passed at every
-                                           launch, so by its type only
+                                           launch, so by its type, and a small 1-D numpy array's
+                                           "values" too (`*a` in a kernel compiles them in)
+    {"method": {"function": {"named": ..}, "self": description}}   a method bound to an object;
+                                           "of_enclosing": n instead of "self" where the object is
+                                           the n-th container out of those being described
     {"namedtuple": {"class": "pkg.mod:Pair", "items": {name: description, ...}}}
     {"object": {"class": "pkg.mod:Config", "attrs": {name: description, ...}}}
     {"dataclass_argument": {"object": ...}}    the argument of a dataclass-annotated parameter:
@@ -53,8 +57,9 @@ import numpy as np
 from qdc.runtime.contract import types as T
 from qdc.runtime.contract.objects import FieldMarker, StructFieldMarker
 
+from ..language.funcs import BoundFunc
 from ..language.dataclass_args import (DataclassArgument, array_type, is_array_argument, is_dataclass_instance,
-                                       members as dataclass_members, scalar_annotation)
+                                       keyed_values, members as dataclass_members, scalar_annotation)
 
 # Past these an argument is refused: describing it would cost more than compiling.
 MAX_VALUES, MAX_DEPTH = 1 << 16, 64
@@ -145,7 +150,7 @@ class _Describer:
         self.classes: list = []
         self.portable_problem: str | None = None
         self.budget = MAX_VALUES
-        self.enclosing: set = set()  # ids of the containers being described: a cycle is refused
+        self.enclosing: list = []  # ids of the containers being described, outermost first: a cycle is refused
 
     def value(self, v, route: str, depth: int):
         self.budget -= 1
@@ -183,6 +188,8 @@ class _Describer:
             described = {"dtype": dtype, "ndim": ndim, "needs_grad": grad, "element_shape": list(element_shape)}
             if layout is not None:
                 described["layout"] = list(layout)
+            if (values := keyed_values(v)) is not None:  # `*a` in a kernel compiles them in
+                described["values"] = values
             return {"ndarray": described}
         if isinstance(v, DataclassArgument):
             return {"dataclass_argument": self.object(v.value, route, depth, runtime_scalars=True)}
@@ -202,20 +209,31 @@ class _Describer:
             return {"dict": self.container(v, route, depth, lambda: [
                 [self.value(k, f"{route} key", depth + 1), self.value(e, f"{route}[{k!r}]", depth + 1)]
                 for k, e in v.items()])}
+        if isinstance(v, (BoundFunc, types.MethodType)):
+            return self.method(v, route, depth)
         if isinstance(v, (types.FunctionType, types.BuiltinFunctionType, type)) or _is_language_function(v):
             return self.function(v, route)
         if _names_itself(v):  # a callable object its module names (numpy.sin, a ufunc)
             return {"named": f"{import_name(v.__module__)}:{v.__qualname__}"}
         return self.object(v, route, depth)
 
+    def method(self, v, route: str, depth: int) -> dict:
+        """A method bound to an instance: its function and the instance, or, for the object
+        being described that holds it (`self.update = self._update`), how far out that object is."""
+        function = self.function(v.__func__, f"{route}.__func__")
+        receiver = v.__self__
+        if id(receiver) in self.enclosing:
+            return {"method": {"function": function, "of_enclosing": len(self.enclosing) - self.enclosing.index(id(receiver))}}
+        return {"method": {"function": function, "self": self.value(receiver, f"{route}.__self__", depth + 1)}}
+
     def container(self, v, route: str, depth: int, items):
         if id(v) in self.enclosing:
             raise Undescribable(f"{route}: contains itself")
-        self.enclosing.add(id(v))
+        self.enclosing.append(id(v))
         try:
             return items()
         finally:
-            self.enclosing.discard(id(v))
+            self.enclosing.pop()
 
     def field(self, f) -> dict:
         if self.field_index is not None:
@@ -341,7 +359,11 @@ def _brief(d) -> str:
     if tag == "field":
         return f"field({body['dtype']}, shape={tuple(body['shape'])})"
     if tag == "ndarray":
-        return f"ndarray({body['dtype']}, ndim={body['ndim']})"
+        values = f", values={body['values']}" if "values" in body else ""
+        return f"ndarray({body['dtype']}, ndim={body['ndim']}{values})"
+    if tag == "method":
+        owner = "<its object>" if "of_enclosing" in body else _brief(body["self"])
+        return f"{owner}.{_brief(body['function']).rpartition('.')[2]}"
     if tag == "dataclass_argument":
         return _brief(body)
     if tag == "scalar":

@@ -14,16 +14,17 @@ import weakref
 import numpy as np
 
 from qdc.runtime.contract import types as T
-from qdc.runtime.contract.objects import FieldMarker as Field
+from qdc.runtime.contract.objects import FieldMarker as Field, StructFieldMarker
 
 from .. import ir
-from ..language import lang, simt
+from ..language import field_methods, lang, simt
 from ..language.simt_tiles import TileConstructor
+from ..language.dataclass_args import MAX_KEYED_VALUES
 from .numeric_calls import NUMERIC_CALLS
 from .objects import GLOBAL_ARRAYS, NdarrayHandle, RangeSpec
 from .simt_calls import is_library_func
 from .lambda_source import callable_source
-from .host_objects import check_dataclass_parameter, unwrap
+from .host_objects import HostObject, check_dataclass_parameter, unwrap
 from .source import is_tail_return
 from .values import is_runtime
 from .vector_math import MATH_FUNCTIONS, BoundMethod
@@ -54,6 +55,24 @@ def _plain_function(callee) -> bool:
     return True
 
 
+def _bound_method(callee):
+    """(the qd.func, the instance) of a method bound to an instance: a qd.func method, or a
+    plain Python method whose source can be read (inlined like a qd.func); else None."""
+    if isinstance(callee, lang.BoundFunc):
+        return callee.__func__, callee.__self__
+    if isinstance(callee, types.MethodType) and _plain_function(callee.__func__):
+        return _as_func(callee.__func__), callee.__self__
+    return None
+
+
+def _on_host(callee):
+    """What Python runs inside qd.static(...): a method of an object reached from an argument
+    bound to the object itself, not to the front end's view of it (HostObject)."""
+    if isinstance(callee, types.MethodType) and isinstance(callee.__self__, HostObject):
+        return types.MethodType(callee.__func__, callee.__self__.value)
+    return callee
+
+
 def _as_func(fn) -> lang.Func:
     """One qd.func wrapper per plain function, so recursion checks see the same object."""
     wrapped = _PLAIN_FUNCS.get(fn)
@@ -69,12 +88,18 @@ class CallLowering:
             if target is not None and not isinstance(target, StructTarget):  # v.fill(x): every component x
                 (value,) = self.call_args(node, 1, 1, "fill")
                 return self.store_target(target, self.scalar(value, node.args[0]), node.args[0])
+            if target is None and isinstance(self.visit(node.func.value), (Field, StructFieldMarker)):
+                self.call_args(node, 1, 1, "fill")  # x.fill(v) on a field: every element v
+                return self.inline_library_func(field_methods.fill, node, receiver=self.visit(node.func.value))
         callee = unwrap(self.visit(node.func))  # a method of an object reached from an argument: the method
         callee = _SCOPE_BUILTINS.get(callee, callee) if _hashable(callee) else callee
         if self.is_host_call(callee, _BUILTINS):  # Python run now, inside qd.static(...)
-            return self.host_call(callee, node)
+            return self.host_call(_on_host(callee), node)
         if isinstance(callee, lang.Func):
             return self.inline_library_func(callee, node) if is_library_func(callee) else self.inline_func(callee, node)
+        if (method := _bound_method(callee)) is not None:  # `self` is the instance it was read from
+            inline = self.inline_library_func if is_library_func(method[0]) else self.inline_func
+            return inline(method[0], node, receiver=method[1])
         if _hashable(callee) and callee in simt.PRIMITIVES:
             return self.call_simt(simt.PRIMITIVES[callee], node)
         if isinstance(callee, StructType):
@@ -159,7 +184,8 @@ class CallLowering:
 
     def spread(self, arg_nodes) -> tuple[list, list]:
         """(values, nodes) of the expressions `arg_nodes`, each `*x` spread into its items: a
-        vector's components, a matrix's rows, a tuple's items (`qd.ndrange(*shape)`)."""
+        vector's components, a matrix's rows, a tuple's items (`qd.ndrange(*shape)`), a small
+        numpy array's values when its template argument is keyed by them (`*self.grid_res`)."""
         values, nodes = [], []
         for a in arg_nodes:
             if not isinstance(a, ast.Starred):
@@ -169,8 +195,11 @@ class CallLowering:
             v = self.visit(a.value)
             if isinstance(v, VectorValue):
                 v = v.rows()
+            elif isinstance(v, NdarrayHandle) and v.keyed_values is not None:
+                v = v.keyed_values
             if not isinstance(v, (tuple, list)):
-                self.error("only a vector, a matrix or a tuple can be unpacked with *", a)
+                self.error(f"only a vector, a matrix, a tuple or a 1-D numpy array of at most {MAX_KEYED_VALUES} "
+                           f"numbers held by a template argument can be unpacked with *", a)
             values += v
             nodes += [a] * len(v)
         return values, nodes
@@ -484,8 +513,9 @@ class CallLowering:
             return True
         if _hashable(callee) and (callee in MATH_FUNCTIONS or lang.INTRINSICS.get(callee, ("",))[0] in _BY_VALUE):
             return True
-        if isinstance(callee, lang.Func) or _plain_function(callee):
-            func = callee if isinstance(callee, lang.Func) else _as_func(callee)
+        method = _bound_method(callee)
+        if isinstance(callee, lang.Func) or _plain_function(callee) or method is not None:
+            func = callee if isinstance(callee, lang.Func) else method[0] if method else _as_func(callee)
             return not any(lang.is_template_annotation(self.parameter_annotation(func, p))
                            for p in self.signature(func.fn).parameters)
         return False

@@ -22,7 +22,7 @@ from qdc.runtime.contract.objects import FieldMarker as Field, StructFieldMarker
 from .. import ir
 from ..language import lang
 from ..language.dataclass_args import (DataclassArgument, array_type, is_array_argument, is_dataclass_instance,
-                                       is_dataclass_type, members, scalar_annotation)
+                                       is_dataclass_type, keyed_values, members, scalar_annotation)
 from qdc.runtime.contract import types as T
 from .objects import NdarrayHandle
 
@@ -64,6 +64,11 @@ def _walked(v) -> bool:
     return hasattr(v, "__dict__") and module.split(".")[0] not in ("builtins", "qdc", "numpy", "enum")
 
 
+def _bound_to(v):
+    """The instance a qd.func method or a Python method is bound to; None for anything else."""
+    return v.__self__ if isinstance(v, (lang.BoundFunc, types.MethodType)) else None
+
+
 class HostObjects:
     def host_root(self, name: str, value):
         """The compile-time value of a template parameter or dataclass parameter `name`."""
@@ -76,6 +81,8 @@ class HostObjects:
             v = getattr(base.value, attr)
         except AttributeError:
             self.error(f"{describe_path(base.path)} (a {type(base.value).__name__}) has no attribute '{attr}'", node)
+        if _bound_to(v) is base.value:  # a method of the object: `self` in it is the object, by its path
+            return type(v)(v.__func__, base)
         ann = None
         if is_dataclass_instance(base.value):
             ann = dict(members(type(base.value))).get(attr)
@@ -84,15 +91,17 @@ class HostObjects:
     def host_member(self, v, path: tuple, ann, runtime_scalars: bool):
         if isinstance(v, (Field, StructField)):
             return v
-        if is_array_argument(v):
-            return self.member_ndarray(path, v)
+        if is_array_argument(v):  # a template's are keyed by their values where small, a dataclass parameter's not
+            return self.member_ndarray(path, v, keyed=not runtime_scalars)
         if runtime_scalars and (dtype := scalar_annotation(ann, self.values.default_ip,
                                                            self.values.default_fp)) is not None:
             return self.member_scalar(path, dtype, v)
-        if isinstance(v, (tuple, list)) and any(is_array_argument(e) or _walked(e) for e in v):
+        if isinstance(v, (tuple, list)) and any(is_array_argument(e) or _walked(e) or _walked(_bound_to(e)) for e in v):
             return tuple(self.host_member(e, path + (i,), None, runtime_scalars) for i, e in enumerate(v))
         if _walked(v):
             return HostObject(v, path, runtime_scalars and is_dataclass_instance(v))
+        if _walked(_bound_to(v)):  # a method stored apart from its object (`self.update = mat.update`)
+            return type(v)(v.__func__, self.host_member(v.__self__, path + ("__self__",), None, runtime_scalars))
         return self.capture(describe_path(path), v)
 
     def member_parameter(self, path: tuple, param: ir.Param) -> int:
@@ -112,7 +121,7 @@ class HostObjects:
         self.member_parameters[path] = len(self.kernel.params) - 1
         return len(self.kernel.params) - 1
 
-    def member_ndarray(self, path: tuple, a) -> NdarrayHandle:
+    def member_ndarray(self, path: tuple, a, keyed: bool = False) -> NdarrayHandle:
         try:
             dtype_name, ndim, element_shape, has_grad, layout = array_type(a)
         except TypeError as e:
@@ -121,7 +130,7 @@ class HostObjects:
         index = self.member_parameter(path, ir.Param("", "ndarray", dtype, ndim + len(element_shape), has_grad,
                                                      element_shape, layout))
         return NdarrayHandle(index, describe_path(path), dtype, ndim, has_grad, element_shape=element_shape,
-                             layout=layout)
+                             layout=layout, keyed_values=keyed_values(a) if keyed else None)
 
     def member_scalar(self, path: tuple, dtype: T.DataType, value):
         if not isinstance(value, (bool, int, float)) and not hasattr(value, "__index__") \

@@ -11,14 +11,17 @@ class NdarrayHandle:
     """An ndarray parameter as seen inside a kernel."""
 
     def __init__(self, arg_index: int, name: str, dtype: T.DataType, ndim: int, needs_grad: bool, grad=False,
-                 element_shape: tuple = (), layout=None):
+                 element_shape: tuple = (), layout=None, keyed_values=None):
         """`ndim` counts the array's own axes; an ndarray of vectors adds `element_shape`'s.
         `layout`: the order its axes are stored in (None: as indexed); the kernel indexes it in
-        declared order and the front end permutes (ast_to_ir.py, global_address and extent)."""
+        declared order and the front end permutes (ast_to_ir.py, global_address and extent).
+        `keyed_values`: the values of a small numpy array of a template argument, which are part
+        of the cache key (language/dataclass_args.py): `*a` spreads them as constants."""
         self.arg_index, self.name, self.dtype, self.ndim = arg_index, name, dtype, ndim
         self.needs_grad, self.is_grad = needs_grad, grad
         self.element_shape = tuple(element_shape)
         self.layout = layout
+        self.keyed_values = keyed_values
 
     def ref(self) -> ir.NdarrayRef:
         return ir.NdarrayRef(self.arg_index, self.name, self.dtype, self.ndim + len(self.element_shape), self.is_grad)

@@ -22,7 +22,7 @@ from qdc.runtime.contract import types as T
 
 from .. import ir
 from ..language import matrix as M
-from ..language import graph, simt, simt_tiles
+from ..language import field_methods, graph, simt, simt_tiles
 from .objects import NdarrayHandle, SharedArrayHandle
 from .values import is_runtime
 from .vectors import VectorValue
@@ -40,8 +40,9 @@ _VOTES = {"subgroup.vote_all": "all", "subgroup.vote_any": "any"}
 
 
 def is_library_func(func) -> bool:
-    """Whether `func` (a lang.Func) is one of qd.simt's library funcs (a tile's methods included)."""
-    return getattr(func.fn, "__module__", None) in (simt.__name__, simt_tiles.__name__)
+    """Whether `func` (a lang.Func) is one of the language's own funcs, written in the kernel
+    language: qd.simt's library (a tile's methods included), a field's kernel-scope methods."""
+    return getattr(func.fn, "__module__", None) in (simt.__name__, simt_tiles.__name__, field_methods.__name__)
 
 
 class SimtCalls:

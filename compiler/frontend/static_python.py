@@ -39,7 +39,7 @@ class StaticPython:
         arguments themselves)."""
         if not self.static_depth or not callable(callee):
             return False
-        if isinstance(callee, (lang.Func, StructType, M.MatrixType)) or lang.is_kernel_function(callee):
+        if isinstance(callee, (lang.Func, lang.BoundFunc, StructType, M.MatrixType)) or lang.is_kernel_function(callee):
             return False
         if any(callee is b for b in language_builtins) or callee is M.Vector or callee is M.Matrix:
             return False

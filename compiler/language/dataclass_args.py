@@ -41,6 +41,19 @@ def is_array_argument(v) -> bool:
     return isinstance(v, (Ndarray, np.ndarray)) or foreign_arrays.is_external(v)
 
 
+# A numpy array of at most this many numbers, held by a template or dataclass argument, is keyed
+# by its values too (compiler/driver/template_values.py), so that `*a` in a kernel may spread
+# them as compile-time constants (`qd.ndrange(*self.grid_res)`), as Quadrants evaluates it.
+MAX_KEYED_VALUES = 64
+
+
+def keyed_values(v) -> list | None:
+    """The values of a small numeric 1-D numpy array (see MAX_KEYED_VALUES); None otherwise."""
+    if isinstance(v, np.ndarray) and v.ndim == 1 and v.size <= MAX_KEYED_VALUES and v.dtype.kind in "biuf":
+        return v.tolist()
+    return None
+
+
 class DataclassArgument:
     """The argument of a dataclass-annotated parameter as the compiler is given it: its scalar
     members (by annotation) are run-time values, unlike those of a template argument."""

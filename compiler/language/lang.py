@@ -22,7 +22,7 @@ from . import matrix as _matrix
 from . import bitops as _bitops
 from . import numeric as _numeric
 from . import structs as _structs
-from .funcs import Func  # noqa: F401  (lang.Func: what the front end inlines)
+from .funcs import BoundFunc, Func  # noqa: F401  (lang.Func: what the front end inlines)
 from .structs import Struct, dataclass  # noqa: F401  (qd.Struct, qd.dataclass)
 from .numeric import bit_shr, random, raw_div, raw_mod, stop_grad  # noqa: F401  (qd.random, ...)
 

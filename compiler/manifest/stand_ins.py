@@ -38,6 +38,7 @@ class Rebuilder:
 
     def __init__(self):
         self.fields: list = []
+        self.enclosing: list = []  # the containers being rebuilt, outermost first (an object; None for others)
 
     def rebuild(self, data, route: str):
         return _rebuild(data, route, self)
@@ -52,11 +53,14 @@ def _rebuild(data, route: str, made: Rebuilder):
         raise Unrebuildable(f"{route}: {data!r} is not a description")
     tag, body = next(iter(data.items()))
     if tag == "tuple":
-        return tuple(_rebuild(e, f"{route}[{i}]", made) for i, e in enumerate(body))
+        return tuple(_within(made, None, lambda: [_rebuild(e, f"{route}[{i}]", made) for i, e in enumerate(body)]))
     if tag == "list":
-        return [_rebuild(e, f"{route}[{i}]", made) for i, e in enumerate(body)]
+        return _within(made, None, lambda: [_rebuild(e, f"{route}[{i}]", made) for i, e in enumerate(body)])
     if tag == "dict":
-        return {_rebuild(k, f"{route} key", made): _rebuild(e, f"{route}[{k!r}]", made) for k, e in body}
+        return _within(made, None, lambda: {_rebuild(k, f"{route} key", made): _rebuild(e, f"{route}[{k!r}]", made)
+                                            for k, e in body})
+    if tag == "method":
+        return _rebuild_method(body, route, made)
     if tag == "complex":
         return complex(*body)
     if tag == "bytes":
@@ -98,7 +102,7 @@ def _rebuild(data, route: str, made: Rebuilder):
     if tag == "object":
         return _rebuild_object(body["class"], body["attrs"], route, made)
     if tag == "namedtuple":
-        items = {k: _rebuild(d, f"{route}.{k}", made) for k, d in body["items"].items()}
+        items = _within(made, None, lambda: {k: _rebuild(d, f"{route}.{k}", made) for k, d in body["items"].items()})
         return _import(body["class"], route)(**items)
     raise Unrebuildable(f"{route}: unknown description '{tag}'")
 
@@ -126,9 +130,36 @@ def _rebuild_object(name: str, attrs: dict, route: str, made: Rebuilder):
             obj = object.__new__(cls)
         except TypeError as e:
             raise Unrebuildable(f"{route}: a {name} cannot be made without its arguments ({e})") from None
-    for attr, d in attrs.items():
-        object.__setattr__(obj, attr, _rebuild(d, f"{route}.{attr}", made))
+    def set_attributes():
+        for attr, d in attrs.items():
+            object.__setattr__(obj, attr, _rebuild(d, f"{route}.{attr}", made))
+    _within(made, obj, set_attributes)
     return obj
+
+
+def _within(made: Rebuilder, container, rebuild_items):
+    """`rebuild_items()` with `container` the innermost of those being rebuilt, as the
+    describer counted them (template_values.Describer.container)."""
+    made.enclosing.append(container)
+    try:
+        return rebuild_items()
+    finally:
+        made.enclosing.pop()
+
+
+def _rebuild_method(body: dict, route: str, made: Rebuilder):
+    """A method bound to its object: the object described with it, or one being rebuilt."""
+    function = _rebuild(body["function"], f"{route}.__func__", made)
+    if "of_enclosing" in body:
+        out = body["of_enclosing"]
+        receiver = made.enclosing[-out] if isinstance(out, int) and 0 < out <= len(made.enclosing) else None
+        if receiver is None:
+            raise Unrebuildable(f"{route}: a method of an enclosing object that is not there")
+    else:
+        receiver = _rebuild(body["self"], f"{route}.__self__", made)
+    if not hasattr(function, "__get__"):
+        raise Unrebuildable(f"{route}: {body['function']} is no longer a function")
+    return function.__get__(receiver, type(receiver))
 
 
 def _scalar_stand_in(annotation: str):
@@ -147,8 +178,11 @@ def _stand_in_field(d: dict):
 
 
 def _stand_in_ndarray(d: dict):
-    """An ndarray of the declared dtype and rank with no elements: only its type is compiled in."""
+    """An ndarray of the declared dtype and rank with no elements: only its type is compiled in;
+    a small numpy array's values too, where they were described."""
     dtype = T.by_name(d["dtype"])
+    if isinstance(d.get("values"), list):
+        return np.asarray(d["values"], dtype=dtype.np_dtype)
     spec = ElementType(dtype, tuple(d["element_shape"])) if d.get("element_shape") else dtype
     layout = tuple(d["layout"]) if d.get("layout") else None
     return Ndarray(spec, (0,) * d["ndim"], needs_grad=d["needs_grad"], layout=layout)

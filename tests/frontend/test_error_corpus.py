@@ -152,7 +152,7 @@ bad_nonlocal = make_nonlocal()
 @qd.kernel
 def bad_star_call():
     t = 2.0
-    x[0] = two_args(*t)  # <- bad_star_call | *t | only a vector, a matrix or a tuple can be unpacked
+    x[0] = two_args(*t)  # <- bad_star_call | *t | only a vector, a matrix, a tuple or a 1-D numpy array
 
 @qd.kernel
 def bad_kwargs_call():

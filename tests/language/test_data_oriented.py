@@ -63,3 +63,42 @@ def test_options():
         qd.data_oriented(template_primitives=False)(type("Mutable", (), {}))
     with pytest.raises(TypeError, match="decorates a class"):
         qd.data_oriented(lambda: None)
+
+
+@qd.data_oriented
+class _Grid:
+    def __init__(self, res, batch):
+        self.res = np.asarray(res, dtype=np.int32)  # a small numpy array: `*self.res` compiles its values in
+        self.batch = batch
+        self.count = qd.field(qd.i32, shape=())
+        self.sums = qd.field(qd.i32, shape=3)
+
+    @qd.kernel
+    def visit(self):
+        for i, j, b in qd.ndrange(*self.res, self.batch):
+            self.count[None] += 1
+            self.sums[0] += i
+            self.sums[1] += j
+            self.sums[2] += b
+
+
+def test_a_small_numpy_array_of_the_object_spreads_into_ndrange(arch):
+    for res, batch in [((3, 5), 2), ((4, 2), 3)]:
+        grid = _Grid(res, batch)
+        grid.visit()
+        n0, n1 = res
+        assert grid.count[None] == n0 * n1 * batch
+        assert grid.sums.to_numpy().tolist() == [batch * n1 * n0 * (n0 - 1) // 2, batch * n0 * n1 * (n1 - 1) // 2,
+                                                 n0 * n1 * batch * (batch - 1) // 2]
+
+
+def test_the_spread_values_are_in_the_cache_key():
+    from qdc.compiler.driver import cache_key
+    from qdc.compiler.driver.templates import TemplateArgs
+    from qdc.compiler.jit.api import direct_options
+    from qdc.compiler.jit.kernel import kernel_of
+    k = kernel_of(_Grid.visit)
+
+    def key(grid):
+        return cache_key.kernel_key(k.fn, k.params, direct_options(), "cpu", templates=TemplateArgs({"self": grid}, "visit")).key
+    assert key(_Grid((3, 5), 2)) == key(_Grid((3, 5), 2)) != key(_Grid((3, 6), 2))

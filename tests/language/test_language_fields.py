@@ -219,3 +219,42 @@ def test_top_level_statements_run_once_and_values_cross_tasks(arch, rng):
     k(m)
     expect = [2 * m + i for i in range(2 * m + 1)] + [-1] * (50 - 2 * m - 1)
     assert out.to_numpy().tolist() == expect
+
+
+def test_fill_inside_kernels_and_funcs(arch, rng):
+    """`x.fill(v)` in a kernel or qd.func, as Quadrants offers it: every element v (a vector
+    field's every component), a parallel task at the top level, a serial loop inside a loop."""
+    a = qd.field(qd.i32, shape=(7, 3))
+    v = qd.Vector.field(3, qd.f32, shape=5)
+    s = qd.field(qd.f32, shape=())
+    counts = qd.field(qd.i32, shape=4)
+    bump = rng.integers(1, 9, 7).astype(np.int32)
+
+    @qd.func
+    def reset(x, value):
+        x.fill(value)
+
+    @qd.kernel
+    def fill_then_add(b: qd.types.ndarray(dtype=qd.i32, ndim=1), value: qd.i32):
+        a.fill(value)
+        reset(v, 1.5)
+        s.fill(2)
+        for i in range(b.shape[0]):
+            a[i, 0] += b[i]
+
+    @qd.kernel
+    def fill_per_iteration():
+        qd.loop_config(serialize=True)
+        for i in range(3):  # the fill inside a loop is a serial loop: each iteration refills, then counts
+            counts.fill(i)
+            counts[3] += 10
+
+    a.from_numpy(rng.integers(-5, 5, (7, 3)).astype(np.int32))
+    fill_then_add(bump, -3)
+    expected = np.full((7, 3), -3, np.int32)
+    expected[:, 0] += bump
+    np.testing.assert_array_equal(a.to_numpy(), expected)
+    np.testing.assert_array_equal(v.to_numpy(), np.full((5, 3), 1.5, np.float32))
+    assert s[None] == 2.0
+    fill_per_iteration()
+    assert counts.to_numpy().tolist() == [2, 2, 2, 12]
