@@ -210,6 +210,17 @@ class _TypeRules:
         if s.type is not None:
             self.fail(s, f"{type(s).__name__} must not produce a value")
 
+    def loaded(self, s, held, what: str):
+        """A load from a `what` holding `held` values has their type."""
+        if s.type is not held:
+            self.fail(s, f"load of a {held} {what} has type {s.type}")
+
+    def stored(self, s, held, what: str):
+        """A store into a `what` holding `held` values gives no value and stores one of their type."""
+        self.no_value(s)
+        if s.value.type is not held:
+            self.fail(s, f"storing {s.value.type} into a {held} {what}")
+
     # -- values
     def t_Const(self, s):
         t, v = s.type, s.value
@@ -319,14 +330,11 @@ class _TypeRules:
 
     def t_LocalLoad(self, s):
         self.local_var(s, s.var)
-        if s.type is not s.var.type:
-            self.fail(s, f"load of a {s.var.type} local has type {s.type}")
+        self.loaded(s, s.var.type, "local")
 
     def t_LocalStore(self, s):
         self.local_var(s, s.var)
-        self.no_value(s)
-        if s.value.type is not s.var.type:
-            self.fail(s, f"storing {s.value.type} into a {s.var.type} local")
+        self.stored(s, s.var.type, "local")
 
     def t_LocalAccumulate(self, s):
         self.t_LocalStore(s)
@@ -346,14 +354,11 @@ class _TypeRules:
 
     def t_ComponentLoad(self, s):
         self.component_access(s)
-        if s.type is not s.components[0].type:
-            self.fail(s, f"load of a {s.components[0].type} component has type {s.type}")
+        self.loaded(s, s.components[0].type, "component")
 
     def t_ComponentStore(self, s):
         self.component_access(s)
-        self.no_value(s)
-        if s.value.type is not s.components[0].type:
-            self.fail(s, f"storing {s.value.type} into a {s.components[0].type} component")
+        self.stored(s, s.components[0].type, "component")
 
     def t_LocalArray(self, s):
         if not isinstance(s.type, T.DataType):
@@ -372,14 +377,11 @@ class _TypeRules:
 
     def t_ArrayLoad(self, s):
         self.array_access(s)
-        if s.type is not s.array.type:
-            self.fail(s, f"load of a {s.array.type} array has type {s.type}")
+        self.loaded(s, s.array.type, "array")
 
     def t_ArrayStore(self, s):
         self.array_access(s)
-        self.no_value(s)
-        if s.value.type is not s.array.type:
-            self.fail(s, f"storing {s.value.type} into a {s.array.type} array")
+        self.stored(s, s.array.type, "array")
 
     def t_LocalAtomic(self, s):
         self.local_var(s, s.var)
@@ -442,24 +444,15 @@ class _TypeRules:
 
     def t_GlobalLoad(self, s):
         self.global_ptr(s, s.ptr)
-        if s.type is not s.ptr.type:
-            self.fail(s, f"load of a {s.ptr.type} element has type {s.type}")
+        self.loaded(s, s.ptr.type, "element")
 
     def t_GlobalStore(self, s):
         self.global_ptr(s, s.ptr)
-        self.no_value(s)
-        if s.value.type is not s.ptr.type:
-            self.fail(s, f"storing {s.value.type} into a {s.ptr.type} element")
+        self.stored(s, s.ptr.type, "element")
 
     def t_AtomicRMW(self, s):
         self.global_ptr(s, s.ptr)
-        if s.op not in ir.ATOMIC_OPS:
-            self.fail(s, f"unknown atomic '{s.op}'")
-        if not (s.value.type is s.ptr.type and s.type is s.ptr.type):
-            self.fail(s, f"atomic_{s.op} of {s.value.type} on a {s.ptr.type} element")
-        if s.op in _INT_ONLY_ATOMIC:
-            if not s.type.is_integral:
-                self.fail(s, f"atomic_{s.op} needs an integer element")
+        self.atomic_types(s, s.ptr.type, "element")
 
     # -- control flow
     def t_If(self, s):

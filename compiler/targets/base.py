@@ -181,6 +181,14 @@ class Target:
         return None if (self.capabilities.float64 if t.is_float else self.capabilities.int64) else t
 
 
+def fixed_block_dim(task: ir.Task, default_block_dim: int) -> int:
+    """The workgroup size of a target that fixes it at compile time: qd.loop_config's block_dim,
+    else the target's default; 1 for a task that runs in order."""
+    if task.kind == "serial" or task.serial:
+        return 1
+    return task.block_dim or default_block_dim
+
+
 def _located(stmt: ir.Stmt, loc):
     """(statement, its location or its nearest located enclosing statement's) for every
     statement inside `stmt`, in program order. An explicit stack, as ir.walk: nested generators

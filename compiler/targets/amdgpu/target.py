@@ -12,7 +12,7 @@ from __future__ import annotations
 from qdc.runtime.contract.adstack_layout import LLVM_HEAP_INTERLEAVED
 
 from ... import ir
-from ..base import Capabilities, TargetOption
+from ..base import Capabilities, TargetOption, fixed_block_dim
 from ..llvm.target import INLINE_MATH_OPS, PORTABLE_MATH, Inline, Intrinsic, LlvmTarget, PerWidth
 from .arch import CODE_OBJECT_VERSION, DEFAULT_AMDGPU_TARGETS, TRIPLE, check_amdgpu_targets, parse_amdgpu_targets
 
@@ -53,9 +53,7 @@ class AmdgpuTarget(LlvmTarget):
 
     def launch_policy(self, task: ir.Task) -> dict:
         """Workgroups of block_dim work-items; a task that runs in order runs on one."""
-        if task.kind == "serial" or task.serial:
-            return {"policy": "grid", "block_dim": 1}
-        return {"policy": "grid", "block_dim": task.block_dim or DEFAULT_BLOCK_DIM}
+        return {"policy": "grid", "block_dim": fixed_block_dim(task, DEFAULT_BLOCK_DIM)}
 
     def generate(self, kernel: ir.KernelIR, meta, opts) -> dict:
         from .codegen import compile_code_objects

@@ -193,20 +193,17 @@ class LaneAdStacks:
         b.store(self.intrinsic("llvm.usub.sat.i64", I64, [I64, I64], [n, ll.Constant(I64, 1)]), st.count)
 
     def s_AdStackLoadTop(self, s):
-        if not self.wide:
-            return super().s_AdStackLoadTop(s)
-        st = self.v(s.stack)
-        if self.plan.lane_counts:
-            return self._gather(self._lane_addresses(st, self._lane_tops(st), False), st.dtype)
-        return self._load_lanes(self._lanes_at(st, self._lanes_top(st), False), st.dtype)
+        return self._load_tops(s, False) if self.wide else super().s_AdStackLoadTop(s)
 
     def s_AdStackLoadTopAdj(self, s):
-        if not self.wide:
-            return super().s_AdStackLoadTopAdj(s)
+        return self._load_tops(s, True) if self.wide else super().s_AdStackLoadTopAdj(s)
+
+    def _load_tops(self, s, adjoint: bool):
+        """Each lane's top entry of the stack (its adjoint where `adjoint`)."""
         st = self.v(s.stack)
         if self.plan.lane_counts:
-            return self._gather(self._lane_addresses(st, self._lane_tops(st), True), st.dtype)
-        return self._load_lanes(self._lanes_at(st, self._lanes_top(st), True), st.dtype)
+            return self._gather(self._lane_addresses(st, self._lane_tops(st), adjoint), st.dtype)
+        return self._load_lanes(self._lanes_at(st, self._lanes_top(st), adjoint), st.dtype)
 
     def s_AdStackAccAdjoint(self, s):
         if not self.wide:

@@ -4,7 +4,7 @@ from the `nvidia-cuda-nvcc` package, only for kernels that do math)."""
 from __future__ import annotations
 
 from ... import ir
-from ..base import Capabilities, TargetOption
+from ..base import Capabilities, TargetOption, fixed_block_dim
 from qdc.runtime.contract.adstack_layout import LLVM_HEAP_INTERLEAVED
 
 from ..llvm.target import PORTABLE_MATH, External, LlvmTarget
@@ -49,9 +49,7 @@ class CudaTarget(LlvmTarget):
 
     def launch_policy(self, task: ir.Task) -> dict:
         """Blocks of block_dim threads; a task that runs in order runs on one thread."""
-        if task.kind == "serial" or task.serial:
-            return {"policy": "grid", "block_dim": 1}
-        return {"policy": "grid", "block_dim": task.block_dim or DEFAULT_BLOCK_DIM}
+        return {"policy": "grid", "block_dim": fixed_block_dim(task, DEFAULT_BLOCK_DIM)}
 
     def generate(self, kernel: ir.KernelIR, meta, opts) -> dict:
         from .codegen import compile_ptx

@@ -26,7 +26,7 @@ from __future__ import annotations
 from qdc.runtime.contract.adstack_layout import spirv_heap
 
 from ... import ir, timings
-from ..base import Capabilities, Target, codegen_error
+from ..base import Capabilities, Target, codegen_error, fixed_block_dim
 
 DEFAULT_BLOCK_DIM = 256
 MAX_BLOCK_DIM = 1024       # maxTotalThreadsPerThreadgroup on every Metal GPU
@@ -49,9 +49,7 @@ class MetalTarget(Target):
                 f"float_atomic_add={c.float_atomic_add}")
 
     def block_dim(self, task: ir.Task) -> int:
-        if task.kind == "serial" or task.serial:
-            return 1
-        return task.block_dim or DEFAULT_BLOCK_DIM
+        return fixed_block_dim(task, DEFAULT_BLOCK_DIM)
 
     def launch_policy(self, task: ir.Task) -> dict:
         return {"policy": "grid", "block_dim": self.block_dim(task)}
@@ -70,12 +68,7 @@ class MetalTarget(Target):
                 raise codegen_error(kernel, task, f"task {i} uses {len(bindings)} buffers, more than the "
                                     f"{MAX_BUFFERS} a Metal function can bind: split the loop", kernel.loc,
                                     describe=False)
-            if tools.have_validator():  # a failure is a compiler bug
-                with timings.phase("SPIR-V validation"):
-                    problem = tools.validate(module)
-                if problem is not None:
-                    raise codegen_error(kernel, task, f"internal compiler error: the SPIR-V of task {i} "
-                                                      f"fails validation: {problem}", kernel.loc)
+            tools.check_task_module(kernel, task, i, module)
             artifacts[f"spirv_t{i}"] = module
             with timings.phase("SPIR-V to MSL"):
                 artifacts[f"msl_t{i}"] = translate(module, record.entry,

@@ -13,6 +13,9 @@ import subprocess
 import sys
 import tempfile
 
+from ... import timings
+from ..base import codegen_error
+
 SPV_ENV_VULKAN_1_2 = 23  # spv_target_env in libspirv.h
 SPV_SUCCESS = 0
 
@@ -70,6 +73,18 @@ def validate(module: bytes) -> str | None:
         message = (d.error or b"").decode(errors="replace") + f" (instruction {d.index})"
         lib.spvDiagnosticDestroy(diagnostic)
     return message
+
+
+def check_task_module(kernel, task, index: int, module: bytes) -> None:
+    """Refuse task `index`'s module where SPIRV-Tools is installed and spirv-val rejects it (a
+    failure is a compiler bug)."""
+    if not have_validator():
+        return
+    with timings.phase("SPIR-V validation"):
+        problem = validate(module)
+    if problem is not None:
+        raise codegen_error(kernel, task, f"internal compiler error: the SPIR-V of task {index} fails validation: "
+                                          f"{problem}", kernel.loc)
 
 
 def tool(name: str) -> str | None:

@@ -40,7 +40,7 @@ from qdc.runtime.contract.spirv_args import GRID_TEMPS
 
 from ... import ir, timings
 from ...ir.adstack import AdStackAlloca
-from ..base import Capabilities, Target, TargetOption, codegen_error
+from ..base import Capabilities, Target, TargetOption
 
 SPIRV_ENV = "spirv1.5/vulkan1.2"
 # The most storage buffers a task binds as descriptors: a task using more arrays (Genesis's
@@ -82,12 +82,7 @@ class VulkanTarget(Target):
                 meta.num_temps += GRID_TEMPS
             with timings.phase("SPIR-V generation"):
                 module, bindings = self.lower_task(kernel, task, record, meta, opts)
-            if tools.have_validator():  # the vulkan extra installs it; a failure is a compiler bug
-                with timings.phase("SPIR-V validation"):
-                    problem = tools.validate(module)
-                if problem is not None:
-                    raise codegen_error(kernel, task, f"internal compiler error: the SPIR-V of task {i} "
-                                                      f"fails validation: {problem}", kernel.loc)
+            tools.check_task_module(kernel, task, i, module)
             artifacts[f"spirv_t{i}"] = module
             record.bindings = bindings
             if ir.uses_simt(task) is not None:  # the size its qd.simt code assumed, which the device checks

@@ -167,9 +167,7 @@ class VulkanDevice(SubmissionDevice):
         info = self.ffi.new("VkCommandPoolCreateInfo*", {
             "sType": vk.VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO, "queueFamilyIndex": self.family,
             "flags": vk.VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT})
-        out = self.ffi.new("VkCommandPool*")
-        self._check(self.lib.vkCreateCommandPool(self.device, info, self.ffi.NULL, out), "vkCreateCommandPool")
-        return out[0]
+        return self.create("CommandPool", info)
 
     def _create_descriptor_pool(self):
         vk = self.vk
@@ -179,8 +177,13 @@ class VulkanDevice(SubmissionDevice):
         info = self.ffi.new("VkDescriptorPoolCreateInfo*", {
             "sType": vk.VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO, "maxSets": DESCRIPTOR_POOL_SETS,
             "poolSizeCount": 2, "pPoolSizes": sizes})
-        out = self.ffi.new("VkDescriptorPool*")
-        self._check(self.lib.vkCreateDescriptorPool(self.device, info, self.ffi.NULL, out), "vkCreateDescriptorPool")
+        return self.create("DescriptorPool", info)
+
+    def create(self, kind: str, info, what: str = ""):
+        """A new Vk<kind> that vkCreate<kind> makes from `info`; a failure names `what`, else the call."""
+        out = self.ffi.new(f"Vk{kind}*")
+        call = f"vkCreate{kind}"
+        self._check(getattr(self.lib, call)(self.device, info, self.ffi.NULL, out), what or call)
         return out[0]
 
     def _check(self, result: int, what: str) -> None:
@@ -206,10 +209,9 @@ class VulkanDevice(SubmissionDevice):
         info = ffi.new("VkBufferCreateInfo*", {
             "sType": vk.VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, "size": size, "usage": usage,
             "sharingMode": vk.VK_SHARING_MODE_EXCLUSIVE})
-        handle = ffi.new("VkBuffer*")
-        self._check(lib.vkCreateBuffer(self.device, info, ffi.NULL, handle), f"creating a buffer of {nbytes} bytes")
+        handle = self.create("Buffer", info, f"creating a buffer of {nbytes} bytes")
         needs = ffi.new("VkMemoryRequirements*")
-        lib.vkGetBufferMemoryRequirements(self.device, handle[0], needs)
+        lib.vkGetBufferMemoryRequirements(self.device, handle, needs)
         if not needs.memoryTypeBits & (1 << memory_type):
             memory_type = next(i for i in range(32) if needs.memoryTypeBits & (1 << i))
         flags_info = ffi.new("VkMemoryAllocateFlagsInfo*", {
@@ -221,13 +223,13 @@ class VulkanDevice(SubmissionDevice):
         memory = ffi.new("VkDeviceMemory*")
         result = lib.vkAllocateMemory(self.device, alloc_info, ffi.NULL, memory)
         if result != 0:
-            lib.vkDestroyBuffer(self.device, handle[0], ffi.NULL)
+            lib.vkDestroyBuffer(self.device, handle, ffi.NULL)
             self._check(result, f"allocating {nbytes} bytes of device memory")
-        self._check(lib.vkBindBufferMemory(self.device, handle[0], memory[0], 0), "vkBindBufferMemory")
+        self._check(lib.vkBindBufferMemory(self.device, handle, memory[0], 0), "vkBindBufferMemory")
         device_address = 0
         if addressable:
             device_address = lib.vkGetBufferDeviceAddress(self.device, ffi.new("VkBufferDeviceAddressInfo*", {
-                "sType": vk.VK_STRUCTURE_TYPE_BUFFER_DEVICE_ADDRESS_INFO, "buffer": handle[0]}))
+                "sType": vk.VK_STRUCTURE_TYPE_BUFFER_DEVICE_ADDRESS_INFO, "buffer": handle}))
         mapped = None
         flags = self._memory_flags[memory_type]
         coherent = vk.VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | vk.VK_MEMORY_PROPERTY_HOST_COHERENT_BIT
@@ -235,7 +237,7 @@ class VulkanDevice(SubmissionDevice):
             pointer = ffi.new("void**")
             self._check(lib.vkMapMemory(self.device, memory[0], 0, size, 0, pointer), "vkMapMemory")
             mapped = np.frombuffer(ffi.buffer(pointer[0], size), np.uint8)
-        return Buffer(handle[0], memory[0], size, mapped, next(self._buffers), device_address=device_address)
+        return Buffer(handle, memory[0], size, mapped, next(self._buffers), device_address=device_address)
 
     def _destroy_buffer(self, buf: Buffer) -> None:
         if buf.mapped is not None:

@@ -157,9 +157,7 @@ def _set_layout(dev, plans: list):
     info = ffi.new("VkDescriptorSetLayoutCreateInfo*", {
         "sType": vk.VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO, "bindingCount": len(plans),
         "pBindings": entries})
-    out = ffi.new("VkDescriptorSetLayout*")
-    dev._check(dev.lib.vkCreateDescriptorSetLayout(dev.device, info, ffi.NULL, out), "vkCreateDescriptorSetLayout")
-    return out[0]
+    return dev.create("DescriptorSetLayout", info)
 
 
 def _pipeline_layout(dev, set_layouts: list):
@@ -168,9 +166,7 @@ def _pipeline_layout(dev, set_layouts: list):
     info = ffi.new("VkPipelineLayoutCreateInfo*", {
         "sType": vk.VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO, "setLayoutCount": len(set_layouts),
         "pSetLayouts": layouts})
-    out = ffi.new("VkPipelineLayout*")
-    dev._check(dev.lib.vkCreatePipelineLayout(dev.device, info, ffi.NULL, out), "vkCreatePipelineLayout")
-    return out[0]
+    return dev.create("PipelineLayout", info)
 
 
 def _pipeline(dev, blob: bytes, entry_point: str, layout, block: int, what: str, chunk: int = 0,
@@ -184,8 +180,7 @@ def _pipeline(dev, blob: bytes, entry_point: str, layout, block: int, what: str,
     module_info = ffi.new("VkShaderModuleCreateInfo*", {
         "sType": vk.VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, "codeSize": len(blob),
         "pCode": ffi.cast("uint32_t*", code)})
-    module = ffi.new("VkShaderModule*")
-    dev._check(lib.vkCreateShaderModule(dev.device, module_info, ffi.NULL, module), f"{what}: vkCreateShaderModule")
+    module = dev.create("ShaderModule", module_info, f"{what}: vkCreateShaderModule")
     entry = ffi.new("char[]", entry_point.encode())
     spec_ids = (0, SERIAL_CHUNK_SPEC_ID, GRID_BLOCK_SPEC_ID, GRID_CAP_SPEC_ID)
     spec_entries = ffi.new("VkSpecializationMapEntry[]", [{"constantID": c, "offset": 4 * k, "size": 4}
@@ -197,14 +192,14 @@ def _pipeline(dev, blob: bytes, entry_point: str, layout, block: int, what: str,
         "sType": vk.VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO, "layout": layout,
         "flags": DISPATCH_BASE if chunk else 0,
         "stage": {"sType": vk.VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
-                  "stage": vk.VK_SHADER_STAGE_COMPUTE_BIT, "module": module[0], "pName": entry,
+                  "stage": vk.VK_SHADER_STAGE_COMPUTE_BIT, "module": module, "pName": entry,
                   "pSpecializationInfo": spec}})
     out = ffi.new("VkPipeline*")
     try:
         dev._check(lib.vkCreateComputePipelines(dev.device, ffi.NULL, 1, info, ffi.NULL, out),
                    f"{what}: vkCreateComputePipelines")
     finally:
-        lib.vkDestroyShaderModule(dev.device, module[0], ffi.NULL)
+        lib.vkDestroyShaderModule(dev.device, module, ffi.NULL)
     return out[0]
 
 
