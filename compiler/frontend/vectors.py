@@ -6,7 +6,7 @@ scalar front-end value (a run-time Stmt or a compile-time number). A vector loca
 adstack per component from autodiff without it knowing about vectors. A field or ndarray of
 vectors stores the components as trailing axes: `x[i]` loads `x[i, 0], x[i, 1], ...`.
 
-A mixin of FrontEnd (see ast_to_ir.py); the visitor methods there hand vector operands here.
+A mixin of FrontEnd (see ast_to_ir.py); the operator visitors (expressions.py) hand vector operands here.
 """
 from __future__ import annotations
 

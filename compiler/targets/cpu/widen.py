@@ -31,7 +31,8 @@ from qdc.runtime.contract.bounds import MAX_AXES
 
 from ... import ir
 from ..llvm.inline_math_vector import splat, vector_math
-from ..llvm.llvm_ir import _ChunkEnv, _FCMP, carry_to_outer_coordinates, chunk_type, start_function, store_coordinates
+from ..llvm.llvm_arith import _FCMP
+from ..llvm.llvm_ir import _ChunkEnv, carry_to_outer_coordinates, chunk_type, start_function, store_coordinates
 from ..llvm.llvm_types import FLOAT_BITS, I1, I8, I32, I64, PTR, float_suffix, lltype, memtype
 from ..llvm.target import Inline, Intrinsic, PerWidth
 from .widen_adstack import LaneAdStacks

@@ -265,7 +265,7 @@ def _inner_loop_vectorised_by_llvm(task: ir.Task, p: WidenPlan):
     and reads or writes memory along its own index: the scalar code's loop vectoriser widens it
     with contiguous vector accesses, where lanes of the task's iterations would gather and
     scatter across rows. Such a task is faster as it is."""
-    from ..llvm.llvm_ir import carries_state
+    from ..llvm.llvm_arith import carries_state
     for loop in ir.walk(task.body):
         if not isinstance(loop, ir.RangeFor) or loop in p.masked_loops or carries_state(loop):
             continue

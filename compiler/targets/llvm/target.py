@@ -73,7 +73,7 @@ class LlvmTarget(Target):
     """A target built on the shared LLVM lowering (compiler/targets/llvm/llvm_ir.py)."""
     math_table: dict = PORTABLE_MATH
     # The table for math inside a loop that carries state from one iteration to the next
-    # (llvm_ir.carries_state), which no vectoriser widens; None: `math_table` everywhere.
+    # (llvm_arith.carries_state), which no vectoriser widens; None: `math_table` everywhere.
     chain_math_table: dict | None = None
     heap_layout = LLVM_HEAP
 

@@ -1,5 +1,5 @@
 """Scalar values in SPIR-V: constants, arithmetic, comparisons, conversions and math, with the
-same semantics as the LLVM lowering (compiler/targets/llvm/llvm_ir.py): Python's floor
+same semantics as the LLVM lowering (compiler/targets/llvm/llvm_arith.py): Python's floor
 division and modulo, division by zero giving 0 for integers, shifts masked to the width,
 saturating float -> int conversion, round half to even, numpy's pow for negative bases. f64
 transcendental functions, which GLSL.std.450 lacks, are qdc's own (math64.py).
@@ -168,7 +168,7 @@ class ValueLowering:
         raise base.Unsupported(f"no SPIR-V lowering of float operator '{op}'")
 
     def float_divmod(self, x, y, t):
-        """(x // y, x % y) as Python computes them for floats (see llvm_ir.py, float_divmod)."""
+        """(x // y, x % y) as Python computes them for floats (see llvm_arith.py, float_divmod)."""
         zero, one = self.c(t, 0.0), self.c(t, 1.0)
         signed_zero_of_y = self.select(t, self.boolean(Op.FOrdLessThan, y, zero), self.c(t, -0.0), zero)
         mod = self.op(Op.FRem, t, x, y)
@@ -233,7 +233,7 @@ class ValueLowering:
 
     def int_pow(self, x, y, t) -> int:
         """Exponentiation by squaring; a negative exponent truncates toward zero like Python's
-        int(x ** -k): only |x| == 1 survives (llvm_ir.py, ipow_fn)."""
+        int(x ** -k): only |x| == 1 survives (llvm_arith.py, ipow_fn)."""
         fb, ty = self.fb, self.ty(t)
         result, base_var, exp_var = (fb.local_variable(ty) for _ in range(3))
         for var, value in ((result, self.c(t, 1)), (base_var, x), (exp_var, y)):
