@@ -26,6 +26,8 @@ same tree on every machine for equal arguments:
                                            "of_enclosing": n instead of "self" where the object is
                                            the n-th container out of those being described
     {"namedtuple": {"class": "pkg.mod:Pair", "items": {name: description, ...}}}
+    {"container": {"class": "pkg.mod:Items", "items": {"list": [...]}}}   a subclass of tuple, list or
+                                           dict that holds nothing but its items
     {"object": {"class": "pkg.mod:Config", "attrs": {name: description, ...}}}
     {"dataclass_argument": {"object": ...}}    the argument of a dataclass-annotated parameter:
                                            its members annotated with a scalar type are passed at
@@ -199,6 +201,10 @@ class _Describer:
             self.named_class(type(v), route)
             return {"namedtuple": {"class": class_name(type(v)), "items": self.container(v, route, depth, lambda: {
                 name: self.value(e, f"{route}.{name}", depth + 1) for name, e in zip(type(v)._fields, v)})}}
+        if (base := _plain_container(v)) is not None:
+            self.named_class(type(v), route)
+            return {"container": {"class": class_name(type(v)),
+                                  "items": self.container(v, route, depth, lambda: self.value(base(v), route, depth))}}
         if isinstance(v, (int, float, complex, str, bytes, tuple, list, dict)) and type(v).__module__ != "builtins":
             raise Undescribable(f"{route} is a {type(v).__module__}.{type(v).__qualname__}, a subclass of "
                                 f"{type(v).__mro__[1].__name__} that cannot be described by value")
@@ -303,6 +309,16 @@ class _Describer:
     def not_portable(self, problem: str) -> None:
         if self.portable_problem is None:
             self.portable_problem = problem
+
+
+def _plain_container(v) -> type | None:
+    """The builtin base of a tuple, list or dict subclass (not a named tuple) whose instances hold
+    nothing but their items; None for anything else."""
+    if type(v) in (tuple, list, dict) or not isinstance(v, (tuple, list, dict)) or hasattr(type(v), "_fields"):
+        return None
+    if getattr(v, "__dict__", None):  # attributes of its own: its items do not describe it
+        return None
+    return next(t for t in (tuple, list, dict) if isinstance(v, t))
 
 
 def _is_language_function(v) -> bool:

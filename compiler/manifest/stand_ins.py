@@ -101,6 +101,12 @@ def _rebuild(data, route: str, made: Rebuilder):
         return _stand_in_ndarray(body)
     if tag == "object":
         return _rebuild_object(body["class"], body["attrs"], route, made)
+    if tag == "container":
+        items = _within(made, None, lambda: _rebuild(body["items"], route, made))  # as the describer counts
+        try:
+            return _import(body["class"], route)(items)
+        except Exception as e:  # noqa: BLE001 (a class whose constructor changed: a stale entry)
+            raise Unrebuildable(f"{route}: a {body['class']} cannot be made of its items ({e})") from None
     if tag == "namedtuple":
         items = _within(made, None, lambda: {k: _rebuild(d, f"{route}.{k}", made) for k, d in body["items"].items()})
         return _import(body["class"], route)(**items)

@@ -281,3 +281,29 @@ def test_an_offline_process_runs_what_qdc_build_built_from_a_kernel_module(tmp_p
     assert r.returncode == 0, r.stdout + r.stderr
     result = _app(str(tmp_path / "main.py"), tmp_path / "cache", QDC_OFFLINE="1")
     assert result == {"total": 140.0, "grad": [2.0 * i for i in range(8)], "compiled": 0, "llvmlite": False}
+
+
+class _Items(list):
+    """A list of a class of its own that holds nothing but its items."""
+
+
+class _Tagged(list):
+    def __init__(self, items):
+        super().__init__(items)
+        self.tag = "kept apart"
+
+
+def test_a_plain_container_subclass_is_described_by_its_items_and_rebuilt():
+    from qdc.compiler.driver import template_values
+    from qdc.compiler.manifest import stand_ins
+    data = template_values.describe({"entities": _Items([1, 2.5, (3, "x")])}, "cfg").data
+    assert data == {"dict": [["entities", {"container": {"class": f"{__name__}:_Items",
+                                                         "items": {"list": [1, 2.5, {"tuple": [3, "x"]}]}}}]]}
+    rebuilt = stand_ins.rebuild(data, "cfg")["entities"]
+    assert type(rebuilt) is _Items and rebuilt == [1, 2.5, (3, "x")]
+    with pytest.raises(template_values.Undescribable, match="cannot be described by value"):
+        template_values.describe(_Tagged([1]), "cfg")  # its own attribute is not in its items
+    looped = _Items()
+    looped.append(looped)
+    with pytest.raises(template_values.Undescribable, match="contains itself"):
+        template_values.describe(looped, "cfg")
