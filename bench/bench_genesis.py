@@ -1,9 +1,10 @@
 """Genesis on qdc against Quadrants, in one run on one machine: import, gs.init, scene.build()
 (cold: empty kernel caches; warm: the second process), first step and steady-state step, for the
-plane+box and the Franka scenes, each in Genesis's field mode (GS_ENABLE_NDARRAY=0) and its
-default ndarray mode; and the largest difference of the positions after STEPS steps.
+scenes of bench/genesis_scene.py (by default the plane+box and the Franka arm; also `stack`, `go2`,
+`mpm`, `sph`, `pbd`), each in Genesis's field mode (GS_ENABLE_NDARRAY=0) and its default ndarray
+mode; and the largest difference of the positions after STEPS steps.
 
-    python bench/bench_genesis.py [--steps 100] [--scenes box,franka] [--modes field,ndarray] [--arch vulkan]
+    python bench/bench_genesis.py [--steps 100] [--scenes box,franka,...] [--modes field,ndarray] [--arch vulkan]
 
 `--arch vulkan` runs Genesis's kernels on the Vulkan arch, Quadrants' and qdc's alike
 (bench/genesis_scene.py says how). Needs genesis-world (1.4.5), torch and quadrants in the
@@ -20,6 +21,8 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from genesis_scene import SCENES  # noqa: E402  (its module level imports neither Genesis nor qdc)
 
 
 def run_scene(scene: str, steps: int, qdc: bool, mode: str, cache: str, arch: str = "cpu") -> dict:
@@ -42,10 +45,13 @@ def max_difference(a, b) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=100)
-    parser.add_argument("--scenes", default="box,franka")
+    parser.add_argument("--scenes", default="box,franka", help=f"comma-separated, of {','.join(SCENES)}")
     parser.add_argument("--modes", default="field,ndarray")
     parser.add_argument("--arch", default="cpu", help="the arch Genesis's kernels run on (cpu, vulkan)")
     args = parser.parse_args()
+    unknown = [scene for scene in args.scenes.split(",") if scene not in SCENES]
+    if unknown:
+        parser.error(f"unknown scene {', '.join(unknown)}; the scenes are {', '.join(SCENES)}")
     rows = []
     for scene in args.scenes.split(","):
         for mode in args.modes.split(","):
