@@ -8,6 +8,7 @@ attribute (language/lang.py, KERNEL_ATTRIBUTE).
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import keyword
 import types
@@ -411,11 +412,61 @@ def kernel(fn=None, *, graph: bool = False, fastcache: bool = False):
     `fastcache=True` (Quadrants': cache the kernel across processes) is what qdc does for every
     kernel, so it changes nothing."""
     if fn is None:
-        return lambda f: Kernel(f, graph).function
+        return lambda f: kernel(f, graph=graph)
     if not callable(fn):
         raise TypeError(f"@qd.kernel decorates a function, got {type(fn).__name__}; its options are keywords "
                         f"(@qd.kernel(graph=True))")
-    return Kernel(fn, graph).function
+    function = Kernel(fn, graph).function
+    return KernelMethod(function) if _defined_in_class(fn) else function
+
+
+def _defined_in_class(fn) -> bool:
+    """Whether `fn` is defined in a class body (`Solver.step`, `f.<locals>.Solver.step`)."""
+    parts = getattr(fn, "__qualname__", "").split(".")
+    return len(parts) > 1 and parts[-2] != "<locals>"
+
+
+class KernelMethod:
+    """What `@qd.kernel` gives a class for a kernel defined in it: read from the class, the kernel
+    function itself; read from an instance, a BoundKernel, so that `self.step.grad(f)` passes the
+    instance as `self.step(f)` does (a Python method would bind the call but not its `.grad`)."""
+    __slots__ = ("function",)
+
+    def __init__(self, function):
+        self.function = function
+
+    def __get__(self, instance, owner=None):
+        return self.function if instance is None else BoundKernel(self.function, instance)
+
+    def __call__(self, *args, **kwargs):  # reached past __get__ (staticmethod(...), a dict of kernels)
+        return self.function(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.function, name)
+
+
+class BoundKernel(functools.partial):
+    """A kernel method bound to an instance: a call (and a call of its `.grad`) passes the instance
+    first. A partial, so that the call itself costs what a Python method call does."""
+    __slots__ = ()
+
+    @property
+    def grad(self):
+        return functools.partial(self.func.grad, *self.args)
+
+    @property
+    def __func__(self):
+        return self.func
+
+    @property
+    def __self__(self):
+        return self.args[0]
+
+    def __getattr__(self, name):
+        return getattr(self.func, name)
+
+    def __repr__(self):
+        return f"<bound qdc kernel {self.func.__qualname__} of {self.args[0]!r}>"
 
 
 func = lang.func  # `@qd.func` (defined with the language, so that kernels can apply it too)
@@ -423,6 +474,10 @@ func = lang.func  # `@qd.func` (defined with the language, so that kernels can a
 
 def kernel_of(obj) -> Kernel | None:
     """The Kernel behind a `@qd.kernel` function (or a Kernel itself); None for anything else."""
+    if isinstance(obj, KernelMethod):
+        obj = obj.function
+    elif isinstance(obj, BoundKernel):
+        obj = obj.func
     if isinstance(obj, types.FunctionType):
         obj = obj.__dict__.get(lang.KERNEL_ATTRIBUTE)
     return obj if isinstance(obj, Kernel) else None

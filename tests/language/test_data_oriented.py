@@ -102,3 +102,36 @@ def test_the_spread_values_are_in_the_cache_key():
     def key(grid):
         return cache_key.kernel_key(k.fn, k.params, direct_options(), "cpu", templates=TemplateArgs({"self": grid}, "visit")).key
     assert key(_Grid((3, 5), 2)) == key(_Grid((3, 5), 2)) != key(_Grid((3, 6), 2))
+
+
+@qd.data_oriented
+class _Spring:
+    def __init__(self, n, stiffness):
+        self.x = qd.field(qd.f32, shape=n, needs_grad=True)
+        self.energy = qd.field(qd.f32, shape=(), needs_grad=True)
+        self.stiffness = stiffness
+
+    @qd.kernel
+    def compute(self, rest: qd.f32):
+        for i in self.x:
+            self.energy[None] += 0.5 * self.stiffness * (self.x[i] - rest) ** 2
+
+
+def test_a_kernel_method_and_its_grad_are_bound_to_the_instance(arch, rng):
+    """`obj.compute.grad(...)` passes `obj` as `obj.compute(...)` does (Quadrants' idiom, Genesis's
+    `self.g2p.grad(f, ...)`), also inside a Tape; read from the class the kernel is the function."""
+    from qdc.compiler.jit.kernel import kernel_of
+    spring = _Spring(9, 3.0)
+    x0 = rng.standard_normal(9).astype(np.float32)
+    spring.x.from_numpy(x0)
+    spring.compute(0.25)
+    assert spring.energy[None] == pytest.approx(0.5 * 3.0 * float(((x0.astype(np.float64) - 0.25) ** 2).sum()), rel=1e-5)
+    spring.energy.grad[None] = 1.0
+    spring.compute.grad(0.25)
+    np.testing.assert_allclose(spring.x.grad.to_numpy(), 3.0 * (x0 - 0.25), rtol=1e-5, atol=1e-6)
+    with qd.ad.Tape(loss=spring.energy):
+        spring.compute(-0.5)
+    np.testing.assert_allclose(spring.x.grad.to_numpy(), 3.0 * (x0 + 0.5), rtol=1e-5, atol=1e-6)
+    _Spring.compute(spring, 0.0)  # through the class, the instance passed by hand
+    assert kernel_of(_Spring.compute) is kernel_of(spring.compute) is not None
+    assert spring.compute.__self__ is spring
