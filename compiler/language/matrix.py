@@ -173,9 +173,9 @@ class Matrix(MatrixValue):
         return MatrixType((n, m), dtype).ndarray(shape, needs_grad, needs_dual)
 
     @staticmethod
-    def identity(dtype, n):
-        """The n x n identity matrix (also in kernels)."""
-        return MatrixValue.of(np.eye(n, dtype=dtype.np_dtype))
+    def identity(dt, n):
+        """The n x n identity matrix (also in kernels; `dt` as Quadrants names it)."""
+        return MatrixValue.of(np.eye(n, dtype=dt.np_dtype))
 
     @staticmethod
     def diag(dim, val):
@@ -183,9 +183,9 @@ class Matrix(MatrixValue):
         return MatrixValue.of(np.eye(dim) * val)
 
     @staticmethod
-    def one(dtype, n, m=None):
+    def one(dt, n, m=None):
         """A vector (n) or matrix (n x m) of ones (also in kernels)."""
-        return MatrixValue.of(np.ones((n,) if m is None else (n, m), dtype=dtype.np_dtype))
+        return MatrixValue.of(np.ones((n,) if m is None else (n, m), dtype=dt.np_dtype))
 
     @staticmethod
     def rows(rows):
@@ -198,9 +198,9 @@ class Matrix(MatrixValue):
         return MatrixValue.of(np.array([np.asarray(c) for c in cols]).T.copy())
 
     @staticmethod
-    def zero(dtype, n, m=None):
+    def zero(dt, n, m=None):
         """A zero vector (n) or matrix (n x m) (also in kernels)."""
-        return MatrixValue.of(np.zeros((n,) if m is None else (n, m), dtype=dtype.np_dtype))
+        return MatrixValue.of(np.zeros((n,) if m is None else (n, m), dtype=dt.np_dtype))
 
 
 class Vector(Matrix):
@@ -231,20 +231,20 @@ class Vector(Matrix):
         return MatrixType((n,), dtype).ndarray(shape, needs_grad, needs_dual)
 
     @staticmethod
-    def zero(dtype, n):
+    def zero(dt, n):
         """A vector of n zeros (also in kernels)."""
-        return MatrixValue.of(np.zeros(n, dtype=dtype.np_dtype))
+        return MatrixValue.of(np.zeros(n, dtype=dt.np_dtype))
 
     @staticmethod
-    def one(dtype, n):
+    def one(dt, n):
         """A vector of n ones (also in kernels)."""
-        return MatrixValue.of(np.ones(n, dtype=dtype.np_dtype))
+        return MatrixValue.of(np.ones(n, dtype=dt.np_dtype))
 
     @staticmethod
-    def unit(n, i, dtype=None):
-        """The i-th unit vector of length n, of integers unless `dtype` says otherwise (as in
+    def unit(n, i, dt=None):
+        """The i-th unit vector of length n, of integers unless `dt` says otherwise (as in
         Quadrants; also in kernels)."""
-        return MatrixValue.of(np.eye(n, dtype=np.int32 if dtype is None else dtype.np_dtype)[i].copy())
+        return MatrixValue.of(np.eye(n, dtype=np.int32 if dt is None else dt.np_dtype)[i].copy())
 
 
 use_classes(Vector, Matrix)
