@@ -109,6 +109,8 @@ class CallLowering:
             return inline(callee.func, node, receiver=callee.receiver)
         if isinstance(callee, TileConstructor):
             return self.call_tile_constructor(callee, node)
+        if _hashable(callee) and (callee in lang.INTRINSICS or callee in MATH_FUNCTIONS):
+            node = self.keywords_in_place(callee, node)
         vector = self.vector_call(callee, node)
         if vector is not None:
             return vector
@@ -150,6 +152,40 @@ class CallLowering:
                 self.error(f"qd.types.{callee.__name__}() needs compile-time arguments")
             return callee(*args)
         return None
+
+    def keywords_in_place(self, callee, node: ast.Call) -> ast.Call:
+        """`node` with the keyword arguments that name `callee`'s positional parameters (Quadrants'
+        names: `qd.atomic_add(x=a[i], y=1)`, `qd.math.clamp(v, xmin=0, xmax=1)`) moved to their
+        positions, skipped optional ones filled with their defaults; keyword-only parameters
+        (`qd.ndrange(axes=)`) stay keywords. The intrinsics' lowering then reads positions."""
+        if not node.keywords or any(isinstance(a, ast.Starred) for a in node.args) \
+                or any(k.arg is None for k in node.keywords):
+            return node  # unpacking: the lowering reports it
+        try:
+            signature = inspect.signature(callee)
+        except (TypeError, ValueError):
+            return node
+        params = list(signature.parameters.values())
+        positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        if len(positional) < len(params) and any(p.kind is p.VAR_POSITIONAL for p in params) \
+                and len(node.args) > len(positional):
+            return node  # keywords after extra positional arguments: left to the lowering
+        name = getattr(callee, "__name__", "call")
+        try:
+            bound = signature.bind(*node.args, **{k.arg: k.value for k in node.keywords})
+        except TypeError as e:
+            self.error(f"{name}(): {e}", node)
+        named = [i for i, p in enumerate(positional) if p.name in bound.arguments]
+        args = []
+        for p in positional[:max(named, default=-1) + 1]:
+            if p.name in bound.arguments:
+                args.append(bound.arguments[p.name])
+            elif p.default is None or isinstance(p.default, (bool, int, float, str)):
+                args.append(ast.copy_location(ast.Constant(p.default), node))
+            else:
+                self.error(f"{name}(): pass '{p.name}' too when passing parameters after it by keyword", node)
+        keywords = [k for k in node.keywords if k.arg not in {p.name for p in positional}]
+        return ast.copy_location(ast.Call(func=node.func, args=args, keywords=keywords), node)
 
     def call_args(self, node, lo: int, hi: int, name: str) -> list:
         self.reject_unpacking(node)

@@ -8,6 +8,7 @@ identity through the INTRINSICS table and emits IR instead of calling them.
 from __future__ import annotations
 
 import builtins
+import inspect
 import itertools
 import math
 import operator
@@ -179,9 +180,9 @@ types = _TypesNamespace()
 
 # ---- compile-time helpers ----------------------------------------------------------
 
-def static(value, *more):
+def static(x, *xs):
     """Evaluate at compile time: `for i in qd.static(range(4))` unrolls, `if qd.static(c)` picks a branch."""
-    return (value, *more) if more else value
+    return (x, *xs) if xs else x
 
 
 class ndrange:
@@ -238,8 +239,8 @@ class grouped:
     qd.ndrange) whose target `I` is one integer vector of all the loop's indices (`x[I]`,
     `I[0]`, `I + 1`). In Python scope it yields index tuples."""
 
-    def __init__(self, iterable):
-        self.iterable = iterable
+    def __init__(self, x):
+        self.iterable = x
 
     def __iter__(self):  # Python scope
         it = self.iterable
@@ -260,13 +261,23 @@ def loop_config(*, serialize: bool = False, block_dim: int | None = None, parall
 
 # ---- math and atomics (Python-scope fallbacks) -------------------------------------
 
-def _python_scope(name: str, impl, doc: str):
+def _python_scope(name: str, impl, doc: str, params: str = "x"):
     """An intrinsic: in Python scope it computes with `impl` (numpy semantics, so it also works
-    on arrays); inside kernels the front end recognises it by identity (INTRINSICS)."""
-    def intrinsic(*args):
-        return impl(*args)
+    on arrays); inside kernels the front end recognises it by identity (INTRINSICS). `params`
+    are Quadrants' parameter names (a trailing `=None` marks an optional one): callers may pass
+    them as keywords, in Python scope and in kernels alike."""
+    signature = inspect.Signature([
+        inspect.Parameter(p.removesuffix("=None"), inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                          **({"default": None} if p.endswith("=None") else {}))
+        for p in params.split()])
+
+    def intrinsic(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return impl(*bound.args)
     intrinsic.__name__ = intrinsic.__qualname__ = name
     intrinsic.__doc__ = doc
+    intrinsic.__signature__ = signature
     return intrinsic
 
 
@@ -296,23 +307,25 @@ def _rounding(fn):
     return rounded
 
 
-floor = _python_scope("floor", _rounding(np.floor), "Largest integral value <= x (a float, or of type dtype).")
-ceil = _python_scope("ceil", _rounding(np.ceil), "Smallest integral value >= x (a float, or of type dtype).")
+floor = _python_scope("floor", _rounding(np.floor), "Largest integral value <= x (a float, or of type dtype).",
+                      "x dtype=None")
+ceil = _python_scope("ceil", _rounding(np.ceil), "Smallest integral value >= x (a float, or of type dtype).",
+                     "x dtype=None")
 round = _python_scope("round", _rounding(lambda x: np.rint(x) if isinstance(x, _matrix_value.MatrixValue)  # noqa: A001
                                          else np.round(x)),  # np.rint: a ufunc, so a qd.Vector stays one
-                      "Nearest integral value, ties to even (a float, or of type dtype).")
-atan2 = _python_scope("atan2", np.arctan2, "Arc tangent of y / x in the right quadrant.")
-pow = _python_scope("pow", lambda x, y: x ** y, "x ** y.")  # noqa: A001
-select = _python_scope("select", lambda cond, a, b: a if cond else b, "a if cond else b.")
+                      "Nearest integral value, ties to even (a float, or of type dtype).", "x dtype=None")
+atan2 = _python_scope("atan2", np.arctan2, "Arc tangent of x1 / x2 in the right quadrant.", "x1 x2")
+pow = _python_scope("pow", lambda x, y: x ** y, "base ** exponent.", "base exponent")  # noqa: A001
+select = _python_scope("select", lambda cond, a, b: a if cond else b, "x1 if cond else x2.", "cond x1 x2")
 cast = _python_scope("cast", lambda value, dtype: dtype(value),
-                     "value converted to dtype (`float` / `int`: default_fp / default_ip).")
+                     "obj converted to dtype (`float` / `int`: default_fp / default_ip).", "obj dtype")
 
 
 def _atomic(name):
-    def fn(target, value):
+    def fn(x, y):
         raise RuntimeError(f"qd.{name} can only be used inside a kernel or qd.func")
     fn.__name__ = fn.__qualname__ = name
-    fn.__doc__ = "Atomic read-modify-write of a field/ndarray element; returns the old value."
+    fn.__doc__ = "Atomic read-modify-write of the field/ndarray element (or local) x with y; returns the old value."
     return fn
 
 
