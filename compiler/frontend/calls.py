@@ -421,7 +421,7 @@ class CallLowering:
         return out[0] if len(out) == 1 else tuple(out)
 
     def loop_config(self, node):
-        """`qd.loop_config(serialize=, block_dim=, parallelize=, block_dim_adaptive=, name=)`
+        """`qd.loop_config(serialize=, block_dim=, parallelize=, block_dim_adaptive=, bit_vectorize=, name=)`
         configures the `for` right after it; any other key is an error (a misspelt `serialise=`
         must not leave the loop parallel)."""
         if node.args:
@@ -437,6 +437,8 @@ class CallLowering:
                 config.serialize = bool(v)
             elif kw.arg == "block_dim_adaptive":
                 pass  # Quadrants' permission to choose the block size: what every device here does anyway
+            elif kw.arg == "bit_vectorize":
+                pass  # Quadrants packs struct-fors over quant arrays with it; qdc has no quant arrays
             elif kw.arg == "name":
                 if v is not None and not (isinstance(v, str) and v.isidentifier() and v.isascii() and len(v) <= 64):
                     self.error(f"qd.loop_config(name=...) must be an identifier of at most 64 ASCII characters, "
@@ -700,7 +702,7 @@ class CallLowering:
         return results
 
 
-LOOP_CONFIG_KEYS = ("serialize", "block_dim", "parallelize", "block_dim_adaptive", "name")
+LOOP_CONFIG_KEYS = ("serialize", "block_dim", "parallelize", "block_dim_adaptive", "bit_vectorize", "name")
 _LOOP_CONFIG_KEYS_TEXT = ", ".join(f"{k}=" for k in LOOP_CONFIG_KEYS)
 _MAX_LOOP_CONFIG_INT = 1 << 16  # threads of a block, or of a CPU loop
 # Python-scope versions of builtins (element-wise on qd.Matrix values); in kernels, the builtins

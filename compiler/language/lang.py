@@ -132,8 +132,11 @@ class UnsizedElementType:
         return f"{self.kind}()"
 
 
-def vector(n=None, dtype=None):
-    """`qd.types.vector(n, dtype)`; without n, an ndarray annotation's hint (UnsizedElementType)."""
+def vector(n=None, dtype=None, *, unpacked: bool = False):
+    """`qd.types.vector(n, dtype)`; without n, an ndarray annotation's hint (UnsizedElementType).
+    `unpacked=True` is Quadrants' storage hint for a dataclass member (one register slot per
+    component): the values are the same either way, and qdc keeps every component of a local
+    vector in its own slot already, so the hint changes nothing here."""
     if n is None:
         return UnsizedElementType("vector")
     return _matrix.vector(n, dtype)
@@ -250,12 +253,13 @@ class grouped:
 
 
 def loop_config(*, serialize: bool = False, block_dim: int | None = None, parallelize: int | None = None,
-                block_dim_adaptive: bool = True, name: str | None = None):
+                block_dim_adaptive: bool = True, bit_vectorize: bool = False, name: str | None = None):
     """Placed right before a top-level `for`: `serialize=True` runs that loop on one thread;
     `parallelize=N` runs it on at most N CPU threads; `block_dim` is the threads per block GPU
     backends use (the CPU ignores it, and `block_dim_adaptive`, Quadrants' hint to let the
-    device choose it, changes nothing here); `name` labels the loop's task (`qdc inspect`,
-    error messages). Any other keyword is an error, in kernels and in Python scope alike."""
+    device choose it, changes nothing here; nor does `bit_vectorize`, which in Quadrants packs
+    struct-for loops over quant arrays, a storage qdc does not have); `name` labels the loop's
+    task (`qdc inspect`, error messages). Any other keyword is an error, in kernels and in Python scope alike."""
     return None
 
 
