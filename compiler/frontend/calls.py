@@ -92,6 +92,8 @@ class CallLowering:
                 self.call_args(node, 1, 1, "fill")  # x.fill(v) on a field: every element v
                 return self.inline_library_func(field_methods.fill, node, receiver=self.visit(node.func.value))
         callee = unwrap(self.visit(node.func))  # a method of an object reached from an argument: the method
+        if _hashable(callee) and (callee in lang.INTRINSICS or callee in MATH_FUNCTIONS or callee in _SCOPE_BUILTINS):
+            node = self.keywords_in_place(callee, node)
         callee = _SCOPE_BUILTINS.get(callee, callee) if _hashable(callee) else callee
         if self.is_host_call(callee, _BUILTINS):  # Python run now, inside qd.static(...)
             return self.host_call(_on_host(callee), node)
@@ -109,8 +111,6 @@ class CallLowering:
             return inline(callee.func, node, receiver=callee.receiver)
         if isinstance(callee, TileConstructor):
             return self.call_tile_constructor(callee, node)
-        if _hashable(callee) and (callee in lang.INTRINSICS or callee in MATH_FUNCTIONS):
-            node = self.keywords_in_place(callee, node)
         vector = self.vector_call(callee, node)
         if vector is not None:
             return vector
@@ -167,10 +167,14 @@ class CallLowering:
             return node
         params = list(signature.parameters.values())
         positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-        if len(positional) < len(params) and any(p.kind is p.VAR_POSITIONAL for p in params) \
-                and len(node.args) > len(positional):
-            return node  # keywords after extra positional arguments: left to the lowering
+        if not positional or (any(p.kind is p.VAR_POSITIONAL for p in params) and len(node.args) > len(positional)):
+            return node  # only keyword-only options (loop_config), or extra positional arguments: the lowering's
         name = getattr(callee, "__name__", "call")
+        for k in node.keywords:
+            if k.arg not in signature.parameters:
+                close = difflib.get_close_matches(k.arg, signature.parameters, n=1)
+                hint = f"did you mean '{close[0]}'?" if close else f"it takes {', '.join(signature.parameters)}"
+                self.error(f"{name}() has no parameter '{k.arg}' ({hint})", k)
         try:
             bound = signature.bind(*node.args, **{k.arg: k.value for k in node.keywords})
         except TypeError as e:
@@ -485,6 +489,9 @@ class CallLowering:
                        f"recursion is not supported")
         if len(self.frames) > _MAX_INLINE_DEPTH:
             self.error("qd.func calls nested too deeply")
+        if func.requires_top_level and not self.at_top_level():
+            self.error(f"qd.func '{func.__name__}' is declared requires_top_level=True: call it at the kernel's "
+                       f"top level, not inside a run-time for, if or while")
         src = callable_source(func.fn)
         if not any(f is func for f in self.funcs_used):
             self.funcs_used.append(func)
@@ -706,7 +713,7 @@ LOOP_CONFIG_KEYS = ("serialize", "block_dim", "parallelize", "block_dim_adaptive
 _LOOP_CONFIG_KEYS_TEXT = ", ".join(f"{k}=" for k in LOOP_CONFIG_KEYS)
 _MAX_LOOP_CONFIG_INT = 1 << 16  # threads of a block, or of a CPU loop
 # Python-scope versions of builtins (element-wise on qd.Matrix values); in kernels, the builtins
-_SCOPE_BUILTINS = {lang.min: builtins.min, lang.max: builtins.max}
+_SCOPE_BUILTINS = {lang.min: builtins.min, lang.max: builtins.max, lang.abs: builtins.abs}
 _BY_VALUE = ("unary", "binary", "select", "cast")  # kinds of intrinsics that only read their arguments
 _MATRIX_HELPERS = {M.Matrix.identity: "identity", M.Matrix.diag: "diag", M.Matrix.zero: "zero",
                    M.Matrix.one: "one", M.Matrix.rows: "rows", M.Matrix.cols: "cols",

@@ -351,9 +351,13 @@ def outer(a, b):
                                    np.asarray(b.to_numpy() if hasattr(b, "to_numpy") else b)))
 
 
-# `qd.abs` is the builtin; `qd.min`, `qd.max` are n-ary as the builtins, and element-wise on
-# Python-scope vectors and matrices, as in Quadrants (kernels treat all three as the builtins).
-abs = builtins.abs  # noqa: A001
+def abs(x):  # noqa: A001
+    """|x| (element-wise on vectors and matrices): the builtin, with Quadrants' parameter name."""
+    return builtins.abs(x)
+
+
+# `qd.min`, `qd.max` are n-ary as the builtins, and element-wise on Python-scope vectors and
+# matrices, as in Quadrants (kernels treat them and qd.abs as the builtins).
 min, max = _matrix_value.minimum, _matrix_value.maximum  # noqa: A001
 
 # What the front end emits for each intrinsic: ("unary", op) | ("binary", op) | ("atomic", op) | kind
@@ -380,10 +384,16 @@ INTRINSICS = {
 
 # ---- what the decorators make (compiler/jit/kernel.py) ------------------------------
 
-def func(fn) -> Func:
-    """`@qd.func`: inlined into every kernel (or func) that calls it; `qd.func(f)(...)` also
-    works inside a kernel."""
-    return Func(fn)
+def func(fn=None, *, is_real_function: bool = False, requires_top_level: bool = False):
+    """`@qd.func` or `@qd.func(...)`: inlined into every kernel (or func) that calls it;
+    `qd.func(f)(...)` also works inside a kernel. Quadrants' `is_real_function=True` compiles the
+    func once, as a called function: its values are those of the inlined func, and the recursion
+    only a real function allows there is an error here either way. `requires_top_level=True`:
+    a call nested in run-time control flow (not at the kernel's top level) is a compile error,
+    as in Quadrants."""
+    def make(f) -> Func:
+        return Func(f, requires_top_level=requires_top_level)
+    return make if fn is None else make(fn)
 
 
 INTRINSICS[func] = ("func", None)
