@@ -446,10 +446,11 @@ class Ndarray(_DeviceArray, NdarrayMarker):
         return f"<qdc ndarray {self._dtype}{list(self._shape)}>"
 
 
-def field(dtype, shape=(), order=None, name=None, offset=None, needs_grad=False, needs_dual=False,
-          layout=None) -> Field:
-    """Quadrants' parameters (field_axes_order tells `order` and `offset`); `layout`: the storage
-    order of the axes (a permutation), or qd.Layout.AOS/SOA (a storage hint, runtime/tensors.py)."""
+def field(dtype, shape=(), needs_grad=False, name=None, needs_dual=False, layout=None, *, order=None,
+          offset=None) -> Field:
+    """Quadrants' `order` and `offset` by keyword (field_axes_order tells them); the positions
+    are qdc's documented ones (needs_grad third). `layout`: the storage order of the axes (a
+    permutation), or qd.Layout.AOS/SOA (a storage hint, runtime/tensors.py)."""
     layout = field_axes_order("qd.field", shape, order, offset, layout)
     return Field(dtype, shape, needs_grad, name, needs_dual=needs_dual, layout=layout)
 
