@@ -221,15 +221,33 @@ class _DeviceArray:
         context.current().device.sync()
         return view
 
-    def to_numpy(self, dtype=None, keep_dims: bool = False) -> np.ndarray:
+    def to_numpy(self, dtype=None, keep_dims: bool = False, *, copy: bool | None = True) -> np.ndarray:
         """A copy of the contents (converted to `dtype` if given). `keep_dims=True` gives a
-        vector element the shape (n, 1), as Quadrants does."""
+        vector element the shape (n, 1), as Quadrants does. `copy`, as in Quadrants: True an
+        independent copy; None a copy (zero-copy is optional there); False the field's own host
+        memory, written through by later launches, or a ValueError where there is none to give
+        (device memory, a layout, a dtype conversion, keep_dims)."""
+        if copy is False:
+            return self._zero_copy_numpy(dtype, keep_dims)
+        if copy is not True and copy is not None:
+            raise TypeError(f"field '{self.name}': to_numpy(copy=...) takes True, False or None, got {copy!r}")
         out = self._copy_to_numpy(dtype)
         if self._layout is not None:
             out = np.ascontiguousarray(self._canonical(out))
         if keep_dims and len(self._element_shape) == 1:
             return out.reshape(self._shape + self._element_shape + (1,))
         return out
+
+    def _zero_copy_numpy(self, dtype, keep_dims: bool) -> np.ndarray:
+        view = self._synced_view()
+        why = ("its memory is on the device" if view is None else
+               "it has a layout" if self._layout is not None else
+               f"it needs a conversion from {self._dtype.np_dtype} to {np.dtype(dtype)}"
+               if dtype is not None and np.dtype(dtype) != self._dtype.np_dtype else
+               "keep_dims=True reshapes it" if keep_dims and len(self._element_shape) == 1 else None)
+        if why is not None:
+            raise ValueError(f"field '{self.name}': to_numpy(copy=False) needs a zero-copy view, but {why}")
+        return view
 
     def _copy_to_numpy(self, dtype) -> np.ndarray:
         view = self._synced_view()
@@ -267,15 +285,15 @@ class _DeviceArray:
         from .torch_conversions import to_torch
         return to_torch(self, device, copy)
 
-    def from_torch(self, tensor) -> None:
+    def from_torch(self, arr) -> None:
         """Overwrite the contents with a torch tensor's (same shape), as from_numpy does."""
         from .torch_conversions import from_torch
-        from_torch(self, tensor)
+        from_torch(self, arr)
 
-    def fill(self, value) -> None:
-        """Set every element to `value`: on a device without host memory, a fill on the device
+    def fill(self, val) -> None:
+        """Set every element to `val`: on a device without host memory, a fill on the device
         ordered with the launches before and after it (no wait)."""
-        element = self._element(value)
+        element = self._element(val)
         view = self._host_view()
         if view is None:
             context.current().device.fill(self.allocation(), 0, self.nbytes, element.tobytes())
@@ -428,10 +446,36 @@ class Ndarray(_DeviceArray, NdarrayMarker):
         return f"<qdc ndarray {self._dtype}{list(self._shape)}>"
 
 
-def field(dtype, shape=(), needs_grad=False, name=None, needs_dual=False, layout=None) -> Field:
-    """`layout`: the storage order of the axes (a permutation), or qd.Layout.AOS/SOA (a storage
-    hint, runtime/tensors.py)."""
-    return Field(dtype, shape, needs_grad, name, needs_dual=needs_dual, layout=_axes_order(layout))
+def field(dtype, shape=(), needs_grad=False, name=None, needs_dual=False, layout=None, *, order=None,
+          offset=None) -> Field:
+    """Quadrants' `order` and `offset` by keyword (field_axes_order tells them); the positions
+    are qdc's documented ones (needs_grad third). `layout`: the storage order of the axes (a
+    permutation), or qd.Layout.AOS/SOA (a storage hint, runtime/tensors.py)."""
+    layout = field_axes_order("qd.field", shape, order, offset, layout)
+    return Field(dtype, shape, needs_grad, name, needs_dual=needs_dual, layout=layout)
+
+
+_AXIS_LETTERS = "ijklmnop"
+
+
+def field_axes_order(what: str, shape, order, offset, layout):
+    """The storage order of a field's axes (outermost first; None: as declared) from Quadrants'
+    `order`, the axes' letters in storage order ("ji": j outermost, as Quadrants names them), or
+    qdc's `layout`. Quadrants' `offset` shifts the indices a field accepts; qdc fields are
+    indexed from 0, so only a zero offset is accepted."""
+    if offset is not None and any(int(o) != 0 for o in np.atleast_1d(offset)):
+        raise NotImplementedError(f"{what}(offset={offset!r}): qdc fields are indexed from 0; "
+                                  f"index with the offset subtracted instead")
+    axes = _axes_order(layout)
+    if order is None:
+        return axes
+    if axes is not None:
+        raise ValueError(f"{what}() takes order= or an axes layout=, not both")
+    letters = _AXIS_LETTERS[:len(shape) if isinstance(shape, (tuple, list)) else 1]
+    if not isinstance(order, str) or sorted(order) != sorted(letters):
+        raise ValueError(f"{what}(order={order!r}) must name the axes {letters!r} in storage order")
+    perm = tuple(letters.index(c) for c in order)
+    return None if perm == tuple(range(len(letters))) else perm
 
 
 def ndarray(dtype, shape, needs_grad=False, needs_dual=False, layout=None) -> Ndarray:
@@ -520,9 +564,9 @@ class StructField(StructFieldMarker):
         for member, f in self.members.items():
             f.from_numpy(arrays[member])
 
-    def fill(self, value) -> None:
+    def fill(self, val) -> None:
         for f in self.members.values():
-            f.fill(value)
+            f.fill(val)
 
     def __getitem__(self, key) -> dict:
         return element_proxy.struct_element(self, key)  # a dict whose members are also attributes
@@ -537,8 +581,9 @@ class StructField(StructFieldMarker):
         return f"<qdc struct field {self.name}: {list(self.members)}{list(self.shape)}>"
 
 
-def struct_field(struct_type, shape=(), needs_grad=False, name=None, needs_dual=False, layout=None) -> StructField:
-    if _axes_order(layout) is not None:
+def struct_field(struct_type, shape=(), name=None, offset=None, needs_grad=False, needs_dual=False,
+                 layout=None) -> StructField:
+    if field_axes_order(f"struct {struct_type.name}.field", shape, None, offset, layout) is not None:
         raise NotImplementedError(f"layout={layout!r}: a struct field's axes are stored in declared order")
     return StructField(struct_type, shape, needs_grad, name, needs_dual=needs_dual)
 

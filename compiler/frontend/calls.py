@@ -92,6 +92,8 @@ class CallLowering:
                 self.call_args(node, 1, 1, "fill")  # x.fill(v) on a field: every element v
                 return self.inline_library_func(field_methods.fill, node, receiver=self.visit(node.func.value))
         callee = unwrap(self.visit(node.func))  # a method of an object reached from an argument: the method
+        if _hashable(callee) and (callee in lang.INTRINSICS or callee in MATH_FUNCTIONS or callee in _SCOPE_BUILTINS):
+            node = self.keywords_in_place(callee, node)
         callee = _SCOPE_BUILTINS.get(callee, callee) if _hashable(callee) else callee
         if self.is_host_call(callee, _BUILTINS):  # Python run now, inside qd.static(...)
             return self.host_call(_on_host(callee), node)
@@ -150,6 +152,44 @@ class CallLowering:
                 self.error(f"qd.types.{callee.__name__}() needs compile-time arguments")
             return callee(*args)
         return None
+
+    def keywords_in_place(self, callee, node: ast.Call) -> ast.Call:
+        """`node` with the keyword arguments that name `callee`'s positional parameters (Quadrants'
+        names: `qd.atomic_add(x=a[i], y=1)`, `qd.math.clamp(v, xmin=0, xmax=1)`) moved to their
+        positions, skipped optional ones filled with their defaults; keyword-only parameters
+        (`qd.ndrange(axes=)`) stay keywords. The intrinsics' lowering then reads positions."""
+        if not node.keywords or any(isinstance(a, ast.Starred) for a in node.args) \
+                or any(k.arg is None for k in node.keywords):
+            return node  # unpacking: the lowering reports it
+        try:
+            signature = inspect.signature(callee)
+        except (TypeError, ValueError):
+            return node
+        params = list(signature.parameters.values())
+        positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        if not positional or (any(p.kind is p.VAR_POSITIONAL for p in params) and len(node.args) > len(positional)):
+            return node  # only keyword-only options (loop_config), or extra positional arguments: the lowering's
+        name = getattr(callee, "__name__", "call")
+        for k in node.keywords:
+            if k.arg not in signature.parameters:
+                close = difflib.get_close_matches(k.arg, signature.parameters, n=1)
+                hint = f"did you mean '{close[0]}'?" if close else f"it takes {', '.join(signature.parameters)}"
+                self.error(f"{name}() has no parameter '{k.arg}' ({hint})", k)
+        try:
+            bound = signature.bind(*node.args, **{k.arg: k.value for k in node.keywords})
+        except TypeError as e:
+            self.error(f"{name}(): {e}", node)
+        named = [i for i, p in enumerate(positional) if p.name in bound.arguments]
+        args = []
+        for p in positional[:max(named, default=-1) + 1]:
+            if p.name in bound.arguments:
+                args.append(bound.arguments[p.name])
+            elif p.default is None or isinstance(p.default, (bool, int, float, str)):
+                args.append(ast.copy_location(ast.Constant(p.default), node))
+            else:
+                self.error(f"{name}(): pass '{p.name}' too when passing parameters after it by keyword", node)
+        keywords = [k for k in node.keywords if k.arg not in {p.name for p in positional}]
+        return ast.copy_location(ast.Call(func=node.func, args=args, keywords=keywords), node)
 
     def call_args(self, node, lo: int, hi: int, name: str) -> list:
         self.reject_unpacking(node)
@@ -385,7 +425,7 @@ class CallLowering:
         return out[0] if len(out) == 1 else tuple(out)
 
     def loop_config(self, node):
-        """`qd.loop_config(serialize=, block_dim=, parallelize=, block_dim_adaptive=, name=)`
+        """`qd.loop_config(serialize=, block_dim=, parallelize=, block_dim_adaptive=, bit_vectorize=, name=)`
         configures the `for` right after it; any other key is an error (a misspelt `serialise=`
         must not leave the loop parallel)."""
         if node.args:
@@ -401,6 +441,8 @@ class CallLowering:
                 config.serialize = bool(v)
             elif kw.arg == "block_dim_adaptive":
                 pass  # Quadrants' permission to choose the block size: what every device here does anyway
+            elif kw.arg == "bit_vectorize":
+                pass  # Quadrants packs struct-fors over quant arrays with it; qdc has no quant arrays
             elif kw.arg == "name":
                 if v is not None and not (isinstance(v, str) and v.isidentifier() and v.isascii() and len(v) <= 64):
                     self.error(f"qd.loop_config(name=...) must be an identifier of at most 64 ASCII characters, "
@@ -447,6 +489,9 @@ class CallLowering:
                        f"recursion is not supported")
         if len(self.frames) > _MAX_INLINE_DEPTH:
             self.error("qd.func calls nested too deeply")
+        if func.requires_top_level and not self.at_top_level():
+            self.error(f"qd.func '{func.__name__}' is declared requires_top_level=True: call it at the kernel's "
+                       f"top level, not inside a run-time for, if or while")
         src = callable_source(func.fn)
         if not any(f is func for f in self.funcs_used):
             self.funcs_used.append(func)
@@ -664,11 +709,11 @@ class CallLowering:
         return results
 
 
-LOOP_CONFIG_KEYS = ("serialize", "block_dim", "parallelize", "block_dim_adaptive", "name")
+LOOP_CONFIG_KEYS = ("serialize", "block_dim", "parallelize", "block_dim_adaptive", "bit_vectorize", "name")
 _LOOP_CONFIG_KEYS_TEXT = ", ".join(f"{k}=" for k in LOOP_CONFIG_KEYS)
 _MAX_LOOP_CONFIG_INT = 1 << 16  # threads of a block, or of a CPU loop
 # Python-scope versions of builtins (element-wise on qd.Matrix values); in kernels, the builtins
-_SCOPE_BUILTINS = {lang.min: builtins.min, lang.max: builtins.max}
+_SCOPE_BUILTINS = {lang.min: builtins.min, lang.max: builtins.max, lang.abs: builtins.abs}
 _BY_VALUE = ("unary", "binary", "select", "cast")  # kinds of intrinsics that only read their arguments
 _MATRIX_HELPERS = {M.Matrix.identity: "identity", M.Matrix.diag: "diag", M.Matrix.zero: "zero",
                    M.Matrix.one: "one", M.Matrix.rows: "rows", M.Matrix.cols: "cols",

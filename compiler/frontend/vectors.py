@@ -192,8 +192,8 @@ class VectorLowering:
         return self.vector_of(mtype.shape, flat, dtype)
 
     def matrix_helper(self, kind: str, node: ast.Call, callee) -> VectorValue:
-        """`qd.Matrix.identity(dtype, n)`, `.diag(dim, val)`, `.zero(dtype, n, m)`, `.one(...)`,
-        `.rows([v0, v1])`, `.cols([v0, v1])`, `qd.Vector.zero/one(dtype, n)`, `qd.Vector.unit(n, i)`:
+        """`qd.Matrix.identity(dt, n)`, `.diag(dim, val)`, `.zero(dt, n, m)`, `.one(...)`,
+        `.rows([v0, v1])`, `.cols([v0, v1])`, `qd.Vector.zero/one(dt, n)`, `qd.Vector.unit(n, i)`:
         all but rows, cols and diag take compile-time arguments only, so they are the Python
         function's value as constants."""
         self.reject_unpacking(node)

@@ -18,17 +18,17 @@ from .grad_check import GradCheckError  # noqa: F401  (qd.ad.GradCheckError)
 recording = None  # the Tape whose `with` body is running, if any
 
 
-def no_grad(fn=None):
+def no_grad(func=None):
     """`@qd.ad.no_grad` on a Python function, or `with qd.ad.no_grad():` around code: the kernels
     launched there run as usual, but a Tape does not record them, so their gradients are not
     taken (Quadrants' no_grad: the function's gradient is empty)."""
-    if fn is None:
+    if func is None:
         return _NoGradScope()
 
-    @functools.wraps(fn)
+    @functools.wraps(func)
     def without_gradient(*args, **kwargs):
         with _NoGradScope():
-            return fn(*args, **kwargs)
+            return func(*args, **kwargs)
     return without_gradient
 
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 class Func:
     """A `@qd.func`: inlined into every kernel (or func) that calls it."""
 
-    def __init__(self, fn):
+    def __init__(self, fn, requires_top_level: bool = False):
         self.fn = fn
+        self.requires_top_level = requires_top_level  # callable only where a `for` is a top-level loop
         self.__name__ = fn.__name__
         self.__doc__ = fn.__doc__
         self.__module__, self.__qualname__ = fn.__module__, fn.__qualname__  # how a template names it

@@ -10,6 +10,6 @@ GPUs without conditional nodes.
 from __future__ import annotations
 
 
-def do_while(flag):
-    """`while qd.graph.do_while(flag):` inside a kernel (see the module docstring)."""
+def do_while(condition):
+    """`while qd.graph.do_while(condition):` inside a kernel (see the module docstring)."""
     raise RuntimeError("qd.graph.do_while can only be used as `while qd.graph.do_while(flag):` in a kernel")

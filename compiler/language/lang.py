@@ -8,6 +8,7 @@ identity through the INTRINSICS table and emits IR instead of calling them.
 from __future__ import annotations
 
 import builtins
+import inspect
 import itertools
 import math
 import operator
@@ -131,8 +132,11 @@ class UnsizedElementType:
         return f"{self.kind}()"
 
 
-def vector(n=None, dtype=None):
-    """`qd.types.vector(n, dtype)`; without n, an ndarray annotation's hint (UnsizedElementType)."""
+def vector(n=None, dtype=None, *, unpacked: bool = False):
+    """`qd.types.vector(n, dtype)`; without n, an ndarray annotation's hint (UnsizedElementType).
+    `unpacked=True` is Quadrants' storage hint for a dataclass member (one register slot per
+    component): the values are the same either way, and qdc keeps every component of a local
+    vector in its own slot already, so the hint changes nothing here."""
     if n is None:
         return UnsizedElementType("vector")
     return _matrix.vector(n, dtype)
@@ -179,9 +183,9 @@ types = _TypesNamespace()
 
 # ---- compile-time helpers ----------------------------------------------------------
 
-def static(value, *more):
+def static(x, *xs):
     """Evaluate at compile time: `for i in qd.static(range(4))` unrolls, `if qd.static(c)` picks a branch."""
-    return (value, *more) if more else value
+    return (x, *xs) if xs else x
 
 
 class ndrange:
@@ -238,8 +242,8 @@ class grouped:
     qd.ndrange) whose target `I` is one integer vector of all the loop's indices (`x[I]`,
     `I[0]`, `I + 1`). In Python scope it yields index tuples."""
 
-    def __init__(self, iterable):
-        self.iterable = iterable
+    def __init__(self, x):
+        self.iterable = x
 
     def __iter__(self):  # Python scope
         it = self.iterable
@@ -249,24 +253,35 @@ class grouped:
 
 
 def loop_config(*, serialize: bool = False, block_dim: int | None = None, parallelize: int | None = None,
-                block_dim_adaptive: bool = True, name: str | None = None):
+                block_dim_adaptive: bool = True, bit_vectorize: bool = False, name: str | None = None):
     """Placed right before a top-level `for`: `serialize=True` runs that loop on one thread;
     `parallelize=N` runs it on at most N CPU threads; `block_dim` is the threads per block GPU
     backends use (the CPU ignores it, and `block_dim_adaptive`, Quadrants' hint to let the
-    device choose it, changes nothing here); `name` labels the loop's task (`qdc inspect`,
-    error messages). Any other keyword is an error, in kernels and in Python scope alike."""
+    device choose it, changes nothing here; nor does `bit_vectorize`, which in Quadrants packs
+    struct-for loops over quant arrays, a storage qdc does not have); `name` labels the loop's
+    task (`qdc inspect`, error messages). Any other keyword is an error, in kernels and in Python scope alike."""
     return None
 
 
 # ---- math and atomics (Python-scope fallbacks) -------------------------------------
 
-def _python_scope(name: str, impl, doc: str):
+def _python_scope(name: str, impl, doc: str, params: str = "x"):
     """An intrinsic: in Python scope it computes with `impl` (numpy semantics, so it also works
-    on arrays); inside kernels the front end recognises it by identity (INTRINSICS)."""
-    def intrinsic(*args):
-        return impl(*args)
+    on arrays); inside kernels the front end recognises it by identity (INTRINSICS). `params`
+    are Quadrants' parameter names (a trailing `=None` marks an optional one): callers may pass
+    them as keywords, in Python scope and in kernels alike."""
+    signature = inspect.Signature([
+        inspect.Parameter(p.removesuffix("=None"), inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                          **({"default": None} if p.endswith("=None") else {}))
+        for p in params.split()])
+
+    def intrinsic(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return impl(*bound.args)
     intrinsic.__name__ = intrinsic.__qualname__ = name
     intrinsic.__doc__ = doc
+    intrinsic.__signature__ = signature
     return intrinsic
 
 
@@ -296,23 +311,25 @@ def _rounding(fn):
     return rounded
 
 
-floor = _python_scope("floor", _rounding(np.floor), "Largest integral value <= x (a float, or of type dtype).")
-ceil = _python_scope("ceil", _rounding(np.ceil), "Smallest integral value >= x (a float, or of type dtype).")
+floor = _python_scope("floor", _rounding(np.floor), "Largest integral value <= x (a float, or of type dtype).",
+                      "x dtype=None")
+ceil = _python_scope("ceil", _rounding(np.ceil), "Smallest integral value >= x (a float, or of type dtype).",
+                     "x dtype=None")
 round = _python_scope("round", _rounding(lambda x: np.rint(x) if isinstance(x, _matrix_value.MatrixValue)  # noqa: A001
                                          else np.round(x)),  # np.rint: a ufunc, so a qd.Vector stays one
-                      "Nearest integral value, ties to even (a float, or of type dtype).")
-atan2 = _python_scope("atan2", np.arctan2, "Arc tangent of y / x in the right quadrant.")
-pow = _python_scope("pow", lambda x, y: x ** y, "x ** y.")  # noqa: A001
-select = _python_scope("select", lambda cond, a, b: a if cond else b, "a if cond else b.")
+                      "Nearest integral value, ties to even (a float, or of type dtype).", "x dtype=None")
+atan2 = _python_scope("atan2", np.arctan2, "Arc tangent of x1 / x2 in the right quadrant.", "x1 x2")
+pow = _python_scope("pow", lambda x, y: x ** y, "base ** exponent.", "base exponent")  # noqa: A001
+select = _python_scope("select", lambda cond, a, b: a if cond else b, "x1 if cond else x2.", "cond x1 x2")
 cast = _python_scope("cast", lambda value, dtype: dtype(value),
-                     "value converted to dtype (`float` / `int`: default_fp / default_ip).")
+                     "obj converted to dtype (`float` / `int`: default_fp / default_ip).", "obj dtype")
 
 
 def _atomic(name):
-    def fn(target, value):
+    def fn(x, y):
         raise RuntimeError(f"qd.{name} can only be used inside a kernel or qd.func")
     fn.__name__ = fn.__qualname__ = name
-    fn.__doc__ = "Atomic read-modify-write of a field/ndarray element; returns the old value."
+    fn.__doc__ = "Atomic read-modify-write of the field/ndarray element (or local) x with y; returns the old value."
     return fn
 
 
@@ -334,9 +351,13 @@ def outer(a, b):
                                    np.asarray(b.to_numpy() if hasattr(b, "to_numpy") else b)))
 
 
-# `qd.abs` is the builtin; `qd.min`, `qd.max` are n-ary as the builtins, and element-wise on
-# Python-scope vectors and matrices, as in Quadrants (kernels treat all three as the builtins).
-abs = builtins.abs  # noqa: A001
+def abs(x):  # noqa: A001
+    """|x| (element-wise on vectors and matrices): the builtin, with Quadrants' parameter name."""
+    return builtins.abs(x)
+
+
+# `qd.min`, `qd.max` are n-ary as the builtins, and element-wise on Python-scope vectors and
+# matrices, as in Quadrants (kernels treat them and qd.abs as the builtins).
 min, max = _matrix_value.minimum, _matrix_value.maximum  # noqa: A001
 
 # What the front end emits for each intrinsic: ("unary", op) | ("binary", op) | ("atomic", op) | kind
@@ -363,10 +384,16 @@ INTRINSICS = {
 
 # ---- what the decorators make (compiler/jit/kernel.py) ------------------------------
 
-def func(fn) -> Func:
-    """`@qd.func`: inlined into every kernel (or func) that calls it; `qd.func(f)(...)` also
-    works inside a kernel."""
-    return Func(fn)
+def func(fn=None, *, is_real_function: bool = False, requires_top_level: bool = False):
+    """`@qd.func` or `@qd.func(...)`: inlined into every kernel (or func) that calls it;
+    `qd.func(f)(...)` also works inside a kernel. Quadrants' `is_real_function=True` compiles the
+    func once, as a called function: its values are those of the inlined func, and the recursion
+    only a real function allows there is an error here either way. `requires_top_level=True`:
+    a call nested in run-time control flow (not at the kernel's top level) is a compile error,
+    as in Quadrants."""
+    def make(f) -> Func:
+        return Func(f, requires_top_level=requires_top_level)
+    return make if fn is None else make(fn)
 
 
 INTRINSICS[func] = ("func", None)

@@ -26,19 +26,19 @@ uvec2, uvec3, uvec4 = (MatrixType((n,), T.u32, "ip", f"uvec{n}") for n in (2, 3,
 mat2, mat3, mat4 = (MatrixType((n, n), None, "fp", f"mat{n}") for n in (2, 3, 4))
 
 
-def dot(a, b):
+def dot(x, y):
     """Dot product of two vectors."""
-    return np.dot(np.asarray(a), np.asarray(b))
+    return np.dot(np.asarray(x), np.asarray(y))
 
 
-def cross(a, b):
+def cross(x, y):
     """Cross product (a scalar for 2-vectors)."""
-    return np.cross(np.asarray(a), np.asarray(b))
+    return np.cross(np.asarray(x), np.asarray(y))
 
 
-def length(v):
+def length(x):
     """Euclidean length of a vector."""
-    return np.sqrt(np.dot(np.asarray(v), np.asarray(v)))
+    return np.sqrt(np.dot(np.asarray(x), np.asarray(x)))
 
 
 def normalize(v):
@@ -46,9 +46,9 @@ def normalize(v):
     return np.asarray(v) / length(v)
 
 
-def clamp(x, lo, hi):
-    """`min(max(x, lo), hi)`, element-wise."""
-    return np.minimum(np.maximum(x, lo), hi)
+def clamp(x, xmin, xmax):
+    """`min(max(x, xmin), xmax)`, element-wise."""
+    return np.minimum(np.maximum(x, xmin), xmax)
 
 
 def mix(x, y, a):
@@ -71,9 +71,9 @@ def step(edge, x):
     return (np.asarray(x) >= edge).astype(np.float64)
 
 
-def distance(a, b):
+def distance(x, y):
     """Euclidean distance between two points."""
-    return length(np.asarray(a) - np.asarray(b))
+    return length(np.asarray(x) - np.asarray(y))
 
 
 def reflect(x, n):
@@ -81,14 +81,14 @@ def reflect(x, n):
     return np.asarray(x) - 2 * dot(x, n) * np.asarray(n)
 
 
-def radians(deg):
+def radians(x):
     """Degrees to radians, element-wise."""
-    return np.asarray(deg) * (pi / 180)
+    return np.asarray(x) * (pi / 180)
 
 
-def degrees(rad):
+def degrees(x):
     """Radians to degrees, element-wise."""
-    return np.asarray(rad) * (180 / pi)
+    return np.asarray(x) * (180 / pi)
 
 
 def determinant(m):
@@ -96,9 +96,9 @@ def determinant(m):
     return np.linalg.det(m)
 
 
-def inverse(m):
+def inverse(mat):
     """Inverse of a square matrix (up to 4x4 in kernels)."""
-    return np.linalg.inv(m)
+    return np.linalg.inv(mat)
 
 
 def smoothstep(edge0, edge1, x):

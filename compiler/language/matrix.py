@@ -103,9 +103,12 @@ class MatrixType:
             raise ValueError(f"{self!r} needs {size} values, got {flat.size}")
         return MatrixValue.of(flat.astype(self.dtype.np_dtype).reshape(self.shape))
 
-    def field(self, shape=(), needs_grad=False, name=None, needs_dual=False, layout=None) -> Field:
-        """A field of these elements (the runtime's, made through the contract: python_scope.py)."""
-        return device_arrays.field(self, shape, needs_grad, name, needs_dual=needs_dual, layout=layout)
+    def field(self, shape=(), order=None, name=None, offset=None, needs_grad=False, needs_dual=False,
+              layout=None) -> Field:
+        """A field of these elements (the runtime's, made through the contract: python_scope.py),
+        with qd.field's parameters."""
+        return device_arrays.field(self, shape, order=order, name=name, offset=offset, needs_grad=needs_grad,
+                                   needs_dual=needs_dual, layout=layout)
 
     def ndarray(self, shape, needs_grad=False, needs_dual=False) -> Ndarray:
         return device_arrays.ndarray(self, shape, needs_grad, needs_dual)
@@ -114,7 +117,7 @@ class MatrixType:
         """A field (Backend.FIELD) or an ndarray (Backend.NDARRAY) of these elements."""
         shape = (shape,) if isinstance(shape, int) else tuple(shape)
         if coerce_backend(backend) is Backend.FIELD:
-            return self.field(shape, needs_grad)
+            return self.field(shape, needs_grad=needs_grad)
         return self.ndarray(shape, needs_grad)
 
     def _spec(self):
@@ -158,8 +161,12 @@ class Matrix(MatrixValue):
     __slots__ = ()
 
     @staticmethod
-    def field(n, m, dtype, shape=(), needs_grad=False, name=None, needs_dual=False, layout=None) -> Field:
-        return MatrixType((n, m), dtype).field(shape, needs_grad, name, needs_dual, layout)
+    def field(n, m, dtype, shape=(), order=None, name=None, offset=None, needs_grad=False, needs_dual=False,
+              layout=None, ndim=None) -> Field:
+        """Quadrants' parameters; `ndim`, the element's number of axes, is 2 for a matrix."""
+        if ndim not in (None, 2):
+            raise ValueError(f"qd.Matrix.field(ndim={ndim!r}): a matrix element has 2 axes (qd.Vector.field: 1)")
+        return MatrixType((n, m), dtype).field(shape, order, name, offset, needs_grad, needs_dual, layout)
 
     @staticmethod
     def tensor(n, m, dtype, shape, *, backend=Backend.NDARRAY, needs_grad=False, **options):
@@ -173,9 +180,9 @@ class Matrix(MatrixValue):
         return MatrixType((n, m), dtype).ndarray(shape, needs_grad, needs_dual)
 
     @staticmethod
-    def identity(dtype, n):
-        """The n x n identity matrix (also in kernels)."""
-        return MatrixValue.of(np.eye(n, dtype=dtype.np_dtype))
+    def identity(dt, n):
+        """The n x n identity matrix (also in kernels; `dt` as Quadrants names it)."""
+        return MatrixValue.of(np.eye(n, dtype=dt.np_dtype))
 
     @staticmethod
     def diag(dim, val):
@@ -183,9 +190,9 @@ class Matrix(MatrixValue):
         return MatrixValue.of(np.eye(dim) * val)
 
     @staticmethod
-    def one(dtype, n, m=None):
+    def one(dt, n, m=None):
         """A vector (n) or matrix (n x m) of ones (also in kernels)."""
-        return MatrixValue.of(np.ones((n,) if m is None else (n, m), dtype=dtype.np_dtype))
+        return MatrixValue.of(np.ones((n,) if m is None else (n, m), dtype=dt.np_dtype))
 
     @staticmethod
     def rows(rows):
@@ -198,9 +205,9 @@ class Matrix(MatrixValue):
         return MatrixValue.of(np.array([np.asarray(c) for c in cols]).T.copy())
 
     @staticmethod
-    def zero(dtype, n, m=None):
+    def zero(dt, n, m=None):
         """A zero vector (n) or matrix (n x m) (also in kernels)."""
-        return MatrixValue.of(np.zeros((n,) if m is None else (n, m), dtype=dtype.np_dtype))
+        return MatrixValue.of(np.zeros((n,) if m is None else (n, m), dtype=dt.np_dtype))
 
 
 class Vector(Matrix):
@@ -216,8 +223,11 @@ class Vector(Matrix):
             raise ValueError(f"qd.Vector() needs a flat list of numbers, got shape {self.shape}")
 
     @staticmethod
-    def field(n, dtype, shape=(), needs_grad=False, name=None, needs_dual=False, layout=None) -> Field:
-        return MatrixType((n,), dtype).field(shape, needs_grad, name, needs_dual, layout)
+    def field(n, dtype, shape=(), order=None, name=None, offset=None, needs_grad=False, needs_dual=False,
+              layout=None, ndim=None) -> Field:
+        if ndim not in (None, 1):
+            raise ValueError(f"qd.Vector.field(ndim={ndim!r}): a vector element has 1 axis")
+        return MatrixType((n,), dtype).field(shape, order, name, offset, needs_grad, needs_dual, layout)
 
     @staticmethod
     def tensor(n, dtype, shape, *, backend=Backend.NDARRAY, needs_grad=False, **options):
@@ -231,20 +241,20 @@ class Vector(Matrix):
         return MatrixType((n,), dtype).ndarray(shape, needs_grad, needs_dual)
 
     @staticmethod
-    def zero(dtype, n):
+    def zero(dt, n):
         """A vector of n zeros (also in kernels)."""
-        return MatrixValue.of(np.zeros(n, dtype=dtype.np_dtype))
+        return MatrixValue.of(np.zeros(n, dtype=dt.np_dtype))
 
     @staticmethod
-    def one(dtype, n):
+    def one(dt, n):
         """A vector of n ones (also in kernels)."""
-        return MatrixValue.of(np.ones(n, dtype=dtype.np_dtype))
+        return MatrixValue.of(np.ones(n, dtype=dt.np_dtype))
 
     @staticmethod
-    def unit(n, i, dtype=None):
-        """The i-th unit vector of length n, of integers unless `dtype` says otherwise (as in
+    def unit(n, i, dt=None):
+        """The i-th unit vector of length n, of integers unless `dt` says otherwise (as in
         Quadrants; also in kernels)."""
-        return MatrixValue.of(np.eye(n, dtype=np.int32 if dtype is None else dtype.np_dtype)[i].copy())
+        return MatrixValue.of(np.eye(n, dtype=np.int32 if dt is None else dt.np_dtype)[i].copy())
 
 
 use_classes(Vector, Matrix)

@@ -37,26 +37,27 @@ def stop_grad(x):
     return x
 
 
-def raw_div(a, b):
-    """a / b as C divides: integers truncate toward zero; with a float operand, true division."""
-    if _is_integer(a) and _is_integer(b):
-        quotient = abs(int(a)) // abs(int(b)) if b else 0
-        return -quotient if (a < 0) != (b < 0) else quotient
-    return a / b
+def raw_div(x1, x2):
+    """x1 / x2 as C divides: integers truncate toward zero; with a float operand, true division."""
+    if _is_integer(x1) and _is_integer(x2):
+        quotient = abs(int(x1)) // abs(int(x2)) if x2 else 0
+        return -quotient if (x1 < 0) != (x2 < 0) else quotient
+    return x1 / x2
 
 
-def raw_mod(a, b):
-    """The remainder of `raw_div`: it takes the sign of `a` (C's %, and fmod for floats)."""
-    if _is_integer(a) and _is_integer(b):
-        return int(a) - int(b) * raw_div(a, b) if b else 0
-    return math.fmod(a, b)
+def raw_mod(x1, x2):
+    """The remainder of `raw_div`: it takes the sign of `x1` (C's %, and fmod for floats)."""
+    if _is_integer(x1) and _is_integer(x2):
+        return int(x1) - int(x2) * raw_div(x1, x2) if x2 else 0
+    return math.fmod(x1, x2)
 
 
-def bit_shr(x, n):
-    """Logical right shift: zeros come in from the left, also for signed integers (whose bits
-    are shifted as their unsigned type's). A Python int counts as an i32."""
+def bit_shr(x1, x2):
+    """Logical right shift of x1 by x2 bits: zeros come in from the left, also for signed integers
+    (whose bits are shifted as their unsigned type's). A Python int counts as an i32."""
+    x = x1
     t = T.from_numpy(x.dtype) if isinstance(x, np.generic) else T.i32
-    shifted = (int(x) & ((1 << t.bits) - 1)) >> (int(n) & (t.bits - 1))  # the amount masked as kernels do
+    shifted = (int(x) & ((1 << t.bits) - 1)) >> (int(x2) & (t.bits - 1))  # the amount masked as kernels do
     if t.kind == "int" and shifted >> (t.bits - 1):
         shifted -= 1 << t.bits
     return t.np_dtype.type(shifted) if isinstance(x, np.generic) else shifted

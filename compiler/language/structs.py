@@ -39,10 +39,11 @@ class StructType:
         self.members = {k: _member_type(self.name, k, v) for k, v in members.items()}
         self.methods = dict(methods or {})
 
-    def field(self, shape=(), needs_grad=False, name=None, needs_dual=False, layout=None):
+    def field(self, shape=(), name=None, offset=None, needs_grad=False, needs_dual=False, layout=None):
         """A field of these structs: one field per member (`.to_numpy()` gives a dict of arrays;
-        `layout=qd.Layout.AOS/SOA` is a storage hint, runtime/tensors.py)."""
-        return device_arrays.struct_field(self, shape, needs_grad, name, needs_dual=needs_dual, layout=layout)
+        `layout=qd.Layout.AOS/SOA` is a storage hint, runtime/tensors.py); Quadrants' parameters."""
+        return device_arrays.struct_field(self, shape, name=name, offset=offset, needs_grad=needs_grad,
+                                          needs_dual=needs_dual, layout=layout)
 
     def __call__(self, *positional, **values) -> dict:
         """Python scope: a dict of the members (missing ones zero), as struct fields read and
@@ -122,5 +123,7 @@ class Struct:
     """`qd.Struct.field({"a": qd.f32, "v": qd.math.vec3}, shape=n)`."""
 
     @staticmethod
-    def field(members: dict, shape=(), needs_grad=False, name=None, needs_dual=False, layout=None):
-        return StructType(members).field(shape, needs_grad, name, needs_dual, layout)
+    def field(members: dict, methods=None, shape=(), name=None, offset=None, needs_grad=False, needs_dual=False,
+              layout=None):
+        """Quadrants' parameters: `methods`, qd.funcs callable on each element (`s[i].m()`)."""
+        return StructType(members, methods=methods).field(shape, name, offset, needs_grad, needs_dual, layout)

@@ -177,8 +177,8 @@ class MatrixValue:
         if self._data.ndim != 1 or max(indices) >= self._data.shape[0]:
             raise AttributeError(f"a value of shape {self._data.shape} has no component '{name}'")
 
-    def fill(self, value) -> None:
-        self._data[...] = value
+    def fill(self, val) -> None:
+        self._data[...] = val
         self._written()
 
     # ---- operators ---------------------------------------------------------------------------

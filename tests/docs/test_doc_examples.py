@@ -49,7 +49,8 @@ def test_documents_link_only_inside_the_repository():
     broken = []
     for document in documents:
         with open(os.path.join(REPO_ROOT, document), encoding="utf-8") as f:
-            for target in link.findall(f.read()):
+            text = re.sub(r"`[^`\n]*`", "", f.read())  # code spans hold no links (`self.updates[k](...)`)
+            for target in link.findall(text):
                 if "://" in target:
                     continue
                 path = os.path.normpath(os.path.join(REPO_ROOT, os.path.dirname(document), target))

@@ -192,7 +192,7 @@ def bad_intrinsic_arity():
 
 @qd.kernel
 def bad_intrinsic_keyword():
-    x[0] = qd.sqrt(v=2.0)  # <- bad_intrinsic_keyword | qd.sqrt( | takes no keyword arguments
+    x[0] = qd.sqrt(v=2.0)  # <- bad_intrinsic_keyword | v=2.0 | sqrt() has no parameter 'v' (it takes x)
 
 @qd.kernel
 def bad_string_statement():

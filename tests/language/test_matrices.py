@@ -140,3 +140,22 @@ def test_matrix_errors_are_located(tmp_path, body, message):
     ''', 1)
     assert message in str(e), str(e)
     assert e.filename == str(path) and e.line == 10, str(e)
+
+
+def test_matrix_constructors_take_quadrants_keywords(arch):
+    """`dt=` and `n=` by keyword, as Quadrants names them (Genesis: `qd.Matrix.identity(dt=qd.f32, n=3)`)."""
+    out = qd.Matrix.field(3, 3, qd.f32, shape=4)
+
+    @qd.kernel
+    def k():
+        out[0] = qd.Matrix.identity(dt=qd.f32, n=3)
+        out[1] = qd.Matrix.zero(dt=qd.f32, n=3, m=3) + qd.Matrix.one(dt=qd.f32, n=3, m=3) * 2.0
+        out[2][0, 0] = qd.Vector.unit(3, 1, dt=qd.f32)[1] + qd.Vector.zero(dt=qd.f32, n=3)[0]
+        out[3][0, 0] = qd.Vector.one(dt=qd.f32, n=3).sum()
+
+    k()
+    got = out.to_numpy()
+    np.testing.assert_array_equal(got[0], np.eye(3))
+    np.testing.assert_array_equal(got[1], np.full((3, 3), 2.0))
+    assert got[2][0, 0] == 1.0 and got[3][0, 0] == 3.0
+    np.testing.assert_array_equal(qd.Matrix.identity(dt=qd.f64, n=2).to_numpy(), np.eye(2))
