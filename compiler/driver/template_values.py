@@ -7,7 +7,8 @@ described by what it is, as plain data (numbers, strings, lists and one-key mapp
 same tree on every machine for equal arguments:
 
     None, True, 3, 0.5, "text"             themselves
-    {"tuple": [...]}, {"list": [...]}      element by element ({"dict": [[key, value], ...]})
+    {"tuple": [...]}, {"list": [...]}      element by element ({"dict": [[key, value], ...]};
+                                           {"set": [...]}, {"frozenset": [...]} sorted by description)
     {"dtype": "f32"}                       a qd scalar type
     {"numpy": {"dtype": "float32", "value": 0.5}}               a numpy scalar
     {"enum": {"class": "pkg.mod:Mode", "name": "FAST"}}         an enum member
@@ -22,6 +23,8 @@ same tree on every machine for equal arguments:
                                            an array (a qd.ndarray or numpy array): passed at every
                                            launch, so by its type, and a small 1-D numpy array's
                                            "values" too (`*a` in a kernel compiles them in)
+    {"enclosing": n}                       an object met again while it is being described (a
+                                           cycle): the n-th container out of those being described
     {"method": {"function": {"named": ..}, "self": description}}   a method bound to an object;
                                            "of_enclosing": n instead of "self" where the object is
                                            the n-th container out of those being described
@@ -49,6 +52,7 @@ compiler/manifest/stand_ins.py re-creates an argument from its description in a 
 from __future__ import annotations
 
 import enum
+import json
 import os
 import re
 import sys
@@ -211,6 +215,9 @@ class _Describer:
         if type(v) in (tuple, list):
             return {type(v).__name__: self.container(v, route, depth, lambda: [
                 self.value(e, f"{route}[{i}]", depth + 1) for i, e in enumerate(v)])}
+        if type(v) in (set, frozenset):  # in a canonical order: that of the items' descriptions
+            return {type(v).__name__: self.container(v, route, depth, lambda: sorted(
+                (self.value(e, f"{route} item", depth + 1) for e in v), key=_canonical))}
         if type(v) is dict:
             return {"dict": self.container(v, route, depth, lambda: [
                 [self.value(k, f"{route} key", depth + 1), self.value(e, f"{route}[{k!r}]", depth + 1)]
@@ -285,6 +292,8 @@ class _Describer:
     def object(self, v, route: str, depth: int, runtime_scalars: bool = False) -> dict:
         """`runtime_scalars`: `v` is (held by) a dataclass parameter's argument, whose members
         annotated with a scalar type are launch arguments (language/dataclass_args.py)."""
+        if id(v) in self.enclosing:  # a cycle back to an object being described: by how far out it is
+            return {"enclosing": len(self.enclosing) - self.enclosing.index(id(v))}
         cls = type(v)
         attrs = _attributes(v)
         if attrs is None:
@@ -309,6 +318,10 @@ class _Describer:
     def not_portable(self, problem: str) -> None:
         if self.portable_problem is None:
             self.portable_problem = problem
+
+
+def _canonical(description) -> str:
+    return json.dumps(description, sort_keys=True)
 
 
 def _plain_container(v) -> type | None:

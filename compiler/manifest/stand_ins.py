@@ -56,11 +56,19 @@ def _rebuild(data, route: str, made: Rebuilder):
         return tuple(_within(made, None, lambda: [_rebuild(e, f"{route}[{i}]", made) for i, e in enumerate(body)]))
     if tag == "list":
         return _within(made, None, lambda: [_rebuild(e, f"{route}[{i}]", made) for i, e in enumerate(body)])
+    if tag in ("set", "frozenset"):
+        items = _within(made, None, lambda: [_rebuild(e, f"{route} item", made) for e in body])
+        try:
+            return (set if tag == "set" else frozenset)(items)
+        except TypeError as e:  # an item that is no longer hashable
+            raise Unrebuildable(f"{route}: a {tag} of unhashable items ({e})") from None
     if tag == "dict":
         return _within(made, None, lambda: {_rebuild(k, f"{route} key", made): _rebuild(e, f"{route}[{k!r}]", made)
                                             for k, e in body})
     if tag == "method":
         return _rebuild_method(body, route, made)
+    if tag == "enclosing":
+        return _enclosing(body, route, made)
     if tag == "complex":
         return complex(*body)
     if tag == "bytes":
@@ -153,14 +161,19 @@ def _within(made: Rebuilder, container, rebuild_items):
         made.enclosing.pop()
 
 
+def _enclosing(out, route: str, made: Rebuilder):
+    """The object `out` containers out of those being rebuilt (a cycle in the described objects)."""
+    found = made.enclosing[-out] if isinstance(out, int) and 0 < out <= len(made.enclosing) else None
+    if found is None:
+        raise Unrebuildable(f"{route}: refers to an enclosing object that is not there")
+    return found
+
+
 def _rebuild_method(body: dict, route: str, made: Rebuilder):
     """A method bound to its object: the object described with it, or one being rebuilt."""
     function = _rebuild(body["function"], f"{route}.__func__", made)
     if "of_enclosing" in body:
-        out = body["of_enclosing"]
-        receiver = made.enclosing[-out] if isinstance(out, int) and 0 < out <= len(made.enclosing) else None
-        if receiver is None:
-            raise Unrebuildable(f"{route}: a method of an enclosing object that is not there")
+        receiver = _enclosing(body["of_enclosing"], route, made)
     else:
         receiver = _rebuild(body["self"], f"{route}.__self__", made)
     if not hasattr(function, "__get__"):

@@ -307,3 +307,36 @@ def test_a_plain_container_subclass_is_described_by_its_items_and_rebuilt():
     looped.append(looped)
     with pytest.raises(template_values.Undescribable, match="contains itself"):
         template_values.describe(looped, "cfg")
+
+
+def test_sets_are_described_in_a_canonical_order_and_rebuilt():
+    from qdc.compiler.driver import template_values
+    from qdc.compiler.manifest import stand_ins
+    first = template_values.describe({"changes": {"b", "a", 3}, "frozen": frozenset({(1, 2), (0, 5)})}, "cfg").data
+    again = template_values.describe({"changes": {3, "a", "b"}, "frozen": frozenset({(0, 5), (1, 2)})}, "cfg").data
+    assert first == again
+    assert template_values.describe({"changes": {"a", "c"}}, "cfg").data != \
+        template_values.describe({"changes": {"a", "b"}}, "cfg").data
+    rebuilt = stand_ins.rebuild(first, "cfg")
+    assert rebuilt == {"changes": {"a", "b", 3}, "frozen": frozenset({(1, 2), (0, 5)})}
+    assert type(rebuilt["frozen"]) is frozenset
+
+
+class _Node:
+    pass
+
+
+def test_a_cycle_of_objects_is_described_by_back_references_and_rebuilt():
+    from qdc.compiler.driver import template_values
+    from qdc.compiler.manifest import stand_ins
+    solver, entity = _Node(), _Node()
+    solver.entities, solver.dt = [entity], 0.01
+    entity.solver, entity.n = solver, 4  # entity -> solver -> its list -> entity
+    data = template_values.describe(solver, "self").data
+    rebuilt = stand_ins.rebuild(data, "self")
+    assert rebuilt.entities[0].solver is rebuilt and rebuilt.entities[0].n == 4 and rebuilt.dt == 0.01
+    other = _Node()
+    other.entities, other.dt = [_Node()], 0.01
+    other.entities[0].solver, other.entities[0].n = _Node(), 4  # the same shape, but no cycle
+    other.entities[0].solver.entities, other.entities[0].solver.dt = [], 0.01
+    assert template_values.describe(other, "self").data != data
