@@ -175,10 +175,11 @@ class CallLowering:
         params = list(signature.parameters.values())
         positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         if not positional or (any(p.kind is p.VAR_POSITIONAL for p in params) and len(node.args) > len(positional)):
-            return node  # only keyword-only options (loop_config), or extra positional arguments: the lowering's
+            return node  # keyword-only options (loop_config), or extra positional arguments: left as they are
         name = getattr(callee, "__name__", "call")
+        takes_any = any(p.kind is p.VAR_KEYWORD for p in params)
         for k in node.keywords:
-            if k.arg not in signature.parameters:
+            if k.arg not in signature.parameters and not takes_any:
                 close = difflib.get_close_matches(k.arg, signature.parameters, n=1)
                 hint = f"did you mean '{close[0]}'?" if close else f"it takes {', '.join(signature.parameters)}"
                 self.error(f"{name}() has no parameter '{k.arg}' ({hint})", k)
