@@ -55,6 +55,11 @@ def _plain_function(callee) -> bool:
     return True
 
 
+def _fill(val):
+    """The parameters of `x.fill(val)` in kernels (a field, an ndarray, a vector or matrix
+    local), by which the front end binds `x.fill(val=v)`, Quadrants' keyword."""
+
+
 def _bound_method(callee):
     """(the qd.func, the instance) of a method bound to an instance: a qd.func method, or a
     plain Python method whose source can be read (inlined like a qd.func); else None."""
@@ -86,9 +91,11 @@ class CallLowering:
         if isinstance(node.func, ast.Attribute) and node.func.attr == "fill":
             target = self.vector_target(node.func.value)
             if target is not None and not isinstance(target, StructTarget):  # v.fill(x): every component x
+                node = self.keywords_in_place(_fill, node)
                 (value,) = self.call_args(node, 1, 1, "fill")
                 return self.store_target(target, self.scalar(value, node.args[0]), node.args[0])
             if target is None and isinstance(self.visit(node.func.value), (Field, StructFieldMarker)):
+                node = self.keywords_in_place(_fill, node)
                 self.call_args(node, 1, 1, "fill")  # x.fill(v) on a field: every element v
                 return self.inline_library_func(field_methods.fill, node, receiver=self.visit(node.func.value))
         callee = unwrap(self.visit(node.func))  # a method of an object reached from an argument: the method
@@ -168,10 +175,11 @@ class CallLowering:
         params = list(signature.parameters.values())
         positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         if not positional or (any(p.kind is p.VAR_POSITIONAL for p in params) and len(node.args) > len(positional)):
-            return node  # only keyword-only options (loop_config), or extra positional arguments: the lowering's
+            return node  # keyword-only options (loop_config), or extra positional arguments: left as they are
         name = getattr(callee, "__name__", "call")
+        takes_any = any(p.kind is p.VAR_KEYWORD for p in params)
         for k in node.keywords:
-            if k.arg not in signature.parameters:
+            if k.arg not in signature.parameters and not takes_any:
                 close = difflib.get_close_matches(k.arg, signature.parameters, n=1)
                 hint = f"did you mean '{close[0]}'?" if close else f"it takes {', '.join(signature.parameters)}"
                 self.error(f"{name}() has no parameter '{k.arg}' ({hint})", k)

@@ -405,12 +405,17 @@ def _plain_parameters(fn) -> list[str] | None:
     return names
 
 
-def kernel(fn=None, *, graph: bool = False, fastcache: bool = False):
+def kernel(fn=None, *, pure: bool | None = None, fastcache: bool = False, graph: bool = False,
+           checkpoints: bool = False):
     """`@qd.kernel`: the kernel as a plain Python function that compiles on first call, then
     launches (see Kernel). `@qd.kernel(graph=True)`: on CUDA the kernel's tasks (and its
     `.grad`'s) are replayed as one graph per launch; on every other arch it changes nothing.
-    `fastcache=True` (Quadrants': cache the kernel across processes) is what qdc does for every
-    kernel, so it changes nothing."""
+    `fastcache=True` (Quadrants': cache the kernel across processes; `pure` is its deprecated
+    name there) is what qdc does for every kernel, so it changes nothing. `checkpoints=True`
+    opts into Quadrants' experimental `qd.checkpoint` pause/resume, which qdc does not have:
+    an error."""
+    if checkpoints:
+        raise NotImplementedError("@qd.kernel(checkpoints=True): qdc has no qd.checkpoint pause/resume model")
     if fn is None:
         return lambda f: kernel(f, graph=graph)
     if not callable(fn):

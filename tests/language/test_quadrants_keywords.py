@@ -58,6 +58,15 @@ def atomics(values: qd.types.ndarray(qd.i32, ndim=1), acc: qd.types.ndarray(qd.i
         qd.atomic_sub(x=acc[4], y=values[j])
 
 
+@qd.kernel
+def fills(f: qd.template(), out: qd.types.ndarray(qd.f32, ndim=1), level: qd.f32):
+    f.fill(val=level)
+    for i in range(out.shape[0]):
+        v = qd.Vector([0.0, 0.0])
+        v.fill(val=level * i)
+        out[i] = v[0] + v[1]
+
+
 def test_scalar_intrinsics_by_keyword(arch, rng):
     x = rng.uniform(-1.0, 1.0, N).astype(np.float32)
     y = rng.uniform(0.5, 2.0, N).astype(np.float32)
@@ -98,6 +107,15 @@ def test_atomics_by_keyword(arch, rng):
     atomics(values, acc)
     np.testing.assert_array_equal(acc, [values.sum(), values.max(), values.min(), np.bitwise_or.reduce(values),
                                         -values.sum()])
+
+
+def test_fill_by_keyword_in_kernels(arch, rng):
+    level = np.float32(rng.uniform(1.0, 2.0))
+    f = qd.field(qd.f32, shape=5)
+    out = np.zeros(4, np.float32)
+    fills(f, out, level)
+    np.testing.assert_array_equal(f.to_numpy(), np.full(5, level))
+    np.testing.assert_allclose(out, 2 * level * np.arange(4, dtype=np.float32), rtol=1e-6)
 
 
 def test_fields_by_keyword(arch, rng):
@@ -202,6 +220,19 @@ def test_requires_top_level_nested_is_a_compile_error(tmp_path):
                 phase(out)
         """, np.zeros(3, np.int32), 1)
     assert "requires_top_level" in str(error)
+
+
+def test_kernel_options(arch):
+    @qd.kernel(pure=True, fastcache=True, checkpoints=False)
+    def run(out: qd.types.ndarray(qd.i32, ndim=1)):
+        for i in range(out.shape[0]):
+            out[i] = i + 1
+
+    out = np.zeros(4, np.int32)
+    run(out)
+    np.testing.assert_array_equal(out, np.arange(1, 5))
+    with pytest.raises(NotImplementedError, match="checkpoints"):
+        qd.kernel(checkpoints=True, graph=True)
 
 
 def test_loop_config_bit_vectorize(arch):
