@@ -118,6 +118,53 @@ class LoopLowering:
             frame.loops.pop()
             frame.static_loop_depths.pop()
 
+    # ---- comprehensions ----------------------------------------------------------------
+    def visit_ListComp(self, node: ast.ListComp):
+        return self.comprehension(node, lambda: self.visit(node.elt))
+
+    def visit_DictComp(self, node: ast.DictComp):
+        return dict(self.comprehension(node, lambda: (self.visit(node.key), self.visit(node.value))))
+
+    def comprehension(self, node, element) -> list:
+        """`[e for x in it if c]`, as Quadrants evaluates it: unrolled at compile time over
+        compile-time iterables (a range of constants, a tuple or list, qd.static(...)), its
+        conditions compile-time too; its elements may be run-time values. The names it binds
+        stay inside it, as in Python."""
+        out: list = []
+
+        def unroll(level: int) -> None:
+            if level == len(node.generators):
+                out.append(element())
+                return
+            gen = node.generators[level]
+            for value in self.compile_time_items(self.visit(gen.iter), gen.iter):
+                with self.scope():
+                    self.bind_targets(gen.target, value)
+                    conditions = [self.visit(c) for c in gen.ifs]
+                    for c, cond_node in zip(conditions, gen.ifs):
+                        if is_runtime(c):
+                            self.error("a comprehension's condition must be known at compile time", cond_node)
+                    if all(conditions):
+                        unroll(level + 1)
+        unroll(0)
+        return out
+
+    def compile_time_items(self, it, node) -> list:
+        """The items of a comprehension's iterable, which the compiler must know."""
+        if isinstance(it, lang.grouped):
+            it = it.iterable
+        if isinstance(it, RangeSpec) and not any(is_runtime(v) for v in (it.begin, it.end, it.step)):
+            return list(range(it.begin, it.end, it.step))
+        if isinstance(it, lang.ndrange) and not any(
+                is_runtime(x) for d in it.dims for x in (d if isinstance(d, (tuple, list)) else (d,))):
+            return list(it)
+        if _host_iterable(it):
+            return list(it)
+        if isinstance(it, (range, tuple, list)):
+            return list(it)
+        self.error("a comprehension iterates over what the compiler knows: a range of constants, a tuple or "
+                   "list, or qd.static(...); use a for loop for a run-time range", node)
+
     def bind_targets(self, target, value):
         if isinstance(target, ast.Name):
             self.frame.scopes[-1][target.id] = value

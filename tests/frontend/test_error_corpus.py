@@ -96,11 +96,11 @@ def bad_scalar_field_index():
 
 @qd.kernel
 def bad_list_comprehension():
-    v = [j for j in range(3)]  # <- bad_list_comprehension | [j for | comprehensions are not supported
+    v = [j for j in range(n[None])]  # <- bad_list_comprehension | range(n[None]) | iterates over what the compiler knows
 
 @qd.kernel
-def bad_dict_comprehension():
-    v = {j: j for j in range(3)}  # <- bad_dict_comprehension | {j: | comprehensions are not supported
+def bad_set_comprehension():
+    v = {j for j in range(3)}  # <- bad_set_comprehension | {j for | set comprehensions are not supported
 
 @qd.kernel
 def bad_generator():
