@@ -260,7 +260,8 @@ class _Walk:
         a manifest records the program's data among them, which may have been set at run time
         (compiler/manifest/recording.py)."""
         if isinstance(module, str) and not _is_qdc_module(sys.modules.get(module)) \
-                and not isinstance(value, (types.ModuleType, type, types.FunctionType, types.MethodType, lang.Func, lang.BoundFunc)):
+                and not isinstance(value, (types.ModuleType, type, types.FunctionType, types.MethodType, lang.Func,
+                                           lang.BoundFunc)):
             self.module_reads.append((module, attr, value))
 
     def template(self, kernel: str, name: str, value) -> None:

@@ -25,9 +25,7 @@ same tree on every machine for equal arguments:
                                            "values" too (`*a` in a kernel compiles them in)
     {"enclosing": n}                       an object met again while it is being described (a
                                            cycle): the n-th container out of those being described
-    {"method": {"function": {"named": ..}, "self": description}}   a method bound to an object;
-                                           "of_enclosing": n instead of "self" where the object is
-                                           the n-th container out of those being described
+    {"method": {"function": {"named": ..}, "self": description}}   a method bound to an object
     {"namedtuple": {"class": "pkg.mod:Pair", "items": {name: description, ...}}}
     {"container": {"class": "pkg.mod:Items", "items": {"list": [...]}}}   a subclass of tuple, list or
                                            dict that holds nothing but its items
@@ -156,7 +154,9 @@ class _Describer:
         self.classes: list = []
         self.portable_problem: str | None = None
         self.budget = MAX_VALUES
-        self.enclosing: list = []  # ids of the containers being described, outermost first: a cycle is refused
+        # ids of the containers being described, outermost first: an object met again is a
+        # back-reference, a tuple, list or dict that contains itself is refused
+        self.enclosing: list = []
 
     def value(self, v, route: str, depth: int):
         self.budget -= 1
@@ -231,13 +231,10 @@ class _Describer:
         return self.object(v, route, depth)
 
     def method(self, v, route: str, depth: int) -> dict:
-        """A method bound to an instance: its function and the instance, or, for the object
-        being described that holds it (`self.update = self._update`), how far out that object is."""
-        function = self.function(v.__func__, f"{route}.__func__")
-        receiver = v.__self__
-        if id(receiver) in self.enclosing:
-            return {"method": {"function": function, "of_enclosing": len(self.enclosing) - self.enclosing.index(id(receiver))}}
-        return {"method": {"function": function, "self": self.value(receiver, f"{route}.__self__", depth + 1)}}
+        """A method bound to an instance: its function and the instance (a back-reference where
+        the instance is being described and holds it: `self.update = self._update`)."""
+        return {"method": {"function": self.function(v.__func__, f"{route}.__func__"),
+                           "self": self.value(v.__self__, f"{route}.__self__", depth + 1)}}
 
     def container(self, v, route: str, depth: int, items):
         if id(v) in self.enclosing:
@@ -391,8 +388,7 @@ def _brief(d) -> str:
         values = f", values={body['values']}" if "values" in body else ""
         return f"ndarray({body['dtype']}, ndim={body['ndim']}{values})"
     if tag == "method":
-        owner = "<its object>" if "of_enclosing" in body else _brief(body["self"])
-        return f"{owner}.{_brief(body['function']).rpartition('.')[2]}"
+        return f"{_brief(body['self'])}.{_brief(body['function']).rpartition('.')[2]}"
     if tag == "dataclass_argument":
         return _brief(body)
     if tag == "scalar":

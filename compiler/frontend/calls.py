@@ -94,10 +94,13 @@ class CallLowering:
                 node = self.keywords_in_place(_fill, node)
                 (value,) = self.call_args(node, 1, 1, "fill")
                 return self.store_target(target, self.scalar(value, node.args[0]), node.args[0])
-            if target is None and isinstance(self.visit(node.func.value), (Field, StructFieldMarker)):
+            field = self.visit(node.func.value) if target is None else None
+            if isinstance(field, (Field, StructFieldMarker)):  # x.fill(v) on a field: every element v
                 node = self.keywords_in_place(_fill, node)
-                self.call_args(node, 1, 1, "fill")  # x.fill(v) on a field: every element v
-                return self.inline_library_func(field_methods.fill, node, receiver=self.visit(node.func.value))
+                self.reject_unpacking(node)
+                if len(node.args) != 1 or node.keywords:
+                    self.error(f"fill() takes 1 argument, got {len(node.args) + len(node.keywords)}")
+                return self.inline_library_func(field_methods.fill, node, receiver=field)
         callee = unwrap(self.visit(node.func))  # a method of an object reached from an argument: the method
         if _hashable(callee) and (callee in lang.INTRINSICS or callee in MATH_FUNCTIONS or callee in _SCOPE_BUILTINS):
             node = self.keywords_in_place(callee, node)

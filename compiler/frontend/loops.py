@@ -87,20 +87,8 @@ class LoopLowering:
         """`for v in qd.static(iterable)`: the body is lowered once per element; a `break` or
         `continue` the compiled body reaches (directly or under `if qd.static(...)`) acts on
         the unrolling; a `return` ends it and the function."""
-        grouped = isinstance(it, lang.grouped)
-        if grouped:
-            it = it.iterable
-        if isinstance(it, lang.ndrange):
-            if any(is_runtime(x) for d in it.dims for x in (d if isinstance(d, (tuple, list)) else (d,))):
-                self.error("qd.static(qd.ndrange(...)) needs compile-time bounds", iter_node)
-            it = list(it)
-        if grouped:  # qd.static(qd.grouped(...)): vector indices of constants
-            it = [self.vector_of((len(i),), i) for i in (idx if isinstance(idx, tuple) else (idx,) for idx in it)]
-        if _host_iterable(it):  # enumerate(...), zip(...), a dict's items(), a generator: its items now
-            it = list(it)
-        if not isinstance(it, (range, tuple, list)):
-            self.error("qd.static() loops need a compile-time iterable (a range of constants, a tuple "
-                       "or a qd.ndrange of constants)", iter_node)
+        it = self.compile_time_items(it, iter_node, "qd.static() loops need a compile-time iterable (a range of "
+                                                    "constants, a tuple or a qd.ndrange of constants)")
         frame = self.frame
         frame.loops.append("static")
         frame.static_loop_depths.append(len(self.blocks))
@@ -137,7 +125,9 @@ class LoopLowering:
                 out.append(element())
                 return
             gen = node.generators[level]
-            for value in self.compile_time_items(self.visit(gen.iter), gen.iter):
+            for value in self.compile_time_items(
+                    self.visit(gen.iter), gen.iter, "a comprehension iterates over what the compiler knows: a range of "
+                    "constants, a tuple or list, or qd.static(...); use a for loop for a run-time range"):
                 with self.scope():
                     self.bind_targets(gen.target, value)
                     conditions = [self.visit(c) for c in gen.ifs]
@@ -149,21 +139,26 @@ class LoopLowering:
         unroll(0)
         return out
 
-    def compile_time_items(self, it, node) -> list:
-        """The items of a comprehension's iterable, which the compiler must know."""
-        if isinstance(it, lang.grouped):
+    def compile_time_items(self, it, iter_node, refusal: str):
+        """The items a loop unrolled at compile time (qd.static, a comprehension) goes over: a
+        range, tuple or list, a qd.ndrange of constants (qd.grouped: vector indices), a host
+        iterable's items now; `refusal`, the error for anything else."""
+        grouped = isinstance(it, lang.grouped)
+        if grouped:
             it = it.iterable
         if isinstance(it, RangeSpec) and not any(is_runtime(v) for v in (it.begin, it.end, it.step)):
-            return list(range(it.begin, it.end, it.step))
-        if isinstance(it, lang.ndrange) and not any(
-                is_runtime(x) for d in it.dims for x in (d if isinstance(d, (tuple, list)) else (d,))):
-            return list(it)
-        if _host_iterable(it):
-            return list(it)
-        if isinstance(it, (range, tuple, list)):
-            return list(it)
-        self.error("a comprehension iterates over what the compiler knows: a range of constants, a tuple or "
-                   "list, or qd.static(...); use a for loop for a run-time range", node)
+            it = range(it.begin, it.end, it.step)  # `range(3)` outside qd.static (a comprehension's)
+        if isinstance(it, lang.ndrange):
+            if any(is_runtime(x) for d in it.dims for x in (d if isinstance(d, (tuple, list)) else (d,))):
+                self.error("qd.ndrange(...) unrolled at compile time needs compile-time bounds", iter_node)
+            it = list(it)
+        if grouped:  # qd.grouped(...): vector indices of constants
+            it = [self.vector_of((len(i),), i) for i in (idx if isinstance(idx, tuple) else (idx,) for idx in it)]
+        if _host_iterable(it):  # enumerate(...), zip(...), a dict's items(), a generator: its items now
+            it = list(it)
+        if not isinstance(it, (range, tuple, list)):
+            self.error(refusal, iter_node)
+        return it
 
     def bind_targets(self, target, value):
         if isinstance(target, ast.Name):

@@ -170,12 +170,9 @@ def _enclosing(out, route: str, made: Rebuilder):
 
 
 def _rebuild_method(body: dict, route: str, made: Rebuilder):
-    """A method bound to its object: the object described with it, or one being rebuilt."""
+    """A method bound to its object (an object being rebuilt, by its back-reference)."""
     function = _rebuild(body["function"], f"{route}.__func__", made)
-    if "of_enclosing" in body:
-        receiver = _enclosing(body["of_enclosing"], route, made)
-    else:
-        receiver = _rebuild(body["self"], f"{route}.__self__", made)
+    receiver = _rebuild(body["self"], f"{route}.__self__", made)
     if not hasattr(function, "__get__"):
         raise Unrebuildable(f"{route}: {body['function']} is no longer a function")
     return function.__get__(receiver, type(receiver))
